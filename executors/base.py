@@ -1,0 +1,166 @@
+"""Executors: the Executor API. An executor says which ops it can run (with a checker on the actual proxies)
+and how: each claimed line is replaced by a call of the executor's own symbol, which prints in the trace.
+
+Adding your own, in a few lines::
+
+    import torch, jitcore
+    from executors import OperatorExecutor
+    from jitcore.ops import ltorch
+
+    myex = OperatorExecutor("myex")
+
+    def my_gelu(a, approximate="none"):          # runs on real tensors
+        return torch.nn.functional.gelu(a, approximate=approximate)
+
+    # take ltorch.gelu, but only for float32 inputs; everything else falls through to the next executor
+    myex.register_implementation(ltorch.gelu, my_gelu, checker=lambda a, approximate="none": a.dtype == torch.float32)
+
+    jfn = jitcore.jit(fn, executors=[myex])      # the trace prints `t1 = myex.my_gelu(t0)`
+
+A new op of your own: `myop = myex.register_operator("myop", meta=..., fn=...)` gives a Symbol you can call in
+jitted code (and `like=` an existing op reuses that op's meta).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from jitcore.codegen import NAMESPACE_IMPORTS
+from jitcore.symbol import BoundSymbol, Symbol
+
+_EXECUTORS: dict[str, "Executor"] = {}
+
+
+def register_executor(ex: "Executor") -> "Executor":
+    _EXECUTORS[ex.name] = ex
+    return ex
+
+
+def get_executor(name_or_ex) -> "Executor":
+    if isinstance(name_or_ex, Executor):
+        return name_or_ex
+    if name_or_ex in ("inductor", "inductor_ex", "nvfuser", "nvfuser_ex"):
+        import executors
+
+        return getattr(executors, name_or_ex if name_or_ex.endswith("_ex") else f"{name_or_ex}_ex")
+    try:
+        return _EXECUTORS[name_or_ex]
+    except KeyError:
+        raise ValueError(f"unknown executor {name_or_ex!r}; known: {sorted(_EXECUTORS)}") from None
+
+
+class Executor:
+    """Base of all executors. `name` prints in traces; `is_available()` says whether it can run here."""
+
+    def __init__(self, name: str):
+        self.name = name
+        register_executor(self)
+
+    def is_available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        return False
+
+    def __repr__(self):
+        return f"<executor {self.name}>"
+
+
+@dataclass
+class Implementation:
+    """How an executor runs one op: `symbol` is what the execution trace calls; `checker` may refuse."""
+
+    symbol: Symbol
+    checker: Callable | None = None
+
+
+class _ExecutorNamespace:
+    """What `<executor name>.` resolves to in a printed execution trace: the executor's kernels by name."""
+
+    def __init__(self, ex):
+        self._ex = ex
+
+    def __getattr__(self, name):
+        try:
+            return self._ex.kernels[name]
+        except KeyError:
+            raise AttributeError(f"executor {self._ex.name} has no kernel {name!r}") from None
+
+
+class OperatorExecutor(Executor):
+    """Runs ops one at a time with its own kernels; `implmap` is its table: op id -> Implementation."""
+
+    def __init__(self, name: str, namespace_name: str | None = None):
+        super().__init__(name)
+        # the alias kernels print under; "torch" itself is taken by the torch module
+        self.namespace_name = namespace_name or name
+        self.implmap: dict[str, Implementation] = {}
+        self.kernels: dict[str, Callable] = {}
+        self.namespace = _ExecutorNamespace(self)
+
+    def _kernel_symbol(self, name: str, fn: Callable, meta: Callable, path: str | None = None) -> Symbol:
+        """A symbol that prints as `<path>(...)` (a public torch function) or `<executor>.<name>(...)`."""
+        if path is not None:
+            module, _, short = path.rpartition(".")
+            import torch
+
+            return Symbol(f"{self.name}.{name}", short, meta=meta, module=module, namespace=torch)
+        self.kernels[name] = fn
+        alias = self.namespace_name
+        NAMESPACE_IMPORTS.setdefault(alias, f"# {alias}: the kernels of executor {self.name!r}")
+        return Symbol(f"{self.name}.{name}", name, meta=meta, module=alias, namespace=self.namespace)
+
+    def register_operator(self, name: str, *, meta: Callable | None = None, like: Symbol | None = None,
+                          fn: Callable, tags=()) -> Symbol:
+        """A new op run by `fn`; callable in jitted code; its meta is `meta` or that of the op `like`."""
+        meta = meta if meta is not None else like.meta
+        if meta is None:
+            raise ValueError(f"register_operator({name!r}): give meta= or like= an op that has a meta")
+        sym = self._kernel_symbol(name, fn, meta)
+        sym.tags = frozenset(tags)
+        from jitcore.symbol import EAGER_KERNELS
+
+        EAGER_KERNELS[sym.id] = fn
+        self.implmap[sym.id] = Implementation(sym)
+        return sym
+
+    def register_implementation(self, op: Symbol, fn: Callable | Symbol, *, checker: Callable | None = None,
+                                name: str | None = None, torch_path: str | None = None):
+        """Run the existing op `op` with `fn` (a kernel over real tensors, or a symbol of this executor)."""
+        if isinstance(fn, Symbol):
+            sym = fn
+        else:
+            kname = name or getattr(fn, "__name__", op.name)
+            sym = self._kernel_symbol(kname, fn, op.meta or _no_meta(op), path=torch_path)
+        self.implmap[op.id] = Implementation(sym, checker)
+        return sym
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        impl = self.implmap.get(bsym.sym.id)
+        if impl is None:
+            return False
+        if impl.checker is None:
+            return True
+        try:
+            return bool(impl.checker(*bsym.args, **bsym.kwargs))
+        except Exception:
+            return False
+
+    def execute(self, bsym: BoundSymbol) -> BoundSymbol:
+        """The line that runs `bsym` with this executor's kernel; the original stays visible as a subsymbol."""
+        impl = self.implmap[bsym.sym.id]
+        return BoundSymbol(impl.symbol, bsym.args, bsym.kwargs, bsym.output, (bsym,))
+
+
+def _no_meta(op):
+    def meta(*args, **kwargs):
+        raise NotImplementedError(f"{op.id}: an executor kernel symbol is not traced directly")
+
+    return meta
+
+
+class FusionExecutor(Executor):
+    """Claims ops like an operator executor, then groups claimed lines into fused regions (see regions.py)."""
+
+    def fuse(self, trace):
+        raise NotImplementedError

@@ -1,0 +1,51 @@
+"""Executors: the claim pass, the only place that decides who runs each op.
+
+Each line of a trace is offered to the executors in priority order; the first whose implementation accepts it
+(checker on the actual proxies) claims it. A line no one claims is replaced by its subsymbols, which are offered
+in turn; an unclaimed prim is an error naming the op and the executors tried.
+"""
+from __future__ import annotations
+
+from jitcore.errors import UnsupportedError
+from jitcore.trace import Timer, Trace, from_trace
+
+
+def claim_bsym(bsym, executors) -> list:
+    for ex in executors:
+        if ex.can_execute(bsym):
+            return [ex.execute(bsym)]
+    if bsym.subsymbols:
+        out = []
+        for sub in bsym.subsymbols:
+            out += claim_bsym(sub, executors)
+        return out
+    names = ", ".join(ex.name for ex in executors)
+    raise UnsupportedError("op", f"no executor can run {bsym.sym.id} (tried: {names})",
+                           hint="add an executor that implements it, or put torch_ex in the executor list")
+
+
+def claim(trace: Trace, executors, fn_name: str | None = None) -> Trace:
+    """A new trace where every line is a call of the executor that runs it."""
+    with Timer() as t:
+        new = from_trace(trace, fn_name)
+        for bsym in trace.bound_symbols:
+            new.bound_symbols += claim_bsym(bsym, executors)
+        fusion = [ex for ex in executors if hasattr(ex, "fuse")]
+        for ex in fusion:
+            new = ex.fuse(new)
+    new.set_provenance("Transform for execution (claim)", t.seconds)
+    return new
+
+
+def flatten_to_prims(trace: Trace) -> Trace:
+    """The same program with every composite replaced by its decomposition (prims and opaque ops only)."""
+
+    def flat(bsym):
+        if bsym.sym.is_prim or not bsym.subsymbols:
+            return [bsym]
+        return [b for sub in bsym.subsymbols for b in flat(sub)]
+
+    new = from_trace(trace)
+    new.bound_symbols = [b for bsym in trace.bound_symbols for b in flat(bsym)]
+    new.set_provenance("Flatten to prims")
+    return new

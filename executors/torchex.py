@@ -1,0 +1,149 @@
+"""Executors: the torch executor. A torch kernel for every prim (KERNELS, keyed by op id), and a direct call of
+the torch function for every torch-level op that names one (faster than its decomposition, eager's numerics).
+
+It also fills jitcore.symbol.EAGER_KERNELS, so printed traces over prims run as plain Python programs.
+"""
+from __future__ import annotations
+
+import torch
+
+import jitcore.ops  # noqa: F401  (registers every op)
+from executors.base import OperatorExecutor
+from jitcore.ops.registry import LTORCH, PRIMS
+from jitcore.symbol import EAGER_KERNELS
+
+torch_ex = OperatorExecutor("torch", namespace_name="torchex")
+
+
+# -- kernels that are not a torch function of the same signature -------------------------------------------------
+def _div(a, b):
+    if isinstance(a, torch.Tensor) and not (a.dtype.is_floating_point or a.dtype.is_complex):
+        return torch.div(a, b, rounding_mode="trunc")
+    if isinstance(b, torch.Tensor) and not (b.dtype.is_floating_point or b.dtype.is_complex):
+        return torch.div(a, b, rounding_mode="trunc")
+    return torch.true_divide(a, b)
+
+
+def _where(pred, a, b):
+    return torch.where(pred, a, b)
+
+
+def _convert_element_type(a, dtype):
+    return a.to(dtype)
+
+
+def _device_put(a, device):
+    return a.to(device)
+
+
+def _broadcast_in_dim(a, shape, broadcast_dimensions):
+    view_shape = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        view_shape[d] = a.shape[i]
+    return a.reshape(view_shape).expand(shape)
+
+
+def _reshape(a, shape):
+    return a.reshape(shape)
+
+
+def _as_tensor_pair(name, fn):
+    """A binary torch function that needs a tensor first argument (number op tensor is flipped or wrapped)."""
+
+    def kernel(a, b):
+        if not isinstance(a, torch.Tensor):
+            a = torch.scalar_tensor(a, dtype=b.dtype, device=b.device)
+        return fn(a, b)
+
+    kernel.__name__ = name
+    return kernel
+
+
+# op id -> kernel over real tensors (a public torch function prints as itself, e.g. torch.add)
+KERNELS: dict = {
+    "prims.abs": torch.abs, "prims.neg": torch.neg, "prims.exp": torch.exp, "prims.exp2": torch.exp2,
+    "prims.expm1": torch.expm1, "prims.log": torch.log, "prims.log1p": torch.log1p, "prims.log2": torch.log2,
+    "prims.log10": torch.log10, "prims.sin": torch.sin, "prims.cos": torch.cos, "prims.tan": torch.tan,
+    "prims.asin": torch.asin, "prims.acos": torch.acos, "prims.atan": torch.atan, "prims.sinh": torch.sinh,
+    "prims.cosh": torch.cosh, "prims.tanh": torch.tanh, "prims.asinh": torch.asinh, "prims.acosh": torch.acosh,
+    "prims.atanh": torch.atanh, "prims.sqrt": torch.sqrt, "prims.rsqrt": torch.rsqrt,
+    "prims.reciprocal": torch.reciprocal, "prims.sigmoid": torch.sigmoid, "prims.erf": torch.erf,
+    "prims.erfc": torch.erfc, "prims.erfinv": torch.erfinv, "prims.lgamma": torch.lgamma,
+    "prims.digamma": torch.digamma, "prims.sign": torch.sign, "prims.floor": torch.floor, "prims.ceil": torch.ceil,
+    "prims.round": torch.round, "prims.trunc": torch.trunc, "prims.bitwise_not": torch.bitwise_not,
+    "prims.signbit": torch.signbit, "prims.isfinite": torch.isfinite,
+    "prims.add": torch.add, "prims.sub": torch.sub, "prims.mul": torch.mul, "prims.div": _div,
+    "prims.remainder": torch.remainder, "prims.fmod": _as_tensor_pair("fmod", torch.fmod), "prims.pow": torch.pow,
+    "prims.atan2": _as_tensor_pair("atan2", torch.atan2), "prims.maximum": _as_tensor_pair("maximum", torch.maximum),
+    "prims.minimum": _as_tensor_pair("minimum", torch.minimum),
+    "prims.copysign": _as_tensor_pair("copysign", torch.copysign),
+    "prims.nextafter": _as_tensor_pair("nextafter", torch.nextafter),
+    "prims.bitwise_and": _as_tensor_pair("bitwise_and", torch.bitwise_and),
+    "prims.bitwise_or": _as_tensor_pair("bitwise_or", torch.bitwise_or),
+    "prims.bitwise_xor": _as_tensor_pair("bitwise_xor", torch.bitwise_xor),
+    "prims.bitwise_left_shift": _as_tensor_pair("bitwise_left_shift", torch.bitwise_left_shift),
+    "prims.bitwise_right_shift": _as_tensor_pair("bitwise_right_shift", torch.bitwise_right_shift),
+    "prims.eq": torch.eq, "prims.ne": torch.ne, "prims.lt": torch.lt, "prims.le": torch.le, "prims.gt": torch.gt,
+    "prims.ge": torch.ge, "prims.where": _where, "prims.convert_element_type": _convert_element_type,
+    "prims.device_put": _device_put,
+    "prims.broadcast_in_dim": _broadcast_in_dim, "prims.reshape": _reshape,
+}
+
+# public paths of torch callables, for printing kernels as `torch.nn.functional.gelu(...)`
+_PUBLIC_MODULES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft", "torch.Tensor")
+_paths: dict[int, str] | None = None
+
+
+def torch_path(fn) -> str | None:
+    """`torch.nn.functional.gelu` for F.gelu; None for callables with no public torch path."""
+    global _paths
+    if _paths is None:
+        import importlib
+
+        _paths = {}
+        for modname in reversed(_PUBLIC_MODULES):
+            mod = torch.Tensor if modname == "torch.Tensor" else importlib.import_module(modname)
+            for attr in dir(mod):
+                if attr.startswith("_") and not attr.startswith("__"):
+                    continue
+                obj = getattr(mod, attr, None)
+                if callable(obj) and not isinstance(obj, type):
+                    _paths[id(obj)] = f"{modname}.{attr}"
+    return _paths.get(id(fn))
+
+
+def _register_all():
+    for op_id, kernel in KERNELS.items():
+        op = PRIMS[op_id.split(".", 1)[1]]
+        torch_ex.register_implementation(op, kernel, torch_path=torch_path(kernel))
+        EAGER_KERNELS[op_id] = kernel
+    for sym in LTORCH.values():
+        if sym.torch_fn is not None and sym.id not in torch_ex.implmap:
+            torch_ex.register_implementation(sym, sym.torch_fn, torch_path=torch_path(sym.torch_fn),
+                                             name=sym.name)
+
+
+_register_all()
+
+
+def _opaque_can_execute(bsym) -> bool:
+    from jitcore.symbol import Tag
+
+    return Tag.OPAQUE in bsym.sym.tags
+
+
+_base_can_execute = torch_ex.can_execute
+_base_execute = torch_ex.execute
+
+
+def _can_execute(bsym):
+    return _opaque_can_execute(bsym) or _base_can_execute(bsym)
+
+
+def _execute(bsym):
+    # an opaque op already is the torch call; it runs as it prints
+    return bsym if _opaque_can_execute(bsym) else _base_execute(bsym)
+
+
+torch_ex.can_execute = _can_execute
+torch_ex.execute = _execute

@@ -1,0 +1,1 @@
+"""jitcore (temporary during bring-up)."""

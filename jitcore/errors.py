@@ -1,0 +1,57 @@
+"""Errors a user can hit, across every stage.
+
+Each error says what went wrong, where (the user's source line when the interpreter knows it) and what to do.
+"""
+from __future__ import annotations
+
+
+class JitError(Exception):
+    """Base of every jitcore error."""
+
+
+class UnsupportedError(JitError):
+    """Something jitcore cannot handle: an opcode, a callable, a construct, an op on an executor list.
+
+    kind: a short category ("opcode", "callable", "data-dependent control flow", "op", ...)
+    detail: what exactly; hint: what the user can do; where: "file:line" plus the source line, when known.
+    """
+
+    def __init__(self, kind: str, detail: str, hint: str | None = None, where: str | None = None):
+        self.kind, self.detail, self.hint, self.where = kind, detail, hint, where
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        msg = f"{self.kind}: {self.detail}"
+        if self.where:
+            msg += f"\n  at {self.where}"
+        if self.hint:
+            msg += f"\n  hint: {self.hint}"
+        return msg
+
+    def with_where(self, where: str) -> "UnsupportedError":
+        """Return the same error annotated with the user's source location (innermost wins)."""
+        if self.where is None:
+            self.where = where
+            self.args = (self._message(),)
+        return self
+
+
+class DataDependentError(UnsupportedError):
+    """Python needed a concrete value that depends on tensor data (`if x.sum() > 0:`)."""
+
+    def __init__(self, detail: str, where: str | None = None):
+        super().__init__(
+            "data-dependent control flow",
+            detail,
+            hint="the value of a tensor is not known while tracing; express the choice with tensor ops "
+            "(e.g. torch.where(cond, a, b)) or move the decision out of the jitted function",
+            where=where,
+        )
+
+
+class MetaError(JitError, ValueError):
+    """An op was called with inputs it cannot take (shape mismatch, bad dtype); raised while tracing."""
+
+
+class GuardFailure(JitError):
+    """A prologue check failed where a miss cannot fall back to retracing."""

@@ -1,0 +1,26 @@
+"""Ops: every op defined exactly once. Prims in prims_*.py, torch-level ops in torch_*.py; `prims` and `ltorch`
+are the namespaces traces print (`prims.add`, `ltorch.gelu`); torch_map.py maps torch callables to ops.
+"""
+from jitcore.ops import registry
+from jitcore.ops import prims_elementwise  # noqa: F401
+from jitcore.ops import opaque  # noqa: F401
+from jitcore.ops.registry import ltorch_ns as ltorch, prims_ns as prims  # noqa: F401
+
+_FAMILIES = (
+    "prims_shape", "prims_reduction", "prims_index", "prims_nn", "prims_creation", "prims_misc",
+    "torch_elementwise", "torch_reduction", "torch_shape", "torch_index", "torch_creation", "torch_misc",
+    "torch_nn_activation", "torch_nn_norm", "torch_nn_loss", "torch_nn_conv", "torch_nn_attention", "torch_linalg",
+)
+
+
+def _load_families():
+    import importlib
+    import importlib.util
+
+    for fam in _FAMILIES:
+        if importlib.util.find_spec(f"jitcore.ops.{fam}") is not None:
+            importlib.import_module(f"jitcore.ops.{fam}")
+
+
+_load_families()
+__all__ = ["prims", "ltorch", "registry"]

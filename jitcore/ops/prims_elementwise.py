@@ -1,0 +1,153 @@
+"""Ops: elementwise prims (unary, binary, ternary `where`) and dtype conversion.
+
+Prims are strict: tensor inputs have one shape and one dtype (Python numbers may stand in for tensors); the
+torch-level ops in torch_elementwise.py broadcast and promote before calling them. The result has the input
+dtype, except comparisons and predicates, which give bool.
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore import dtypes
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import check, is_number, requires_grad, same_device, tensors_of
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import Tag
+
+ND = (Tag.NON_DIFFERENTIABLE,)
+
+
+def _elementwise_meta(name, *args, out_dtype=None, allowed=None):
+    ts = tensors_of(*args)
+    check(len(ts) > 0, lambda: f"prims.{name}: expected at least one tensor input, got {args}")
+    shape, dtype = ts[0].shape, ts[0].dtype
+    for t in ts[1:]:
+        check(tuple(t.shape) == tuple(shape), lambda: f"prims.{name}: shapes differ: {[tuple(x.shape) for x in ts]}")
+        check(t.dtype == dtype, lambda: f"prims.{name}: dtypes differ: {[x.dtype for x in ts]}")
+    for a in args:
+        check(isinstance(a, TensorProxy) or is_number(a), lambda: f"prims.{name}: unexpected argument {a!r}")
+    if allowed is not None:
+        check(dtypes.category(dtype) in allowed, lambda: f"prims.{name}: not implemented for '{dtype}'")
+    device = same_device(f"prims.{name}", *ts)
+    result = dtype if out_dtype is None else out_dtype
+    rg = requires_grad(*ts) and dtypes.is_inexact(result)
+    return TensorProxy(shape, result, device, rg)
+
+
+INEXACT, INTEGRAL, ANY = (2, 3), (0, 1), (0, 1, 2, 3)
+ANY_NUMBER = (1, 2, 3)
+
+
+def _unary(name, allowed=ANY, out=None, tags=()):
+    def meta(a):
+        return _elementwise_meta(name, a, out_dtype=out, allowed=allowed)
+
+    meta.__name__ = name
+    return prim(name, tags=tags)(meta)
+
+
+def _binary(name, allowed=ANY, out=None, tags=()):
+    def meta(a, b):
+        return _elementwise_meta(name, a, b, out_dtype=out, allowed=allowed)
+
+    meta.__name__ = name
+    return prim(name, tags=tags)(meta)
+
+
+# -- unary -----------------------------------------------------------------------------------------------------
+abs = _unary("abs", ANY_NUMBER)
+neg = _unary("neg", ANY_NUMBER)
+exp = _unary("exp", INEXACT)
+exp2 = _unary("exp2", INEXACT)
+expm1 = _unary("expm1", INEXACT)
+log = _unary("log", INEXACT)
+log1p = _unary("log1p", INEXACT)
+log2 = _unary("log2", INEXACT)
+log10 = _unary("log10", INEXACT)
+sin = _unary("sin", INEXACT)
+cos = _unary("cos", INEXACT)
+tan = _unary("tan", INEXACT)
+asin = _unary("asin", INEXACT)
+acos = _unary("acos", INEXACT)
+atan = _unary("atan", INEXACT)
+sinh = _unary("sinh", INEXACT)
+cosh = _unary("cosh", INEXACT)
+tanh = _unary("tanh", INEXACT)
+asinh = _unary("asinh", INEXACT)
+acosh = _unary("acosh", INEXACT)
+atanh = _unary("atanh", INEXACT)
+sqrt = _unary("sqrt", INEXACT)
+rsqrt = _unary("rsqrt", INEXACT)
+reciprocal = _unary("reciprocal", INEXACT)
+sigmoid = _unary("sigmoid", INEXACT)
+erf = _unary("erf", (2,))
+erfc = _unary("erfc", (2,))
+erfinv = _unary("erfinv", (2,))
+lgamma = _unary("lgamma", (2,))
+digamma = _unary("digamma", (2,))
+sign = _unary("sign", (0, 1, 2))
+floor = _unary("floor", (1, 2))
+ceil = _unary("ceil", (1, 2))
+round = _unary("round", (1, 2))
+trunc = _unary("trunc", (1, 2))
+bitwise_not = _unary("bitwise_not", INTEGRAL)
+signbit = _unary("signbit", (1, 2), out=torch.bool, tags=ND)
+isfinite = _unary("isfinite", ANY, out=torch.bool, tags=ND)
+
+# -- binary ----------------------------------------------------------------------------------------------------
+add = _binary("add")
+sub = _binary("sub", ANY_NUMBER)
+mul = _binary("mul")
+div = _binary("div", ANY_NUMBER)  # true division for inexact dtypes, truncation for integers (like C)
+remainder = _binary("remainder", (1, 2))  # Python's sign convention (follows the divisor)
+fmod = _binary("fmod", (1, 2))  # C's sign convention (follows the dividend)
+pow = _binary("pow", ANY_NUMBER)
+atan2 = _binary("atan2", (2,))
+maximum = _binary("maximum", (0, 1, 2))
+minimum = _binary("minimum", (0, 1, 2))
+copysign = _binary("copysign", (2,))
+nextafter = _binary("nextafter", (2,))
+bitwise_and = _binary("bitwise_and", INTEGRAL)
+bitwise_or = _binary("bitwise_or", INTEGRAL)
+bitwise_xor = _binary("bitwise_xor", INTEGRAL)
+bitwise_left_shift = _binary("bitwise_left_shift", (1,))
+bitwise_right_shift = _binary("bitwise_right_shift", (1,))
+eq = _binary("eq", out=torch.bool, tags=ND)
+ne = _binary("ne", out=torch.bool, tags=ND)
+lt = _binary("lt", (0, 1, 2), out=torch.bool, tags=ND)
+le = _binary("le", (0, 1, 2), out=torch.bool, tags=ND)
+gt = _binary("gt", (0, 1, 2), out=torch.bool, tags=ND)
+ge = _binary("ge", (0, 1, 2), out=torch.bool, tags=ND)
+
+
+# -- ternary ---------------------------------------------------------------------------------------------------
+@prim("where")
+def where(pred, a, b):
+    """pred ? a : b; pred is a bool tensor (or bool); a and b share pred's shape and one dtype."""
+    check(isinstance(pred, TensorProxy) and pred.dtype is torch.bool or isinstance(pred, bool),
+          lambda: f"prims.where: the condition must be a bool tensor, got {pred!r}")
+    vals = tensors_of(a, b)
+    shape_src = vals[0] if vals else pred
+    for t in tensors_of(pred, a, b):
+        check(tuple(t.shape) == tuple(shape_src.shape),
+              lambda: f"prims.where: shapes differ: {[tuple(x.shape) for x in tensors_of(pred, a, b)]}")
+    check(len({t.dtype for t in vals}) <= 1, lambda: f"prims.where: dtypes differ: {[t.dtype for t in vals]}")
+    dtype = vals[0].dtype if vals else dtypes.promote_dtypes(a, b)
+    device = same_device("prims.where", pred, *vals)
+    return TensorProxy(shape_src.shape, dtype, device, requires_grad(a, b) and dtypes.is_inexact(dtype))
+
+
+# -- conversion ------------------------------------------------------------------------------------------------
+@prim("convert_element_type")
+def convert_element_type(a, dtype: torch.dtype):
+    """a cast to dtype (torch's .to(dtype) semantics: float->int truncates toward zero)."""
+    check(isinstance(dtype, torch.dtype), lambda: f"prims.convert_element_type: expected a dtype, got {dtype!r}")
+    check(isinstance(a, TensorProxy), lambda: f"prims.convert_element_type: expected a tensor, got {a!r}")
+    return a.like(dtype=dtype, requires_grad=requires_grad(a) and dtypes.is_inexact(dtype))
+
+
+@prim("device_put")
+def device_put(a, device):
+    """a moved to device."""
+    check(isinstance(a, TensorProxy), lambda: f"prims.device_put: expected a tensor, got {a!r}")
+    return a.like(device=device, requires_grad=requires_grad(a))

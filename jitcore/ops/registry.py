@@ -1,0 +1,91 @@
+"""Ops: how an op is defined. `@prim` turns a meta function into a prim; `@torchsymbol` turns a Python body over
+other ops into a torch-level composite and enters the torch callables it stands for into jitcore/ops/torch_map.py.
+
+Every op is defined once, in one jitcore/ops/*.py file, with a stable id ("prims.add", "ltorch.gelu").
+"""
+from __future__ import annotations
+
+from jitcore.codegen import NAMESPACE_IMPORTS
+from jitcore.symbol import Symbol, Tag
+
+
+class OpNamespace:
+    """The object a trace's `prims.` / `ltorch.` resolves to when it runs: attributes are the ops."""
+
+    def __init__(self, name: str, table: dict[str, Symbol]):
+        self._name, self._table = name, table
+
+    def __getattr__(self, name):
+        try:
+            return self._table[name]
+        except KeyError:
+            raise AttributeError(f"{self._name} has no op {name!r}") from None
+
+    def __dir__(self):
+        return list(self._table)
+
+    def __repr__(self):
+        return f"<jitcore op namespace {self._name}>"
+
+
+PRIMS: dict[str, Symbol] = {}
+LTORCH: dict[str, Symbol] = {}
+prims_ns = OpNamespace("prims", PRIMS)
+ltorch_ns = OpNamespace("ltorch", LTORCH)
+NAMESPACE_IMPORTS["prims"] = "from jitcore.ops import prims"
+NAMESPACE_IMPORTS["ltorch"] = "from jitcore.ops import ltorch"
+
+# every op by id ("prims.add") -> Symbol: the registry test walks this
+OPS: dict[str, Symbol] = {}
+
+
+def _register(table, sym):
+    if sym.id in OPS:
+        raise ValueError(f"op {sym.id} is defined twice")
+    table[sym.name] = sym
+    OPS[sym.id] = sym
+    return sym
+
+
+def prim(name: str, *, tags=()):
+    """Decorator: the decorated function is the meta of a new prim `prims.<name>`; returns the Symbol."""
+
+    def wrap(meta):
+        sym = Symbol(f"prims.{name}", name, meta=meta, tags=tags, module="prims", namespace=prims_ns)
+        sym.__doc__ = meta.__doc__
+        return _register(PRIMS, sym)
+
+    return wrap
+
+
+def torchsymbol(*torch_fns, name: str | None = None, method: str | tuple = (), tags=(), is_prim_like=False):
+    """Decorator: a torch-level op `ltorch.<name>` whose body (Python over other ops) is its decomposition.
+
+    torch_fns: the torch callables it stands for (torch.add, torch.Tensor.add, F.gelu); the first one is the
+    torch executor's direct kernel, so the body's signature must match that callable's signature.
+    method: Tensor method names (and dunders, e.g. "__add__") that call it with the tensor as first argument.
+    """
+    from jitcore.ops import torch_map
+
+    methods = (method,) if isinstance(method, str) else tuple(method)
+
+    def wrap(fn):
+        sym_name = name or fn.__name__
+        sym = Symbol(f"ltorch.{sym_name}", sym_name, fn=fn, tags=tags, module="ltorch", namespace=ltorch_ns,
+                     torch_fn=torch_fns[0] if torch_fns else None)
+        sym.__doc__ = fn.__doc__
+        _register(LTORCH, sym)
+        for f in torch_fns:
+            torch_map.TORCH_MAP.setdefault(f, sym)
+        for m in methods:
+            torch_map.register_method(m, sym)
+        return sym
+
+    return wrap
+
+
+def composite_tags(*tags):
+    return frozenset(tags)
+
+
+__all__ = ["prim", "torchsymbol", "PRIMS", "LTORCH", "OPS", "Tag", "OpNamespace"]

@@ -1,0 +1,386 @@
+"""Ops: torch-level elementwise ops (torch.add, Tensor.exp, operators, ...). Each broadcasts its tensor inputs,
+promotes dtypes exactly as torch does (jitcore/dtypes.py), computes half precision in float32 like torch's
+kernels, then calls the strict elementwise prims.
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore import dtypes
+from jitcore.dtypes import Promotion
+from jitcore.ops import prims_elementwise as pe
+from jitcore.ops import prims_shape as ps
+from jitcore.ops.registry import torchsymbol
+from jitcore.ops.torch_map import register_method
+from jitcore.ops.utils import broadcast_shapes, check, is_number
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import Tag
+
+ND = (Tag.NON_DIFFERENTIABLE,)
+T = torch.Tensor
+
+
+# -- helpers other families use ---------------------------------------------------------------------------------
+def to_dtype(a, dtype):
+    """a converted to dtype (a no-op when it already is); Python numbers are converted as Python numbers."""
+    if isinstance(a, TensorProxy):
+        return a if a.dtype == dtype else pe.convert_element_type(a, dtype)
+    if a is None:
+        return a
+    cat = dtypes.category(dtype)
+    return bool(a) if cat == 0 else int(a) if cat == 1 else complex(a) if cat == 3 else float(a)
+
+
+def expand_to(a, shape):
+    """a broadcast to shape (torch's rules: align trailing dims)."""
+    if not isinstance(a, TensorProxy) or tuple(a.shape) == tuple(shape):
+        return a
+    offset = len(shape) - a.ndim
+    check(offset >= 0, lambda: f"cannot broadcast {tuple(a.shape)} to {tuple(shape)}")
+    keep = [i for i in range(a.ndim) if a.shape[i] == shape[offset + i]]
+    if len(keep) < a.ndim:  # drop the size-1 dims that grow, then place the rest
+        a = ps.reshape(a, tuple(a.shape[i] for i in keep))
+    return ps.broadcast_in_dim(a, tuple(shape), tuple(offset + i for i in keep))
+
+
+def broadcast(*args, op="broadcast"):
+    """Tensors among args broadcast to their common shape; numbers and None pass through."""
+    shapes = [a.shape for a in args if isinstance(a, TensorProxy)]
+    if not shapes:
+        return args
+    shape = broadcast_shapes(op, *shapes)
+    return tuple(expand_to(a, shape) for a in args)
+
+
+def elementwise(prim_op, kind: Promotion, *args, op_name=None):
+    """prim_op over args after torch's broadcasting and type promotion; the workhorse of this file."""
+    op_name = op_name or prim_op.name
+    check(any(isinstance(a, TensorProxy) for a in args), lambda: f"{op_name}: expected a tensor argument, got {args}")
+    for a in args:
+        check(isinstance(a, TensorProxy) or is_number(a),
+              lambda: f"{op_name}(): argument must be a Tensor or a number, not {type(a).__name__}")
+    compute, result = dtypes.result_dtypes(kind, *args)
+    if kind is not Promotion.NO_OPMATH:
+        compute = dtypes.computation_dtype(compute)
+    args = broadcast(*args, op=op_name)
+    out = prim_op(*[to_dtype(a, compute) for a in args])
+    return to_dtype(out, result)
+
+
+def _unary(prim_op, kind, torch_fns, methods=(), name=None, tags=()):
+    def body(input):
+        return elementwise(prim_op, kind, input)
+
+    body.__name__ = name or prim_op.name
+    return torchsymbol(*torch_fns, method=methods, name=name or prim_op.name, tags=tags)(body)
+
+
+def _binary(prim_op, kind, torch_fns, methods=(), name=None, tags=()):
+    def body(input, other):
+        return elementwise(prim_op, kind, input, other)
+
+    body.__name__ = name or prim_op.name
+    return torchsymbol(*torch_fns, method=methods, name=name or prim_op.name, tags=tags)(body)
+
+
+F, D = Promotion.INT_TO_FLOAT, Promotion.DEFAULT
+
+# -- unary: int -> float ---------------------------------------------------------------------------------------
+exp = _unary(pe.exp, F, (torch.exp, T.exp), "exp")
+exp2 = _unary(pe.exp2, F, (torch.exp2, T.exp2, torch.special.exp2), "exp2")
+expm1 = _unary(pe.expm1, F, (torch.expm1, T.expm1, torch.special.expm1), "expm1")
+log = _unary(pe.log, F, (torch.log, T.log), "log")
+log1p = _unary(pe.log1p, F, (torch.log1p, T.log1p, torch.special.log1p), "log1p")
+log2 = _unary(pe.log2, F, (torch.log2, T.log2), "log2")
+log10 = _unary(pe.log10, F, (torch.log10, T.log10), "log10")
+sin = _unary(pe.sin, F, (torch.sin, T.sin), "sin")
+cos = _unary(pe.cos, F, (torch.cos, T.cos), "cos")
+tan = _unary(pe.tan, F, (torch.tan, T.tan), "tan")
+asin = _unary(pe.asin, F, (torch.asin, T.asin, torch.arcsin, T.arcsin), ("asin", "arcsin"))
+acos = _unary(pe.acos, F, (torch.acos, T.acos, torch.arccos, T.arccos), ("acos", "arccos"))
+atan = _unary(pe.atan, F, (torch.atan, T.atan, torch.arctan, T.arctan), ("atan", "arctan"))
+sinh = _unary(pe.sinh, F, (torch.sinh, T.sinh), "sinh")
+cosh = _unary(pe.cosh, F, (torch.cosh, T.cosh), "cosh")
+tanh = _unary(pe.tanh, F, (torch.tanh, T.tanh, torch.nn.functional.tanh), "tanh")
+asinh = _unary(pe.asinh, F, (torch.asinh, T.asinh, torch.arcsinh), ("asinh", "arcsinh"))
+acosh = _unary(pe.acosh, F, (torch.acosh, T.acosh, torch.arccosh), ("acosh", "arccosh"))
+atanh = _unary(pe.atanh, F, (torch.atanh, T.atanh, torch.arctanh), ("atanh", "arctanh"))
+sqrt = _unary(pe.sqrt, F, (torch.sqrt, T.sqrt), "sqrt")
+rsqrt = _unary(pe.rsqrt, F, (torch.rsqrt, T.rsqrt), "rsqrt")
+reciprocal = _unary(pe.reciprocal, F, (torch.reciprocal, T.reciprocal), "reciprocal")
+sigmoid = _unary(pe.sigmoid, F, (torch.sigmoid, T.sigmoid, torch.nn.functional.sigmoid, torch.special.expit),
+                 "sigmoid")
+erf = _unary(pe.erf, F, (torch.erf, T.erf, torch.special.erf), "erf")
+erfc = _unary(pe.erfc, F, (torch.erfc, T.erfc, torch.special.erfc), "erfc")
+erfinv = _unary(pe.erfinv, F, (torch.erfinv, T.erfinv, torch.special.erfinv), "erfinv")
+lgamma = _unary(pe.lgamma, F, (torch.lgamma, T.lgamma, torch.special.gammaln), "lgamma")
+digamma = _unary(pe.digamma, F, (torch.digamma, T.digamma, torch.special.digamma, torch.special.psi), "digamma")
+
+# -- unary: dtype-preserving -----------------------------------------------------------------------------------
+neg = _unary(pe.neg, D, (torch.neg, T.neg, torch.negative, T.__neg__), ("neg", "negative", "__neg__"))
+abs = _unary(pe.abs, Promotion.COMPLEX_TO_FLOAT, (torch.abs, T.abs, torch.absolute, T.__abs__),
+             ("abs", "absolute", "__abs__"))
+sign = _unary(pe.sign, D, (torch.sign, T.sign), "sign")
+bitwise_not = _unary(pe.bitwise_not, D, (torch.bitwise_not, T.bitwise_not, T.__invert__), ("bitwise_not", "__invert__"))
+signbit = _unary(pe.signbit, Promotion.ALWAYS_BOOL, (torch.signbit, T.signbit), "signbit", tags=ND)
+isfinite = _unary(pe.isfinite, Promotion.ALWAYS_BOOL, (torch.isfinite, T.isfinite), "isfinite", tags=ND)
+
+
+def _integer_identity(prim_op, name, torch_fns):
+    def body(input):
+        if dtypes.category(input.dtype) < 2:
+            return input
+        return elementwise(prim_op, D, input)
+
+    body.__name__ = name
+    return torchsymbol(*torch_fns, method=name, name=name)(body)
+
+
+floor = _integer_identity(pe.floor, "floor", (torch.floor, T.floor))
+ceil = _integer_identity(pe.ceil, "ceil", (torch.ceil, T.ceil))
+trunc = _integer_identity(pe.trunc, "trunc", (torch.trunc, T.trunc, torch.fix, T.fix))
+
+
+@torchsymbol(torch.round, T.round, method="round")
+def round(input, *, decimals=0):
+    if dtypes.category(input.dtype) < 2:
+        return input
+    if decimals == 0:
+        return elementwise(pe.round, D, input)
+    scale = 10.0 ** decimals
+    return div(elementwise(pe.round, D, mul(input, scale)), scale)
+
+
+@torchsymbol(torch.positive, T.positive, T.__pos__, method=("positive", "__pos__"))
+def positive(input):
+    return input
+
+
+@torchsymbol(torch.isnan, T.isnan, method="isnan", tags=ND)
+def isnan(input):
+    if dtypes.category(input.dtype) < 2:
+        return ne(input, input)
+    return ne(input, input)
+
+
+@torchsymbol(torch.isinf, T.isinf, method="isinf", tags=ND)
+def isinf(input):
+    if dtypes.category(input.dtype) < 2:
+        return ne(input, input)  # all False, with input's shape
+    return logical_and(logical_not(isfinite(input)), logical_not(isnan(input)))
+
+
+@torchsymbol(torch.logical_not, T.logical_not, method="logical_not", tags=ND)
+def logical_not(input):
+    if input.dtype is torch.bool:
+        return elementwise(pe.eq, D, input, False)
+    return elementwise(pe.eq, D, input, 0)
+
+
+@torchsymbol(torch.square, T.square, method="square")
+def square(input):
+    return mul(input, input)
+
+
+@torchsymbol(torch.frac, T.frac, method="frac")
+def frac(input):
+    return sub(input, trunc(input))
+
+
+@torchsymbol(torch.nan_to_num, T.nan_to_num, method="nan_to_num")
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    if dtypes.category(input.dtype) < 2:
+        return input
+    info = torch.finfo(input.dtype)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    out = where(isnan(input), nan, input)
+    out = where(logical_and(isinf(out), gt(out, 0)), posinf, out)
+    return where(logical_and(isinf(out), lt(out, 0)), neginf, out)
+
+
+# -- binary ----------------------------------------------------------------------------------------------------
+@torchsymbol(torch.add, T.add, T.__add__, T.__radd__, method=("add", "__add__", "__radd__"))
+def add(input, other, *, alpha=1):
+    if alpha != 1:
+        other = mul(other, alpha)
+    if is_number(input) and is_number(other):
+        return input + other
+    return elementwise(pe.add, D, input, other, op_name="add")
+
+
+@torchsymbol(torch.sub, T.sub, T.__sub__, torch.subtract, T.subtract, method=("sub", "__sub__", "subtract"))
+def sub(input, other, *, alpha=1):
+    if alpha != 1:
+        other = mul(other, alpha)
+    check(not (isinstance(input, TensorProxy) and input.dtype is torch.bool),
+          "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` "
+          "operator instead.")
+    return elementwise(pe.sub, D, input, other, op_name="sub")
+
+
+@torchsymbol(torch.rsub, T.__rsub__, method="__rsub__")
+def rsub(input, other, *, alpha=1):
+    return sub(other, mul(input, alpha) if alpha != 1 else input)
+
+
+@torchsymbol(torch.mul, T.mul, T.__mul__, T.__rmul__, torch.multiply, T.multiply,
+             method=("mul", "__mul__", "__rmul__", "multiply"))
+def mul(input, other):
+    return elementwise(pe.mul, D, input, other, op_name="mul")
+
+
+@torchsymbol(torch.div, T.div, T.__truediv__, torch.divide, T.divide, torch.true_divide, T.true_divide,
+             method=("div", "__truediv__", "divide", "true_divide"))
+def div(input, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return elementwise(pe.div, F, input, other, op_name="div")
+    if rounding_mode == "trunc":
+        out = elementwise(pe.div, D, input, other, op_name="div")
+        return trunc(out) if dtypes.is_inexact(out.dtype) else out
+    check(rounding_mode == "floor", lambda: f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+          f"but found '{rounding_mode}'")
+    return floor_divide(input, other)
+
+
+@torchsymbol(T.__rtruediv__, method="__rtruediv__")
+def rtruediv(input, other):
+    return div(other, input)
+
+
+@torchsymbol(torch.floor_divide, T.floor_divide, T.__floordiv__, method=("floor_divide", "__floordiv__"))
+def floor_divide(input, other):
+    compute, _ = dtypes.result_dtypes(D, input, other)
+    if dtypes.category(compute) < 2:
+        # integer floor division: truncate, then step down where the signs differ and there is a remainder
+        q = elementwise(pe.div, D, input, other, op_name="floor_divide")
+        r = elementwise(pe.remainder, D, input, other, op_name="floor_divide")
+        fix = logical_and(ne(r, 0), ne(lt(input, 0), lt(other, 0)))
+        return where(fix, sub(q, 1), q)
+    return floor(elementwise(pe.div, D, input, other, op_name="floor_divide"))
+
+
+@torchsymbol(T.__rfloordiv__, method="__rfloordiv__")
+def rfloordiv(input, other):
+    return floor_divide(other, input)
+
+
+remainder = _binary(pe.remainder, D, (torch.remainder, T.remainder, T.__mod__), ("remainder", "__mod__"))
+fmod = _binary(pe.fmod, D, (torch.fmod, T.fmod), "fmod")
+
+
+@torchsymbol(T.__rmod__, method="__rmod__")
+def rmod(input, other):
+    return remainder(other, input)
+
+
+@torchsymbol(torch.pow, T.pow, T.__pow__, method=("pow", "__pow__"))
+def pow(input, exponent):
+    if is_number(exponent) and exponent == 2 and isinstance(input, TensorProxy):
+        return mul(input, input)
+    return elementwise(pe.pow, D, input, exponent, op_name="pow")
+
+
+@torchsymbol(T.__rpow__, method="__rpow__")
+def rpow(input, other):
+    return pow(other, input)
+
+
+atan2 = _binary(pe.atan2, F, (torch.atan2, T.atan2, torch.arctan2), ("atan2", "arctan2"))
+maximum = _binary(pe.maximum, D, (torch.maximum, T.maximum), "maximum")
+minimum = _binary(pe.minimum, D, (torch.minimum, T.minimum), "minimum")
+copysign = _binary(pe.copysign, F, (torch.copysign, T.copysign), "copysign")
+nextafter = _binary(pe.nextafter, D, (torch.nextafter, T.nextafter), "nextafter")
+bitwise_and = _binary(pe.bitwise_and, D, (torch.bitwise_and, T.bitwise_and, T.__and__, T.__rand__),
+                      ("bitwise_and", "__and__", "__rand__"))
+bitwise_or = _binary(pe.bitwise_or, D, (torch.bitwise_or, T.bitwise_or, T.__or__, T.__ror__),
+                     ("bitwise_or", "__or__", "__ror__"))
+bitwise_xor = _binary(pe.bitwise_xor, D, (torch.bitwise_xor, T.bitwise_xor, T.__xor__, T.__rxor__),
+                      ("bitwise_xor", "__xor__", "__rxor__"))
+bitwise_left_shift = _binary(pe.bitwise_left_shift, D, (torch.bitwise_left_shift, T.bitwise_left_shift,
+                             T.__lshift__), ("bitwise_left_shift", "__lshift__"))
+bitwise_right_shift = _binary(pe.bitwise_right_shift, D, (torch.bitwise_right_shift, T.bitwise_right_shift,
+                              T.__rshift__), ("bitwise_right_shift", "__rshift__"))
+
+_B = Promotion.ALWAYS_BOOL
+eq = _binary(pe.eq, _B, (torch.eq, T.eq, T.__eq__), ("eq", "__eq__"), tags=ND)
+ne = _binary(pe.ne, _B, (torch.ne, T.ne, T.__ne__, torch.not_equal, T.not_equal), ("ne", "__ne__", "not_equal"),
+             tags=ND)
+lt = _binary(pe.lt, _B, (torch.lt, T.lt, T.__lt__, torch.less, T.less), ("lt", "__lt__", "less"), tags=ND)
+le = _binary(pe.le, _B, (torch.le, T.le, T.__le__, torch.less_equal, T.less_equal),
+             ("le", "__le__", "less_equal"), tags=ND)
+gt = _binary(pe.gt, _B, (torch.gt, T.gt, T.__gt__, torch.greater, T.greater), ("gt", "__gt__", "greater"), tags=ND)
+ge = _binary(pe.ge, _B, (torch.ge, T.ge, T.__ge__, torch.greater_equal, T.greater_equal),
+             ("ge", "__ge__", "greater_equal"), tags=ND)
+
+
+def _to_bool(a):
+    return a if not isinstance(a, TensorProxy) or a.dtype is torch.bool else ne(a, 0)
+
+
+@torchsymbol(torch.logical_and, T.logical_and, method="logical_and", tags=ND)
+def logical_and(input, other):
+    return elementwise(pe.bitwise_and, D, _to_bool(input), _to_bool(other), op_name="logical_and")
+
+
+@torchsymbol(torch.logical_or, T.logical_or, method="logical_or", tags=ND)
+def logical_or(input, other):
+    return elementwise(pe.bitwise_or, D, _to_bool(input), _to_bool(other), op_name="logical_or")
+
+
+@torchsymbol(torch.logical_xor, T.logical_xor, method="logical_xor", tags=ND)
+def logical_xor(input, other):
+    return elementwise(pe.bitwise_xor, D, _to_bool(input), _to_bool(other), op_name="logical_xor")
+
+
+# -- ternary ---------------------------------------------------------------------------------------------------
+@torchsymbol(torch.where, T.where, method="where")
+def where(condition, input, other):
+    check(isinstance(condition, TensorProxy) and condition.dtype is torch.bool,
+          lambda: f"where expected condition to be a boolean tensor, but got {getattr(condition, 'dtype', condition)}")
+    dtype = dtypes.promote_dtypes(input, other)
+    condition, input, other = broadcast(condition, input, other, op="where")
+    shape = condition.shape
+    input, other = expand_to(to_dtype(input, dtype), shape), expand_to(to_dtype(other, dtype), shape)
+    return pe.where(condition, input, other)
+
+
+@torchsymbol(torch.clamp, T.clamp, torch.clip, T.clip, method=("clamp", "clip"))
+def clamp(input, min=None, max=None):
+    check(min is not None or max is not None, "torch.clamp: At least one of 'min' or 'max' must not be None")
+    out = input
+    if min is not None:
+        out = where(logical_or(lt(out, min), isnan(out)) if dtypes.is_inexact(out.dtype) else lt(out, min),
+                    to_dtype(min, dtypes.promote_dtypes(input, min)) if is_number(min) else min, out)
+        out = where(isnan(input), input, out) if dtypes.is_inexact(input.dtype) else out
+    if max is not None:
+        out = where(gt(out, max), max, out)
+    return to_dtype(out, dtypes.promote_dtypes(input, *[m for m in (min, max) if m is not None]))
+
+
+@torchsymbol(torch.clamp_min, T.clamp_min, method="clamp_min")
+def clamp_min(input, min):
+    return clamp(input, min, None)
+
+
+@torchsymbol(torch.clamp_max, T.clamp_max, method="clamp_max")
+def clamp_max(input, max):
+    return clamp(input, None, max)
+
+
+@torchsymbol(torch.lerp, T.lerp, method="lerp")
+def lerp(input, end, weight):
+    return add(input, mul(weight, sub(end, input)))
+
+
+@torchsymbol(torch.addcmul, T.addcmul, method="addcmul")
+def addcmul(input, tensor1, tensor2, *, value=1):
+    return add(input, mul(mul(tensor1, tensor2), value) if value != 1 else mul(tensor1, tensor2))
+
+
+@torchsymbol(torch.addcdiv, T.addcdiv, method="addcdiv")
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    return add(input, mul(div(tensor1, tensor2), value) if value != 1 else div(tensor1, tensor2))
+
+
+register_method("__iadd__", add)  # in-place operators are refined by the in-place work (issue 7)

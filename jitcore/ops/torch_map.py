@@ -1,0 +1,45 @@
+"""Ops: THE table from torch callables to jitcore ops (TORCH_MAP) and from Tensor method names to ops
+(proxies.TENSOR_METHODS). Both are filled by `@torchsymbol(...)` next to each op's definition; a torch callable
+missing here becomes an opaque op (jitcore/ops/opaque.py) so it still runs.
+"""
+from __future__ import annotations
+
+from jitcore.proxies import TENSOR_METHODS
+
+# torch callable -> Symbol (or a plain function over proxies for a few adapters)
+TORCH_MAP: dict = {}
+
+
+def register_method(name: str, fn):
+    """`tensor.<name>(...)` calls fn(tensor, ...)."""
+    TENSOR_METHODS.setdefault(name, fn)
+
+
+def lookup(fn):
+    """The op for a torch callable, or None."""
+    try:
+        return TORCH_MAP.get(fn)
+    except TypeError:  # unhashable callable
+        return None
+
+
+def dispatch(func, args, kwargs):
+    """Called by TensorProxy.__torch_function__: run the mapped op, or an opaque op for unmapped torch callables."""
+    op = lookup(func)
+    if op is None:
+        name = getattr(func, "__name__", None)
+        if name is not None and getattr(func, "__objclass__", None) is not None:  # torch.Tensor.foo descriptors
+            op = TENSOR_METHODS.get(name)
+        if op is None:
+            from jitcore.ops.opaque import opaque_symbol
+
+            op = opaque_symbol(func)
+    return op(*args, **kwargs)
+
+
+def is_torch_callable(fn) -> bool:
+    mod = getattr(fn, "__module__", None) or ""
+    if mod == "torch" or mod.startswith("torch.") or mod.startswith("torch._C"):
+        return True
+    objclass = getattr(fn, "__objclass__", None)
+    return objclass is not None and objclass.__name__ in ("Tensor", "TensorBase")

@@ -1,0 +1,79 @@
+"""Ops: shared checks and metadata helpers for metas (shapes, dims, devices, requires_grad).
+
+Errors here read like torch's own messages and name the op, so a user sees which call was wrong.
+"""
+from __future__ import annotations
+
+import math
+from numbers import Number
+
+import torch
+
+from jitcore.errors import MetaError
+from jitcore.proxies import NumberProxy, TensorProxy, canonical_dim
+
+
+def check(cond: bool, msg):
+    """Raise MetaError(msg) when cond is False; msg may be a callable to build the text lazily."""
+    if not cond:
+        raise MetaError(msg() if callable(msg) else msg)
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, TensorProxy)
+
+
+def is_number(x) -> bool:
+    return isinstance(x, (Number, NumberProxy)) and not isinstance(x, torch.Tensor)
+
+
+def tensors_of(*args) -> list[TensorProxy]:
+    return [a for a in args if isinstance(a, TensorProxy)]
+
+
+def requires_grad(*inputs) -> bool:
+    """Outputs require grad when grad mode is on and some tensor input does."""
+    return torch.is_grad_enabled() and any(isinstance(a, TensorProxy) and a.requires_grad for a in inputs)
+
+
+def same_device(op: str, *tensors) -> torch.device:
+    ts = [t for t in tensors if isinstance(t, TensorProxy)]
+    devs = {t.device for t in ts if t.ndim > 0} or {t.device for t in ts}
+    check(len(devs) <= 1, lambda: f"{op}: expected all tensors on the same device, got {sorted(map(str, devs))}")
+    return next(iter(devs)) if devs else torch.device("cpu")
+
+
+def canonical_dims(dims, rank: int) -> tuple[int, ...]:
+    if isinstance(dims, int):
+        dims = (dims,)
+    return tuple(canonical_dim(d, rank) for d in dims)
+
+
+def broadcast_shapes(op: str, *shapes) -> tuple:
+    """torch's broadcasting of several shapes, with torch's error text on a mismatch."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for i, d in enumerate(s, start=rank - len(s)):
+            if d == 1:
+                continue
+            if out[i] == 1:
+                out[i] = d
+            elif out[i] != d:
+                raise MetaError(
+                    f"{op}: the size of tensor a ({out[i]}) must match the size of tensor b ({d}) at non-singleton "
+                    f"dimension {i - rank}; shapes {[tuple(x) for x in shapes]}"
+                )
+    return tuple(out)
+
+
+def numel(shape) -> int:
+    return math.prod(shape)
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))

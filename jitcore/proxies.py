@@ -1,0 +1,304 @@
+"""IR values: proxies stand for runtime values while a trace is recorded.
+
+TensorProxy carries shape (ints or IntegerProxy), dtype and device (torch's own objects) and requires_grad;
+its methods and operators dispatch through TENSOR_METHODS, the table jitcore/ops/torch_map.py fills, so
+`x.unsqueeze(1)` on a proxy records the same op as `torch.unsqueeze(x, 1)`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from jitcore import dtypes as _dtypes
+from jitcore import devices as _devices
+from jitcore.errors import DataDependentError
+
+# name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
+TENSOR_METHODS: dict = {}
+# Tensor methods with no op: called through an opaque op; set by jitcore.ops.opaque
+OPAQUE_METHOD_FACTORY = None
+
+
+def _current_trace():
+    from jitcore.trace import get_tracectx
+
+    return get_tracectx()
+
+
+class Proxy:
+    """A named stand-in for a value; names are unique within the trace that made the proxy."""
+
+    __slots__ = ("name",)
+    prefix = "p"
+
+    def __init__(self, name: str | None = None):
+        trace = _current_trace()
+        if name is None:
+            if trace is None:
+                raise RuntimeError("proxies are made inside a trace (jitcore.trace.tracectx)")
+            name = trace.make_name(self.prefix)
+        elif trace is not None:
+            trace.add_name(name)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def replace_name(self, name: str):
+        """A copy of this proxy under another name (used by passes that rename)."""
+        raise NotImplementedError
+
+
+class NumberProxy(Proxy):
+    """A Python number whose value may change between calls (cache="symbolic values").
+
+    `value` is the value seen while tracing; arithmetic and comparisons are recorded by the caching stage.
+    """
+
+    __slots__ = ("value", "python_type")
+
+    def __init__(self, value, python_type, name=None):
+        super().__init__(name)
+        self.value, self.python_type = value, python_type
+
+    def type_string(self) -> str:
+        return self.python_type.__name__
+
+    def replace_name(self, name):
+        return type(self)(self.value, name=name)
+
+
+class IntegerProxy(NumberProxy):
+    __slots__ = ()
+    prefix = "i"
+
+    def __init__(self, value, name=None):
+        super().__init__(int(value), int, name)
+
+
+class FloatProxy(NumberProxy):
+    __slots__ = ()
+    prefix = "f"
+
+    def __init__(self, value, name=None):
+        super().__init__(float(value), float, name)
+
+
+class BoolProxy(NumberProxy):
+    __slots__ = ()
+    prefix = "b"
+
+    def __init__(self, value, name=None):
+        super().__init__(bool(value), bool, name)
+
+
+class TensorProxy(Proxy):
+    """A tensor seen while tracing: shape, dtype, device, requires_grad; no data."""
+
+    __slots__ = ("_shape", "dtype", "device", "requires_grad", "__weakref__")
+    prefix = "t"
+
+    def __init__(self, shape, dtype: torch.dtype, device, requires_grad: bool = False, name: str | None = None):
+        super().__init__(name)
+        self._shape = tuple(shape)
+        for s in self._shape:
+            if not isinstance(s, (int, IntegerProxy)) or isinstance(s, bool):
+                raise TypeError(f"shape entries are ints, got {s!r} in {shape}")
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        self.dtype = dtype
+        self.device = _devices.to_device(device)
+        self.requires_grad = bool(requires_grad) and _dtypes.is_inexact(dtype)
+
+    # -- metadata, as torch.Tensor exposes it ------------------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        if all(type(s) is int for s in self._shape):
+            return torch.Size(self._shape)
+        return self._shape
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self.shape
+        return self._shape[canonical_dim(dim, len(self._shape))]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return math.prod(self._shape)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        return self.dtype.is_complex
+
+    def get_device(self) -> int:
+        return -1 if self.device.type == "cpu" else self.device.index
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    @property
+    def is_meta(self) -> bool:
+        return self.device.type == "meta"
+
+    @property
+    def layout(self):
+        return torch.strided
+
+    @property
+    def is_sparse(self) -> bool:
+        return False
+
+    @property
+    def is_quantized(self) -> bool:
+        return False
+
+    @property
+    def is_leaf(self) -> bool:
+        return True
+
+    @property
+    def grad_fn(self):
+        return None
+
+    def type_string(self) -> str:
+        dims = ", ".join(str(s) for s in self._shape)
+        return f"{_devices.short_name(self.device)} {_dtypes.short_name(self.dtype)}[{dims}]"
+
+    def replace_name(self, name):
+        return TensorProxy(self._shape, self.dtype, self.device, self.requires_grad, name=name)
+
+    def like(self, shape=None, dtype=None, device=None, requires_grad=None, name=None) -> "TensorProxy":
+        """A new proxy with this one's metadata except where given."""
+        return TensorProxy(
+            self._shape if shape is None else shape,
+            self.dtype if dtype is None else dtype,
+            self.device if device is None else device,
+            self.requires_grad if requires_grad is None else requires_grad,
+            name=name,
+        )
+
+    # -- methods go through the ops table --------------------------------------------------------------------
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        fn = TENSOR_METHODS.get(name)
+        if fn is not None:
+            return _BoundMethod(fn, self, name)
+        if OPAQUE_METHOD_FACTORY is not None and callable(getattr(torch.Tensor, name, None)):
+            return _BoundMethod(OPAQUE_METHOD_FACTORY(name), self, name)
+        raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+
+    def __hash__(self):
+        return id(self)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """torch.* called on a proxy from code we run natively records the mapped op (or an opaque op)."""
+        from jitcore.ops.torch_map import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    def __bool__(self):
+        raise DataDependentError("converting a tensor to a Python bool (e.g. `if tensor:`) needs its value")
+
+    def __int__(self):
+        raise DataDependentError("converting a tensor to a Python int needs its value")
+
+    def __float__(self):
+        raise DataDependentError("converting a tensor to a Python float needs its value")
+
+    def __index__(self):
+        raise DataDependentError("using a tensor as a Python index needs its value")
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(TENSOR_METHODS["unbind"](self, 0))
+
+    def __repr__(self):
+        return self.name
+
+    def __format__(self, spec):
+        raise DataDependentError("formatting a tensor's value (f-string or format) needs its data")
+
+    def __array__(self, *args, **kwargs):
+        raise DataDependentError("converting a tensor to numpy needs its data")
+
+
+class _BoundMethod:
+    """`proxy.method` as a callable; also answers __name__ and __self__ like a bound method."""
+
+    __slots__ = ("fn", "__self__", "__name__")
+
+    def __init__(self, fn, obj, name):
+        self.fn, self.__self__, self.__name__ = fn, obj, name
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(self.__self__, *args, **kwargs)
+
+    def __repr__(self):
+        return f"<method Tensor.{self.__name__} of {self.__self__.name}>"
+
+
+def _dunder(method_name, reflected=False):
+    def f(self, *args):
+        fn = TENSOR_METHODS[method_name]
+        if reflected:
+            return fn(self, args[0])
+        return fn(self, *args)
+
+    return f
+
+
+# operator dunders -> TENSOR_METHODS entries (torch_map registers '__add__' etc. next to 'add')
+for _d in (
+    "add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod", "rmod",
+    "pow", "rpow", "matmul", "rmatmul", "and", "rand", "or", "ror", "xor", "rxor", "lshift", "rlshift",
+    "rshift", "rrshift", "neg", "pos", "abs", "invert", "eq", "ne", "lt", "le", "gt", "ge", "getitem",
+    "setitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
+    "imatmul", "ilshift", "irshift",
+):
+    setattr(TensorProxy, f"__{_d}__", _dunder(f"__{_d}__"))
+del _d
+
+
+def canonical_dim(dim: int, rank: int, wrap_scalar: bool = True) -> int:
+    """A dim in [0, rank), accepting negatives; rank 0 accepts 0 and -1 like torch."""
+    r = max(rank, 1) if wrap_scalar else rank
+    if not -r <= dim < r:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-r}, {r - 1}], but got {dim})")
+    return dim % r
+
+
+def is_proxy(x) -> bool:
+    return isinstance(x, Proxy)
+
+
+def proxy_for_tensor(t: torch.Tensor, name: str | None = None) -> TensorProxy:
+    return TensorProxy(t.shape, t.dtype, t.device, t.requires_grad, name=name)

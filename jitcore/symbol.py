@@ -1,0 +1,136 @@
+"""IR ops: Symbol (an op: id, name, meta or decomposition, tags) and BoundSymbol (one line of a trace).
+
+Calling a Symbol while a trace is active records it: a prim runs its meta function to make output proxies; a
+composite runs its Python body over other symbols, and what the body records becomes its subsymbols. Called
+with no active trace (a printed trace run as a program), prims run their eager kernel and composites run
+their body.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from jitcore.trace import get_tracectx
+
+# op id -> callable running the op on real tensors; the torch executor fills it (see executors/torchex.py)
+EAGER_KERNELS: dict[str, Callable] = {}
+
+
+class Tag(enum.Enum):
+    NON_DIFFERENTIABLE = "non_differentiable"  # outputs carry no gradient (shape, comparisons, argmax)
+    RANDOM = "random"  # draws random numbers
+    INPLACE = "inplace"  # writes one of its inputs
+    OPAQUE = "opaque"  # a torch callable with no decomposition: metadata from meta tensors
+    CREATION = "creation"  # makes a tensor from no tensor inputs
+    PYTHON = "python"  # number or collection arithmetic; no tensor
+    DONT_DCE = "dont_dce"  # kept even when its outputs are unused
+
+
+class Symbol:
+    """An op. `meta` for prims (outputs from inputs' metadata), `fn` for composites (body over other ops).
+
+    id: stable op id ("prims.add", "ltorch.gelu"); module: the alias it prints under ("prims", "torch"),
+    resolved when a trace runs through `namespace` (an object holding the op as an attribute, or a module).
+    """
+
+    def __init__(self, id: str, name: str, *, meta=None, fn=None, tags=(), module="prims", namespace=None,
+                 printer=None, call_ctx=None, torch_fn=None):
+        if (meta is None) == (fn is None):
+            raise ValueError(f"symbol {id}: give exactly one of meta (a prim) or fn (a composite)")
+        self.id, self.name, self.meta, self.fn = id, name, meta, fn
+        self.tags = frozenset(tags)
+        self.module, self.namespace, self.printer = module, namespace, printer
+        self.call_ctx, self.torch_fn = call_ctx, torch_fn
+
+    @property
+    def is_prim(self) -> bool:
+        return self.meta is not None
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}" if self.module else self.name
+
+    def __repr__(self) -> str:
+        return f"[Symbol {self.id}]"
+
+    def __call__(self, *args, **kwargs):
+        trace = get_tracectx()
+        if trace is None:
+            return self.eager(*args, **kwargs)
+        if self.meta is not None:
+            out = self.meta(*args, **kwargs)
+            trace.record(BoundSymbol(self, args, kwargs, out))
+            return out
+        with trace.subsymbol_scope() as subs:
+            out = self.fn(*args, **kwargs)
+        if _is_passthrough(out, args, subs):
+            return out
+        trace.record(BoundSymbol(self, args, kwargs, out, tuple(subs)))
+        return out
+
+    def eager(self, *args, **kwargs):
+        """Run on real values: the torch executor's kernel for prims, the body for composites."""
+        if self.meta is None:
+            return self.fn(*args, **kwargs)
+        kernel = EAGER_KERNELS.get(self.id)
+        if kernel is None:
+            raise NotImplementedError(f"{self.id} has no eager kernel (import executors.torchex)")
+        return kernel(*args, **kwargs)
+
+    def bind(self, *args, output, subsymbols=(), **kwargs) -> "BoundSymbol":
+        """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
+        return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
+
+
+def _is_passthrough(out, args, subs) -> bool:
+    """A composite that returned one of its inputs unchanged records nothing (`x.contiguous()`)."""
+    return not subs and any(out is a for a in args)
+
+
+@dataclass(eq=False)
+class BoundSymbol:
+    """One line of a trace: `output = sym(*args, **kwargs)`, with the lines it decomposes into."""
+
+    sym: Symbol
+    args: tuple
+    kwargs: dict
+    output: Any
+    subsymbols: tuple = ()
+    header: str = ""
+    extra: dict = field(default_factory=dict)  # pass-specific annotations (e.g. saved-for-backward)
+
+    def __post_init__(self):
+        self.args = tuple(self.args)
+        self.kwargs = dict(self.kwargs)
+
+    def from_bsym(self, **changes) -> "BoundSymbol":
+        fields = dict(sym=self.sym, args=self.args, kwargs=self.kwargs, output=self.output,
+                      subsymbols=self.subsymbols, header=self.header, extra=dict(self.extra))
+        fields.update(changes)
+        return BoundSymbol(**fields)
+
+    def flat_args(self) -> list:
+        from jitcore.pytree import tree_leaves
+
+        return tree_leaves((self.args, self.kwargs))
+
+    def flat_outs(self) -> list:
+        from jitcore.pytree import tree_leaves
+
+        return tree_leaves(self.output)
+
+    def flat_proxy_args(self) -> list:
+        from jitcore.proxies import Proxy
+
+        return [a for a in self.flat_args() if isinstance(a, Proxy)]
+
+    def flat_proxy_outs(self) -> list:
+        from jitcore.proxies import Proxy
+
+        return [o for o in self.flat_outs() if isinstance(o, Proxy)]
+
+    def __repr__(self) -> str:
+        from jitcore.codegen import bsym_lines
+
+        return "\n".join(bsym_lines(self, indent=0))

@@ -1,0 +1,136 @@
+"""IR programs: a Trace is a list of BoundSymbols over proxies with a signature and a provenance header.
+
+`str(trace)` is runnable Python (see jitcore/codegen.py) and `trace.python_callable()` compiles that same text.
+Traces are values: passes make new traces with `from_trace(old)` and leave the old one untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+
+_tracectx: contextvars.ContextVar = contextvars.ContextVar("jitcore_trace", default=None)
+
+
+def get_tracectx():
+    return _tracectx.get()
+
+
+@contextlib.contextmanager
+def tracectx(trace):
+    """Make `trace` the active trace: ops called inside record into it."""
+    token = _tracectx.set(trace)
+    try:
+        yield trace
+    finally:
+        _tracectx.reset(token)
+
+
+@contextlib.contextmanager
+def detached():
+    """No active trace inside (run symbols eagerly, e.g. to compute metadata)."""
+    token = _tracectx.set(None)
+    try:
+        yield
+    finally:
+        _tracectx.reset(token)
+
+
+class Trace:
+    """A program: `fn_name(*args) -> output` made of `bound_symbols`.
+
+    args: the input proxies, in signature order; output: a pytree of proxies and constants.
+    provenance: the pass that built it and how long it took, printed as the header.
+    """
+
+    def __init__(self, fn_name: str = "computation"):
+        self.fn_name = fn_name
+        self.args: list = []
+        self.kwargs_names: list = []
+        self.bound_symbols: list = []
+        self.output = None
+        self.provenance: str = ""
+        self.names: set[str] = set()
+        self._counters: dict[str, int] = {}
+        self._scopes: list[list] = [self.bound_symbols]
+        self._callable = None
+        self.extra: dict = {}
+
+    # -- names ----------------------------------------------------------------------------------------------
+    def make_name(self, prefix: str) -> str:
+        n = self._counters.get(prefix, 0)
+        while f"{prefix}{n}" in self.names:
+            n += 1
+        name = f"{prefix}{n}"
+        self._counters[prefix] = n + 1
+        self.names.add(name)
+        return name
+
+    def add_name(self, name: str):
+        if name in self.names:
+            raise ValueError(f"the name {name!r} is already used in this trace")
+        self.names.add(name)
+
+    # -- recording --------------------------------------------------------------------------------------------
+    def record(self, bsym):
+        self._scopes[-1].append(bsym)
+
+    @contextlib.contextmanager
+    def subsymbol_scope(self):
+        scope: list = []
+        self._scopes.append(scope)
+        try:
+            yield scope
+        finally:
+            self._scopes.pop()
+
+    # -- passes ----------------------------------------------------------------------------------------------
+    def set_provenance(self, pass_name: str, seconds: float | None = None):
+        took = "" if seconds is None else f" (took {seconds * 1000:.2f} ms)"
+        self.provenance = f"Constructed by {pass_name}{took}"
+        return self
+
+    def __str__(self) -> str:
+        from jitcore.codegen import trace_source
+
+        return trace_source(self)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_markdown_(self) -> str:
+        return f"```python\n{self}\n```"
+
+    def python_callable(self):
+        """The program as a Python function, compiled from exactly the text str(self) shows."""
+        if self._callable is None:
+            from jitcore.codegen import compile_trace
+
+            self._callable = compile_trace(self)
+        return self._callable
+
+    def __call__(self, *args):
+        return self.python_callable()(*args)
+
+
+def from_trace(trace: Trace, fn_name: str | None = None) -> Trace:
+    """A new empty trace with `trace`'s signature and names (a pass fills its bound_symbols)."""
+    t = Trace(fn_name or trace.fn_name)
+    t.args = list(trace.args)
+    t.kwargs_names = list(trace.kwargs_names)
+    t.output = trace.output
+    t.names = set(trace.names)
+    t._counters = dict(trace._counters)
+    t.extra = dict(trace.extra)
+    return t
+
+
+class Timer:
+    """`with Timer() as t: ...; t.seconds`."""
+
+    def __enter__(self):
+        self.start = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = (time.perf_counter_ns() - self.start) / 1e9
