@@ -47,6 +47,124 @@ def _reshape(a, shape):
     return a.reshape(shape)
 
 
+# -- shape --------------------------------------------------------------------------------------------------------
+def _slice(a, start_indices, end_indices, strides=None):
+    strides = strides or (1,) * a.ndim
+    return a[tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, strides))]
+
+
+def _pad(a, padding_value, padding_config):
+    """lax.pad semantics: (lo, hi, interior) per dim; negative lo/hi crop after interior padding."""
+    if all(interior == 0 for _, _, interior in padding_config):
+        flat = [p for lo, hi, _ in reversed(padding_config) for p in (lo, hi)]
+        return torch.constant_pad_nd(a, flat, padding_value)
+    grown, place, crop = [], [], []
+    for n, (lo, hi, interior) in zip(a.shape, padding_config):
+        size = max(lo, 0) + max(hi, 0) + n + max(n - 1, 0) * interior
+        grown.append(size)
+        place.append(slice(max(lo, 0), max(lo, 0) + max(n - 1, 0) * (interior + 1) + min(n, 1), interior + 1))
+        crop.append(slice(max(-lo, 0), size - max(-hi, 0)))
+    out = torch.full(grown, padding_value, dtype=a.dtype, device=a.device)
+    out[tuple(place)] = a
+    return out[tuple(crop)]
+
+
+# -- reductions: dims=() reduces nothing (torch reads an empty dim list as "all dims") ------------------------------
+def _sum(a, dims):
+    return torch.sum(a, dims, dtype=a.dtype) if dims else torch.sum(a.unsqueeze(-1), -1, dtype=a.dtype)
+
+
+def _prod(a, dims):
+    if not dims:
+        return torch.prod(a.unsqueeze(-1), -1, dtype=a.dtype)
+    if len(dims) == a.ndim:
+        return torch.prod(a, dtype=a.dtype)
+    if len(dims) == 1:
+        return torch.prod(a, dims[0], dtype=a.dtype)
+    kept = [d for d in range(a.ndim) if d not in dims]
+    moved = a.permute(kept + list(dims)).reshape([a.shape[d] for d in kept] + [-1])
+    return torch.prod(moved, -1, dtype=a.dtype)
+
+
+def _amax(a, dims):
+    return torch.amax(a, dims) if dims else a.clone()
+
+
+def _amin(a, dims):
+    return torch.amin(a, dims) if dims else a.clone()
+
+
+def _var(a, dims, *, correction):
+    return torch.var(a, dims, correction=correction) if dims else torch.var(a.unsqueeze(-1), -1, correction=correction)
+
+
+def _var_mean(a, dims, *, correction):
+    if not dims:
+        return torch.var_mean(a.unsqueeze(-1), -1, correction=correction)
+    return torch.var_mean(a, dims, correction=correction)
+
+
+def _sort(a, dim, descending, stable):
+    return torch.sort(a, dim=dim, descending=descending, stable=stable)
+
+
+def _cumsum(a, dim):
+    return torch.cumsum(a, dim, dtype=a.dtype)
+
+
+def _cumprod(a, dim):
+    return torch.cumprod(a, dim, dtype=a.dtype)
+
+
+# -- indexing: torch puts dim before index ---------------------------------------------------------------------------
+def _take(a, index, dim):
+    return torch.index_select(a, dim, index)
+
+
+def _take_along_axis(a, index, dim):
+    return torch.gather(a, dim, index)
+
+
+def _scatter(a, index, src, dim):
+    return torch.scatter(a, dim, index, src)
+
+
+def _scatter_add(a, index, src, dim):
+    return torch.scatter_add(a, dim, index, src)
+
+
+def _index_add(a, index, source, dim):
+    return torch.index_add(a, dim, index, source)
+
+
+def _index_put(a, indices, values, accumulate):
+    # torch.index_put's Python binding refuses None entries; the aten op takes them
+    return torch.ops.aten.index_put.default(a, list(indices), values, accumulate)
+
+
+# -- creation ---------------------------------------------------------------------------------------------------------
+def _iota(length, *, start, step, device, dtype):
+    acc = torch.float64 if dtype.is_floating_point else torch.complex128 if dtype.is_complex else torch.int64
+    return (torch.arange(length, device=device, dtype=acc) * step + start).to(dtype)
+
+
+def _uniform(shape, minval, maxval, *, device, dtype):
+    return torch.empty(shape, device=device, dtype=dtype).uniform_(minval, maxval)
+
+
+def _normal(shape, mean, std, *, device, dtype):
+    return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std)
+
+
+# -- misc -------------------------------------------------------------------------------------------------------------
+def _shape(a):
+    return tuple(a.shape)
+
+
+def _copy_(src, dst):
+    return dst.copy_(src)
+
+
 def _as_tensor_pair(name, fn):
     """A binary torch function that needs a tensor first argument (number op tensor is flipped or wrapped)."""
 
@@ -87,6 +205,24 @@ KERNELS: dict = {
     "prims.ge": torch.ge, "prims.where": _where, "prims.convert_element_type": _convert_element_type,
     "prims.device_put": _device_put,
     "prims.broadcast_in_dim": _broadcast_in_dim, "prims.reshape": _reshape,
+    # shape
+    "prims.transpose": torch.permute, "prims.squeeze": torch.squeeze, "prims.slice": _slice, "prims.cat": torch.cat,
+    "prims.pad": _pad, "prims.flip": torch.flip, "prims.unfold": torch.Tensor.unfold,
+    # reductions, scans, sorting
+    "prims.sum": _sum, "prims.prod": _prod, "prims.amax": _amax, "prims.amin": _amin, "prims.var": _var,
+    "prims.var_mean": _var_mean, "prims.argmax": torch.argmax, "prims.argmin": torch.argmin,
+    "prims.topk": torch.topk, "prims.sort": _sort, "prims.cumsum": _cumsum, "prims.cumprod": _cumprod,
+    # indexing
+    "prims.take": _take, "prims.take_along_axis": _take_along_axis, "prims.scatter": _scatter,
+    "prims.scatter_add": _scatter_add, "prims.index_add": _index_add, "prims.index_put": _index_put,
+    # nn
+    "prims.matmul": torch.matmul, "prims.linear": torch.nn.functional.linear, "prims.convolution": torch.convolution,
+    "prims.embedding": torch.nn.functional.embedding,
+    # creation
+    "prims.full": torch.full, "prims.empty": torch.empty, "prims.iota": _iota, "prims.uniform": _uniform,
+    "prims.normal": _normal, "prims.randint": torch.randint, "prims.tensor_from_sequence": torch.tensor,
+    # misc
+    "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
 }
 
 # public paths of torch callables, for printing kernels as `torch.nn.functional.gelu(...)`

@@ -1,1 +1,26 @@
-"""jitcore (temporary during bring-up)."""
+"""jitcore: a trace-based JIT compiler for PyTorch. The public surface only; the pipeline is in jitcore/api.py.
+
+The names below load jitcore.api on first use, so that `import executors` (which jitcore.api itself imports)
+does not pull the whole pipeline in while it initialises.
+"""
+from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError
+
+_API = (
+    "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
+    "last_compile_stats", "cache_hits",
+    "cache_misses", "cache_miss_reasons", "examine",
+)
+
+__all__ = [*_API, "JitError", "UnsupportedError", "DataDependentError", "MetaError"]
+
+
+def __getattr__(name):
+    if name in _API:
+        from jitcore import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'jitcore' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -16,6 +16,8 @@ from jitcore.errors import DataDependentError
 
 # name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
 TENSOR_METHODS: dict = {}
+# property name -> callable(self) for tensor properties that are ops (x.T, x.mT); filled by jitcore.ops
+TENSOR_PROPERTIES: dict = {}
 # Tensor methods with no op: called through an opaque op; set by jitcore.ops.opaque
 OPAQUE_METHOD_FACTORY = None
 
@@ -205,6 +207,9 @@ class TensorProxy(Proxy):
         fn = TENSOR_METHODS.get(name)
         if fn is not None:
             return _BoundMethod(fn, self, name)
+        prop = TENSOR_PROPERTIES.get(name)
+        if prop is not None:
+            return prop(self)
         if OPAQUE_METHOD_FACTORY is not None and callable(getattr(torch.Tensor, name, None)):
             return _BoundMethod(OPAQUE_METHOD_FACTORY(name), self, name)
         raise AttributeError(f"'Tensor' object has no attribute '{name}'")

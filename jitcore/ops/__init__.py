@@ -8,8 +8,9 @@ from jitcore.ops.registry import ltorch_ns as ltorch, prims_ns as prims  # noqa:
 
 _FAMILIES = (
     "prims_shape", "prims_reduction", "prims_index", "prims_nn", "prims_creation", "prims_misc",
-    "torch_elementwise", "torch_reduction", "torch_shape", "torch_index", "torch_creation", "torch_misc",
-    "torch_nn_activation", "torch_nn_norm", "torch_nn_loss", "torch_nn_conv", "torch_nn_attention", "torch_linalg",
+    "torch_elementwise", "torch_reduction", "torch_shape", "torch_layout", "torch_index", "torch_creation", "torch_misc",
+    "torch_nn_activation", "torch_nn_norm", "torch_nn_loss", "torch_nn_conv", "torch_nn_pool", "torch_nn_attention",
+    "torch_linalg",
 )
 
 

@@ -104,3 +104,36 @@ def _opaque_method(name: str):
 
 
 proxies.OPAQUE_METHOD_FACTORY = _opaque_method
+
+
+# -- the backward of an opaque op: recompute it under torch.autograd at run time -----------------------------------
+def _opaque_vjp_meta(fn, args, kwargs, grads):
+    return [a.like(requires_grad=False) if isinstance(a, proxies.TensorProxy) and a.requires_grad else None
+            for a in args]
+
+
+def opaque_vjp(fn, args, kwargs, grads):
+    """Recompute fn(*args, **kwargs) with autograd and pull `grads` (one per output) back to its tensor args."""
+    with torch.enable_grad():
+        inputs = [a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                  for a in args]
+        out = fn(*inputs, **kwargs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        pairs = [(o, g) for o, g in zip(outs, grads)
+                 if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
+        wrt = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
+        got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs else ()
+    got = iter(got)
+    result = []
+    for a in inputs:
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            gi = next(got, None)
+            result.append(gi if gi is not None else torch.zeros_like(a))
+        else:
+            result.append(None)
+    return result
+
+
+opaque_vjp_sym = Symbol("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
+                        call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
+EAGER_KERNELS[opaque_vjp_sym.id] = opaque_vjp

@@ -25,7 +25,7 @@ def _elementwise_meta(name, *args, out_dtype=None, allowed=None):
         check(tuple(t.shape) == tuple(shape), lambda: f"prims.{name}: shapes differ: {[tuple(x.shape) for x in ts]}")
         check(t.dtype == dtype, lambda: f"prims.{name}: dtypes differ: {[x.dtype for x in ts]}")
     for a in args:
-        check(isinstance(a, TensorProxy) or is_number(a), lambda: f"prims.{name}: unexpected argument {a!r}")
+        check(isinstance(a, TensorProxy) or is_number(a), lambda a=a: f"prims.{name}: unexpected argument {a!r}")
     if allowed is not None:
         check(dtypes.category(dtype) in allowed, lambda: f"prims.{name}: not implemented for '{dtype}'")
     device = same_device(f"prims.{name}", *ts)
@@ -106,7 +106,7 @@ atan2 = _binary("atan2", (2,))
 maximum = _binary("maximum", (0, 1, 2))
 minimum = _binary("minimum", (0, 1, 2))
 copysign = _binary("copysign", (2,))
-nextafter = _binary("nextafter", (2,))
+nextafter = _binary("nextafter", (2,), tags=ND)
 bitwise_and = _binary("bitwise_and", INTEGRAL)
 bitwise_or = _binary("bitwise_or", INTEGRAL)
 bitwise_xor = _binary("bitwise_xor", INTEGRAL)

@@ -1,9 +1,11 @@
-"""Ops: shape prims (broadcast_in_dim, reshape, ...). They change metadata and layout, never values.
+"""Ops: shape prims (broadcast_in_dim, reshape, transpose, squeeze, slice, cat, pad, flip, unfold). They change
+metadata and layout, never values; they are strict (ltorch resolves -1, negative dims, broadcasting).
 """
 from __future__ import annotations
 
+from jitcore.errors import MetaError
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, numel, requires_grad
+from jitcore.ops.utils import canonical_dims, check, is_number, numel, requires_grad, same_device
 from jitcore.proxies import TensorProxy
 
 
@@ -16,8 +18,8 @@ def broadcast_in_dim(a, shape, broadcast_dimensions):
     check(list(bdims) == sorted(set(bdims)) and all(0 <= d < len(shape) for d in bdims),
           lambda: f"prims.broadcast_in_dim: broadcast_dimensions {bdims} must be increasing dims of {shape}")
     for i, d in enumerate(bdims):
-        check(a.shape[i] == 1 or a.shape[i] == shape[d],
-              lambda: f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape} (dim {i})")
+        if not (a.shape[i] == 1 or a.shape[i] == shape[d]):
+            raise MetaError(f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape} (dim {i})")
     return a.like(shape=shape, requires_grad=requires_grad(a))
 
 
@@ -29,3 +31,125 @@ def reshape(a, shape):
     check(all(isinstance(s, int) and s >= 0 for s in shape), lambda: f"prims.reshape: invalid shape {shape}")
     check(numel(shape) == a.numel(), lambda: f"shape '{list(shape)}' is invalid for input of size {a.numel()}")
     return a.like(shape=shape, requires_grad=requires_grad(a))
+
+
+def _check_tensor(op, a):
+    check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected a tensor, got {a!r}")
+
+
+def _dims(op, a, dims) -> tuple[int, ...]:
+    """dims as canonical, distinct dims of a (rank 0 accepts 0 and -1, like torch)."""
+    check(isinstance(dims, (tuple, list)) and all(isinstance(d, int) for d in dims),
+          lambda: f"prims.{op}: expected a tuple of ints for dims, got {dims!r}")
+    try:
+        out = canonical_dims(tuple(dims), a.ndim)
+    except IndexError as e:
+        raise MetaError(f"prims.{op}: {e} for a tensor of shape {tuple(a.shape)}") from None
+    check(len(set(out)) == len(out), lambda: f"prims.{op}: dims {tuple(dims)} repeat a dim")
+    return out
+
+
+@prim("transpose")
+def transpose(a, permutation):
+    """a with its dims permuted: output dim i is a's dim permutation[i] (torch.permute)."""
+    _check_tensor("transpose", a)
+    perm = tuple(permutation)
+    check(sorted(perm) == list(range(a.ndim)),
+          lambda: f"prims.transpose: {perm} is not a permutation of the dims of a tensor of shape {tuple(a.shape)}")
+    return a.like(shape=tuple(a.shape[p] for p in perm), requires_grad=requires_grad(a))
+
+
+@prim("squeeze")
+def squeeze(a, dims):
+    """a without the given dims, each of size 1."""
+    _check_tensor("squeeze", a)
+    dims = _dims("squeeze", a, dims)
+    if a.ndim == 0:  # torch: squeezing dim 0 of a 0-d tensor is a no-op
+        return a.like(requires_grad=requires_grad(a))
+    for d in dims:
+        if a.shape[d] != 1:
+            raise MetaError(f"prims.squeeze: dim {d} of shape {tuple(a.shape)} has size {a.shape[d]}, not 1")
+    shape = tuple(s for i, s in enumerate(a.shape) if i not in dims)
+    return a.like(shape=shape, requires_grad=requires_grad(a))
+
+
+@prim("slice")
+def slice_prim(a, start_indices, end_indices, strides=None):
+    """a[start:end:stride] in every dim; 0 <= start <= end <= size, stride >= 1."""
+    _check_tensor("slice", a)
+    starts, ends = tuple(start_indices), tuple(end_indices)
+    steps = (1,) * a.ndim if strides is None else tuple(strides)
+    check(len(starts) == len(ends) == len(steps) == a.ndim,
+          lambda: f"prims.slice: expected {a.ndim} start, end and stride values for shape {tuple(a.shape)}, got "
+                  f"{starts}, {ends}, {steps}")
+    shape = []
+    for d, (s, e, st) in enumerate(zip(starts, ends, steps)):
+        if not (0 <= s <= e <= a.shape[d] and st >= 1):
+            raise MetaError(f"prims.slice: invalid slice {s}:{e}:{st} of dim {d} (size {a.shape[d]}) of shape "
+                            f"{tuple(a.shape)}; need 0 <= start <= end <= size and stride >= 1")
+        shape.append((e - s + st - 1) // st)
+    return a.like(shape=tuple(shape), requires_grad=requires_grad(a))
+
+
+@prim("cat")
+def cat(tensors, dim):
+    """The tensors joined along dim: one dtype, one rank, equal sizes in the other dims."""
+    check(isinstance(tensors, (tuple, list)) and len(tensors) > 0,
+          lambda: "prims.cat: expected a non-empty list of tensors")
+    for t in tensors:
+        _check_tensor("cat", t)
+    first = tensors[0]
+    check(first.ndim > 0, "prims.cat: zero-dimensional tensor cannot be concatenated")
+    d = _dims("cat", first, (dim,))[0]
+    shapes = [tuple(t.shape) for t in tensors]
+    check(len({t.dtype for t in tensors}) == 1, lambda: f"prims.cat: dtypes differ: {[t.dtype for t in tensors]}")
+    for s in shapes:
+        check(len(s) == first.ndim and all(s[i] == first.shape[i] for i in range(first.ndim) if i != d),
+              lambda: f"prims.cat: sizes of tensors must match except in dimension {d}; shapes {shapes}")
+    device = same_device("prims.cat", *tensors)
+    shape = list(first.shape)
+    shape[d] = sum(s[d] for s in shapes)
+    return TensorProxy(tuple(shape), first.dtype, device, requires_grad(*tensors))
+
+
+@prim("pad")
+def pad(a, padding_value, padding_config):
+    """a padded with padding_value: per dim (lo, hi, interior); negative lo/hi crop, interior goes between."""
+    _check_tensor("pad", a)
+    config = tuple(tuple(c) for c in padding_config)
+    check(len(config) == a.ndim and all(len(c) == 3 for c in config),
+          lambda: f"prims.pad: expected one (lo, hi, interior) per dim of shape {tuple(a.shape)}, got {config}")
+    check(is_number(padding_value), lambda: f"prims.pad: padding_value must be a number, got {padding_value!r}")
+    shape = []
+    for d, (lo, hi, interior) in enumerate(config):
+        if interior < 0:
+            raise MetaError(f"prims.pad: interior padding {interior} of dim {d} is negative")
+        n = a.shape[d]
+        size = lo + hi + n + max(n - 1, 0) * interior
+        if size < 0:
+            raise MetaError(f"prims.pad: padding {config[d]} of dim {d} (size {n}) gives a negative size")
+        shape.append(size)
+    return a.like(shape=tuple(shape), requires_grad=requires_grad(a))
+
+
+@prim("flip")
+def flip(a, dims):
+    """a reversed along dims."""
+    _check_tensor("flip", a)
+    _dims("flip", a, dims)
+    return a.like(requires_grad=requires_grad(a))
+
+
+@prim("unfold")
+def unfold(a, dim, size, step):
+    """Tensor.unfold: windows of `size` every `step` along dim, as a new last dim."""
+    _check_tensor("unfold", a)
+    d = _dims("unfold", a, (dim,))[0]
+    n = a.shape[d] if a.ndim else 1
+    check(isinstance(size, int) and 0 <= size <= n,
+          lambda: f"prims.unfold: maximum size for tensor at dimension {d} is {n} but size is {size}")
+    check(isinstance(step, int) and step > 0, lambda: f"prims.unfold: step is {step} but must be > 0")
+    shape = list(a.shape)
+    if a.ndim:
+        shape[d] = (n - size) // step + 1
+    return a.like(shape=tuple(shape) + (size,), requires_grad=requires_grad(a))

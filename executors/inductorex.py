@@ -1,0 +1,139 @@
+"""Executors: the inductor executor. Claims the lines whose whole decomposition is made of prims Inductor can
+fuse (elementwise, reductions, shape ops, gathers; matmul/linear optionally), groups them into dependency-safe
+regions (executors/regions.py), and runs each region's program -- plain torch calls, the torch executor's
+kernels -- compiled by `torch.compile(fullgraph=True, dynamic=False)`. Compiled regions are cached by their
+canonical text, so the same region in another function or cache entry reuses the compiled code.
+"""
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import torch
+
+from executors.base import FusionExecutor
+from executors.regions import Region, canonical_key, fuse_regions, has_side_effect
+from executors.torchex import torch_ex
+from jitcore.ops.registry import PRIMS
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import BoundSymbol, Tag
+from jitcore.trace import Trace
+
+_ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if s.meta.__module__ == "jitcore.ops.prims_elementwise")
+# prims whose lines only move or view data: a region of these alone is not worth a compiled call
+SHAPE_PRIMS = frozenset(f"prims.{n}" for n in (
+    "broadcast_in_dim", "reshape", "transpose", "squeeze", "slice", "cat", "pad", "flip", "stop_gradient"))
+FUSIBLE_PRIMS = _ELEMENTWISE | SHAPE_PRIMS | frozenset(f"prims.{n}" for n in (
+    "where", "convert_element_type", "sum", "prod", "amax", "amin", "var", "var_mean", "argmax", "argmin",
+    "full", "iota", "take", "take_along_axis", "embedding"))
+MATMUL_PRIMS = frozenset({"prims.matmul", "prims.linear"})
+_OK_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+                        torch.bfloat16, torch.float32, torch.float64})
+
+
+def leaf_ids(bsym: BoundSymbol) -> set[str]:
+    """The op ids at the bottom of a line's decomposition (the line itself when it has none)."""
+    if not bsym.subsymbols:
+        return {bsym.sym.id}
+    return {i for s in bsym.subsymbols for i in leaf_ids(s)}
+
+
+def _tensors_ok(bsym: BoundSymbol) -> bool:
+    args, outs = bsym.flat_proxy_args(), bsym.flat_proxy_outs()
+    if not outs or not all(isinstance(p, TensorProxy) for p in args + outs):
+        return False  # number proxies (symbolic values) would make every value a recompile
+    if any(not isinstance(s, int) for p in args + outs for s in p._shape):
+        return False
+    devices = {p.device.type for p in args + outs}
+    return len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.dtype in _OK_DTYPES for p in args + outs)
+
+
+class InductorExecutor(FusionExecutor):
+    """Fusion regions compiled with torch.compile. fuse_matmul: whether matmul/linear join regions."""
+
+    def __init__(self, name: str = "inductor", *, fuse_matmul: bool = True, min_compute_ops: int = 2):
+        super().__init__(name)
+        self.fuse_matmul, self.min_compute_ops = fuse_matmul, min_compute_ops
+
+    def is_available(self) -> tuple[bool, str]:
+        try:
+            import torch._inductor  # noqa: F401
+        except Exception as e:  # noqa: BLE001  (any import failure means: not available)
+            return False, f"torch._inductor cannot be imported ({e})"
+        if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+            return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
+        return True, ""
+
+    def fusible_ids(self) -> frozenset:
+        return FUSIBLE_PRIMS | MATMUL_PRIMS if self.fuse_matmul else FUSIBLE_PRIMS
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        if Tag.OPAQUE in bsym.sym.tags or bsym.sym.id not in torch_ex.implmap:
+            return False  # the region runs the torch executor's kernel for each line
+        if not torch_ex.can_execute(bsym) or has_side_effect(bsym) or not _tensors_ok(bsym):
+            return False
+        return leaf_ids(bsym) <= self.fusible_ids()
+
+    def execute(self, bsym: BoundSymbol) -> BoundSymbol:
+        line = torch_ex.execute(bsym)
+        line.extra["executor"] = self.name
+        return line
+
+    def claimed(self, bsym: BoundSymbol) -> bool:
+        return bsym.extra.get("executor") == self.name and "region_trace" not in bsym.extra
+
+    def worth_fusing(self, region: Region) -> bool:
+        compute = sum(1 for b in region.members if not leaf_ids(b) <= SHAPE_PRIMS)
+        return compute >= self.min_compute_ops
+
+    def fuse(self, trace: Trace) -> Trace:
+        return fuse_regions(trace, self.claimed, compile_region, prefix=f"{self.name}_fusion",
+                            executor_name=self.name, keep=self.worth_fusing,
+                            pass_name=f"Fusion ({self.name}: regions compiled by torch.compile)")
+
+
+# -- compiled regions, cached across jitted functions by canonical text ---------------------------------------------
+COMPILED: dict = {}  # canonical key -> CompiledRegion
+STATS = {"compiled": 0, "reused": 0, "fallbacks": 0}
+
+
+class CompiledRegion:
+    """Runs a region's program compiled by torch.compile (on first call); falls back to eager if that fails."""
+
+    def __init__(self, fn, key):
+        self.eager_fn, self.key = fn, key
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+        self._run = self._first_call
+
+    def _first_call(self, *args):
+        try:
+            out = self.compiled(*args)
+        except Exception as e:  # noqa: BLE001  (any compile failure: warn, run eagerly)
+            warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
+                          stacklevel=3)
+            STATS["fallbacks"] += 1
+            self._run = self.eager_fn
+            return self.eager_fn(*args)
+        self._run = self.compiled
+        return out
+
+    def __call__(self, *args):
+        # regions run inside the forward/backward of an autograd.Function (or with no autodiff): never record
+        with torch.no_grad():
+            return self._run(*args)
+
+
+def compile_region(sub: Trace):
+    key = canonical_key(sub)
+    found = COMPILED.get(key)
+    if found is not None:
+        STATS["reused"] += 1
+        return found
+    STATS["compiled"] += 1
+    region = COMPILED[key] = CompiledRegion(sub.python_callable(), key)
+    return region
+
+
+inductor_ex = InductorExecutor()
+
+__all__ = ["FUSIBLE_PRIMS", "InductorExecutor", "canonical_key", "compile_region", "inductor_ex"]

@@ -1,0 +1,219 @@
+"""Executors: dependency-safe fusion regions, shared by the fusion executors (inductor, nvFuser).
+
+Takes a claimed trace and a predicate "this line is fusible"; gives a new trace where maximal groups of fusible
+lines are one BoundSymbol each (`(t5, t9) = inductor_fusion0(t0, t1)`), whose subsymbols are the region's lines
+and whose `extra["region_trace"]` is the region as a printable, runnable sub-Trace.
+
+How regions are formed: the trace is cut at side-effecting lines (in-place writes, DONT_DCE, random draws),
+which never move. Inside each piece, lines are re-listed in a topological order that takes a ready fusible line
+whenever there is one (Kahn's algorithm, ties broken by original position); runs of consecutive fusible lines in
+that order are the regions. A region is contiguous in a valid order, so fusing it can never create a cycle: a
+non-fusible line that depends on region output and feeds the region cannot be inside the run.
+"""
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jitcore.codegen import Printer, bsym_call, lhs
+from jitcore.proxies import Proxy, TensorProxy
+from jitcore.pytree import tree_leaves
+from jitcore.symbol import BoundSymbol, Symbol, Tag
+from jitcore.trace import Trace, from_trace
+
+# opaque torch callables with these names (or a trailing "_", torch's in-place convention) may have effects
+_EFFECTFUL_NAMES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "print")
+
+
+def has_side_effect(bsym: BoundSymbol) -> bool:
+    """Whether a line writes memory, must not be removed, or draws random numbers (recursively).
+
+    A composite tagged RANDOM that recorded no random prim (dropout with p=0, sdpa with dropout_p=0.0) draws
+    nothing, so only its decomposition is asked.
+    """
+    tags = bsym.sym.tags
+    if Tag.INPLACE in tags or Tag.DONT_DCE in tags:
+        return True
+    if Tag.OPAQUE in tags:
+        name = getattr(bsym.sym, "name", "")
+        if (name.endswith("_") and not name.endswith("__")) or any(w in name for w in _EFFECTFUL_NAMES):
+            return True
+        if "out" in bsym.kwargs:
+            return True
+    if bsym.subsymbols:
+        return any(has_side_effect(s) for s in bsym.subsymbols)
+    return Tag.RANDOM in tags
+
+
+@dataclass
+class Region:
+    """A group of lines to run as one call: `outputs = name(*inputs)`."""
+
+    members: list
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+
+def _names(proxies) -> list[str]:
+    return [p.name for p in proxies]
+
+
+def order_for_fusion(bsyms: list, fusible: Callable[[BoundSymbol], bool]) -> list:
+    """Items in execution order: a BoundSymbol (unfused) or a list of BoundSymbols (a candidate region)."""
+    items: list = []
+    segment: list = []
+    for bsym in bsyms:
+        if has_side_effect(bsym):
+            items += _order_segment(segment, fusible)
+            items.append(bsym)
+            segment = []
+        else:
+            segment.append(bsym)
+    items += _order_segment(segment, fusible)
+    return items
+
+
+def _order_segment(bsyms: list, fusible) -> list:
+    """Kahn's algorithm preferring fusible lines: consecutive fusible lines form one candidate region."""
+    if not bsyms:
+        return []
+    producer = {}
+    for i, b in enumerate(bsyms):
+        for o in b.flat_proxy_outs():
+            producer.setdefault(o.name, i)
+    users: list[list[int]] = [[] for _ in bsyms]
+    indegree = [0] * len(bsyms)
+    for i, b in enumerate(bsyms):
+        deps = {producer[a.name] for a in b.flat_proxy_args() if producer.get(a.name, i) < i}
+        indegree[i] = len(deps)
+        for d in deps:
+            users[d].append(i)
+    is_fusible = [bool(fusible(b)) for b in bsyms]
+    ready: tuple[list, list] = ([], [])  # (fusible, other) heaps of indices
+    for i in range(len(bsyms)):
+        if indegree[i] == 0:
+            heapq.heappush(ready[0 if is_fusible[i] else 1], i)
+    items: list = []
+    current: list | None = None
+    while ready[0] or ready[1]:
+        if ready[0]:
+            i = heapq.heappop(ready[0])
+            if current is None:
+                current = []
+                items.append(current)
+            current.append(bsyms[i])
+        else:
+            i = heapq.heappop(ready[1])
+            current = None
+            items.append(bsyms[i])
+        for u in users[i]:
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                heapq.heappush(ready[0 if is_fusible[u] else 1], u)
+    assert sum(len(x) if isinstance(x, list) else 1 for x in items) == len(bsyms), "cycle in a trace"
+    return items
+
+
+def _region_io(members: list, used_outside: Callable[[str, set], bool]) -> Region:
+    produced: set[str] = set()
+    inputs: dict[str, Proxy] = {}
+    for b in members:
+        for a in b.flat_proxy_args():
+            if a.name not in produced and a.name not in inputs:
+                inputs[a.name] = a
+        for o in b.flat_proxy_outs():
+            produced.add(o.name)
+    member_ids = {id(b) for b in members}
+    outputs: dict[str, Proxy] = {}
+    for b in members:
+        for o in b.flat_proxy_outs():
+            if o.name not in outputs and used_outside(o.name, member_ids):
+                outputs[o.name] = o
+    return Region(members, list(inputs.values()), list(outputs.values()))
+
+
+def find_regions(trace: Trace, fusible: Callable[[BoundSymbol], bool]) -> list:
+    """The trace's lines in execution order, with each candidate group of fusible lines as a Region."""
+    consumers: dict[str, list[int]] = {}
+    for b in trace.bound_symbols:
+        for a in b.flat_proxy_args():
+            consumers.setdefault(a.name, []).append(id(b))
+    trace_outs = {p.name for p in tree_leaves(trace.output) if isinstance(p, Proxy)}
+
+    def used_outside(name, member_ids):
+        return name in trace_outs or any(c not in member_ids for c in consumers.get(name, ()))
+
+    out = []
+    for item in order_for_fusion(trace.bound_symbols, fusible):
+        out.append(_region_io(item, used_outside) if isinstance(item, list) else item)
+    return out
+
+
+def region_trace(name: str, region: Region, provenance: str) -> Trace:
+    """The region as a program of its own: `def name(*inputs): <members>; return outputs`."""
+    t = Trace(name)
+    t.args = list(region.inputs)
+    t.bound_symbols = list(region.members)
+    t.output = region.outputs[0] if len(region.outputs) == 1 else tuple(region.outputs)
+    t.names = {p.name for b in region.members for p in b.flat_proxy_args() + b.flat_proxy_outs()}
+    t.set_provenance(provenance)
+    return t
+
+
+def _no_meta(*args, **kwargs):
+    raise NotImplementedError("a fusion region is made by a fusion executor, never traced directly")
+
+
+def region_bsym(name: str, executor_name: str, region: Region, sub: Trace, fn: Callable) -> BoundSymbol:
+    """One line running the whole region: prints as `(outs) = name(ins)`; the members stay as its subsymbols."""
+    sym = Symbol(f"{executor_name}.{name}", name, meta=_no_meta, module="", call_ctx={name: fn})
+    output = region.outputs[0] if len(region.outputs) == 1 else tuple(region.outputs)
+    bsym = BoundSymbol(sym, tuple(region.inputs), {}, output, tuple(region.members))
+    bsym.extra["region_trace"] = sub
+    bsym.extra["executor"] = executor_name
+    return bsym
+
+
+def fuse_regions(trace: Trace, fusible: Callable[[BoundSymbol], bool], make_callable: Callable[[Trace], Callable],
+                 *, prefix: str, executor_name: str, keep: Callable[[Region], bool] = lambda r: len(r.members) > 1,
+                 pass_name: str | None = None) -> Trace:
+    """A new trace where each region of fusible lines that `keep` accepts is one call of make_callable(sub_trace).
+
+    Regions `keep` refuses (by default: a single line) are left as their lines, which run unfused.
+    """
+    new = from_trace(trace)
+    for item in find_regions(trace, fusible):
+        if not isinstance(item, Region):
+            new.bound_symbols.append(item)
+            continue
+        if not item.outputs or not keep(item):
+            new.bound_symbols += item.members if item.outputs else []
+            continue
+        name = new.make_name(prefix)
+        sub = region_trace(name, item, f"{executor_name} fusion region ({len(item.members)} lines)")
+        new.bound_symbols.append(region_bsym(name, executor_name, item, sub, make_callable(sub)))
+    new.set_provenance(pass_name or f"Fusion ({executor_name})")
+    return new
+
+
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def canonical_key(sub: Trace) -> tuple:
+    """The region's program with proxies renamed in order of appearance (v0, v1, ...), plus its constants."""
+    printer = Printer()
+    rename: dict[str, str] = {}
+    names = {p.name for b in sub.bound_symbols for p in b.flat_proxy_args() + b.flat_proxy_outs()}
+
+    def canon(text: str) -> str:
+        return _IDENT.sub(lambda m: rename.setdefault(m.group(), f"v{len(rename)}") if m.group() in names
+                          else m.group(), text)
+
+    lines = [canon(", ".join(f"{a.name}: {a.type_string()}" for a in sub.args if isinstance(a, Proxy)))]
+    for b in sub.bound_symbols:
+        outs = ", ".join(o.type_string() for o in b.flat_proxy_outs() if isinstance(o, TensorProxy))
+        lines.append(canon(f"{lhs(b.output)} = {bsym_call(b, printer)}  # {outs}"))
+    lines.append(canon(f"return {printer.value(sub.output)}"))
+    return "\n".join(lines), tuple(id(c) for c in printer.consts.values())

@@ -1,0 +1,193 @@
+"""The pipeline, top to bottom: `jit(fn)` -> on each call, a cache lookup (prologue) -> on a miss, interpret
+the function into a computation trace, run the transforms, let the executors claim every op, generate code ->
+run the computation and replay the function's side effects (epilogue). Read this file first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from executors import python_ex, torch_ex
+from executors.base import get_executor
+from executors.claim import claim
+from jitcore.cache import Cache, CacheEntry
+from jitcore.epilogue import build_epilogue
+from jitcore.prologue import build_prologue
+from jitcore.proxies import Proxy
+from jitcore.pytree import tree_unflatten
+from jitcore.runtime import AutogradProgram
+from jitcore.trace import Timer
+from jitcore.tracing import trace_function
+from transforms.autodiff import grad_transform
+from transforms.dce import dce
+from transforms.memory import del_last_used
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    executors: tuple
+    cache: str
+
+
+def jit(fn, *, executors=None, cache: str = "constant values"):
+    """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
+
+    executors: a priority list of executors (objects or names: "inductor", "torch", ...); the torch and python
+    executors always come last as the fallback. cache: "constant values" (default), "symbolic values" or
+    "no caching".
+    """
+    options = CompileOptions(_resolve_executors(executors), cache)
+    Cache(cache)  # validates the option now, not at the first call
+    if isinstance(fn, torch.nn.Module):
+        from jitcore.module import JitModule
+
+        return JitModule(fn, options)
+    return JitFunction(fn, options)
+
+
+def _resolve_executors(executors) -> tuple:
+    chosen = [get_executor(e) for e in (executors or ())]
+    for ex in chosen:
+        ok, why = ex.is_available()
+        if not ok:
+            raise RuntimeError(f"executor {ex.name!r} cannot be used here: {why}")
+    for fallback in (torch_ex, python_ex):
+        if fallback not in chosen:
+            chosen.append(fallback)
+    return tuple(chosen)
+
+
+class JitFunction:
+    """The jitted callable: its cache of compiled entries and the last entry used (for inspection)."""
+
+    def __init__(self, fn, options: CompileOptions):
+        self.fn, self.options = fn, options
+        self._cache = Cache(options.cache)
+        self._last_entry: CacheEntry | None = None
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        found = self._cache.lookup(self.fn, args, kwargs)
+        if found is None:
+            self._cache.record_miss(self.fn, args, kwargs)
+            entry = compile_entry(self.fn, args, kwargs, self.options)
+            self._cache.add(entry)
+            inputs = entry.prologue(self.fn, args, kwargs)
+            if inputs is None:
+                why = entry.explain(self.fn, args, kwargs)
+                raise AssertionError(f"jitcore internal error: a fresh prologue rejected its own call ({why})")
+        else:
+            entry, inputs = found
+        self._last_entry = entry
+        return run_entry(entry, self.fn, args, kwargs, inputs)
+
+
+def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
+    """Trace -> transforms -> claim -> codegen, for one call's inputs."""
+    stats = {}
+    with Timer() as t:
+        traced = trace_function(fn, args, kwargs)
+    stats["interpret"] = t.seconds
+    traces = [traced.trace]
+    with Timer() as t:
+        traces.append(dce(traces[-1]))
+        split = grad_transform(traces[-1]) if _needs_autodiff(traces[-1]) else None
+    stats["transforms"] = t.seconds
+    backward_traces = []
+    with Timer() as t:
+        if split is None:
+            traces.append(claim(traces[-1], options.executors))
+            traces.append(del_last_used(traces[-1]))
+        else:
+            traces += [split.forward, claim(split.forward, options.executors)]
+            traces.append(del_last_used(traces[-1]))
+            backward_traces = [split.backward]
+            backward_traces.append(claim(backward_traces[-1], options.executors))
+            backward_traces.append(del_last_used(backward_traces[-1]))
+    stats["claim"] = t.seconds
+    with Timer() as t:
+        computation = traces[-1].python_callable()
+        if split is not None:
+            computation = AutogradProgram(computation, backward_traces[-1].python_callable(), split.n_outputs,
+                                          split.output_requires_grad)
+        prologue = build_prologue(traced.inputs, traced.guards)
+        explain = build_prologue(traced.inputs, traced.guards, explain=True)
+        index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
+        epilogue = build_epilogue(traced.side_effects, index)
+        entry = CacheEntry(prologue.python_callable(), computation, traced.output_spec, traced.n_outputs, traces,
+                           [prologue], explain.python_callable(), backward_traces,
+                           epilogue=epilogue.python_callable() if epilogue else None,
+                           epilogue_traces=[epilogue] if epilogue else [], stats=stats)
+    stats["codegen"] = t.seconds
+    return entry
+
+
+def _needs_autodiff(trace) -> bool:
+    return torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in trace.args)
+
+
+def run_entry(entry: CacheEntry, fn, args, kwargs, inputs):
+    flat = entry.computation(*inputs)
+    if entry.epilogue is not None:
+        entry.epilogue(fn, args, kwargs, flat)
+    return tree_unflatten(entry.output_spec, list(flat[: entry.n_outputs]))
+
+
+# -- inspection -------------------------------------------------------------------------------------------------
+def _entry(jfn) -> CacheEntry:
+    entry = getattr(jfn, "_last_entry", None)
+    if entry is None:
+        raise ValueError("this function has not been called yet (or is not a jitcore.jit function)")
+    return entry
+
+
+def last_traces(jfn) -> list:
+    """The computation traces of the last call, one per pass, in order (the last is what ran)."""
+    return list(_entry(jfn).traces)
+
+
+def last_backward_traces(jfn) -> list:
+    return list(_entry(jfn).backward_traces)
+
+
+def last_prologue_traces(jfn) -> list:
+    return list(_entry(jfn).prologue_traces)
+
+
+def last_epilogue_traces(jfn) -> list:
+    """The side-effect replay of the last call's entry (empty when the function wrote nothing outside)."""
+    return list(_entry(jfn).epilogue_traces)
+
+
+def last_compile_stats(jfn) -> dict:
+    """Seconds spent per stage (interpret, transforms, claim, codegen) compiling the last call's entry."""
+    return dict(_entry(jfn).stats)
+
+
+def _cache_of(jfn) -> Cache:
+    cache = getattr(jfn, "_cache", None)
+    if cache is None:
+        raise ValueError("not a jitcore.jit function")
+    return cache
+
+
+def cache_hits(jfn) -> int:
+    return _cache_of(jfn).hits
+
+
+def cache_misses(jfn) -> int:
+    return _cache_of(jfn).misses
+
+
+def cache_miss_reasons(jfn) -> list[str]:
+    return list(_cache_of(jfn).miss_reasons)
+
+
+def examine(fn, *args, **kwargs):
+    """Which ops fn uses, whether each is supported, which executor would run it, and what falls back to opaque."""
+    from jitcore.examine import examine as _examine
+
+    return _examine(fn, *args, **kwargs)

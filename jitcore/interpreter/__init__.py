@@ -1,0 +1,102 @@
+"""Interpreter stage (frontend): run a Python function's CPython 3.11 bytecode opcode by opcode.
+
+`interpret(fn, args, kwargs, ctx)` runs `fn` and everything it calls in the interpreter, reporting every value
+that enters from outside to `ctx.on_external_value` (with its provenance) and logging, then undoing, every
+write to external objects. See context.py for the hooks and DESIGN.md for where this sits in the pipeline.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from jitcore.errors import JitError
+from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode handlers)  # noqa: F401
+    access,
+    lookasides,
+    ops_build,
+    ops_call,
+    ops_control,
+    ops_exceptions,
+    ops_generators,
+    ops_load_store,
+    ops_stack,
+)
+from jitcore.interpreter.context import DefaultContext
+from jitcore.interpreter.generators import InterpGenerator
+from jitcore.interpreter.provenance import (
+    Arg,
+    Attr,
+    Closure,
+    DictView,
+    Fn,
+    Global,
+    Item,
+    Kwarg,
+    Module,
+    Provenance,
+    Roots,
+    SliceKey,
+)
+from jitcore.interpreter.run import CONTAINER_METHODS, MAX_DEPTH, RECURSION_LIMIT, Runtime
+from jitcore.interpreter.side_effects import SideEffect
+
+access.install(CONTAINER_METHODS)
+
+__all__ = [
+    "MAX_DEPTH",
+    "Arg",
+    "Attr",
+    "Closure",
+    "DefaultContext",
+    "DictView",
+    "Fn",
+    "Global",
+    "InterpGenerator",
+    "InterpreterResult",
+    "Item",
+    "Kwarg",
+    "Module",
+    "Provenance",
+    "Roots",
+    "SideEffect",
+    "SliceKey",
+    "interpret",
+]
+
+
+@dataclass
+class InterpreterResult:
+    output: Any
+    side_effects: list = field(default_factory=list)  # SideEffect records, in program order
+    external: dict = field(default_factory=dict)  # id(obj) -> provenance for external values seen
+
+
+def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> InterpreterResult:
+    """Run `fn(*args, **kwargs)` in the interpreter and return its output, side effects and external values.
+
+    Arguments are reported as Arg(i)/Kwarg(name) and `fn` itself as Fn() before anything runs. Side effects on
+    external objects are undone before this returns (or raises); exceptions from user code escape unchanged,
+    jitcore errors carry the innermost user source line.
+    """
+    ctx = DefaultContext() if ctx is None else ctx
+    kwargs = {} if kwargs is None else kwargs
+    rt = Runtime(ctx)
+    old_limit = sys.getrecursionlimit()
+    if old_limit < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
+    try:
+        args = tuple(rt.report(a, Arg(i)) for i, a in enumerate(args))
+        kwargs = {k: rt.report(v, Kwarg(k)) for k, v in kwargs.items()}
+        fn = rt.report(fn, Fn())
+        output = rt.call(fn, args, kwargs)
+    except JitError as e:
+        if getattr(e, "where", "") is None and rt.fallback_where is not None:
+            e.with_where(rt.fallback_where)
+        raise
+    finally:
+        try:
+            rt.effects.undo()
+        finally:
+            sys.setrecursionlimit(old_limit)
+    return InterpreterResult(output, rt.effects.log, rt.external)

@@ -1,0 +1,237 @@
+"""Interpreter stage: attribute, item and iteration access with provenance and side effects.
+
+Loads from external objects report the loaded value to the context (Attr/Item provenance); writes to
+external objects go through the side-effect log. Python-level __getitem__/__setitem__/__iter__/__setattr__
+and property getters of user classes are interpreted; everything else runs natively.
+"""
+from __future__ import annotations
+
+import types
+
+from jitcore.interpreter.frame import NULL
+from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
+from jitcore.interpreter.side_effects import SideEffect
+
+_FunctionType = types.FunctionType
+_BOUND_TYPES = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
+_PLAIN = frozenset({list, tuple, dict, str, int, float, bool, type(None), set, frozenset, range, bytes,
+                    types.ModuleType})
+
+
+def _is_bound_to(value, obj) -> bool:
+    """A method bound to `obj` (fully determined by obj and its class): not reported as a separate value."""
+    return type(value) in _BOUND_TYPES and getattr(value, "__self__", None) is obj and type(obj) is not types.ModuleType
+
+
+def get_attr(rt, obj, name):
+    """getattr(obj, name), interpreting a property getter written in Python."""
+    t = type(obj)
+    if t not in _PLAIN and not isinstance(obj, type):
+        d = rt.lookup(t, name)
+        if type(d) is property and type(d.fget) is _FunctionType and t.__getattribute__ is object.__getattribute__:
+            return rt.call(d.fget, (obj,), {})
+    return getattr(obj, name)
+
+
+def load_attr(rt, obj, name):
+    """`obj.name` as LOAD_ATTR sees it, reporting the value if `obj` is external."""
+    value = get_attr(rt, obj, name)
+    prov = rt.external.get(id(obj))
+    if prov is not None and not _is_bound_to(value, obj):
+        value = rt.report(value, Attr(prov, name))
+    return value
+
+
+def store_attr(rt, obj, name, value):
+    t = type(obj)
+    if t not in _PLAIN:
+        setter = rt.lookup(t, "__setattr__")
+        if type(setter) is _FunctionType:
+            rt.call(setter, (obj, name, value), {})
+            return
+    prov = rt.external.get(id(obj))
+    if prov is None:
+        setattr(obj, name, value)
+        return
+    rt.effects.snapshot_attrs(obj, name)
+    setattr(obj, name, value)
+    rt.effects.record(SideEffect("setattr", prov, obj, name, value))
+
+
+def delete_attr(rt, obj, name):
+    t = type(obj)
+    if t not in _PLAIN:
+        deleter = rt.lookup(t, "__delattr__")
+        if type(deleter) is _FunctionType:
+            rt.call(deleter, (obj, name), {})
+            return
+    prov = rt.external.get(id(obj))
+    if prov is None:
+        delattr(obj, name)
+        return
+    rt.effects.snapshot_attrs(obj, name)
+    delattr(obj, name)
+    rt.effects.record(SideEffect("delattr", prov, obj, name))
+
+
+def get_item(rt, container, key):
+    """`container[key]`, interpreting a Python-level __getitem__; reports items of external containers."""
+    t = type(container)
+    if t not in _PLAIN and not isinstance(container, type):
+        gi = rt.lookup(t, "__getitem__")
+        if type(gi) is _FunctionType:
+            return rt.call(gi, (container, key), {})
+    value = container[key]
+    prov = rt.external.get(id(container))
+    if prov is not None:
+        k = constant_key(key)
+        if k is not NOT_CONST:
+            value = rt.report(value, Item(prov, k))
+    return value
+
+
+def _write_item(rt, kind, container, key, value=NULL):
+    dunder = "__setitem__" if kind == "setitem" else "__delitem__"
+    t = type(container)
+    if t not in _PLAIN:
+        fn = rt.lookup(t, dunder)
+        if type(fn) is _FunctionType:
+            rt.call(fn, (container, key) if value is NULL else (container, key, value), {})
+            return
+    prov = rt.external.get(id(container))
+    if prov is not None and not _is_tensor(container):
+        rt.effects.snapshot_container(container)
+    if value is NULL:
+        del container[key]
+    else:
+        container[key] = value
+    if prov is not None and not _is_tensor(container):
+        rt.effects.record(SideEffect(kind, prov, container, key, None if value is NULL else value))
+
+
+def set_item(rt, container, key, value):
+    _write_item(rt, "setitem", container, key, value)
+
+
+def del_item(rt, container, key):
+    _write_item(rt, "delitem", container, key)
+
+
+def _is_tensor(obj) -> bool:
+    """Real tensors: writing their data is an op (jitcore's concern), not an object side effect."""
+    t = type(obj)
+    return getattr(t, "__module__", "").startswith("torch") and hasattr(obj, "data_ptr")
+
+
+class ExternalIter:
+    """Iterates an external list/tuple (or dict view), reporting each item with Item provenance."""
+
+    __slots__ = ("i", "kind", "prov", "rt", "seq")
+
+    def __init__(self, rt, seq, prov, kind="seq"):
+        self.rt, self.seq, self.prov, self.i, self.kind = rt, seq, prov, 0, kind
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.kind == "seq":
+            seq, i = self.seq, self.i
+            if i >= len(seq):
+                raise StopIteration
+            self.i = i + 1
+            return self.rt.report(seq[i], Item(self.prov, i))
+        k, v = next(self.seq)
+        k2 = constant_key(k)
+        if k2 is not NOT_CONST:
+            v = self.rt.report(v, Item(self.prov, k2))
+        return v if self.kind == "values" else (k, v)
+
+
+def get_iter(rt, obj):
+    """iter(obj) as GET_ITER does it, with reporting for external sequences and interpreted __iter__."""
+    t = type(obj)
+    if id(obj) in rt.external:
+        if isinstance(obj, (list, tuple)):
+            return ExternalIter(rt, obj, rt.external[id(obj)])
+        view = rt.views.get(id(obj))
+        if view is not None and view[1] in ("values", "items"):
+            return ExternalIter(rt, iter(view[0].items()), view[2], view[1])
+    if t not in _PLAIN:
+        fn = rt.lookup(t, "__iter__")
+        if type(fn) is _FunctionType:
+            it = rt.call(fn, (obj,), {})
+            if not hasattr(type(it), "__next__"):
+                raise TypeError(f"iter() returned non-iterator of type '{type(it).__name__}'")
+            return it
+    return iter(obj)
+
+
+# -- methods of builtin containers, called on external containers ------------------------------------------------
+def _mutator(rt, fn, args, kwargs):
+    obj = args[0]
+    rt.effects.snapshot_container(obj)
+    result = fn(*args, **kwargs)
+    rt.effects.record(SideEffect("call", rt.external[id(obj)], obj, fn.__name__, None, tuple(args[1:]), kwargs))
+    return result
+
+
+def _reader(rt, fn, args, kwargs):
+    result = fn(*args, **kwargs)
+    if len(args) >= 2:
+        container, key = args[0], args[1]
+        k = constant_key(key)
+        if k is not NOT_CONST and (not isinstance(container, dict) or key in container):
+            result = rt.report(result, Item(rt.external[id(container)], k))
+    return result
+
+
+def _view(rt, fn, args, kwargs):
+    result = fn(*args, **kwargs)
+    d = args[0]
+    prov = DictView(rt.external[id(d)], fn.__name__)
+    rt.register(result, prov)
+    rt.views[id(result)] = (d, fn.__name__, rt.external[id(d)])
+    return result
+
+
+def install(table: dict):
+    """Fill the run loop's CONTAINER_METHODS table: id(method descriptor) -> handler(rt, fn, args, kwargs)."""
+    mutators = {
+        list: ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__",
+               "__delitem__", "__iadd__", "__imul__"),
+        dict: ("__setitem__", "__delitem__", "update", "setdefault", "pop", "popitem", "clear", "__ior__"),
+        set: ("add", "discard", "remove", "update", "clear", "pop", "difference_update",
+              "intersection_update", "symmetric_difference_update", "__ior__", "__iand__", "__isub__",
+              "__ixor__"),
+        bytearray: ("append", "extend", "insert", "pop", "remove", "clear", "reverse", "__setitem__"),
+    }
+    from collections import OrderedDict
+
+    mutators[OrderedDict] = mutators[dict] + ("move_to_end",)
+    for cls, names in mutators.items():
+        for name in names:
+            table[id(cls.__dict__.get(name, getattr(cls, name)))] = _mutator
+    for cls in (dict, OrderedDict):
+        table[id(cls.get)] = _reader
+        table[id(cls.__getitem__)] = _reader
+        for name in ("values", "items", "keys"):
+            table[id(getattr(cls, name))] = _view
+    table[id(list.__getitem__)] = _reader
+    table[id(tuple.__getitem__)] = _reader
+    table[id(object.__setattr__)] = _obj_setattr
+    table[id(object.__delattr__)] = _obj_delattr
+
+
+def _obj_setattr(rt, fn, args, kwargs):
+    obj, name, value = args
+    rt.effects.snapshot_attrs(obj, name)
+    fn(obj, name, value)
+    rt.effects.record(SideEffect("setattr", rt.external[id(obj)], obj, name, value))
+
+
+def _obj_delattr(rt, fn, args, kwargs):
+    obj, name = args
+    rt.effects.snapshot_attrs(obj, name)
+    fn(obj, name)
+    rt.effects.record(SideEffect("delattr", rt.external[id(obj)], obj, name))

@@ -1,0 +1,325 @@
+"""Interpreter stage: frames and decoded code.
+
+`code_info(code)` decodes a code object once (instructions, jump targets, exception table, line numbers)
+and caches it; `Frame` is one activation: its code, fast locals/cells, value stack, instruction pointer.
+`bind_args` binds a call's arguments to a function's parameters with CPython's rules and messages.
+"""
+from __future__ import annotations
+
+import builtins
+import dis
+import linecache
+import sys
+import types
+
+from jitcore.errors import UnsupportedError
+from jitcore.interpreter.registry import table_for
+
+
+class _Null:
+    """The NULL of CPython's value stack and of unbound local slots."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<NULL>"
+
+
+NULL = _Null()
+
+CO_VARARGS = 0x04
+CO_VARKEYWORDS = 0x08
+CO_GENERATOR = 0x20
+CO_ASYNC = 0x80 | 0x100 | 0x200  # coroutine, iterable coroutine, async generator
+
+_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
+
+
+class Ins:
+    """One decoded instruction; `fn` is its handler, `target` the instruction index a jump goes to."""
+
+    __slots__ = ("arg", "argval", "aux", "fn", "idx", "lineno", "offset", "opname", "target")
+
+    def __repr__(self):
+        return f"<{self.idx}: {self.opname} {self.argval!r}>"
+
+
+def _unsupported(frame, inst):
+    raise UnsupportedError(
+        "opcode",
+        f"{inst.opname} is not supported by the jitcore interpreter on Python {sys.version_info[0]}."
+        f"{sys.version_info[1]}",
+        hint="rewrite this construct, or call the function natively (the context's should_inline)",
+        where=frame.where(inst),
+    )
+
+
+def parse_exception_table(code) -> list[tuple[int, int, int, int, bool]]:
+    """(start, end, target, depth, lasti) entries, offsets in bytes, from `code.co_exceptiontable`."""
+    data = code.co_exceptiontable
+    entries, i, n = [], 0, len(data)
+
+    def varint(i):
+        b = data[i]
+        val = b & 63
+        i += 1
+        while b & 64:
+            b = data[i]
+            i += 1
+            val = (val << 6) | (b & 63)
+        return val, i
+
+    while i < n:
+        start, i = varint(i)
+        length, i = varint(i)
+        target, i = varint(i)
+        dl, i = varint(i)
+        entries.append((start * 2, (start + length) * 2, target * 2, dl >> 1, bool(dl & 1)))
+    return entries
+
+
+_OPNAME = dis.opname
+_CACHES = dis._inline_cache_entries
+_HAVE_ARGUMENT = dis.HAVE_ARGUMENT
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
+_HASCONST, _HASNAME = frozenset(dis.hasconst), frozenset(dis.hasname)
+_HASJREL, _HASJABS = frozenset(dis.hasjrel), frozenset(dis.hasjabs)
+_HASLOCAL = frozenset(dis.haslocal) | frozenset(dis.hasfree)
+_HASCOMPARE = frozenset(dis.hascompare)
+
+
+def decode(code) -> list[Ins]:
+    """The instructions of `code` (caches skipped, specialised forms deoptimised by co_code), with
+    argval resolved as `dis` does (constant, name, jump target offset, variable name, comparison)."""
+    co = code.co_code
+    positions = list(code.co_positions())
+    consts, names, varname = code.co_consts, code.co_names, code._varname_from_oparg
+    insts, ext, caches, line = [], 0, 0, code.co_firstlineno
+    for i in range(0, len(co), 2):
+        if caches:
+            caches -= 1
+            continue
+        op = co[i]
+        caches = _CACHES[op]
+        if op >= _HAVE_ARGUMENT:
+            arg = co[i + 1] | ext
+            ext = (arg << 8) if op == _EXTENDED_ARG else 0
+        else:
+            arg, ext = None, 0
+        argval = arg
+        if arg is not None:
+            if op in _HASCONST:
+                argval = consts[arg]
+            elif op in _HASNAME:
+                argval = names[arg >> 1] if op == _LOAD_GLOBAL else names[arg]
+            elif op in _HASJABS:
+                argval = arg * 2
+            elif op in _HASJREL:
+                argval = i + 2 + (-arg if "JUMP_BACKWARD" in _OPNAME[op] else arg) * 2
+            elif op in _HASLOCAL:
+                argval = varname(arg)
+            elif op in _HASCOMPARE:
+                argval = dis.cmp_op[arg]
+        ins = Ins()
+        ins.opname, ins.arg, ins.argval, ins.offset = _OPNAME[op], arg, argval, i
+        ins.idx, ins.aux, ins.target = len(insts), None, -1
+        pos_line = positions[i // 2][0]
+        if pos_line is not None:
+            line = pos_line
+        ins.lineno = line
+        insts.append(ins)
+    return insts
+
+
+class CodeInfo:
+    """A code object decoded once: instructions, handlers per instruction, localsplus layout."""
+
+    def __init__(self, code, table):
+        self.code = code
+        insts = decode(code)
+        off2idx = {i.offset: i.idx for i in insts}
+        for i in insts:
+            row = table.get(i.opname)
+            i.fn = row[0] if row else _unsupported
+            if dis.opmap.get(i.opname) in _JUMPS:
+                i.target = off2idx[i.argval]
+            if row and row[1] is not None:
+                row[1](i, code)
+        self.insts = insts
+        self.handlers = [None] * len(insts)
+        for start, end, target, depth, lasti in parse_exception_table(code):
+            entry = (off2idx[target], depth, lasti)
+            for off in range(start, end, 2):
+                idx = off2idx.get(off)
+                if idx is not None and self.handlers[idx] is None:
+                    self.handlers[idx] = entry
+        nlocals = len(code.co_varnames)
+        extra_cells = [c for c in code.co_cellvars if c not in code.co_varnames]
+        self.names = code.co_varnames + tuple(extra_cells) + code.co_freevars
+        self.nlocalsplus = len(self.names)
+        self.free_start = nlocals + len(extra_cells)
+        self.cell_slots = frozenset(self.names.index(c) for c in code.co_cellvars) | frozenset(
+            range(self.free_start, self.nlocalsplus)
+        )
+        self.flags = code.co_flags
+
+
+_CODE_CACHE: dict[int, tuple] = {}
+_TABLE = None
+
+
+def code_info(code) -> CodeInfo:
+    """The decoded form of `code`, cached by code object identity for the life of the process."""
+    hit = _CODE_CACHE.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = table_for()
+    info = CodeInfo(code, _TABLE)
+    _CODE_CACHE[id(code)] = (code, info)
+    return info
+
+
+def _builtins_of(globals_: dict) -> dict:
+    b = globals_.get("__builtins__", builtins)
+    return b.__dict__ if isinstance(b, types.ModuleType) else b
+
+
+class Frame:
+    """One activation of a code object inside the interpreter."""
+
+    __slots__ = (
+        "builtins",
+        "code",
+        "f_locals",
+        "fn",
+        "globals",
+        "info",
+        "insts",
+        "ip",
+        "kw_names",
+        "localsplus",
+        "parent",
+        "retval",
+        "rt",
+        "stack",
+        "yielded",
+    )
+
+    def __init__(self, rt, code, info, globals_, fn=None, f_locals=None):
+        self.rt = rt
+        self.code = code
+        self.info = info
+        self.insts = info.insts
+        self.localsplus = [NULL] * info.nlocalsplus
+        self.stack = []
+        self.ip = 0
+        self.globals = globals_
+        self.builtins = _builtins_of(globals_)
+        self.f_locals = f_locals
+        self.fn = fn
+        self.kw_names = None
+        self.retval = None
+        self.yielded = None
+        self.parent = None
+
+    def lineno(self, inst=None) -> int:
+        if inst is None:
+            inst = self.insts[max(self.ip - 1, 0)]
+        return inst.lineno
+
+    def where(self, inst=None) -> str:
+        """`file:line: source` of `inst` (default: the instruction being executed)."""
+        filename = self.code.co_filename
+        line = self.lineno(inst)
+        src = linecache.getline(filename, line).strip()
+        return f"{filename}:{line}: {src}"
+
+    def __repr__(self):
+        return f"<Frame {self.code.co_qualname} at {self.code.co_filename}:{self.lineno()}>"
+
+
+def _names_list(names):
+    quoted = [f"'{n}'" for n in names]
+    if len(quoted) == 1:
+        return quoted[0]
+    if len(quoted) == 2:
+        return f"{quoted[0]} and {quoted[1]}"
+    return ", ".join(quoted[:-1]) + f", and {quoted[-1]}"
+
+
+def _missing(fn, names, kind):
+    s = "" if len(names) == 1 else "s"
+    return TypeError(f"{fn.__qualname__}() missing {len(names)} required {kind} argument{s}: {_names_list(names)}")
+
+
+def bind_args(fn, code, args: tuple, kwargs: dict, ls: list):
+    """Bind `args`/`kwargs` into the fast-locals list `ls` of a frame of `fn`, as CPython does."""
+    argcount, flags, n = code.co_argcount, code.co_flags, len(args)
+    if not kwargs and n == argcount and not flags & (CO_VARARGS | CO_VARKEYWORDS) and not code.co_kwonlyargcount:
+        ls[:n] = args
+        return
+    kwonly, posonly, varnames = code.co_kwonlyargcount, code.co_posonlyargcount, code.co_varnames
+    total = argcount + kwonly
+    if n > argcount and not flags & CO_VARARGS:
+        given = n
+        ndef = len(fn.__defaults__ or ())
+        takes = f"from {argcount - ndef} to {argcount}" if ndef else f"{argcount}"
+        s = "" if argcount == 1 and not ndef else "s"
+        were = "was" if given == 1 else "were"
+        raise TypeError(f"{fn.__qualname__}() takes {takes} positional argument{s} but {given} {were} given")
+    ls[: min(n, argcount)] = args[:argcount]
+    idx = total
+    if flags & CO_VARARGS:
+        ls[idx] = tuple(args[argcount:])
+        idx += 1
+    kwdict = None
+    if flags & CO_VARKEYWORDS:
+        kwdict = ls[idx] = {}
+    for k, v in kwargs.items():
+        j = _index(varnames, k, posonly, total)
+        if j >= 0:
+            if ls[j] is not NULL:
+                raise TypeError(f"{fn.__qualname__}() got multiple values for argument '{k}'")
+            ls[j] = v
+        elif kwdict is not None:
+            kwdict[k] = v
+        elif k in varnames[:posonly]:
+            raise TypeError(
+                f"{fn.__qualname__}() got some positional-only arguments passed as keyword arguments: '{k}'"
+            )
+        else:
+            raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument '{k}'")
+    if n < argcount:
+        defaults = fn.__defaults__ or ()
+        first_def = argcount - len(defaults)
+        missing = []
+        for j in range(n, argcount):
+            if ls[j] is NULL:
+                if j >= first_def:
+                    ls[j] = defaults[j - first_def]
+                else:
+                    missing.append(varnames[j])
+        if missing:
+            raise _missing(fn, missing, "positional")
+    if kwonly:
+        kwdefaults = fn.__kwdefaults__ or {}
+        missing = []
+        for j in range(argcount, total):
+            if ls[j] is NULL:
+                name = varnames[j]
+                if name in kwdefaults:
+                    ls[j] = kwdefaults[name]
+                else:
+                    missing.append(name)
+        if missing:
+            raise _missing(fn, missing, "keyword-only")
+
+
+def _index(names, k, lo, hi) -> int:
+    for j in range(lo, hi):
+        if names[j] == k:
+            return j
+    return -1

@@ -1,0 +1,289 @@
+"""Interpreter stage: builtins with an explicit policy (one table, keyed by the builtin's id).
+
+Each entry is `fn(rt, args, kwargs)` and replaces a native call of the builtin: zero-arg super(), locals(),
+globals(), vars(), eval/exec (interpreted), iter, getattr/setattr/delattr/hasattr (provenance and side
+effects), isinstance/issubclass (asked to the context), sys.exc_info, builtins that iterate or call back
+(list, zip, map, sorted, ...: external items are reported, Python callbacks interpreted); breakpoint() and
+input() are refused. print() is not here: it runs natively at trace time and is not replayed.
+"""
+from __future__ import annotations
+import __future__
+
+import builtins
+import functools
+import operator
+import sys
+import types
+
+from jitcore.errors import UnsupportedError
+from jitcore.interpreter import access
+from jitcore.interpreter.frame import NULL, Frame, code_info
+from jitcore.interpreter.run import LOOKASIDES, RETURNED, run_frame
+
+_CellType = types.CellType
+_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, n).compiler_flag for n in __future__.all_feature_names))
+
+
+def lookaside(*targets):
+    def deco(fn):
+        for t in targets:
+            LOOKASIDES[id(t)] = fn
+        return fn
+
+    return deco
+
+
+@lookaside(builtins.super)
+def _super(rt, args, kwargs):
+    if args or kwargs or rt.frame is None:
+        return super(*args, **kwargs)
+    frame = rt.frame
+    code, info = frame.code, frame.info
+    if code.co_argcount == 0 and not code.co_flags & 0x04:
+        raise RuntimeError("super(): no arguments")
+    first = frame.localsplus[0]
+    if 0 in info.cell_slots and type(first) is _CellType:
+        first = first.cell_contents
+    if first is NULL:
+        raise RuntimeError("super(): arg[0] deleted")
+    if code.co_argcount == 0:
+        first = first[0]
+    if "__class__" not in code.co_freevars:
+        raise RuntimeError("super(): __class__ cell not found")
+    cell = frame.localsplus[info.free_start + code.co_freevars.index("__class__")]
+    try:
+        cls = cell.cell_contents
+    except ValueError:
+        cls = NULL
+    if cls is NULL:
+        raise RuntimeError("super(): empty __class__ cell")
+    return super(cls, first)
+
+
+def frame_locals(frame) -> dict:
+    if frame.f_locals is not None:
+        return frame.f_locals
+    info, ls, out = frame.info, frame.localsplus, {}
+    for i, name in enumerate(info.names):
+        v = ls[i]
+        if i in info.cell_slots and type(v) is _CellType:
+            try:
+                v = v.cell_contents
+            except ValueError:
+                continue
+        if v is not NULL:
+            out[name] = v
+    return out
+
+
+@lookaside(builtins.locals)
+def _locals(rt, args, kwargs):
+    if args or kwargs or rt.frame is None:
+        return locals(*args, **kwargs)  # raises the builtin's TypeError
+    return frame_locals(rt.frame)
+
+
+@lookaside(builtins.globals)
+def _globals(rt, args, kwargs):
+    if args or kwargs or rt.frame is None:
+        return globals(*args, **kwargs)
+    return rt.frame.globals
+
+
+@lookaside(builtins.vars)
+def _vars(rt, args, kwargs):
+    if args or kwargs or rt.frame is None:
+        return vars(*args, **kwargs)
+    return frame_locals(rt.frame)
+
+
+def _run_source(rt, source, globals_, locals_, mode, fname):
+    caller = rt.frame
+    if globals_ is None and caller is None:
+        globals_ = {}
+    if globals_ is None:
+        globals_ = caller.globals
+        if locals_ is None:
+            locals_ = frame_locals(caller)
+    elif locals_ is None:
+        locals_ = globals_
+    if not isinstance(globals_, dict):
+        raise TypeError(f"{fname}() globals must be a dict, not {type(globals_).__name__}")
+    globals_.setdefault("__builtins__", builtins)
+    if isinstance(source, types.CodeType):
+        code = source
+    else:
+        if isinstance(source, str) and mode == "eval":
+            source = source.lstrip(" \t")
+        # like CPython, the compiled source inherits the caller's `from __future__` flags
+        flags = caller.code.co_flags & _FUTURE_FLAGS if caller is not None else 0
+        code = builtins.compile(source, "<string>", mode, flags=flags, dont_inherit=True)
+    if code.co_freevars:
+        raise UnsupportedError("callable", f"{fname}() of a code object with free variables")
+    frame = Frame(rt, code, code_info(code), globals_, None, locals_)
+    frame.parent = caller
+    rt.frame = frame
+    try:
+        sig = run_frame(frame)
+    finally:
+        rt.frame = caller
+    return frame.retval if sig == RETURNED else None
+
+
+@lookaside(builtins.eval)
+def _eval(rt, args, kwargs):
+    source, globals_, locals_ = (list(args) + [None, None])[:3]
+    return _run_source(rt, source, globals_, locals_, "eval", "eval")
+
+
+@lookaside(builtins.exec)
+def _exec(rt, args, kwargs):
+    if kwargs.get("closure") is not None:
+        raise UnsupportedError("callable", "exec(..., closure=...)", hint="call exec outside the jitted function")
+    source, globals_, locals_ = (list(args) + [kwargs.get("globals"), kwargs.get("locals")])[:3]
+    _run_source(rt, source, globals_, locals_, "exec", "exec")
+
+
+@lookaside(builtins.iter)
+def _iter(rt, args, kwargs):
+    if len(args) == 1 and not kwargs:
+        return access.get_iter(rt, args[0])
+    return iter(*_callbacks(rt, args), **kwargs)
+
+
+@lookaside(builtins.getattr)
+def _getattr(rt, args, kwargs):
+    if kwargs or len(args) not in (2, 3) or type(args[1]) is not str:
+        return getattr(*args, **kwargs)
+    if len(args) == 2:
+        return access.load_attr(rt, args[0], args[1])
+    try:
+        return access.load_attr(rt, args[0], args[1])
+    except AttributeError:
+        return args[2]
+
+
+@lookaside(builtins.hasattr)
+def _hasattr(rt, args, kwargs):
+    if kwargs or len(args) != 2 or type(args[1]) is not str:
+        return hasattr(*args, **kwargs)
+    try:
+        access.get_attr(rt, args[0], args[1])
+    except AttributeError:
+        return False
+    return True
+
+
+@lookaside(builtins.setattr)
+def _setattr(rt, args, kwargs):
+    if kwargs or len(args) != 3 or type(args[1]) is not str:
+        return setattr(*args, **kwargs)
+    access.store_attr(rt, *args)
+
+
+@lookaside(builtins.delattr)
+def _delattr(rt, args, kwargs):
+    if kwargs or len(args) != 2 or type(args[1]) is not str:
+        return delattr(*args, **kwargs)
+    access.delete_attr(rt, *args)
+
+
+@lookaside(builtins.isinstance)
+def _isinstance(rt, args, kwargs):
+    if len(args) == 2 and not kwargs:
+        r = rt.isinstance_hook(args[0], args[1])
+        if r is not NotImplemented:
+            return r
+    return isinstance(*args, **kwargs)
+
+
+@lookaside(builtins.issubclass)
+def _issubclass(rt, args, kwargs):
+    if len(args) == 2 and not kwargs:
+        r = rt.issubclass_hook(args[0], args[1])
+        if r is not NotImplemented:
+            return r
+    return issubclass(*args, **kwargs)
+
+
+@lookaside(builtins.breakpoint, builtins.input)
+def _refused(rt, args, kwargs):
+    raise UnsupportedError("callable", "breakpoint() and input() cannot run while tracing",
+                           hint="remove the call from the jitted function")
+
+
+@lookaside(sys.exc_info)
+def _exc_info(rt, args, kwargs):
+    exc = rt.topmost_exc()
+    return (None, None, None) if exc is None else (type(exc), exc, exc.__traceback__)
+
+
+# -- builtins that iterate their argument or call back into Python ------------------------------------------------
+class Interpreted:
+    """A Python callable handed to native code (map, sorted's key, ...): calling it interprets it."""
+
+    __slots__ = ("fn", "rt")
+
+    def __init__(self, rt, fn):
+        self.rt, self.fn = rt, fn
+
+    def __call__(self, *args, **kwargs):
+        return self.rt.call(self.fn, args, kwargs)
+
+
+_CALLBACK_TYPES = (types.FunctionType, types.MethodType)
+
+
+def _callbacks(rt, seq):
+    return [Interpreted(rt, a) if type(a) in _CALLBACK_TYPES else a for a in seq]
+
+
+def _iterable(rt, obj):
+    if id(obj) in rt.external or type(obj) not in access._PLAIN:
+        return access.get_iter(rt, obj)
+    return obj
+
+
+def _first_iterable(fn):
+    def look(rt, args, kwargs):
+        if len(args) == 1:
+            args = (_iterable(rt, args[0]),)
+        if "key" in kwargs and type(kwargs["key"]) in _CALLBACK_TYPES:
+            kwargs = {**kwargs, "key": Interpreted(rt, kwargs["key"])}
+        return fn(*args, **kwargs)
+
+    return look
+
+
+for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumerate):
+    LOOKASIDES[id(_fn)] = _first_iterable(_fn)
+
+
+@lookaside(builtins.reversed)
+def _reversed(rt, args, kwargs):
+    if len(args) == 1 and id(args[0]) in rt.external and isinstance(args[0], (list, tuple)):
+        return reversed(list(access.get_iter(rt, args[0])))
+    if len(args) == 1 and type(args[0]) not in access._PLAIN:
+        fn = rt.lookup(type(args[0]), "__reversed__")
+        if type(fn) is types.FunctionType:
+            return rt.call(fn, (args[0],), {})
+    return reversed(*args, **kwargs)
+
+
+@lookaside(builtins.zip)
+def _zip(rt, args, kwargs):
+    return zip(*[_iterable(rt, a) for a in args], **kwargs)
+
+
+@lookaside(builtins.map)
+def _map(rt, args, kwargs):
+    if not args:
+        return map(*args, **kwargs)
+    return map(*_callbacks(rt, args[:1]), *[_iterable(rt, a) for a in args[1:]], **kwargs)
+
+
+@lookaside(builtins.filter)
+def _filter(rt, args, kwargs):
+    if len(args) != 2:
+        return filter(*args, **kwargs)
+    return filter(*_callbacks(rt, args[:1]), _iterable(rt, args[1]))

@@ -1,0 +1,169 @@
+"""Interpreter stage: control flow opcodes: jumps, GET_ITER/FOR_ITER and the MATCH_* family (3.11).
+
+Jump targets were resolved to instruction indices when the code object was decoded (`inst.target`).
+"""
+from __future__ import annotations
+
+from jitcore.interpreter import access
+from jitcore.interpreter.frame import NULL
+from jitcore.interpreter.registry import handler
+
+
+@handler("JUMP_FORWARD")
+@handler("JUMP_BACKWARD")
+@handler("JUMP_BACKWARD_NO_INTERRUPT")
+def JUMP(frame, inst):
+    frame.ip = inst.target
+
+
+@handler("POP_JUMP_FORWARD_IF_TRUE")
+@handler("POP_JUMP_BACKWARD_IF_TRUE")
+def POP_JUMP_IF_TRUE(frame, inst):
+    if frame.stack.pop():
+        frame.ip = inst.target
+
+
+@handler("POP_JUMP_FORWARD_IF_FALSE")
+@handler("POP_JUMP_BACKWARD_IF_FALSE")
+def POP_JUMP_IF_FALSE(frame, inst):
+    if not frame.stack.pop():
+        frame.ip = inst.target
+
+
+@handler("POP_JUMP_FORWARD_IF_NONE")
+@handler("POP_JUMP_BACKWARD_IF_NONE")
+def POP_JUMP_IF_NONE(frame, inst):
+    if frame.stack.pop() is None:
+        frame.ip = inst.target
+
+
+@handler("POP_JUMP_FORWARD_IF_NOT_NONE")
+@handler("POP_JUMP_BACKWARD_IF_NOT_NONE")
+def POP_JUMP_IF_NOT_NONE(frame, inst):
+    if frame.stack.pop() is not None:
+        frame.ip = inst.target
+
+
+@handler("JUMP_IF_TRUE_OR_POP")
+def JUMP_IF_TRUE_OR_POP(frame, inst):
+    if frame.stack[-1]:
+        frame.ip = inst.target
+    else:
+        frame.stack.pop()
+
+
+@handler("JUMP_IF_FALSE_OR_POP")
+def JUMP_IF_FALSE_OR_POP(frame, inst):
+    if not frame.stack[-1]:
+        frame.ip = inst.target
+    else:
+        frame.stack.pop()
+
+
+@handler("GET_ITER")
+def GET_ITER(frame, inst):
+    frame.stack[-1] = access.get_iter(frame.rt, frame.stack[-1])
+
+
+@handler("FOR_ITER")
+def FOR_ITER(frame, inst):
+    stack = frame.stack
+    v = next(stack[-1], NULL)
+    if v is NULL:
+        stack.pop()
+        frame.ip = inst.target
+    else:
+        stack.append(v)
+
+
+# -- structural pattern matching ----------------------------------------------------------------------------------
+_TPFLAGS_SEQUENCE = 1 << 5
+_TPFLAGS_MAPPING = 1 << 6
+_MATCH_SELF = (bool, bytearray, bytes, dict, float, frozenset, int, list, set, str, tuple)
+
+
+@handler("MATCH_MAPPING")
+def MATCH_MAPPING(frame, inst):
+    frame.stack.append(bool(type(frame.stack[-1]).__flags__ & _TPFLAGS_MAPPING))
+
+
+@handler("MATCH_SEQUENCE")
+def MATCH_SEQUENCE(frame, inst):
+    frame.stack.append(bool(type(frame.stack[-1]).__flags__ & _TPFLAGS_SEQUENCE))
+
+
+@handler("MATCH_KEYS")
+def MATCH_KEYS(frame, inst):
+    stack = frame.stack
+    keys, subject = stack[-1], stack[-2]
+    stack.append(_match_keys(subject, keys))
+
+
+def _match_keys(subject, keys):
+    if not keys:
+        return ()
+    get = subject.get
+    dummy = object()
+    seen, values = set(), []
+    for k in keys:
+        if k in seen:
+            raise ValueError(f"mapping pattern checks duplicate key ({k!r})")
+        seen.add(k)
+        v = get(k, dummy)
+        if v is dummy:
+            return None
+        values.append(v)
+    return tuple(values)
+
+
+@handler("MATCH_CLASS")
+def MATCH_CLASS(frame, inst):
+    stack = frame.stack
+    names = stack.pop()
+    cls = stack.pop()
+    subject = stack[-1]
+    stack[-1] = _match_class(frame.rt, subject, cls, inst.arg, names)
+
+
+def _match_class(rt, subject, cls, count, names):
+    if not isinstance(cls, type):
+        raise TypeError("called match pattern must be a class")
+    if not isinstance(subject, cls):
+        return None
+    seen, attrs = set(), []
+    if count:
+        match_args = getattr(cls, "__match_args__", NULL)
+        match_self = match_args is NULL and issubclass(cls, _MATCH_SELF)
+        if match_args is NULL:
+            match_args = ()
+        if not isinstance(match_args, tuple):
+            raise TypeError(f"{cls.__name__}.__match_args__ must be a tuple (got {type(match_args).__name__})")
+        allowed = 1 if match_self else len(match_args)
+        if count > allowed:
+            s = "" if allowed == 1 else "s"
+            raise TypeError(f"{cls.__name__}() accepts {allowed} positional sub-pattern{s} ({count} given)")
+        if match_self:
+            attrs.append(subject)
+        for name in () if match_self else match_args[:count]:
+            if not isinstance(name, str):
+                raise TypeError(f"__match_args__ elements must be strings (got {type(name).__name__})")
+            v = _match_attr(rt, subject, cls, name, seen)
+            if v is NULL:
+                return None
+            attrs.append(v)
+    for name in names:
+        v = _match_attr(rt, subject, cls, name, seen)
+        if v is NULL:
+            return None
+        attrs.append(v)
+    return tuple(attrs)
+
+
+def _match_attr(rt, subject, cls, name, seen):
+    if name in seen:
+        raise TypeError(f"{cls.__name__}() got multiple sub-patterns for attribute '{name}'")
+    seen.add(name)
+    try:
+        return access.load_attr(rt, subject, name)
+    except AttributeError:
+        return NULL

@@ -1,0 +1,159 @@
+"""Interpreter stage: stack, constant, unary/binary operator and comparison opcodes (3.11).
+
+Operators run natively through the `operator` module (a TensorProxy's operators record ops themselves);
+the operator function of BINARY_OP / COMPARE_OP is picked once when the code object is decoded.
+"""
+from __future__ import annotations
+
+import dis
+import operator
+import sys
+
+from jitcore.interpreter.frame import NULL
+from jitcore.interpreter.registry import handler
+
+_SYMBOL_OPS = {
+    "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift, "@": operator.matmul,
+    "*": operator.mul, "%": operator.mod, "|": operator.or_, "**": operator.pow, ">>": operator.rshift,
+    "-": operator.sub, "/": operator.truediv, "^": operator.xor,
+    "+=": operator.iadd, "&=": operator.iand, "//=": operator.ifloordiv, "<<=": operator.ilshift,
+    "@=": operator.imatmul, "*=": operator.imul, "%=": operator.imod, "|=": operator.ior, "**=": operator.ipow,
+    ">>=": operator.irshift, "-=": operator.isub, "/=": operator.itruediv, "^=": operator.ixor,
+}
+BINARY_OPS = [_SYMBOL_OPS[sym] for _, sym in dis._nb_ops]
+COMPARE_OPS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+               ">=": operator.ge}
+
+
+def _nop(frame, inst):
+    return None
+
+
+for _name in ("NOP", "RESUME", "CACHE", "EXTENDED_ARG", "PRECALL"):
+    handler(_name)(_nop)
+
+
+@handler("POP_TOP")
+def POP_TOP(frame, inst):
+    frame.stack.pop()
+
+
+@handler("PUSH_NULL")
+def PUSH_NULL(frame, inst):
+    frame.stack.append(NULL)
+
+
+@handler("COPY")
+def COPY(frame, inst):
+    frame.stack.append(frame.stack[-inst.arg])
+
+
+@handler("SWAP")
+def SWAP(frame, inst):
+    s = frame.stack
+    i = -inst.arg
+    s[i], s[-1] = s[-1], s[i]
+
+
+@handler("LOAD_CONST")
+def LOAD_CONST(frame, inst):
+    frame.stack.append(inst.argval)
+
+
+@handler("UNARY_POSITIVE")
+def UNARY_POSITIVE(frame, inst):
+    frame.stack[-1] = +frame.stack[-1]
+
+
+@handler("UNARY_NEGATIVE")
+def UNARY_NEGATIVE(frame, inst):
+    frame.stack[-1] = -frame.stack[-1]
+
+
+@handler("UNARY_NOT")
+def UNARY_NOT(frame, inst):
+    frame.stack[-1] = not frame.stack[-1]
+
+
+@handler("UNARY_INVERT")
+def UNARY_INVERT(frame, inst):
+    frame.stack[-1] = ~frame.stack[-1]
+
+
+def _prepare_binary(inst, code):
+    inst.aux = BINARY_OPS[inst.arg]
+
+
+@handler("BINARY_OP", prepare=_prepare_binary)
+def BINARY_OP(frame, inst):
+    stack = frame.stack
+    b = stack.pop()
+    stack[-1] = inst.aux(stack[-1], b)
+
+
+def _prepare_compare(inst, code):
+    inst.aux = COMPARE_OPS[inst.argval]
+
+
+@handler("COMPARE_OP", prepare=_prepare_compare)
+def COMPARE_OP(frame, inst):
+    stack = frame.stack
+    b = stack.pop()
+    stack[-1] = inst.aux(stack[-1], b)
+
+
+@handler("IS_OP")
+def IS_OP(frame, inst):
+    stack = frame.stack
+    b = stack.pop()
+    stack[-1] = (stack[-1] is b) != bool(inst.arg)
+
+
+@handler("CONTAINS_OP")
+def CONTAINS_OP(frame, inst):
+    stack = frame.stack
+    b = stack.pop()
+    stack[-1] = (stack[-1] in b) != bool(inst.arg)
+
+
+@handler("GET_LEN")
+def GET_LEN(frame, inst):
+    frame.stack.append(len(frame.stack[-1]))
+
+
+@handler("PRINT_EXPR")
+def PRINT_EXPR(frame, inst):
+    value = frame.stack.pop()
+    hook = getattr(sys, "displayhook", None)
+    if hook is None:
+        raise RuntimeError("lost sys.displayhook")
+    hook(value)
+
+
+_CONVERSIONS = {1: str, 2: repr, 3: ascii}
+
+
+@handler("FORMAT_VALUE")
+def FORMAT_VALUE(frame, inst):
+    stack = frame.stack
+    flags = inst.arg
+    spec = stack.pop() if flags & 0x04 else ""
+    value = stack[-1]
+    conv = flags & 0x03
+    if conv:
+        value = _CONVERSIONS[conv](value)
+    if type(value) is not str or spec:
+        value = format(value, spec)
+    stack[-1] = value
+
+
+@handler("BUILD_STRING")
+def BUILD_STRING(frame, inst):
+    stack = frame.stack
+    n = inst.arg
+    if n == 0:
+        stack.append("")
+        return
+    s = "".join(stack[-n:])
+    del stack[-n:]
+    stack.append(s)

@@ -1,0 +1,201 @@
+"""Interpreter stage: provenance of values that enter the interpreted function from outside.
+
+A provenance is a small frozen dataclass naming a root (an argument, a global, a closure cell, an imported
+module, the function object itself) or a path from another provenance (attribute, item, dict view).
+`str(p)` reads like Python (`args[0].layers[1].weight`); `p.load(roots)` fetches the value again from a
+concrete call's `Roots(args, kwargs, fn)` (jitcore's prologue uses this to re-fetch inputs).
+"""
+from __future__ import annotations
+
+import builtins
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Roots:
+    """The roots of one concrete call: positional args, keyword args and the called object."""
+
+    args: tuple
+    kwargs: dict
+    fn: Any
+
+
+class Provenance:
+    """Base class: where an external value came from."""
+
+    __slots__ = ()
+
+    def load(self, roots: Roots):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def root(self) -> Provenance:
+        """The root this path starts from."""
+        parent = getattr(self, "parent", None)
+        return self if parent is None else parent.root()
+
+
+@dataclass(frozen=True)
+class Arg(Provenance):
+    index: int
+
+    def __str__(self):
+        return f"args[{self.index}]"
+
+    def load(self, roots):
+        return roots.args[self.index]
+
+
+@dataclass(frozen=True)
+class Kwarg(Provenance):
+    name: str
+
+    def __str__(self):
+        return f"kwargs[{self.name!r}]"
+
+    def load(self, roots):
+        return roots.kwargs[self.name]
+
+
+@dataclass(frozen=True)
+class Fn(Provenance):
+    """The called object itself (the function, or the nn.Module / callable object)."""
+
+    def __str__(self):
+        return "fn"
+
+    def load(self, roots):
+        return roots.fn
+
+
+@dataclass(frozen=True)
+class Global(Provenance):
+    """`module.name` read by LOAD_GLOBAL (module 'builtins' for builtins)."""
+
+    module: str
+    name: str
+
+    def __str__(self):
+        if self.module == "builtins":
+            return f"builtins.{self.name}"
+        return f"globals()[{self.name!r}]"
+
+    def load(self, roots):
+        if self.module == "builtins":
+            return builtins.__dict__[self.name]
+        mod = sys.modules.get(self.module)
+        namespace = mod.__dict__ if mod is not None else getattr(roots.fn, "__globals__", {})
+        if self.name in namespace:
+            return namespace[self.name]
+        return builtins.__dict__[self.name]
+
+
+@dataclass(frozen=True)
+class Module(Provenance):
+    """A module returned by an import statement."""
+
+    name: str
+
+    def __str__(self):
+        return f"sys.modules[{self.name!r}]"
+
+    def load(self, roots):
+        return sys.modules[self.name]
+
+
+@dataclass(frozen=True)
+class Closure(Provenance):
+    """Cell `name` of the closure of a function created outside the interpreter (`parent` names it)."""
+
+    parent: Provenance | None
+    qualname: str
+    name: str
+
+    def __str__(self):
+        owner = str(self.parent) if self.parent is not None else f"<{self.qualname}>"
+        return f"{owner}.__closure__[{self.name!r}]"
+
+    def load(self, roots):
+        if self.parent is None:
+            raise LookupError(f"the function {self.qualname} has no provenance; its closure cannot be re-fetched")
+        fn = self.parent.load(roots)
+        fn = getattr(fn, "__func__", fn)
+        idx = fn.__code__.co_freevars.index(self.name)
+        return fn.__closure__[idx].cell_contents
+
+
+@dataclass(frozen=True)
+class Attr(Provenance):
+    parent: Provenance
+    name: str
+
+    def __str__(self):
+        if self.name.isidentifier():
+            return f"{self.parent}.{self.name}"
+        return f"getattr({self.parent}, {self.name!r})"
+
+    def load(self, roots):
+        return getattr(self.parent.load(roots), self.name)
+
+
+@dataclass(frozen=True)
+class SliceKey:
+    """A hashable stand-in for a slice key (slices are not hashable before 3.12)."""
+
+    start: Any
+    stop: Any
+    step: Any
+
+    def __repr__(self):
+        parts = ["" if p is None else repr(p) for p in (self.start, self.stop)]
+        text = ":".join(parts)
+        return text if self.step is None else f"{text}:{self.step!r}"
+
+    def to_slice(self) -> slice:
+        return slice(self.start, self.stop, self.step)
+
+
+@dataclass(frozen=True)
+class Item(Provenance):
+    parent: Provenance
+    key: Any
+
+    def __str__(self):
+        return f"{self.parent}[{self.key!r}]"
+
+    def load(self, roots):
+        key = self.key.to_slice() if isinstance(self.key, SliceKey) else self.key
+        return self.parent.load(roots)[key]
+
+
+@dataclass(frozen=True)
+class DictView(Provenance):
+    """`parent.values()` / `.items()` / `.keys()` of an external dict."""
+
+    parent: Provenance
+    kind: str
+
+    def __str__(self):
+        return f"{self.parent}.{self.kind}()"
+
+    def load(self, roots):
+        return getattr(self.parent.load(roots), self.kind)()
+
+
+_CONST_TYPES = (int, str, bytes, float, bool, type(None))
+NOT_CONST = type("NOT_CONST", (), {"__repr__": lambda self: "<not a constant>"})()
+
+
+def constant_key(key):
+    """`key` as a hashable constant usable in Item provenance, or NOT_CONST if it is not a constant."""
+    t = type(key)
+    if t in _CONST_TYPES:
+        return key
+    if t is slice:
+        if all(type(p) in (int, type(None)) for p in (key.start, key.stop, key.step)):
+            return SliceKey(key.start, key.stop, key.step)
+        return NOT_CONST
+    if t is tuple and all(type(k) in _CONST_TYPES for k in key):
+        return key
+    return NOT_CONST

@@ -1,0 +1,336 @@
+"""Interpreter stage: the run loop and the call policy.
+
+`Runtime` holds one interpretation's state (context, external values and their provenance, the side-effect
+log, the handled-exception stack). `run_frame` executes a frame opcode by opcode, routing exceptions through
+the 3.11 exception table; `Runtime.call` decides, for every call the program makes, whether to interpret
+the callee, call it natively, or use a lookaside.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sysconfig
+import types
+
+from jitcore.errors import JitError, UnsupportedError
+from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
+from jitcore.interpreter.provenance import Attr, Closure, Global
+from jitcore.interpreter.side_effects import SideEffectLog
+
+RETURNED, YIELDED, GENERATOR = 1, 2, 3
+
+# Deepest nesting of interpreted calls we allow (each costs ~5 Python frames of the interpreter).
+MAX_DEPTH = 1000
+RECURSION_LIMIT = 12 * MAX_DEPTH
+
+_NATIVE_TYPES = frozenset({
+    types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
+    types.ClassMethodDescriptorType, types.GetSetDescriptorType,
+})
+_FunctionType, _MethodType, _partial = types.FunctionType, types.MethodType, functools.partial
+
+def _dirs(*paths) -> tuple:
+    return tuple(os.path.normpath(p) + os.sep for p in paths if p)
+
+
+_PATHS = sysconfig.get_paths()
+_OWN_DIRS = _dirs(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # jitcore/
+    os.path.dirname(getattr(importlib.util.find_spec("torch"), "origin", None) or ""),
+)
+_SITE_DIRS = _dirs(_PATHS.get("purelib"), _PATHS.get("platlib"))
+_STDLIB_DIRS = _dirs(_PATHS.get("stdlib"), _PATHS.get("platstdlib"))
+
+
+def is_user_file(filename: str) -> bool:
+    """Whether errors should name this file: user code and third-party packages, not torch, jitcore, stdlib."""
+    p = os.path.normpath(filename)
+    if p.startswith(_OWN_DIRS):
+        return False
+    return p.startswith(_SITE_DIRS) or not p.startswith(_STDLIB_DIRS)
+
+
+def type_lookup(t, name):
+    """`name` looked up on the type `t` along its MRO, without descriptors applied; NULL if absent."""
+    for k in t.__mro__:
+        d = k.__dict__
+        if name in d:
+            return d[name]
+    return NULL
+
+
+class Runtime:
+    """The state of one interpret() call."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.external: dict[int, object] = {}
+        self.keepalive: list = []
+        self.effects = SideEffectLog()
+        self.exc_stack: list[list] = [[None]]
+        self.frame: Frame | None = None
+        self.depth = 0
+        self.created_fns: set[int] = set()
+        self.ext_cells: dict[int, object] = {}
+        self.views: dict[int, tuple] = {}
+        self.fallback_where: str | None = None
+        self._tcache: dict = {}
+        self._gprov: dict = {}
+        from jitcore.interpreter.context import DefaultContext
+
+        default = DefaultContext()
+        # the hooks, bound once (a ctx may omit any of them: the default is used)
+        self.lookaside = getattr(ctx, "lookaside", default.lookaside)
+        self.should_inline = getattr(ctx, "should_inline", default.should_inline)
+        self.on_external_value = getattr(ctx, "on_external_value", default.on_external_value)
+        self.isinstance_hook = getattr(ctx, "isinstance_hook", default.isinstance_hook)
+        self.issubclass_hook = getattr(ctx, "issubclass_hook", default.issubclass_hook)
+        hook = getattr(type(ctx), "on_call_native", None)
+        self.notify_native = hook is not None and hook is not DefaultContext.on_call_native
+
+    # -- provenance ------------------------------------------------------------------------------------------
+    def report(self, value, prov):
+        """Tell the context an external value was loaded; remember its provenance; return what ctx returns."""
+        new = self.on_external_value(value, prov)
+        ext = self.external
+        if id(value) not in ext:
+            ext[id(value)] = prov
+            self.keepalive.append(value)
+        if new is not value and id(new) not in ext and not _is_jitcore_obj(new):
+            ext[id(new)] = prov
+            self.keepalive.append(new)
+        return new
+
+    def register(self, value, prov):
+        """Remember `value` as external with `prov` without asking the context (e.g. a method's __func__)."""
+        if id(value) not in self.external:
+            self.external[id(value)] = prov
+            self.keepalive.append(value)
+
+    def global_prov(self, globals_: dict, name: str, builtin: bool):
+        key = (id(globals_), name, builtin)
+        p = self._gprov.get(key)
+        if p is None:
+            p = self._gprov[key] = Global("builtins" if builtin else globals_.get("__name__", "?"), name)
+        return p
+
+    def lookup(self, t, name):
+        """type_lookup cached for the duration of this interpretation."""
+        key = (t, name)
+        v = self._tcache.get(key, NULL)
+        if v is NULL:
+            v = self._tcache[key] = type_lookup(t, name)
+        return v
+
+    def topmost_exc(self):
+        for cell in reversed(self.exc_stack):
+            if cell[0] is not None:
+                return cell[0]
+        return None
+
+    # -- calls ------------------------------------------------------------------------------------------------
+    def call(self, fn, args: tuple, kwargs: dict):
+        """Call `fn(*args, **kwargs)` from interpreted code, following the call policy (see module docs)."""
+        repl = self.lookaside(fn)
+        if repl is not None:
+            return repl(*args, **kwargs)
+        t = type(fn)
+        if t is _FunctionType:
+            return self.call_function(fn, args, kwargs)
+        if t is _MethodType:
+            func = fn.__func__
+            prov = self.external.get(id(fn))
+            if prov is not None:
+                self.register(func, Attr(prov, "__func__"))
+            return self.call(func, (fn.__self__, *args), kwargs)
+        look = LOOKASIDES.get(id(fn))
+        if look is not None:
+            return look(self, args, kwargs)
+        if t in _NATIVE_TYPES:
+            return self.call_native(fn, args, kwargs)
+        if t is _partial:
+            return self.call(fn.func, fn.args + args, {**fn.keywords, **kwargs})
+        if isinstance(fn, type):
+            return self.instantiate(fn, args, kwargs)
+        if _is_jitcore_obj(fn):
+            return self.call_native(fn, args, kwargs)
+        call = self.lookup(t, "__call__")
+        if type(call) is _FunctionType:
+            return self.call(call, (fn, *args), kwargs)
+        return self.call_native(fn, args, kwargs)
+
+    def call_native(self, fn, args, kwargs):
+        if self.notify_native:
+            self.ctx.on_call_native(fn, args, kwargs)
+        spec = CONTAINER_METHODS.get(id(fn))
+        if spec is not None and args and id(args[0]) in self.external:
+            return spec(self, fn, args, kwargs)
+        t = type(fn)
+        if t is types.BuiltinMethodType or t is types.MethodWrapperType:
+            owner = fn.__self__
+            if id(owner) in self.external and not isinstance(owner, types.ModuleType):
+                cls = fn.__objclass__ if t is types.MethodWrapperType else type(owner)
+                unbound = type_lookup(cls, fn.__name__)
+                spec = CONTAINER_METHODS.get(id(unbound))
+                if spec is not None:
+                    return spec(self, unbound, (owner, *args), kwargs)
+        return fn(*args, **kwargs)
+
+    def call_function(self, fn, args, kwargs):
+        """Interpret a Python function (or call it natively when it is jitcore's or ctx says so)."""
+        mod = fn.__module__
+        if (mod is not None and mod.startswith("jitcore.")) or not self.should_inline(fn):
+            return self.call_native(fn, args, kwargs)
+        code = fn.__code__
+        info = code_info(code)
+        if info.flags & CO_ASYNC:
+            raise UnsupportedError(
+                "callable",
+                f"async function {fn.__qualname__} (coroutines and async generators are not interpreted)",
+                hint="call it outside the jitted function",
+            )
+        frame = Frame(self, code, info, fn.__globals__, fn)
+        bind_args(fn, code, args, kwargs, frame.localsplus)
+        return self.run(frame)
+
+    def run(self, frame):
+        """Run a fresh frame to its end; returns its value, or an interpreted generator for generator code."""
+        if self.depth >= MAX_DEPTH:
+            raise RecursionError(f"maximum interpreted call depth ({MAX_DEPTH}) exceeded")
+        parent = self.frame
+        frame.parent = parent
+        self.frame = frame
+        self.depth += 1
+        try:
+            sig = run_frame(frame)
+        finally:
+            self.frame = parent
+            self.depth -= 1
+        if sig == RETURNED:
+            return frame.retval
+        from jitcore.interpreter.generators import InterpGenerator
+
+        return InterpGenerator(self, frame)
+
+    def instantiate(self, cls, args, kwargs):
+        """`cls(*args, **kwargs)`: interpret Python-level __new__/__init__, else call natively."""
+        meta = type(cls)
+        if meta is not type:
+            mcall = self.lookup(meta, "__call__")
+            if type(mcall) is _FunctionType:
+                return self.call(mcall, (cls, *args), kwargs)
+        new = self.lookup(cls, "__new__")
+        init = self.lookup(cls, "__init__")
+        if isinstance(new, staticmethod):
+            new = new.__func__
+        if type(new) is not _FunctionType and type(init) is not _FunctionType:
+            return self.call_native(cls, args, kwargs)
+        if type(new) is _FunctionType:
+            obj = self.call(new, (cls, *args), kwargs)
+        elif new is object.__new__:
+            obj = object.__new__(cls)
+        else:
+            obj = cls.__new__(cls, *args, **kwargs)
+        if not isinstance(obj, cls):
+            return obj
+        init = self.lookup(type(obj), "__init__")
+        if type(init) is _FunctionType:
+            res = self.call(init, (obj, *args), kwargs)
+            if res is not None:
+                raise TypeError(f"__init__() should return None, not '{type(res).__name__}'")
+        elif init is not object.__init__:
+            type(obj).__init__(obj, *args, **kwargs)
+        return obj
+
+    # -- cells of functions created outside ----------------------------------------------------------------------
+    def register_closure(self, fn, cells):
+        if id(fn) in self.created_fns:
+            return
+        parent = self.external.get(id(fn))
+        for name, cell in zip(fn.__code__.co_freevars, cells):
+            if id(cell) not in self.ext_cells:
+                self.ext_cells[id(cell)] = Closure(parent, fn.__qualname__, name)
+                self.keepalive.append(cell)
+
+
+def _is_jitcore_obj(obj) -> bool:
+    mod = getattr(type(obj), "__module__", None) or ""
+    if mod.startswith("jitcore.") or mod == "jitcore":
+        return True
+    mod = getattr(obj, "__module__", None)
+    return isinstance(mod, str) and mod.startswith("jitcore.") and not isinstance(obj, type)
+
+
+def _set_context(exc, handled):
+    """CPython's implicit exception chaining: `exc.__context__ = handled`, cutting cycles."""
+    o = handled
+    while True:
+        ctx = o.__context__
+        if ctx is None:
+            break
+        if ctx is exc:
+            o.__context__ = None
+            break
+        o = ctx
+    exc.__context__ = handled
+
+
+def handle_exception(frame, exc, idx) -> bool:
+    """Route `exc` raised at instruction `idx` to its handler in this frame; False if there is none."""
+    entry = frame.info.handlers[idx]
+    if entry is None:
+        return False
+    target, depth, lasti = entry
+    stack = frame.stack
+    del stack[depth:]
+    if lasti:
+        stack.append(idx)
+    stack.append(exc)
+    frame.ip = target
+    return True
+
+
+def annotate(frame, exc, inst):
+    """Give a JitError the location of the innermost user frame it passes through."""
+    if getattr(exc, "where", "") is not None or not hasattr(exc, "with_where"):
+        return
+    where = frame.where(inst)
+    if is_user_file(frame.code.co_filename):
+        exc.with_where(where)
+    elif frame.rt.fallback_where is None:
+        frame.rt.fallback_where = where
+
+
+def run_frame(frame, throw=None):
+    """Execute `frame` until it returns, yields or raises. `throw`: an exception to raise at the resume point."""
+    insts = frame.insts
+    if throw is not None:
+        idx = max(frame.ip - 1, 0)
+        if not handle_exception(frame, throw, idx):
+            if isinstance(throw, JitError):
+                annotate(frame, throw, insts[idx])
+            raise throw
+    while True:
+        inst = insts[frame.ip]
+        frame.ip += 1
+        try:
+            sig = inst.fn(frame, inst)
+        except BaseException as e:
+            rt = frame.rt
+            if e.__context__ is None:
+                handled = rt.topmost_exc()
+                if handled is not None and handled is not e:
+                    _set_context(e, handled)
+            if handle_exception(frame, e, inst.idx):
+                continue
+            if isinstance(e, JitError):
+                annotate(frame, e, inst)
+            raise
+        if sig is not None:
+            return sig
+
+
+# filled by lookasides.py / containers.py (imported by the package __init__)
+LOOKASIDES: dict[int, object] = {}
+CONTAINER_METHODS: dict[int, object] = {}

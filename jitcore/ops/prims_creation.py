@@ -1,0 +1,94 @@
+"""Ops: creation prims (full, empty, iota, uniform, normal, randint, tensor_from_sequence): tensors from no tensor
+inputs. Shapes are tuples of ints, device a torch.device, dtype a torch.dtype. The random ones draw from torch's
+default generator when they run, so torch.manual_seed reproduces them.
+"""
+from __future__ import annotations
+
+from numbers import Number
+
+import torch
+
+from jitcore import devices
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import check, is_number
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import Tag
+
+CREATION = (Tag.CREATION,)
+RANDOM = (Tag.CREATION, Tag.RANDOM)
+
+
+def _out(op, shape, device, dtype) -> TensorProxy:
+    check(isinstance(shape, (tuple, list)) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                   for s in shape),
+          lambda: f"prims.{op}: shape must be a tuple of non-negative ints, got {shape!r}")
+    check(isinstance(dtype, torch.dtype), lambda: f"prims.{op}: dtype must be a torch.dtype, got {dtype!r}")
+    return TensorProxy(tuple(shape), dtype, devices.to_device(device), False)
+
+
+@prim("full", tags=CREATION)
+def full(shape, fill_value, *, device, dtype):
+    """A tensor of `shape` filled with fill_value."""
+    check(is_number(fill_value), lambda: f"prims.full: fill_value must be a number, got {fill_value!r}")
+    return _out("full", shape, device, dtype)
+
+
+@prim("empty", tags=CREATION)
+def empty(shape, *, device, dtype):
+    """An uninitialized tensor of `shape`."""
+    return _out("empty", shape, device, dtype)
+
+
+@prim("iota", tags=CREATION)
+def iota(length, *, start, step, device, dtype):
+    """start + step * arange(length) (computed in float64/int64, then cast to dtype, like torch.arange on CPU)."""
+    check(isinstance(length, int) and length >= 0, lambda: f"prims.iota: length must be an int >= 0, got {length!r}")
+    check(is_number(start) and is_number(step), lambda: f"prims.iota: start and step must be numbers: {start}, {step}")
+    return _out("iota", (length,), device, dtype)
+
+
+def _check_float(op, dtype):
+    check(isinstance(dtype, torch.dtype) and dtype.is_floating_point,
+          lambda: f"prims.{op}: expected a floating point dtype, got {dtype}")
+
+
+@prim("uniform", tags=RANDOM)
+def uniform(shape, minval, maxval, *, device, dtype):
+    """Samples from U[minval, maxval) (torch's Tensor.uniform_)."""
+    _check_float("uniform", dtype)
+    check(is_number(minval) and is_number(maxval) and minval <= maxval,
+          lambda: f"prims.uniform: expects minval <= maxval, got {minval!r} and {maxval!r}")
+    return _out("uniform", shape, device, dtype)
+
+
+@prim("normal", tags=RANDOM)
+def normal(shape, mean, std, *, device, dtype):
+    """Samples from N(mean, std**2) (torch's Tensor.normal_)."""
+    _check_float("normal", dtype)
+    check(is_number(mean) and is_number(std) and std >= 0,
+          lambda: f"prims.normal: expects std >= 0.0, got mean {mean!r} and std {std!r}")
+    return _out("normal", shape, device, dtype)
+
+
+@prim("randint", tags=RANDOM)
+def randint(low, high, shape, *, device, dtype):
+    """Integers drawn uniformly from [low, high) (torch.randint)."""
+    check(isinstance(low, int) and isinstance(high, int) and low < high,
+          lambda: f"prims.randint: random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    return _out("randint", shape, device, dtype)
+
+
+def _sequence_shape(seq) -> tuple:
+    if isinstance(seq, Number) and not isinstance(seq, torch.Tensor):
+        return ()
+    check(isinstance(seq, (list, tuple)), lambda: f"prims.tensor_from_sequence: expected numbers or lists, got {seq!r}")
+    shapes = [_sequence_shape(s) for s in seq]
+    check(len(set(shapes)) <= 1,
+          lambda: f"prims.tensor_from_sequence: expected a rectangular sequence, got element shapes {shapes}")
+    return (len(seq),) + (shapes[0] if shapes else ())
+
+
+@prim("tensor_from_sequence", tags=CREATION)
+def tensor_from_sequence(seq, *, dtype, device):
+    """torch.tensor of a (nested) list of Python numbers."""
+    return _out("tensor_from_sequence", _sequence_shape(seq), device, dtype)

@@ -1,0 +1,37 @@
+"""Ops: miscellaneous prims: shape (a tensor's sizes as Python ints), copy_ (the one in-place write, into an
+existing tensor) and stop_gradient (a tensor cut off from autodiff).
+"""
+from __future__ import annotations
+
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import check, requires_grad
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import Tag
+
+
+def _tensor(op, a, what="a"):
+    check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected {what} to be a tensor, got {a!r}")
+
+
+@prim("shape", tags=(Tag.NON_DIFFERENTIABLE, Tag.PYTHON))
+def shape(a):
+    """The sizes of a as a tuple (ints, or IntegerProxy under symbolic values)."""
+    _tensor("shape", a)
+    return tuple(a._shape)
+
+
+@prim("copy_", tags=(Tag.INPLACE, Tag.DONT_DCE))
+def copy_(src, dst):
+    """Writes src into dst when it runs (dst.copy_(src)); returns dst's new value. One shape; dtype, device convert."""
+    _tensor("copy_", src, "src")
+    _tensor("copy_", dst, "dst")
+    check(tuple(src.shape) == tuple(dst.shape),
+          lambda: f"prims.copy_: src shape {tuple(src.shape)} must equal dst shape {tuple(dst.shape)}")
+    return dst.like(requires_grad=requires_grad(src, dst))
+
+
+@prim("stop_gradient", tags=(Tag.NON_DIFFERENTIABLE,))
+def stop_gradient(a):
+    """a's value with no gradient flowing back (torch's detach)."""
+    _tensor("stop_gradient", a)
+    return a.like(requires_grad=False)

@@ -1,0 +1,140 @@
+"""Ops: reduction, scan and sort prims (sum, prod, amax, amin, var, var_mean, argmax, argmin, topk, sort, cumsum,
+cumprod). Dims are canonical tuples; outputs drop the reduced dims (ltorch handles keepdim), and keep the input
+dtype (ltorch upcasts), except var (real for complex input) and the int64 indices.
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore import dtypes
+from jitcore.errors import MetaError
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import canonical_dims, check, requires_grad
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import Tag
+
+ND = (Tag.NON_DIFFERENTIABLE,)
+
+
+def _tensor(op, a, allowed=None):
+    check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected a tensor, got {a!r}")
+    if allowed is not None:
+        check(dtypes.category(a.dtype) in allowed, lambda: f"prims.{op}: not implemented for '{a.dtype}'")
+
+
+def _dim(op, a, dim) -> int:
+    check(isinstance(dim, int) and not isinstance(dim, bool), lambda: f"prims.{op}: dim must be an int, got {dim!r}")
+    try:
+        return canonical_dims(dim, a.ndim)[0]
+    except IndexError as e:
+        raise MetaError(f"prims.{op}: {e} for a tensor of shape {tuple(a.shape)}") from None
+
+
+def _reduced(op, a, dims, *, nonempty=False) -> tuple:
+    """The output shape of reducing a over dims (canonical, distinct); nonempty: reduced dims need size > 0."""
+    check(isinstance(dims, (tuple, list)) and all(isinstance(d, int) for d in dims),
+          lambda: f"prims.{op}: expected a tuple of ints for dims, got {dims!r}")
+    try:
+        dims = canonical_dims(tuple(dims), a.ndim)
+    except IndexError as e:
+        raise MetaError(f"prims.{op}: {e} for a tensor of shape {tuple(a.shape)}") from None
+    check(len(set(dims)) == len(dims), lambda: f"prims.{op}: dim {dims} appears multiple times in the list of dims")
+    if nonempty:
+        for d in dims:
+            if a.ndim and a.shape[d] == 0:
+                raise MetaError(f"prims.{op}: Expected reduction dim {d} to have non-zero size; shape {tuple(a.shape)}")
+    return tuple(s for i, s in enumerate(a.shape) if i not in dims)
+
+
+def _reduction(name, allowed, nonempty=False):
+    def meta(a, dims):
+        _tensor(name, a, allowed)
+        return a.like(shape=_reduced(name, a, dims, nonempty=nonempty), requires_grad=requires_grad(a))
+
+    meta.__name__ = name
+    meta.__doc__ = f"{name} of a over dims (a tuple of canonical dims; () reduces nothing)."
+    return prim(name)(meta)
+
+
+sum = _reduction("sum", (0, 1, 2, 3))
+prod = _reduction("prod", (0, 1, 2, 3))
+amax = _reduction("amax", (0, 1, 2), nonempty=True)
+amin = _reduction("amin", (0, 1, 2), nonempty=True)
+
+
+def _var_out(op, a, dims, correction):
+    _tensor(op, a, (2, 3))
+    check(isinstance(correction, (int, float)) and not isinstance(correction, bool),
+          lambda: f"prims.{op}: correction must be a number, got {correction!r}")
+    shape = _reduced(op, a, dims)
+    return TensorProxy(shape, dtypes.to_real(a.dtype), a.device, requires_grad(a))
+
+
+@prim("var")
+def var(a, dims, *, correction):
+    """Variance over dims with `correction` (Bessel's is 1); inexact dtypes; real result for complex a."""
+    return _var_out("var", a, dims, correction)
+
+
+@prim("var_mean")
+def var_mean(a, dims, *, correction):
+    """(variance, mean) over dims, like torch.var_mean."""
+    v = _var_out("var_mean", a, dims, correction)
+    return v, a.like(shape=v.shape, requires_grad=requires_grad(a))
+
+
+def _arg_reduction(name):
+    def meta(a, dim):
+        _tensor(name, a, (1, 2))
+        if dim is None:
+            check(a.numel() != 0, lambda: f"prims.{name}: Expected reduction dim to be specified for input.numel() "
+                                          f"== 0; shape {tuple(a.shape)}")
+            return TensorProxy((), torch.int64, a.device)
+        d = _dim(name, a, dim)
+        shape = _reduced(name, a, (d,), nonempty=True)
+        return TensorProxy(shape, torch.int64, a.device)
+
+    meta.__name__ = name
+    meta.__doc__ = f"int64 index of the {name[3:]} along dim (None: of the flattened tensor); first on ties."
+    return prim(name, tags=ND)(meta)
+
+
+argmax = _arg_reduction("argmax")
+argmin = _arg_reduction("argmin")
+
+
+@prim("topk")
+def topk(a, k, dim, largest, sorted):
+    """(values, int64 indices) of the k largest (or smallest) entries along dim."""
+    _tensor("topk", a, (1, 2))
+    d = _dim("topk", a, dim)
+    n = a.shape[d] if a.ndim else 1
+    check(isinstance(k, int) and 0 <= k <= n,
+          lambda: f"prims.topk: selected index k out of range: k={k} for dim {d} of shape {tuple(a.shape)}")
+    shape = list(a.shape)
+    if a.ndim:
+        shape[d] = k
+    return a.like(shape=tuple(shape), requires_grad=requires_grad(a)), TensorProxy(shape, torch.int64, a.device)
+
+
+@prim("sort")
+def sort(a, dim, descending, stable):
+    """(values, int64 indices) of a sorted along dim."""
+    _tensor("sort", a, (0, 1, 2))
+    _dim("sort", a, dim)
+    return a.like(requires_grad=requires_grad(a)), TensorProxy(a.shape, torch.int64, a.device)
+
+
+def _scan(name):
+    def meta(a, dim):
+        _tensor(name, a, (1, 2, 3))
+        _dim(name, a, dim)
+        return a.like(requires_grad=requires_grad(a))
+
+    meta.__name__ = name
+    meta.__doc__ = f"inclusive {name} along dim, in a's dtype (bool is refused; ltorch converts first)."
+    return prim(name)(meta)
+
+
+cumsum = _scan("cumsum")
+cumprod = _scan("cumprod")

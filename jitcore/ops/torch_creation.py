@@ -1,0 +1,359 @@
+"""Ops: torch-level tensor creation (zeros/ones/full/empty and their _like/new_ forms, arange/linspace/logspace/eye,
+rand/randn/randint, tensor/as_tensor/scalar_tensor, tril_indices/triu_indices, bernoulli, normal). Sizes, dtypes
+(torch.get_default_dtype(), arange's int/float inference) and devices are resolved here; the creation prims make the
+values. requires_grad=True on a float result makes it require grad.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from jitcore import devices, dtypes
+from jitcore.ops import prims_creation as pc
+from jitcore.ops import prims_misc as pm
+from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_elementwise as te
+from jitcore.ops.registry import torchsymbol
+from jitcore.ops.torch_elementwise import to_dtype
+from jitcore.ops.torch_shape import copy, shape_arg
+from jitcore.ops.utils import check, is_number
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import Tag
+
+T = torch.Tensor
+CREATION = (Tag.CREATION,)
+RANDOM = (Tag.CREATION, Tag.RANDOM)
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------------
+def _device(device, like=None):
+    if device is not None:
+        return devices.to_device(device)
+    return like.device if like is not None else devices.to_device(torch.get_default_device())
+
+
+def _size(op, size, kwargs=None) -> tuple:
+    if kwargs and "size" in kwargs:
+        size = (kwargs.pop("size"),)
+    check(not kwargs, lambda: f"{op}() got unexpected keyword arguments {sorted(kwargs)}")
+    shape = shape_arg(size)
+    check(all(isinstance(s, int) for s in shape), lambda: f"{op}(): size must be a tuple of ints, got {shape!r}")
+    check(all(s >= 0 for s in shape), lambda: f"Trying to create tensor with negative dimension "
+                                              f"{next(s for s in shape if s < 0)}: {list(shape)}")
+    return shape
+
+
+def _grad(out, requires_grad):
+    if requires_grad:
+        check(dtypes.is_inexact(out.dtype), "Only Tensors of floating point and complex dtype can require gradients")
+        out.requires_grad = True
+    return out
+
+
+def _fill(shape, value, dtype, device, requires_grad):
+    return _grad(pc.full(tuple(shape), to_dtype(value, dtype), device=device, dtype=dtype), requires_grad)
+
+
+def number_dtype(*values) -> torch.dtype:
+    """The dtype torch.full/torch.tensor infer for Python numbers: bool, int64, the default float, or complex."""
+    return dtypes.default_for(max((dtypes.category(dtypes.python_type_of(v)) for v in values), default=2))
+
+
+# -- filled tensors --------------------------------------------------------------------------------------------------
+def _filled(name, value):
+    def body(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False, **kwargs):
+        check(out is None, lambda: f"{name}: out= is not supported")
+        shape = _size(name, size, kwargs)
+        dtype = dtype or torch.get_default_dtype()
+        if value is None:
+            return _grad(pc.empty(shape, device=_device(device), dtype=dtype), requires_grad)
+        return _fill(shape, value, dtype, _device(device), requires_grad)
+
+    body.__name__ = name
+    return torchsymbol(getattr(torch, name), name=name, tags=CREATION)(body)
+
+
+zeros = _filled("zeros", 0)
+ones = _filled("ones", 1)
+empty = _filled("empty", None)
+
+
+@torchsymbol(torch.full, tags=CREATION)
+def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    shape = _size("full", (size,))
+    if isinstance(fill_value, TensorProxy):
+        check(fill_value.ndim == 0, "full(): fill_value must be a number or a 0-d tensor")
+        v = to_dtype(fill_value, dtype or fill_value.dtype)
+        return _grad(copy(te.expand_to(v, shape)) if shape else copy(v), requires_grad)
+    return _fill(shape, fill_value, dtype or number_dtype(fill_value), _device(device), requires_grad)
+
+
+@torchsymbol(torch.scalar_tensor, tags=CREATION)
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    return _fill((), s, dtype or torch.get_default_dtype(), _device(device), requires_grad)
+
+
+def _like(name, value):
+    def body(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+             memory_format=torch.preserve_format):
+        dtype = dtype or input.dtype
+        if value is None:
+            return _grad(pc.empty(tuple(input.shape), device=_device(device, input), dtype=dtype), requires_grad)
+        return _fill(input.shape, value, dtype, _device(device, input), requires_grad)
+
+    body.__name__ = name
+    return torchsymbol(getattr(torch, name), name=name, tags=CREATION)(body)
+
+
+zeros_like = _like("zeros_like", 0)
+ones_like = _like("ones_like", 1)
+empty_like = _like("empty_like", None)
+
+
+@torchsymbol(torch.full_like, tags=CREATION)
+def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
+              memory_format=torch.preserve_format):
+    return _fill(input.shape, fill_value, dtype or input.dtype, _device(device, input), requires_grad)
+
+
+def _new(name, value):
+    def body(self, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False, **kwargs):
+        shape = _size(name, size, kwargs)
+        dtype = dtype or self.dtype
+        if value is None:
+            return _grad(pc.empty(shape, device=_device(device, self), dtype=dtype), requires_grad)
+        return _fill(shape, value, dtype, _device(device, self), requires_grad)
+
+    body.__name__ = name
+    return torchsymbol(getattr(T, name), method=name, name=name, tags=CREATION)(body)
+
+
+new_zeros = _new("new_zeros", 0)
+new_ones = _new("new_ones", 1)
+new_empty = _new("new_empty", None)
+
+
+@torchsymbol(T.new_full, method="new_full", tags=CREATION)
+def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+    return _fill(_size("new_full", (size,)), fill_value, dtype or self.dtype, _device(device, self), requires_grad)
+
+
+# -- ranges ---------------------------------------------------------------------------------------------------------
+@torchsymbol(torch.arange, tags=CREATION)
+def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, requires_grad=False,
+           pin_memory=False):
+    if end is None:
+        start, end = 0, start
+    for v in (start, end, step):
+        check(is_number(v), lambda: f"arange(): start, end and step must be numbers, got {v!r}")
+    check(step != 0, "step must be nonzero")
+    check(step > 0 and end >= start or step < 0 and end <= start,
+          "upper bound and larger bound inconsistent with step sign")
+    all_int = all(isinstance(v, int) for v in (start, end, step))
+    dtype = dtype or (torch.int64 if all_int else torch.get_default_dtype())
+    length = -((start - end) // step) if all_int else math.ceil((end - start) / step)
+    out = pc.iota(length, start=start, step=step, device=_device(device), dtype=dtype)
+    return _grad(out, requires_grad)
+
+
+def _linspace_values(start, end, steps, dtype, device):
+    """torch's CPU linspace: start + step*i for the first half, end - step*(steps-1-i) for the second."""
+    compute = dtype if dtypes.is_float(dtype) and dtype not in dtypes.low_precision else torch.float64
+    idx = pc.iota(steps, start=0, step=1, device=device, dtype=compute)
+    step = (end - start) / (steps - 1)
+    lo = te.add(te.mul(idx, step), start)
+    hi = te.sub(end, te.mul(te.sub(steps - 1, idx), step))
+    return te.where(te.lt(idx, steps // 2), lo, hi)
+
+
+@torchsymbol(torch.linspace, tags=CREATION)
+def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    check(isinstance(steps, int) and steps >= 0, "linspace(): number of steps must be non-negative")
+    dtype, device = dtype or torch.get_default_dtype(), _device(device)
+    if steps <= 1:
+        out = pc.full((steps,), to_dtype(start, dtype), device=device, dtype=dtype)
+    else:
+        out = to_dtype(_linspace_values(start, end, steps, dtype, device), dtype)
+    return _grad(out, requires_grad)
+
+
+@torchsymbol(torch.logspace, tags=CREATION)
+def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    check(isinstance(steps, int) and steps >= 0, "logspace(): number of steps must be non-negative")
+    dtype, device = dtype or torch.get_default_dtype(), _device(device)
+    if steps <= 1:
+        out = pc.full((steps,), to_dtype(base ** start, dtype), device=device, dtype=dtype)
+    else:
+        exps = _linspace_values(start, end, steps, torch.float64, device)
+        out = to_dtype(te.pow(float(base), exps), dtype)
+    return _grad(out, requires_grad)
+
+
+@torchsymbol(torch.eye, tags=CREATION)
+def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    m = n if m is None else m
+    check(n >= 0 and m >= 0, lambda: f"n and m must be greater or equal to 0, got {n}, {m}")
+    device = _device(device)
+    rows = ps.reshape(pc.iota(n, start=0, step=1, device=device, dtype=torch.int64), (n, 1))
+    cols = ps.reshape(pc.iota(m, start=0, step=1, device=device, dtype=torch.int64), (1, m))
+    return _grad(to_dtype(te.eq(rows, cols), dtype or torch.get_default_dtype()), requires_grad)
+
+
+def _tri_indices(op, row, col, offset, dtype, device, lower):
+    pairs = [(i, j) for i in range(row) for j in range(col) if (j - i <= offset if lower else j - i >= offset)]
+    data = [[p[0] for p in pairs], [p[1] for p in pairs]]
+    return pc.tensor_from_sequence(data, dtype=dtype, device=_device(device))
+
+
+@torchsymbol(torch.tril_indices, tags=CREATION)
+def tril_indices(row, col, offset=0, *, dtype=torch.long, device=None, layout=None):
+    return _tri_indices("tril_indices", row, col, offset, dtype, device, True)
+
+
+@torchsymbol(torch.triu_indices, tags=CREATION)
+def triu_indices(row, col, offset=0, *, dtype=torch.long, device=None, layout=None):
+    return _tri_indices("triu_indices", row, col, offset, dtype, device, False)
+
+
+# -- random -----------------------------------------------------------------------------------------------------------
+def _no_generator(op, generator):
+    check(generator is None, lambda: f"{op}: an explicit generator= is not supported; use torch.manual_seed")
+
+
+def _random(name, draw):
+    def body(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
+             pin_memory=False, **kwargs):
+        _no_generator(name, generator)
+        shape = _size(name, size, kwargs)
+        return _grad(draw(shape, dtype or torch.get_default_dtype(), _device(device)), requires_grad)
+
+    body.__name__ = name
+    return torchsymbol(getattr(torch, name), name=name, tags=RANDOM)(body)
+
+
+def _uniform(shape, dtype, device):
+    return pc.uniform(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
+
+
+def _normal(shape, dtype, device):
+    return pc.normal(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
+
+
+rand = _random("rand", _uniform)
+randn = _random("randn", _normal)
+
+
+def _random_like(name, draw):
+    def body(input, *, dtype=None, layout=None, device=None, requires_grad=False,
+             memory_format=torch.preserve_format):
+        return _grad(draw(input.shape, dtype or input.dtype, _device(device, input)), requires_grad)
+
+    body.__name__ = name
+    return torchsymbol(getattr(torch, name), name=name, tags=RANDOM)(body)
+
+
+rand_like = _random_like("rand_like", _uniform)
+randn_like = _random_like("randn_like", _normal)
+
+
+@torchsymbol(torch.randint, tags=RANDOM)
+def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
+            requires_grad=False, pin_memory=False):
+    _no_generator("randint", generator)
+    if size is None:
+        low, high, size = 0, low, high
+    check(high is not None and size is not None, "randint(): expected high and size")
+    out = pc.randint(low, high, _size("randint", (size,)), device=_device(device), dtype=dtype or torch.int64)
+    return _grad(out, requires_grad)
+
+
+@torchsymbol(torch.randint_like, tags=RANDOM)
+def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=None, requires_grad=False,
+                 memory_format=torch.preserve_format):
+    if high is None:
+        low, high = 0, low
+    out = pc.randint(low, high, tuple(input.shape), device=_device(device, input), dtype=dtype or input.dtype)
+    return _grad(out, requires_grad)
+
+
+@torchsymbol(torch.bernoulli, T.bernoulli, method="bernoulli", tags=RANDOM)
+def bernoulli(input, p=None, *, generator=None):
+    """1 with probability p (the input's values, or the float p), else 0; in the input's dtype."""
+    _no_generator("bernoulli", generator)
+    prob = input if p is None else p
+    compute = dtypes.computation_dtype(input.dtype) if dtypes.is_float(input.dtype) else torch.float32
+    u = pc.uniform(tuple(input.shape), 0.0, 1.0, device=input.device, dtype=compute)
+    return to_dtype(te.lt(u, prob), input.dtype)
+
+
+@torchsymbol(torch.normal, tags=RANDOM)
+def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
+           requires_grad=False, pin_memory=False):
+    _no_generator("normal", generator)
+    if not isinstance(mean, TensorProxy) and not isinstance(std, TensorProxy):
+        check(size is not None, "normal(): with float mean and std, size= is required")
+        out = pc.normal(_size("normal", (size,)), mean, std, device=_device(device), dtype=dtype or
+                        torch.get_default_dtype())
+        return _grad(out, requires_grad)
+    ref = mean if isinstance(mean, TensorProxy) else std
+    shape = tuple(te.broadcast(mean, std)[0].shape) if isinstance(mean, TensorProxy) and \
+        isinstance(std, TensorProxy) else tuple(ref.shape)
+    z = pc.normal(shape, 0.0, 1.0, device=ref.device, dtype=dtypes.computation_dtype(ref.dtype))
+    return to_dtype(te.add(te.mul(z, std), mean), ref.dtype)
+
+
+# -- from data ---------------------------------------------------------------------------------------------------------
+def _leaves(data):
+    if isinstance(data, (list, tuple)):
+        for d in data:
+            yield from _leaves(d)
+    else:
+        yield data
+
+
+def _from_data(op, data, dtype, device, requires_grad):
+    if isinstance(data, TensorProxy):
+        out = pm.stop_gradient(data) if data.requires_grad else data
+        out = to_dtype(out, dtype or data.dtype)
+        if device is not None and devices.to_device(device) != out.device:
+            from jitcore.ops import prims_elementwise as pe
+
+            out = pe.device_put(out, devices.to_device(device))
+        return _grad(copy(out) if out is data else out, requires_grad)
+    leaves = list(_leaves(data))
+    if leaves and all(isinstance(v, TensorProxy) for v in leaves):
+        from jitcore.ops.torch_shape import stack
+
+        dtype = dtype or leaves[0].dtype
+        return _grad(stack([_from_data(op, d, dtype, device, False) for d in data]), requires_grad)
+    check(all(is_number(v) for v in leaves), lambda: f"{op}(): could not infer dtype of "
+                                                      f"{type(next(v for v in leaves if not is_number(v))).__name__}")
+    dtype = dtype or number_dtype(*leaves)
+    out = pc.tensor_from_sequence(data if not isinstance(data, tuple) else list(data), dtype=dtype,
+                                  device=_device(device))
+    return _grad(out, requires_grad)
+
+
+@torchsymbol(torch.tensor, tags=CREATION)
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    return _from_data("tensor", data, dtype, device, requires_grad)
+
+
+@torchsymbol(torch.as_tensor, tags=CREATION)
+def as_tensor(data, dtype=None, device=None):
+    if isinstance(data, TensorProxy):
+        out = to_dtype(data, dtype or data.dtype)
+        if device is not None and devices.to_device(device) != out.device:
+            from jitcore.ops import prims_elementwise as pe
+
+            out = pe.device_put(out, devices.to_device(device))
+        return out
+    return _from_data("as_tensor", data, dtype, device, False)
+
+
+@torchsymbol(T.new_tensor, method="new_tensor", tags=CREATION)
+def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+    if isinstance(data, TensorProxy):
+        return _from_data("new_tensor", data, dtype, device, requires_grad)
+    return _from_data("new_tensor", data, dtype or self.dtype, device or self.device, requires_grad)

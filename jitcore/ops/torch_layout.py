@@ -1,0 +1,267 @@
+"""Ops: torch-level rearranging and conversion ops: flip/roll/rot90, tril/triu/diagonal/diag, meshgrid, clone/detach/
+contiguous, Tensor.to and the dtype shorthands (x.float(), ...), and the x.T / x.mT / x.H / x.mH properties.
+Written over the shape, creation and elementwise prims (a triangle is an iota comparison and a where).
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore import devices
+from jitcore.ops import prims_creation as pc
+from jitcore.ops import prims_elementwise as pe
+from jitcore.ops import prims_misc as pm
+from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_elementwise as te
+from jitcore.ops import torch_shape as tsh
+from jitcore.ops.registry import torchsymbol
+from jitcore.ops.torch_elementwise import to_dtype
+from jitcore.ops.torch_shape import copy, dim_of, method_adapter, shape_arg, slice_dim
+from jitcore.ops.utils import check
+from jitcore.proxies import TENSOR_PROPERTIES, TensorProxy
+
+T = torch.Tensor
+
+
+# -- flips and rotations --------------------------------------------------------------------------------------------
+@torchsymbol(torch.flip)
+def flip(input, dims):
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    dims = tuple(dim_of("flip", d, input.ndim) for d in dims)
+    check(len(set(dims)) == len(dims), lambda: f"flip(): dims has duplicates: {dims}")
+    if input.ndim == 0 or not dims:
+        return copy(input)
+    return ps.flip(input, tuple(sorted(dims)))
+
+
+method_adapter("flip", lambda self, *dims: flip(self, shape_arg(dims)), T.flip)
+
+
+@torchsymbol(torch.fliplr, T.fliplr, method="fliplr")
+def fliplr(input):
+    check(input.ndim >= 2, "Input must be >= 2-d.")
+    return ps.flip(input, (1,))
+
+
+@torchsymbol(torch.flipud, T.flipud, method="flipud")
+def flipud(input):
+    check(input.ndim >= 1, "Input must be >= 1-d.")
+    return ps.flip(input, (0,))
+
+
+@torchsymbol(torch.roll, T.roll, method="roll")
+def roll(input, shifts, dims=None):
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    if dims is None or dims == () or dims == []:
+        check(len(shifts) == 1, lambda: f"roll: shifts {shifts} need dims")
+        flat = ps.reshape(input, (input.numel(),))
+        return ps.reshape(roll(flat, shifts, 0), tuple(input.shape))
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    check(input.ndim > 0, "roll: Dimension specified as 0 but tensor has no dimensions")
+    check(len(shifts) == len(dims), lambda: f"shifts and dimensions must align. shifts: {len(shifts)}, dims:"
+                                            f"{len(dims)}")
+    out = input
+    for shift, dim in zip(shifts, dims):
+        d = dim_of("roll", dim, input.ndim)
+        n = input.shape[d] if input.ndim else 1
+        if n == 0 or shift % n == 0:
+            continue
+        s = shift % n
+        out = tsh._cat("roll", [slice_dim(out, d, n - s, n), slice_dim(out, d, 0, n - s)], d)
+    return copy(out) if out is input else out
+
+
+@torchsymbol(torch.rot90, T.rot90, method="rot90")
+def rot90(input, k=1, dims=(0, 1)):
+    dims = tuple(dims)
+    check(len(dims) == 2, lambda: f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    check(input.ndim >= 2, lambda: f"expected total dims >= 2, but got total dims = {input.ndim}")
+    d0, d1 = dim_of("rot90", dims[0], input.ndim), dim_of("rot90", dims[1], input.ndim)
+    check(d0 != d1, lambda: f"expected rotation dims to be different, but got dim0 = {d0} and dim1 = {d1}")
+    k %= 4
+    if k == 1:
+        return tsh._swap("rot90", ps.flip(input, (d1,)), d0, d1)
+    if k == 2:
+        return ps.flip(input, tuple(sorted((d0, d1))))
+    if k == 3:
+        return tsh._swap("rot90", ps.flip(input, (d0,)), d0, d1)
+    return copy(input)
+
+
+# -- triangles and diagonals -----------------------------------------------------------------------------------------
+def _tri_mask(op, input, diagonal, lower):
+    check(input.ndim >= 2, lambda: f"{op}: input tensor must have at least 2 dimensions")
+    n, m = input.shape[-2], input.shape[-1]
+    rows = ps.reshape(pc.iota(n, start=0, step=1, device=input.device, dtype=torch.int64), (n, 1))
+    cols = ps.reshape(pc.iota(m, start=0, step=1, device=input.device, dtype=torch.int64), (1, m))
+    diff = te.sub(cols, rows)
+    keep = te.le(diff, diagonal) if lower else te.ge(diff, diagonal)
+    return te.where(keep, input, to_dtype(0, input.dtype))
+
+
+@torchsymbol(torch.tril, T.tril, method="tril")
+def tril(input, diagonal=0):
+    return _tri_mask("tril", input, diagonal, True)
+
+
+@torchsymbol(torch.triu, T.triu, method="triu")
+def triu(input, diagonal=0):
+    return _tri_mask("triu", input, diagonal, False)
+
+
+@torchsymbol(torch.diagonal, T.diagonal, method="diagonal")
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    check(input.ndim >= 2, lambda: f"diagonal(): expected a tensor with at least 2 dims, got {input.ndim}")
+    d1, d2 = dim_of("diagonal", dim1, input.ndim), dim_of("diagonal", dim2, input.ndim)
+    check(d1 != d2, lambda: f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    rest = [i for i in range(input.ndim) if i not in (d1, d2)]
+    x = tsh._permute(input, rest + [d1, d2])
+    n, m = input.shape[d1], input.shape[d2]
+    length = max(0, min(n, m - offset)) if offset >= 0 else max(0, min(n + offset, m))
+    start = (offset if offset >= 0 else -offset * m) if length else 0
+    batch = tuple(input.shape[i] for i in rest)
+    flat = ps.reshape(x, batch + (n * m,))
+    end = start + (length - 1) * (m + 1) + 1 if length else 0
+    return slice_dim(flat, len(batch), start, end, m + 1) if (start, end, m + 1) != (0, n * m, 1) else copy(flat)
+
+
+_diagonal = diagonal
+
+
+@torchsymbol(torch.diag, T.diag, method="diag")
+def diag(input, diagonal=0):
+    check(input.ndim in (1, 2), lambda: f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
+    if input.ndim == 2:
+        return _diagonal(input, diagonal)
+    n, k = input.shape[0], diagonal
+    size = n + abs(k)
+    if n == 0:
+        return pc.full((size, size), 0, device=input.device, dtype=input.dtype)
+    start = k if k >= 0 else -k * size
+    hi = size * size - (start + n + (n - 1) * size)
+    flat = ps.pad(input, to_dtype(0, input.dtype), ((start, hi, size),))
+    return ps.reshape(flat, (size, size))
+
+
+@torchsymbol(torch.meshgrid, torch.functional._meshgrid, torch._C._VariableFunctionsClass.meshgrid)
+def meshgrid(*tensors, indexing=None):
+    if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)):
+        tensors = tuple(tensors[0])
+    indexing = indexing or "ij"
+    check(indexing in ("ij", "xy"), lambda: f"torch.meshgrid: indexing must be one of \"xy\" or \"ij\", "
+                                            f"but received: {indexing}")
+    check(len(tensors) > 0, "meshgrid expects a non-empty TensorList")
+    for x in tensors:
+        check(x.ndim <= 1, lambda: f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {x.ndim}D")
+        check(x.dtype == tensors[0].dtype, "meshgrid expects all tensors to have the same dtype")
+    sizes = [x.numel() for x in tensors]
+    where = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) >= 2:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+        where[0], where[1] = 1, 0
+    out = []
+    for x, d in zip(tensors, where):
+        out.append(ps.broadcast_in_dim(ps.reshape(x, (x.numel(),)), tuple(sizes), (d,)))
+    return tuple(out)
+
+
+# -- copies, detach, conversion ---------------------------------------------------------------------------------------
+@torchsymbol(T.contiguous, method="contiguous")
+def contiguous(self, memory_format=torch.contiguous_format):
+    """Traces have no strides: the input itself."""
+    return self
+
+
+@torchsymbol(torch.clone, T.clone, method="clone")
+def clone(input, *, memory_format=torch.preserve_format):
+    return copy(input)
+
+
+@torchsymbol(torch.detach, T.detach, method="detach")
+def detach(input):
+    return pm.stop_gradient(input)
+
+
+def _parse_to(args, kwargs):
+    """(dtype, device, copy) from Tensor.to's forms: to(dtype), to(device, dtype), to(other), and keywords."""
+    dtype, device, copy_ = kwargs.get("dtype"), kwargs.get("device"), kwargs.get("copy", False)
+    args = list(args)
+    if args:
+        first = args.pop(0)
+        if isinstance(first, TensorProxy):
+            dtype, device = first.dtype, first.device
+        elif isinstance(first, torch.dtype):
+            dtype = first
+        else:
+            device = first
+            if args and isinstance(args[0], torch.dtype):
+                dtype = args.pop(0)
+        if len(args) >= 2:  # non_blocking, copy
+            copy_ = args[1]
+    return dtype, device, copy_
+
+
+@torchsymbol(T.to, method="to")
+def to(self, *args, **kwargs):
+    dtype, device, copy_ = _parse_to(args, kwargs)
+    out = self
+    if device is not None and devices.to_device(device) != self.device:
+        out = pe.device_put(out, devices.to_device(device))
+    if dtype is not None:
+        out = to_dtype(out, dtype)
+    return copy(out) if copy_ and out is self else out
+
+
+@torchsymbol(T.type_as, method="type_as")
+def type_as(self, other):
+    return to_dtype(self, other.dtype)
+
+
+def _shorthand(name, dtype):
+    def body(self, memory_format=torch.preserve_format):
+        return to_dtype(self, dtype)
+
+    body.__name__ = name
+    return torchsymbol(getattr(T, name), method=name, name=name)(body)
+
+
+to_float = _shorthand("float", torch.float32)
+to_double = _shorthand("double", torch.float64)
+to_half = _shorthand("half", torch.float16)
+to_bfloat16 = _shorthand("bfloat16", torch.bfloat16)
+to_int = _shorthand("int", torch.int32)
+to_long = _shorthand("long", torch.int64)
+to_short = _shorthand("short", torch.int16)
+to_char = _shorthand("char", torch.int8)
+to_byte = _shorthand("byte", torch.uint8)
+to_bool = _shorthand("bool", torch.bool)
+
+
+# -- properties: x.T, x.mT, x.H, x.mH --------------------------------------------------------------------------------
+@torchsymbol(name="T")
+def permute_reversed(input):
+    """x.T: every dim reversed."""
+    return tsh._permute(input, tuple(reversed(range(input.ndim))))
+
+
+@torchsymbol(name="mT")
+def matrix_transpose(input):
+    """x.mT (and x.mH for real tensors): the last two dims swapped (0-d: the identity, deprecated in torch)."""
+    if input.ndim == 0:
+        return input
+    check(input.ndim >= 2, lambda: f"tensor.mT is only supported on matrices or batches of matrices. Got "
+                                   f"{input.ndim}-D tensor.")
+    return tsh._swap("mT", input, -2, -1)
+
+
+def _prop_H(a):
+    check(not a.dtype.is_complex, "x.H: complex tensors are not decomposed (conjugation)")
+    check(a.ndim in (0, 2), lambda: f"tensor.H is only supported on matrices (2-D tensors). Got {a.ndim}-D tensor.")
+    return permute_reversed(a)
+
+
+def _prop_mH(a):
+    check(not a.dtype.is_complex, "x.mH: complex tensors are not decomposed (conjugation)")
+    return matrix_transpose(a)
+
+
+TENSOR_PROPERTIES.update(T=permute_reversed, mT=matrix_transpose, H=_prop_H, mH=_prop_mH)

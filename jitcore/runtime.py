@@ -1,0 +1,43 @@
+"""Runtime: the torch.autograd.Function that runs a compiled forward program and, on backward, the compiled
+backward program, so jitted calls compose with eager autograd, optimizers and `loss.backward()`.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class _JitAutograd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, program, *inputs):
+        results = program.forward(*inputs)
+        n = program.n_outputs
+        outputs, saved = results[:n], results[n:]
+        tensors = [s for s in saved if isinstance(s, torch.Tensor)]
+        ctx.save_for_backward(*tensors)
+        ctx.saved_layout = [None if isinstance(s, torch.Tensor) else s for s in saved]
+        ctx.program = program
+        ctx.mark_non_differentiable(*[o for o, rg in zip(outputs, program.output_requires_grad)
+                                      if isinstance(o, torch.Tensor) and not rg])
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        program = ctx.program
+        tensors = iter(ctx.saved_tensors)
+        saved = [next(tensors) if s is None else s for s in ctx.saved_layout]
+        cts = [c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
+        grads = program.backward(*saved, *cts)
+        return (None, *grads)
+
+
+class AutogradProgram:
+    """forward(*inputs) -> (*outputs, *saved); backward(*saved, *cotangents) -> one grad per input."""
+
+    def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list):
+        self.forward, self.backward = forward, backward
+        self.n_outputs, self.output_requires_grad = n_outputs, list(output_requires_grad)
+
+    def __call__(self, *inputs):
+        if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
+            return _JitAutograd.apply(self, *inputs)
+        return self.forward(*inputs)[: self.n_outputs]

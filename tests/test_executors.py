@@ -1,0 +1,310 @@
+"""Tests: executors. Claim order and fallbacks, custom executors (the executors/base.py worked example), the
+dependency-safe regions of executors/regions.py (no cycles, side effects never move), and the inductor executor
+against eager, forward and backward. Inductor compiles cost seconds on CPU: only a handful run here.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jitcore
+from executors import OperatorExecutor, python_ex, torch_ex
+from executors.base import FusionExecutor
+from executors.claim import claim
+from executors.regions import fuse_regions, has_side_effect
+from jitcore.errors import UnsupportedError
+from jitcore.ops import ltorch
+from jitcore.ops.registry import PRIMS
+from tests.helpers import assert_same, tensor_inputs, trace_fn
+
+ELEMENTWISE = {"ltorch.sin", "ltorch.cos", "ltorch.exp", "ltorch.add", "ltorch.mul", "ltorch.sub", "ltorch.neg",
+               "ltorch.tanh", "ltorch.div", "ltorch.sigmoid", "ltorch.where", "ltorch.gt"}
+
+
+class EagerFusion(FusionExecutor):
+    """A test fusion executor: claims ELEMENTWISE ops, fuses them into regions that run eagerly (no compile)."""
+
+    def can_execute(self, bsym):
+        return bsym.sym.id in ELEMENTWISE and not has_side_effect(bsym)
+
+    def execute(self, bsym):
+        line = torch_ex.execute(bsym)
+        line.extra["executor"] = self.name
+        return line
+
+    def fuse(self, trace):
+        return fuse_regions(trace, lambda b: b.extra.get("executor") == self.name and "region_trace" not in b.extra,
+                            lambda sub: sub.python_callable(), prefix="eager_fusion", executor_name=self.name)
+
+
+eager_fusion = EagerFusion("eager_fusion_test")
+
+
+def run_claimed(fn, executors, *args):
+    trace = trace_fn(fn, *args)
+    claimed = claim(trace, executors)
+    return claimed, claimed.python_callable()(*tensor_inputs(*args))
+
+
+def kernel_names(trace) -> list[str]:
+    return [b.sym.qualname for b in trace.bound_symbols]
+
+
+# -- claim order and fallbacks ------------------------------------------------------------------------------------
+first_ex = OperatorExecutor("first_ex")
+first_ex.register_implementation(ltorch.add, lambda input, other, *, alpha=1: torch.add(input, other, alpha=alpha),
+                                 name="my_add", checker=lambda input, other, *, alpha=1: input.dtype == torch.float32)
+
+
+def add_sin(x, y):
+    return torch.add(x, y).sin()
+
+
+def test_earlier_executor_wins():
+    x, y = torch.randn(3), torch.randn(3)
+    t, out = run_claimed(add_sin, [first_ex, torch_ex], x, y)
+    assert kernel_names(t) == ["first_ex.my_add", "torch.sin"]
+    assert_same(out, add_sin(x, y))
+    t, _ = run_claimed(add_sin, [torch_ex, first_ex], x, y)
+    assert kernel_names(t) == ["torch.add", "torch.sin"]
+
+
+def test_refused_op_falls_through():
+    x, y = torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    t, out = run_claimed(add_sin, [first_ex, torch_ex], x, y)
+    assert kernel_names(t) == ["torch.add", "torch.sin"]
+    assert_same(out, add_sin(x, y))
+
+
+def test_unclaimed_composite_decomposes_and_unclaimed_prim_is_an_error():
+    prim_ex = OperatorExecutor("prims_only")
+    prim_ex.register_implementation(PRIMS["sin"], torch.sin, name="sin")
+    t, out = run_claimed(lambda x: x.sin(), [prim_ex], torch.ones(2))
+    assert kernel_names(t) == ["prims_only.sin"]  # ltorch.sin had no taker: its prim was claimed
+    assert_same(out, torch.ones(2).sin())
+    with pytest.raises(UnsupportedError, match="prims.cos.*prims_only"):
+        claim(trace_fn(lambda x: x.cos(), torch.ones(2)), [prim_ex])
+
+
+# -- the worked example of executors/base.py ----------------------------------------------------------------------
+myex = OperatorExecutor("myex")
+
+
+def my_gelu(a, approximate="none"):
+    return torch.nn.functional.gelu(a, approximate=approximate)
+
+
+myex.register_implementation(ltorch.gelu, my_gelu, checker=lambda a, approximate="none": a.dtype == torch.float32)
+
+
+def gelu_twice(x):
+    return F.gelu(x) * 2
+
+
+def test_register_implementation_with_checker():
+    jfn = jitcore.jit(gelu_twice, executors=[myex])
+    x = torch.randn(4)
+    assert_same(jfn(x), gelu_twice(x))
+    assert "= myex.my_gelu(t0)" in str(jitcore.last_traces(jfn)[-1])
+    assert_same(jfn(x.double()), gelu_twice(x.double()))  # float64: refused by the checker, torch runs it
+    assert "myex" not in str(jitcore.last_traces(jfn)[-1]).split("def computation")[1]
+
+
+def test_register_operator_with_vjp():
+    from transforms.vjp_rules import VJP_RULES
+
+    sq_ex = OperatorExecutor("square_ex")
+    square = sq_ex.register_operator("square", meta=lambda a: a.like(), fn=lambda a: a * a)
+    VJP_RULES[square.id] = lambda bsym, g: (ltorch.mul(g, ltorch.mul(bsym.args[0], 2.0)),)
+
+    def fn(x):
+        return square(x).sin()
+
+    jfn = jitcore.jit(fn, executors=[sq_ex])
+    x = torch.randn(5, requires_grad=True)
+    out = jfn(x)
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_(True)
+    (xe * xe).sin().sum().backward()
+    assert_same(out.detach(), (xe * xe).sin().detach())
+    torch.testing.assert_close(x.grad, xe.grad)
+    assert "square_ex.square(t0)" in str(jitcore.last_traces(jfn)[-1])
+
+
+# -- regions ----------------------------------------------------------------------------------------------------------
+def chain(x):
+    return ((x * 2.0).sin() + 1.0).exp() - x
+
+
+def test_chain_is_one_region_printed_as_one_line():
+    x = torch.randn(4, 5)
+    t, out = run_claimed(chain, [eager_fusion, torch_ex], x)
+    assert_same(out, chain(x))
+    assert len(t.bound_symbols) == 1
+    region = t.bound_symbols[0]
+    text = str(t)
+    assert "t5 = eager_fusion0(t0)" in text
+    assert "# t1 = torch.mul(t0, 2.0)" in text  # the body stays visible as comments
+    sub = region.extra["region_trace"]
+    assert [b.sym.qualname for b in sub.bound_symbols] == ["torch.mul", "torch.sin", "torch.add", "torch.exp",
+                                                           "torch.sub"]
+    assert "def eager_fusion0(t0):" in str(sub)
+    assert_same(sub.python_callable()(x), chain(x))
+
+
+def split_by_matmul(x, w):
+    a = x.sin()
+    m = a @ w  # not fusible: depends on the region's output and feeds it
+    return a.cos() + m
+
+
+def test_non_fusible_line_between_splits_region_without_cycle():
+    x, w = torch.randn(3, 3), torch.randn(3, 3)
+    t, out = run_claimed(split_by_matmul, [eager_fusion, torch_ex], x, w)
+    assert_same(out, split_by_matmul(x, w))
+    names = kernel_names(t)
+    assert names == ["torch.sin", "torch.matmul", "eager_fusion0"] or names[1] == "torch.matmul", names
+    # every line reads only values defined before it
+    defined = {p.name for p in t.args}
+    for b in t.bound_symbols:
+        assert all(a.name in defined for a in b.flat_proxy_args()), b
+        defined |= {o.name for o in b.flat_proxy_outs()}
+
+
+def independent(x, w):
+    s = x.sin()
+    m = x @ w
+    c = x.cos()
+    return s + c, m
+
+
+def test_independent_fusible_lines_merge_across_non_fusible():
+    x, w = torch.randn(3, 3), torch.randn(3, 3)
+    t, out = run_claimed(independent, [eager_fusion, torch_ex], x, w)
+    assert_same(out, independent(x, w))
+    assert kernel_names(t) == ["eager_fusion0", "torch.matmul"]
+    assert len(t.bound_symbols[0].subsymbols) == 3
+
+
+def with_dropout(x):
+    a = x.sin() * 2.0
+    d = F.dropout(a, 0.5, training=True)
+    b = x.cos() * 3.0
+    return d + b
+
+
+def test_random_op_is_never_crossed():
+    x = torch.randn(64)
+    t = claim(trace_fn(with_dropout, x), [eager_fusion, torch_ex])
+    names = kernel_names(t)
+    drop = names.index("torch.nn.functional.dropout")
+    assert names == ["eager_fusion0", "torch.nn.functional.dropout", "eager_fusion1"], names
+    # cos (after the draw in the source) stays after it
+    assert all(b.sym.id != "torch.cos" for b in t.bound_symbols[drop - 1].subsymbols)
+    torch.manual_seed(0)
+    got = t.python_callable()(x)
+    torch.manual_seed(0)
+    assert_same(got, with_dropout(x))
+
+
+def with_inplace(x):
+    y = x.sin()
+    x.add_(1.0)
+    return y + x.cos()
+
+
+def test_inplace_op_is_never_crossed():
+    x = torch.randn(6)
+    t = claim(trace_fn(with_inplace, x), [eager_fusion, torch_ex])
+    names = kernel_names(t)
+    assert names.index("torch.Tensor.add_") == 1, names
+    assert_same(t.python_callable()(x.clone()), with_inplace(x.clone()))
+
+
+def test_single_line_regions_stay_unfused():
+    t, _ = run_claimed(lambda x, w: (x.sin() @ w).cos(), [eager_fusion, torch_ex], torch.randn(2, 2),
+                       torch.randn(2, 2))
+    assert kernel_names(t) == ["torch.sin", "torch.matmul", "torch.cos"]
+
+
+# -- inductor (each distinct region compiles once per process: keep these few) ---------------------------------
+inductor_ex = pytest.importorskip("executors.inductorex").inductor_ex
+
+
+def elementwise(x, y):
+    z = torch.tanh(x * 2.0 + y)
+    return torch.sigmoid(z) * x - z.sum(-1, keepdim=True)
+
+
+def test_inductor_region_equals_eager_and_is_reused():
+    from executors import inductorex
+
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    t, out = run_claimed(elementwise, [inductor_ex, torch_ex], x, y)
+    torch.testing.assert_close(out, elementwise(x, y))
+    assert kernel_names(t) == ["inductor_fusion0"]
+    assert "inductor_fusion0(t0, t1)" in str(t)
+    region = t.bound_symbols[0]
+    before = dict(inductorex.STATS)
+    # the same region in another function (other proxy names) reuses the compiled code
+    t2, out2 = run_claimed(lambda a, b: elementwise(a, b), [inductor_ex, torch_ex], x, y)
+    assert inductorex.STATS["reused"] == before["reused"] + 1
+    assert t2.bound_symbols[0].sym.call_ctx["inductor_fusion0"] is region.sym.call_ctx["inductor_fusion0"]
+    torch.testing.assert_close(out2, out)
+
+
+@pytest.mark.parametrize("executors", [None, ["inductor"], [myex, "inductor"]], ids=["torch", "inductor", "myex"])
+def test_jit_forward_and_backward_equal_eager(executors):
+    x = torch.randn(8, 16, requires_grad=True)
+    y = torch.randn(8, 16, requires_grad=True)
+    jfn = jitcore.jit(elementwise, executors=executors)
+    out = jfn(x, y)
+    out.sum().backward()
+    xe, ye = x.detach().requires_grad_(True), y.detach().requires_grad_(True)
+    expected = elementwise(xe, ye)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, xe.grad)
+    torch.testing.assert_close(y.grad, ye.grad)
+    if executors and "inductor" in executors:
+        assert "inductor_fusion0" in str(jitcore.last_traces(jfn)[-1])
+        assert "inductor_fusion0" in str(jitcore.last_backward_traces(jfn)[-1])
+
+
+def test_inductor_refuses_what_it_cannot_fuse():
+    from executors.inductorex import InductorExecutor
+
+    x = torch.randn(4, 4)
+    tr = trace_fn(lambda a: (F.dropout(a, 0.5, training=True), a.add_(1), torch.fft.fft(a)), x)
+    claimed = {b.sym.id: inductor_ex.can_execute(b) for b in tr.bound_symbols}
+    assert not any(claimed.values()), claimed
+    no_mm = InductorExecutor("inductor_no_matmul", fuse_matmul=False)
+    mm = trace_fn(lambda a: a @ a, x).bound_symbols[0]
+    assert inductor_ex.can_execute(mm) and not no_mm.can_execute(mm)
+    cplx = trace_fn(lambda a: a * 2, torch.randn(3, dtype=torch.complex64)).bound_symbols[0]
+    assert not inductor_ex.can_execute(cplx)
+
+
+def test_executor_names_resolve():
+    from executors.base import get_executor
+
+    assert get_executor("inductor") is inductor_ex
+    assert get_executor("torch") is torch_ex and get_executor("python") is python_ex
+
+
+@pytest.mark.slow
+def test_inductor_mlp_and_block_forward_backward():
+    from benchmarks.models import Block, GPTConfig, mlp
+
+    for model, x in ((mlp(64, 2), torch.randn(8, 64)), (Block(GPTConfig(n_embd=32, n_head=2)), torch.randn(2, 8, 32))):
+        jm = jitcore.jit(model, executors=["inductor"])
+        out = jm(x)
+        out.sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        expected = model(x)
+        expected.sum().backward()
+        torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+        for g, p in zip(grads, model.parameters()):
+            torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,166 @@
+"""Interpreter: side effects on external objects are applied, logged in order, and undone afterwards."""
+from __future__ import annotations
+
+import pytest
+
+from jitcore.interpreter import DefaultContext, Global, interpret
+
+COUNTER = 0
+REGISTRY: list = []
+TABLE: dict = {"a": 1}
+
+
+class Obj:
+    def __init__(self):
+        self.x = 1
+
+
+def test_global_write_logged_and_undone():
+    def f(v):
+        global COUNTER
+        COUNTER += v
+        seen = COUNTER
+        COUNTER += 1
+        return seen
+
+    res = interpret(f, (5,), {}, DefaultContext())
+    assert res.output == 5
+    assert COUNTER == 0
+    assert [(e.kind, e.key, e.value) for e in res.side_effects] == [("setglobal", "COUNTER", 5),
+                                                                    ("setglobal", "COUNTER", 6)]
+    assert res.side_effects[0].target == Global(__name__, "COUNTER")
+    assert str(res.side_effects[0]) == "globals()['COUNTER'] = 5"
+
+
+def test_new_global_deleted_after():
+    def f(v):
+        global BRAND_NEW
+        BRAND_NEW = v
+        return BRAND_NEW
+
+    assert interpret(f, (3,), {}, DefaultContext()).output == 3
+    assert "BRAND_NEW" not in globals()
+
+
+def test_attribute_writes_on_args_undone():
+    o = Obj()
+
+    def f(obj):
+        obj.x = 10
+        obj.y = obj.x + 1
+        del obj.x
+        name = "z"
+        setattr(obj, name, 3)
+        return obj.y, hasattr(obj, "x")
+
+    res = interpret(f, (o,), {}, DefaultContext())
+    assert res.output == (11, False)
+    assert o.__dict__ == {"x": 1}
+    kinds = [(e.kind, str(e.target), e.key) for e in res.side_effects]
+    assert kinds == [("setattr", "args[0]", "x"), ("setattr", "args[0]", "y"), ("delattr", "args[0]", "x"),
+                     ("setattr", "args[0]", "z")]
+
+
+def test_external_containers_mutations_undone():
+    lst, d, s = [1, 2], {"k": 1}, {1}
+
+    def f(a, b, c):
+        a.append(3)
+        a.extend([4, 5])
+        a[0] = 100
+        a.pop()
+        a.sort(reverse=True)
+        b["new"] = 2
+        b.update(z=3)
+        del b["k"]
+        c.add(2)
+        c.discard(1)
+        REGISTRY.append(len(a))
+        TABLE.setdefault("b", 2)
+        app = a.append
+        app(7)
+        return list(a), dict(b), set(c), list(REGISTRY), dict(TABLE)
+
+    res = interpret(f, (lst, d, s), {}, DefaultContext())
+    assert res.output == ([100, 4, 3, 2, 7], {"new": 2, "z": 3}, {2}, [4], {"a": 1, "b": 2})
+    assert lst == [1, 2] and d == {"k": 1} and s == {1} and REGISTRY == [] and TABLE == {"a": 1}
+    text = [str(e) for e in res.side_effects]
+    assert text[:3] == ["args[0].append(3)", "args[0].extend([4, 5])", "args[0][0] = 100"]
+    assert "globals()['REGISTRY'].append(4)" in text
+    assert "args[0].append(7)" in text
+
+
+def test_internal_objects_are_not_side_effects():
+    def f(v):
+        o = Obj()
+        o.x = v
+        lst = []
+        lst.append(v)
+        d = {}
+        d["a"] = v
+        return o.x, lst, d
+
+    res = interpret(f, (4,), {}, DefaultContext())
+    assert res.output == (4, [4], {"a": 4})
+    assert res.side_effects == []
+
+
+def test_undo_on_failure():
+    o = Obj()
+    lst = [1]
+
+    def f(obj, xs):
+        global COUNTER
+        obj.x = 99
+        xs.append(2)
+        COUNTER = 42
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        interpret(f, (o, lst), {}, DefaultContext())
+    assert o.x == 1 and lst == [1] and COUNTER == 0
+
+
+def test_nonlocal_cell_of_outer_function_is_side_effect():
+    state = 0
+
+    def f(v):
+        nonlocal state
+        state += v
+        return state
+
+    res = interpret(f, (2,), {}, DefaultContext())
+    assert res.output == 2 and state == 0
+    assert [e.kind for e in res.side_effects] == ["setcell"]
+    assert str(res.side_effects[0].target) == "fn.__closure__['state']"
+
+
+def test_class_attribute_write_undone():
+    class K:
+        count = 0
+
+    def f(v):
+        K.count += v
+        K.extra = 1
+        return K.count
+
+    assert interpret(f, (3,), {}, DefaultContext()).output == 3
+    assert K.count == 0 and not hasattr(K, "extra")
+
+
+def test_module_setattr_side_effect_and_undo():
+    torch = pytest.importorskip("torch")
+    m = torch.nn.Linear(2, 2)
+    old_w = m.weight
+    new_buf = torch.zeros(2)
+
+    def f(mod, b):
+        mod.register_buffer("running", b)
+        mod.step = 3
+        mod.weight = torch.nn.Parameter(torch.ones(2, 2))
+        return mod.step, mod.running.sum()
+
+    res = interpret(f, (m, new_buf), {}, DefaultContext())
+    assert res.output[0] == 3
+    assert m.weight is old_w and "running" not in m._buffers and not hasattr(m, "step")
+    assert res.side_effects, "writes to an external module are logged"

@@ -1,0 +1,182 @@
+"""Tests: the op registry is complete and one op has one home. Every prim has a meta, a torch kernel (a KERNELS row
+in executors/torchex.py) and an eager kernel, and a VJP rule unless nothing flows through it; every op id is
+unique and defined in exactly one jitcore/ops/*.py file; every torch-level op names a torch callable or says why not.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import executors  # noqa: F401  (fills KERNELS and EAGER_KERNELS)
+from executors.torchex import KERNELS, torch_ex
+from jitcore.errors import JitError, MetaError
+from jitcore.ops.registry import LTORCH, OPS, PRIMS
+from jitcore.proxies import TensorProxy
+from jitcore.symbol import EAGER_KERNELS, Tag
+from jitcore.trace import Trace, tracectx
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS_DIR = ROOT / "jitcore" / "ops"
+PRIM_IDS = sorted(s.id for s in PRIMS.values())
+LTORCH_IDS = sorted(s.id for s in LTORCH.values())
+
+# torch-level ops that stand for no single torch callable, with the reason (the "marked otherwise" list)
+NO_TORCH_FN = {
+    "ltorch.setitem": "the functional form of `x[i] = v`; Tensor.__setitem__ writes in place and returns None",
+    **{f"ltorch.{name}": f"Tensor.{name} is a property, not a callable" for name in ("T", "mT", "H", "mH")},
+}
+
+
+def _defining_file(sym) -> Path:
+    fn = sym.meta if sym.is_prim else sym.fn
+    return Path(inspect.getsourcefile(inspect.unwrap(fn))).resolve()
+
+
+def test_op_ids_are_unique_and_namespaced():
+    assert len(OPS) == len(PRIMS) + len(LTORCH) == len(set(OPS))
+    for name, sym in PRIMS.items():
+        assert sym.id == f"prims.{name}" and sym.is_prim, sym
+    for name, sym in LTORCH.items():
+        assert sym.id == f"ltorch.{name}" and not sym.is_prim, sym
+
+
+@pytest.mark.parametrize("op_id", PRIM_IDS)
+def test_prim_has_meta_torch_kernel_and_eager_kernel(op_id):
+    sym = OPS[op_id]
+    assert callable(sym.meta), f"{op_id} has no meta"
+    assert op_id in KERNELS, f"{op_id} has no row in executors/torchex.py KERNELS"
+    assert op_id in torch_ex.implmap, f"{op_id} is not registered with the torch executor"
+    assert EAGER_KERNELS.get(op_id) is KERNELS[op_id], f"{op_id} has no eager kernel"
+
+
+def test_kernels_table_names_only_prims():
+    assert sorted(KERNELS) == PRIM_IDS
+
+
+def test_kernel_accepts_the_prim_signature():
+    """A kernel is called as kernel(*bsym.args, **bsym.kwargs) with the prim's arguments: it binds every positional
+    argument, and every parameter a caller may name (those with defaults, keyword-only ones) under the same name."""
+    for op_id in PRIM_IDS:
+        try:
+            ksig = inspect.signature(KERNELS[op_id])
+        except (TypeError, ValueError):
+            continue  # a torch builtin: checked by running it in tests/test_prims.py
+        mparams = list(inspect.signature(OPS[op_id].meta).parameters.values())
+        positional = [p for p in mparams if p.kind is not p.KEYWORD_ONLY]
+        ksig.bind_partial(*range(len(positional)))  # raises TypeError when the kernel takes fewer
+        for p in mparams:
+            if p.kind is p.KEYWORD_ONLY or p.default is not p.empty:
+                kp = ksig.parameters.get(p.name)
+                assert kp is not None and kp.kind is not kp.POSITIONAL_ONLY, \
+                    f"{op_id}: kernel {ksig} takes no keyword {p.name!r} (prim: {mparams})"
+
+
+def _refuses_floats(sym) -> bool:
+    """A prim over tensors only (elementwise) whose meta refuses float32: it can never carry a gradient."""
+    params = list(inspect.signature(sym.meta).parameters.values())
+    if any(p.default is not p.empty or p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return False
+    trace = Trace()
+    with tracectx(trace):
+        args = [TensorProxy((2,), torch.float32, "cpu", True) for _ in params]
+        try:
+            sym.meta(*args)
+        except MetaError as e:
+            return "not implemented for" in str(e)
+        except (JitError, TypeError, KeyError, AttributeError, IndexError, ValueError):  # not elementwise after all
+            return False
+    return False
+
+
+@pytest.mark.parametrize("op_id", PRIM_IDS)
+def test_prim_has_vjp_rule_or_carries_no_gradient(op_id):
+    vjp_rules = pytest.importorskip("transforms.vjp_rules")
+    sym = OPS[op_id]
+    if Tag.NON_DIFFERENTIABLE in sym.tags or Tag.CREATION in sym.tags or _refuses_floats(sym):
+        return
+    assert op_id in vjp_rules.VJP_RULES, f"{op_id} has no VJP rule (transforms/) and is not non-differentiable"
+
+
+@pytest.mark.parametrize("op_id", PRIM_IDS + LTORCH_IDS)
+def test_op_is_defined_in_one_ops_file(op_id):
+    path = _defining_file(OPS[op_id])
+    assert path.parent == OPS_DIR.resolve(), f"{op_id} is defined in {path}, outside jitcore/ops/"
+    prefix = "prims_" if op_id.startswith("prims.") else "torch_"
+    assert path.name.startswith(prefix) or path.name in ("nn_helpers.py",), f"{op_id} lives in {path.name}"
+
+
+def _prim_definitions() -> Counter:
+    """How many jitcore/ops files define each prim name (`@prim("x")` or a family helper `_unary("x", ...)`)."""
+    pattern = re.compile(r'(?:@prim|\b_\w+)\(\s*"(\w+)"')
+    counts: Counter = Counter()
+    for path in OPS_DIR.glob("prims_*.py"):
+        for name in set(pattern.findall(path.read_text())):
+            counts[name] += 1
+    return counts
+
+
+def test_grep_finds_each_prim_defined_once():
+    counts = _prim_definitions()
+    for name in PRIMS:
+        assert counts[name] == 1, f"prims.{name} appears as a definition in {counts[name]} prims_*.py files"
+
+
+def test_grep_finds_each_prim_id_once_in_the_torch_executor():
+    text = (ROOT / "executors" / "torchex.py").read_text()
+    for op_id in PRIM_IDS:
+        assert text.count(f'"{op_id}"') == 1, f"{op_id} should have exactly one row in executors/torchex.py"
+
+
+@pytest.mark.parametrize("op_id", LTORCH_IDS)
+def test_ltorch_op_names_a_torch_callable_or_says_why_not(op_id):
+    sym = OPS[op_id]
+    if sym.torch_fn is None:
+        assert op_id in NO_TORCH_FN, f"{op_id} names no torch callable; add one or list it in NO_TORCH_FN with why"
+    else:
+        assert op_id not in NO_TORCH_FN, f"{op_id} names {sym.torch_fn}; drop it from NO_TORCH_FN"
+        assert sym.id in torch_ex.implmap, f"{op_id} is not run directly by the torch executor"
+
+
+def _python_signature(fn):
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a C builtin: torch gives no signature to compare with
+
+
+POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+@pytest.mark.parametrize("op_id", [i for i in LTORCH_IDS if OPS[i].torch_fn is not None])
+def test_ltorch_body_signature_matches_its_torch_callable(op_id):
+    """The torch executor runs the op as torch_fn(*args, **kwargs) with the args the body got: the parameters agree
+    in order, defaults, and (where a caller can name them) names and keyword-only-ness. The first parameter, the
+    tensor (`input` vs Tensor's `self`), is passed positionally and may be named differently."""
+    sym = OPS[op_id]
+    tsig = _python_signature(sym.torch_fn)
+    if tsig is None or any(p.kind is p.VAR_POSITIONAL for p in tsig.parameters.values()):
+        pytest.skip("torch callable has no comparable Python signature")
+    body = list(inspect.signature(sym.fn).parameters.values())
+    theirs = list(tsig.parameters.values())
+    msg = f"{op_id}: body {inspect.signature(sym.fn)} vs {sym.torch_fn.__qualname__}{tsig}"
+    assert len(body) == len(theirs), msg
+    for i, (b, t) in enumerate(zip(body, theirs)):
+        assert b.default == t.default or b.default is t.default, msg
+        if i == 0 or t.kind is t.POSITIONAL_ONLY:
+            assert b.kind in POSITIONAL, msg
+            continue
+        assert b.name == t.name and (b.kind is t.KEYWORD_ONLY) == (t.kind is t.KEYWORD_ONLY), msg
+
+
+def test_torch_map_points_at_registered_ops():
+    from jitcore.ops.torch_map import TORCH_MAP
+
+    for fn, sym in TORCH_MAP.items():
+        if getattr(sym, "id", None) is not None:
+            assert OPS.get(sym.id) is sym, f"{fn} maps to unregistered {sym}"
+    assert TORCH_MAP.get(torch.add) is LTORCH["add"]

@@ -1,0 +1,1 @@
+"""Transforms: passes over traces (autodiff, dce, cse, del-last-used). Each returns a new trace."""

@@ -1,0 +1,145 @@
+"""Transforms: the grad transform. From a computation trace whose inputs require grad, build a forward trace
+(outputs + saved-for-backward) and a backward trace (saved + cotangents -> input grads) by applying each op's VJP
+rule (transforms/vjp_rules.py) in reverse. Composites without a rule are differentiated through their subsymbols;
+opaque torch ops through torch.autograd at run time. Saved-for-backward is exactly what the backward reads.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from jitcore.errors import UnsupportedError
+from jitcore.proxies import Proxy, TensorProxy
+from jitcore.pytree import tree_flatten, tree_leaves
+from jitcore.symbol import Tag
+from jitcore.trace import Timer, Trace, from_trace, tracectx
+from transforms.dce import dce
+from transforms.vjp_rules import VJP_RULES, opaque_vjp
+
+SKIP = frozenset({Tag.NON_DIFFERENTIABLE, Tag.CREATION})
+
+
+@dataclass
+class Split:
+    forward: Trace  # (*inputs) -> (*outputs, *saved)
+    backward: Trace  # (*saved, *cotangents) -> grads for each forward input (None where it needs none)
+    n_outputs: int
+    saved: list  # forward proxies the backward reads
+    output_requires_grad: list  # per flat output, whether it carries a gradient
+
+
+def needs_grad(x) -> bool:
+    return isinstance(x, TensorProxy) and x.requires_grad
+
+
+class _Backprop:
+    """Walks a trace in reverse, recording the backward into the active (backward) trace."""
+
+    def __init__(self):
+        self.cot: dict[str, TensorProxy] = {}
+
+    def accumulate(self, p, g):
+        if g is None or not needs_grad(p):
+            return
+        from jitcore.ops import torch_elementwise as te
+
+        if tuple(g.shape) != tuple(p.shape):
+            raise AssertionError(f"gradient of {p.name} has shape {tuple(g.shape)}, expected {tuple(p.shape)}")
+        prev = self.cot.get(p.name)
+        self.cot[p.name] = g if prev is None else te.add(prev, g)
+
+    def bsym(self, bsym):
+        outs = bsym.output
+        flat_outs, spec = tree_flatten(outs)
+        gs = [self.cot.get(o.name) if isinstance(o, TensorProxy) else None for o in flat_outs]
+        if all(g is None for g in gs) or bsym.sym.tags & SKIP:
+            return
+        if not any(needs_grad(a) for a in bsym.flat_proxy_args()):
+            return
+        rule = VJP_RULES.get(bsym.sym.id)
+        if rule is not None:
+            grads = rule(bsym, *gs)
+            self._assign(bsym, grads)
+        elif bsym.subsymbols and not bsym.sym.is_prim:
+            for sub in reversed(bsym.subsymbols):
+                self.bsym(sub)
+        elif Tag.OPAQUE in bsym.sym.tags:
+            self._assign(bsym, opaque_vjp(bsym, gs), positional=True)
+        else:
+            raise UnsupportedError("autodiff", f"no VJP rule for {bsym.sym.id}",
+                                   hint="add a rule to transforms/vjp_rules.py or tag the op NON_DIFFERENTIABLE")
+
+    def _assign(self, bsym, grads, positional=False):
+        """grads: one entry per parameter of the op's signature (positional args for opaque ops); a list for a
+        list argument; None where there is no gradient."""
+        if not isinstance(grads, (tuple, list)):
+            grads = (grads,)
+        values = bsym.args if positional else bound_arguments(bsym)
+        for arg, g in zip(values, grads):
+            if g is None:
+                continue
+            if isinstance(arg, (tuple, list)):
+                for a, gi in zip(arg, g):
+                    self.accumulate(a, gi)
+            else:
+                self.accumulate(arg, g)
+
+
+_signatures: dict = {}
+
+
+def bound_arguments(bsym) -> list:
+    """The values of bsym's parameters in signature order (defaults filled in)."""
+    sym = bsym.sym
+    sig = _signatures.get(sym.id)
+    if sig is None:
+        sig = _signatures[sym.id] = inspect.signature(sym.meta or sym.fn)
+    ba = sig.bind(*bsym.args, **bsym.kwargs)
+    ba.apply_defaults()
+    return list(ba.arguments.values())
+
+
+def grad_transform(trace: Trace) -> Split:
+    with Timer() as t:
+        bw = Trace("backward")
+        bw.names, bw._counters = set(trace.names), dict(trace._counters)
+        flat_out = list(tree_leaves(trace.output))
+        rg = [needs_grad(o) for o in flat_out]
+        bp = _Backprop()
+        with tracectx(bw), torch.no_grad():  # backward values carry no gradient of their own
+            cts = [o.like(requires_grad=False) if r else None for o, r in zip(flat_out, rg)]
+            for o, ct in zip(flat_out, cts):
+                if ct is not None:
+                    bp.accumulate(o, ct)
+            for bsym in reversed(trace.bound_symbols):
+                bp.bsym(bsym)
+        bw.output = tuple(bp.cot.get(a.name) if needs_grad(a) else None for a in trace.args)
+        bw = dce(bw)
+        saved = _free_proxies(bw, {c.name for c in cts if c is not None})
+        bw.args = saved + [c for c in cts if c is not None]
+        fw = from_trace(trace, "forward")
+        fw.bound_symbols = list(trace.bound_symbols)
+        fw.output = tuple(flat_out) + tuple(saved)
+    fw.set_provenance("Forward pass of the grad transform", t.seconds)
+    bw.set_provenance("Backward pass of the grad transform", t.seconds)
+    return Split(fw, bw, len(flat_out), saved, rg)
+
+
+def _free_proxies(bw: Trace, exclude: set) -> list:
+    """Proxies the backward reads but does not make: what the forward must save (in first-use order)."""
+    made, free, seen = set(exclude), [], set()
+
+    def visit(x):
+        if isinstance(x, Proxy) and x.name not in made and x.name not in seen:
+            seen.add(x.name)
+            free.append(x)
+
+    for bsym in bw.bound_symbols:
+        for a in bsym.flat_proxy_args():
+            visit(a)
+        made.update(o.name for o in bsym.flat_proxy_outs())
+    for o in tree_leaves(bw.output):
+        visit(o)
+    return free
