@@ -225,6 +225,18 @@ KERNELS: dict = {
     "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
 }
 
+# torch-level ops whose direct torch call must differ from the torch callable they stand for: traces are
+# functional, so a view of a value that eager would have made contiguous first is a reshape here
+def _view(a, *shape):
+    return a.reshape(*shape)
+
+
+def _view_as(a, other):
+    return a.reshape(other.shape)
+
+
+DIRECT_OVERRIDES: dict = {"ltorch.view": _view, "ltorch.view_as": _view_as}
+
 # public paths of torch callables, for printing kernels as `torch.nn.functional.gelu(...)`
 _PUBLIC_MODULES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft", "torch.Tensor")
 _paths: dict[int, str] | None = None
@@ -253,6 +265,8 @@ def _register_all():
         op = PRIMS[op_id.split(".", 1)[1]]
         torch_ex.register_implementation(op, kernel, torch_path=torch_path(kernel))
         EAGER_KERNELS[op_id] = kernel
+    for op_id, kernel in DIRECT_OVERRIDES.items():
+        torch_ex.register_implementation(LTORCH[op_id.split(".", 1)[1]], kernel, name=op_id.split(".", 1)[1])
     for sym in LTORCH.values():
         if sym.torch_fn is not None and sym.id not in torch_ex.implmap:
             torch_ex.register_implementation(sym, sym.torch_fn, torch_path=torch_path(sym.torch_fn),

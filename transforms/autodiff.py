@@ -120,11 +120,32 @@ def grad_transform(trace: Trace) -> Split:
         saved = _free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
         fw = from_trace(trace, "forward")
-        fw.bound_symbols = list(trace.bound_symbols)
+        fw.bound_symbols = expose(trace.bound_symbols, {p.name for p in saved})
         fw.output = tuple(flat_out) + tuple(saved)
     fw.set_provenance("Forward pass of the grad transform", t.seconds)
     bw.set_provenance("Backward pass of the grad transform", t.seconds)
     return Split(fw, bw, len(flat_out), saved, rg)
+
+
+def expose(bsyms, needed: set) -> list:
+    """bsyms with each composite that makes a needed value only inside its decomposition replaced by that
+    decomposition (as deep as needed), so the forward computes every value the backward reads."""
+    out = []
+    for bsym in bsyms:
+        own = {o.name for o in bsym.flat_proxy_outs()}
+        if bsym.subsymbols and (_made_inside(bsym) - own) & needed:
+            out += expose(bsym.subsymbols, needed)
+        else:
+            out.append(bsym)
+    return out
+
+
+def _made_inside(bsym) -> set:
+    names = set()
+    for sub in bsym.subsymbols:
+        names.update(o.name for o in sub.flat_proxy_outs())
+        names |= _made_inside(sub)
+    return names
 
 
 def _free_proxies(bw: Trace, exclude: set) -> list:

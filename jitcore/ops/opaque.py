@@ -4,6 +4,8 @@ prints as one line naming the torch function.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from jitcore import proxies
@@ -23,7 +25,7 @@ def _public_name(fn) -> tuple[str, str, object]:
     if path is not None:
         module, _, name = path.rpartition(".")
         return module, name, torch
-    name = getattr(fn, "__name__", type(fn).__name__)
+    name = re.sub(r"\W", "_", getattr(fn, "__name__", type(fn).__name__))
     return "", f"_opaque_{name}", None
 
 

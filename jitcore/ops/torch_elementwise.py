@@ -384,3 +384,172 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
 
 
 register_method("__iadd__", add)  # in-place operators are refined by the in-place work (issue 7)
+
+
+# -- more elementwise ops, composed of the ones above (added with the core torch ops) -----------------------------
+def _in_float(kind, fn, *args):
+    """fn over args converted once to the computation dtype (float32 for half precision), rounded once at the end."""
+    compute, result = dtypes.result_dtypes(kind, *args)
+    out = fn(*[to_dtype(a, dtypes.computation_dtype(compute)) for a in args])
+    return to_dtype(out, result)
+
+
+def _inexact_only(op, *args):
+    dt = dtypes.promote_dtypes(*args)
+    check(dtypes.is_inexact(dt), lambda: f"{op}: not implemented for '{dt}' (floating point inputs only)")
+
+
+@torchsymbol(torch.hypot, T.hypot, method="hypot")
+def hypot(input, other):
+    _inexact_only("hypot", input, other)
+    return _in_float(D, lambda a, b: sqrt(add(mul(a, a), mul(b, b))), input, other)
+
+
+def _logaddexp(a, b, log1p_of, scale):
+    m = maximum(a, b)
+    out = add(m, mul(log1p_of(neg(abs(sub(a, b)))), scale) if scale != 1 else log1p_of(neg(abs(sub(a, b)))))
+    return where(logical_and(isinf(a), eq(a, b)), a, out)
+
+
+@torchsymbol(torch.logaddexp, T.logaddexp, method="logaddexp")
+def logaddexp(input, other):
+    _inexact_only("logaddexp", input, other)
+    return _in_float(D, lambda a, b: _logaddexp(a, b, lambda d: log1p(exp(d)), 1), input, other)
+
+
+@torchsymbol(torch.logaddexp2, T.logaddexp2, method="logaddexp2")
+def logaddexp2(input, other):
+    _inexact_only("logaddexp2", input, other)
+    import math
+
+    return _in_float(D, lambda a, b: _logaddexp(a, b, lambda d: log1p(exp2(d)), 1 / math.log(2)), input, other)
+
+
+def _xlog(f, a, b):
+    out = where(eq(a, 0), to_dtype(0, a.dtype if isinstance(a, TensorProxy) else b.dtype), mul(a, f(b)))
+    return where(isnan(b), b, out) if isinstance(b, TensorProxy) else out
+
+
+@torchsymbol(torch.xlogy, T.xlogy, torch.special.xlogy, method="xlogy")
+def xlogy(input, other):
+    return _in_float(F, lambda a, b: _xlog(log, a, b), input, other)
+
+
+@torchsymbol(torch.special.xlog1py)
+def xlog1py(input, other):
+    return _in_float(F, lambda a, b: _xlog(log1p, a, b), input, other)
+
+
+@torchsymbol(torch.float_power, T.float_power, method="float_power")
+def float_power(input, exponent):
+    dt = torch.complex128 if dtypes.category(dtypes.promote_dtypes(input, exponent)) == 3 else torch.float64
+    return pow(to_dtype(input, dt), to_dtype(exponent, dt))
+
+
+def _nan_aware(binary, name):
+    def body(input, other):
+        if dtypes.category(dtypes.promote_dtypes(input, other)) < 2:
+            return binary(input, other)
+        out = binary(input, other)
+        return where(isnan(input), other, where(isnan(other), input, out))
+
+    body.__name__ = name
+    return body
+
+
+fmax = torchsymbol(torch.fmax, T.fmax, method="fmax", name="fmax")(_nan_aware(maximum, "fmax"))
+fmin = torchsymbol(torch.fmin, T.fmin, method="fmin", name="fmin")(_nan_aware(minimum, "fmin"))
+
+
+@torchsymbol(torch.heaviside, T.heaviside, method="heaviside")
+def heaviside(input, values):
+    check(input.dtype == values.dtype, "heaviside is not yet implemented for tensors with different dtypes")
+    zero, one = to_dtype(0, input.dtype), to_dtype(1, input.dtype)
+    return where(eq(input, 0), values, where(gt(input, 0), one, zero))
+
+
+@torchsymbol(torch.deg2rad, T.deg2rad, method="deg2rad")
+def deg2rad(input):
+    import math
+
+    return _in_float(F, lambda a: mul(a, math.pi / 180), input)
+
+
+@torchsymbol(torch.rad2deg, T.rad2deg, method="rad2deg")
+def rad2deg(input):
+    import math
+
+    return _in_float(F, lambda a: mul(a, 180 / math.pi), input)
+
+
+@torchsymbol(torch.sinc, T.sinc, torch.special.sinc, method="sinc")
+def sinc(input):
+    import math
+
+    def f(a):
+        x = mul(a, math.pi)
+        return where(eq(a, 0), to_dtype(1, a.dtype), div(sin(x), x))
+
+    return _in_float(F, f, input)
+
+
+@torchsymbol(torch.logit, T.logit, torch.special.logit, method="logit")
+def logit(input, eps=None):
+    def f(a):
+        if eps is not None:
+            a = clamp(a, eps, 1 - eps)
+        return log(div(a, sub(1, a)))
+
+    return _in_float(F, f, input)
+
+
+@torchsymbol(torch.special.ndtr)
+def ndtr(input):
+    import math
+
+    return _in_float(F, lambda a: mul(erfc(mul(a, -1 / math.sqrt(2))), 0.5), input)
+
+
+@torchsymbol(torch.special.entr)
+def entr(input):
+    def f(a):
+        out = where(gt(a, 0), neg(mul(a, log(a))), where(eq(a, 0), to_dtype(0, a.dtype), to_dtype(-float("inf"),
+                                                                                                   a.dtype)))
+        return where(isnan(a), a, out)
+
+    return _in_float(F, f, input)
+
+
+@torchsymbol(torch.isposinf, T.isposinf, method="isposinf", tags=ND)
+def isposinf(input):
+    return logical_and(isinf(input), gt(input, 0))
+
+
+@torchsymbol(torch.isneginf, T.isneginf, method="isneginf", tags=ND)
+def isneginf(input):
+    return logical_and(isinf(input), lt(input, 0))
+
+
+@torchsymbol(torch.isreal, T.isreal, method="isreal", tags=ND)
+def isreal(input):
+    check(not input.dtype.is_complex, "isreal: complex tensors are not decomposed")
+    return logical_or(eq(input, input), isnan(input))
+
+
+@torchsymbol(torch.sgn, T.sgn, method="sgn")
+def sgn(input):
+    check(not input.dtype.is_complex, "sgn: complex tensors are not decomposed")
+    return sign(input)
+
+
+@torchsymbol(torch.isclose, T.isclose, method="isclose", tags=ND)
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    check(input.dtype == other.dtype, lambda: f"isclose: {input.dtype} did not match {other.dtype}")
+    close = eq(input, other)
+    if input.dtype is torch.bool:
+        return close
+    if equal_nan and dtypes.is_inexact(input.dtype):
+        close = logical_or(close, logical_and(isnan(input), isnan(other)))
+    allowed = add(abs(mul(other, rtol)), atol)
+    actual = abs(sub(input, other))
+    return logical_or(close, logical_and(isfinite(actual), le(actual, allowed)))
