@@ -10,6 +10,7 @@ import torch
 import jitcore.ops  # noqa: F401  (registers every op)
 from executors.base import OperatorExecutor
 from jitcore.ops.registry import LTORCH, PRIMS
+from jitcore.ops.torch_map import torch_path
 from jitcore.symbol import EAGER_KERNELS
 
 torch_ex = OperatorExecutor("torch", namespace_name="torchex")
@@ -165,12 +166,15 @@ def _copy_(src, dst):
     return dst.copy_(src)
 
 
-def _as_tensor_pair(name, fn):
-    """A binary torch function that needs a tensor first argument (number op tensor is flipped or wrapped)."""
+def _as_tensor_pair(name, fn, promote=False):
+    """A binary torch function that takes only tensors, accepting a Python number on either side (as a 0-d
+    tensor of the other side's dtype, or of the promoted dtype when `promote`)."""
 
     def kernel(a, b):
         if not isinstance(a, torch.Tensor):
-            a = torch.scalar_tensor(a, dtype=b.dtype, device=b.device)
+            a = torch.scalar_tensor(a, dtype=torch.result_type(a, b) if promote else b.dtype, device=b.device)
+        if not isinstance(b, torch.Tensor):
+            b = torch.scalar_tensor(b, dtype=torch.result_type(a, b) if promote else a.dtype, device=a.device)
         return fn(a, b)
 
     kernel.__name__ = name
@@ -235,30 +239,11 @@ def _view_as(a, other):
     return a.reshape(other.shape)
 
 
-DIRECT_OVERRIDES: dict = {"ltorch.view": _view, "ltorch.view_as": _view_as}
-
-# public paths of torch callables, for printing kernels as `torch.nn.functional.gelu(...)`
-_PUBLIC_MODULES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft", "torch.Tensor")
-_paths: dict[int, str] | None = None
-
-
-def torch_path(fn) -> str | None:
-    """`torch.nn.functional.gelu` for F.gelu; None for callables with no public torch path."""
-    global _paths
-    if _paths is None:
-        import importlib
-
-        _paths = {}
-        for modname in reversed(_PUBLIC_MODULES):
-            mod = torch.Tensor if modname == "torch.Tensor" else importlib.import_module(modname)
-            for attr in dir(mod):
-                if attr.startswith("_") and not attr.startswith("__"):
-                    continue
-                obj = getattr(mod, attr, None)
-                if callable(obj) and not isinstance(obj, type):
-                    _paths[id(obj)] = f"{modname}.{attr}"
-    return _paths.get(id(fn))
-
+DIRECT_OVERRIDES: dict = {
+    "ltorch.view": _view, "ltorch.view_as": _view_as,
+    "ltorch.maximum": _as_tensor_pair("maximum", torch.maximum, promote=True),
+    "ltorch.minimum": _as_tensor_pair("minimum", torch.minimum, promote=True),
+}
 
 def _register_all():
     for op_id, kernel in KERNELS.items():

@@ -52,6 +52,8 @@ class Printer:
             return f"({inner},)" if len(x) == 1 else f"({inner})"
         if t is list:
             return "[" + ", ".join(self.value(e) for e in x) + "]"
+        if isinstance(x, tuple) and t.__module__ == "torch.return_types":  # (values, indices) of torch.max, sort...
+            return f"torch.return_types.{t.__name__}(({', '.join(self.value(e) for e in x)}))"
         if t is dict:
             return "{" + ", ".join(f"{self.value(k)}: {self.value(v)}" for k, v in x.items()) + "}"
         if t is slice:

@@ -8,11 +8,15 @@ import torch
 from torch.testing import make_tensor
 
 from executors.claim import flatten_to_prims
+from jitcore.errors import JitError
 from jitcore.symbol import Tag
 from tests.helpers import assert_matches_torch, trace_fn
 
 SHAPES = ((3, 4, 5), (), (0, 3), (2, 1, 3))
-LOOSE = {torch.bfloat16: dict(atol=2e-2, rtol=2e-2), torch.float16: dict(atol=1e-2, rtol=1e-2)}
+LOOSE = {torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2}, torch.float16: {"atol": 1e-2, "rtol": 1e-2}}
+# what torch raises for bad input, and what tracing raises for it
+TORCH_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError)
+TRACE_ERRORS = (JitError, TypeError, ValueError, IndexError)
 
 
 def sample(shape, dtype, *, noncontiguous=False, seed=0, low=None, high=None):
@@ -29,14 +33,14 @@ def check_op(fn, *args, atol=None, rtol=None):
     """fn traced on proxies equals fn on tensors every way (no opaque op allowed); torch raising means we raise."""
     try:
         fn(*args)
-    except Exception:
-        with pytest.raises(Exception):
+    except TORCH_ERRORS:
+        with pytest.raises(TRACE_ERRORS):
             trace_fn(fn, *args)
         return
     opaque = opaque_ops(fn, *args)
     assert not opaque, f"opaque ops in the trace: {opaque}"
     dt = next((a.dtype for a in args if isinstance(a, torch.Tensor)), None)
-    tol = LOOSE.get(dt, {}) if atol is None else dict(atol=atol, rtol=rtol)
+    tol = LOOSE.get(dt, {}) if atol is None else {"atol": atol, "rtol": rtol}
     assert_matches_torch(fn, fn, *args, **tol)
 
 
@@ -61,8 +65,8 @@ def check_factory(fn, *args, atol=None, rtol=None):
 def check_op_pair(op_fn, torch_fn, *args, atol=None, rtol=None):
     try:
         torch_fn(*args)
-    except Exception:
-        with pytest.raises(Exception):
+    except TORCH_ERRORS:
+        with pytest.raises(TRACE_ERRORS):
             trace_fn(op_fn, *args)
         return
     opaque = opaque_ops(op_fn, *args)

@@ -54,7 +54,7 @@ NO_INPUT = {
 
 @pytest.mark.parametrize("name", list(NO_INPUT))
 def test_creation_matches_torch(name):
-    tol = dict(atol=1e-6, rtol=1e-6) if name.startswith(("linspace", "logspace")) else {}
+    tol = {"atol": 1e-6, "rtol": 1e-6} if name.startswith(("linspace", "logspace")) else {}
     if name == "empty_shape":
         assert run_ways(lambda: NO_INPUT[name](J))["prims"] == (2, 5)
         return

@@ -32,7 +32,7 @@ def test_getitem(key):
 def test_getitem_dtypes_noncontiguous(dtype):
     a = sample((4, 6), dtype, noncontiguous=True)
     for key in [(1, slice(None, None, 2)), ([0, 2], slice(1, 3)), (slice(None), [0, -1]), (None, Ellipsis, 0)]:
-        check_op(lambda x: x[key], a)
+        check_op(lambda x, key=key: x[key], a)
     check_op(lambda x: x.t()[1:, [0, 1]], a)
 
 
@@ -89,7 +89,7 @@ def test_setitem(key, value, dtype):
 
 
 def test_setitem_tensor_values_and_masks():
-    a, v = sample((3, 4), F32), sample((4,), F64 := torch.float64)
+    a, v = sample((3, 4), F32), sample((4,), torch.float64)
     assert_matches_torch(lambda x, y: ltorch.setitem(x, 1, y), lambda x, y: _eager_setitem(x, 1, y), a, v)
     assert_matches_torch(lambda x, y: ltorch.setitem(x, (slice(None), 0), y[:3]),
                          lambda x, y: _eager_setitem(x, (slice(None), 0), y[:3]), a, v)
@@ -162,3 +162,10 @@ def test_masks():
         trace_fn(lambda x: x.masked_fill(x.long(), 1.0), a)
     with pytest.raises(MetaError, match="0-dimensional value"):
         trace_fn(lambda x: x.masked_fill(x > 0, x[0]), a)
+
+
+def test_setitem_tensor_index():
+    a, i = sample((5, 3), F32), torch.tensor([4, -1, 0])
+    assert_matches_torch(lambda x, i: ltorch.setitem(x, i, 1.0), lambda x, i: _eager_setitem(x, i, 1.0), a, i)
+    assert_matches_torch(lambda x, i: ltorch.setitem(x, (i, 1), x[:3, 0]), lambda x, i: _eager_setitem(x, (i, 1), x[:3, 0]),
+                         a, torch.tensor([4, 2, 0]))

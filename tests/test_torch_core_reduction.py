@@ -121,3 +121,10 @@ def test_result_dtypes_follow_torch():
     for dt in (torch.int32, torch.uint8, torch.bool):
         a = torch.ones(3, dtype=dt)
         check_op(lambda x: (x.sum(), x.prod(), x.cumsum(0)), a)
+
+
+def test_named_results():
+    """(values, indices) results are torch.return_types, so `.values` / `.indices` work in traced code."""
+    fn = (lambda a: (a.max(1).values, torch.min(a, 0).indices, torch.sort(a, descending=True).values,
+                     a.topk(2).indices, torch.aminmax(a).max, a.max(-1)))
+    check_op(fn, sample((3, 4), F32))

@@ -1,7 +1,9 @@
 """Transforms: the grad transform. From a computation trace whose inputs require grad, build a forward trace
 (outputs + saved-for-backward) and a backward trace (saved + cotangents -> input grads) by applying each op's VJP
-rule (transforms/vjp_rules.py) in reverse. Composites without a rule are differentiated through their subsymbols;
-opaque torch ops through torch.autograd at run time. Saved-for-backward is exactly what the backward reads.
+rule (transforms/vjp_rules.py) in reverse. Composites without a rule (or whose rule declines with NotImplemented)
+are differentiated through their subsymbols; opaque torch ops through torch.autograd at run time. A rule with an
+`augment` (layer_norm, sdpa) first swaps the forward line for a kernel that also returns what its backward needs.
+Saved-for-backward is exactly what the backward reads.
 """
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_flatten, tree_leaves
+from jitcore.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.symbol import Tag
-from jitcore.trace import Timer, Trace, from_trace, tracectx
+from jitcore.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from transforms.dce import dce
 from transforms.vjp_rules import VJP_RULES, opaque_vjp
 
@@ -58,9 +60,15 @@ class _Backprop:
             return
         if not any(needs_grad(a) for a in bsym.flat_proxy_args()):
             return
+        aug = bsym.extra.get("vjp")
+        if aug is not None:  # a line swapped by an augmented forward: pull back through the original op
+            backward, orig, residuals = aug
+            ogs = [self.cot.get(o.name) if isinstance(o, TensorProxy) else None for o in tree_leaves(orig.output)]
+            self._assign(orig, backward(orig, residuals, *ogs))
+            return
         rule = VJP_RULES.get(bsym.sym.id)
-        if rule is not None:
-            grads = rule(bsym, *gs)
+        grads = rule(bsym, *gs) if rule is not None else NotImplemented
+        if grads is not NotImplemented:
             self._assign(bsym, grads)
         elif bsym.subsymbols and not bsym.sym.is_prim:
             for sub in reversed(bsym.subsymbols):
@@ -103,8 +111,11 @@ def bound_arguments(bsym) -> list:
 
 def grad_transform(trace: Trace) -> Split:
     with Timer() as t:
+        fw = from_trace(trace, "forward")
+        with tracectx(fw), torch.no_grad():
+            bsyms = augment(trace.bound_symbols)
         bw = Trace("backward")
-        bw.names, bw._counters = set(trace.names), dict(trace._counters)
+        bw.names, bw._counters = set(fw.names), dict(fw._counters)
         flat_out = list(tree_leaves(trace.output))
         rg = [needs_grad(o) for o in flat_out]
         bp = _Backprop()
@@ -113,18 +124,59 @@ def grad_transform(trace: Trace) -> Split:
             for o, ct in zip(flat_out, cts):
                 if ct is not None:
                     bp.accumulate(o, ct)
-            for bsym in reversed(trace.bound_symbols):
+            for bsym in reversed(bsyms):
                 bp.bsym(bsym)
         bw.output = tuple(bp.cot.get(a.name) if needs_grad(a) else None for a in trace.args)
         bw = dce(bw)
         saved = _free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
-        fw = from_trace(trace, "forward")
-        fw.bound_symbols = expose(trace.bound_symbols, {p.name for p in saved})
+        fw.bound_symbols = expose(bsyms, {p.name for p in saved})
         fw.output = tuple(flat_out) + tuple(saved)
     fw.set_provenance("Forward pass of the grad transform", t.seconds)
     bw.set_provenance("Backward pass of the grad transform", t.seconds)
     return Split(fw, bw, len(flat_out), saved, rg)
+
+
+def augment(bsyms) -> list:
+    """bsyms with each line whose VJP rule has an `augment` (and whose inputs need grad) swapped for the line that
+    rule records: same outputs plus residuals for its backward (nested inside composites without a rule too)."""
+    out = []
+    for bsym in bsyms:
+        rule = VJP_RULES.get(bsym.sym.id)
+        wants = any(needs_grad(a) for a in bsym.flat_proxy_args())
+        if wants and rule is not None and getattr(rule, "augment", None) is not None:
+            new = _augmented(bsym, rule)
+            if new is not None:
+                out.append(new)
+                continue
+        if wants and rule is None and bsym.subsymbols and not bsym.sym.is_prim:
+            subs = augment(bsym.subsymbols)
+            if any(a is not b for a, b in zip(subs, bsym.subsymbols)):
+                bsym = bsym.from_bsym(subsymbols=tuple(subs))
+        out.append(bsym)
+    return out
+
+
+def _augmented(bsym, rule):
+    """Record rule.augment(bsym) -> (symbol, args, kwargs, backward); the symbol's first outputs stand for bsym's
+    outputs (same metadata; they keep bsym's proxies) and the rest are residuals for `backward`."""
+    plan = rule.augment(bsym)
+    if plan is None:
+        return None
+    sym, args, kwargs, backward = plan
+    trace = get_tracectx()
+    with trace.subsymbol_scope():
+        new_out = sym(*args, **kwargs)
+    new_leaves, spec = tree_flatten(new_out)
+    orig = tree_leaves(bsym.output)
+    for o, n in zip(orig, new_leaves):
+        if tuple(o.shape) != tuple(n.shape) or o.dtype != n.dtype:
+            raise AssertionError(f"augmented forward of {bsym.sym.id}: {n.type_string()} stands for {o.type_string()}")
+    residuals = new_leaves[len(orig):]
+    output = tree_unflatten(spec, list(orig) + residuals)
+    new = sym.bind(*args, output=output, **kwargs)
+    new.extra["vjp"] = (backward, bsym, residuals)
+    return new
 
 
 def expose(bsyms, needed: set) -> list:

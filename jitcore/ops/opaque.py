@@ -10,6 +10,7 @@ import torch
 
 from jitcore import proxies
 from jitcore.errors import UnsupportedError
+from jitcore.ops.torch_map import torch_path
 from jitcore.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
 
@@ -19,7 +20,6 @@ OPAQUE_OPS: dict[str, Symbol] = {}  # id -> Symbol, for examine() and the regist
 
 def _public_name(fn) -> tuple[str, str, object]:
     """(module path, name, namespace) under which the opaque op prints and runs."""
-    from executors.torchex import torch_path  # executors import is lazy: only printing needs it
 
     path = torch_path(fn)
     if path is not None:

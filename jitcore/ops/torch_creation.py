@@ -145,8 +145,8 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
            pin_memory=False):
     if end is None:
         start, end = 0, start
-    for v in (start, end, step):
-        check(is_number(v), lambda: f"arange(): start, end and step must be numbers, got {v!r}")
+    bad = [v for v in (start, end, step) if not is_number(v)]
+    check(not bad, lambda: f"arange(): start, end and step must be numbers, got {bad[0]!r}")
     check(step != 0, "step must be nonzero")
     check(step > 0 and end >= start or step < 0 and end <= start,
           "upper bound and larger bound inconsistent with step sign")

@@ -4,6 +4,8 @@ kernels, then calls the strict elementwise prims.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from jitcore import dtypes
@@ -11,7 +13,7 @@ from jitcore.dtypes import Promotion
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
-from jitcore.ops.torch_map import register_method
+from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.utils import broadcast_shapes, check, is_number
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
@@ -255,9 +257,21 @@ def floor_divide(input, other):
         # integer floor division: truncate, then step down where the signs differ and there is a remainder
         q = elementwise(pe.div, D, input, other, op_name="floor_divide")
         r = elementwise(pe.remainder, D, input, other, op_name="floor_divide")
-        fix = logical_and(ne(r, 0), ne(lt(input, 0), lt(other, 0)))
+        fix = logical_and(ne(r, 0), _ne_bool(_is_negative(input), _is_negative(other)))
         return where(fix, sub(q, 1), q)
     return floor(elementwise(pe.div, D, input, other, op_name="floor_divide"))
+
+
+def _is_negative(x):
+    return lt(x, 0) if isinstance(x, TensorProxy) else x < 0
+
+
+def _ne_bool(a, b):
+    if isinstance(a, TensorProxy):
+        return ne(a, b)
+    if isinstance(b, TensorProxy):
+        return ne(b, a)
+    return a != b
 
 
 @torchsymbol(T.__rfloordiv__, method="__rfloordiv__")
@@ -334,7 +348,7 @@ def logical_xor(input, other):
 
 
 # -- ternary ---------------------------------------------------------------------------------------------------
-@torchsymbol(torch.where, T.where, method="where")
+@torchsymbol(torch.where)
 def where(condition, input, other):
     check(isinstance(condition, TensorProxy) and condition.dtype is torch.bool,
           lambda: f"where expected condition to be a boolean tensor, but got {getattr(condition, 'dtype', condition)}")
@@ -343,6 +357,15 @@ def where(condition, input, other):
     shape = condition.shape
     input, other = expand_to(to_dtype(input, dtype), shape), expand_to(to_dtype(other, dtype), shape)
     return pe.where(condition, input, other)
+
+
+def _where_method(self, condition, other):
+    """Tensor.where: `x.where(condition, y)` is torch.where(condition, x, y)."""
+    return where(condition, self, other)
+
+
+register_method("where", _where_method)
+TORCH_MAP.setdefault(T.where, _where_method)
 
 
 @torchsymbol(torch.clamp, T.clamp, torch.clip, T.clip, method=("clamp", "clip"))
@@ -402,7 +425,14 @@ def _inexact_only(op, *args):
 @torchsymbol(torch.hypot, T.hypot, method="hypot")
 def hypot(input, other):
     _inexact_only("hypot", input, other)
-    return _in_float(D, lambda a, b: sqrt(add(mul(a, a), mul(b, b))), input, other)
+
+    def f(a, b):
+        out = sqrt(add(mul(a, a), mul(b, b)))
+        for x in (a, b):
+            out = where(isinf(x), math.inf, out) if isinstance(x, TensorProxy) else out
+        return out
+
+    return _in_float(D, f, input, other)
 
 
 def _logaddexp(a, b, log1p_of, scale):
@@ -420,8 +450,6 @@ def logaddexp(input, other):
 @torchsymbol(torch.logaddexp2, T.logaddexp2, method="logaddexp2")
 def logaddexp2(input, other):
     _inexact_only("logaddexp2", input, other)
-    import math
-
     return _in_float(D, lambda a, b: _logaddexp(a, b, lambda d: log1p(exp2(d)), 1 / math.log(2)), input, other)
 
 
@@ -470,22 +498,16 @@ def heaviside(input, values):
 
 @torchsymbol(torch.deg2rad, T.deg2rad, method="deg2rad")
 def deg2rad(input):
-    import math
-
     return _in_float(F, lambda a: mul(a, math.pi / 180), input)
 
 
 @torchsymbol(torch.rad2deg, T.rad2deg, method="rad2deg")
 def rad2deg(input):
-    import math
-
     return _in_float(F, lambda a: mul(a, 180 / math.pi), input)
 
 
 @torchsymbol(torch.sinc, T.sinc, torch.special.sinc, method="sinc")
 def sinc(input):
-    import math
-
     def f(a):
         x = mul(a, math.pi)
         return where(eq(a, 0), to_dtype(1, a.dtype), div(sin(x), x))
@@ -505,8 +527,6 @@ def logit(input, eps=None):
 
 @torchsymbol(torch.special.ndtr)
 def ndtr(input):
-    import math
-
     return _in_float(F, lambda a: mul(erfc(mul(a, -1 / math.sqrt(2))), 0.5), input)
 
 

@@ -59,9 +59,9 @@ def _expand_key(a, key):
             k = _python_index_list(a, k, a.device)
         if isinstance(k, TensorProxy) and k.dtype in (torch.bool, torch.uint8):
             raise DataDependentError(f"indexing with a boolean tensor mask of shape {tuple(k.shape)}: {_MASK_HINT}")
-        check(k is None or k is Ellipsis or isinstance(k, (int, slice, TensorProxy)),
-              lambda: f"__getitem__: only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
-                      f"are valid indices (got {type(k).__name__})")
+        if not (k is None or k is Ellipsis or isinstance(k, (int, slice, TensorProxy))):
+            raise MetaError(f"__getitem__: only integers, slices (`:`), ellipsis (`...`), None and long or byte "
+                            f"Variables are valid indices (got {type(k).__name__})")
         items.append(k)
     consumed = sum(1 for k in items if k is not None and k is not Ellipsis and not isinstance(k, bool))
     check(consumed <= a.ndim, lambda: f"too many indices for tensor of dimension {a.ndim}")
@@ -89,7 +89,8 @@ def _basic(a, items):
             x, d = slice_dim(x, d, 0, 0), d + 1
         elif isinstance(k, int):
             n = x.shape[d]
-            check(-n <= k < n, lambda: f"index {k} is out of bounds for dimension {src} with size {n}")
+            if not -n <= k < n:
+                raise MetaError(f"index {k} is out of bounds for dimension {src} with size {n}")
             k %= n
             x = ps.squeeze(slice_dim(x, d, k, k + 1), (d,))
             src += 1

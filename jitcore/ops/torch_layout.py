@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from jitcore import devices
+from jitcore.errors import MetaError
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -151,7 +152,8 @@ def meshgrid(*tensors, indexing=None):
                                             f"but received: {indexing}")
     check(len(tensors) > 0, "meshgrid expects a non-empty TensorList")
     for x in tensors:
-        check(x.ndim <= 1, lambda: f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {x.ndim}D")
+        if x.ndim > 1:
+            raise MetaError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {x.ndim}D")
         check(x.dtype == tensors[0].dtype, "meshgrid expects all tensors to have the same dtype")
     sizes = [x.numel() for x in tensors]
     where = list(range(len(tensors)))

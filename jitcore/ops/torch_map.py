@@ -43,3 +43,28 @@ def is_torch_callable(fn) -> bool:
         return True
     objclass = getattr(fn, "__objclass__", None)
     return objclass is not None and objclass.__name__ in ("Tensor", "TensorBase")
+
+
+# public paths of torch callables, for printing kernels as `torch.nn.functional.gelu(...)`
+_PUBLIC_MODULES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft", "torch.Tensor")
+_paths: dict[int, str] | None = None
+
+
+def torch_path(fn) -> str | None:
+    """`torch.nn.functional.gelu` for F.gelu; None for callables with no public torch path."""
+    global _paths
+    if _paths is None:
+        import importlib
+
+        import torch
+
+        _paths = {}
+        for modname in reversed(_PUBLIC_MODULES):
+            mod = torch.Tensor if modname == "torch.Tensor" else importlib.import_module(modname)
+            for attr in dir(mod):
+                if attr.startswith("_") and not attr.startswith("__"):
+                    continue
+                obj = getattr(mod, attr, None)
+                if callable(obj) and not isinstance(obj, type):
+                    _paths[id(obj)] = f"{modname}.{attr}"
+    return _paths.get(id(fn))

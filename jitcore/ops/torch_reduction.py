@@ -158,12 +158,12 @@ def _max_min(op, extreme, arg, binary, input, dim, keepdim):
     check(isinstance(dim, int), lambda: f"{op}(): dim must be an int, got {dim!r}")
     values = extreme(input, dim, keepdim)
     idx_input = to_dtype(input, torch.uint8) if input.dtype is torch.bool else input
-    return values, arg(idx_input, dim, keepdim)
+    return getattr(torch.return_types, op)((values, arg(idx_input, dim, keepdim)))
 
 
 @torchsymbol(torch.max, T.max, method="max")
 def max(input, dim=None, keepdim=False):
-    """Full max; (values, indices) along dim; or, given a tensor, torch.maximum."""
+    """Full max; (values, indices) along dim (torch.return_types.max); or, given a tensor, torch.maximum."""
     return _max_min("max", amax, argmax, te.maximum, input, dim, keepdim)
 
 
@@ -175,7 +175,8 @@ def min(input, dim=None, keepdim=False):
 
 @torchsymbol(torch.aminmax, T.aminmax, method="aminmax")
 def aminmax(input, *, dim=None, keepdim=False):
-    return amin(input, () if dim is None else dim, keepdim), amax(input, () if dim is None else dim, keepdim)
+    dims = () if dim is None else dim
+    return torch.return_types.aminmax((amin(input, dims, keepdim), amax(input, dims, keepdim)))
 
 
 # -- variance ---------------------------------------------------------------------------------------------------
@@ -337,12 +338,12 @@ def cumprod(input, dim, *, dtype=None):
 # -- selection and sorting -----------------------------------------------------------------------------------
 @torchsymbol(torch.topk, T.topk, method="topk")
 def topk(input, k, dim=-1, largest=True, sorted=True):
-    return pr.topk(input, k, -1 if dim is None else dim, largest, sorted)
+    return torch.return_types.topk(pr.topk(input, k, -1 if dim is None else dim, largest, sorted))
 
 
 @torchsymbol(torch.sort, T.sort, method="sort")
 def sort(input, dim=-1, descending=False, *, stable=False):
-    return pr.sort(input, dim, descending, builtins.bool(stable))
+    return torch.return_types.sort(pr.sort(input, dim, descending, builtins.bool(stable)))
 
 
 @torchsymbol(torch.argsort, T.argsort, method="argsort", tags=ND)

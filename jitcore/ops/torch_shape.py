@@ -4,14 +4,13 @@ varargs-or-tuple forms, then call the strict shape prims. Method forms (`x.view(
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 
-from jitcore import devices, dtypes
 from jitcore.errors import MetaError
 from jitcore.ops import prims_elementwise as pe
-from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
@@ -253,14 +252,15 @@ def _expand(op, a, sizes):
                                         f"to the number of dimensions in the tensor ({a.ndim})")
     offset, shape = len(sizes) - a.ndim, []
     for i, s in enumerate(sizes):
-        if i < offset:
-            check(s >= 0, lambda: f"{op}: -1 is not allowed in a leading, non-existing dimension {i}")
-        else:
+        if i < offset and s < 0:
+            raise MetaError(f"{op}: -1 is not allowed in a leading, non-existing dimension {i}")
+        if i >= offset:
             cur = a.shape[i - offset]
             s = cur if s == -1 else s
-            check(cur == 1 or cur == s, lambda: f"The expanded size of the tensor ({s}) must match the existing size "
-                                                f"({cur}) at non-singleton dimension {i}.  Target sizes: {list(sizes)}."
-                                                f"  Tensor sizes: {list(a.shape)}")
+            if cur != 1 and cur != s:
+                raise MetaError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
+                                f"non-singleton dimension {i}.  Target sizes: {list(sizes)}.  Tensor sizes: "
+                                f"{list(a.shape)}")
         shape.append(s)
     return te.expand_to(a, tuple(shape))
 
@@ -309,19 +309,21 @@ def _cat(op, tensors, dim):
     tensors = list(tensors)
     check(len(tensors) > 0, lambda: f"{op}(): expected a non-empty list of Tensors")
     for i, x in enumerate(tensors):
-        check(isinstance(x, TensorProxy), lambda: f"{op}(): expected Tensors, got {type(x).__name__} at {i}")
-        check(x.ndim > 0, lambda: f"{op}(): zero-dimensional tensor (at position {i}) cannot be concatenated")
+        if not isinstance(x, TensorProxy):
+            raise MetaError(f"{op}(): expected Tensors, got {type(x).__name__} at {i}")
+        if x.ndim == 0:
+            raise MetaError(f"{op}(): zero-dimensional tensor (at position {i}) cannot be concatenated")
     dtype = tensors[0].dtype if len(tensors) == 1 else _promote_all(tensors)
     kept = [x for x in tensors if not (x.ndim == 1 and x.shape[0] == 0)] or tensors[:1]
     d = dim_of(op, dim, kept[0].ndim)
     ref = kept[0].shape
     for i, x in enumerate(kept):
-        check(x.ndim == len(ref), lambda: f"{op}(): Tensors must have same number of dimensions: got {len(ref)} and "
-                                          f"{x.ndim}")
+        if x.ndim != len(ref):
+            raise MetaError(f"{op}(): Tensors must have same number of dimensions: got {len(ref)} and {x.ndim}")
         for j in range(len(ref)):
-            check(j == d or x.shape[j] == ref[j], lambda: f"{op}(): Sizes of tensors must match except in dimension "
-                                                          f"{d}. Expected size {ref[j]} but got size {x.shape[j]} for "
-                                                          f"tensor number {i} in the list.")
+            if j != d and x.shape[j] != ref[j]:
+                raise MetaError(f"{op}(): Sizes of tensors must match except in dimension {d}. Expected size "
+                                f"{ref[j]} but got size {x.shape[j]} for tensor number {i} in the list.")
     return ps.cat([to_dtype(x, dtype) for x in kept], d)
 
 
@@ -348,8 +350,9 @@ def stack(tensors, dim=0):
     check(len(tensors) > 0, "stack expects a non-empty TensorList")
     shape = tuple(tensors[0].shape)
     for i, x in enumerate(tensors):
-        check(tuple(x.shape) == shape, lambda: f"stack expects each tensor to be equal size, but got {list(shape)} at "
-                                               f"entry 0 and {list(x.shape)} at entry {i}")
+        if tuple(x.shape) != shape:
+            raise MetaError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
+                            f"{list(x.shape)} at entry {i}")
     d = dim_of("stack", dim, len(shape), extra=1)
     return _cat("stack", [ps.reshape(x, shape[:d] + (1,) + shape[d:]) for x in tensors], d)
 
@@ -467,11 +470,11 @@ def tensor_split(input, indices_or_sections, dim=0):
         check(k > 0, lambda: f"number of sections must be larger than 0, got {k}")
         sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
         bounds = [sum(sizes[:i]) for i in range(k + 1)]
-        pieces = list(zip(bounds[:-1], bounds[1:]))
+        pieces = list(itertools.pairwise(bounds))
     else:
         idx = [0] + list(indices_or_sections) + [n]
         pieces = []
-        for lo, hi in zip(idx[:-1], idx[1:]):  # Python slicing, like numpy.array_split
+        for lo, hi in itertools.pairwise(idx):  # Python slicing, like numpy.array_split
             s, e, _ = slice(lo, hi).indices(n)
             pieces.append((s, max(s, e)))
     return fresh([slice_dim(input, d, s, e) for s, e in pieces], input)

@@ -1,0 +1,126 @@
+"""Ops: torch-level ops that fit no other family: torch.diff, block_diag, Tensor.sum_to_size, Tensor.type, and the
+Python-valued helpers the interpreter maps (torch.numel, torch.is_tensor, torch.is_floating_point, result_type).
+Ops whose output shape depends on tensor values (unique, bincount, is_nonzero) raise DataDependentError.
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore import dtypes
+from jitcore.errors import DataDependentError, MetaError
+from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_elementwise as te
+from jitcore.ops.registry import torchsymbol
+from jitcore.ops.torch_elementwise import to_dtype
+from jitcore.ops.torch_map import TORCH_MAP, register_method
+from jitcore.ops.torch_reduction import sum as rsum
+from jitcore.ops.torch_shape import _cat, _promote_all, dim_of, shape_arg, slice_dim
+from jitcore.ops.utils import check
+from jitcore.proxies import TensorProxy
+
+T = torch.Tensor
+
+
+@torchsymbol(torch.diff, T.diff, method="diff")
+def diff(input, n=1, dim=-1, prepend=None, append=None):
+    check(input.ndim > 0, "diff expects input to be at least one-dimensional")
+    check(n >= 0, lambda: f"order must be non-negative but got {n}")
+    d = dim_of("diff", dim, input.ndim)
+    parts = [p for p in (prepend, input, append) if p is not None]
+    x = _cat("diff", [te.expand_to(p, _with(input.shape, d, 1)) if p.ndim == 0 else p for p in parts], d) \
+        if len(parts) > 1 else input
+    for _ in range(n):
+        size = x.shape[d]
+        if size == 0:
+            break
+        hi, lo = slice_dim(x, d, 1, size), slice_dim(x, d, 0, size - 1)
+        x = te.logical_xor(hi, lo) if x.dtype is torch.bool else te.sub(hi, lo)
+    return x
+
+
+def _with(shape, d, size):
+    return tuple(size if i == d else s for i, s in enumerate(shape))
+
+
+@torchsymbol(torch.block_diag)
+def block_diag(*tensors):
+    check(len(tensors) > 0, "block_diag: expected at least one tensor")
+    mats = []
+    for i, t in enumerate(tensors):
+        if t.ndim > 2:
+            raise MetaError(f"torch.block_diag: Input tensors must have 2 or fewer dimensions. Input {i} has "
+                            f"{t.ndim} dimensions")
+        mats.append(ps.reshape(t, (1, 1)) if t.ndim == 0 else ps.reshape(t, (1, t.shape[0])) if t.ndim == 1 else t)
+    dtype = _promote_all(mats)
+    cols = sum(m.shape[1] for m in mats)
+    rows, left = [], 0
+    for m in mats:
+        w = m.shape[1]
+        pad = ((0, 0, 0), (left, cols - left - w, 0))
+        rows.append(ps.pad(to_dtype(m, dtype), to_dtype(0, dtype), pad))
+        left += w
+    return _cat("block_diag", rows, 0)
+
+
+@torchsymbol(T.sum_to_size, method="sum_to_size")
+def sum_to_size(self, *size):
+    if not size:
+        raise TypeError('sum_to_size() missing 1 required positional arguments: "size"')
+    size = shape_arg(size)
+    check(len(size) <= self.ndim and all(s == 1 or s == d for s, d in zip(reversed(size), reversed(self.shape))),
+          lambda: f"size {{{', '.join(map(str, size))}}} is not expandable to size "
+                  f"{{{', '.join(map(str, self.shape))}}}.")
+    lead = self.ndim - len(size)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size) if s == 1 and self.shape[lead + i] != 1)
+    if not dims:
+        return self
+    out = rsum(self, dims, keepdim=True)
+    return ps.reshape(out, tuple(size)) if lead else out
+
+
+def _type(self, dtype=None, non_blocking=False, **kwargs):
+    """Tensor.type(): the type string with no argument; a conversion given a dtype or a type name."""
+    if dtype is None:
+        name = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                torch.uint8: "Byte", torch.bool: "Bool"}.get(self.dtype, str(self.dtype))
+        prefix = "torch." if self.device.type == "cpu" else f"torch.{self.device.type}."
+        return f"{prefix}{name}Tensor"
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.split(".")[-1]).dtype
+    elif isinstance(dtype, type):
+        dtype = dtype.dtype
+    return to_dtype(self, dtype)
+
+
+register_method("type", _type)
+
+
+def _data_dependent(name, what):
+    def body(*args, **kwargs):
+        raise DataDependentError(f"{name}: {what}")
+
+    body.__name__ = name
+    return body
+
+
+unique = torchsymbol(torch.unique, T.unique, torch.unique_consecutive, T.unique_consecutive, method="unique",
+                     name="unique")(_data_dependent("unique", "the number of unique values depends on the data"))
+bincount = torchsymbol(torch.bincount, T.bincount, method="bincount", name="bincount")(
+    _data_dependent("bincount", "the output length is the largest value in the input"))
+is_nonzero = torchsymbol(torch.is_nonzero, T.is_nonzero, method="is_nonzero", name="is_nonzero")(
+    _data_dependent("is_nonzero", "the answer is a tensor's value"))
+
+
+# -- Python-valued helpers: plain functions in the torch map (no op is recorded; the answer is metadata) -------------
+def _result_type(tensor1, tensor2):
+    return dtypes.promote_dtypes(tensor1, tensor2)
+
+
+TORCH_MAP.update({
+    torch.numel: lambda input: input.numel(),
+    torch.is_tensor: lambda obj: isinstance(obj, (TensorProxy, torch.Tensor)),
+    torch.is_floating_point: lambda input: input.dtype.is_floating_point,
+    torch.is_complex: lambda input: input.dtype.is_complex,
+    torch.result_type: _result_type,
+})
