@@ -1,6 +1,7 @@
 """Benchmarks: executors side by side on CPU. Eager vs torch.compile vs jit with [torch] vs jit with
 [inductor, torch], forward (no_grad) and forward+backward, on a 10-op elementwise chain, an MLP and a GPT-2
-style block. Prints medians (ms), ratios to eager and first-call (compile) times.
+style block. Prints medians (ms; variants sampled round-robin, so load changes hit all alike), ratios to eager and
+first-call (compile) times.
 
     python -m benchmarks.bench_executors                 # everything (a few minutes: inductor compiles)
     python -m benchmarks.bench_executors --cases chain --repeat 50
@@ -8,13 +9,14 @@ style block. Prints medians (ms), ratios to eager and first-call (compile) times
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import time
 
 import torch
 
 import jitcore
 from benchmarks.models import Block, GPTConfig, elementwise_chain, mlp
-from benchmarks.timing import median_time
 
 
 def make_case(name: str):
@@ -32,12 +34,8 @@ def make_case(name: str):
 
 
 def variants(fn):
-    return {
-        "eager": fn,
-        "torch.compile": torch.compile(fn),
-        "jit [torch]": jitcore.jit(fn),
-        "jit [inductor, torch]": jitcore.jit(fn, executors=["inductor"]),
-    }
+    made = (fn, torch.compile(fn), jitcore.jit(fn), jitcore.jit(fn, executors=["inductor"]))
+    return dict(zip(variants_names(), made))
 
 
 def step(run, inputs, params, backward: bool):
@@ -59,25 +57,47 @@ def step(run, inputs, params, backward: bool):
     return fwd_bwd
 
 
+def interleaved_medians(calls: dict, repeat: int, warmup: int = 3) -> dict:
+    """Median seconds per call of each callable, sampled round-robin so that load changes hit all alike."""
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    samples: dict = {name: [] for name in calls}
+    for _ in range(repeat):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
 def measure(case: str, repeat: int) -> list[dict]:
     fn, inputs, params = make_case(case)
     rows = []
     for mode, backward in (("forward", False), ("fwd+bwd", True)):
-        results = {}
+        calls, first, errors = {}, {}, {}
         for vname, run in variants(fn).items():
             call = step(run, inputs, params, backward)
             try:
                 start = time.perf_counter()
                 call()
-                first = time.perf_counter() - start
-                results[vname] = (median_time(call, warmup=3, repeat=repeat), first, "")
+                first[vname] = time.perf_counter() - start
+                calls[vname] = call
             except Exception as e:  # noqa: BLE001  (a failing variant is reported in the table, the rest still run)
-                results[vname] = (float("nan"), float("nan"), f"{type(e).__name__}: {str(e)[:60]}")
-        eager = results["eager"][0]
-        for vname, (med, first, err) in results.items():
-            rows.append(dict(case=case, mode=mode, variant=vname, ms=med * 1e3, first_ms=first * 1e3,
-                             ratio=eager / med if med == med and med > 0 else float("nan"), error=err))
+                errors[vname] = f"{type(e).__name__}: {str(e)[:60]}"
+        medians = interleaved_medians(calls, repeat)
+        eager = medians.get("eager", math.nan)
+        for vname in variants_names():
+            med = medians.get(vname, math.nan)
+            rows.append({"case": case, "mode": mode, "variant": vname, "ms": med * 1e3,
+                         "first_ms": first.get(vname, math.nan) * 1e3,
+                         "ratio": eager / med if math.isfinite(med) and med > 0 else math.nan,
+                         "error": errors.get(vname, "")})
     return rows
+
+
+def variants_names() -> list[str]:
+    return ["eager", "torch.compile", "jit [torch]", "jit [inductor, torch]"]
 
 
 def print_table(rows: list[dict]) -> None:

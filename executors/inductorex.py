@@ -12,7 +12,7 @@ import warnings
 import torch
 
 from executors.base import FusionExecutor
-from executors.regions import Region, canonical_key, fuse_regions, has_side_effect
+from executors.regions import Region, aten_effects, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import torch_ex
 from jitcore.ops.registry import PRIMS
 from jitcore.proxies import TensorProxy
@@ -48,6 +48,13 @@ def _tensors_ok(bsym: BoundSymbol) -> bool:
     return len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.dtype in _OK_DTYPES for p in args + outs)
 
 
+def is_pure_aten(fn) -> bool:
+    """An aten operator overload with fixed output shapes, no mutation and no randomness."""
+    if not isinstance(fn, torch._ops.OpOverload) or fn.namespace != "aten" or aten_effects(fn):
+        return False
+    return torch.Tag.dynamic_output_shape not in fn.tags and torch.Tag.data_dependent_output not in fn.tags
+
+
 class InductorExecutor(FusionExecutor):
     """Fusion regions compiled with torch.compile. fuse_matmul: whether matmul/linear join regions."""
 
@@ -68,7 +75,10 @@ class InductorExecutor(FusionExecutor):
         return FUSIBLE_PRIMS | MATMUL_PRIMS if self.fuse_matmul else FUSIBLE_PRIMS
 
     def can_execute(self, bsym: BoundSymbol) -> bool:
-        if Tag.OPAQUE in bsym.sym.tags or bsym.sym.id not in torch_ex.implmap:
+        if Tag.OPAQUE in bsym.sym.tags:
+            # aten operators (the backward kernels autodiff calls) are Inductor's own input language
+            return is_pure_aten(bsym.sym.torch_fn) and not has_side_effect(bsym) and _tensors_ok(bsym)
+        if bsym.sym.id not in torch_ex.implmap:
             return False  # the region runs the torch executor's kernel for each line
         if not torch_ex.can_execute(bsym) or has_side_effect(bsym) or not _tensors_ok(bsym):
             return False
@@ -76,6 +86,7 @@ class InductorExecutor(FusionExecutor):
 
     def execute(self, bsym: BoundSymbol) -> BoundSymbol:
         line = torch_ex.execute(bsym)
+        line = line.from_bsym() if line is bsym else line  # an opaque line runs as it prints: mark a copy
         line.extra["executor"] = self.name
         return line
 

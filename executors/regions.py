@@ -24,7 +24,8 @@ from jitcore.symbol import BoundSymbol, Symbol, Tag
 from jitcore.trace import Trace, from_trace
 
 # opaque torch callables with these names (or a trailing "_", torch's in-place convention) may have effects
-_EFFECTFUL_NAMES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "print")
+_EFFECTFUL_NAMES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "print",
+                    "sdpa", "attention")
 
 
 def has_side_effect(bsym: BoundSymbol) -> bool:
@@ -37,6 +38,9 @@ def has_side_effect(bsym: BoundSymbol) -> bool:
     if Tag.INPLACE in tags or Tag.DONT_DCE in tags:
         return True
     if Tag.OPAQUE in tags:
+        schema_says = aten_effects(bsym.sym.torch_fn)
+        if schema_says is not None:
+            return schema_says
         name = getattr(bsym.sym, "name", "")
         if (name.endswith("_") and not name.endswith("__")) or any(w in name for w in _EFFECTFUL_NAMES):
             return True
@@ -45,6 +49,16 @@ def has_side_effect(bsym: BoundSymbol) -> bool:
     if bsym.subsymbols:
         return any(has_side_effect(s) for s in bsym.subsymbols)
     return Tag.RANDOM in tags
+
+
+def aten_effects(fn) -> bool | None:
+    """For a torch operator overload (torch.ops.aten.x.default): whether it mutates or draws random numbers;
+    None for other callables (their schema is unknown)."""
+    import torch
+
+    if not isinstance(fn, torch._ops.OpOverload):
+        return None
+    return fn._schema.is_mutable or torch.Tag.nondeterministic_seeded in fn.tags
 
 
 @dataclass

@@ -15,12 +15,14 @@ from jitcore.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
 from jitcore.prologue import build_prologue
 from jitcore.proxies import Proxy
-from jitcore.pytree import tree_unflatten
 from jitcore.runtime import AutogradProgram
 from jitcore.trace import Timer
-from jitcore.tracing import trace_function
+from jitcore.interpreter.provenance import Roots
+from jitcore.symbolic import Predicates, recording
+from jitcore.tracing import define_sizes, trace_function
 from transforms.autodiff import grad_transform
 from transforms.dce import dce
+from transforms.functionalize import functionalize
 from transforms.memory import del_last_used
 
 
@@ -72,27 +74,50 @@ class JitFunction:
     def __call__(self, *args, **kwargs):
         found = self._cache.lookup(self.fn, args, kwargs)
         if found is None:
-            self._cache.record_miss(self.fn, args, kwargs)
-            entry = compile_entry(self.fn, args, kwargs, self.options)
-            self._cache.add(entry)
-            inputs = entry.prologue(self.fn, args, kwargs)
-            if inputs is None:
-                why = entry.explain(self.fn, args, kwargs)
-                raise AssertionError(f"jitcore internal error: a fresh prologue rejected its own call ({why})")
+            entry, inputs = self._compile(args, kwargs)
         else:
             entry, inputs = found
+            if entry.mutated_inputs and inputs_overlap(inputs, entry.mutated_inputs):
+                self._cache.misses += 1  # this call aliases a tensor the program writes: trace it as it is
+                self._cache.miss_reasons.append("a written input shares storage with another input")
+                entry = compile_entry(self.fn, args, kwargs, self.options)
+                inputs = entry.prologue(self.fn, args, kwargs)
         self._last_entry = entry
-        return run_entry(entry, self.fn, args, kwargs, inputs)
+        flat = entry.computation(*inputs)
+        if entry.epilogue is not None:
+            entry.epilogue(self.fn, args, kwargs, flat)
+        return entry.unflatten(flat)
+
+    def _compile(self, args, kwargs):
+        self._cache.record_miss(self.fn, args, kwargs)
+        entry = compile_entry(self.fn, args, kwargs, self.options)
+        self._cache.add(entry, args, kwargs)
+        inputs = entry.prologue(self.fn, args, kwargs)
+        if inputs is None:
+            why = entry.explain(self.fn, args, kwargs)
+            raise AssertionError(f"jitcore internal error: a fresh prologue rejected its own call ({why})")
+        return entry, inputs
 
 
 def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
     """Trace -> transforms -> claim -> codegen, for one call's inputs."""
+    predicates = Predicates()
+    with recording(predicates):  # symbolic values: every concrete answer Python needs becomes a predicate
+        return _compile_entry(fn, args, kwargs, options, predicates)
+
+
+def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> CacheEntry:
     stats = {}
+    symbolic = options.cache == "symbolic values"
     with Timer() as t:
-        traced = trace_function(fn, args, kwargs)
+        traced = trace_function(fn, args, kwargs, symbolic=symbolic)
     stats["interpret"] = t.seconds
     traces = [traced.trace]
     with Timer() as t:
+        functional, writebacks = functionalize(traced.trace, traced.input_strides)
+        if functional is not traced.trace:
+            traces.append(functional)
+            _check_written_inputs(traced, writebacks)
         traces.append(dce(traces[-1]))
         split = grad_transform(traces[-1]) if _needs_autodiff(traces[-1]) else None
     stats["transforms"] = t.seconds
@@ -102,6 +127,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             traces.append(claim(traces[-1], options.executors))
             traces.append(del_last_used(traces[-1]))
         else:
+            if symbolic:
+                define_sizes(split.forward)  # sizes only the backward reads: computed once here, saved for it
             traces += [split.forward, claim(split.forward, options.executors)]
             traces.append(del_last_used(traces[-1]))
             backward_traces = [split.backward]
@@ -113,16 +140,52 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
         if split is not None:
             computation = AutogradProgram(computation, backward_traces[-1].python_callable(), split.n_outputs,
                                           split.output_requires_grad)
-        prologue = build_prologue(traced.inputs, traced.guards)
-        explain = build_prologue(traced.inputs, traced.guards, explain=True)
+        traced.guards.predicates = list(predicates.items)
+        traced.trace.extra["predicates"] = traced.guards.predicates
+        roots = Roots(args, kwargs, fn)
+        full = build_prologue(traced.inputs, traced.guards, aliases=traced.aliases, roots=roots)
+        prologue = build_prologue(traced.inputs, traced.guards, aliases=traced.aliases, roots=roots, hot=True)
+        explain = build_prologue(traced.inputs, traced.guards, explain=True, aliases=traced.aliases, roots=roots)
         index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
-        epilogue = build_epilogue(traced.side_effects, index)
+        epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, functional, writebacks))
         entry = CacheEntry(prologue.python_callable(), computation, traced.output_spec, traced.n_outputs, traces,
-                           [prologue], explain.python_callable(), backward_traces,
+                           [prologue, full], explain.python_callable(), backward_traces,
                            epilogue=epilogue.python_callable() if epilogue else None,
-                           epilogue_traces=[epilogue] if epilogue else [], stats=stats)
+                           epilogue_traces=[epilogue] if epilogue else [], stats=stats,
+                           mutated_inputs=tuple(w.arg_index for w in writebacks), check=full.python_callable())
     stats["codegen"] = t.seconds
     return entry
+
+
+def _writeback_specs(traced, functional, writebacks) -> list:
+    """(provenance, output position, under no_grad) for each input the program wrote into."""
+    out = []
+    for w in writebacks:
+        inp = traced.inputs[w.arg_index]
+        value = functional.output[w.output_index]
+        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not value.requires_grad))
+    return out
+
+
+def _check_written_inputs(traced, writebacks):
+    from jitcore.errors import UnsupportedError
+
+    addresses = traced.input_storages
+    for w in writebacks:
+        mine = addresses[w.arg_index]
+        if mine is not None and sum(a == mine for a in addresses) > 1:
+            inp = traced.inputs[w.arg_index]
+            raise UnsupportedError("aliased inputs", f"{inp.provenance} is written in place and shares its storage "
+                                   f"with another tensor input (two views of one tensor)",
+                                   hint="pass one tensor and take the views inside the function, or clone() one")
+
+
+def inputs_overlap(inputs, mutated) -> bool:
+    """Whether a written input shares storage with another input of this call (the program assumed not)."""
+    from jitcore.tracing import _storage_address
+
+    addresses = [_storage_address(t) if isinstance(t, torch.Tensor) else None for t in inputs]
+    return any(addresses[i] is not None and addresses.count(addresses[i]) > 1 for i in mutated)
 
 
 def _needs_autodiff(trace) -> bool:
@@ -133,7 +196,7 @@ def run_entry(entry: CacheEntry, fn, args, kwargs, inputs):
     flat = entry.computation(*inputs)
     if entry.epilogue is not None:
         entry.epilogue(fn, args, kwargs, flat)
-    return tree_unflatten(entry.output_spec, list(flat[: entry.n_outputs]))
+    return entry.unflatten(flat)
 
 
 # -- inspection -------------------------------------------------------------------------------------------------

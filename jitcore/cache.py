@@ -1,6 +1,11 @@
 """Caching: CacheEntry (prologue, computation, backward, epilogue and their traces) and the per-function cache
-with hit/miss counters and readable miss reasons. A lookup runs each candidate's prologue: a miss is a None,
-never an exception reaching the user.
+with hit/miss counters and readable miss reasons.
+
+A lookup first runs the full prologue of the most recently used entry (straight-line checks of everything: the
+common steady state costs one generated function call); otherwise it computes a cheap signature key from the call's arguments (per top-level argument: its type; for tensors
+dtype, device, requires_grad and sizes, or only the rank under "symbolic values"; the value of a scalar), which
+picks the candidate entries from a dict; each candidate's hot prologue (straight-line generated code that leaves
+out what the key checked) returns the inputs or None. A miss is a None, never an exception reaching the user.
 """
 from __future__ import annotations
 
@@ -8,72 +13,147 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
+
+from jitcore.pytree import tree_unflatten
+
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 ENTRY_WARN_LIMIT = 16
 
 
 @dataclass
 class CacheEntry:
-    prologue: Callable  # (fn, args, kwargs) -> tuple of inputs | None
+    prologue: Callable  # (fn, args, kwargs) -> tuple of inputs | None  (after the key matched: the hot variant)
     computation: Callable  # (*inputs) -> flat outputs
     output_spec: Any
     n_outputs: int  # the user's flat outputs come first; values stored by side effects follow
     traces: list  # computation traces, in the order the passes made them
-    prologue_traces: list
+    prologue_traces: list  # [hot (after the key matched), full]: the full one runs first on a steady state
     explain: Callable  # (fn, args, kwargs) -> None or the text of the first failed check
     backward_traces: list = field(default_factory=list)
     epilogue: Callable | None = None
     epilogue_traces: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)  # compile-time breakdown per stage, in seconds
+    mutated_inputs: tuple = ()  # positions of the inputs the program writes into (aliasing is checked per call)
+    key: Any = None  # the signature key of the call it was compiled for
+    unflatten: Callable = None  # flat outputs -> the user's output structure
+    check: Callable = None  # the full prologue (every check): tried first for the most recently used entry
+
+    def __post_init__(self):
+        if self.unflatten is None:
+            spec, n = self.output_spec, self.n_outputs
+            if spec is not None and spec.num_leaves == 1 and spec.num_nodes == 1 and n == 1:
+                self.unflatten = _first
+            else:
+                self.unflatten = lambda flat: tree_unflatten(spec, list(flat[:n]))
+
+
+def _first(flat):
+    return flat[0]
+
+
+# -- the signature key -------------------------------------------------------------------------------------------
+_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
+KEY_VALUE_TYPES = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device})
+_SYMBOLIC_VALUE_TYPES = KEY_VALUE_TYPES - {int, float}
+_KW = object()
+
+
+def key_constant(args, kwargs):
+    """Per argument: (type, sizes, dtype, device, requires_grad) for tensors, (type, value) for scalars, else type."""
+    k = tuple([(t, a.shape, a.dtype, a.device, a.requires_grad) if (t := type(a)) in _TENSORS
+               else (t, a) if t in KEY_VALUE_TYPES else t for a in args])
+    if kwargs:
+        k += (_KW, *[(name, key_constant((v,), None)) for name, v in kwargs.items()])
+    return k
+
+
+def key_symbolic(args, kwargs):
+    """Like key_constant with the rank instead of the sizes, and the type only of ints and floats."""
+    k = tuple([(t, a.dim(), a.dtype, a.device, a.requires_grad) if (t := type(a)) in _TENSORS
+               else (t, a) if t in _SYMBOLIC_VALUE_TYPES else t for a in args])
+    if kwargs:
+        k += (_KW, *[(name, key_symbolic((v,), None)) for name, v in kwargs.items()])
+    return k
 
 
 class Cache:
+    """The compiled entries of one jitted function (one per compile options: the JitFunction owns it)."""
+
     def __init__(self, mode: str):
         if mode not in CACHE_MODES:
             raise ValueError(f"unknown cache option {mode!r}; valid options are {', '.join(map(repr, CACHE_MODES))}")
         self.mode = mode
-        self.entries: list[CacheEntry] = []
+        self.key = key_symbolic if mode == "symbolic values" else key_constant
+        self.entries: list[CacheEntry] = []  # newest first
+        self.by_key: dict = {}  # signature key -> entries compiled for it, newest first
+        self.mru: CacheEntry | None = None  # the entry the last hit used
         self.hits = 0
         self.misses = 0
         self.miss_reasons: list[str] = []
         self._warned = False
 
     def lookup(self, fn, args, kwargs):
-        """(entry, inputs) for the first entry whose prologue accepts this call, else None."""
-        if self.mode == "no caching":
-            return None
-        for entry in self.entries:
+        """(entry, inputs) for the most recently used entry if its full prologue accepts this call, else for the
+        first entry under this call's key whose hot prologue does; else None."""
+        entry = self.mru
+        if entry is not None:
             try:
-                inputs = entry.prologue(fn, args, kwargs)
-            except Exception:  # a provenance chain that no longer resolves is a miss
+                inputs = entry.check(fn, args, kwargs)
+            except Exception:  # zero-cost unless raised (a call of another arity, a chain that no longer resolves)
                 inputs = None
             if inputs is not None:
                 self.hits += 1
+                return entry, inputs
+        return self.lookup_key(fn, args, kwargs, self.key(args, kwargs))
+
+    def lookup_key(self, fn, args, kwargs, key):
+        """(entry, inputs) for the first entry under `key` whose prologue accepts this call, else None."""
+        for entry in self.by_key.get(key, ()):
+            try:
+                inputs = entry.prologue(fn, args, kwargs)
+            except Exception:  # zero-cost unless raised: a provenance chain that no longer resolves is a miss
+                inputs = None
+            if inputs is not None:
+                self.hits += 1
+                self.mru = entry
                 return entry, inputs
         return None
 
     def record_miss(self, fn, args, kwargs):
         self.misses += 1
-        if not self.entries:
-            self.miss_reasons.append("first call: nothing cached yet")
-            return
-        reasons = []
-        for i, entry in enumerate(self.entries):
-            try:
-                why = entry.explain(fn, args, kwargs)
-            except Exception as e:
-                why = f"the inputs could not be fetched ({type(e).__name__}: {e})"
-            reasons.append(f"entry {i}: {why}")
-        self.miss_reasons.append("; ".join(reasons))
+        if self.mode == "no caching":
+            reason = "cache='no caching': every call is traced"
+        elif not self.entries:
+            reason = "first call: nothing cached yet"
+        else:
+            same = self.by_key.get(self.key(args, kwargs))
+            entry = same[0] if same else self.entries[0]
+            label = "the entry for this signature" if same else "the last entry (the call's signature differs)"
+            reason = f"{label}: {self._explain(entry, fn, args, kwargs)}"
+        self.miss_reasons.append(reason)
 
-    def add(self, entry: CacheEntry):
+    @staticmethod
+    def _explain(entry, fn, args, kwargs) -> str:
+        try:
+            why = entry.explain(fn, args, kwargs)
+        except Exception as e:
+            why = f"the inputs could not be fetched ({type(e).__name__}: {e})"
+        return why or "no check failed (the signature key differs)"
+
+    def add(self, entry: CacheEntry, args, kwargs):
         if self.mode == "no caching":
             return
+        key = entry.key = self.key(args, kwargs)
+        self.mru = entry
         self.entries.insert(0, entry)
+        self.by_key.setdefault(key, []).insert(0, entry)
         if len(self.entries) > ENTRY_WARN_LIMIT and not self._warned:
             self._warned = True
+            advice = (" If sizes or numbers change from call to call, use jitcore.jit(fn, cache='symbolic values')."
+                      if self.mode == "constant values" else "")
             warnings.warn(
-                f"jitcore: this function has been compiled {len(self.entries)} times; the last miss: "
-                f"{self.miss_reasons[-1]}. If a size changes on every call, use cache='symbolic values'.",
+                f"jitcore: this function has been compiled {len(self.entries)} times (cache={self.mode!r}); the last "
+                f"miss: {self.miss_reasons[-1]}.{advice}",
                 stacklevel=3,
             )

@@ -44,6 +44,26 @@ replay = Symbol("epilogue.replay", "replay", meta=lambda *a: None, tags=(Tag.PYT
                 printer=_print_effect)
 
 
+def _print_writeback(bsym, printer):
+    prov, value, no_grad = bsym.args
+    target = provenance_expr(prov, printer)
+    if no_grad:
+        return f"{printer.const(copy_no_grad)}({target}, {printer.value(value)})"
+    return f"{target}.copy_({printer.value(value)})"
+
+
+def copy_no_grad(dst, src):
+    import torch
+
+    with torch.no_grad():
+        dst.copy_(src)
+
+
+# an input the computation wrote into (x.add_(y), x[i] = v, running stats): the caller's tensor gets its new value
+writeback = Symbol("epilogue.writeback", "writeback", meta=lambda *a: None, tags=(Tag.PYTHON, Tag.DONT_DCE),
+                   module="", printer=_print_writeback)
+
+
 def effect_proxies(side_effects) -> list:
     """The proxies the side effects store: the computation must return them too."""
     out = []
@@ -62,12 +82,13 @@ def _hides_proxy(obj) -> bool:
     return isinstance(d, dict) and any(isinstance(v, Proxy) for v in d.values())
 
 
-def build_epilogue(side_effects, output_index: dict) -> Trace | None:
+def build_epilogue(side_effects, output_index: dict, writebacks=()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs)`, or None when the function wrote nothing outside.
 
-    output_index: proxy name -> its position in the computation's flat outputs.
+    output_index: proxy name -> its position in the computation's flat outputs. writebacks: (provenance of a
+    mutated input tensor, its position in the flat outputs, whether to copy under no_grad), written back first.
     """
-    if not side_effects:
+    if not side_effects and not writebacks:
         return None
     with Timer() as t:
         trace = Trace("epilogue")
@@ -76,6 +97,8 @@ def build_epilogue(side_effects, output_index: dict) -> Trace | None:
         def sub(x):
             return _Out(f"outs[{output_index[x.name]}]") if isinstance(x, Proxy) else x
 
+        for prov, position, no_grad in writebacks:
+            trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
         for e in side_effects:
             if e.kind == "call":
                 value = _map((e.args, e.kwargs), sub)

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 
 class JitError(Exception):
-    """Base of every jitcore error."""
+    """Base of every jitcore error. The interpreter adds the user's source line with `with_where`."""
+
+    where: str | None = None
+
+    def with_where(self, where: str) -> "JitError":
+        """The same error annotated with the user's source location (the innermost frame's wins)."""
+        if self.where is None:
+            self.where = where
+            first = self.args[0] if self.args else ""
+            self.args = (f"{first}\n  at {where}", *self.args[1:])
+        return self
 
 
 class UnsupportedError(JitError):

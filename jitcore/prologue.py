@@ -1,22 +1,28 @@
-"""Guards: the prologue Trace. From the inputs' provenance and the values the computation baked in, it builds a
-straight-line program `prologue(fn, args, kwargs)` that fetches every tensor input and checks what the
-computation assumed; it returns the inputs, or None on a miss. An explain variant returns the failed check's text.
+"""Guards: the prologue Trace. From the inputs' provenance and what the computation assumed (jitcore.tracing.Guards:
+scalars, object identities, container lengths, symbolic predicates; global state), it builds a straight-line
+program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption; it returns the inputs,
+or None on a miss. The explain variant returns the failed check's text; the hot variant leaves out the checks the
+cache's signature key already made (jitcore/cache.py).
 """
 from __future__ import annotations
 
 import torch
 
-from jitcore.proxies import Proxy
+from jitcore.interpreter import provenance as P
+from jitcore.proxies import IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.symbol import BoundSymbol, Symbol, Tag
 from jitcore.trace import Timer, Trace
 
 
+def provenance_expr(prov, printer, bound: dict | None = None) -> str:
+    """The Python expression that fetches `prov` from a call's (fn, args, kwargs) in generated code.
 
-def provenance_expr(prov, printer) -> str:
-    """The Python expression that fetches `prov` from a call's (fn, args, kwargs) in generated code."""
-    from jitcore.interpreter import provenance as P
-
+    bound: provenance -> a local name already holding it (common prefixes are fetched once)."""
+    if bound and prov in bound:
+        return bound[prov]
     t = type(prov)
+    if t is _CellProv:
+        return f"{printer.const(prov.cell)}.cell_contents"
     if t is P.Arg:
         return f"args[{prov.index}]"
     if t is P.Kwarg:
@@ -24,10 +30,11 @@ def provenance_expr(prov, printer) -> str:
     if t is P.Fn:
         return "fn"
     if t is P.Attr:
-        base = provenance_expr(prov.parent, printer)
+        base = provenance_expr(prov.parent, printer, bound)
         return f"{base}.{prov.name}" if prov.name.isidentifier() else f"getattr({base}, {prov.name!r})"
     if t is P.Item and not isinstance(prov.key, P.SliceKey):
-        return f"{provenance_expr(prov.parent, printer)}[{printer.value(prov.key)}]"
+        parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
+        return f"{provenance_expr(parent, printer, bound)}[{printer.value(prov.key)}]"
     if t is P.Global and prov.module != "builtins":
         import sys
 
@@ -41,37 +48,23 @@ def provenance_expr(prov, printer) -> str:
     return f"{printer.const(prov)}.load({printer.const(P.Roots)}(args, kwargs, fn))"
 
 
-def _fail(bsym, reason: str) -> str:
-    return repr(reason) if bsym.kwargs.get("explain") else "None"
+# -- the prologue's lines: `name = <provenance>` and `if <failed>: return None` ------------------------------------
+def _print_bind(bsym, printer):
+    name, prov, bound = bsym.args
+    return f"{name} = {provenance_expr(prov, printer, bound)}"
 
 
-def _print_unpack(bsym, printer):
-    name, prov = bsym.args
-    return f"{name} = {provenance_expr(prov, printer)}"
+def _print_check(bsym, printer):
+    """args: (conditions [(text or callable(printer) -> text, reason)], hot); one line, or one per reason."""
+    conds, explain = bsym.args[0], bsym.kwargs.get("explain")
+    texts = [(c(printer) if callable(c) else c, why) for c, why in conds]
+    if explain:
+        return "\n  ".join(f"if {c}: return {why!r}" for c, why in texts)
+    return f"if {' or '.join(c for c, _ in texts)}: return None"
 
 
-def _print_check_tensor(bsym, printer):
-    name, t = bsym.args[0], bsym.args[1]
-    shape = printer.value(tuple(t.shape))
-    cond = (f"not isinstance({name}, torch.Tensor) or {name}.shape != {shape} or {name}.dtype is not {t.dtype} "
-            f"or {name}.device != {printer.value(t.device)} or {name}.requires_grad is not {t.requires_grad}")
-    reason = f"{bsym.args[2]}: expected a tensor {t.type_string()} requires_grad={t.requires_grad}"
-    return f"if {cond}: return {_fail(bsym, reason)}"
-
-
-def _print_check_value(bsym, printer):
-    prov, value, where = bsym.args
-    expr = provenance_expr(prov, printer)
-    if value is None or isinstance(value, (bool, torch.dtype)):
-        cond = f"{expr} is not {printer.value(value)}"
-    else:
-        cond = f"type({expr}) is not {type(value).__name__} or {expr} != {printer.value(value)}"
-    return f"if {cond}: return {_fail(bsym, f'{where}: expected {value!r}')}"
-
-
-def _print_check_global(bsym, printer):
-    expr, value, where = bsym.args
-    return f"if {expr} is not {value}: return {_fail(bsym, f'{where}: expected {value}')}"
+def _print_comment(bsym, printer):
+    return f"# {bsym.args[0]}"
 
 
 def _sym(name, printer):
@@ -79,35 +72,228 @@ def _sym(name, printer):
                   printer=printer)
 
 
-unpack = _sym("unpack", _print_unpack)
-check_tensor = _sym("check_tensor", _print_check_tensor)
-check_value = _sym("check_value", _print_check_value)
-check_state = _sym("check_state", _print_check_global)
+bind = _sym("bind", _print_bind)
+check = _sym("check", _print_check)
+comment = _sym("comment", _print_comment)
 
 
-def build_prologue(inputs, guards, explain: bool = False) -> Trace:
-    """The prologue trace for a computation whose tensor inputs are `inputs` (TracedInput) and whose baked-in
-    non-tensor values are `guards` [(provenance, value)]."""
+def _global_state() -> list:
+    """(condition, reason) pairs for the process-wide state a trace depends on."""
+    out = []
+    grad = torch.is_grad_enabled()
+    out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
+    dd = torch.get_default_dtype()
+    out.append((lambda p: f"{p.const(torch.get_default_dtype)}() is not {dd}", f"default dtype: expected {dd}"))
+    if not torch._C._is_any_autocast_enabled():
+        out.append((lambda p: f"{p.const(torch._C._is_any_autocast_enabled)}()", "autocast: expected disabled"))
+        return out
+    for dev in ("cpu", "cuda"):
+        on = torch.is_autocast_enabled(dev)
+        out.append((lambda p, d=dev, on=on: f"{p.const(torch.is_autocast_enabled)}({d!r}) is not {on}",
+                    f"autocast {dev}: expected enabled={on}"))
+        if on:
+            dt = torch.get_autocast_dtype(dev)
+            out.append((lambda p, d=dev, dt=dt: f"{p.const(torch.get_autocast_dtype)}({d!r}) is not {dt}",
+                        f"autocast {dev} dtype: expected {dt}"))
+    return out
+
+
+def _value_check(name: str, value):
+    if value is None or isinstance(value, (bool, torch.dtype)):
+        return f"{name} is not {value}"
+    if isinstance(value, torch.device):
+        return lambda p: f"{name} != {p.value(value)}"
+    return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.value(value)}"
+
+
+def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_type=None) -> list:
+    """Conditions that fail when the tensor `name` does not match the proxy `t` (type, metadata, sizes)."""
+    if covered:
+        return []
+    sym = any(isinstance(s, IntegerProxy) for s in t._shape)
+    shape = f"{name}.dim() != {len(t._shape)}" if sym else f"{name}.shape != {tuple(t._shape)!r}"
+    if exact_type is not None:
+        kind = lambda p: f"type({name}) is not {p.const(exact_type)}"  # noqa: E731
+    else:
+        kind = f"not isinstance({name}, torch.Tensor)"
+    if t.device.type == "cpu":
+        device = f"not {name}.is_cpu"
+    else:
+        device = lambda p: f"{name}.device != {p.value(t.device)}"  # noqa: E731
+    rg = f"not {name}.requires_grad" if t.requires_grad else f"{name}.requires_grad"
+    return [(kind, f"{where}: expected a {getattr(exact_type, '__name__', 'tensor')}"),
+            (f"{shape} or {name}.dtype is not {t.dtype}", f"{where}: expected a tensor {t.type_string()}"),
+            (device, f"{where}: expected device {t.device}"), (rg, f"{where}: expected requires_grad={t.requires_grad}")]
+
+
+def _size_lines(name: str, t: TensorProxy, b: list, kw: dict):
+    """`(i0, _s1) = t0.shape` and the checks: 0/1 sizes equal, symbolic sizes >= 2."""
+    if not any(isinstance(s, IntegerProxy) for s in t._shape):
+        return
+    targets, conds = [], []
+    for d, s in enumerate(t._shape):
+        if isinstance(s, IntegerProxy):
+            targets.append(s.name)
+            conds.append((f"{s.name} < 2", f"{name}.shape[{d}]: expected >= 2 (sizes 0 and 1 are specialised)"))
+        else:
+            targets.append(f"_{name}_{d}")
+            conds.append((f"_{name}_{d} != {s}", f"{name}.shape[{d}]: expected {s}"))
+    lhs = f"({targets[0]},)" if len(targets) == 1 else ", ".join(targets)
+    b.append(BoundSymbol(comment, (f"sizes of {name}",), {}, None))
+    b.append(BoundSymbol(_assign, (lhs, f"{name}.shape"), {}, None))
+    b.append(BoundSymbol(check, (conds,), kw, None))
+
+
+_assign = _sym("assign", lambda bsym, printer: f"{bsym.args[0]} = {bsym.args[1]}")
+
+
+def _exact_type(inp, roots):
+    """The exact tensor type of an argument (the trace may depend on it: isinstance(x, nn.Parameter))."""
+    if roots is None or not _key_covered(inp.provenance):
+        return None
+    try:
+        return type(inp.provenance.load(roots))
+    except Exception:
+        return None
+
+
+def _depth(prov) -> int:
+    parent = getattr(prov, "parent", None)
+    return 0 if parent is None else 1 + _depth(parent)
+
+
+def _key_covered(prov) -> bool:
+    return type(prov) in (P.Arg, P.Kwarg)
+
+
+class _Binder:
+    """Names the provenance prefixes used more than once, so each object is fetched once."""
+
+    def __init__(self, provs, b):
+        uses: dict = {}
+        for prov in provs:
+            seen = set()
+            while prov is not None:
+                parent = getattr(prov, "parent", None)
+                if parent is not None and type(parent) is not P.DictView and parent not in seen:
+                    seen.add(parent)
+                    uses[parent] = uses.get(parent, 0) + 1
+                prov = parent
+        self.shared = {p for p, n in uses.items() if n > 1 and type(p) not in (P.Fn, P.Arg, P.Kwarg)}
+        self.bound: dict = {}
+        self.b = b
+
+    def expr(self, prov) -> str:
+        """A bound name or expression for prov, binding shared ancestors first."""
+        chain, p = [], getattr(prov, "parent", None)
+        while p is not None:
+            chain.append(p)
+            p = getattr(p, "parent", None)
+        for anc in reversed(chain):
+            if anc in self.shared and anc not in self.bound:
+                name = f"o{len(self.bound)}"
+                self.b.append(BoundSymbol(bind, (name, anc, dict(self.bound)), {}, None))
+                self.bound[anc] = name
+        return prov
+
+    def bind(self, name, prov):
+        self.expr(prov)
+        self.b.append(BoundSymbol(bind, (name, prov, dict(self.bound)), {}, None))
+        self.bound[prov] = name
+
+
+def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False) -> Trace:
+    """The prologue trace for a computation whose inputs are `inputs` (TracedInput) and whose assumptions are
+    `guards` (jitcore.tracing.Guards). aliases: [(provenance, input name)], places where the same tensor object
+    was found a second time (f(x, x), tied weights): a call must pass the same object there. roots: the traced
+    call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked."""
     with Timer() as t:
         trace = Trace("prologue")
         trace.args = ["fn", "args", "kwargs"]
         kw = {"explain": True} if explain else {}
         b = trace.bound_symbols
-        b.append(BoundSymbol(check_state, ("torch.is_grad_enabled()", torch.is_grad_enabled(), "grad mode"), kw, None))
-        dd = torch.get_default_dtype()
-        b.append(BoundSymbol(check_state, ("torch.get_default_dtype()", dd, "default dtype"), kw, None))
-        seen = set()
-        for prov, value in guards:
-            if (prov, repr(value)) in seen:
-                continue
-            seen.add((prov, repr(value)))
-            b.append(BoundSymbol(check_value, (prov, value, str(prov)), kw, None))
+        b.append(BoundSymbol(check, (_global_state(),), kw, None))
+        provs = [i.provenance for i in inputs] + list(guards.values) + list(guards.objects) + list(guards.types)
+        provs += list(guards.lengths) + [p for p, _ in aliases]
+        binder = _Binder(provs, b)
+        items = [(p, "length", n) for p, n in guards.lengths.items()]
+        items += [(p, "object", o) for p, o in guards.objects.items()]
+        items += [(p, "type", ty) for p, ty in guards.types.items()]
+        items += [(p, "value", v) for p, v in guards.values.items()]
+        items.sort(key=lambda it: _depth(it[0]))
+        if hot:
+            items = [it for it in items if not (it[1] == "value" and _key_covered(it[0]))]
+        for n, (prov, kind, value) in enumerate(items):
+            b += _guard_lines(binder, prov, kind, value, n, kw, roots)
         for inp in inputs:
-            name = inp.proxy.name
-            b.append(BoundSymbol(unpack, (name, inp.provenance), {}, None))
-            b.append(BoundSymbol(check_tensor, (name, inp.proxy, str(inp.provenance)), kw, None))
+            name, covered = inp.proxy.name, hot and _key_covered(inp.provenance)
+            binder.bind(name, inp.provenance)
+            if isinstance(inp.proxy, TensorProxy):
+                conds = _tensor_checks(name, inp.proxy, covered, str(inp.provenance), _exact_type(inp, roots))
+                if conds:
+                    b.append(BoundSymbol(check, (conds,), kw, None))
+                _size_lines(name, inp.proxy, b, kw)
+            elif not covered:
+                ty = inp.proxy.python_type.__name__
+                b.append(BoundSymbol(check, ([(f"type({name}) is not {ty}", f"{name}: expected a {ty}")],), kw, None))
+        for prov, name in aliases:
+            cond = (lambda p, prov=prov, name=name: f"{provenance_expr(prov, p, binder.bound)} is not {name}")
+            b.append(BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None))
+        for pred in guards.predicates:
+            b.append(BoundSymbol(check, ([(f"not ({pred})", f"predicate {pred}")],), kw, None))
         trace.output = tuple(_Name(i.proxy.name) for i in inputs)
-    return trace.set_provenance("Prologue construction (guards)", t.seconds)
+        if explain:
+            trace.output = None
+    return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''})", t.seconds)
+
+
+def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
+    start = len(binder.b)
+    name = f"g{n}"
+    if type(prov) is P.Closure and roots is not None:
+        expr_prov = _CellProv(prov, roots)
+        binder.b.append(BoundSymbol(bind, (name, expr_prov, {}), {}, None))
+    else:
+        binder.bind(name, prov)
+    where = str(prov)
+    if kind == "length":
+        conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")]
+    elif kind == "object":
+        conds = [(lambda p: f"{name} is not {p.const(value)}", f"{where}: expected the object {_short(value)}")]
+    elif kind == "type":
+        conds = [(lambda p: f"type({name}) is not {p.const(value)}", f"{where}: expected a {value.__name__}")]
+    else:
+        conds = [(_value_check(name, value), f"{where}: expected {value!r}")]
+    out = binder.b[start:]
+    del binder.b[start:]
+    return out + [BoundSymbol(check, (conds,), kw, None)]
+
+
+class _CellProv(P.Provenance):
+    """A closure cell resolved when the prologue is built: `<cell>.cell_contents` (the function is fixed)."""
+
+    def __init__(self, prov, roots):
+        self.prov, self.cell = prov, _cell(prov, roots)
+
+    def __hash__(self):
+        return hash(self.prov)
+
+    def __eq__(self, other):
+        return isinstance(other, _CellProv) and other.prov == self.prov
+
+    def __str__(self):
+        return str(self.prov)
+
+
+def _cell(prov, roots):
+    fn = prov.parent.load(roots)
+    fn = getattr(fn, "__func__", fn)
+    return fn.__closure__[fn.__code__.co_freevars.index(prov.name)]
+
+
+def _short(obj) -> str:
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return f"{name} at {id(obj):#x}"
 
 
 class _Name(Proxy):

@@ -55,20 +55,99 @@ class Proxy:
 class NumberProxy(Proxy):
     """A Python number whose value may change between calls (cache="symbolic values").
 
-    `value` is the value seen while tracing; arithmetic and comparisons are recorded by the caching stage.
+    `value` is the value seen while tracing; `expr` its expression over the prologue's input symbols; `lower`
+    a lower bound the prologue checks (2 for symbolic sizes). Arithmetic and comparisons record PYTHON ops
+    (jitcore/ops/prims_python.py); a concrete answer (`if`, `range`, an index) records a predicate
+    (jitcore/symbolic.py).
     """
 
-    __slots__ = ("value", "python_type")
+    __slots__ = ("value", "python_type", "expr", "lower")
 
     def __init__(self, value, python_type, name=None):
         super().__init__(name)
         self.value, self.python_type = value, python_type
+        self.expr, self.lower = self.name, None
 
     def type_string(self) -> str:
         return self.python_type.__name__
 
     def replace_name(self, name):
-        return type(self)(self.value, name=name)
+        p = type(self)(self.value, name=name)
+        p.expr, p.lower = self.expr, self.lower
+        return p
+
+    # -- a concrete answer records the predicate that held (jitcore/symbolic.py) --------------------------------
+    def __bool__(self):
+        return bool(_py("ne", self, 0))
+
+    def __int__(self):
+        return int(_symbolic().concretize(self))
+
+    def __float__(self):
+        return float(_symbolic().concretize(self))
+
+    def __complex__(self):
+        return complex(_symbolic().concretize(self))
+
+    def __hash__(self):
+        return hash(_symbolic().concretize(self))
+
+    def __format__(self, spec):
+        return format(_symbolic().concretize(self), spec)
+
+    def __round__(self, ndigits=None):
+        return round(_symbolic().concretize(self), ndigits)
+
+    def __trunc__(self):
+        return int(_symbolic().concretize(self))
+
+    def __floor__(self):
+        return math.floor(_symbolic().concretize(self))
+
+    def __ceil__(self):
+        return math.ceil(_symbolic().concretize(self))
+
+
+def _symbolic():
+    from jitcore import symbolic
+
+    return symbolic
+
+
+def _py(name, *args):
+    from jitcore.ops.prims_python import call
+
+    return call(name, *args)
+
+
+_NUMBER_TYPES = (int, float, bool, NumberProxy)
+
+
+def _number_dunder(name, reflected=False):
+    def f(self, other):
+        if not isinstance(other, _NUMBER_TYPES):
+            return NotImplemented
+        return _py(name, other, self) if reflected else _py(name, self, other)
+
+    f.__name__ = f"__r{name}__" if reflected else f"__{name}__"
+    return f
+
+
+def _unary_dunder(name):
+    def f(self):
+        return _py(name, self)
+
+    return f
+
+
+for _n in ("add", "sub", "mul", "floordiv", "mod", "truediv", "pow"):
+    setattr(NumberProxy, f"__{_n}__", _number_dunder(_n))
+    setattr(NumberProxy, f"__r{_n}__", _number_dunder(_n, reflected=True))
+for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(NumberProxy, f"__{_n}__", _number_dunder(_n))
+for _n in ("neg", "abs", "pos"):
+    setattr(NumberProxy, f"__{_n}__", _unary_dunder(_n))
+del _n
 
 
 class IntegerProxy(NumberProxy):
@@ -77,6 +156,9 @@ class IntegerProxy(NumberProxy):
 
     def __init__(self, value, name=None):
         super().__init__(int(value), int, name)
+
+    def __index__(self):
+        return _symbolic().concretize(self)
 
 
 class FloatProxy(NumberProxy):
@@ -88,11 +170,20 @@ class FloatProxy(NumberProxy):
 
 
 class BoolProxy(NumberProxy):
-    __slots__ = ()
+    """The result of a comparison; `cmp` = (op, a, b) it came from; `implied`: decided by known bounds."""
+
+    __slots__ = ("cmp", "implied")
     prefix = "b"
 
     def __init__(self, value, name=None):
         super().__init__(bool(value), bool, name)
+        self.cmp, self.implied = None, False
+
+    def __bool__(self):
+        return _symbolic().truth(self)
+
+    def __index__(self):
+        return int(self.__bool__())
 
 
 class TensorProxy(Proxy):
@@ -135,7 +226,7 @@ class TensorProxy(Proxy):
     ndimension = dim
 
     def numel(self) -> int:
-        return math.prod(self._shape)
+        return _prod(self._shape)
 
     nelement = numel
 
@@ -295,10 +386,20 @@ del _d
 
 def canonical_dim(dim: int, rank: int, wrap_scalar: bool = True) -> int:
     """A dim in [0, rank), accepting negatives; rank 0 accepts 0 and -1 like torch."""
+    if isinstance(dim, NumberProxy):  # a dim is structure: specialise it
+        dim = dim.__index__()
     r = max(rank, 1) if wrap_scalar else rank
     if not -r <= dim < r:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-r}, {r - 1}], but got {dim})")
     return dim % r
+
+
+def _prod(sizes):
+    """The product of sizes (ints or IntegerProxy); with proxies, the arithmetic is recorded."""
+    out = None
+    for s in sizes:
+        out = s if out is None else out * s
+    return 1 if out is None else out
 
 
 def is_proxy(x) -> bool:

@@ -1,9 +1,12 @@
 """Runtime: the torch.autograd.Function that runs a compiled forward program and, on backward, the compiled
 backward program, so jitted calls compose with eager autograd, optimizers and `loss.backward()`.
+The backward program is differentiable once: a double backward (create_graph=True, then differentiating the
+gradients again) raises torch's "marked with @once_differentiable" error instead of giving a silent wrong answer.
 """
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 
 class _JitAutograd(torch.autograd.Function):
@@ -21,6 +24,7 @@ class _JitAutograd(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, *cotangents):
         program = ctx.program
         tensors = iter(ctx.saved_tensors)

@@ -84,8 +84,15 @@ class Symbol:
 
 
 def _is_passthrough(out, args, subs) -> bool:
-    """A composite that returned one of its inputs unchanged records nothing (`x.contiguous()`)."""
-    return not subs and any(out is a for a in args)
+    """A composite that recorded nothing and made no new value records nothing itself (`x.contiguous()`,
+    `unbind` of an empty dim)."""
+    if subs:
+        return False
+    from jitcore.proxies import Proxy
+    from jitcore.pytree import tree_leaves
+
+    inputs = {id(a) for a in tree_leaves((args,)) if isinstance(a, Proxy)}
+    return all(id(o) in inputs for o in tree_leaves(out) if isinstance(o, Proxy))
 
 
 @dataclass(eq=False)

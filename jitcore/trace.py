@@ -101,6 +101,10 @@ class Trace:
     def _repr_markdown_(self) -> str:
         return f"```python\n{self}\n```"
 
+    def _repr_html_(self) -> str:
+        """Syntax-highlighted Python in Jupyter (pygments when installed, else a plain <pre>)."""
+        return source_html(str(self))
+
     def python_callable(self):
         """The program as a Python function, compiled from exactly the text str(self) shows."""
         if self._callable is None:
@@ -111,6 +115,19 @@ class Trace:
 
     def __call__(self, *args):
         return self.python_callable()(*args)
+
+
+def source_html(text: str) -> str:
+    """Python source as HTML: highlighted by pygments (inline styles, no stylesheet needed) or escaped in <pre>."""
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+    except ImportError:
+        import html
+
+        return f'<pre style="line-height:125%">{html.escape(text)}</pre>'
+    return highlight(text, PythonLexer(), HtmlFormatter(noclasses=True, nobackground=True))
 
 
 def from_trace(trace: Trace, fn_name: str | None = None) -> Trace:

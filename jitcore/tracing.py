@@ -4,50 +4,85 @@ proxy input with its provenance, and records the non-tensor values the trace dep
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import types
+from dataclasses import dataclass, field
 
 import torch
 
 from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
+from jitcore.interpreter.provenance import Arg, DictView, Fn, Global, Item, Kwarg
 from jitcore.ops import torch_map
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_flatten
+from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
+from jitcore.pytree import register_containers, tree_flatten
 from jitcore.trace import Timer, Trace, tracectx
 
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
+_CONTAINERS = (list, tuple, dict)
+_NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, types.MethodType, types.BuiltinMethodType,
+                type({}.values()), type({}.items()), type({}.keys()))
 
 
 @dataclass
 class TracedInput:
-    """A tensor input of the computation: its proxy and where a call finds it (provenance)."""
+    """An input of the computation (a tensor, or a number under symbolic values): its proxy and where a call
+    finds it (provenance)."""
 
-    proxy: TensorProxy
+    proxy: Proxy
     provenance: object
     is_parameter: bool = False
+
+
+@dataclass
+class Guards:
+    """What the computation assumed about the world outside its inputs, for the prologue (jitcore/prologue.py).
+
+    values: provenance -> the scalar the trace baked in (type and value checked);
+    objects: provenance -> an object whose identity the trace depends on (functions, modules, ... read from
+    globals, closures and attributes); types: provenance -> the type of an object that came in through the
+    arguments; lengths: provenance -> len() of an external list/tuple/dict the program iterated or indexed;
+    predicates: expressions over input symbols that held (symbolic values).
+    """
+
+    values: dict = field(default_factory=dict)
+    objects: dict = field(default_factory=dict)
+    types: dict = field(default_factory=dict)
+    lengths: dict = field(default_factory=dict)
+    predicates: list = field(default_factory=list)
 
 
 @dataclass
 class TraceResult:
     trace: Trace
     inputs: list  # TracedInput, in the computation's signature order
-    guards: list  # (provenance, value): non-tensor values the trace baked in
+    guards: Guards
     side_effects: list
     output_spec: object = None
     n_outputs: int = 0  # the user's flat outputs come first in trace.output; side-effect values follow
+    input_strides: dict = field(default_factory=dict)  # tensor input name -> its strides when traced
+    input_storages: list = field(default_factory=list)  # per input: storage address (None: numbers, empty tensors)
+    aliases: list = field(default_factory=list)  # (provenance, input name): the same tensor found again elsewhere
 
 
 class JitContext(DefaultContext):
-    """What the interpreter asks jitcore while it runs user code."""
+    """What the interpreter asks jitcore while it runs user code.
 
-    def __init__(self, trace: Trace):
-        self.trace = trace
+    symbolic: cache="symbolic values": sizes of argument tensors (other than 0 and 1) and int/float arguments
+    become number proxies; state tensors (parameters, buffers, globals) keep constant sizes.
+    """
+
+    def __init__(self, trace: Trace, symbolic: bool = False):
+        self.trace, self.symbolic = trace, symbolic
         self.inputs: list[TracedInput] = []
-        self.guards: list = []
+        self.guards = Guards()
+        self._containers: dict = {}  # provenance -> external list/tuple/dict seen
         self._proxies: dict[int, TensorProxy] = {}
+        self._numbers: dict = {}  # provenance -> NumberProxy
         self._keepalive: list = []
+        self._values: list = []  # per input, the real value it was traced with
         self._params: set[int] = set()
+        self.aliases: list = []
 
     def lookaside(self, fn):
         return torch_map.lookup(fn)
@@ -61,21 +96,57 @@ class JitContext(DefaultContext):
     def on_external_value(self, value, provenance):
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, provenance)
-        if isinstance(value, GUARDED_SCALARS) or (isinstance(value, tuple) and _scalar_tuple(value)):
-            self.guards.append((provenance, value))
+        t = type(value)
+        if self.symbolic and (t is int or t is float) and type(provenance) in (Arg, Kwarg):
+            return self._number_input(value, provenance)
+        g = self.guards
+        if isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):
+            g.values.setdefault(provenance, value)
+        elif isinstance(value, _CONTAINERS):
+            self._containers.setdefault(provenance, value)
+        elif not isinstance(value, _NO_IDENTITY) and not isinstance(value, Proxy):
+            root = provenance.root()
+            if type(root) in (Arg, Kwarg):
+                g.types.setdefault(provenance, t)
+            elif type(root) is not Fn or provenance != root:
+                if not _library_callable(value) and not (type(root) is Global and root.module == "builtins"):
+                    g.objects.setdefault(provenance, value)
         return value
 
     def _tensor_input(self, t: torch.Tensor, provenance) -> TensorProxy:
         p = self._proxies.get(id(t))
         if p is None:
+            shape = tuple(t.shape)
+            if self.symbolic and type(provenance.root()) in (Arg, Kwarg):
+                shape = tuple(s if s < 2 else self._size_symbol(s) for s in shape)
             with tracectx(self.trace):
-                p = TensorProxy(t.shape, t.dtype, t.device, t.requires_grad)
+                p = TensorProxy(shape, t.dtype, t.device, t.requires_grad)
             self._proxies[id(t)] = p
             self._keepalive.append(t)
             is_param = isinstance(t, torch.nn.Parameter)
             if is_param:
                 self._params.add(id(p))
             self.inputs.append(TracedInput(p, provenance, is_param))
+            self._values.append(t)
+        elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
+                (provenance, p.name) not in self.aliases:
+            self.aliases.append((provenance, p.name))
+        return p
+
+    def _size_symbol(self, size: int) -> IntegerProxy:
+        with tracectx(self.trace):
+            p = IntegerProxy(size)
+        p.lower = 2
+        return p
+
+    def _number_input(self, value, provenance):
+        p = self._numbers.get(provenance)
+        if p is None:
+            with tracectx(self.trace):
+                p = IntegerProxy(value) if type(value) is int else FloatProxy(value)
+            self._numbers[provenance] = p
+            self.inputs.append(TracedInput(p, provenance))
+            self._values.append(value)
         return p
 
     def isinstance_hook(self, obj, cls):
@@ -87,21 +158,51 @@ class JitContext(DefaultContext):
                 if isinstance(c, type) and issubclass(TensorProxy, c):
                     return True
             return False
+        if isinstance(obj, NumberProxy):
+            return isinstance(obj.value, cls)
         return NotImplemented
+
+    def finish_guards(self) -> Guards:
+        """Length guards for every external container an item was loaded from (iteration or indexing)."""
+        g = self.guards
+        provs = [i.provenance for i in self.inputs] + list(g.values) + list(g.objects) + list(g.types)
+        provs += list(self._containers)
+        for prov in provs:
+            while prov is not None:
+                parent = getattr(prov, "parent", None)
+                if type(prov) is Item and parent is not None:
+                    container = parent.parent if type(parent) is DictView else parent
+                    value = self._containers.get(container)
+                    if value is not None and (type(parent) is DictView or not isinstance(value, dict)):
+                        g.lengths.setdefault(container, len(value))
+                prov = parent
+        return g
+
+
+def _library_callable(value) -> bool:
+    """Functions and classes defined by torch (or jitcore): not guarded by identity (monkeypatching them between
+    calls is not supported); user functions, classes and every object instance are."""
+    if not callable(value) or not isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return False
+    mod = getattr(value, "__module__", None) or ""
+    return mod == "torch" or mod.startswith(("torch.", "jitcore.", "builtins", "math", "operator", "functools"))
 
 
 def _scalar_tuple(t) -> bool:
     return all(isinstance(x, GUARDED_SCALARS) for x in t)
 
 
-def trace_function(fn, args, kwargs) -> TraceResult:
-    """Interpret fn(*args, **kwargs) and return its computation trace and what a call must supply and check."""
+def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
+    """Interpret fn(*args, **kwargs) and return its computation trace and what a call must supply and check.
+
+    symbolic: cache="symbolic values" (predicates go to the active jitcore.symbolic.recording sink)."""
     trace = Trace("computation")
-    ctx = JitContext(trace)
+    ctx = JitContext(trace, symbolic)
     with Timer() as t:
         with tracectx(trace):
             result = interpret(fn, args, kwargs, ctx)
         trace.args = [i.proxy for i in ctx.inputs]
+        register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         leaves, spec = tree_flatten(result.output)
         for leaf in leaves:
             if not isinstance(leaf, (Proxy,) + GUARDED_SCALARS) and _contains_proxy(leaf):
@@ -110,8 +211,59 @@ def trace_function(fn, args, kwargs) -> TraceResult:
                 raise UnsupportedError("output", f"the function returned a {type(leaf).__name__} holding tensors",
                                        hint="return tensors in tuples, lists, dicts or namedtuples")
         trace.output = tuple(leaves) + tuple(effect_proxies(result.side_effects))
+        if symbolic:
+            define_sizes(trace)
+    ctx.finish_guards()
     trace.set_provenance("Interpretation (jitcore bytecode interpreter)", t.seconds)
-    return TraceResult(trace, ctx.inputs, ctx.guards, result.side_effects, spec, len(leaves))
+    pairs = list(zip(ctx.inputs, ctx._values))
+    strides = {i.proxy.name: tuple(t.stride()) for i, t in pairs if isinstance(t, torch.Tensor)}
+    storages = [_storage_address(t) if isinstance(t, torch.Tensor) else None for _, t in pairs]
+    return TraceResult(trace, ctx.inputs, ctx.guards, result.side_effects, spec, len(leaves), strides, storages,
+                       ctx.aliases)
+
+
+def define_sizes(trace: Trace) -> Trace:
+    """Make every symbolic input size the trace reads defined once, at the top: `(i0, _) = prims.shape(t0)`.
+
+    Idempotent; run after tracing and again on the forward trace of the grad transform (the backward may read
+    sizes the forward did not, and they are saved for it)."""
+    from jitcore.ops import prims
+    from jitcore.symbol import BoundSymbol
+
+    used = _names_used(trace.bound_symbols) | {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
+    defined = {x.name for b in trace.bound_symbols if b.sym is not prims.shape for x in b.flat_proxy_outs()}
+    inputs = {id(a) for a in trace.args}
+    head, body = [], [b for b in trace.bound_symbols if b.sym is not prims.shape or id(b.args[0]) not in inputs]
+    for a in trace.args:
+        if not isinstance(a, TensorProxy):
+            continue
+        out = tuple(s if isinstance(s, IntegerProxy) and s.name in used and s.name not in defined else _unused(s)
+                    for s in a._shape)
+        if any(isinstance(s, IntegerProxy) for s in out):
+            head.append(BoundSymbol(prims.shape, (a,), {}, out))
+    trace.bound_symbols[:] = head + body
+    return trace
+
+
+def _unused(size):
+    return size.value if isinstance(size, IntegerProxy) else size
+
+
+def _names_used(bsyms) -> set:
+    names = set()
+    for b in bsyms:
+        names.update(x.name for x in b.flat_args() if isinstance(x, Proxy))
+        names |= _names_used(b.subsymbols)
+    return names
+
+
+def _storage_address(t: torch.Tensor) -> int | None:
+    if t.numel() == 0:
+        return None
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # tensors with no storage (meta, subclasses)
+        return id(t)
 
 
 def _contains_proxy(obj) -> bool:

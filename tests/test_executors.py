@@ -286,6 +286,19 @@ def test_inductor_refuses_what_it_cannot_fuse():
     assert not inductor_ex.can_execute(cplx)
 
 
+def test_inductor_takes_pure_aten_ops():
+    from jitcore.ops.opaque import opaque_symbol
+
+    aten = torch.ops.aten
+    x = torch.randn(4, 4)
+    tr = trace_fn(lambda g, a: (opaque_symbol(aten.gelu_backward.default)(g, a),
+                                opaque_symbol(aten.bernoulli.default)(a),
+                                opaque_symbol(aten.add_.Tensor)(a, g)), x, x)
+    assert [inductor_ex.can_execute(b) for b in tr.bound_symbols] == [True, False, False]
+    assert has_side_effect(tr.bound_symbols[1]) and has_side_effect(tr.bound_symbols[2])
+    assert not has_side_effect(tr.bound_symbols[0])
+
+
 def test_executor_names_resolve():
     from executors.base import get_executor
 

@@ -167,5 +167,12 @@ def test_masks():
 def test_setitem_tensor_index():
     a, i = sample((5, 3), F32), torch.tensor([4, -1, 0])
     assert_matches_torch(lambda x, i: ltorch.setitem(x, i, 1.0), lambda x, i: _eager_setitem(x, i, 1.0), a, i)
-    assert_matches_torch(lambda x, i: ltorch.setitem(x, (i, 1), x[:3, 0]), lambda x, i: _eager_setitem(x, (i, 1), x[:3, 0]),
-                         a, torch.tensor([4, 2, 0]))
+    assert_matches_torch(lambda x, i: ltorch.setitem(x, (i, 1), x[:3, 0]),
+                         lambda x, i: _eager_setitem(x, (i, 1), x[:3, 0]), a, torch.tensor([4, 2, 0]))
+
+
+def test_index_ops_on_0d_and_negative_take_along_dim():
+    a = sample((), F32)
+    check_op(lambda x, i: torch.index_fill(x, 0, i, 2.0), a, torch.tensor([0]))
+    check_op(lambda x, i: torch.index_copy(x, 0, i, x * 3), a, torch.tensor([0]))
+    check_op(lambda x, i: torch.take_along_dim(x, i, 1), sample((2, 5), F32), torch.tensor([[-1, 0], [-5, 2]]))

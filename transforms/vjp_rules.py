@@ -79,9 +79,17 @@ _binary("prims.add", lambda a, b, out, g: g, lambda a, b, out, g: g)
 _binary("prims.sub", lambda a, b, out, g: g, lambda a, b, out, g: neg(g))
 _binary("prims.mul", lambda a, b, out, g: mul(g, b), lambda a, b, out, g: mul(g, a))
 _binary("prims.div", lambda a, b, out, g: div(g, b), lambda a, b, out, g: neg(mul(g, div(out, b))))
-_binary("prims.pow",
-        lambda a, b, out, g: mul(g, mul(b, te.pow(a, sub(b, 1)))),
-        lambda a, b, out, g: mul(g, te.where(te.eq(a, 0), 0.0, mul(out, te.log(a)))))
+def _pow_grad_a(a, b, out, g):
+    return mul(g, mul(b, te.pow(a, sub(b, 1) if isinstance(b, TensorProxy) else b - 1)))
+
+
+def _pow_grad_b(a, b, out, g):
+    if not isinstance(a, TensorProxy):  # a number base: d(a**b)/db = a**b * log(a)
+        return mul(g, mul(out, math.log(a))) if a != 0 else mul(g, 0.0)
+    return mul(g, te.where(te.eq(a, 0), 0.0, mul(out, te.log(a))))
+
+
+_binary("prims.pow", _pow_grad_a, _pow_grad_b)
 _binary("prims.atan2",
         lambda a, b, out, g: mul(g, div(b, add(mul(a, a), mul(b, b)))),
         lambda a, b, out, g: mul(g, div(neg(a), add(mul(a, a), mul(b, b)))))
@@ -141,11 +149,12 @@ def opaque_vjp(bsym, gs):
     return opaque_vjp_sym(bsym.sym.torch_fn, tuple(bsym.args), dict(bsym.kwargs), list(gs))
 
 
-# shape, reduction, indexing and nn prims: their rows live in a file of their own
+# shape, reduction, indexing and nn prims, then torch-level composites: their rows live in files of their own
 def _structural_rows():
-    from transforms.vjp_rules_structural import rules
+    from transforms import vjp_rules_composite, vjp_rules_structural
 
-    rules(VJP_RULES)
+    vjp_rules_structural.rules(VJP_RULES)
+    vjp_rules_composite.rules(VJP_RULES)
 
 
 _structural_rows()

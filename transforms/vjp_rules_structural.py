@@ -214,15 +214,6 @@ def rules(VJP_RULES: dict):  # noqa: C901 - a table of short rows
         out = pr.sum(x, tuple(dims)) if dims else x
         return ps.reshape(out, tuple(shape)) if tuple(out.shape) != tuple(shape) else out
 
-    @row("prims.matmul")
-    def _(bsym, g):
-        a, b = bsym.args
-        if a.ndim < 2 or b.ndim < 2:
-            return via_torch_autograd(bsym, g)
-        ga = sum_to(pn.matmul(g, mT(b)), a.shape) if is_diff(a) else None
-        gb = sum_to(pn.matmul(mT(a), g), b.shape) if is_diff(b) else None
-        return ga, gb
-
     @row("prims.linear")
     def _(bsym, g):
         a, w, bias = (list(bsym.args) + [None])[:3] if len(bsym.args) < 3 else bsym.args[:3]

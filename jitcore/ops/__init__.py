@@ -7,10 +7,11 @@ from jitcore.ops import opaque  # noqa: F401
 from jitcore.ops.registry import ltorch_ns as ltorch, prims_ns as prims  # noqa: F401
 
 _FAMILIES = (
-    "prims_shape", "prims_reduction", "prims_index", "prims_nn", "prims_creation", "prims_misc",
+    "prims_shape", "prims_reduction", "prims_index", "prims_nn", "prims_creation", "prims_misc", "prims_python",
     "torch_elementwise", "torch_reduction", "torch_shape", "torch_layout", "torch_index", "torch_creation", "torch_misc",
     "torch_nn_activation", "torch_nn_norm", "torch_nn_loss", "torch_nn_conv", "torch_nn_pool", "torch_nn_attention",
     "torch_linalg",
+    "torch_inplace",  # last: it derives the in-place variants of the ops the families above define
 )
 
 

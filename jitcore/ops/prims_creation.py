@@ -10,7 +10,7 @@ import torch
 
 from jitcore import devices
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, is_number
+from jitcore.ops.utils import check, is_int, is_number
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
 
@@ -19,7 +19,7 @@ RANDOM = (Tag.CREATION, Tag.RANDOM)
 
 
 def _out(op, shape, device, dtype) -> TensorProxy:
-    check(isinstance(shape, (tuple, list)) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+    check(isinstance(shape, (tuple, list)) and all(is_int(s) and s >= 0
                                                    for s in shape),
           lambda: f"prims.{op}: shape must be a tuple of non-negative ints, got {shape!r}")
     check(isinstance(dtype, torch.dtype), lambda: f"prims.{op}: dtype must be a torch.dtype, got {dtype!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from jitcore.errors import MetaError
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import canonical_dims, check, is_number, numel, requires_grad, same_device
+from jitcore.ops.utils import canonical_dims, check, is_int, is_number, numel, requires_grad, same_device
 from jitcore.proxies import TensorProxy
 
 
@@ -28,7 +28,7 @@ def reshape(a, shape):
     """a with a new shape of the same number of elements (no -1 here; ltorch resolves it)."""
     check(isinstance(a, TensorProxy), lambda: f"prims.reshape: expected a tensor, got {a!r}")
     shape = tuple(shape)
-    check(all(isinstance(s, int) and s >= 0 for s in shape), lambda: f"prims.reshape: invalid shape {shape}")
+    check(all(is_int(s) and s >= 0 for s in shape), lambda: f"prims.reshape: invalid shape {shape}")
     check(numel(shape) == a.numel(), lambda: f"shape '{list(shape)}' is invalid for input of size {a.numel()}")
     return a.like(shape=shape, requires_grad=requires_grad(a))
 

@@ -17,7 +17,7 @@ from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import copy, shape_arg
-from jitcore.ops.utils import check, is_number
+from jitcore.ops.utils import check, is_int, is_number
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
 
@@ -38,7 +38,7 @@ def _size(op, size, kwargs=None) -> tuple:
         size = (kwargs.pop("size"),)
     check(not kwargs, lambda: f"{op}() got unexpected keyword arguments {sorted(kwargs)}")
     shape = shape_arg(size)
-    check(all(isinstance(s, int) for s in shape), lambda: f"{op}(): size must be a tuple of ints, got {shape!r}")
+    check(all(is_int(s) for s in shape), lambda: f"{op}(): size must be a tuple of ints, got {shape!r}")
     check(all(s >= 0 for s in shape), lambda: f"Trying to create tensor with negative dimension "
                                               f"{next(s for s in shape if s < 0)}: {list(shape)}")
     return shape

@@ -10,6 +10,7 @@ import torch
 
 from jitcore import dtypes
 from jitcore.dtypes import Promotion
+from jitcore.errors import MetaError
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
@@ -57,10 +58,11 @@ def broadcast(*args, op="broadcast"):
 def elementwise(prim_op, kind: Promotion, *args, op_name=None):
     """prim_op over args after torch's broadcasting and type promotion; the workhorse of this file."""
     op_name = op_name or prim_op.name
-    check(any(isinstance(a, TensorProxy) for a in args), lambda: f"{op_name}: expected a tensor argument, got {args}")
+    if not any(isinstance(a, TensorProxy) for a in args):
+        raise MetaError(f"{op_name}: expected a tensor argument, got {args}")
     for a in args:
-        check(isinstance(a, TensorProxy) or is_number(a),
-              lambda: f"{op_name}(): argument must be a Tensor or a number, not {type(a).__name__}")
+        if not (isinstance(a, TensorProxy) or is_number(a)):
+            raise MetaError(f"{op_name}(): argument must be a Tensor or a number, not {type(a).__name__}")
     compute, result = dtypes.result_dtypes(kind, *args)
     if kind is not Promotion.NO_OPMATH:
         compute = dtypes.computation_dtype(compute)

@@ -199,6 +199,7 @@ def take_along_dim(input, indices, dim=None):
     shape = list(broadcast_shapes("take_along_dim", *ones))
     in_shape, idx_shape = list(shape), list(shape)
     in_shape[d], idx_shape[d] = input.shape[d], indices.shape[d]
+    indices = _normalize_index(indices, input.shape[d])  # with a dim, torch wraps negative indices
     return pi.take_along_axis(te.expand_to(input, tuple(in_shape)), te.expand_to(indices, tuple(idx_shape)), d)
 
 
@@ -252,7 +253,8 @@ def _along_dim_put(op, input, dim, index, values):
     """input with input.select(dim, index[i]) = values.select(dim, i) (values broadcast as index_put does)."""
     check(index.ndim <= 1, lambda: f"{op}(): Index should have dimension 1 or 0 (got {index.ndim})")
     if input.ndim == 0:
-        return pi.index_put(ps.reshape(input, (1,)), (ps.reshape(index, (1,)),), ps.reshape(values, (1,)), False)
+        out = pi.index_put(ps.reshape(input, (1,)), (ps.reshape(index, (1,)),), ps.reshape(values, (1,)), False)
+        return ps.reshape(out, ())
     d = dim_of(op, dim, input.ndim)
     perm = [d] + [i for i in range(input.ndim) if i != d]
     inv = [perm.index(i) for i in range(input.ndim)]

@@ -307,13 +307,16 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 @torchsymbol(torch.norm, T.norm, method="norm")
 def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
-    """torch.norm: vector norms (p a number, or 'fro' over at most 2 dims); 'nuc' is not decomposed."""
+    """torch.norm: vector norms (p a number, or 'fro' over at most 2 dims); 'nuc' runs as an opaque torch op."""
     check(out is None, "norm: out= is not supported")
     if p is None or p == "fro":
         dims = None if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
         check(dims is None or len(dims) <= 2, lambda: f"norm: 'fro' takes at most 2 dims, got {dim}")
         p = 2
-    check(not isinstance(p, str), lambda: f"norm: p={p!r} is not supported (use torch.linalg.matrix_norm)")
+    if isinstance(p, str):  # 'nuc': a matrix norm (singular values), run by torch as an opaque op
+        from jitcore.ops.opaque import opaque_symbol
+
+        return opaque_symbol(torch.norm)(input, p, dim, keepdim, dtype=dtype)
     return _vector_norm("norm", input, p, dim, keepdim, dtype)
 
 

@@ -9,8 +9,11 @@ import math
 
 import torch
 
-from jitcore.errors import MetaError
+from jitcore import dtypes
+from jitcore.errors import DataDependentError, MetaError
+from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
+from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
@@ -266,7 +269,7 @@ def _expand(op, a, sizes):
 
 
 @torchsymbol(T.expand, method="expand")
-def expand(self, *sizes, implicit=False):
+def expand(self, *sizes):
     return _expand("expand", self, shape_arg(sizes))
 
 
@@ -440,7 +443,7 @@ def split(tensor, split_size_or_sections, dim=0):
 method_adapter("split", lambda self, split_size, dim=0: split(self, split_size, dim), T.split)
 
 
-@torchsymbol(T.split_with_sizes, method="split_with_sizes")
+@torchsymbol(T.split_with_sizes, torch.split_with_sizes, method="split_with_sizes")
 def split_with_sizes(self, split_sizes, dim=0):
     check(self.ndim > 0, "split_with_sizes(): a 0-d tensor cannot be split")
     return _split_sizes("split_with_sizes", self, dim_of("split_with_sizes", dim, self.ndim), list(split_sizes))
@@ -461,8 +464,9 @@ def chunk(input, chunks, dim=0):
 @torchsymbol(torch.tensor_split, T.tensor_split, method="tensor_split")
 def tensor_split(input, indices_or_sections, dim=0):
     check(input.ndim > 0, lambda: "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
-    check(not isinstance(indices_or_sections, TensorProxy),
-          "tensor_split: a tensor of indices is data-dependent; pass a Python int or list")
+    if isinstance(indices_or_sections, TensorProxy):
+        raise DataDependentError("tensor_split: with a tensor of indices the piece sizes depend on its values; pass "
+                                 "a Python int or list")
     d = dim_of("tensor_split", dim, input.ndim)
     n = input.shape[d]
     if isinstance(indices_or_sections, int):
@@ -530,9 +534,15 @@ def unbind(input, dim=0):
 @torchsymbol(torch.narrow, T.narrow, method="narrow")
 def narrow(input, dim, start, length):
     check(input.ndim > 0, "narrow() cannot be applied to a 0-dim tensor.")
-    check(not isinstance(start, TensorProxy), "narrow(): a tensor start is data-dependent; pass a Python int")
     d = dim_of("narrow", dim, input.ndim)
     n = input.shape[d]
+    if isinstance(start, TensorProxy):  # the values start where the tensor says; the shape is still static
+        check(start.ndim == 0 and dtypes.category(start.dtype) == 1,
+              "narrow(): start must be a 0-dim integral Tensor or an int")
+        check(0 <= length <= n, lambda: f"narrow(): length ({length}) exceeds dimension size ({n}).")
+        start = te.where(te.lt(start, 0), te.add(start, n), start)
+        idx = te.add(pc.iota(length, start=0, step=1, device=input.device, dtype=start.dtype), start)
+        return pi.take(input, idx, d)
     check(-n <= start <= n, lambda: f"start out of range (expected to be in range of [{-n}, {n}], but got {start})")
     start = start % n if start < 0 else start
     check(length >= 0 and start + length <= n, lambda: f"start ({start}) + length ({length}) exceeds dimension "

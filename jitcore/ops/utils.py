@@ -10,7 +10,7 @@ from numbers import Number
 import torch
 
 from jitcore.errors import MetaError
-from jitcore.proxies import NumberProxy, TensorProxy, canonical_dim
+from jitcore.proxies import IntegerProxy, NumberProxy, TensorProxy, _prod, canonical_dim
 
 
 def check(cond: bool, msg):
@@ -68,7 +68,13 @@ def broadcast_shapes(op: str, *shapes) -> tuple:
 
 
 def numel(shape) -> int:
-    return math.prod(shape)
+    """The product of sizes; with IntegerProxy sizes the arithmetic is recorded (symbolic values)."""
+    return _prod(shape)
+
+
+def is_int(x) -> bool:
+    """An int or an IntegerProxy (a symbolic size), not a bool."""
+    return isinstance(x, (int, IntegerProxy)) and not isinstance(x, bool)
 
 
 def contiguous_strides(shape) -> tuple[int, ...]:

@@ -1,0 +1,125 @@
+"""Benchmark: the cost of a cached call (the hot path: cache lookup + prologue + computation + output), jitted vs
+eager, in one run. Timings interleave jitted and eager rounds and report medians, so a noisy machine affects both.
+
+    python -m benchmarks.bench_cache              # all cases
+    python -m benchmarks.bench_cache --profile    # also a cProfile of the jitted a + b hot path
+
+Cases: `a + b` on 2x2 tensors (constant values, symbolic values), an nn.Sequential of 50 Linear(2, 2) (100
+parameters) with and without grad mode, and the breakdown of the hot path of `a + b` (prologue, computation).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import jitcore
+
+
+def _per_call_us(fn, number: int) -> float:
+    t0 = time.perf_counter_ns()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter_ns() - t0) / number / 1e3
+
+
+def compare(jitted, eager, number: int, rounds: int = 15) -> tuple[float, float]:
+    """Median microseconds per call of (jitted, eager), measured in alternating rounds."""
+    j, e = [], []
+    for _ in range(rounds):
+        j.append(_per_call_us(jitted, number))
+        e.append(_per_call_us(eager, number))
+    return statistics.median(j), statistics.median(e)
+
+
+def _report(name: str, jitted, eager, number: int):
+    tj, te = compare(jitted, eager, number)
+    print(f"{name:<44} jit {tj:9.2f} us   eager {te:9.2f} us   ratio {tj / te:5.2f}x")
+    return tj, te
+
+
+def bench_add(profile: bool):
+    def f(a, b):
+        return a + b
+
+    a, b = torch.randn(2, 2), torch.randn(2, 2)
+    for mode in ("constant values", "symbolic values"):
+        jf = jitcore.jit(f, cache=mode)
+        jf(a, b)
+        jf(a, b)
+        _report(f"a + b, 2x2, cache={mode!r}", lambda: jf(a, b), lambda: f(a, b), 2000)
+        assert jitcore.cache_misses(jf) == 1
+    jf = jitcore.jit(f)
+    jf(a, b)
+    entry = jf._last_entry
+    fn = jf.fn
+    args = (a, b)
+    tp, tc = compare(lambda: entry.check(fn, args, {}), lambda: entry.computation(a, b), 2000)
+    print(f"{'  breakdown: full prologue / computation':<44} {tp:9.2f} us / {tc:.2f} us")
+    if profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(20000):
+            jf(a, b)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(8)
+
+
+def bench_module():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(50)])
+    n_params = sum(1 for _ in model.parameters())
+    jm = jitcore.jit(model)
+    x = torch.randn(2, 2)
+    jm(x)
+    jm(x)
+    _report(f"Sequential(50 x Linear(2, 2)), {n_params} params", lambda: jm(x), lambda: model(x), 50)
+    with torch.no_grad():
+        jm(x)
+        _report("  same, under torch.no_grad()", lambda: jm(x), lambda: model(x), 50)
+    entry = jm._last_entry
+    with torch.no_grad():
+        tp, _ = compare(lambda: entry.check(model, (x,), {}), lambda: None, 200)
+    print(f"{'  its full prologue alone (no_grad entry)':<44} {tp:9.2f} us")
+
+
+def bench_symbolic_shapes():
+    def f(a, b):
+        return (a.unsqueeze(1) + b).sum()
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    shapes = [(3, 4), (5, 6), (7, 2), (4, 9)]
+    pairs = [(torch.randn(n, m), torch.randn(n, 1, m)) for n, m in shapes]
+    for a, b in pairs:
+        jf(a, b)
+    i = iter(range(10**9))
+
+    def jitted():
+        a, b = pairs[next(i) % 4]
+        return jf(a, b)
+
+    def eager():
+        a, b = pairs[next(i) % 4]
+        return f(a, b)
+
+    _report("symbolic values, 4 shapes in turn (1 entry)", jitted, eager, 500)
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    bench_add(args.profile)
+    bench_module()
+    bench_symbolic_shapes()
+
+
+if __name__ == "__main__":
+    main()

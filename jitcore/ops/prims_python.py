@@ -1,0 +1,69 @@
+"""Ops: number arithmetic and comparisons on NumberProxy (cache="symbolic values"). Each op prints as the
+Python it runs (`i2 = i0 * i1`, `b0 = i0 > 2`), is run by the python executor, and returns a proxy carrying the
+concrete value and its expression over the input symbols (for the prologue's predicates).
+"""
+from __future__ import annotations
+
+from jitcore import symbolic
+from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
+
+PYTHON_OPS: dict[str, Symbol] = {}
+_TAGS = (Tag.PYTHON, Tag.NON_DIFFERENTIABLE)
+
+
+def _result_proxy(value, expr, cmp=None):
+    from jitcore.proxies import BoolProxy, FloatProxy, IntegerProxy
+
+    if type(value) is bool:
+        p = BoolProxy(value)
+        p.cmp = cmp
+    elif type(value) is int:
+        p = IntegerProxy(value)
+    elif type(value) is float:
+        p = FloatProxy(value)
+    else:
+        return value  # complex and friends: a constant (the inputs' predicates already pin it down)
+    p.expr = expr
+    return p
+
+
+def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None):
+    def meta(*args):
+        same = symbolic.identity(name, args)
+        if same is not None:
+            return same
+        value = fn(*(symbolic.value_of(a) for a in args))
+        expr = "(" + fmt.format(*(symbolic.expr_of(a) for a in args)) + ")"
+        out = _result_proxy(value, expr, (compare, *args) if compare else None)
+        if compare is not None and out is not value:
+            out.implied = symbolic.implied(compare, *args) is not None
+        return out
+
+    def printer(bsym, printer):
+        text = fmt.format(*(printer.value(a) for a in bsym.args))
+        out = bsym.output
+        return f"{out.name} = {text}" if hasattr(out, "name") else text
+
+    sym = Symbol(f"python.{name}", name, meta=meta, tags=_TAGS, module="", printer=printer)
+    PYTHON_OPS[name] = sym
+    EAGER_KERNELS[sym.id] = fn
+    return sym
+
+
+for _name, (_fn, _fmt) in symbolic.BINARY.items():
+    _make(_name, _fn, _fmt, 2)
+for _name, (_fn, _sym) in symbolic.COMPARE.items():
+    _make(_name, _fn, "{} " + _sym + " {}", 2, compare=_sym)
+for _name, (_fn, _fmt) in symbolic.UNARY.items():
+    _make(_name, _fn, _fmt, 1)
+del _name, _fn, _fmt, _sym
+
+
+def call(name: str, *args):
+    """Run python op `name` on args: recorded in the active trace, or computed directly when none is active."""
+    from jitcore.trace import get_tracectx
+
+    sym = PYTHON_OPS[name]
+    if get_tracectx() is None:  # outside tracing: a plain value, pinned down by specialisation
+        return EAGER_KERNELS[sym.id](*(symbolic.concretize(a) if hasattr(a, "expr") else a for a in args))
+    return sym(*args)

@@ -1,0 +1,244 @@
+"""Ops: in-place torch ops (`x.add_(y)`, `x += y`, `x[i] = v`, `x.zero_()`, `x.copy_(y)`, ...). Each is a composite
+tagged INPLACE whose body computes the functional result and writes it with `prims.copy_(value, x)`, the one
+in-place prim; transforms/functionalize.py turns those writes into renamings (and view scatters) so the trace the
+rest of the pipeline sees is functional. Also slice_scatter/select_scatter, the functional inverses of views.
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore import proxies
+from jitcore.ops import prims_creation as pc
+from jitcore.ops import prims_elementwise as pe
+from jitcore.ops import prims_misc as pm
+from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_elementwise as te
+from jitcore.ops.registry import LTORCH, torchsymbol
+from jitcore.ops.torch_elementwise import to_dtype
+from jitcore.ops.utils import check
+from jitcore.proxies import TENSOR_METHODS, TensorProxy
+from jitcore.symbol import Tag
+
+T = torch.Tensor
+INPLACE = (Tag.INPLACE,)
+
+# in-place methods that change a tensor's metadata (shape, strides, requires_grad) rather than its values
+_METADATA_INPLACE = frozenset({
+    "squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "as_strided_",
+    "set_", "detach_", "requires_grad_", "share_memory_", "retain_grad_", "rename_", "refine_names_", "align_to_",
+})
+
+
+def write(op: str, self, value):
+    """self <- value (eager's in-place semantics: value's dtype must cast to self's, its shape must be self's)."""
+    check(isinstance(self, TensorProxy), lambda: f"{op}: expected a tensor to write into, got {type(self).__name__}")
+    if isinstance(value, TensorProxy):
+        check(torch.can_cast(value.dtype, self.dtype),
+              lambda: f"{op}: result type {_type_name(value.dtype)} can't be cast to the desired output type "
+                      f"{_type_name(self.dtype)}")
+        check(tuple(value.shape) == tuple(self.shape) or _broadcasts_to(value.shape, self.shape),
+              lambda: f"{op}: output with shape {list(self.shape)} doesn't match the broadcast shape "
+                      f"{list(value.shape)}")
+        value = te.expand_to(to_dtype(value, self.dtype), tuple(self.shape))
+    else:
+        value = pc.full(tuple(self.shape), value, device=self.device, dtype=self.dtype)
+    return pm.copy_(value, self)
+
+
+def _type_name(dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
+            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+
+
+def _broadcasts_to(shape, target) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(target))))
+
+
+# -- generated: foo_ for every functional op foo in the table that torch has an in-place variant of ---------------
+def _inplace_of(name: str, functional):
+    def body(self, *args, **kwargs):
+        return write(f"{name}_", self, functional(self, *args, **kwargs))
+
+    body.__name__ = f"{name}_"
+    body.__doc__ = f"self.{name}_(...): {name} written into self."
+    return body
+
+
+def _torch_inplace_aliases(name: str) -> tuple:
+    fns = [getattr(T, f"{name}_")]
+    for mod in (torch, torch.nn.functional):
+        f = getattr(mod, f"{name}_", None)
+        if callable(f) and not isinstance(f, type):
+            fns.append(f)
+    return tuple(fns)
+
+
+def _generate():
+    made = {}
+    for name, fn in list(TENSOR_METHODS.items()):
+        iname = f"{name}_"
+        if name.startswith("_") or name.endswith("_") or iname in _METADATA_INPLACE or iname in TENSOR_METHODS:
+            continue
+        if not callable(getattr(T, iname, None)) or iname in LTORCH:
+            continue
+        made[iname] = torchsymbol(*_torch_inplace_aliases(name), name=iname, method=iname, tags=INPLACE)(
+            _inplace_of(name, fn))
+    return made
+
+
+# -- in-place ops with no functional twin in the table ------------------------------------------------------------
+@torchsymbol(T.copy_, method="copy_", tags=INPLACE)
+def copy_(self, src, non_blocking=False):
+    if not isinstance(src, TensorProxy):
+        return write("copy_", self, src)
+    check(_broadcasts_to(src.shape, self.shape),
+          lambda: f"copy_: the size of src {list(src.shape)} must be broadcastable to self {list(self.shape)}")
+    value = te.expand_to(src, tuple(self.shape))
+    if value.device != self.device:
+        value = pe.device_put(value, self.device)
+    return pm.copy_(to_dtype(value, self.dtype), self)
+
+
+@torchsymbol(T.zero_, torch.zero_, method="zero_", tags=INPLACE)
+def zero_(self):
+    return write("zero_", self, 0)
+
+
+@torchsymbol(T.fill_, torch.fill_, method="fill_", tags=INPLACE)
+def fill_(self, value):
+    if isinstance(value, TensorProxy):
+        check(value.ndim == 0, lambda: f"fill_ only supports 0-dimension value tensor but got tensor with "
+                                       f"{value.ndim} dimensions.")
+        return write("fill_", self, te.expand_to(to_dtype(value, self.dtype), tuple(self.shape)))
+    return write("fill_", self, value)
+
+
+@torchsymbol(T.uniform_, method="uniform_", tags=INPLACE + (Tag.RANDOM,))
+def uniform_(self, from_=0, to=1, *, generator=None):
+    check(generator is None, "uniform_: a generator argument is not supported under jitcore.jit")
+    return write("uniform_", self, pc.uniform(tuple(self.shape), float(from_), float(to), device=self.device,
+                                              dtype=self.dtype))
+
+
+@torchsymbol(T.normal_, method="normal_", tags=INPLACE + (Tag.RANDOM,))
+def normal_(self, mean=0, std=1, *, generator=None):
+    check(generator is None, "normal_: a generator argument is not supported under jitcore.jit")
+    return write("normal_", self, pc.normal(tuple(self.shape), float(mean), float(std), device=self.device,
+                                            dtype=self.dtype))
+
+
+@torchsymbol(T.bernoulli_, method="bernoulli_", tags=INPLACE + (Tag.RANDOM,))
+def bernoulli_(self, p=0.5, *, generator=None):
+    check(generator is None, "bernoulli_: a generator argument is not supported under jitcore.jit")
+    u = pc.uniform(tuple(self.shape), 0.0, 1.0, device=self.device, dtype=torch.float32)
+    prob = to_dtype(p, torch.float32) if isinstance(p, TensorProxy) else p
+    return write("bernoulli_", self, te.lt(u, prob))
+
+
+# -- x[key] = value ---------------------------------------------------------------------------------------------------
+def _basic_key(key) -> bool:
+    items = key if isinstance(key, tuple) else (key,)
+    return all(k is None or k is Ellipsis or (isinstance(k, (int, slice)) and not isinstance(k, bool)) for k in items)
+
+
+@torchsymbol(T.__setitem__, name="setitem_", method="__setitem__", tags=INPLACE)
+def setitem_(self, indices, value):
+    """`self[indices] = value`: a write into the view self[indices] for basic keys, else the functional setitem."""
+    from jitcore.ops.torch_index import getitem, setitem
+
+    if _basic_key(indices):
+        view = getitem(self, indices)
+        if isinstance(value, TensorProxy):
+            check(_broadcasts_to(value.shape, view.shape) or value.numel() == view.numel() == 1 or
+                  _strip_ones(value.shape) == _strip_ones(view.shape),
+                  lambda: f"setitem: shape mismatch: value tensor of shape {list(value.shape)} cannot be broadcast "
+                          f"to indexing result of shape {list(view.shape)}")
+            if not _broadcasts_to(value.shape, view.shape):
+                value = ps.reshape(value, tuple(view.shape))
+        return write("setitem_", view, value)
+    return write("setitem_", self, setitem(self, indices, value))
+
+
+def _strip_ones(shape):
+    s = list(shape)
+    while s and s[0] == 1:
+        s.pop(0)
+    return tuple(s)
+
+
+# -- functional inverses of views (what a write into a view does to its base) ----------------------------------------
+def _scatter_slice(input, src, dim, start, end, step):
+    """input with input[..., start:end:step, ...] (at dim) replaced by src, as pad + where (fusible)."""
+    size = input.shape[dim]
+    n = src.shape[dim]
+    if n == 0:
+        return input
+    config = [(0, 0, 0)] * input.ndim
+    config[dim] = (start, size - (start + (n - 1) * step + 1), step - 1)
+    placed = ps.pad(to_dtype(src, input.dtype), 0, config)
+    mask = ps.pad(pc.full(tuple(src.shape), True, device=input.device, dtype=torch.bool), False, config)
+    return te.where(mask, placed, input)
+
+
+@torchsymbol(torch.slice_scatter, T.slice_scatter, method="slice_scatter")
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    d = dim % max(input.ndim, 1)
+    s, e, st = slice(start, end, step).indices(input.shape[d])
+    return _scatter_slice(input, src, d, s, max(s, e), st)
+
+
+@torchsymbol(torch.select_scatter, T.select_scatter, method="select_scatter")
+def select_scatter(input, src, dim, index):
+    d = dim % max(input.ndim, 1)
+    i = index % input.shape[d]
+    shape = list(input.shape)
+    shape[d] = 1
+    return _scatter_slice(input, ps.reshape(src, tuple(shape)), d, i, i + 1, 1)
+
+
+GENERATED = _generate()
+
+# augmented assignment on tensors is in place (x += y is x.add_(y), with x rebound to the result)
+_AUGMENTED = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",
+              "__ifloordiv__": "floor_divide_", "__imod__": "remainder_", "__ipow__": "pow_",
+              "__iand__": "bitwise_and_", "__ior__": "bitwise_or_", "__ixor__": "bitwise_xor_",
+              "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_"}
+for _dunder, _name in _AUGMENTED.items():
+    if _name in TENSOR_METHODS:
+        TENSOR_METHODS[_dunder] = TENSOR_METHODS[_name]
+TENSOR_METHODS["__setitem__"] = setitem_
+
+
+# -- in-place Tensor methods with no op: run the opaque method on a clone, then write the result -----------------------
+_OPAQUE_INPLACE: dict = {}
+
+
+def _opaque_inplace_factory(previous):
+    def factory(name: str):
+        if not name.endswith("_") or name.startswith("_") or name in _METADATA_INPLACE:
+            return previous(name)
+        if name in _OPAQUE_INPLACE:
+            return _OPAQUE_INPLACE[name]
+        method = getattr(T, name)
+
+        def functional(x, *args, **kwargs):
+            return method(x.clone(), *args, **kwargs)
+
+        functional.__name__ = f"{name}functional"
+        from jitcore.ops.opaque import opaque_symbol
+
+        op = opaque_symbol(functional)
+
+        def call(self, *args, **kwargs):
+            return write(name, self, op(self, *args, **kwargs))
+
+        _OPAQUE_INPLACE[name] = call
+        return call
+
+    return factory
+
+
+if proxies.OPAQUE_METHOD_FACTORY is not None:
+    proxies.OPAQUE_METHOD_FACTORY = _opaque_inplace_factory(proxies.OPAQUE_METHOD_FACTORY)

@@ -1,0 +1,159 @@
+"""Caching stage (symbolic values): number proxies that record their arithmetic and the predicates Python needs.
+
+Every NumberProxy carries `expr`, a Python expression over the prologue's input symbols (`i0`, `(i0 * i1)`).
+Arithmetic records a PYTHON op in the active trace (jitcore/ops/prims_python.py) and returns a new proxy; when
+Python needs a concrete answer (`if`, `range`, an index) the predicate that held is added to the active sink
+(`recording(preds)`), and the prologue checks every predicate, so a reused entry is never wrong.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import operator
+
+_SINK: contextvars.ContextVar = contextvars.ContextVar("jitcore_predicates", default=None)
+
+
+class Predicates:
+    """The predicates recorded while compiling one entry, in order, without duplicates."""
+
+    def __init__(self):
+        self.items: list[str] = []
+        self._seen: set[str] = set()
+
+    def add(self, text: str):
+        if text not in self._seen:
+            self._seen.add(text)
+            self.items.append(text)
+
+
+@contextlib.contextmanager
+def recording(preds: Predicates):
+    token = _SINK.set(preds)
+    try:
+        yield preds
+    finally:
+        _SINK.reset(token)
+
+
+def record(text: str):
+    sink = _SINK.get()
+    if sink is not None:
+        sink.add(text)
+
+
+# -- comparisons implied by what the prologue already checks (input sizes are >= 2) --------------------------------
+_IMPLIED = {  # op -> (constant c, lower bound lo) -> the answer for every value >= lo, or None if undecided
+    "==": lambda c, lo: False if c < lo else None,
+    "!=": lambda c, lo: True if c < lo else None,
+    ">": lambda c, lo: True if c < lo else None,
+    ">=": lambda c, lo: True if c <= lo else None,
+    "<": lambda c, lo: False if c <= lo else None,
+    "<=": lambda c, lo: False if c < lo else None,
+}
+_FLIP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
+
+
+def implied(op: str, a, b):
+    """The comparison's answer if the known lower bound of a bare input size decides it, else None."""
+    from jitcore.proxies import NumberProxy
+
+    if isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.expr == b.expr:
+        return op in ("==", "<=", ">=")  # the same expression: decided without looking at the inputs
+    if isinstance(b, NumberProxy) and not isinstance(a, NumberProxy):
+        a, b, op = b, a, _FLIP[op]
+    lo = getattr(a, "lower", None)
+    if lo is None or isinstance(b, NumberProxy) or type(b) not in (int, float, bool):
+        return None
+    return _IMPLIED[op](b, lo)
+
+
+_IDENTITY = {"mul": 1, "add": 0, "sub": 0, "floordiv": 1}
+
+
+def identity(op: str, args):
+    """The proxy operand itself when the op leaves it unchanged (`i0 * 1`, `i0 + 0`), else None."""
+    from jitcore.proxies import NumberProxy
+
+    unit = _IDENTITY.get(op)
+    if unit is None or len(args) != 2:
+        return None
+    a, b = args
+    if type(b) is int and b == unit and isinstance(a, NumberProxy) and a.python_type is int:
+        return a
+    if op in ("mul", "add") and type(a) is int and a == unit and isinstance(b, NumberProxy) and b.python_type is int:
+        return b
+    return None
+
+
+def _strip(expr: str) -> str:
+    """`(i0 > 2)` -> `i0 > 2` when the outer parentheses enclose the whole expression."""
+    if not (expr.startswith("(") and expr.endswith(")")):
+        return expr
+    depth = 0
+    for i, c in enumerate(expr):
+        depth += c == "("
+        depth -= c == ")"
+        if depth == 0 and i < len(expr) - 1:
+            return expr
+    return expr[1:-1]
+
+
+def _equality(a, b, op: str) -> str:
+    x, y = sorted((_strip(expr_of(a)), _strip(expr_of(b))))
+    return f"{x} {op} {y}"
+
+
+def expr_of(x) -> str:
+    from jitcore.proxies import NumberProxy
+
+    if isinstance(x, NumberProxy):
+        if x.expr is None:
+            from jitcore.errors import DataDependentError
+
+            raise DataDependentError(f"the number {x.name} has no expression over the inputs (a data-dependent value)")
+        return x.expr
+    return repr(x)
+
+
+def value_of(x):
+    from jitcore.proxies import NumberProxy
+
+    return x.value if isinstance(x, NumberProxy) else x
+
+
+def concretize(p, why: str = ""):
+    """p's value, after recording `expr == value` (a specialisation: correct, never general)."""
+    v = p.value
+    implied_eq = implied("==", p, v)
+    if implied_eq is None:
+        record(f"{_strip(expr_of(p))} == {v!r}")
+    return v
+
+
+def truth(b) -> bool:
+    """bool(BoolProxy): records the comparison that held (or its negation)."""
+    v = bool(b.value)
+    if b.implied:
+        return v
+    op = b.cmp[0] if b.cmp is not None else None
+    if op in ("==", "!="):  # equalities read (and dedupe) best as `i0 == i3` / `i0 != i3`
+        holds = "==" if (op == "==") == v else "!="
+        record(_equality(b.cmp[1], b.cmp[2], holds))
+    elif op is not None and not v:
+        record(f"not ({_strip(b.expr)})")
+    else:
+        record(_strip(b.expr))
+    return v
+
+
+BINARY = {  # name -> (python operator, format)
+    "add": (operator.add, "{} + {}"), "sub": (operator.sub, "{} - {}"), "mul": (operator.mul, "{} * {}"),
+    "floordiv": (operator.floordiv, "{} // {}"), "mod": (operator.mod, "{} % {}"),
+    "truediv": (operator.truediv, "{} / {}"), "pow": (operator.pow, "{} ** {}"),
+}
+COMPARE = {  # name -> (python operator, symbol)
+    "eq": (operator.eq, "=="), "ne": (operator.ne, "!="), "lt": (operator.lt, "<"), "le": (operator.le, "<="),
+    "gt": (operator.gt, ">"), "ge": (operator.ge, ">="),
+}
+UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}")}

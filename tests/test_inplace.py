@@ -1,0 +1,349 @@
+"""In-place ops and views under jitcore.jit: results, the caller's mutated tensors and gradients match eager's."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jitcore
+from jitcore.errors import JitError
+
+
+def _clone(args):
+    """Copies with the same strides (so non-contiguous inputs stay non-contiguous)."""
+    return [torch.empty_strided(a.shape, a.stride()).copy_(a.detach()).requires_grad_(a.requires_grad)
+            if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def check_like_eager(fn, *args, grad=False, atol=1e-5):
+    """fn under jit vs eager on clones of args: outputs, every input after the call, and (grad) input gradients."""
+    eager_args, jit_args = _clone(args), _clone(args)
+    jfn = jitcore.jit(fn)
+    for _ in range(2):  # the second call runs the cached program
+        e_in, j_in = _clone(eager_args), _clone(jit_args)
+        expected, got = fn(*e_in), jfn(*j_in)
+        flat_e = expected if isinstance(expected, (tuple, list)) else (expected,)
+        flat_g = got if isinstance(got, (tuple, list)) else (got,)
+        for e, g in zip(flat_e, flat_g):
+            torch.testing.assert_close(g, e, atol=atol, rtol=1e-5)
+        for e, g in zip(e_in, j_in):
+            if isinstance(e, torch.Tensor) and not e.requires_grad:
+                torch.testing.assert_close(g, e, atol=atol, rtol=1e-5)
+        if grad:
+            leaves_e = [a for a in e_in if isinstance(a, torch.Tensor) and a.requires_grad]
+            leaves_g = [a for a in j_in if isinstance(a, torch.Tensor) and a.requires_grad]
+            sum(o.sum() for o in flat_e if o.requires_grad).backward()
+            sum(o.sum() for o in flat_g if o.requires_grad).backward()
+            for e, g in zip(leaves_e, leaves_g):
+                torch.testing.assert_close(g.grad, e.grad, atol=atol, rtol=1e-5)
+    return jfn
+
+
+def _x(*shape):
+    return torch.randn(*shape)
+
+
+def f_add_(x, y):
+    x.add_(y, alpha=2)
+    return x * 3
+
+
+def f_ret_alias(x, y):
+    z = x.mul_(y)
+    return z + x
+
+
+def f_iadd(x, y):
+    x += y
+    x -= 1
+    x *= y
+    x /= 2
+    return x
+
+
+def f_local(x, y):
+    z = x * 1
+    z += y
+    return z + x
+
+
+def f_setitem_local(x, y):
+    z = x.clone()
+    z[0] = 3
+    z[:, 1] = y[:, 0]
+    z[1:3, ::2] = -1.0
+    return z
+
+
+def f_setitem_input(x, y):
+    x[1:3] = y[0:2]
+    x[-1, 2] = 7
+    return x.sum(0)
+
+
+def f_setitem_mask(x, y):
+    x[y > 0] = 0.0
+    return x + 1
+
+
+def f_setitem_tensor_index(x, y):
+    x[torch.tensor([0, 2])] = y[:2]
+    return x
+
+
+def f_view_write(x, y):
+    v = x.view(20)
+    v.mul_(2)
+    return x + 1, v
+
+
+def f_two_views(x, y):
+    a = x[0]
+    b = x.t()
+    a.fill_(5.0)
+    return b * 1, a * 1
+
+
+def f_nested_views(x, y):
+    v = x.view(2, 2, 5)[1].transpose(0, 1)  # [5, 2]
+    v[1:4].zero_()
+    return x.clone(), v + 0
+
+
+def f_chunks(x, y):
+    a, b = x.chunk(2, dim=1)
+    a.add_(1)
+    b.sub_(1)
+    return x * 1
+
+
+def f_unbind(x, y):
+    rows = x.unbind(0)
+    rows[2].mul_(0)
+    return x.sum(1)
+
+
+def f_copy(x, y):
+    x.copy_(y[0])  # broadcasts
+    return x
+
+
+def f_zero_fill(x, y):
+    x.zero_()
+    y.fill_(2.5)
+    return x + y
+
+
+def f_clamp_masked(x, y):
+    x.clamp_(-0.5, 0.5)
+    x.masked_fill_(y > 1, 9.0)
+    return x
+
+
+def f_index_copy(x, y):
+    x.index_copy_(0, torch.tensor([3, 1]), y[:2])
+    return x * 1
+
+
+def f_relu_inplace(x, y):
+    h = x * 2
+    F.relu(h, inplace=True)
+    torch.relu_(y)
+    return h + y
+
+
+def f_int_cast(x, y):
+    i = torch.zeros(4, 5, dtype=torch.int64)
+    i += 3
+    x += i
+    return x, i
+
+
+def f_write_then_read_old_alias(x, y):
+    s = x[:, :2]
+    x.mul_(10)
+    return s + 0  # s sees the write (a view of x)
+
+
+def f_reshape_copy_not_view(x, y):
+    r = x.t().reshape(20)  # a copy in eager: writes into r do not reach x
+    r.fill_(0)
+    return x + 0, r
+
+
+CASES = [f_add_, f_ret_alias, f_iadd, f_local, f_setitem_local, f_setitem_input, f_setitem_mask,
+         f_setitem_tensor_index, f_view_write, f_two_views, f_nested_views, f_chunks, f_unbind, f_copy, f_zero_fill,
+         f_clamp_masked, f_index_copy, f_relu_inplace, f_int_cast, f_write_then_read_old_alias,
+         f_reshape_copy_not_view]
+
+
+@pytest.mark.parametrize("fn", CASES, ids=lambda f: f.__name__)
+def test_inplace_matches_eager(fn):
+    check_like_eager(fn, _x(4, 5), _x(4, 5))
+
+
+def test_noncontiguous_input_view_write():
+    base = _x(5, 4)
+
+    def f(x):
+        x[0].add_(1)
+        r = x.reshape(20)  # a copy: x is not contiguous
+        r.zero_()
+        return x * 1, r
+
+    check_like_eager(f, base.t())
+
+
+def test_trace_is_functional():
+    jf = jitcore.jit(f_two_views)
+    jf(_x(4, 5), _x(4, 5))
+    text = str(jitcore.last_traces(jf)[-1])
+    assert "copy_" not in text and "fill_" not in text
+    assert "copy_" in str(jitcore.last_epilogue_traces(jf)[-1])
+
+
+# -- gradients ------------------------------------------------------------------------------------------------------
+def g_build_by_slices(x, w):
+    out = torch.zeros(4, 3)
+    for i in range(3):
+        out[:, i] = (x * w[i]).sum(1)
+    return out.tanh()
+
+
+def g_inplace_intermediate(x, w):
+    h = x @ w
+    h.mul_(2).add_(1)
+    h[:, 0] = 0
+    F.relu(h, inplace=True)
+    return h
+
+
+def g_view_of_intermediate(x, w):
+    h = x * w.sum()
+    v = h.view(-1)
+    v[::2] = v[::2] * 3
+    return h.exp()
+
+
+def g_masked(x, w):
+    h = x.clone()
+    h.masked_fill_(x > 0.5, 0.0)
+    h += w.sum()
+    return h
+
+
+@pytest.mark.parametrize("fn", [g_build_by_slices, g_inplace_intermediate, g_view_of_intermediate, g_masked],
+                         ids=lambda f: f.__name__)
+def test_inplace_gradients(fn):
+    check_like_eager(fn, _x(4, 5).requires_grad_(), _x(5, 3).requires_grad_() if fn is g_inplace_intermediate
+                     else _x(5).requires_grad_(), grad=True)
+
+
+def test_leaf_requires_grad_inplace_is_an_error_like_eager():
+    def f(x):
+        x.add_(1)
+        return x
+
+    with pytest.raises(RuntimeError):
+        f(torch.ones(2, requires_grad=True))
+    with pytest.raises(RuntimeError, match="leaf"):
+        jitcore.jit(f)(torch.ones(2, requires_grad=True))
+
+
+def test_nonleaf_input_mutation_rebases_history():
+    def f(h):
+        h.mul_(3)
+        return h.sum()
+
+    for run in (f, jitcore.jit(f)):
+        x = torch.arange(3.0, requires_grad=True)
+        h = x * 2
+        run(h)
+        (h * h).sum().backward()
+        torch.testing.assert_close(x.grad, 2 * (x * 6) * 6)
+        torch.testing.assert_close(h.detach(), x.detach() * 6)
+
+
+def test_no_grad_write_to_buffer_stays_without_grad():
+    buf = torch.zeros(3)
+
+    def f(x):
+        with torch.no_grad():
+            buf.copy_(x * 2)
+        return (x * buf).sum()
+
+    x = torch.ones(3, requires_grad=True)
+    jitcore.jit(f)(x).backward()
+    assert not buf.requires_grad
+    torch.testing.assert_close(buf, torch.full((3,), 2.0))
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+
+
+# -- buffers, modules, KV cache --------------------------------------------------------------------------------------
+def test_batchnorm_running_stats():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(inplace=True))
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(inplace=True))
+    ref.load_state_dict(model.state_dict())
+    jm = jitcore.jit(model)
+    for _ in range(3):
+        x = torch.randn(2, 3, 6, 6)
+        torch.testing.assert_close(jm(x), ref(x), atol=1e-5, rtol=1e-5)
+    for (n, a), (_, b) in zip(model.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=n)
+    assert model[1].num_batches_tracked.item() == 3
+
+
+class KVCache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(1, 2, 8, 4))
+        self.register_buffer("v", torch.zeros(1, 2, 8, 4))
+
+    def forward(self, pos, k, v):
+        self.k[:, :, pos:pos + k.shape[2]] = k
+        self.v.index_copy_(2, torch.arange(pos, pos + v.shape[2]), v)
+        q = k[:, :, -1:]
+        att = (q @ self.k[:, :, :pos + k.shape[2]].transpose(-1, -2)).softmax(-1)
+        return att @ self.v[:, :, :pos + k.shape[2]]
+
+
+def test_kv_cache():
+    eager, jm = KVCache(), jitcore.jit(KVCache())
+    for pos, n in ((0, 3), (3, 1), (4, 1)):
+        k, v = torch.randn(1, 2, n, 4), torch.randn(1, 2, n, 4)
+        torch.testing.assert_close(jm(pos, k, v), eager(pos, k, v))
+    torch.testing.assert_close(jm.k, eager.k)
+    torch.testing.assert_close(jm.v, eager.v)
+
+
+# -- aliasing -------------------------------------------------------------------------------------------------------
+def test_same_tensor_twice():
+    jf = jitcore.jit(lambda a, b: a + b)
+    x, y = torch.ones(2), torch.zeros(2)
+    torch.testing.assert_close(jf(x, x), torch.full((2,), 2.0))
+    torch.testing.assert_close(jf(x, y), torch.ones(2))  # not the entry traced with a and b the same tensor
+
+
+def test_same_tensor_twice_written():
+    def f(a, b):
+        a.add_(1)
+        return b * 1
+
+    x, e = torch.zeros(2), torch.zeros(2)
+    out = jitcore.jit(f)(x, x)
+    expected = f(e, e)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x, e)
+
+
+def test_overlapping_views_written_are_refused_or_correct():
+    def f(a, b):
+        a.add_(1)
+        return b * 1
+
+    jf = jitcore.jit(f)
+    base = torch.zeros(4)
+    jf(torch.zeros(2), torch.zeros(2))  # traced without aliasing
+    with pytest.raises(JitError, match="shares its storage"):
+        jf(base[:2], base[1:3])  # same shapes: the cached entry must not be used silently

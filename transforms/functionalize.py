@@ -1,0 +1,319 @@
+"""Transforms: functionalization, the first pass. In-place writes (`prims.copy_(value, dst)`, reached by inlining
+every composite that contains one) become renamings: later uses of dst, and of every view of the same base, see
+the new value. A write into a view scatters the new values back through the view chain into its base (inverse
+views; slices become slice_scatter); other views of that base are re-derived from the new base when next used.
+Inputs whose values changed are returned as extra outputs, and the caller's tensors are written back (writebacks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from jitcore.errors import UnsupportedError
+from jitcore.proxies import Proxy, TensorProxy
+from jitcore.pytree import tree_flatten, tree_unflatten
+from jitcore.symbol import BoundSymbol, Tag
+from jitcore.trace import Timer, Trace, from_trace, tracectx
+
+# prims that only re-index their (single) tensor input: reading through them is a view in eager
+VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim"})
+# torch-level ops that are views in eager (when their decomposition is view prims only)
+VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
+    "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
+    "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
+    "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
+    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal")} | VIEW_PRIMS)
+
+
+@dataclass
+class Alias:
+    """A logical tensor that is a view: root's name and the view prims from the root to it; meta: a meta tensor with
+    the view's strides (to decide whether a reshape is a view, like eager does)."""
+
+    root: str
+    chain: tuple
+    meta: torch.Tensor
+
+
+@dataclass
+class Writeback:
+    arg_index: int  # position in trace.args of the mutated input
+    output_index: int  # position in the functional trace's output of its final value
+
+
+@dataclass
+class _State:
+    new: Trace
+    alias: dict = field(default_factory=dict)  # logical name -> Alias
+    cur: dict = field(default_factory=dict)  # logical name -> current value (a proxy of the new trace)
+    version: dict = field(default_factory=dict)  # root name -> number of writes so far
+    derived: dict = field(default_factory=dict)  # view name -> root version its cur value reflects
+
+
+def has_inplace(bsym) -> bool:
+    return Tag.INPLACE in bsym.sym.tags or any(has_inplace(s) for s in bsym.subsymbols)
+
+
+def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trace, list[Writeback]]:
+    """The functional trace and the inputs to write back; the trace itself when it writes nothing."""
+    if not any(has_inplace(b) for b in trace.bound_symbols):
+        return trace, []
+    with Timer() as t:
+        new = from_trace(trace)
+        st = _State(new)
+        for a in trace.args:
+            if isinstance(a, TensorProxy):
+                strides = (input_strides or {}).get(a.name)
+                st.alias[a.name] = Alias(a.name, (), _meta(a, strides))
+                st.cur[a.name] = a
+        with tracectx(new), torch.enable_grad():
+            work = list(reversed(trace.bound_symbols))
+            while work:
+                bsym = work.pop()
+                if bsym.sym.id == "prims.copy_":
+                    _write(st, bsym)
+                elif has_inplace(bsym):
+                    work += reversed(bsym.subsymbols)
+                else:
+                    _emit(st, bsym)
+            out_leaves, spec = tree_flatten(trace.output)
+            outs = [_read(st, x) if isinstance(x, Proxy) else x for x in out_leaves]
+            writebacks = []
+            for i, a in enumerate(trace.args):
+                if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
+                    writebacks.append(Writeback(i, len(outs)))
+                    final = _read(st, a)
+                    outs.append(final if a.requires_grad or not final.requires_grad else _detach(final))
+        new.output = tree_unflatten(spec, outs[: len(out_leaves)])
+        if writebacks:
+            new.output = tuple(outs) if isinstance(new.output, tuple) else (new.output, *outs[len(out_leaves):])
+    new.set_provenance("Functionalization (in-place ops and views)", t.seconds)
+    return new, writebacks
+
+
+def _detach(x):
+    from jitcore.ops import prims_misc as pm
+
+    return pm.stop_gradient(x)
+
+
+def _meta(p: TensorProxy, strides=None) -> torch.Tensor:
+    shape = tuple(int(s) for s in p.shape)
+    if strides is None:
+        return torch.empty(shape, dtype=torch.uint8, device="meta")
+    return torch.empty_strided(shape, tuple(strides), dtype=torch.uint8, device="meta")
+
+
+# -- reading: a logical name's current value ---------------------------------------------------------------------
+def _read(st: _State, x):
+    if not isinstance(x, TensorProxy):
+        return st.cur.get(x.name, x) if isinstance(x, Proxy) else x
+    al = st.alias.get(x.name)
+    if al is None:
+        return st.cur.get(x.name, x)
+    v = st.version.get(al.root, 0)
+    if not al.chain:
+        return st.cur.get(x.name, x)
+    if st.derived.get(x.name, 0) == v:
+        return st.cur.get(x.name, x)
+    value = st.cur[al.root]
+    for p in al.chain:
+        value = _replay(p, value)
+    st.cur[x.name], st.derived[x.name] = value, v
+    return value
+
+
+def _replay(p: BoundSymbol, value):
+    return p.sym(value, *p.args[1:], **p.kwargs)
+
+
+def _subst(st, tree):
+    leaves, spec = tree_flatten(tree)
+    return tree_unflatten(spec, [_read(st, x) if isinstance(x, Proxy) else x for x in leaves])
+
+
+def _emit(st: _State, bsym: BoundSymbol):
+    args, kwargs = _subst(st, (bsym.args, bsym.kwargs))
+    if _gained_grad(bsym, (args, kwargs)):  # a value written with a gradient: record again, outputs need grad too
+        out = bsym.sym(*args, **kwargs)
+        for old, new in zip(bsym.flat_outs(), tree_flatten(out)[0]):
+            if isinstance(old, Proxy):
+                st.cur[old.name] = new
+    else:
+        st.new.bound_symbols.append(bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=_subst_subs(st, bsym)))
+        for o in bsym.flat_proxy_outs():
+            st.cur.setdefault(o.name, o)
+    _track_views(st, bsym)
+
+
+def _gained_grad(bsym, new_args) -> bool:
+    new = [a for a in tree_flatten(new_args)[0] if isinstance(a, TensorProxy)]
+    old = [a for a in bsym.flat_args() if isinstance(a, TensorProxy)]
+    return any(n.requires_grad and not o.requires_grad for n, o in zip(new, old))
+
+
+def _subst_subs(st, bsym):
+    """Subsymbols read the inputs under their old names: rename those that changed (the body stays the same)."""
+    if not bsym.subsymbols:
+        return ()
+    renames = {}
+    for a in bsym.flat_proxy_args():
+        v = _read(st, a)
+        if v is not a:
+            renames[a.name] = v
+    if not renames:
+        return bsym.subsymbols
+    return tuple(_rename_bsym(s, renames) for s in bsym.subsymbols)
+
+
+def _rename_bsym(bsym, renames):
+    def r(tree):
+        leaves, spec = tree_flatten(tree)
+        return tree_unflatten(spec, [renames.get(x.name, x) if isinstance(x, Proxy) else x for x in leaves])
+
+    args, kwargs = r((bsym.args, bsym.kwargs))
+    return bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=tuple(_rename_bsym(s, renames) for s in bsym.subsymbols))
+
+
+# -- views ---------------------------------------------------------------------------------------------------------
+def _flat_prims(bsym) -> list:
+    if bsym.sym.is_prim or not bsym.subsymbols:
+        return [bsym]
+    return [p for s in bsym.subsymbols for p in _flat_prims(s)]
+
+
+def _track_views(st: _State, bsym: BoundSymbol):
+    """Record the outputs of a view op as aliases of its input's root (with the view prims that make them)."""
+    if bsym.sym.id not in VIEW_OPS:
+        return
+    tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
+    if len(tensors) != 1:
+        return
+    prims = _flat_prims(bsym)
+    if any(p.sym.id not in VIEW_PRIMS for p in prims):
+        return
+    src = _alias_of(st, tensors[0])
+    made = {tensors[0].name: (src.chain, src.meta)}
+    for p in prims:
+        a = p.args[0]
+        if not isinstance(a, TensorProxy) or a.name not in made:
+            return
+        chain, meta = made[a.name]
+        out_meta = _view_meta(p, meta)
+        if out_meta is None:  # a reshape eager would copy: its output is a new tensor
+            continue
+        made[p.output.name] = (chain + (p,), out_meta)
+    for o in bsym.flat_proxy_outs():
+        if o.name in made and o.name != tensors[0].name:
+            chain, meta = made[o.name]
+            st.alias[o.name] = Alias(src.root, chain, meta)
+            st.derived[o.name] = st.version.get(src.root, 0)
+
+
+def _alias_of(st: _State, x: TensorProxy) -> Alias:
+    """x's alias record; a tensor the trace made (not a view) is its own root, contiguous like eager's results."""
+    al = st.alias.get(x.name)
+    if al is None:
+        st.alias[x.name] = al = Alias(x.name, (), _meta(x))
+        st.cur.setdefault(x.name, x)
+    return al
+
+
+def _view_meta(p: BoundSymbol, meta: torch.Tensor):
+    """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
+    pid, args = p.sym.id, p.args
+    try:
+        if pid == "prims.reshape":
+            return meta.view(tuple(args[1]))
+        if pid == "prims.transpose":
+            return meta.permute(tuple(args[1]))
+        if pid == "prims.squeeze":
+            return meta.squeeze(tuple(args[1])) if args[1] else meta
+        if pid == "prims.slice":
+            steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * meta.ndim
+            return meta[tuple(slice(s, e, k) for s, e, k in zip(args[1], args[2], steps))]
+        if pid == "prims.broadcast_in_dim":
+            shape, bdims = tuple(args[1]), tuple(args[2])
+            view = [1] * len(shape)
+            for i, d in enumerate(bdims):
+                view[d] = meta.shape[i]
+            return meta.view(view).expand(shape)
+    except RuntimeError:
+        return None
+    return None
+
+
+# -- writes ---------------------------------------------------------------------------------------------------------
+def _write(st: _State, bsym: BoundSymbol):
+    from jitcore.ops import prims_elementwise as pe
+    from jitcore.ops import prims_misc as pm
+
+    src, dst = bsym.args
+    value = _read(st, src)
+    if value.dtype != dst.dtype:
+        value = pe.convert_element_type(value, dst.dtype)
+    if value.requires_grad and not bsym.output.requires_grad:  # written under no_grad: the write carries no grad
+        value = pm.stop_gradient(value)
+    al = _alias_of(st, dst)
+    root = al.root
+    if al.chain:
+        new_root = _scatter_back(st, al, value)
+        st.cur[dst.name] = value
+    else:
+        new_root = value
+    st.cur[root] = new_root
+    st.version[root] = st.version.get(root, 0) + 1
+    if al.chain:
+        st.derived[dst.name] = st.version[root]
+    out = bsym.output  # copy_ returns dst's new value: it is the same tensor as dst (an alias of the same view)
+    st.alias[out.name] = Alias(root, al.chain, al.meta)
+    st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
+    st.derived[out.name] = st.version[root]
+
+
+def _scatter_back(st: _State, al: Alias, value):
+    """The root's new value after writing `value` into the view `al` of it."""
+    values = [st.cur.get(al.root)]
+    for p in al.chain[:-1]:
+        values.append(_replay(p, values[-1]))
+    for p, base in zip(reversed(al.chain), reversed(values)):
+        value = _inverse(p, base, value)
+    return value
+
+
+def _inverse(p: BoundSymbol, base, value):
+    """base with p's view of it replaced by value."""
+    from jitcore.ops import prims_shape as ps
+
+    pid, args = p.sym.id, p.args
+    if pid in ("prims.reshape", "prims.squeeze"):
+        return ps.reshape(value, tuple(base.shape))
+    if pid == "prims.transpose":
+        perm = tuple(args[1])
+        return ps.transpose(value, tuple(perm.index(i) for i in range(len(perm))))
+    if pid == "prims.broadcast_in_dim":
+        if value.numel() != base.numel():
+            raise UnsupportedError("in-place op", f"a write into an expanded tensor of shape {tuple(value.shape)} "
+                                   f"(expanded from {tuple(base.shape)}): more than one element refers to a single "
+                                   f"memory location", hint="clone() the expanded tensor before writing into it")
+        return ps.reshape(value, tuple(base.shape))
+    if pid == "prims.slice":
+        starts, ends = args[1], args[2]
+        steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim
+        dims = [d for d in range(base.ndim) if (starts[d], ends[d], steps[d]) != (0, base.shape[d], 1)]
+        return _scatter_dims(base, value, dims, starts, ends, steps)
+    raise AssertionError(f"functionalize: {pid} is not a view prim")
+
+
+def _scatter_dims(base, value, dims, starts, ends, steps):
+    from jitcore.ops.torch_inplace import slice_scatter
+    from jitcore.ops.torch_shape import slice_dim
+
+    if not dims:
+        return value
+    d, rest = dims[0], dims[1:]
+    if rest:
+        inner = slice_dim(base, d, starts[d], ends[d], steps[d])
+        value = _scatter_dims(inner, value, rest, starts, ends, steps)
+    return slice_scatter(base, value, d, starts[d], ends[d], steps[d])
