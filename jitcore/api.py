@@ -124,6 +124,8 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
     backward_traces = []
     with Timer() as t:
         if split is None:
+            if symbolic:
+                define_sizes(traces[-1])  # sizes the claimed decompositions read: computed once, at the top
             traces.append(claim(traces[-1], options.executors))
             traces.append(del_last_used(traces[-1]))
         else:

@@ -60,8 +60,6 @@ class JitModule(torch.nn.Module):
         return self
 
     def __getattr__(self, name):
-        if name in _DELEGATED:
-            return getattr(self.__dict__["_model"], name)
         try:
             return super().__getattr__(name)
         except AttributeError:
@@ -72,3 +70,17 @@ class JitModule(torch.nn.Module):
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(dir(self._model)))
+
+
+def _delegate(name):
+    def method(self, *args, **kwargs):
+        return getattr(self.__dict__["_model"], name)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"The wrapped model's `{name}`."
+    return method
+
+
+for _name in _DELEGATED:
+    setattr(JitModule, _name, _delegate(_name))
+del _name

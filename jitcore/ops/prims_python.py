@@ -64,6 +64,9 @@ def call(name: str, *args):
     from jitcore.trace import get_tracectx
 
     sym = PYTHON_OPS[name]
+    same = symbolic.identity(name, args)
+    if same is not None:
+        return same
     if get_tracectx() is None:  # outside tracing: a plain value, pinned down by specialisation
         return EAGER_KERNELS[sym.id](*(symbolic.concretize(a) if hasattr(a, "expr") else a for a in args))
     return sym(*args)
