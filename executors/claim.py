@@ -2,7 +2,8 @@
 
 Each line of a trace is offered to the executors in priority order; the first whose implementation accepts it
 (checker on the actual proxies) claims it. A line no one claims is replaced by its subsymbols, which are offered
-in turn; an unclaimed prim is an error naming the op and the executors tried.
+in turn; an unclaimed prim is an error naming the op and the executors tried. Then each fusion executor (one
+with a `fuse` method) groups the lines it claimed into dependency-safe regions (executors/regions.py).
 """
 from __future__ import annotations
 

@@ -146,7 +146,8 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
         traced.trace.extra["predicates"] = traced.guards.predicates
         roots = Roots(args, kwargs, fn)
         full = build_prologue(traced.inputs, traced.guards, aliases=traced.aliases, roots=roots)
-        prologue = build_prologue(traced.inputs, traced.guards, aliases=traced.aliases, roots=roots, hot=True)
+        prologue = build_prologue(traced.inputs, traced.guards, aliases=traced.aliases, roots=roots, hot=True,
+                                  symbolic=symbolic)
         explain = build_prologue(traced.inputs, traced.guards, explain=True, aliases=traced.aliases, roots=roots)
         index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
         epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, functional, writebacks))

@@ -126,9 +126,13 @@ def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_t
             (device, f"{where}: expected device {t.device}"), (rg, f"{where}: expected requires_grad={t.requires_grad}")]
 
 
-def _size_lines(name: str, t: TensorProxy, b: list, kw: dict):
-    """`(i0, _s1) = t0.shape` and the checks: 0/1 sizes equal, symbolic sizes >= 2."""
+def _size_lines(name: str, t: TensorProxy, b: list, kw: dict, sizes_unchecked: bool):
+    """`(i0, _s1) = t0.shape` and the checks: 0/1 sizes equal, symbolic sizes >= 2. sizes_unchecked: the sizes
+    of a tensor with no symbolic size were not checked yet (the signature key has only its rank)."""
     if not any(isinstance(s, IntegerProxy) for s in t._shape):
+        if sizes_unchecked:
+            conds = [(f"{name}.shape != {tuple(t._shape)!r}", f"{name}: expected sizes {tuple(t._shape)}")]
+            b.append(BoundSymbol(check, (conds,), kw, None))
         return
     targets, conds = [], []
     for d, s in enumerate(t._shape):
@@ -202,11 +206,13 @@ class _Binder:
         self.bound[prov] = name
 
 
-def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False) -> Trace:
+def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False,
+                   symbolic: bool = False) -> Trace:
     """The prologue trace for a computation whose inputs are `inputs` (TracedInput) and whose assumptions are
     `guards` (jitcore.tracing.Guards). aliases: [(provenance, input name)], places where the same tensor object
     was found a second time (f(x, x), tied weights): a call must pass the same object there. roots: the traced
-    call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked."""
+    call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked (symbolic: the
+    key has ranks, not sizes)."""
     with Timer() as t:
         trace = Trace("prologue")
         trace.args = ["fn", "args", "kwargs"]
@@ -232,7 +238,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
                 conds = _tensor_checks(name, inp.proxy, covered, str(inp.provenance), _exact_type(inp, roots))
                 if conds:
                     b.append(BoundSymbol(check, (conds,), kw, None))
-                _size_lines(name, inp.proxy, b, kw)
+                _size_lines(name, inp.proxy, b, kw, covered and symbolic)
             elif not covered:
                 ty = inp.proxy.python_type.__name__
                 b.append(BoundSymbol(check, ([(f"type({name}) is not {ty}", f"{name}: expected a {ty}")],), kw, None))

@@ -73,3 +73,8 @@ def _register(cls, flatten, unflatten):
     except ValueError:  # registered already (another module did it)
         pass
     _REGISTERED[cls] = lambda o: list(flatten(o)[0])
+
+
+# slices are nodes (their bounds may be symbolic sizes: `x[: i0 // 2]`), so passes see the proxies inside them
+optree.register_pytree_node(slice, lambda s: ((s.start, s.stop, s.step), None, None), lambda _, c: slice(*c),
+                            namespace=NAMESPACE)

@@ -1,12 +1,11 @@
 """Runtime: the torch.autograd.Function that runs a compiled forward program and, on backward, the compiled
 backward program, so jitted calls compose with eager autograd, optimizers and `loss.backward()`.
-The backward program is differentiable once: a double backward (create_graph=True, then differentiating the
-gradients again) raises torch's "marked with @once_differentiable" error instead of giving a silent wrong answer.
+The backward program is differentiable once: a backward with create_graph=True through a jitted function raises
+(its gradients would carry no graph, and a later second derivative would silently miss the jitted part).
 """
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 
 class _JitAutograd(torch.autograd.Function):
@@ -24,8 +23,12 @@ class _JitAutograd(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *cotangents):
+        if torch.is_grad_enabled():  # autograd turns grad mode on in backward only for create_graph=True
+            raise RuntimeError(
+                "jitcore: double backward is not supported: a backward with create_graph=True reached a jitted "
+                "function, whose compiled backward is differentiable once. Compute higher-order gradients eagerly "
+                "(call the original function) or take first-order gradients only.")
         program = ctx.program
         tensors = iter(ctx.saved_tensors)
         saved = [next(tensors) if s is None else s for s in ctx.saved_layout]

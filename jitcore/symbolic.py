@@ -156,4 +156,5 @@ COMPARE = {  # name -> (python operator, symbol)
     "eq": (operator.eq, "=="), "ne": (operator.ne, "!="), "lt": (operator.lt, "<"), "le": (operator.le, "<="),
     "gt": (operator.gt, ">"), "ge": (operator.ge, ">="),
 }
-UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}")}
+UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}"),
+         "float": (float, "float({})")}

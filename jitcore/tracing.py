@@ -12,7 +12,7 @@ import torch
 from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
-from jitcore.interpreter.provenance import Arg, DictView, Fn, Global, Item, Kwarg
+from jitcore.interpreter.provenance import Arg, Attr, DictView, Fn, Global, Item, Kwarg
 from jitcore.ops import torch_map
 from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import register_containers, tree_flatten
@@ -20,8 +20,10 @@ from jitcore.trace import Timer, Trace, tracectx
 
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict)
-_NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, types.MethodType, types.BuiltinMethodType,
-                type({}.values()), type({}.items()), type({}.keys()))
+_LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "itertools", "collections", "typing",
+              "numbers", "warnings", "inspect", "types", "enum", "dataclasses", "abc", "numpy", "einops")
+_NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.values()), type({}.items()),
+                type({}.keys()))
 
 
 @dataclass
@@ -77,6 +79,7 @@ class JitContext(DefaultContext):
         self.inputs: list[TracedInput] = []
         self.guards = Guards()
         self._containers: dict = {}  # provenance -> external list/tuple/dict seen
+        self._library: dict = {}  # provenance of a module -> whether it is torch's / the stdlib's
         self._proxies: dict[int, TensorProxy] = {}
         self._numbers: dict = {}  # provenance -> NumberProxy
         self._keepalive: list = []
@@ -89,7 +92,7 @@ class JitContext(DefaultContext):
 
     def should_inline(self, fn) -> bool:
         mod = getattr(fn, "__module__", None) or ""
-        if mod.startswith("torch.nn.modules") or mod.startswith("torch.nn.utils.parametriz"):
+        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz")):
             return True
         return not (mod == "torch" or mod.startswith("torch."))
 
@@ -104,14 +107,22 @@ class JitContext(DefaultContext):
             g.values.setdefault(provenance, value)
         elif isinstance(value, _CONTAINERS):
             self._containers.setdefault(provenance, value)
+        elif t is types.ModuleType:
+            self._library.setdefault(provenance, value.__name__.startswith(_LIBRARIES))
         elif not isinstance(value, _NO_IDENTITY) and not isinstance(value, Proxy):
             root = provenance.root()
             if type(root) in (Arg, Kwarg):
                 g.types.setdefault(provenance, t)
-            elif type(root) is not Fn or provenance != root:
-                if not _library_callable(value) and not (type(root) is Global and root.module == "builtins"):
-                    g.objects.setdefault(provenance, value)
+            elif (provenance != root or type(root) is not Fn) and not self._from_library(provenance):
+                g.objects.setdefault(provenance, value)
         return value
+
+    def _from_library(self, prov) -> bool:
+        """Read from torch's (or the stdlib's) own namespaces: `torch.sin`, a global of torch.nn.functional.
+        Monkeypatching those between calls is not guarded; names in the user's modules and objects are."""
+        if type(prov) is Global:
+            return prov.module == "builtins" or prov.module.startswith(_LIBRARIES)
+        return type(prov) is Attr and self._library.get(prov.parent, False)
 
     def _tensor_input(self, t: torch.Tensor, provenance) -> TensorProxy:
         p = self._proxies.get(id(t))
@@ -173,19 +184,10 @@ class JitContext(DefaultContext):
                 if type(prov) is Item and parent is not None:
                     container = parent.parent if type(parent) is DictView else parent
                     value = self._containers.get(container)
-                    if value is not None and (type(parent) is DictView or not isinstance(value, dict)):
+                    if value is not None:  # iteration and indexing look alike here: guard both
                         g.lengths.setdefault(container, len(value))
                 prov = parent
         return g
-
-
-def _library_callable(value) -> bool:
-    """Functions and classes defined by torch (or jitcore): not guarded by identity (monkeypatching them between
-    calls is not supported); user functions, classes and every object instance are."""
-    if not callable(value) or not isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
-        return False
-    mod = getattr(value, "__module__", None) or ""
-    return mod == "torch" or mod.startswith(("torch.", "jitcore.", "builtins", "math", "operator", "functools"))
 
 
 def _scalar_tuple(t) -> bool:

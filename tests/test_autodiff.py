@@ -73,10 +73,10 @@ def grads_match(fn, *args, rtol=1e-7, atol=1e-7, cache="constant values", op_id=
 
 
 # -- samples: op id -> [(torch function, args factory)] -------------------------------------------------------------
-POS = dict(low=0.5, high=2.0)
-UNIT = dict(low=-0.9, high=0.9)
+POS = {"low": 0.5, "high": 2.0}
+UNIT = {"low": -0.9, "high": 0.9}
 UNARY_DOMAIN = {"log": POS, "log1p": POS, "log2": POS, "log10": POS, "sqrt": POS, "rsqrt": POS, "reciprocal": POS,
-                "asin": UNIT, "acos": UNIT, "atanh": UNIT, "erfinv": UNIT, "acosh": dict(low=1.5, high=3.0),
+                "asin": UNIT, "acos": UNIT, "atanh": UNIT, "erfinv": UNIT, "acosh": {"low": 1.5, "high": 3.0},
                 "lgamma": POS, "digamma": POS}
 UNARY = ["abs", "neg", "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sin", "cos", "tan", "asin", "acos",
          "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "reciprocal", "sigmoid", "erf",

@@ -54,7 +54,7 @@ class _Backprop:
 
     def bsym(self, bsym):
         outs = bsym.output
-        flat_outs, spec = tree_flatten(outs)
+        flat_outs = tree_leaves(outs)
         gs = [self.cot.get(o.name) if isinstance(o, TensorProxy) else None for o in flat_outs]
         if all(g is None for g in gs) or bsym.sym.tags & SKIP:
             return

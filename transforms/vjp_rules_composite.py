@@ -132,7 +132,7 @@ def _layer_norm_augment(bsym):
 
 
 def _layer_norm_backward(bsym, residuals, g):
-    x, shape, w, b, eps = _args(bsym)
+    x, shape, w, b, _eps = _args(bsym)
     mean, rstd = residuals
     mask = [_diff(x), _diff(w), _diff(b)]
     gx, gw, gb = _call(aten.native_layer_norm_backward.default, g, x, _shape_list(shape), mean, rstd, w, b, mask)
@@ -147,7 +147,7 @@ def _rms_norm_augment(bsym):
 def _rms_norm_backward(bsym, residuals, g):
     """Written over torch-level ops (torch has no CPU kernel for _fused_rms_norm_backward), in float32 for half
     inputs: x^ = x * rstd, dw = sum(g * x^), dx = rstd * (g w - x^ * mean(g w x^))."""
-    x, shape, w, eps = _args(bsym)
+    x, shape, w, _eps = _args(bsym)
     (rstd,) = residuals
     dims = tuple(range(x.ndim - len(_shape_list(shape)), x.ndim))
     x32, g32 = nh.upcast(x), nh.upcast(g)
@@ -184,7 +184,7 @@ _FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def _sdpa_augment(bsym):
-    q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa = _args(bsym)
+    q, k, v, attn_mask, dropout_p, is_causal, scale, _gqa = _args(bsym)
     tensors = (q, k, v)
     ok = (attn_mask is None and dropout_p == 0.0 and all(t.ndim == 4 and t.device.type == "cpu" for t in tensors)
           and q.dtype in _FLASH_DTYPES and q.shape[-1] == k.shape[-1] == v.shape[-1] and q.shape[1] == k.shape[1]
@@ -195,7 +195,7 @@ def _sdpa_augment(bsym):
 
 
 def _sdpa_backward(bsym, residuals, g):
-    q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa = _args(bsym)
+    q, k, v, _mask, _p, is_causal, scale, _gqa = _args(bsym)
     (lse,) = residuals
     gq, gk, gv = _call(sdpa_flash_cpu_backward, g, q, k, v, bsym.output, lse, 0.0, bool(is_causal), scale)
     return gq if _diff(q) else None, gk if _diff(k) else None, gv if _diff(v) else None, None, None, None, None, None

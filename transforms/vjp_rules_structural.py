@@ -16,7 +16,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.symbol import EAGER_KERNELS
 
 
-def rules(VJP_RULES: dict):  # noqa: C901 - a table of short rows
+def rules(VJP_RULES: dict):
     """Fill VJP_RULES with this file's rows."""
 
     def row(op_id):
@@ -65,7 +65,7 @@ def rules(VJP_RULES: dict):  # noqa: C901 - a table of short rows
 
     @row("prims.slice")
     def _(bsym, g):
-        a, start, end = bsym.args[0], bsym.args[1], bsym.args[2]
+        a, start = bsym.args[0], bsym.args[1]
         strides = bsym.args[3] if len(bsym.args) > 3 and bsym.args[3] is not None else (1,) * a.ndim
         strides = bsym.kwargs.get("strides", strides) or (1,) * a.ndim
         if 0 in tuple(g.shape):
@@ -185,7 +185,7 @@ def rules(VJP_RULES: dict):  # noqa: C901 - a table of short rows
 
     @row("prims.scatter_add")
     def _(bsym, g):
-        a, index, src, dim = bsym.args
+        _a, index, src, dim = bsym.args
         return g, None, pi.take_along_axis(g, index, dim) if is_diff(src) else None
 
     @row("prims.scatter")
@@ -196,7 +196,7 @@ def rules(VJP_RULES: dict):  # noqa: C901 - a table of short rows
 
     @row("prims.index_add")
     def _(bsym, g):
-        a, index, source, dim = bsym.args
+        _a, index, source, dim = bsym.args
         return g, None, pi.take(g, index, dim) if is_diff(source) else None
 
     # -- nn --------------------------------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ from jitcore import dtypes
 from jitcore.dtypes import Promotion
 from jitcore.errors import MetaError
 from jitcore.ops import prims_elementwise as pe
+from jitcore.ops import prims_python
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.utils import broadcast_shapes, check, is_number
-from jitcore.proxies import TensorProxy
+from jitcore.proxies import NumberProxy, TensorProxy
 from jitcore.symbol import Tag
 
 ND = (Tag.NON_DIFFERENTIABLE,)
@@ -31,6 +32,12 @@ def to_dtype(a, dtype):
     if a is None:
         return a
     cat = dtypes.category(dtype)
+    if isinstance(a, NumberProxy) and cat in (1, 2):  # symbolic values: int -> float stays symbolic
+        target = int if cat == 1 else float
+        if a.python_type is target:
+            return a
+        if target is float and a.python_type is int:
+            return prims_python.call("float", a)
     return bool(a) if cat == 0 else int(a) if cat == 1 else complex(a) if cat == 3 else float(a)
 
 

@@ -18,7 +18,7 @@ from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import _permute, dim_of, slice_dim
-from jitcore.ops.utils import broadcast_shapes, check, is_number
+from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
 
@@ -96,8 +96,8 @@ def _basic(a, items):
             src += 1
         elif isinstance(k, slice):
             check(k.step is None or k.step > 0, "step must be greater than zero")
-            start, stop, step = k.indices(x.shape[d])
-            x, d, src = slice_dim(x, d, start, max(start, stop), step), d + 1, src + 1
+            start, stop, step = slice_indices(k, x.shape[d])
+            x, d, src = slice_dim(x, d, start, stop if stop >= start else start, step), d + 1, src + 1
         else:
             advanced.append((d, _normalize_index(k, x.shape[d])))
             d, src = d + 1, src + 1

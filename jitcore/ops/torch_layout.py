@@ -17,7 +17,7 @@ from jitcore.ops import torch_shape as tsh
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import copy, dim_of, method_adapter, shape_arg, slice_dim
-from jitcore.ops.utils import check
+from jitcore.ops.utils import check, is_int
 from jitcore.proxies import TENSOR_PROPERTIES, TensorProxy
 
 T = torch.Tensor
@@ -26,7 +26,7 @@ T = torch.Tensor
 # -- flips and rotations --------------------------------------------------------------------------------------------
 @torchsymbol(torch.flip)
 def flip(input, dims):
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    dims = (dims,) if is_int(dims) else tuple(dims)
     dims = tuple(dim_of("flip", d, input.ndim) for d in dims)
     check(len(set(dims)) == len(dims), lambda: f"flip(): dims has duplicates: {dims}")
     if input.ndim == 0 or not dims:
@@ -51,12 +51,12 @@ def flipud(input):
 
 @torchsymbol(torch.roll, T.roll, method="roll")
 def roll(input, shifts, dims=None):
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    shifts = (shifts,) if is_int(shifts) else tuple(shifts)
     if dims is None or dims == () or dims == []:
         check(len(shifts) == 1, lambda: f"roll: shifts {shifts} need dims")
         flat = ps.reshape(input, (input.numel(),))
         return ps.reshape(roll(flat, shifts, 0), tuple(input.shape))
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    dims = (dims,) if is_int(dims) else tuple(dims)
     check(input.ndim > 0, "roll: Dimension specified as 0 but tensor has no dimensions")
     check(len(shifts) == len(dims), lambda: f"shifts and dimensions must align. shifts: {len(shifts)}, dims:"
                                             f"{len(dims)}")

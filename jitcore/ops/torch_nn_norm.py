@@ -13,7 +13,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import add, clamp_min, div, mul, rsqrt, sub, to_dtype
 from jitcore.ops.torch_map import TORCH_MAP
 from jitcore.ops.torch_reduction import vector_norm
-from jitcore.ops.utils import check
+from jitcore.ops.utils import check, is_int
 from jitcore.proxies import TensorProxy
 
 F = torch.nn.functional
@@ -29,7 +29,7 @@ def _affine(out, weight, bias, shape):
 
 
 def _check_normalized_shape(op, input, normalized_shape, *params):
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    shape = (normalized_shape,) if is_int(normalized_shape) else tuple(normalized_shape)
     k = len(shape)
     check(k >= 1, lambda: f"{op}: Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
                           f"one element, but got normalized_shape = {list(shape)}")

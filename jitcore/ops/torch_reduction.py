@@ -16,7 +16,7 @@ from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
-from jitcore.ops.utils import canonical_dims, check
+from jitcore.ops.utils import canonical_dims, check, is_int
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
 
@@ -30,7 +30,7 @@ def reduction_dims(op: str, a, dim, *, empty_means_all=True) -> tuple[int, ...]:
     check(isinstance(a, TensorProxy), lambda: f"{op}(): expected a tensor input, got {type(a).__name__}")
     if dim is None:
         return tuple(range(a.ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    dims = (dim,) if is_int(dim) else tuple(dim)
     if not dims and empty_means_all:
         return tuple(range(a.ndim))
     try:
@@ -155,7 +155,7 @@ def _max_min(op, extreme, arg, binary, input, dim, keepdim):
         check(input.numel() > 0, lambda: f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
                                          f"Specify the reduction dim with the 'dim' argument.")
         return extreme(input, tuple(range(input.ndim)))
-    check(isinstance(dim, int), lambda: f"{op}(): dim must be an int, got {dim!r}")
+    check(is_int(dim), lambda: f"{op}(): dim must be an int, got {dim!r}")
     values = extreme(input, dim, keepdim)
     idx_input = to_dtype(input, torch.uint8) if input.dtype is torch.bool else input
     return getattr(torch.return_types, op)((values, arg(idx_input, dim, keepdim)))
@@ -310,7 +310,7 @@ def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     """torch.norm: vector norms (p a number, or 'fro' over at most 2 dims); 'nuc' runs as an opaque torch op."""
     check(out is None, "norm: out= is not supported")
     if p is None or p == "fro":
-        dims = None if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
+        dims = None if dim is None else ((dim,) if is_int(dim) else tuple(dim))
         check(dims is None or len(dims) <= 2, lambda: f"norm: 'fro' takes at most 2 dims, got {dim}")
         p = 2
     if isinstance(p, str):  # 'nuc': a matrix norm (singular values), run by torch as an opaque op

@@ -19,7 +19,7 @@ from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
-from jitcore.ops.utils import check
+from jitcore.ops.utils import check, is_int
 from jitcore.proxies import TensorProxy, canonical_dim
 
 T = torch.Tensor
@@ -231,8 +231,8 @@ def adjoint(input):
 
 @torchsymbol(torch.movedim, T.movedim, torch.moveaxis, T.moveaxis, method=("movedim", "moveaxis"))
 def movedim(input, source, destination):
-    src = (source,) if isinstance(source, int) else tuple(source)
-    dst = (destination,) if isinstance(destination, int) else tuple(destination)
+    src = (source,) if is_int(source) else tuple(source)
+    dst = (destination,) if is_int(destination) else tuple(destination)
     check(len(src) == len(dst), lambda: f"movedim: Invalid source or destination dims: source ({list(src)} dims) "
                                         f"should contain the same number of dims as destination ({list(dst)} dims)")
     src = tuple(dim_of("movedim", d, input.ndim) for d in src)
@@ -429,7 +429,7 @@ def split(tensor, split_size_or_sections, dim=0):
     check(tensor.ndim > 0, "split(): dim 0 out of range: a 0-d tensor cannot be split")
     d = dim_of("split", dim, tensor.ndim)
     n = tensor.shape[d]
-    if isinstance(split_size_or_sections, int):
+    if is_int(split_size_or_sections):
         s = split_size_or_sections
         check(s > 0 or n == 0 and s == 0, lambda: f"split(): split_size can only be 0 if dimension size is 0, but got "
                                                   f"dimension size of {n}")
@@ -469,7 +469,7 @@ def tensor_split(input, indices_or_sections, dim=0):
                                  "a Python int or list")
     d = dim_of("tensor_split", dim, input.ndim)
     n = input.shape[d]
-    if isinstance(indices_or_sections, int):
+    if is_int(indices_or_sections):
         k = indices_or_sections
         check(k > 0, lambda: f"number of sections must be larger than 0, got {k}")
         sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
@@ -485,7 +485,7 @@ def tensor_split(input, indices_or_sections, dim=0):
 
 
 def _section_split(op, input, indices_or_sections, dim):
-    if isinstance(indices_or_sections, int):
+    if is_int(indices_or_sections):
         n = input.shape[dim]
         check(indices_or_sections != 0 and n % indices_or_sections == 0,
               lambda: f"torch.{op} attempted to split along dimension {dim}, but the size of the dimension {n} is not "

@@ -44,7 +44,7 @@ def same_device(op: str, *tensors) -> torch.device:
 
 
 def canonical_dims(dims, rank: int) -> tuple[int, ...]:
-    if isinstance(dims, int):
+    if is_int(dims):
         dims = (dims,)
     return tuple(canonical_dim(d, rank) for d in dims)
 
@@ -70,6 +70,24 @@ def broadcast_shapes(op: str, *shapes) -> tuple:
 def numel(shape) -> int:
     """The product of sizes; with IntegerProxy sizes the arithmetic is recorded (symbolic values)."""
     return _prod(shape)
+
+
+def slice_indices(k: slice, n) -> tuple:
+    """`k.indices(n)` for step > 0, written in Python so symbolic bounds and sizes stay symbolic (the comparisons
+    record predicates) instead of being specialised by slice.indices' __index__ calls."""
+    step = 1 if k.step is None else int(k.step)
+    if step <= 0 or not any(isinstance(v, NumberProxy) for v in (k.start, k.stop, n)):
+        return k.indices(n)
+
+    def clamp(v, default):
+        if v is None:
+            return default
+        if v < 0:
+            v = v + n
+            return 0 if v < 0 else v
+        return n if v >= n else v
+
+    return clamp(k.start, 0), clamp(k.stop, n), step
 
 
 def is_int(x) -> bool:
