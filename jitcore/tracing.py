@@ -225,7 +225,9 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
 
 
 def define_sizes(trace: Trace) -> Trace:
-    """Make every symbolic input size the trace reads defined once, at the top: `(i0, _) = prims.shape(t0)`.
+    """Make every symbolic size the trace reads defined once at run time: `(i0, _) = prims.shape(t0)` at the top
+    for input tensors, and right after the line that makes an intermediate tensor whose size the program read
+    (`x.reshape(-1).shape[0]`: the size was computed inside a decomposition only).
 
     Idempotent; run after tracing and again on the forward trace of the grad transform (the backward may read
     sizes the forward did not, and they are saved for it)."""
@@ -233,17 +235,27 @@ def define_sizes(trace: Trace) -> Trace:
     from jitcore.symbol import BoundSymbol
 
     used = _names_used(trace.bound_symbols) | {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
-    defined = {x.name for b in trace.bound_symbols if b.sym is not prims.shape for x in b.flat_proxy_outs()}
     inputs = {id(a) for a in trace.args}
-    head, body = [], [b for b in trace.bound_symbols if b.sym is not prims.shape or id(b.args[0]) not in inputs]
-    for a in trace.args:
-        if not isinstance(a, TensorProxy):
-            continue
-        out = tuple(s if isinstance(s, IntegerProxy) and s.name in used and s.name not in defined else _unused(s)
-                    for s in a._shape)
-        if any(isinstance(s, IntegerProxy) for s in out):
-            head.append(BoundSymbol(prims.shape, (a,), {}, out))
-    trace.bound_symbols[:] = head + body
+    body = [b for b in trace.bound_symbols if b.sym is not prims.shape or id(b.args[0]) not in inputs]
+    defined = {x.name for b in body for x in b.flat_proxy_outs()} | {a.name for a in trace.args}
+    missing = used - defined
+
+    def unpack(t):
+        out = tuple(s if isinstance(s, IntegerProxy) and s.name in missing else _unused(s) for s in t._shape)
+        if not any(isinstance(s, IntegerProxy) for s in out):
+            return []
+        missing.difference_update(s.name for s in out if isinstance(s, IntegerProxy))
+        return [BoundSymbol(prims.shape, (t,), {}, out)]
+
+    head = [u for a in trace.args if isinstance(a, TensorProxy) for u in unpack(a)]
+    new_body = []
+    for b in body:
+        new_body.append(b)
+        if missing:
+            for t in b.flat_proxy_outs():
+                if isinstance(t, TensorProxy):
+                    new_body += unpack(t)
+    trace.bound_symbols[:] = head + new_body
     return trace
 
 

@@ -112,8 +112,8 @@ def test_size_read_many_times_appears_once():
     for shape in [(2, 3), (4, 5)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(jf(x), f(x))
-    text = str(jitcore.last_traces(jf)[-1])
-    assert text.count("shape(t0)") == 1, text
+    lines = [x for x in str(jitcore.last_traces(jf)[-1]).splitlines() if not x.strip().startswith("#")]
+    assert sum("shape(t0)" in x for x in lines) == 1, lines
     assert jitcore.cache_misses(jf) == 1
 
 

@@ -51,6 +51,8 @@ def canonical_dims(dims, rank: int) -> tuple[int, ...]:
 
 def broadcast_shapes(op: str, *shapes) -> tuple:
     """torch's broadcasting of several shapes, with torch's error text on a mismatch."""
+    if len(shapes) == 1:  # nothing to compare (and no predicate to record on a symbolic size)
+        return tuple(shapes[0])
     rank = max((len(s) for s in shapes), default=0)
     out = [1] * rank
     for s in shapes:
