@@ -49,7 +49,7 @@ def bench_add(profile: bool):
         jf = jitcore.jit(f, cache=mode)
         jf(a, b)
         jf(a, b)
-        _report(f"a + b, 2x2, cache={mode!r}", lambda: jf(a, b), lambda: f(a, b), 2000)
+        _report(f"a + b, 2x2, cache={mode!r}", lambda jf=jf: jf(a, b), lambda: f(a, b), 2000)
         assert jitcore.cache_misses(jf) == 1
     jf = jitcore.jit(f)
     jf(a, b)

@@ -35,14 +35,14 @@ def summarize(results: list[dict]) -> list[dict]:
             ran = [r for r in mine if r["status"] != "n/a"]
             ok = [r for r in ran if r["status"] == "pass"]
             ratio = _ratio_of(ok, eager)
-            rows.append(dict(
-                suite=suite, variant=variant, n=len(ran), passed=len(ok),
-                fwd_speedup=geomean(ratio(lambda r: r["fwd_ms"], invert=True)),
-                fwdbwd_speedup=geomean(ratio(lambda r: r["fwdbwd_ms"], invert=True)),
-                first_call_ms=geomean(r["first_call_ms"] for r in ok),
-                memory_ratio=geomean(ratio(lambda r: r["peak_mem_mb"])),
-                compiles=sum(r["compiles"] or 0 for r in ok) if suite == "cache" else None,
-                na_reason=mine[0]["error"] if mine and not ran else ""))
+            rows.append({
+                "suite": suite, "variant": variant, "n": len(ran), "passed": len(ok),
+                "fwd_speedup": geomean(ratio(lambda r: r["fwd_ms"], invert=True)),
+                "fwdbwd_speedup": geomean(ratio(lambda r: r["fwdbwd_ms"], invert=True)),
+                "first_call_ms": geomean(r["first_call_ms"] for r in ok),
+                "memory_ratio": geomean(ratio(lambda r: r["peak_mem_mb"])),
+                "compiles": sum(r["compiles"] or 0 for r in ok) if suite == "cache" else None,
+                "na_reason": mine[0]["error"] if mine and not ran else ""})
     return rows
 
 
@@ -69,10 +69,10 @@ def markdown(results: list[dict], meta: dict) -> str:
            f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ", f"Versions: {meta['versions']}  ",
            f"Peak memory: {meta['memory_method']}", "",
            "## Summary per suite", "",
-           "Speedup: eager time / variant time, geometric mean over the suite's passing workloads (above 1 is "
-           "faster than eager). Memory ratio: peak bytes / eager's peak during forward+backward (below 1 is less). "
-           "First call: trace + compile + run, geometric mean. Cache suite: the whole shape sequence, compiles "
-           "included, forward only.", "",
+           ("Speedup: eager time / variant time, geometric mean over the suite's passing workloads (above 1 is "
+            "faster than eager). Memory ratio: peak bytes / eager's peak during forward+backward (below 1 is less). "
+            "First call: trace + compile + run, geometric mean. Cache suite: the whole shape sequence, compiles "
+            "included, forward only."), "",
            "| suite | variant | pass rate | fwd speedup | fwd+bwd speedup | first call (ms) | memory ratio |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -168,7 +168,7 @@ def chart(results: list[dict], meta: dict, path: Path) -> bool:
 def write(results: list[dict], meta: dict, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "results.json", out_dir / "dashboard.md"]
-    written[0].write_text(json.dumps(dict(meta=meta, results=results), indent=1))
+    written[0].write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     written[1].write_text(markdown(results, meta))
     if chart(results, meta, out_dir / "dashboard.png"):
         written.append(out_dir / "dashboard.png")

@@ -8,7 +8,10 @@ resident set moves with the malloc arena, so neither is used.
 """
 from __future__ import annotations
 
-import gc
+import contextlib
+import os
+import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -79,11 +82,48 @@ class Result:
         self.extra.setdefault("traceback", traceback.format_exc(limit=-4))
 
 
+class TimeLimit(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Raise TimeLimit in the main thread after `seconds` (a variant that runs too long is a fail, not a hang)."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeLimit(f"took longer than {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """The profiler's C++ side logs start/stop lines to fd 2: send them to /dev/null while it runs."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(devnull)
+        os.close(saved)
+
+
 def peak_memory_bytes(call) -> int:
     """Peak live bytes allocated by torch during call(), from the profiler's memory events."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         call()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     live = peak = 0
@@ -155,7 +195,9 @@ class Steps:
             torch.testing.assert_close(g, e, rtol=self.tol, atol=self.tol, msg=lambda m: f"{what}: {m}")
 
 
-def measure(workload: Workload, variant: str, *, repeat: int, inner: int, memory: bool) -> Result:
+def measure(workload: Workload, variant: str, *, repeat: int, inner: int, memory: bool,
+            limit: float | None = None) -> Result:
+    """All measurements of one workload under one variant; each stage gets `limit` seconds at most."""
     res = Result(workload.suite, workload.name, variant)
     try:
         steps = Steps(workload)
@@ -166,20 +208,19 @@ def measure(workload: Workload, variant: str, *, repeat: int, inner: int, memory
     except Exception as e:  # noqa: BLE001  (a failing workload is a fail in the table, never a crash)
         res.fail("setup", e)
         return res
-    _timed(res, "forward", lambda: _forward(res, steps, run, repeat, inner))
-    if workload.backward:
-        _timed(res, "fwd+bwd", lambda: _forward_backward(res, steps, run, repeat))
+    _guarded(res, "forward", limit, lambda: _forward(res, steps, run, repeat, inner))
+    if workload.backward and res.status == "pass":
+        _guarded(res, "fwd+bwd", limit, lambda: _forward_backward(res, steps, run, repeat))
     if memory and res.status == "pass":
         call = steps.forward_backward(run) if workload.backward else steps.forward(run)
-        _timed(res, "memory", lambda: setattr(res, "peak_mem_mb", peak_memory_bytes(call) / 2**20))
-    del run, steps
-    gc.collect()
+        _guarded(res, "memory", limit, lambda: setattr(res, "peak_mem_mb", peak_memory_bytes(call) / 2**20))
     return res
 
 
-def _timed(res: Result, what: str, body):
+def _guarded(res: Result, what: str, limit: float | None, body):
     try:
-        body()
+        with time_limit(limit):
+            body()
     except Exception as e:  # noqa: BLE001
         res.fail(what, e)
 
@@ -214,7 +255,7 @@ def _compiles(variant: str, run) -> int | None:
     return 0
 
 
-def measure_shapes(workload: Workload, variant: str) -> Result:
+def measure_shapes(workload: Workload, variant: str, limit: float | None = None) -> Result:
     """Forward calls over workload.shapes (first input resized): total time, compiles, correctness at each."""
     res = Result(workload.suite, workload.name, variant)
     try:
@@ -232,7 +273,7 @@ def measure_shapes(workload: Workload, variant: str) -> Result:
         expected = [flat_tensors(fn(*args)) for args in calls]
     total, before = 0.0, _compiles(variant, run) if variant == "torch.compile" else 0
     try:
-        with torch.no_grad():
+        with torch.no_grad(), time_limit(limit):
             for i, args in enumerate(calls):
                 start = time.perf_counter()
                 out = run(*args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import platform
 import shlex
@@ -41,7 +42,7 @@ def cpu_model() -> str:
 
 def git_rev() -> str:
     def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(["git", *args], check=False, cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
 
     try:
         rev = git("rev-parse", "--short", "HEAD") or "unknown"
@@ -60,14 +61,15 @@ def metadata(argv: list[str]) -> dict:
         versions.append(f"transformers {transformers.__version__}")
     except ImportError:
         versions.append("transformers not installed")
-    return dict(
-        date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        command=" ".join(["python -m benchmarks.run", *map(shlex.quote, argv)]),
-        machine=f"{cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
-                f"{platform.system()} {platform.machine()}",
-        versions=", ".join(versions),
-        memory_method="torch.profiler memory events (bytes live in torch's CPU allocator during one call, "
-                      "above the bytes live before it)")
+    return {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join(["python -m benchmarks.run", *map(shlex.quote, argv)]),
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
+                   f"{platform.system()} {platform.machine()}",
+        "versions": ", ".join(versions),
+        "memory_method": "torch.profiler memory events (bytes live in torch's CPU allocator during one call, "
+                         "above the bytes live before it)",
+    }
 
 
 def run(args) -> list[dict]:
@@ -89,13 +91,14 @@ def run(args) -> list[dict]:
         for v in names:
             start = time.perf_counter()
             if w.shapes:
-                r = measure_shapes(w, v)
+                r = measure_shapes(w, v, limit=args.limit)
             else:
                 inner = (100 if quick else 1000) if w.suite == "tiny add" else 1
-                r = measure(w, v, repeat=repeat, inner=inner, memory=not args.no_memory)
+                r = measure(w, v, repeat=repeat, inner=inner, memory=not args.no_memory, limit=args.limit)
             print(f"{w.suite:12s} {w.name:28s} {v:28s} {r.status:5s} {time.perf_counter() - start:6.1f}s"
                   f"{'  ' + r.error if r.error else ''}", flush=True)
             results.append(asdict(r))
+            gc.collect()  # the variant's compiled objects go before the next one is measured
     return results
 
 
@@ -107,8 +110,12 @@ def main(argv=None):
     parser.add_argument("--suites", default="", help="comma-separated suite names (default: all)")
     parser.add_argument("--variants", default="", help=f"comma-separated, from: {', '.join(VARIANTS)}")
     parser.add_argument("--repeat", type=int, default=0, help="timed samples per median")
+    parser.add_argument("--limit", type=float, default=None,
+                        help="seconds one stage of one variant may take before it counts as failed "
+                             "(default 30 with --quick, 300 otherwise)")
     parser.add_argument("--no-memory", action="store_true", help="skip the profiler's peak-memory measurement")
     args = parser.parse_args(argv)
+    args.limit = args.limit or (30.0 if args.quick else 300.0)
     warnings.filterwarnings("ignore", module="thunder")
     start = time.perf_counter()
     meta = metadata(argv)

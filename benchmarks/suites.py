@@ -4,8 +4,8 @@ transformer, HuggingFace, cache). A workload builds (callable, inputs, params) w
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -124,10 +124,11 @@ def hf_workloads(quick: bool) -> tuple[list[Workload], str | None]:
 
         return _seeded(make)
 
-    common = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128)
+    common = {"vocab_size": 512, "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "intermediate_size": 128}
     work = [
         Workload("huggingface", "gpt2", build("GPT2Config", "GPT2LMHeadModel", vocab_size=512, n_embd=64, n_head=4,
-                                              n_layer=2, n_positions=128), tol=1e-3),
+                                              n_layer=2, n_positions=128, bos_token_id=0, eos_token_id=0), tol=1e-3),
         Workload("huggingface", "llama", build("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2,
                                                max_position_embeddings=128, **common), tol=1e-3),
     ]

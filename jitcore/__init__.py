@@ -4,9 +4,10 @@ The names below load jitcore.api on first use, so that `import executors` (which
 does not pull the whole pipeline in while it initialises.
 """
 from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError
+
 # bound eagerly: otherwise the first `import jitcore.examine` (inside api.examine) would rebind the package
 # attribute `examine` to the submodule, and `jitcore.examine(...)` would fail from the second call on
-from jitcore.examine import examine  # noqa: E402
+from jitcore.examine import examine  # noqa: F401
 
 _API = (
     "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",

@@ -13,13 +13,13 @@ from executors.base import get_executor
 from executors.claim import claim
 from jitcore.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
+from jitcore.interpreter.provenance import Roots
 from jitcore.prologue import build_prologue
 from jitcore.proxies import Proxy
 from jitcore.runtime import AutogradProgram
-from jitcore.trace import Timer
-from jitcore.interpreter.provenance import Roots
 from jitcore.symbolic import Predicates, recording
-from jitcore.tracing import define_sizes, trace_function
+from jitcore.trace import Timer
+from jitcore.tracing import define_sizes, prune_sizes, trace_function
 from transforms.autodiff import grad_transform
 from transforms.dce import dce
 from transforms.functionalize import functionalize
@@ -127,11 +127,15 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
             if symbolic:
                 define_sizes(traces[-1])  # sizes the claimed decompositions read: computed once, at the top
             traces.append(claim(traces[-1], options.executors))
+            if symbolic:
+                prune_sizes(traces[-1])
             traces.append(del_last_used(traces[-1]))
         else:
             if symbolic:
                 define_sizes(split.forward)  # sizes only the backward reads: computed once here, saved for it
             traces += [split.forward, claim(split.forward, options.executors)]
+            if symbolic:
+                prune_sizes(traces[-1])
             traces.append(del_last_used(traces[-1]))
             backward_traces = [split.backward]
             backward_traces.append(claim(backward_traces[-1], options.executors))

@@ -10,8 +10,9 @@ out what the key checked) returns the inputs or None. A miss is a None, never an
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -100,7 +101,7 @@ class Cache:
         if entry is not None:
             try:
                 inputs = entry.check(fn, args, kwargs)
-            except Exception:  # zero-cost unless raised (a call of another arity, a chain that no longer resolves)
+            except Exception:  # noqa: BLE001  (zero-cost unless raised: another arity, a stale chain)
                 inputs = None
             if inputs is not None:
                 self.hits += 1
@@ -112,7 +113,7 @@ class Cache:
         for entry in self.by_key.get(key, ()):
             try:
                 inputs = entry.prologue(fn, args, kwargs)
-            except Exception:  # zero-cost unless raised: a provenance chain that no longer resolves is a miss
+            except Exception:  # noqa: BLE001  (zero-cost unless raised: a stale chain is a miss)
                 inputs = None
             if inputs is not None:
                 self.hits += 1
@@ -137,7 +138,7 @@ class Cache:
     def _explain(entry, fn, args, kwargs) -> str:
         try:
             why = entry.explain(fn, args, kwargs)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (any failure to fetch is a miss)
             why = f"the inputs could not be fetched ({type(e).__name__}: {e})"
         return why or "no check failed (the signature key differs)"
 

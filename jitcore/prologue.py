@@ -6,10 +6,12 @@ cache's signature key already made (jitcore/cache.py).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from jitcore.interpreter import provenance as P
-from jitcore.proxies import IntegerProxy, NumberProxy, Proxy, TensorProxy
+from jitcore.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.symbol import BoundSymbol, Symbol, Tag
 from jitcore.trace import Timer, Trace
 
@@ -113,13 +115,13 @@ def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_t
     sym = any(isinstance(s, IntegerProxy) for s in t._shape)
     shape = f"{name}.dim() != {len(t._shape)}" if sym else f"{name}.shape != {tuple(t._shape)!r}"
     if exact_type is not None:
-        kind = lambda p: f"type({name}) is not {p.const(exact_type)}"  # noqa: E731
+        kind = lambda p: f"type({name}) is not {p.const(exact_type)}"
     else:
         kind = f"not isinstance({name}, torch.Tensor)"
     if t.device.type == "cpu":
         device = f"not {name}.is_cpu"
     else:
-        device = lambda p: f"{name}.device != {p.value(t.device)}"  # noqa: E731
+        device = lambda p: f"{name}.device != {p.value(t.device)}"
     rg = f"not {name}.requires_grad" if t.requires_grad else f"{name}.requires_grad"
     return [(kind, f"{where}: expected a {getattr(exact_type, '__name__', 'tensor')}"),
             (f"{shape} or {name}.dtype is not {t.dtype}", f"{where}: expected a tensor {t.type_string()}"),
@@ -151,13 +153,31 @@ def _size_lines(name: str, t: TensorProxy, b: list, kw: dict, sizes_unchecked: b
 _assign = _sym("assign", lambda bsym, printer: f"{bsym.args[0]} = {bsym.args[1]}")
 
 
+def _direct(inp, roots):
+    """A parameter or buffer read as `module.name` is fetched from the module's `_parameters`/`_buffers` dict
+    (what nn.Module.__getattr__ would do, without its Python-level call on every prologue run)."""
+    prov = inp.provenance
+    if roots is None or type(prov) is not P.Attr or type(inp.proxy) is not TensorProxy:
+        return inp
+    try:
+        owner = prov.parent.load(roots)
+    except Exception:  # noqa: BLE001  (any failure to fetch is a miss)
+        return inp
+    if not isinstance(owner, torch.nn.Module) or prov.name in owner.__dict__:
+        return inp
+    for store in ("_parameters", "_buffers"):
+        if prov.name in owner.__dict__.get(store, ()):
+            return dataclasses.replace(inp, provenance=P.Item(P.Attr(prov.parent, store), prov.name))
+    return inp
+
+
 def _exact_type(inp, roots):
     """The exact tensor type of an argument (the trace may depend on it: isinstance(x, nn.Parameter))."""
     if roots is None or not _key_covered(inp.provenance):
         return None
     try:
         return type(inp.provenance.load(roots))
-    except Exception:
+    except Exception:  # noqa: BLE001  (any failure to fetch is a miss)
         return None
 
 
@@ -219,6 +239,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         kw = {"explain": True} if explain else {}
         b = trace.bound_symbols
         b.append(BoundSymbol(check, (_global_state(),), kw, None))
+        inputs = [_direct(i, roots) for i in inputs]
         provs = [i.provenance for i in inputs] + list(guards.values) + list(guards.objects) + list(guards.types)
         provs += list(guards.lengths) + [p for p, _ in aliases]
         binder = _Binder(provs, b)

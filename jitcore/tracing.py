@@ -259,6 +259,21 @@ def define_sizes(trace: Trace) -> Trace:
     return trace
 
 
+def prune_sizes(trace: Trace) -> Trace:
+    """Drop the size unpacks (`prims.shape`, as claimed by an executor) whose sizes no line that runs reads: after
+    the claim pass, decompositions that were not taken are comments."""
+    from jitcore.ops import prims
+
+    def is_shape(b):
+        return b.sym is prims.shape or (len(b.subsymbols) == 1 and b.subsymbols[0].sym is prims.shape)
+
+    used = {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
+    used.update(x.name for b in trace.bound_symbols if not is_shape(b) for x in b.flat_proxy_args())
+    trace.bound_symbols[:] = [b for b in trace.bound_symbols
+                              if not is_shape(b) or any(o.name in used for o in b.flat_proxy_outs())]
+    return trace
+
+
 def _unused(size):
     return size.value if isinstance(size, IntegerProxy) else size
 

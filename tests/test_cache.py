@@ -82,7 +82,7 @@ def test_closure_cell_change():
     jf = jitcore.jit(f)
     x = torch.zeros(1)
     assert jf(x).item() == 2
-    k = 5  # noqa: F841  (read through the closure)
+    k = 5
     assert jf(x).item() == 5
     assert jitcore.cache_misses(jf) == 2
 

@@ -171,7 +171,7 @@ def run_text(trace, *inputs):
     """exec str(trace) (with the namespaces and constants its header names) and call it on inputs."""
     namespace = dict(trace.python_callable().__globals__)
     namespace.pop(trace.fn_name, None)
-    exec(compile(str(trace), f"<printed {trace.fn_name}>", "exec"), namespace)
+    exec(compile(str(trace), f"<printed {trace.fn_name}>", "exec"), namespace)  # noqa: S102  (the point)
     return namespace[trace.fn_name](*inputs)
 
 
@@ -207,8 +207,9 @@ def check_rerun(fn, args, *, execution: bool):
         for trace in traces:
             got = flat_tensors(run_text(trace, *inputs))[: len(expected)]
             assert len(got) == len(expected), passes([trace])
+            where = passes([trace])[0]
             for g, e in zip(got, expected):
-                torch.testing.assert_close(g, e, msg=lambda m: f"{passes([trace])[0]}: {m}")
+                torch.testing.assert_close(g, e, msg=lambda m, where=where: f"{where}: {m}")
 
 
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
@@ -234,7 +235,7 @@ def test_every_printed_torch_level_trace_compiles():
     jfn(torch.randn(4, 5), torch.randn(4, 5))
     for trace in jitcore.last_traces(jfn):
         namespace: dict = {}
-        exec(compile(str(trace), "<printed>", "exec"), namespace)  # valid Python, whatever the pass
+        exec(compile(str(trace), "<printed>", "exec"), namespace)  # noqa: S102  (valid Python, whatever the pass)
         assert callable(namespace[trace.fn_name])
 
 

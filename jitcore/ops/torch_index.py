@@ -97,7 +97,7 @@ def _basic(a, items):
         elif isinstance(k, slice):
             check(k.step is None or k.step > 0, "step must be greater than zero")
             start, stop, step = slice_indices(k, x.shape[d])
-            x, d, src = slice_dim(x, d, start, stop if stop >= start else start, step), d + 1, src + 1
+            x, d, src = slice_dim(x, d, start, max(start, stop), step), d + 1, src + 1
         else:
             advanced.append((d, _normalize_index(k, x.shape[d])))
             d, src = d + 1, src + 1

@@ -4,7 +4,6 @@ Errors here read like torch's own messages and name the op, so a user sees which
 """
 from __future__ import annotations
 
-import math
 from numbers import Number
 
 import torch
@@ -86,8 +85,8 @@ def slice_indices(k: slice, n) -> tuple:
             return default
         if v < 0:
             v = v + n
-            return 0 if v < 0 else v
-        return n if v >= n else v
+            return max(v, 0)
+        return min(n, v)
 
     return clamp(k.start, 0), clamp(k.stop, n), step
 
