@@ -66,7 +66,7 @@ class Symbol:
             out = self.fn(*args, **kwargs)
         if _is_passthrough(out, args, subs):
             return out
-        trace.record(BoundSymbol(self, args, kwargs, out, tuple(subs)))
+        trace.record(BoundSymbol(self, args, kwargs, out, _prune_number_ops(subs, out)))
         return out
 
     def eager(self, *args, **kwargs):
@@ -93,6 +93,24 @@ def _is_passthrough(out, args, subs) -> bool:
 
     inputs = {id(a) for a in tree_leaves((args,)) if isinstance(a, Proxy)}
     return all(id(o) in inputs for o in tree_leaves(out) if isinstance(o, Proxy))
+
+
+def _prune_number_ops(subs, out) -> tuple:
+    """The decomposition without Python number ops whose results nothing in it uses: size checks that only
+    decided a branch are guards (the prologue holds them), not computation."""
+    if not any(Tag.PYTHON in b.sym.tags for b in subs):
+        return tuple(subs)
+    from jitcore.pytree import tree_leaves
+
+    used = {id(o) for o in tree_leaves(out)}
+    kept = []
+    for b in reversed(subs):
+        if Tag.PYTHON in b.sym.tags and Tag.DONT_DCE not in b.sym.tags and not any(
+                id(o) in used for o in b.flat_outs()):
+            continue
+        kept.append(b)
+        used.update(id(a) for a in b.flat_args())
+    return tuple(reversed(kept))
 
 
 @dataclass(eq=False)

@@ -120,13 +120,21 @@ def test_design_unsqueeze_add(n, m):
     grads_match(foo, t(n, m), t(n, 1, m))
 
 
-@pytest.mark.xfail(reason="symbolic values come with the caching issue; the grad transform must then save sizes",
-                   strict=False)
 def test_design_unsqueeze_add_symbolic_values():
-    jfn = None
-    for n, m in [(3, 4), (5, 6), (7, 2)]:
-        jfn = grads_match(foo, t(n, m), t(n, 1, m), cache="symbolic values")
+    jfn = jitcore.jit(foo, cache="symbolic values")
+    for n, m in [(3, 4), (5, 6), (7, 2), (2, 9)]:
+        a, b = t(n, m), t(n, 1, m)
+        out = jfn(a, b)
+        out.sum().backward()
+        ga, gb = a.grad, b.grad
+        a.grad = b.grad = None
+        foo(a, b).sum().backward()
+        torch.testing.assert_close(ga, a.grad)
+        torch.testing.assert_close(gb, b.grad)
     assert jitcore.cache_misses(jfn) == 1
+    forward, backward = str(jitcore.last_traces(jfn)[-1]), str(jitcore.last_backward_traces(jfn)[-1])
+    assert "prims.shape" in forward or "shape(" in forward
+    assert "prims.shape" not in backward
 
 
 # -- gradcheck in float64 --------------------------------------------------------------------------------------------
