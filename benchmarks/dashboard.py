@@ -71,7 +71,7 @@ def markdown(results: list[dict], meta: dict) -> str:
            "## Summary per suite", "",
            ("Speedup: eager time / variant time, geometric mean over the suite's passing workloads (above 1 is "
             "faster than eager). Memory ratio: peak bytes / eager's peak during forward+backward (below 1 is less). "
-            "First call: trace + compile + run, geometric mean. Cache suite: the whole shape sequence, compiles "
+            "Times: best of N calls after warm-up. First call: trace + compile + run, geometric mean. Cache suite: the whole shape sequence, compiles "
             "included, forward only."), "",
            "| suite | variant | pass rate | fwd speedup | fwd+bwd speedup | first call (ms) | memory ratio |",
            "|---|---|---|---|---|---|---|"]
@@ -80,7 +80,7 @@ def markdown(results: list[dict], meta: dict) -> str:
             out.append(f"| {r['suite']} | {r['variant']} | n/a | | | | |")
             continue
         out.append(f"| {r['suite']} | {r['variant']} | {r['passed']}/{r['n']} ({100 * r['passed'] / r['n']:.0f}%) | "
-                   f"{_fmt(r['fwd_speedup'], '.2f', 'x')} | {_fmt(r['fwdbwd_speedup'], '.2f', 'x')} | "
+                   f"{_fmt(r['fwd_speedup'], '.3g', 'x')} | {_fmt(r['fwdbwd_speedup'], '.3g', 'x')} | "
                    f"{_fmt(r['first_call_ms'], '.1f')} | {_fmt(r['memory_ratio'], '.2f')} |")
     out += _overhead_section(results) + _cache_section(results) + _detail_section(results)
     na = _ordered(f"{r['variant']}: {r['na_reason']}" for r in rows if r["n"] == 0 and r["na_reason"])

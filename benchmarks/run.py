@@ -74,7 +74,7 @@ def metadata(argv: list[str]) -> dict:
 
 def run(args) -> list[dict]:
     quick = args.quick
-    repeat = args.repeat or (5 if quick else 20)
+    repeat = args.repeat or (7 if quick else 20)
     suites = set(args.suites.split(",")) if args.suites else None
     variants = [v.strip() for v in args.variants.split(",")] if args.variants else list(VARIANTS)
     if "eager" not in variants:
@@ -109,7 +109,7 @@ def main(argv=None):
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
     parser.add_argument("--suites", default="", help="comma-separated suite names (default: all)")
     parser.add_argument("--variants", default="", help=f"comma-separated, from: {', '.join(VARIANTS)}")
-    parser.add_argument("--repeat", type=int, default=0, help="timed samples per median")
+    parser.add_argument("--repeat", type=int, default=0, help="timed samples per measurement (the best is kept)")
     parser.add_argument("--limit", type=float, default=None,
                         help="seconds one stage of one variant may take before it counts as failed "
                              "(default 30 with --quick, 300 otherwise)")

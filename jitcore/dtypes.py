@@ -82,6 +82,8 @@ class Promotion(enum.Enum):
 
 
 def _tensor_like(x):
+    if isinstance(x, (int, float, complex)):  # bool is an int
+        return False
     return hasattr(x, "dtype") and hasattr(x, "shape")
 
 

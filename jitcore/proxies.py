@@ -189,27 +189,30 @@ class BoolProxy(NumberProxy):
 class TensorProxy(Proxy):
     """A tensor seen while tracing: shape, dtype, device, requires_grad; no data."""
 
-    __slots__ = ("_shape", "dtype", "device", "requires_grad", "__weakref__")
+    __slots__ = ("_shape", "_size", "dtype", "device", "requires_grad", "__weakref__")
     prefix = "t"
 
     def __init__(self, shape, dtype: torch.dtype, device, requires_grad: bool = False, name: str | None = None):
         super().__init__(name)
         self._shape = tuple(shape)
+        concrete = True
         for s in self._shape:
-            if not isinstance(s, (int, IntegerProxy)) or isinstance(s, bool):
-                raise TypeError(f"shape entries are ints, got {s!r} in {shape}")
+            if type(s) is not int:
+                concrete = False
+                if not isinstance(s, IntegerProxy):
+                    raise TypeError(f"shape entries are ints, got {s!r} in {shape}")
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        # torch.Size when every size is known, like a tensor's; a tuple holding IntegerProxy otherwise
+        self._size = torch.Size(self._shape) if concrete else self._shape
         self.dtype = dtype
-        self.device = _devices.to_device(device)
+        self.device = device if type(device) is torch.device and device.type != "cuda" else _devices.to_device(device)
         self.requires_grad = bool(requires_grad) and _dtypes.is_inexact(dtype)
 
     # -- metadata, as torch.Tensor exposes it ------------------------------------------------------------
     @property
     def shape(self) -> torch.Size:
-        if all(type(s) is int for s in self._shape):
-            return torch.Size(self._shape)
-        return self._shape
+        return self._size
 
     def size(self, dim: int | None = None):
         if dim is None:
