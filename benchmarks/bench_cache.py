@@ -4,8 +4,10 @@ eager, in one run. Timings interleave jitted and eager rounds and report medians
     python -m benchmarks.bench_cache              # all cases
     python -m benchmarks.bench_cache --profile    # also a cProfile of the jitted a + b hot path
 
-Cases: `a + b` on 2x2 tensors (constant values, symbolic values), an nn.Sequential of 50 Linear(2, 2) (100
-parameters) with and without grad mode, and the breakdown of the hot path of `a + b` (prologue, computation).
+Cases: `a + b` on 2x2 tensors (constant values, symbolic values), nn.Sequential of 50 and 500 Linear(2, 2) (100
+and 1000 parameters) with and without grad mode, with the cost of their prologue per call (module-rooted guards
+skipped while the module state is unchanged) and after a module state change, and the breakdown of the hot path
+of `a + b` (prologue, computation).
 """
 from __future__ import annotations
 
@@ -71,21 +73,37 @@ def bench_add(profile: bool):
 
 
 def bench_module():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(50)])
-    n_params = sum(1 for _ in model.parameters())
-    jm = jitcore.jit(model)
-    x = torch.randn(2, 2)
-    jm(x)
-    jm(x)
-    _report(f"Sequential(50 x Linear(2, 2)), {n_params} params", lambda: jm(x), lambda: model(x), 50)
-    with torch.no_grad():
+    """Sequential(n x Linear(2, 2)): jit vs eager per call, then the prologue alone. Parameters are re-checked
+    only when the module state epoch changed (jitcore/module_state.py): the per-call prologue does not grow with
+    the parameter count; the module-rooted guards (what every call paid before) are timed for comparison."""
+    from jitcore import module_state
+
+    for n_layers, number in ((50, 50), (500, 5)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(n_layers)])
+        n_params = sum(1 for _ in model.parameters())
+        jm = jitcore.jit(model)
+        x = torch.randn(2, 2)
         jm(x)
-        _report("  same, under torch.no_grad()", lambda: jm(x), lambda: model(x), 50)
-    entry = jm._last_entry
-    with torch.no_grad():
-        tp, _ = compare(lambda: entry.check(model, (x,), {}), lambda: None, 200)
-    print(f"{'  its full prologue alone (no_grad entry)':<44} {tp:9.2f} us")
+        jm(x)
+        _report(f"Sequential({n_layers} x Linear(2, 2)), {n_params} params", lambda: jm(x), lambda: model(x), number)
+        with torch.no_grad():
+            jm(x)
+            jm(x)
+            _report("  same, under torch.no_grad()", lambda: jm(x), lambda: model(x), number)
+            entry = jm._last_entry
+            runs = jm._cache.module_guard_runs()
+            tp, tm = compare(lambda: entry.check(model, (x,), {}), lambda: entry.module_state.guard(model, (x,), {}),
+                             max(20, number * 4))
+            assert jm._cache.module_guard_runs() == runs, "the fast path re-ran the module-rooted guards"
+
+            def changed():  # a module state change before every call: the module-rooted guards run again
+                module_state.bump()
+                return entry.check(model, (x,), {})
+
+            tc, _ = compare(changed, lambda: None, max(20, number * 4))
+        print(f"{'  prologue per call (no_grad entry)':<44} {tp:9.2f} us   module-rooted guards alone {tm:9.2f} us")
+        print(f"{'  prologue after a module state change':<44} {tc:9.2f} us")
 
 
 def bench_symbolic_shapes():

@@ -3,6 +3,7 @@ and with [inductor, torch], and lightning-thunder when it is installed, over the
 and writes the dashboard (markdown, PNG, raw JSON) into the results folder.
 
     python -m benchmarks.run --quick                     # < 2 minutes on a laptop CPU
+    python -m benchmarks.run --quick --threads 1         # steadier on a shared machine (no OpenMP stalls)
     python -m benchmarks.run --out benchmarks/results    # the full set (several minutes: compilers compile)
     python -m benchmarks.run --suites mlp,cache --variants eager,"jitcore [torch]"
 """
@@ -112,10 +113,14 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=0, help="timed samples per measurement (the best is kept)")
     parser.add_argument("--limit", type=float, default=None,
                         help="seconds one stage of one variant may take before it counts as failed "
-                             "(default 30 with --quick, 300 otherwise)")
+                             "(default 60 with --quick, 300 otherwise)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads (1 gives steadier numbers on a shared or busy machine)")
     parser.add_argument("--no-memory", action="store_true", help="skip the profiler's peak-memory measurement")
     args = parser.parse_args(argv)
-    args.limit = args.limit or (30.0 if args.quick else 300.0)
+    args.limit = args.limit or (60.0 if args.quick else 300.0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", module="thunder")
     start = time.perf_counter()
     meta = metadata(argv)

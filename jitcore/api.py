@@ -14,7 +14,7 @@ from executors.claim import claim
 from jitcore.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
 from jitcore.interpreter.provenance import Roots
-from jitcore.prologue import build_prologue
+from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy
 from jitcore.runtime import AutogradProgram
 from jitcore.symbolic import Predicates, recording
@@ -148,18 +148,15 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
                                           split.output_requires_grad)
         traced.guards.predicates = list(predicates.items)
         traced.trace.extra["predicates"] = traced.guards.predicates
-        roots = Roots(args, kwargs, fn)
-        full = build_prologue(traced.inputs, traced.guards, aliases=traced.aliases, roots=roots)
-        prologue = build_prologue(traced.inputs, traced.guards, aliases=traced.aliases, roots=roots, hot=True,
-                                  symbolic=symbolic)
-        explain = build_prologue(traced.inputs, traced.guards, explain=True, aliases=traced.aliases, roots=roots)
+        prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
         index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
         epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, functional, writebacks))
-        entry = CacheEntry(prologue.python_callable(), computation, traced.output_spec, traced.n_outputs, traces,
-                           [prologue, full], explain.python_callable(), backward_traces,
+        entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, traces,
+                           prologues.traces, prologues.explain, backward_traces,
                            epilogue=epilogue.python_callable() if epilogue else None,
                            epilogue_traces=[epilogue] if epilogue else [], stats=stats,
-                           mutated_inputs=tuple(w.arg_index for w in writebacks), check=full.python_callable())
+                           mutated_inputs=tuple(w.arg_index for w in writebacks), check=prologues.full,
+                           module_state=prologues.state)
     stats["codegen"] = t.seconds
     return entry
 

@@ -29,7 +29,7 @@ class CacheEntry:
     output_spec: Any
     n_outputs: int  # the user's flat outputs come first; values stored by side effects follow
     traces: list  # computation traces, in the order the passes made them
-    prologue_traces: list  # [hot (after the key matched), full]: the full one runs first on a steady state
+    prologue_traces: list  # [hot (after the key matched), full] or [hot, module-rooted part, full] for modules
     explain: Callable  # (fn, args, kwargs) -> None or the text of the first failed check
     backward_traces: list = field(default_factory=list)
     epilogue: Callable | None = None
@@ -39,6 +39,7 @@ class CacheEntry:
     key: Any = None  # the signature key of the call it was compiled for
     unflatten: Callable = None  # flat outputs -> the user's output structure
     check: Callable = None  # the full prologue (every check): tried first for the most recently used entry
+    module_state: Any = None  # module_state.ModuleGuardState: when the module-rooted guards last passed (modules)
 
     def __post_init__(self):
         if self.unflatten is None:
@@ -93,6 +94,11 @@ class Cache:
         self.misses = 0
         self.miss_reasons: list[str] = []
         self._warned = False
+
+    def module_guard_runs(self) -> int:
+        """How many times the entries' module-rooted guards ran (jitted modules; a hit that skipped them because
+        no module state changed does not count): the fast path's hits are hits minus these."""
+        return sum(e.module_state.runs for e in self.entries if e.module_state is not None)
 
     def lookup(self, fn, args, kwargs):
         """(entry, inputs) for the most recently used entry if its full prologue accepts this call, else for the

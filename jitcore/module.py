@@ -18,8 +18,11 @@ class JitModule(torch.nn.Module):
     """Wraps `model`; calls go through a JitFunction over `model.__call__` (hooks included)."""
 
     def __init__(self, model: torch.nn.Module, options):
-        super().__init__()
+        from jitcore import module_state
         from jitcore.api import JitFunction
+
+        module_state.install()  # the module state epoch: parameters are not re-checked on every call
+        super().__init__()
 
         self.__dict__["_model"] = model  # not a registered submodule: state_dict keys stay the model's own
         self.__dict__["_jfn"] = JitFunction(model, options)

@@ -210,7 +210,7 @@ class _Binder:
     def expr(self, prov) -> str:
         """A bound name or expression for prov, binding shared ancestors first."""
         chain, p = [], getattr(prov, "parent", None)
-        while p is not None:
+        while p is not None and p not in self.bound:
             chain.append(p)
             p = getattr(p, "parent", None)
         for anc in reversed(chain):
@@ -227,12 +227,14 @@ class _Binder:
 
 
 def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False,
-                   symbolic: bool = False) -> Trace:
+                   symbolic: bool = False, split=None, state=None) -> Trace:
     """The prologue trace for a computation whose inputs are `inputs` (TracedInput) and whose assumptions are
     `guards` (jitcore.tracing.Guards). aliases: [(provenance, input name)], places where the same tensor object
     was found a second time (f(x, x), tied weights): a call must pass the same object there. roots: the traced
     call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked (symbolic: the
-    key has ranks, not sizes)."""
+    key has ranks, not sizes). split (jitcore.module_guards.ModuleSplit) and state (its
+    module_state.ModuleGuardState): leave out the module-rooted part; take its inputs and anchors from `state`,
+    running it (build_module_guards) only when the module state epoch changed since it last passed."""
     with Timer() as t:
         trace = Trace("prologue")
         trace.args = ["fn", "args", "kwargs"]
@@ -240,38 +242,150 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         b = trace.bound_symbols
         b.append(BoundSymbol(check, (_global_state(),), kw, None))
         inputs = [_direct(i, roots) for i in inputs]
-        provs = [i.provenance for i in inputs] + list(guards.values) + list(guards.objects) + list(guards.types)
-        provs += list(guards.lengths) + [p for p, _ in aliases]
-        binder = _Binder(provs, b)
-        items = [(p, "length", n) for p, n in guards.lengths.items()]
-        items += [(p, "object", o) for p, o in guards.objects.items()]
-        items += [(p, "type", ty) for p, ty in guards.types.items()]
-        items += [(p, "value", v) for p, v in guards.values.items()]
-        items.sort(key=lambda it: _depth(it[0]))
+        items = _items(guards)
+        if split is not None:
+            items = [it for it in items if (it[1][0], it[1][1]) not in split.items]
+            aliases = [a for a in aliases if a not in split.aliases]
+        module_inputs = split.inputs if split is not None else {}
+        provs = [i.provenance for i in inputs if i.proxy.name not in module_inputs] + [it[1][0] for it in items]
+        binder = _Binder(provs + [p for p, _ in aliases], b)
+        if split is not None:
+            b.append(BoundSymbol(_module_state_lines, (state, split.anchors), {}, None))
+            binder.bound.update({prov: f"a{i}" for i, prov in enumerate(split.anchors)})
         if hot:
-            items = [it for it in items if not (it[1] == "value" and _key_covered(it[0]))]
-        for n, (prov, kind, value) in enumerate(items):
+            items = [it for it in items if not (it[1][1] == "value" and _key_covered(it[1][0]))]
+        for n, (prov, kind, value) in items:
             b += _guard_lines(binder, prov, kind, value, n, kw, roots)
         for inp in inputs:
-            name, covered = inp.proxy.name, hot and _key_covered(inp.provenance)
-            binder.bind(name, inp.provenance)
-            if isinstance(inp.proxy, TensorProxy):
-                conds = _tensor_checks(name, inp.proxy, covered, str(inp.provenance), _exact_type(inp, roots))
-                if conds:
-                    b.append(BoundSymbol(check, (conds,), kw, None))
-                _size_lines(name, inp.proxy, b, kw, covered and symbolic)
-            elif not covered:
-                ty = inp.proxy.python_type.__name__
-                b.append(BoundSymbol(check, ([(f"type({name}) is not {ty}", f"{name}: expected a {ty}")],), kw, None))
+            b += _input_lines(inp, binder, kw, hot, symbolic, roots, split)
         for prov, name in aliases:
-            cond = (lambda p, prov=prov, name=name: f"{provenance_expr(prov, p, binder.bound)} is not {name}")
-            b.append(BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None))
+            b.append(_alias_check(prov, name, binder, kw))
         for pred in guards.predicates:
             b.append(BoundSymbol(check, ([(f"not ({pred})", f"predicate {pred}")],), kw, None))
-        trace.output = tuple(_Name(i.proxy.name) for i in inputs)
-        if explain:
-            trace.output = None
-    return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''})", t.seconds)
+        trace.output = None if explain else _output(inputs, split)
+    return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''}"
+                                f"{', per call: module-rooted guards skipped while unchanged' if split else ''})",
+                                t.seconds)
+
+
+def _items(guards) -> list:
+    """(n, (provenance, kind, value)) for every guard, shallowest first; n names its value (`g{n}`)."""
+    items = [(p, "length", n) for p, n in guards.lengths.items()]
+    items += [(p, "object", o) for p, o in guards.objects.items()]
+    items += [(p, "type", ty) for p, ty in guards.types.items()]
+    items += [(p, "value", v) for p, v in guards.values.items()]
+    items.sort(key=lambda it: _depth(it[0]))
+    return list(enumerate(items))
+
+
+def _input_lines(inp, binder, kw, hot, symbolic, roots, split) -> list:
+    start, b = len(binder.b), binder.b
+    name, covered = inp.proxy.name, hot and _key_covered(inp.provenance)
+    if split is not None and name in split.inputs:  # fetched by the module-rooted part
+        if name not in split.watched:  # not an nn.Parameter: its metadata can change unseen, checked per call
+            b.append(BoundSymbol(_assign, (name, f"m[{split.inputs[name]}]"), {}, None))
+            b.append(BoundSymbol(check, (_tensor_checks(name, inp.proxy, False, str(inp.provenance)),), kw, None))
+        out = b[start:]
+        del b[start:]
+        return out
+    binder.bind(name, inp.provenance)
+    if isinstance(inp.proxy, TensorProxy):
+        conds = _tensor_checks(name, inp.proxy, covered, str(inp.provenance), _exact_type(inp, roots))
+        if conds:
+            b.append(BoundSymbol(check, (conds,), kw, None))
+        _size_lines(name, inp.proxy, b, kw, covered and symbolic)
+    elif not covered:
+        ty = inp.proxy.python_type.__name__
+        b.append(BoundSymbol(check, ([(f"type({name}) is not {ty}", f"{name}: expected a {ty}")],), kw, None))
+    out = b[start:]
+    del b[start:]
+    return out
+
+
+def _alias_check(prov, name, binder, kw):
+    cond = (lambda p, prov=prov, name=name: f"{provenance_expr(prov, p, binder.bound)} is not {name}")
+    return BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None)
+
+
+def _output(inputs, split):
+    """The returned inputs; under a split, each run of module-rooted inputs is one cached tuple (`m`, the only
+    run, or `s[k]`), concatenated with the per-call ones: `(t0,) + m`."""
+    if split is None:
+        return tuple(_Name(i.proxy.name) for i in inputs)
+    whole = len(split.spans) == 1
+    parts: list = []
+    for inp in inputs:
+        name = inp.proxy.name
+        if name not in split.inputs:
+            if parts and type(parts[-1]) is list:
+                parts[-1].append(name)
+            else:
+                parts.append([name])
+        elif (k := split.segment(name)) is not None:
+            parts.append("m" if whole else f"s[{k}]")
+    texts = [p if type(p) is str else f"({', '.join(p)}{',' if len(p) == 1 else ''})" for p in parts]
+    return _Name(" + ".join(texts) if len(texts) > 1 else texts[0])
+
+
+def _print_module_state(bsym, printer):
+    state, anchors = bsym.args
+    st, ms = printer.const(state), printer.const(_module_state())
+    lines = ["# module-rooted guards (module_guards): skipped while no module state changed since they passed",
+             f"if {ms}.epoch != {st}.epoch or fn is not {st}.fn:",
+             f"  if not {st}.refresh(fn, args, kwargs): return None",
+             f"m = {st}.inputs"]
+    if len(state.spans) > 1:
+        lines.append(f"s = {st}.segments")
+    if anchors:
+        names = ", ".join(f"a{i}" for i in range(len(anchors)))
+        lines.append(f"{names}{',' if len(anchors) == 1 else ''} = {st}.anchors  # {', '.join(map(str, anchors))}")
+    return "\n  ".join(lines)
+
+
+def _module_state():
+    from jitcore import module_state
+
+    return module_state
+
+
+_module_state_lines = _sym("module_state", _print_module_state)
+
+
+def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
+    """The module-rooted part of a split prologue: `module_guards(fn, args, kwargs)` fetches the module-rooted
+    inputs and anchors and checks the module-rooted guards; returns ((inputs...), (anchors...)) or None."""
+    with Timer() as t:
+        trace = Trace("module_guards")
+        trace.args = ["fn", "args", "kwargs"]
+        b = trace.bound_symbols
+        inputs = [i for i in (_direct(i, roots) for i in inputs) if i.proxy.name in split.inputs]
+        items = [it for it in _items(guards) if (it[1][0], it[1][1]) in split.items]
+        aliases = [a for a in aliases if a in split.aliases]
+        provs = [i.provenance for i in inputs] + [it[1][0] for it in items] + [p for p, _ in aliases]
+        binder = _Binder(provs + list(split.anchors), b)
+        for n, (prov, kind, value) in items:
+            b += _guard_lines(binder, prov, kind, value, n, {}, roots)
+        for inp in inputs:
+            name = inp.proxy.name
+            binder.bind(name, inp.provenance)
+            exact = split.watched.get(name)
+            if exact is None:  # an nn.Parameter there is a miss: the entry that skips its checks is found instead
+                cond = (lambda p, name=name: f"type({name}) is {p.const(torch.nn.Parameter)}",
+                        f"{inp.provenance}: not an nn.Parameter (its checks run on every call)")
+                b.append(BoundSymbol(check, ([cond],), {}, None))
+            else:
+                conds = _tensor_checks(name, inp.proxy, False, str(inp.provenance), exact)
+                b.append(BoundSymbol(check, (conds,), {}, None))
+        for prov, name in aliases:
+            b.append(_alias_check(prov, name, binder, {}))
+        names = []
+        for prov in split.anchors:
+            if prov not in binder.bound:
+                binder.bind(f"a{len(names)}", prov)
+            names.append(binder.bound[prov])
+        trace.output = (tuple(_Name(i.proxy.name) for i in inputs), tuple(_Name(n) for n in names))
+    return trace.set_provenance("Prologue construction (module-rooted guards: run when the module state epoch "
+                                "changed)", t.seconds)
 
 
 def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
@@ -312,6 +426,16 @@ class _CellProv(P.Provenance):
         return str(self.prov)
 
 
+def _fetchable(prov) -> bool:
+    """False for values found in a closure cell of a function with no provenance (e.g. the function a decorator
+    wrapped, reached through a class): a call cannot fetch them again, so they are not guarded."""
+    while prov is not None:
+        if type(prov) is P.Closure and prov.parent is None:
+            return False
+        prov = getattr(prov, "parent", None)
+    return True
+
+
 def _cell(prov, roots):
     fn = prov.parent.load(roots)
     fn = getattr(fn, "__func__", fn)
@@ -327,3 +451,34 @@ class _Name(Proxy):
     """A bare name in generated code (the prologue's unpacked inputs are not proxies of the prologue)."""
 
     prefix = "n"
+
+
+@dataclasses.dataclass
+class Prologues:
+    """A cache entry's prologue programs. traces: [hot, full] or, for a module with module-rooted guards,
+    [hot, module_guards, full] (hot and full then run module_guards only when the module state changed)."""
+
+    hot: object
+    full: object
+    explain: object
+    traces: list
+    state: object = None  # module_state.ModuleGuardState when split
+
+
+def build_prologues(inputs, guards, aliases, roots, symbolic: bool) -> Prologues:
+    from jitcore.module_guards import module_split
+    from jitcore.module_state import ModuleGuardState
+
+    split = module_split([_direct(i, roots) for i in inputs], guards, aliases, roots)
+    common = dict(aliases=aliases, roots=roots)
+    explain = build_prologue(inputs, guards, explain=True, **common)
+    if split is None:
+        full = build_prologue(inputs, guards, **common)
+        hot = build_prologue(inputs, guards, hot=True, symbolic=symbolic, **common)
+        return Prologues(hot.python_callable(), full.python_callable(), explain.python_callable(), [hot, full])
+    module = build_module_guards(inputs, guards, split, **common)
+    state = ModuleGuardState(module.python_callable(), split.spans)
+    full = build_prologue(inputs, guards, split=split, state=state, **common)
+    hot = build_prologue(inputs, guards, hot=True, symbolic=symbolic, split=split, state=state, **common)
+    return Prologues(hot.python_callable(), full.python_callable(), explain.python_callable(), [hot, module, full],
+                     state)

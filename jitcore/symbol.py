@@ -72,7 +72,8 @@ class Symbol:
     def eager(self, *args, **kwargs):
         """Run on real values: the torch executor's kernel for prims, the body for composites."""
         if self.meta is None:
-            return self.fn(*args, **kwargs)
+            # a torch-level op on real tensors is the torch call it stands for
+            return self.torch_fn(*args, **kwargs) if self.torch_fn is not None else self.fn(*args, **kwargs)
         kernel = EAGER_KERNELS.get(self.id)
         if kernel is None:
             raise NotImplementedError(f"{self.id} has no eager kernel (import executors.torchex)")

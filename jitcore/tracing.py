@@ -4,6 +4,7 @@ proxy input with its provenance, and records the non-tensor values the trace dep
 """
 from __future__ import annotations
 
+import enum
 import types
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ import torch
 from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
-from jitcore.interpreter.provenance import Arg, Attr, DictView, Fn, Global, Item, Kwarg
+from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.ops import torch_map
 from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import register_containers, tree_flatten
@@ -103,7 +104,11 @@ class JitContext(DefaultContext):
         if self.symbolic and (t is int or t is float) and type(provenance) in (Arg, Kwarg):
             return self._number_input(value, provenance)
         g = self.guards
-        if isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):
+        if not _refetchable(provenance):  # a closure cell of a function with no provenance: a call cannot re-fetch it
+            return value
+        if isinstance(value, enum.Enum):  # members are singletons: guarded by identity
+            g.objects.setdefault(provenance, value)
+        elif isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):
             g.values.setdefault(provenance, value)
         elif isinstance(value, _CONTAINERS):
             self._containers.setdefault(provenance, value)
@@ -190,6 +195,29 @@ class JitContext(DefaultContext):
         return g
 
 
+def _stable_identities(guards, roots):
+    """Objects whose provenance gives a new object on every fetch (a property, a custom __getattribute__ making
+    views) cannot be guarded by identity: they are guarded by type instead."""
+    for prov, obj in list(guards.objects.items()):
+        try:
+            again = prov.load(roots)
+        except Exception:  # noqa: BLE001, S112  (not re-fetchable here: keep the guard as it was)
+            continue
+        if again is not obj:
+            del guards.objects[prov]
+            guards.types.setdefault(prov, type(obj))
+
+
+def _refetchable(prov) -> bool:
+    """False for a value found in a closure cell of a function that has no provenance (e.g. the function a
+    decorator wrapped, reached through a class): the prologue could not fetch it again to check it."""
+    while prov is not None:
+        if type(prov) is Closure and prov.parent is None:
+            return False
+        prov = getattr(prov, "parent", None)
+    return True
+
+
 def _scalar_tuple(t) -> bool:
     return all(isinstance(x, GUARDED_SCALARS) for x in t)
 
@@ -216,6 +244,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         if symbolic:
             define_sizes(trace)
     ctx.finish_guards()
+    _stable_identities(ctx.guards, Roots(tuple(args), dict(kwargs), fn))
     trace.set_provenance("Interpretation (jitcore bytecode interpreter)", t.seconds)
     pairs = list(zip(ctx.inputs, ctx._values))
     strides = {i.proxy.name: tuple(t.stride()) for i, t in pairs if isinstance(t, torch.Tensor)}

@@ -220,9 +220,6 @@ def test_every_printed_execution_trace_reruns_to_the_same_outputs(case, grad):
     check_rerun(fn, tuple(a.requires_grad_(grad) for a in make()), execution=True)
 
 
-@pytest.mark.xfail(strict=True, raises=jitcore.MetaError, reason=(
-    "torch-level traces (Interpretation, DCE, forward of the grad transform) print ltorch.* calls; called on real "
-    "tensors a composite runs its body, which accepts proxies only. Fix: Symbol.eager calls sym.torch_fn when set"))
 @pytest.mark.parametrize("case", ["foo", "chain", "softmax_mlp"])
 def test_every_printed_torch_level_trace_reruns_to_the_same_outputs(case):
     fn, make = CASES[case]

@@ -1,0 +1,131 @@
+"""Real models under jitcore.jit, called as users call them: inference under no_grad and a training step (forward,
+loss, backward, optimizer step) match eager in outputs, loss, parameter gradients, updated parameters and buffers.
+Tiny configs with random weights (no downloads); HuggingFace models skip cleanly when transformers is absent.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import jitcore
+from benchmarks.models import GPT, GPTConfig
+
+VOCAB = 128
+
+
+# -- model builders: (model, call args, call kwargs, how to read (output, loss) from the result) --------------------
+def _nanogpt():
+    model = GPT(GPTConfig(n_embd=32, n_head=2, block_size=32, vocab_size=VOCAB, n_layer=2))
+    idx, targets = torch.randint(0, VOCAB, (2, 16)), torch.randint(0, VOCAB, (2, 16))
+    return model, (idx, targets), {}, lambda r: (r[0], r[1])
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x, labels):
+        logits = self.head(self.features(x).flatten(1))
+        return logits, nn.functional.cross_entropy(logits, labels)
+
+
+def _cnn():
+    return SmallCNN(), (torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))), {}, lambda r: (r[0], r[1])
+
+
+# training-mode dropout draws different random numbers than eager: the training comparisons turn it off
+# (tests/test_random.py checks dropout's distribution, seeding and mask reuse under jit)
+NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+              "bert": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}}
+
+
+def _hf(kind):
+    tr = pytest.importorskip("transformers")
+    tr.logging.set_verbosity_error()
+    small = {"vocab_size": VOCAB, "max_position_embeddings": 64}
+    decoder = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, **small)
+    if kind == "gpt2":
+        model = tr.GPT2LMHeadModel(tr.GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                                 bos_token_id=0, eos_token_id=0, **NO_DROPOUT["gpt2"]))
+    elif kind == "llama":
+        model = tr.LlamaForCausalLM(tr.LlamaConfig(**decoder))
+    elif kind == "qwen2":
+        model = tr.Qwen2ForCausalLM(tr.Qwen2Config(**decoder))
+    elif kind == "mistral":
+        model = tr.MistralForCausalLM(tr.MistralConfig(**decoder))
+    elif kind == "bert":
+        model = tr.BertForMaskedLM(tr.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                 intermediate_size=64, **small, **NO_DROPOUT["bert"]))
+    elif kind == "t5":
+        model = tr.T5ForConditionalGeneration(tr.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                                          num_heads=4, decoder_start_token_id=0, dropout_rate=0.0))
+    ids, labels = torch.randint(0, VOCAB, (2, 16)), torch.randint(0, VOCAB, (2, 16))
+    return model, (ids,), {"labels": labels}, lambda r: (r.logits, r.loss)
+
+
+BUILDERS = {
+    "nanogpt": _nanogpt, "cnn_batchnorm": _cnn,
+    **{k: (lambda k=k: _hf(k)) for k in ("gpt2", "llama", "qwen2", "mistral", "bert", "t5")},
+}
+
+
+def _pair(name, train):
+    torch.manual_seed(0)
+    model, args, kwargs, read = BUILDERS[name]()
+    model.train(train)
+    ref = copy.deepcopy(model)
+    return model, ref, args, kwargs, read
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_inference(name):
+    model, ref, args, kwargs, read = _pair(name, train=False)
+    jm = jitcore.jit(model)
+    with torch.no_grad():
+        for _ in range(2):  # the second call runs the cached program
+            out, loss = read(jm(*args, **kwargs))
+            want, want_loss = read(ref(*args, **kwargs))
+            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(loss, want_loss, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_training_step(name):
+    model, ref, args, kwargs, read = _pair(name, train=True)
+    jm = jitcore.jit(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(2):
+        out, loss = read(jm(*args, **kwargs))
+        want, want_loss = read(ref(*args, **kwargs))
+        torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(loss, want_loss, atol=1e-5, rtol=1e-5)
+        loss.backward()
+        want_loss.backward()
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            assert (p.grad is None) == (q.grad is None), n
+            if q.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=lambda m, n=n: f"{n}: {m}")
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    for (n, p), (_, q) in zip(model.state_dict().items(), ref.state_dict().items()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("name", ["nanogpt", "cnn_batchnorm", "llama"])
+def test_examine_reports_no_unsupported_ops(name):
+    model, _, args, kwargs, _ = _pair(name, train=True)
+    report = jitcore.examine(model, *args, **kwargs)
+    assert report.error is None, report.error
+    assert "UNSUPPORTED" not in report.by_executor()
