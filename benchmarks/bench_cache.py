@@ -73,37 +73,43 @@ def bench_add(profile: bool):
 
 
 def bench_module():
-    """Sequential(n x Linear(2, 2)): jit vs eager per call, then the prologue alone. Parameters are re-checked
-    only when the module state epoch changed (jitcore/module_state.py): the per-call prologue does not grow with
-    the parameter count; the module-rooted guards (what every call paid before) are timed for comparison."""
+    """Sequential(n x Linear(2, 2)) with 100 and 1000 parameters."""
+    for n_layers, number in ((50, 50), (500, 5)):
+        _bench_module(n_layers, number)
+
+
+def _bench_module(n_layers: int, number: int):
+    """jit vs eager per call, then the prologue alone. Parameters are re-checked only when the module state epoch
+    changed (jitcore/module_state.py): the per-call prologue does not grow with the parameter count; the
+    module-rooted guards (what every call paid before) and a call right after a module state change are timed
+    for comparison."""
     from jitcore import module_state
 
-    for n_layers, number in ((50, 50), (500, 5)):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(n_layers)])
-        n_params = sum(1 for _ in model.parameters())
-        jm = jitcore.jit(model)
-        x = torch.randn(2, 2)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(n_layers)])
+    n_params = sum(1 for _ in model.parameters())
+    jm = jitcore.jit(model)
+    x = torch.randn(2, 2)
+    jm(x)
+    jm(x)
+    _report(f"Sequential({n_layers} x Linear(2, 2)), {n_params} params", lambda: jm(x), lambda: model(x), number)
+    with torch.no_grad():
         jm(x)
         jm(x)
-        _report(f"Sequential({n_layers} x Linear(2, 2)), {n_params} params", lambda: jm(x), lambda: model(x), number)
-        with torch.no_grad():
-            jm(x)
-            jm(x)
-            _report("  same, under torch.no_grad()", lambda: jm(x), lambda: model(x), number)
-            entry = jm._last_entry
-            runs = jm._cache.module_guard_runs()
-            tp, tm = compare(lambda: entry.check(model, (x,), {}), lambda: entry.module_state.guard(model, (x,), {}),
-                             max(20, number * 4))
-            assert jm._cache.module_guard_runs() == runs, "the fast path re-ran the module-rooted guards"
+        _report("  same, under torch.no_grad()", lambda: jm(x), lambda: model(x), number)
+        entry = jm._last_entry
+        runs = jm._cache.module_guard_runs()
+        tp, tm = compare(lambda: entry.check(model, (x,), {}), lambda: entry.module_state.guard(model, (x,), {}),
+                         max(20, number * 4))
+        assert jm._cache.module_guard_runs() == runs, "the fast path re-ran the module-rooted guards"
 
-            def changed():  # a module state change before every call: the module-rooted guards run again
-                module_state.bump()
-                return entry.check(model, (x,), {})
+        def changed():  # a module state change before every call: the module-rooted guards run again
+            module_state.bump()
+            return entry.check(model, (x,), {})
 
-            tc, _ = compare(changed, lambda: None, max(20, number * 4))
-        print(f"{'  prologue per call (no_grad entry)':<44} {tp:9.2f} us   module-rooted guards alone {tm:9.2f} us")
-        print(f"{'  prologue after a module state change':<44} {tc:9.2f} us")
+        tc, _ = compare(changed, lambda: None, max(20, number * 4))
+    print(f"{'  prologue per call (no_grad entry)':<44} {tp:9.2f} us   module-rooted guards alone {tm:9.2f} us")
+    print(f"{'  prologue after a module state change':<44} {tc:9.2f} us")
 
 
 def bench_symbolic_shapes():

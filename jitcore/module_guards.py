@@ -129,7 +129,10 @@ def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
         for prov in table:
             r = resolve(prov)
             ok = r is not _NOT and (kind != "length" or r[0] == "store" or type(r[1]) is tuple)
-            (split.items.add((prov, kind)) if ok else rest.append(prov))
+            if ok:
+                split.items.add((prov, kind))
+            else:
+                rest.append(prov)
     for inp in inputs:
         r = resolve(inp.provenance)
         if r is _NOT or not isinstance(r[1], torch.Tensor):

@@ -172,7 +172,7 @@ class ModuleGuardState:
     module-rooted inputs, in order, and the anchor objects the per-call checks start from). `runs` counts the
     times the module-rooted guards actually ran (tests: a call that skipped them is a hit that did not run)."""
 
-    __slots__ = ("guard", "spans", "fn", "epoch", "inputs", "segments", "anchors", "runs")
+    __slots__ = ("anchors", "epoch", "fn", "guard", "inputs", "runs", "segments", "spans")
 
     def __init__(self, guard, spans):
         self.guard = guard  # generated: (fn, args, kwargs) -> (inputs, anchors) or None

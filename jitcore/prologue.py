@@ -426,16 +426,6 @@ class _CellProv(P.Provenance):
         return str(self.prov)
 
 
-def _fetchable(prov) -> bool:
-    """False for values found in a closure cell of a function with no provenance (e.g. the function a decorator
-    wrapped, reached through a class): a call cannot fetch them again, so they are not guarded."""
-    while prov is not None:
-        if type(prov) is P.Closure and prov.parent is None:
-            return False
-        prov = getattr(prov, "parent", None)
-    return True
-
-
 def _cell(prov, roots):
     fn = prov.parent.load(roots)
     fn = getattr(fn, "__func__", fn)
@@ -470,7 +460,7 @@ def build_prologues(inputs, guards, aliases, roots, symbolic: bool) -> Prologues
     from jitcore.module_state import ModuleGuardState
 
     split = module_split([_direct(i, roots) for i in inputs], guards, aliases, roots)
-    common = dict(aliases=aliases, roots=roots)
+    common = {"aliases": aliases, "roots": roots}
     explain = build_prologue(inputs, guards, explain=True, **common)
     if split is None:
         full = build_prologue(inputs, guards, **common)

@@ -16,7 +16,7 @@ from jitcore.ops import prims_nn as pn
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
-from jitcore.ops.opaque import opaque_symbol
+from jitcore.ops.opaque import opaque_symbol, register_opaque_meta
 from jitcore.proxies import TensorProxy
 
 aten = torch.ops.aten
@@ -179,6 +179,19 @@ def sdpa_flash_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout
     return aten._scaled_dot_product_flash_attention_for_cpu_backward(g, q, k, v, o, logsumexp, dropout_p, is_causal,
                                                                      scale=scale)
 
+
+def _sdpa_flash_cpu_meta(query, key, value, dropout_p, is_causal, scale):
+    rg = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    out = query.like(shape=tuple(query.shape[:-1]) + (value.shape[-1],), requires_grad=rg)
+    return out, query.like(shape=tuple(query.shape[:-1]), dtype=torch.float32, requires_grad=False)
+
+
+def _sdpa_flash_cpu_backward_meta(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, scale):
+    return tuple(t.like(requires_grad=False) for t in (query, key, value))
+
+
+register_opaque_meta(sdpa_flash_cpu, _sdpa_flash_cpu_meta)
+register_opaque_meta(sdpa_flash_cpu_backward, _sdpa_flash_cpu_backward_meta)
 
 _FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 

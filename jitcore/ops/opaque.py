@@ -46,7 +46,24 @@ def _first_device(flat_args):
     return torch.device("cpu")
 
 
+# torch callable -> meta over proxies, for opaque ops whose meta-tensor run is slow (their meta kernels are
+# Python decompositions that import torch._dynamo on first use: seconds of a first call)
+KNOWN_METAS: dict = {}
+
+
+def register_opaque_meta(fn, meta):
+    """Give the opaque op of `fn` a meta over proxies instead of a run on meta tensors."""
+    KNOWN_METAS[fn] = meta
+    sym = _OPAQUE.get(fn)
+    if sym is not None:
+        sym.meta = meta
+
+
 def _make_meta(fn, qualname):
+    known = KNOWN_METAS.get(fn)
+    if known is not None:
+        return known
+
     def meta(*args, **kwargs):
         flat, spec = tree_flatten((args, kwargs))
         margs, mkwargs = tree_unflatten(spec, [_to_meta(a) for a in flat])
@@ -139,3 +156,57 @@ def opaque_vjp(fn, args, kwargs, grads):
 opaque_vjp_sym = Symbol("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
                         call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
 EAGER_KERNELS[opaque_vjp_sym.id] = opaque_vjp
+
+
+# -- metas of the aten kernels autodiff rules call directly ----------------------------------------------------------
+def _like(t, dtype=None, shape=None):
+    return None if t is None else t.like(shape=shape, dtype=dtype, requires_grad=False)
+
+
+def _stats_shape(x, normalized_shape):
+    k = len(normalized_shape)
+    return tuple(x.shape[: x.ndim - k]) + (1,) * k
+
+
+def _native_layer_norm_meta(x, normalized_shape, weight, bias, eps):
+    rg = proxies_require_grad([x, weight, bias])
+    stats = _stats_shape(x, normalized_shape)
+    return x.like(requires_grad=rg), _like(x, shape=stats), _like(x, shape=stats)
+
+
+def _native_layer_norm_backward_meta(g, x, normalized_shape, mean, rstd, weight, bias, mask):
+    return (_like(x) if mask[0] else None, _like(weight) if mask[1] and weight is not None else None,
+            _like(bias) if mask[2] and bias is not None else None)
+
+
+def _fused_rms_norm_meta(x, normalized_shape, weight, eps):
+    rg = proxies_require_grad([x, weight])
+    return x.like(requires_grad=rg), _like(x, dtype=torch.float32, shape=_stats_shape(x, normalized_shape))
+
+
+def _like_grad(g, *args, **kwargs):
+    return _like(g)
+
+
+def _embedding_dense_backward_meta(g, indices, num_weights, padding_idx, scale_grad_by_freq):
+    return _like(g, shape=(num_weights, g.shape[-1]))
+
+
+def _unfold_backward_meta(g, input_sizes, dim, size, step):
+    return _like(g, shape=tuple(input_sizes))
+
+
+_aten = torch.ops.aten
+for _fn, _meta in (
+    (_aten.native_layer_norm.default, _native_layer_norm_meta),
+    (_aten.native_layer_norm_backward.default, _native_layer_norm_backward_meta),
+    (_aten._fused_rms_norm.default, _fused_rms_norm_meta),
+    (_aten.gelu_backward.default, _like_grad),
+    (_aten.silu_backward.default, _like_grad),
+    (_aten._softmax_backward_data.default, _like_grad),
+    (_aten._log_softmax_backward_data.default, _like_grad),
+    (_aten.embedding_dense_backward.default, _embedding_dense_backward_meta),
+    (_aten.unfold_backward.default, _unfold_backward_meta),
+):
+    register_opaque_meta(_fn, _meta)
+del _fn, _meta
