@@ -80,6 +80,7 @@ class JitContext(DefaultContext):
         self.inputs: list[TracedInput] = []
         self.guards = Guards()
         self._containers: dict = {}  # provenance -> external list/tuple/dict seen
+        self._container_ids: dict = {}  # id -> (container, provenance), to find tensors inside containers
         self._library: dict = {}  # provenance of a module -> whether it is torch's / the stdlib's
         self._proxies: dict[int, TensorProxy] = {}
         self._numbers: dict = {}  # provenance -> NumberProxy
@@ -89,7 +90,29 @@ class JitContext(DefaultContext):
         self.aliases: list = []
 
     def lookaside(self, fn):
-        return torch_map.lookup(fn)
+        op = torch_map.lookup(fn)
+        if op is None or not self._container_ids:
+            return op
+        return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
+
+    def _proxify(self, obj):
+        """Tensors inside external lists/tuples/dicts handed to an op (`torch.cat(list_arg)`) become proxy
+        inputs, found through the container's provenance."""
+        t = type(obj)
+        if t is tuple or t is list:
+            known = self._container_ids.get(id(obj))
+            items = [self._proxify_item(x, known, i) for i, x in enumerate(obj)]
+            return t(items) if any(a is not b for a, b in zip(items, obj)) else obj
+        if t is dict:
+            known = self._container_ids.get(id(obj))
+            items = {k: self._proxify_item(v, known, k) for k, v in obj.items()}
+            return items if any(items[k] is not obj[k] for k in obj) else obj
+        return obj
+
+    def _proxify_item(self, x, known, key):
+        if isinstance(x, torch.Tensor) and known is not None:
+            return self._tensor_input(x, Item(known[1], key))
+        return self._proxify(x) if type(x) in (tuple, list, dict) else x
 
     def should_inline(self, fn) -> bool:
         mod = getattr(fn, "__module__", None) or ""
@@ -112,6 +135,7 @@ class JitContext(DefaultContext):
             g.values.setdefault(provenance, value)
         elif isinstance(value, _CONTAINERS):
             self._containers.setdefault(provenance, value)
+            self._container_ids.setdefault(id(value), (value, provenance))
         elif t is types.ModuleType:
             self._library.setdefault(provenance, value.__name__.startswith(_LIBRARIES))
         elif not isinstance(value, _NO_IDENTITY) and not isinstance(value, Proxy):

@@ -248,3 +248,15 @@ def test_prologue_trace_is_printed_and_runnable():
     assert "a.shape" not in str(hot) and "t0.shape != (2, 2)" in str(full)
     assert full.python_callable()(_add, (a, a), {})[0] is a
     assert full.python_callable()(_add, (torch.randn(3), a), {}) is None
+
+
+def test_tensors_inside_an_argument_list_are_inputs_and_the_list_length_is_guarded():
+    def f(xs, d):
+        return torch.cat(xs, 0) * 2 + torch.stack(list(d.values())).sum()
+
+    jf = jitcore.jit(f)
+    d = {"a": torch.randn(3), "b": torch.randn(3)}
+    for xs in ([torch.randn(2, 3), torch.randn(1, 3)], [torch.randn(2, 3), torch.randn(1, 3)],
+               [torch.randn(2, 3), torch.randn(1, 3), torch.randn(4, 3)]):
+        torch.testing.assert_close(jf(xs, d), f(xs, d))
+    assert jitcore.cache_misses(jf) == 2
