@@ -24,6 +24,8 @@ from jitcore.interpreter import provenance as P
 from jitcore.module_state import watched_parameter_type
 
 _STORES = ("_parameters", "_buffers", "_modules")
+# a module's hook dicts change only through registrations and handle removals, which bump the epoch
+_HOOK_DICTS = frozenset(k for k in torch.nn.Linear(1, 1).__dict__ if "hook" in k and k.startswith("_"))
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _NOT = None  # resolve(): not module-rooted
 
@@ -96,7 +98,7 @@ def _module_attr(module, name):
     if name in d:
         if found is not None and (hasattr(type(cls_value), "__set__") or hasattr(type(cls_value), "__delete__")):
             return _NOT  # a data descriptor (property) wins over the instance dict
-        return _kind(d[name], name in _STORES)
+        return _kind(d[name], name in _STORES or name in _HOOK_DICTS)
     if found is not None:  # a class attribute: torch's own plain defaults only (`_compiled_call_impl = None`)
         library = getattr(found, "__module__", "").startswith("torch.")
         return _kind(cls_value, False) if library and not hasattr(type(cls_value), "__get__") else _NOT

@@ -132,6 +132,9 @@ def install():
     from torch.nn.utils import _named_member_accessor as accessor
 
     _patch(torch_utils, "swap_tensors", _bump_after)
+    # every hook registration (forward, pre-forward, backward, state-dict...) makes a RemovableHandle
+    _patch(torch_utils.hooks.RemovableHandle, "__init__", _bump_after)
+    _patch(torch_utils.hooks.RemovableHandle, "remove", _bump_after)
     for name in ("set_tensor", "swap_tensor", "swap_submodule"):
         _patch(accessor, name, _bump_after)
     P = nn.Parameter

@@ -205,6 +205,9 @@ class JitContext(DefaultContext):
     def finish_guards(self) -> Guards:
         """Length guards for every external container an item was loaded from (iteration or indexing)."""
         g = self.guards
+        # a container's truthiness or length decides code too (`if self._forward_hooks:`): guard every one seen
+        for prov, value in self._containers.items():
+            g.lengths.setdefault(prov, len(value))
         provs = [i.provenance for i in self.inputs] + list(g.values) + list(g.objects) + list(g.types)
         provs += list(self._containers)
         for prov in provs:

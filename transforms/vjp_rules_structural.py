@@ -218,6 +218,8 @@ def rules(VJP_RULES: dict):
     def _(bsym, g):
         a, w, bias = (list(bsym.args) + [None])[:3] if len(bsym.args) < 3 else bsym.args[:3]
         bias = bsym.kwargs.get("bias", bias)
+        if a.ndim < 1 or w.ndim != 2:  # rare forms (1-D weight): pulled back by torch.autograd
+            return via_torch_autograd(bsym, g)
         ga = pn.matmul(g, w) if is_diff(a) else None
         gw = gbias = None
         if is_diff(w) or is_diff(bias):
@@ -226,7 +228,7 @@ def rules(VJP_RULES: dict):
                 a2 = ps.reshape(a, (_numel(a) // a.shape[-1], a.shape[-1])) if a.ndim != 2 else a
                 gw = pn.matmul(mT(g2), a2) if g.ndim else None
             if is_diff(bias):
-                gbias = pr.sum(g2, (0,))
+                gbias = pr.sum(g2, (0,)) if bias.ndim == 1 else sum_to(g, tuple(bias.shape))
         return ga, gw, gbias
 
     @row("prims.convolution")
