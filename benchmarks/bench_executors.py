@@ -83,7 +83,7 @@ def measure(case: str, repeat: int) -> list[dict]:
                 call()
                 first[vname] = time.perf_counter() - start
                 calls[vname] = call
-            except Exception as e:  # noqa: BLE001  (a failing variant is reported in the table, the rest still run)
+            except Exception as e:
                 errors[vname] = f"{type(e).__name__}: {str(e)[:60]}"
         medians = interleaved_medians(calls, repeat)
         eager = medians.get("eager", math.nan)

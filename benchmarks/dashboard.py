@@ -60,7 +60,7 @@ def _ratio_of(ok, eager):
 
 
 def _fmt(v, spec=".2f", suffix="") -> str:
-    return "–" if v is None else f"{v:{spec}}{suffix}"
+    return "\u2013" if v is None else f"{v:{spec}}{suffix}"
 
 
 def markdown(results: list[dict], meta: dict) -> str:
@@ -71,8 +71,8 @@ def markdown(results: list[dict], meta: dict) -> str:
            "## Summary per suite", "",
            ("Speedup: eager time / variant time, geometric mean over the suite's passing workloads (above 1 is "
             "faster than eager). Memory ratio: peak bytes / eager's peak during forward+backward (below 1 is less). "
-            "Times: best of N calls after warm-up. First call: trace + compile + run, geometric mean. Cache suite: the whole shape sequence, compiles "
-            "included, forward only."), "",
+            "Times: best of N calls after warm-up. First call: trace + compile + run, geometric mean. "
+            "Cache suite: the whole shape sequence, compiles included, forward only."), "",
            "| suite | variant | pass rate | fwd speedup | fwd+bwd speedup | first call (ms) | memory ratio |",
            "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -10,7 +10,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__))))
+sys.path.insert(
+    0, __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+)
 
 from jitcore.interpreter import DefaultContext, interpret
 
@@ -22,7 +24,7 @@ def _make_fn(n_ops: int):
     lines += ["    x = x + b" for _ in range(n_ops)]
     lines.append("    return x")
     ns: dict = {}
-    exec(compile("\n".join(lines), "<bench>", "exec"), ns)  # noqa: S102  (generated benchmark function)
+    exec(compile("\n".join(lines), "<bench>", "exec"), ns)
     return ns["f"]
 
 
@@ -61,7 +63,7 @@ def _proxy_section(f, repeat: int):
         import jitcore.ops  # noqa: F401  (fills the proxy method table)
         from jitcore.proxies import TensorProxy
         from jitcore.trace import Trace, tracectx
-    except Exception as e:  # noqa: BLE001  (optional section: the ops may be mid-development)
+    except Exception as e:
         print(f"  (proxy section skipped: {e})")
         return
 

@@ -1,6 +1,7 @@
 """Benchmarks: measuring one workload under every variant (eager, torch.compile, jitcore [torch], jitcore
-[inductor, torch], thunder) side by side in one process: first call, steady forward and forward+backward times (best of N),
-peak memory, correctness against eager, and for the cache suite the compiles and cost of a sequence of shapes.
+[inductor, torch], thunder) side by side in one process: first call, steady forward and forward+backward times
+(best of N), peak memory, correctness against eager, and for the cache suite the compiles and cost of a sequence of
+shapes.
 
 Peak memory is what torch's CPU allocator had live at most during one call, above what was live before it, read
 from torch.profiler's memory events (profile_memory=True): tracemalloc does not see torch's allocations and the
@@ -33,7 +34,7 @@ class Unavailable(Exception):
 def inductor_executor():
     try:
         from executors import inductor_ex
-    except Exception as e:  # noqa: BLE001  (any import failure means n/a)
+    except Exception as e:
         raise Unavailable(f"executors.inductor_ex: {type(e).__name__}: {e}") from None
     ok, why = inductor_ex.is_available()
     if not ok:
@@ -218,7 +219,7 @@ def measure(workload: Workload, variant: str, *, repeat: int, inner: int, memory
     except Unavailable as e:
         res.status, res.error = "n/a", str(e)
         return res
-    except Exception as e:  # noqa: BLE001  (a failing workload is a fail in the table, never a crash)
+    except Exception as e:
         res.fail("setup", e)
         return res
     _guarded(res, "forward", limit, lambda: _forward(res, steps, run, repeat, inner))
@@ -234,7 +235,7 @@ def _guarded(res: Result, what: str, limit: float | None, body):
     try:
         with time_limit(limit):
             body()
-    except (Exception, TimeLimit) as e:  # noqa: BLE001
+    except (Exception, TimeLimit) as e:
         res.fail(what, e)
 
 
@@ -277,7 +278,7 @@ def measure_shapes(workload: Workload, variant: str, limit: float | None = None)
     except Unavailable as e:
         res.status, res.error = "n/a", str(e)
         return res
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         res.fail("setup", e)
         return res
     g = torch.Generator().manual_seed(2)
@@ -298,7 +299,7 @@ def measure_shapes(workload: Workload, variant: str, limit: float | None = None)
         res.fwd_ms = total * 1e3
         compiles = _compiles(variant, run)
         res.compiles = None if compiles is None else compiles - before
-    except (Exception, TimeLimit) as e:  # noqa: BLE001
+    except (Exception, TimeLimit) as e:
         res.fail(f"shape {tuple(args[0].shape)}", e)
     res.extra["shapes"] = [list(s) for s in workload.shapes]
     return res

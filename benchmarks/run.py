@@ -43,7 +43,9 @@ def cpu_model() -> str:
 
 def git_rev() -> str:
     def git(*args):
-        return subprocess.run(["git", *args], check=False, cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", *args], check=False, cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
 
     try:
         rev = git("rev-parse", "--short", "HEAD") or "unknown"

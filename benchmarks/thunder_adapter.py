@@ -43,7 +43,7 @@ def load():
 def available() -> tuple[bool, str]:
     try:
         thunder = load()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return False, f"{type(e).__name__}: {str(e)[:120]}"
     return True, getattr(thunder, "__version__", "?")
 
@@ -61,5 +61,5 @@ def jit(fn):
 def cache_misses(jfn) -> int | None:
     try:
         return load().cache_misses(jfn)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None

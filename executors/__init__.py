@@ -3,8 +3,15 @@ from executors.base import Executor, FusionExecutor, OperatorExecutor, get_execu
 from executors.pythonex import python_ex
 from executors.torchex import torch_ex
 
-__all__ = ["Executor", "OperatorExecutor", "FusionExecutor", "torch_ex", "python_ex", "get_executor",
-           "register_executor"]
+__all__ = [
+    "Executor",
+    "FusionExecutor",
+    "OperatorExecutor",
+    "get_executor",
+    "python_ex",
+    "register_executor",
+    "torch_ex",
+]
 
 
 def __getattr__(name):

@@ -22,21 +22,21 @@ jitted code (and `like=` an existing op reuses that op's meta).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from jitcore.codegen import NAMESPACE_IMPORTS
 from jitcore.symbol import BoundSymbol, Symbol
 
-_EXECUTORS: dict[str, "Executor"] = {}
+_EXECUTORS: dict[str, Executor] = {}
 
 
-def register_executor(ex: "Executor") -> "Executor":
+def register_executor(ex: Executor) -> Executor:
     _EXECUTORS[ex.name] = ex
     return ex
 
 
-def get_executor(name_or_ex) -> "Executor":
+def get_executor(name_or_ex) -> Executor:
     if isinstance(name_or_ex, Executor):
         return name_or_ex
     if name_or_ex in ("inductor", "inductor_ex", "nvfuser", "nvfuser_ex"):

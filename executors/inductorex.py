@@ -65,7 +65,7 @@ class InductorExecutor(FusionExecutor):
     def is_available(self) -> tuple[bool, str]:
         try:
             import torch._inductor  # noqa: F401
-        except Exception as e:  # noqa: BLE001  (any import failure means: not available)
+        except Exception as e:
             return False, f"torch._inductor cannot be imported ({e})"
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
@@ -119,7 +119,7 @@ class CompiledRegion:
     def _first_call(self, *args):
         try:
             out = self.compiled(*args)
-        except Exception as e:  # noqa: BLE001  (any compile failure: warn, run eagerly)
+        except Exception as e:
             warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
                           stacklevel=3)
             STATS["fallbacks"] += 1

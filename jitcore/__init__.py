@@ -7,7 +7,7 @@ from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedE
 
 # bound eagerly: otherwise the first `import jitcore.examine` (inside api.examine) would rebind the package
 # attribute `examine` to the submodule, and `jitcore.examine(...)` would fail from the second call on
-from jitcore.examine import examine  # noqa: F401
+from jitcore.examine import examine
 
 _API = (
     "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
@@ -15,7 +15,22 @@ _API = (
     "cache_misses", "cache_miss_reasons", "examine",
 )
 
-__all__ = [*_API, "JitError", "UnsupportedError", "DataDependentError", "MetaError"]
+__all__ = [
+    "DataDependentError",
+    "JitError",
+    "MetaError",
+    "UnsupportedError",
+    "cache_hits",
+    "cache_miss_reasons",
+    "cache_misses",
+    "examine",
+    "jit",
+    "last_backward_traces",
+    "last_compile_stats",
+    "last_epilogue_traces",
+    "last_prologue_traces",
+    "last_traces",
+]
 
 
 def __getattr__(name):

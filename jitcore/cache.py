@@ -2,10 +2,11 @@
 with hit/miss counters and readable miss reasons.
 
 A lookup first runs the full prologue of the most recently used entry (straight-line checks of everything: the
-common steady state costs one generated function call); otherwise it computes a cheap signature key from the call's arguments (per top-level argument: its type; for tensors
-dtype, device, requires_grad and sizes, or only the rank under "symbolic values"; the value of a scalar), which
-picks the candidate entries from a dict; each candidate's hot prologue (straight-line generated code that leaves
-out what the key checked) returns the inputs or None. A miss is a None, never an exception reaching the user.
+common steady state costs one generated function call); otherwise it computes a cheap signature key from the call's
+arguments (per top-level argument: its type; for tensors dtype, device, requires_grad and sizes, or only the rank
+under "symbolic values"; the value of a scalar), which picks the candidate entries from a dict; each candidate's hot
+prologue (straight-line generated code that leaves out what the key checked) returns the inputs or None. A miss is
+a None, never an exception reaching the user.
 """
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ class Cache:
         if entry is not None:
             try:
                 inputs = entry.check(fn, args, kwargs)
-            except Exception:  # noqa: BLE001  (zero-cost unless raised: another arity, a stale chain)
+            except Exception:
                 inputs = None
             if inputs is not None:
                 self.hits += 1
@@ -119,7 +120,7 @@ class Cache:
         for entry in self.by_key.get(key, ()):
             try:
                 inputs = entry.prologue(fn, args, kwargs)
-            except Exception:  # noqa: BLE001  (zero-cost unless raised: a stale chain is a miss)
+            except Exception:
                 inputs = None
             if inputs is not None:
                 self.hits += 1
@@ -144,7 +145,7 @@ class Cache:
     def _explain(entry, fn, args, kwargs) -> str:
         try:
             why = entry.explain(fn, args, kwargs)
-        except Exception as e:  # noqa: BLE001  (any failure to fetch is a miss)
+        except Exception as e:
             why = f"the inputs could not be fetched ({type(e).__name__}: {e})"
         return why or "no check failed (the signature key differs)"
 

@@ -10,7 +10,7 @@ class JitError(Exception):
 
     where: str | None = None
 
-    def with_where(self, where: str) -> "JitError":
+    def with_where(self, where: str) -> JitError:
         """The same error annotated with the user's source location (the innermost frame's wins)."""
         if self.where is None:
             self.where = where
@@ -38,7 +38,7 @@ class UnsupportedError(JitError):
             msg += f"\n  hint: {self.hint}"
         return msg
 
-    def with_where(self, where: str) -> "UnsupportedError":
+    def with_where(self, where: str) -> UnsupportedError:
         """Return the same error annotated with the user's source location (innermost wins)."""
         if self.where is None:
             self.where = where

@@ -60,7 +60,7 @@ class _Resolver:
         if prov not in self.memo:
             try:
                 self.memo[prov] = self._resolve(prov)
-            except Exception:  # noqa: BLE001  (anything unusual on the path: not module-rooted)
+            except Exception:
                 self.memo[prov] = _NOT
         return self.memo[prov]
 

@@ -115,17 +115,20 @@ def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_t
     sym = any(isinstance(s, IntegerProxy) for s in t._shape)
     shape = f"{name}.dim() != {len(t._shape)}" if sym else f"{name}.shape != {tuple(t._shape)!r}"
     if exact_type is not None:
-        kind = lambda p: f"type({name}) is not {p.const(exact_type)}"
+        def kind(p):
+            return f"type({name}) is not {p.const(exact_type)}"
     else:
         kind = f"not isinstance({name}, torch.Tensor)"
     if t.device.type == "cpu":
         device = f"not {name}.is_cpu"
     else:
-        device = lambda p: f"{name}.device != {p.value(t.device)}"
+        def device(p):
+            return f"{name}.device != {p.value(t.device)}"
     rg = f"not {name}.requires_grad" if t.requires_grad else f"{name}.requires_grad"
     return [(kind, f"{where}: expected a {getattr(exact_type, '__name__', 'tensor')}"),
             (f"{shape} or {name}.dtype is not {t.dtype}", f"{where}: expected a tensor {t.type_string()}"),
-            (device, f"{where}: expected device {t.device}"), (rg, f"{where}: expected requires_grad={t.requires_grad}")]
+            (device, f"{where}: expected device {t.device}"),
+            (rg, f"{where}: expected requires_grad={t.requires_grad}")]
 
 
 def _size_lines(name: str, t: TensorProxy, b: list, kw: dict, sizes_unchecked: bool):
@@ -161,7 +164,7 @@ def _direct(inp, roots):
         return inp
     try:
         owner = prov.parent.load(roots)
-    except Exception:  # noqa: BLE001  (any failure to fetch is a miss)
+    except Exception:
         return inp
     if not isinstance(owner, torch.nn.Module) or prov.name in owner.__dict__:
         return inp
@@ -177,7 +180,7 @@ def _exact_type(inp, roots):
         return None
     try:
         return type(inp.provenance.load(roots))
-    except Exception:  # noqa: BLE001  (any failure to fetch is a miss)
+    except Exception:
         return None
 
 
@@ -303,7 +306,9 @@ def _input_lines(inp, binder, kw, hot, symbolic, roots, split) -> list:
 
 
 def _alias_check(prov, name, binder, kw):
-    cond = (lambda p, prov=prov, name=name: f"{provenance_expr(prov, p, binder.bound)} is not {name}")
+    def cond(p, prov=prov, name=name):
+        return f"{provenance_expr(prov, p, binder.bound)} is not {name}"
+
     return BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None)
 
 

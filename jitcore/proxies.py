@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from jitcore import dtypes as _dtypes
 from jitcore import devices as _devices
+from jitcore import dtypes as _dtypes
 from jitcore.errors import DataDependentError
 
 # name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
@@ -61,7 +61,7 @@ class NumberProxy(Proxy):
     (jitcore/symbolic.py).
     """
 
-    __slots__ = ("value", "python_type", "expr", "lower")
+    __slots__ = ("expr", "lower", "python_type", "value")
 
     def __init__(self, value, python_type, name=None):
         super().__init__(name)
@@ -189,7 +189,7 @@ class BoolProxy(NumberProxy):
 class TensorProxy(Proxy):
     """A tensor seen while tracing: shape, dtype, device, requires_grad; no data."""
 
-    __slots__ = ("_shape", "_size", "dtype", "device", "requires_grad", "__weakref__")
+    __slots__ = ("__weakref__", "_shape", "_size", "device", "dtype", "requires_grad")
     prefix = "t"
 
     def __init__(self, shape, dtype: torch.dtype, device, requires_grad: bool = False, name: str | None = None):
@@ -284,7 +284,7 @@ class TensorProxy(Proxy):
     def replace_name(self, name):
         return TensorProxy(self._shape, self.dtype, self.device, self.requires_grad, name=name)
 
-    def like(self, shape=None, dtype=None, device=None, requires_grad=None, name=None) -> "TensorProxy":
+    def like(self, shape=None, dtype=None, device=None, requires_grad=None, name=None) -> TensorProxy:
         """A new proxy with this one's metadata except where given."""
         return TensorProxy(
             self._shape if shape is None else shape,
@@ -353,7 +353,7 @@ class TensorProxy(Proxy):
 class _BoundMethod:
     """`proxy.method` as a callable; also answers __name__ and __self__ like a bound method."""
 
-    __slots__ = ("fn", "__self__", "__name__")
+    __slots__ = ("__name__", "__self__", "fn")
 
     def __init__(self, fn, obj, name):
         self.fn, self.__self__, self.__name__ = fn, obj, name

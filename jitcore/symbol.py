@@ -8,8 +8,9 @@ their body.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from jitcore.trace import get_tracectx
 
@@ -79,7 +80,7 @@ class Symbol:
             raise NotImplementedError(f"{self.id} has no eager kernel (import executors.torchex)")
         return kernel(*args, **kwargs)
 
-    def bind(self, *args, output, subsymbols=(), **kwargs) -> "BoundSymbol":
+    def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
         """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
         return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
 
@@ -130,9 +131,9 @@ class BoundSymbol:
         self.args = tuple(self.args)
         self.kwargs = dict(self.kwargs)
 
-    def from_bsym(self, **changes) -> "BoundSymbol":
-        fields = dict(sym=self.sym, args=self.args, kwargs=self.kwargs, output=self.output,
-                      subsymbols=self.subsymbols, header=self.header, extra=dict(self.extra))
+    def from_bsym(self, **changes) -> BoundSymbol:
+        fields = {"sym": self.sym, "args": self.args, "kwargs": self.kwargs, "output": self.output,
+                  "subsymbols": self.subsymbols, "header": self.header, "extra": dict(self.extra)}
         fields.update(changes)
         return BoundSymbol(**fields)
 

@@ -228,7 +228,7 @@ def _stable_identities(guards, roots):
     for prov, obj in list(guards.objects.items()):
         try:
             again = prov.load(roots)
-        except Exception:  # noqa: BLE001, S112  (not re-fetchable here: keep the guard as it was)
+        except Exception:
             continue
         if again is not obj:
             del guards.objects[prov]

@@ -59,8 +59,8 @@ def assert_matches_torch(op_fn, torch_fn, *args, atol=None, rtol=None, equal_nan
 
 
 def assert_same(got, expected, atol=None, rtol=None, equal_nan=True, msg=""):
-    gflat, gspec = tree_flatten(got)
-    eflat, espec = tree_flatten(expected)
+    gflat, _gspec = tree_flatten(got)
+    eflat, _espec = tree_flatten(expected)
     assert len(gflat) == len(eflat), f"{msg}: {len(gflat)} outputs vs {len(eflat)}"
     for g, e in zip(gflat, eflat):
         if isinstance(e, torch.Tensor):

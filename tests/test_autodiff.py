@@ -94,7 +94,8 @@ for _name, _fn in BINARY.items():
     SAMPLES[f"prims.{_name}"] = [(_fn, lambda: (t(3, 4, low=0.5), t(4, low=0.5))),
                                  (_fn, lambda: (t(3, 1, low=0.5), t(1, 4, low=0.5, grad=False))),
                                  (_fn, lambda: (t(2, 3, low=0.5), t(low=0.5)))]
-SAMPLES["prims.pow"] = [(torch.pow, lambda: (t(3, 4, **POS), t(4))), (torch.pow, lambda: (t(3, 4, **POS), t(grad=False))),
+SAMPLES["prims.pow"] = [(torch.pow, lambda: (t(3, 4, **POS), t(4))),
+                        (torch.pow, lambda: (t(3, 4, **POS), t(grad=False))),
                         (lambda a: a ** 3, lambda: (t(5),)), (lambda b: 2.0 ** b, lambda: (t(5),))]
 SAMPLES["prims.where"] = [(lambda c, a, b: torch.where(c > 0, a, b), lambda: (t(3, 4, grad=False), t(3, 1), t(4))),
                           (lambda a: torch.where(a > 0, a, 0.0), lambda: (t(5),))]
@@ -102,20 +103,26 @@ SAMPLES["prims.convert_element_type"] = [(lambda a: a.float() * 2, lambda: (t(3,
                                          (lambda a: a.to(torch.bfloat16).double(), lambda: (t(3),))]
 SAMPLES["prims.broadcast_in_dim"] = [(lambda a: a.expand(3, 2, 4), lambda: (t(2, 1),)),
                                      (lambda a, b: a + b, lambda: (t(3, 1, 4), t(2, 1)))]
-SAMPLES["prims.reshape"] = [(lambda a: a.reshape(6, 2), lambda: (t(3, 4),)), (lambda a: a.view(-1), lambda: (t(2, 3),))]
-SAMPLES["prims.squeeze"] = [(lambda a: a.squeeze(1), lambda: (t(3, 1, 4),)), (lambda a: a.squeeze(), lambda: (t(1, 2, 1),))]
-SAMPLES["prims.transpose"] = [(lambda a: a.permute(2, 0, 1), lambda: (t(2, 3, 4),)), (lambda a: a.t(), lambda: (t(3, 4),))]
+SAMPLES["prims.reshape"] = [(lambda a: a.reshape(6, 2), lambda: (t(3, 4),)),
+                            (lambda a: a.view(-1), lambda: (t(2, 3),))]
+SAMPLES["prims.squeeze"] = [(lambda a: a.squeeze(1), lambda: (t(3, 1, 4),)),
+                            (lambda a: a.squeeze(), lambda: (t(1, 2, 1),))]
+SAMPLES["prims.transpose"] = [(lambda a: a.permute(2, 0, 1), lambda: (t(2, 3, 4),)),
+                              (lambda a: a.t(), lambda: (t(3, 4),))]
 SAMPLES["prims.flip"] = [(lambda a: torch.flip(a, (0, 2)), lambda: (t(2, 3, 4),))]
 SAMPLES["prims.slice"] = [(lambda a: a[1:3, ::2], lambda: (t(4, 5),)), (lambda a: a[..., -2:], lambda: (t(2, 3),)),
                           (lambda a: a[2:2], lambda: (t(4),))]
 SAMPLES["prims.cat"] = [(lambda a, b: torch.cat([a, b, a], 1), lambda: (t(2, 3), t(2, 1)))]
-SAMPLES["prims.pad"] = [(lambda a: F.pad(a, (1, 2, 0, 1)), lambda: (t(2, 3),)), (lambda a: F.pad(a, (-1, 1)), lambda: (t(2, 4),))]
+SAMPLES["prims.pad"] = [(lambda a: F.pad(a, (1, 2, 0, 1)), lambda: (t(2, 3),)),
+                        (lambda a: F.pad(a, (-1, 1)), lambda: (t(2, 4),))]
 SAMPLES["prims.unfold"] = [(lambda a: a.unfold(1, 2, 1), lambda: (t(2, 5),))]
 SAMPLES["prims.sum"] = [(lambda a: a.sum(1), lambda: (t(3, 4),)), (lambda a: a.sum(), lambda: (t(2, 3),)),
                         (lambda a: a.mean((0, 2), keepdim=True), lambda: (t(2, 3, 4),))]
-SAMPLES["prims.amax"] = [(lambda a: a.amax(1), lambda: (t(3, 4),)), (lambda a: torch.max(a, 0).values, lambda: (t(3, 4),))]
+SAMPLES["prims.amax"] = [(lambda a: a.amax(1), lambda: (t(3, 4),)),
+                         (lambda a: torch.max(a, 0).values, lambda: (t(3, 4),))]
 SAMPLES["prims.amin"] = [(lambda a: a.amin(0), lambda: (t(3, 4),)), (lambda a: torch.min(a), lambda: (t(5),))]
-SAMPLES["prims.var"] = [(lambda a: a.var(1), lambda: (t(3, 4),)), (lambda a: a.std(0, correction=0), lambda: (t(3, 4),))]
+SAMPLES["prims.var"] = [(lambda a: a.var(1), lambda: (t(3, 4),)),
+                        (lambda a: a.std(0, correction=0), lambda: (t(3, 4),))]
 SAMPLES["prims.var_mean"] = [(lambda a: torch.var_mean(a, 1), lambda: (t(3, 4),)),
                              (lambda a: torch.var_mean(a, 1)[1], lambda: (t(3, 4),)),
                              (lambda a: torch.var_mean(a, 0)[0], lambda: (t(3, 4),))]
@@ -130,7 +137,8 @@ SAMPLES["prims.take"] = [(lambda a, i: torch.index_select(a, 0, i), lambda: (t(4
 SAMPLES["prims.take_along_axis"] = [(lambda a, i: torch.gather(a, 1, i), lambda: (t(3, 4), idx(4, 3, 5)))]
 SAMPLES["prims.scatter"] = [(lambda a, s: torch.scatter(a, 1, torch.tensor([[0, 2], [1, 3], [3, 0]]), s),
                              lambda: (t(3, 4), t(3, 2)))]
-SAMPLES["prims.scatter_add"] = [(lambda a, i, s: torch.scatter_add(a, 1, i, s), lambda: (t(3, 4), idx(4, 3, 5), t(3, 5)))]
+SAMPLES["prims.scatter_add"] = [(lambda a, i, s: torch.scatter_add(a, 1, i, s),
+                                 lambda: (t(3, 4), idx(4, 3, 5), t(3, 5)))]
 SAMPLES["prims.index_add"] = [(lambda a, i, s: torch.index_add(a, 0, i, s), lambda: (t(4, 3), idx(4, 5), t(5, 3)))]
 SAMPLES["prims.index_put"] = [(lambda a, v: a.index_put((torch.tensor([0, 2]),), v), lambda: (t(4, 3), t(2, 3))),
                               (lambda a, v: a.index_put((torch.tensor([0, 0]),), v, accumulate=True),
@@ -139,7 +147,8 @@ SAMPLES["prims.stop_gradient"] = [(lambda a, b: a.detach() * b + a, lambda: (t(3
 SAMPLES["prims.embedding"] = [(F.embedding, lambda: (idx(5, 2, 3), t(5, 4)))]
 SAMPLES["prims.convolution"] = [(F.conv2d, lambda: (t(2, 3, 5, 5), t(4, 3, 3, 3), t(4))),
                                 (lambda x, w: F.conv1d(x, w, stride=2, padding=1), lambda: (t(2, 2, 7), t(3, 2, 3))),
-                                (lambda x, w: F.conv_transpose2d(x, w, stride=2), lambda: (t(1, 2, 3, 3), t(2, 3, 2, 2)))]
+                                (lambda x, w: F.conv_transpose2d(x, w, stride=2),
+                                 lambda: (t(1, 2, 3, 3), t(2, 3, 2, 2)))]
 SAMPLES["prims.linear"] = [(F.linear, lambda: (t(2, 3, 4), t(5, 4), t(5))), (F.linear, lambda: (t(4), t(5, 4)))]
 _MATMUL_SHAPES = [((4,), (4,)), ((4,), (4, 3)), ((2, 4), (4,)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)),
                   ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3))]
@@ -149,7 +158,8 @@ SAMPLES["ltorch.linear"] = SAMPLES["prims.linear"] + [(F.linear, lambda: (t(3, 4
 SAMPLES["ltorch.matmul"] = SAMPLES["prims.matmul"] + [(lambda a, b: a @ b, lambda: (t(3, 4), t(4, 2, grad=False)))]
 SAMPLES["ltorch.mm"] = [(torch.mm, lambda: (t(3, 4), t(4, 2)))]
 SAMPLES["ltorch.bmm"] = [(torch.bmm, lambda: (t(2, 3, 4), t(2, 4, 5)))]
-SAMPLES["ltorch.softmax"] = [(lambda a: F.softmax(a, 1), lambda: (t(3, 4),)), (lambda a: a.softmax(-1), lambda: (t(2, 3, 4),)),
+SAMPLES["ltorch.softmax"] = [(lambda a: F.softmax(a, 1), lambda: (t(3, 4),)),
+                             (lambda a: a.softmax(-1), lambda: (t(2, 3, 4),)),
                              (lambda a: F.softmax(a, 0, dtype=torch.float32), lambda: (t(3, 4),)),
                              (lambda a: F.softmax(a, 0), lambda: (t(),))]
 SAMPLES["ltorch.log_softmax"] = [(lambda a: F.log_softmax(a, 1), lambda: (t(3, 4),)),
@@ -173,8 +183,10 @@ _CE = F.cross_entropy
 SAMPLES["ltorch.cross_entropy"] = [
     (lambda x, y: _CE(x, y), lambda: (t(5, 4), idx(4, 5))),
     (lambda x, y: _CE(x, y, ignore_index=1, reduction="sum"), lambda: (t(6, 3), idx(3, 6))),
-    (lambda x, y, w: _CE(x, y, w, reduction="none", label_smoothing=0.2), lambda: (t(5, 4), idx(4, 5), t(4, **POS, grad=False))),
-    (lambda x, y, w: _CE(x, y, w, ignore_index=0, label_smoothing=0.1), lambda: (t(2, 4, 3), idx(4, 2, 3), t(4, **POS, grad=False))),
+    (lambda x, y, w: _CE(x, y, w, reduction="none", label_smoothing=0.2),
+     lambda: (t(5, 4), idx(4, 5), t(4, **POS, grad=False))),
+    (lambda x, y, w: _CE(x, y, w, ignore_index=0, label_smoothing=0.1),
+     lambda: (t(2, 4, 3), idx(4, 2, 3), t(4, **POS, grad=False))),
     (lambda x, y: _CE(x, y), lambda: (t(4), torch.tensor(2))),
     (lambda x, y: _CE(x, y, ignore_index=2), lambda: (t(3, 4), torch.full((3,), 2))),  # every target ignored
     (lambda x, y: _CE(x, y.softmax(1)), lambda: (t(3, 4), t(3, 4, grad=False))),  # probability targets: subsymbols

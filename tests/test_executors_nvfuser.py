@@ -32,7 +32,7 @@ def test_unavailable_without_cuda_is_a_clear_error():
         pytest.skip("nvFuser is available here")
     assert "CUDA" in why or "nvFuser" in why
     for ex in (nvfuser_ex, "nvfuser"):
-        with pytest.raises(RuntimeError, match="nvfuser.*cannot be used here"):
+        with pytest.raises(RuntimeError, match=r"nvfuser.*cannot be used here"):
             jitcore.jit(lambda x: x + 1, executors=[ex])
 
 

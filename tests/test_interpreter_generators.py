@@ -128,7 +128,7 @@ def test_throw_into_yield_from():
 def test_generator_exception_semantics():
     def bad():
         yield 1
-        raise StopIteration("oops")  # noqa: PLR1708  (PEP 479 is what is tested)
+        raise StopIteration("oops")
 
     def f(x):
         try:
@@ -151,7 +151,7 @@ def test_generator_finally_runs_on_exhaustion_and_cleanup():
     def f(x):
         log = []
         for v in gen(log):
-            log.append(v)  # noqa: PERF402
+            log.append(v)
         g = gen(log)
         next(g)
         g.close()

@@ -104,7 +104,7 @@ def test_training_step(name):
     jm = jitcore.jit(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for step in range(2):
+    for _step in range(2):
         out, loss = read(jm(*args, **kwargs))
         want, want_loss = read(ref(*args, **kwargs))
         torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)

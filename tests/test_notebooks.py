@@ -24,7 +24,7 @@ def symbolic_values_missing() -> str | None:
         jfoo = jitcore.jit(foo, cache="symbolic values")
         jfoo(torch.randn(3, 4, requires_grad=True), torch.randn(3, 1, 4, requires_grad=True)).sum().backward()
         jfoo(torch.randn(5, 6, requires_grad=True), torch.randn(5, 1, 6, requires_grad=True))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"cache='symbolic values' fails: {type(e).__name__}: {e}"
     if jitcore.cache_misses(jfoo) != 1:
         return "cache='symbolic values' has not landed yet (a new shape is still a cache miss)"
@@ -34,7 +34,7 @@ def symbolic_values_missing() -> str | None:
 def inductor_missing() -> str | None:
     try:
         from executors import inductor_ex
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"executors.inductor_ex is not there yet ({type(e).__name__}: {e})"
     ok, why = inductor_ex.is_available()
     return None if ok else f"the inductor executor cannot run here: {why}"

@@ -48,7 +48,7 @@ def _id(op):
 def _samples(op, limit=None, requires_grad=False):
     try:
         return list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=requires_grad), limit))
-    except Exception as e:  # noqa: BLE001  (a sample generator that needs something this machine lacks)
+    except Exception as e:
         pytest.skip(f"sample_inputs failed: {type(e).__name__}: {e}")
 
 
@@ -80,7 +80,7 @@ def _check_forward(op, sample):
     fn, args = _call(op, sample)
     try:
         expected = fn(*args)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return  # eager refuses this sample (error inputs are tested elsewhere)
     try:
         got = jitcore.jit(fn, cache="no caching")(*args)
@@ -133,7 +133,7 @@ def test_opinfo_grad(op):
         leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         try:
             expected = [o for o in _outputs(fn(*args)) if o.requires_grad]
-        except Exception:  # noqa: BLE001, S112  (eager refuses this sample)
+        except Exception:
             continue
         if not leaves or not expected:
             continue

@@ -29,7 +29,7 @@ def T(*shape, dtype=f32, nc=False, low=None, high=None):
     return make_tensor(shape, dtype=dtype, device="cpu", noncontiguous=nc, low=low, high=high)
 
 
-def I(*values):  # an int64 index tensor
+def Ix(*values):  # an int64 index tensor
     return torch.tensor(values, dtype=i64)
 
 
@@ -164,11 +164,11 @@ def _index_put_ref(a, indices, values, accumulate):
 
 
 INDEX = [
-    case("take", lambda a, i: prims.take(a, i, 0), lambda a, i: a.index_select(0, i), T(4, 5, nc=True), I(0, 3, 3)),
+    case("take", lambda a, i: prims.take(a, i, 0), lambda a, i: a.index_select(0, i), T(4, 5, nc=True), Ix(0, 3, 3)),
     case("take_dim1", lambda a, i: prims.take(a, i, -1), lambda a, i: a.index_select(-1, i), T(2, 5, dtype=i64),
-         I(4, 0)),
-    case("take_empty", lambda a, i: prims.take(a, i, 0), lambda a, i: a.index_select(0, i), T(4, 2), I()),
-    case("take_0d", lambda a, i: prims.take(a, i, 0), lambda a, i: a.index_select(0, i), T(), I(0)),
+         Ix(4, 0)),
+    case("take_empty", lambda a, i: prims.take(a, i, 0), lambda a, i: a.index_select(0, i), T(4, 2), Ix()),
+    case("take_0d", lambda a, i: prims.take(a, i, 0), lambda a, i: a.index_select(0, i), T(), Ix(0)),
     case("take_0d_index", lambda a, i: prims.take(a, i, 0), lambda a, i: a.index_select(0, i), T(3, dtype=b8),
          torch.tensor(2)),
     case("take_along_axis", lambda a, i: prims.take_along_axis(a, i, 1), lambda a, i: a.gather(1, i),
@@ -186,22 +186,22 @@ INDEX = [
     case("scatter_add_int", lambda a, i, s: prims.scatter_add(a, i, s, -1), lambda a, i, s: a.scatter_add(-1, i, s),
          T(2, 3, dtype=i64), torch.tensor([[0, 0], [2, 2]]), T(2, 2, dtype=i64)),
     case("index_add", lambda a, i, s: prims.index_add(a, i, s, 0), lambda a, i, s: a.index_add(0, i, s),
-         T(4, 3), I(0, 2, 0), T(3, 3, nc=True)),
+         T(4, 3), Ix(0, 2, 0), T(3, 3, nc=True)),
     case("index_add_dim1", lambda a, i, s: prims.index_add(a, i, s, 1), lambda a, i, s: a.index_add(1, i, s),
-         T(2, 4, dtype=i64), I(3), T(2, 1, dtype=i64)),
+         T(2, 4, dtype=i64), Ix(3), T(2, 1, dtype=i64)),
     case("index_add_empty", lambda a, i, s: prims.index_add(a, i, s, 0), lambda a, i, s: a.index_add(0, i, s),
-         T(4, 3), I(), T(0, 3)),
+         T(4, 3), Ix(), T(0, 3)),
     case("index_put", lambda a, i, v: prims.index_put(a, (i,), v, False),
-         lambda a, i, v: _index_put_ref(a, (i,), v, False), T(5, 3, nc=True), I(0, 4), T(2, 3)),
+         lambda a, i, v: _index_put_ref(a, (i,), v, False), T(5, 3, nc=True), Ix(0, 4), T(2, 3)),
     case("index_put_acc", lambda a, i, v: prims.index_put(a, (i,), v, True),
-         lambda a, i, v: _index_put_ref(a, (i,), v, True), T(5, 3), I(1, 1, 2), T(3)),
+         lambda a, i, v: _index_put_ref(a, (i,), v, True), T(5, 3), Ix(1, 1, 2), T(3)),
     case("index_put_two", lambda a, i, j, v: prims.index_put(a, (i, j), v, True),
          lambda a, i, j, v: _index_put_ref(a, (i, j), v, True), T(4, 3, dtype=i64), torch.tensor([[0], [3]]),
-         I(0, 2), T(2, 2, dtype=i64)),
+         Ix(0, 2), T(2, 2, dtype=i64)),
     case("index_put_none", lambda a, i, v: prims.index_put(a, (None, i), v, False),
-         lambda a, i, v: _index_put_ref(a, (None, i), v, False), T(2, 4, 3), I(3, 0), T(2, 2, 3)),
+         lambda a, i, v: _index_put_ref(a, (None, i), v, False), T(2, 4, 3), Ix(3, 0), T(2, 2, 3)),
     case("index_put_apart", lambda a, i, j, v: prims.index_put(a, (i, None, j), v, False),
-         lambda a, i, j, v: _index_put_ref(a, (i, None, j), v, False), T(2, 4, 3), I(1, 0), I(2, 2), T(2, 4)),
+         lambda a, i, j, v: _index_put_ref(a, (i, None, j), v, False), T(2, 4, 3), Ix(1, 0), Ix(2, 2), T(2, 4)),
     case("index_put_mask", lambda a, m, v: prims.index_put(a, (m,), v, False),
          lambda a, m, v: _index_put_ref(a, (m,), v, False), T(3, 4, dtype=bf16), torch.rand(3, 4) > 0.5,
          T(dtype=bf16)),
@@ -238,7 +238,7 @@ NN = [
     case("conv_transpose1d", lambda a, w, b: prims.convolution(a, w, b, (2,), (1,), (1,), True, (1,), 1),
          lambda a, w, b: torch.conv_transpose1d(a, w, b, 2, 1, 1), T(2, 3, 5), T(3, 4, 3), T(4), atol=1e-4,
          rtol=1e-4),
-    case("embedding", lambda i, w: prims.embedding(i, w), torch.nn.functional.embedding, I(0, 3, 3), T(4, 5)),
+    case("embedding", lambda i, w: prims.embedding(i, w), torch.nn.functional.embedding, Ix(0, 3, 3), T(4, 5)),
     case("embedding_pad", lambda i, w: prims.embedding(i, w, padding_idx=1), lambda i, w: torch.nn.functional.
          embedding(i, w, padding_idx=1), torch.tensor([[0, 1], [2, 1]]), T(3, 2, dtype=bf16)),
 ]
@@ -334,7 +334,8 @@ def test_copy_writes_into_dst():
 
 def test_kernels_print_as_torch_calls_or_torchex_adapters():
     def fn(a):
-        return prims.topk(a, 2, -1, True, True), prims.transpose(a, (1, 0)), prims.sum(a, (0,)), prims.unfold(a, 0, 2, 1)
+        return (prims.topk(a, 2, -1, True, True), prims.transpose(a, (1, 0)), prims.sum(a, (0,)),
+                prims.unfold(a, 0, 2, 1))
 
     text = str(claim(trace_fn(fn, T(3, 4)), [torch_ex]))
     for call in ("torch.topk(t0, 2, -1, True, True)", "torch.permute(t0, (1, 0))", "torchex._sum(t0, (0,))",
@@ -343,7 +344,7 @@ def test_kernels_print_as_torch_calls_or_torchex_adapters():
 
 
 def test_requires_grad_propagation():
-    x, i = T(3, 4).requires_grad_(), I(0, 1)
+    x, i = T(3, 4).requires_grad_(), Ix(0, 1)
 
     def fn(a, idx):
         return (prims.sum(a, (0,)), prims.argmax(a, 0), prims.stop_gradient(a), prims.take(a, idx, 0),
@@ -388,15 +389,15 @@ BAD = [
     ("cumsum", lambda a: prims.cumsum(a, 0), [T(3, dtype=b8)]),
     ("take", lambda a, i: prims.take(a, i, 0), [T(3), T(2, 2, dtype=i64)]),
     ("take", lambda a, i: prims.take(a, i, 0), [T(3), T(2)]),
-    ("take_along_axis", lambda a, i: prims.take_along_axis(a, i, 0), [T(3, 2), I(0, 1)]),
+    ("take_along_axis", lambda a, i: prims.take_along_axis(a, i, 0), [T(3, 2), Ix(0, 1)]),
     ("take_along_axis", lambda a, i: prims.take_along_axis(a, i, 0), [T(3, 2), torch.zeros(1, 3, dtype=i64)]),
-    ("scatter", lambda a, i, s: prims.scatter(a, i, s, 0), [T(3), I(0, 1), T(3, dtype=f64)]),
-    ("scatter_add", lambda a, i, s: prims.scatter_add(a, i, s, 0), [T(3), I(0, 1), T(1)]),
-    ("index_add", lambda a, i, s: prims.index_add(a, i, s, 0), [T(3, 2), I(0, 1), T(2, 3)]),
-    ("index_put", lambda a, i, v: prims.index_put(a, (i,), v, False), [T(3, 2), I(0, 1), T(3, 2)]),
-    ("index_put", lambda a, i, v: prims.index_put(a, (i, i, i), v, False), [T(3, 2), I(0, 1), T(2)]),
+    ("scatter", lambda a, i, s: prims.scatter(a, i, s, 0), [T(3), Ix(0, 1), T(3, dtype=f64)]),
+    ("scatter_add", lambda a, i, s: prims.scatter_add(a, i, s, 0), [T(3), Ix(0, 1), T(1)]),
+    ("index_add", lambda a, i, s: prims.index_add(a, i, s, 0), [T(3, 2), Ix(0, 1), T(2, 3)]),
+    ("index_put", lambda a, i, v: prims.index_put(a, (i,), v, False), [T(3, 2), Ix(0, 1), T(3, 2)]),
+    ("index_put", lambda a, i, v: prims.index_put(a, (i, i, i), v, False), [T(3, 2), Ix(0, 1), T(2)]),
     ("index_put", lambda a, m, v: prims.index_put(a, (m,), v, False), [T(3, 2), torch.ones(2, dtype=b8), T()]),
-    ("index_put", lambda a, i, v: prims.index_put(a, (i,), v, False), [T(3, 2), I(0, 1), T(2, dtype=f64)]),
+    ("index_put", lambda a, i, v: prims.index_put(a, (i,), v, False), [T(3, 2), Ix(0, 1), T(2, dtype=f64)]),
     ("matmul", lambda a, b: prims.matmul(a, b), [T(2, 3), T(2, 3)]),
     ("matmul", lambda a, b: prims.matmul(a, b), [T(3), T(3, dtype=f64)]),
     ("matmul", lambda a, b: prims.matmul(a, b), [T(), T(3)]),

@@ -124,6 +124,8 @@ def test_result_dtypes_follow_torch():
 
 def test_named_results():
     """(values, indices) results are torch.return_types, so `.values` / `.indices` work in traced code."""
-    fn = (lambda a: (a.max(1).values, torch.min(a, 0).indices, torch.sort(a, descending=True).values,
-                     a.topk(2).indices, torch.aminmax(a).max, a.max(-1)))
+    def fn(a):
+        return (a.max(1).values, torch.min(a, 0).indices, torch.sort(a, descending=True).values,
+                a.topk(2).indices, torch.aminmax(a).max, a.max(-1))
+
     check_op(fn, sample((3, 4), F32))

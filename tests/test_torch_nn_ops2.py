@@ -207,7 +207,8 @@ def test_pad_constant_extras():
 
 POOL_ARGS = [
     {"kernel_size": 2}, {"kernel_size": 3, "stride": 2}, {"kernel_size": 3, "stride": 2, "padding": 1},
-    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}, {"kernel_size": 2, "stride": 3, "ceil_mode": True},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+    {"kernel_size": 2, "stride": 3, "ceil_mode": True},
     {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 0)},
 ]
 
@@ -261,7 +262,8 @@ def test_adaptive_avg_pool(fn, shape, out):
 
 
 INTERP = [
-    {"size": (5, 7), "mode": "nearest"}, {"scale_factor": 2, "mode": "nearest"}, {"scale_factor": 0.6, "mode": "nearest"},
+    {"size": (5, 7), "mode": "nearest"}, {"scale_factor": 2, "mode": "nearest"},
+    {"scale_factor": 0.6, "mode": "nearest"},
     {"scale_factor": (1.7, 2.3), "mode": "nearest-exact"}, {"size": (3, 4), "mode": "nearest-exact"},
     {"size": (5, 7), "mode": "bilinear"}, {"size": (5, 7), "mode": "bilinear", "align_corners": True},
     {"scale_factor": 1.5, "mode": "bilinear"}, {"scale_factor": (0.5, 2.5), "mode": "bilinear", "align_corners": False},
@@ -294,7 +296,8 @@ def test_interpolate_other_ranks_and_modes():
 
 # -- linear algebra -------------------------------------------------------------------------------------------------
 MATMUL_SHAPES = [((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)), ((5, 2, 3), (3, 4)),
-                 ((5, 2, 3), (1, 3, 4)), ((3,), (2, 3, 4)), ((2, 1, 2, 3), (4, 3, 2)), ((0, 3), (3, 2)), ((2, 0), (0, 3))]
+                 ((5, 2, 3), (1, 3, 4)), ((3,), (2, 3, 4)), ((2, 1, 2, 3), (4, 3, 2)), ((0, 3), (3, 2)),
+                 ((2, 0), (0, 3))]
 
 
 @pytest.mark.parametrize("sa,sb", MATMUL_SHAPES)

@@ -273,7 +273,7 @@ def _zeros_like(t):
 def _pieces_rule(bsym, *gs):
     args = _args(bsym)
     a, dim = args[0], args[-1]
-    pieces = [p for p in bsym.output]
+    pieces = list(bsym.output)
     if not _diff(a) or not pieces or not all(isinstance(p, TensorProxy) for p in pieces):
         return NotImplemented
     d = dim % a.ndim

@@ -39,7 +39,7 @@ class NvFuserExecutor(FusionExecutor):
             return False, "nvFuser needs a CUDA device and torch.cuda.is_available() is False; use 'inductor'"
         try:
             _import_nvfuser()
-        except Exception as e:  # noqa: BLE001  (any import failure means: not available)
+        except Exception as e:
             return False, f"nvFuser cannot be imported ({type(e).__name__}: {e}); pip install nvfuser-cu12X-torchXY"
         return True, ""
 

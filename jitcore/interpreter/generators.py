@@ -22,7 +22,9 @@ def _make_exception(typ, val=None, tb=None):
         else:
             exc = typ(*val) if isinstance(val, tuple) else typ(val)
     else:
-        raise TypeError(f"exceptions must be classes or instances deriving from BaseException, not {type(typ).__name__}")
+        raise TypeError(
+            f"exceptions must be classes or instances deriving from BaseException, not {type(typ).__name__}"
+        )
     if tb is not None:
         exc = exc.with_traceback(tb)
     return exc
@@ -88,7 +90,7 @@ class InterpGenerator:
                     return meth(exc)
                 except StopIteration as e:
                     value, err = e.value, None
-                except BaseException as e:  # noqa: BLE001  (thrown back into this frame below)
+                except BaseException as e:
                     value, err = None, e
                 finally:
                     self._running = False
@@ -110,7 +112,7 @@ class InterpGenerator:
             return None
         try:
             close()
-        except BaseException as e:  # noqa: BLE001  (CPython throws it into the delegating generator)
+        except BaseException as e:
             return e
         return None
 

@@ -21,7 +21,9 @@ from jitcore.interpreter.frame import NULL, Frame, code_info
 from jitcore.interpreter.run import LOOKASIDES, RETURNED, run_frame
 
 _CellType = types.CellType
-_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, n).compiler_flag for n in __future__.all_feature_names))
+_FUTURE_FLAGS = functools.reduce(
+    operator.or_, (getattr(__future__, n).compiler_flag for n in __future__.all_feature_names)
+)
 
 
 def lookaside(*targets):

@@ -112,7 +112,7 @@ def DICT_MERGE(frame, inst):
     fn = stack[-inst.arg - 2]
     if not hasattr(update, "keys"):
         raise TypeError(f"{func_str(fn)} argument after ** must be a mapping, not {type(update).__name__}")
-    for k in update.keys():  # noqa: SIM118  (the mapping protocol: keys() then __getitem__)
+    for k in update.keys():
         if k in target:
             raise TypeError(f"{func_str(fn)} got multiple values for keyword argument '{k}'")
         target[k] = update[k]

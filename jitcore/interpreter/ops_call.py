@@ -61,7 +61,7 @@ def CALL_FUNCTION_EX(frame, inst):
     if type(kwargs) is not dict:
         if not hasattr(kwargs, "keys"):
             raise TypeError(f"{func_str(fn)} argument after ** must be a mapping, not {type(kwargs).__name__}")
-        kwargs = {k: kwargs[k] for k in kwargs.keys()}  # noqa: SIM118  (mapping protocol)
+        kwargs = {k: kwargs[k] for k in kwargs.keys()}
     if type(callargs) is not tuple:
         if not hasattr(type(callargs), "__iter__") and not hasattr(type(callargs), "__getitem__"):
             raise TypeError(f"{func_str(fn)} argument after * must be an iterable, not {type(callargs).__name__}")

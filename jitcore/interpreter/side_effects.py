@@ -171,7 +171,7 @@ class SideEffectLog:
         for restore in reversed(self._undo):
             try:
                 restore()
-            except Exception as e:  # noqa: BLE001  (keep restoring the rest; the first error is re-raised)
+            except Exception as e:
                 first_error = first_error or e
         self._undo.clear()
         self._snapshotted.clear()

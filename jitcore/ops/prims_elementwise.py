@@ -124,7 +124,7 @@ ge = _binary("ge", (0, 1, 2), out=torch.bool, tags=ND)
 @prim("where")
 def where(pred, a, b):
     """pred ? a : b; pred is a bool tensor (or bool); a and b share pred's shape and one dtype."""
-    check(isinstance(pred, TensorProxy) and pred.dtype is torch.bool or isinstance(pred, bool),
+    check((isinstance(pred, TensorProxy) and pred.dtype is torch.bool) or isinstance(pred, bool),
           lambda: f"prims.where: the condition must be a bool tensor, got {pred!r}")
     vals = tensors_of(a, b)
     shape_src = vals[0] if vals else pred

@@ -56,7 +56,7 @@ def take(a, index, dim):
 
 
 def _check_gather_like(op, a, index, d, src=None):
-    check(index.ndim == a.ndim or index.numel() == 0 and index.ndim <= 1,
+    check(index.ndim == a.ndim or (index.numel() == 0 and index.ndim <= 1),
           lambda: f"prims.{op}: index {_shape(index)} and input {_shape(a)} must have the same number of dimensions")
     if index.numel() == 0:
         return
@@ -119,7 +119,7 @@ def index_add(a, index, source, dim):
     expected = list(a.shape)
     if a.ndim:
         expected[d] = index.numel()
-    check(_shape(source) == tuple(expected) or a.ndim == 0 and source.numel() == 1 == index.numel(),
+    check(_shape(source) == tuple(expected) or (a.ndim == 0 and source.numel() == 1 == index.numel()),
           lambda: f"prims.index_add: source {_shape(source)} must have the shape {tuple(expected)} of input "
                   f"{_shape(a)} with dim {d} replaced by the index's length {index.numel()}")
     same_device("prims.index_add", a, index, source)
@@ -130,7 +130,7 @@ def _indexed_shape(op, a, indices) -> tuple:
     """The shape of a[indices] by torch's advanced-indexing layout; None stands for a bool mask's count."""
     d, groups, kept, positions, first = 0, [], [], [], None
     for i, idx in enumerate(indices):
-        check(d < a.ndim or idx is not None and idx.dtype is torch.bool and idx.ndim == 0,
+        check(d < a.ndim or (idx is not None and idx.dtype is torch.bool and idx.ndim == 0),
               lambda: f"prims.{op}: too many indices for tensor of dimension {a.ndim}")
         if idx is None:
             kept.append(a.shape[d])

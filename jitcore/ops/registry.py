@@ -88,4 +88,4 @@ def composite_tags(*tags):
     return frozenset(tags)
 
 
-__all__ = ["prim", "torchsymbol", "PRIMS", "LTORCH", "OPS", "Tag", "OpNamespace"]
+__all__ = ["LTORCH", "OPS", "PRIMS", "OpNamespace", "Tag", "prim", "torchsymbol"]

@@ -148,7 +148,7 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
     bad = [v for v in (start, end, step) if not is_number(v)]
     check(not bad, lambda: f"arange(): start, end and step must be numbers, got {bad[0]!r}")
     check(step != 0, "step must be nonzero")
-    check(step > 0 and end >= start or step < 0 and end <= start,
+    check((step > 0 and end >= start) or (step < 0 and end <= start),
           "upper bound and larger bound inconsistent with step sign")
     all_int = all(isinstance(v, int) for v in (start, end, step))
     dtype = dtype or (torch.int64 if all_int else torch.get_default_dtype())

@@ -61,8 +61,9 @@ def _ranks(op, expected, *named):
 @torchsymbol(torch.mm, T.mm, method="mm")
 def mm(input, mat2):
     _ranks("mm", (2, 2), ("self", input), ("mat2", mat2))
-    check(input.shape[1] == mat2.shape[0], lambda: f"mm: mat1 and mat2 shapes cannot be multiplied "
-                                                  f"({input.shape[0]}x{input.shape[1]} and {mat2.shape[0]}x{mat2.shape[1]})")
+    check(input.shape[1] == mat2.shape[0],
+          lambda: f"mm: mat1 and mat2 shapes cannot be multiplied "
+                  f"({input.shape[0]}x{input.shape[1]} and {mat2.shape[0]}x{mat2.shape[1]})")
     return matmul(input, mat2)
 
 

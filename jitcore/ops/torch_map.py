@@ -39,7 +39,7 @@ def dispatch(func, args, kwargs):
 
 def is_torch_callable(fn) -> bool:
     mod = getattr(fn, "__module__", None) or ""
-    if mod == "torch" or mod.startswith("torch.") or mod.startswith("torch._C"):
+    if mod == "torch" or mod.startswith(("torch.", "torch._C")):
         return True
     objclass = getattr(fn, "__objclass__", None)
     return objclass is not None and objclass.__name__ in ("Tensor", "TensorBase")

@@ -35,8 +35,8 @@ def _check_sdpa(query, key, value, attn_mask, is_causal, enable_gqa):
         if not (isinstance(t, TensorProxy) and t.ndim >= 2):
             check(False, f"scaled_dot_product_attention: expected {name} to be a tensor of at least 2 dims, got {t!r}")
     check(query.dtype == key.dtype == value.dtype and query.dtype.is_floating_point,
-          lambda: f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} key.dtype: "
-                  f"{key.dtype} and value.dtype: {value.dtype} instead.")
+          lambda: f"Expected query, key, and value to have the same dtype, but got query.dtype: {query.dtype} "
+                  f"key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
     check(query.shape[-1] == key.shape[-1] and key.shape[-2] == value.shape[-2],
           lambda: f"scaled_dot_product_attention: shapes do not match: query {tuple(query.shape)}, key "
                   f"{tuple(key.shape)}, value {tuple(value.shape)}")

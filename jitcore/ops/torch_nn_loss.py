@@ -54,7 +54,8 @@ def _nll_args(op, input, target, weight):
         input, target = nh.unsqueeze(input, 0), nh.unsqueeze(target, 0)
     check(target.ndim == input.ndim - 1 and input.shape[0] == target.shape[0],
           lambda: f"{op}: Expected input batch_size ({input.shape[0]}) to match target batch_size "
-                  f"({target.shape[0] if target.ndim else 0}); input {tuple(input.shape)}, target {tuple(target.shape)}")
+                  f"({target.shape[0] if target.ndim else 0}); input {tuple(input.shape)}, "
+                  f"target {tuple(target.shape)}")
     check(tuple(input.shape[2:]) == tuple(target.shape[1:]),
           lambda: f"{op}: expected target size {(input.shape[0],) + tuple(input.shape[2:])}, got "
                   f"{tuple(target.shape)}")
@@ -133,7 +134,8 @@ def _prob_target_ce(lsm, target, weight, reduction, label_smoothing):
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
     reduction = nh.reduction_string(size_average, reduce, reduction)
-    check(reduction in ("none", "mean", "sum"), lambda: f"cross_entropy: {reduction} is not a valid value for reduction")
+    check(reduction in ("none", "mean", "sum"),
+          lambda: f"cross_entropy: {reduction} is not a valid value for reduction")
     check(0.0 <= label_smoothing <= 1.0,
           lambda: f"cross_entropy: label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     nh.check_float("cross_entropy", input)
@@ -271,7 +273,8 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
     reduction = nh.reduction_string(size_average, reduce, reduction)
     check(input1.ndim == input2.ndim == target.ndim,
           lambda: f"margin_ranking_loss : All input tensors should have same dimension but got sizes: input1: "
-                  f"{torch.Size(input1.shape)}, input2: {torch.Size(input2.shape)}, target: {torch.Size(target.shape)} ")
+                  f"{torch.Size(input1.shape)}, input2: {torch.Size(input2.shape)}, "
+                  f"target: {torch.Size(target.shape)} ")
     loss = clamp_min(add(mul(neg(target), sub(input1, input2)), margin), 0)
     return nh.reduce_loss("margin_ranking_loss", loss, reduction)
 

@@ -277,7 +277,7 @@ def logsumexp(input, dim, keepdim=False):
 
 
 def _vector_norm(op, x, ord, dim, keepdim, dtype):
-    check(dtypes.is_inexact(x.dtype) or dtype is not None and dtypes.is_inexact(dtype),
+    check(dtypes.is_inexact(x.dtype) or (dtype is not None and dtypes.is_inexact(dtype)),
           lambda: f"{op}: Expected a floating point or complex tensor as input. Got {x.dtype}")
     if dtype is not None:
         x = to_dtype(x, dtype)

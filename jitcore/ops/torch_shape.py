@@ -431,8 +431,9 @@ def split(tensor, split_size_or_sections, dim=0):
     n = tensor.shape[d]
     if is_int(split_size_or_sections):
         s = split_size_or_sections
-        check(s > 0 or n == 0 and s == 0, lambda: f"split(): split_size can only be 0 if dimension size is 0, but got "
-                                                  f"dimension size of {n}")
+        check(s > 0 or (n == 0 and s == 0),
+              lambda: f"split(): split_size can only be 0 if dimension size is 0, but got "
+                      f"dimension size of {n}")
         count = max(-(-n // s), 1) if s else 1
         sizes = [s] * (count - 1) + [n - s * (count - 1)]
     else:
