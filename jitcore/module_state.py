@@ -30,6 +30,7 @@ called on the base class, `out=` arguments resizing a parameter, assigning to a 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -70,11 +71,30 @@ def _bump_first(fn):
     return wrapper
 
 
+_PATCHED: list = []  # (owner, name, torch's original, the wrapper installed)
+
+
 def _patch(owner, name, wrap):
     current = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     if getattr(current, "__jitcore_bumps__", False):
         return
-    setattr(owner, name, wrap(current))
+    wrapper = wrap(current)
+    setattr(owner, name, wrapper)
+    _PATCHED.append((owner, name, current, wrapper))
+
+
+@contextlib.contextmanager
+def suspended():
+    """torch's originals while jitcore interprets user code: the interpreter then reads torch's own methods (no
+    epoch in the trace's guards or side effects); its writes are undone anyway, and the epilogue's replay of them
+    runs through the patches again."""
+    for owner, name, original, _ in _PATCHED:
+        setattr(owner, name, original)
+    try:
+        yield
+    finally:
+        for owner, name, _, wrapper in _PATCHED:
+            setattr(owner, name, wrapper)
 
 
 _PARAM_METHODS = ("requires_grad_", "detach_", "set_", "resize_", "resize_as_", "as_strided_", "t_", "transpose_",

@@ -265,10 +265,19 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
             b.append(_alias_check(prov, name, binder, kw))
         for pred in guards.predicates:
             b.append(BoundSymbol(check, ([(f"not ({pred})", f"predicate {pred}")],), kw, None))
+        for g in guards.data:  # values computed from tensor data (jitcore/data_guards.py)
+            b.append(BoundSymbol(check, ([(_data_condition(g), f"data: {g.text} was {g.value!r}")],), kw, None))
         trace.output = None if explain else _output(inputs, split)
     return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''}"
                                 f"{', per call: module-rooted guards skipped while unchanged' if split else ''})",
                                 t.seconds)
+
+
+def _data_condition(g):
+    def text(printer):
+        return f"{printer.const(g.program)}({', '.join(g.inputs)}) != {printer.value(g.value)}"
+
+    return text
 
 
 def _items(guards) -> list:

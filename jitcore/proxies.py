@@ -318,17 +318,29 @@ class TensorProxy(Proxy):
 
         return dispatch(func, args, kwargs or {})
 
+    def _concrete(self, kind: str, what: str):
+        """The value Python needs now, from the data oracle of the trace being recorded (jitcore/data_guards.py:
+        computed from the call's real inputs and guarded), or a DataDependentError when there is none."""
+        trace = _current_trace()
+        oracle = trace.extra.get("data_oracle") if trace is not None else None
+        if oracle is None:
+            raise DataDependentError(f"{what} needs its value")
+        return oracle(self, kind)
+
     def __bool__(self):
-        raise DataDependentError("converting a tensor to a Python bool (e.g. `if tensor:`) needs its value")
+        return self._concrete("bool", "converting a tensor to a Python bool (e.g. `if tensor:`)")
 
     def __int__(self):
-        raise DataDependentError("converting a tensor to a Python int needs its value")
+        return self._concrete("int", "converting a tensor to a Python int")
 
     def __float__(self):
-        raise DataDependentError("converting a tensor to a Python float needs its value")
+        return self._concrete("float", "converting a tensor to a Python float")
 
     def __index__(self):
-        raise DataDependentError("using a tensor as a Python index needs its value")
+        return self._concrete("index", "using a tensor as a Python index")
+
+    def item(self):
+        return self._concrete("item", "tensor.item()")
 
     def __len__(self):
         if not self._shape:

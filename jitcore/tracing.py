@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jitcore import module_state
 from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
@@ -53,6 +54,7 @@ class Guards:
     types: dict = field(default_factory=dict)
     lengths: dict = field(default_factory=dict)
     predicates: list = field(default_factory=list)
+    data: list = field(default_factory=list)  # jitcore.data_guards.DataGuard: values computed from tensor data
 
 
 @dataclass
@@ -173,6 +175,16 @@ class JitContext(DefaultContext):
             self.aliases.append((provenance, p.name))
         return p
 
+    def concrete_value(self, proxy, kind: str):
+        """What Python needs of a tensor's data (`if mask.all():`), computed from this call's inputs and guarded."""
+        from jitcore.data_guards import concrete_value
+
+        return concrete_value(self, proxy, kind)
+
+    @staticmethod
+    def is_argument_input(traced_input) -> bool:
+        return type(traced_input.provenance.root()) in (Arg, Kwarg)
+
     def _size_symbol(self, size: int) -> IntegerProxy:
         with tracectx(self.trace):
             p = IntegerProxy(size)
@@ -256,8 +268,12 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     trace = Trace("computation")
     ctx = JitContext(trace, symbolic)
     with Timer() as t:
-        with tracectx(trace):
-            result = interpret(fn, args, kwargs, ctx)
+        trace.extra["data_oracle"] = ctx.concrete_value
+        try:
+            with tracectx(trace), module_state.suspended():
+                result = interpret(fn, args, kwargs, ctx)
+        finally:
+            del trace.extra["data_oracle"]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         leaves, spec = tree_flatten(result.output)

@@ -68,13 +68,19 @@ def _hf(kind):
     elif kind == "t5":
         model = tr.T5ForConditionalGeneration(tr.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2,
                                                           num_heads=4, decoder_start_token_id=0, dropout_rate=0.0))
+    elif kind == "bart":
+        model = tr.BartForConditionalGeneration(tr.BartConfig(
+            vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, dropout=0.0,
+            attention_dropout=0.0, activation_dropout=0.0))
     ids, labels = torch.randint(0, VOCAB, (2, 16)), torch.randint(0, VOCAB, (2, 16))
     return model, (ids,), {"labels": labels}, lambda r: (r.logits, r.loss)
 
 
 BUILDERS = {
     "nanogpt": _nanogpt, "cnn_batchnorm": _cnn,
-    **{k: (lambda k=k: _hf(k)) for k in ("gpt2", "llama", "qwen2", "mistral", "bert", "t5")},
+    **{k: (lambda k=k: _hf(k)) for k in ("gpt2", "llama", "qwen2", "mistral", "bert", "t5", "bart")},
 }
 
 
@@ -129,3 +135,20 @@ def test_examine_reports_no_unsupported_ops(name):
     report = jitcore.examine(model, *args, **kwargs)
     assert report.error is None, report.error
     assert "UNSUPPORTED" not in report.by_executor()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "bart"])
+def test_attention_mask_as_tokenizers_give_it(name):
+    """Masks decide branches inside transformers (`if padding_mask.all()`): computed from the call's mask, guarded;
+    a mask with padding retraces and gives eager's logits."""
+    model, ref, args, kwargs, read = _pair(name, train=False)
+    jm = jitcore.jit(model)
+    full = torch.ones(2, 16, dtype=torch.long)
+    padded = full.clone()
+    padded[1, 12:] = 0
+    with torch.no_grad():
+        for mask in (full, padded, full, padded):
+            out, _ = read(jm(*args, attention_mask=mask, **kwargs))
+            want, _ = read(ref(*args, attention_mask=mask, **kwargs))
+            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    assert jitcore.cache_misses(jm) == 2

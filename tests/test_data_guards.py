@@ -1,0 +1,63 @@
+"""Data-dependent Python values (`if mask.all():`, `x.item()`): computed from the call's inputs, guarded, and a
+different value retraces; random or in-place sources are refused with the user's line."""
+import pytest
+import torch
+
+import jitcore
+
+
+def branch_on_mask(x, mask):
+    if mask.all():
+        return x * 2
+    return x * mask
+
+
+def test_branch_on_tensor_data_matches_eager_and_retraces_when_the_value_changes():
+    jf = jitcore.jit(branch_on_mask)
+    x = torch.randn(4)
+    for m in (torch.ones(4), torch.ones(4), torch.tensor([1.0, 0, 1, 1]), torch.ones(4), torch.zeros(4)):
+        torch.testing.assert_close(jf(x, m), branch_on_mask(x, m))
+    assert jitcore.cache_misses(jf) == 2
+    assert any("data:" in r for r in jitcore.cache_miss_reasons(jf))
+    assert "data_guard" in str(jitcore.last_prologue_traces(jf)[-1])
+
+
+def test_item_is_baked_in_and_guarded():
+    def f(x):
+        return x * x.sum().item()
+
+    jf = jitcore.jit(f)
+    for x in (torch.ones(3), torch.ones(3), torch.full((3,), 2.0)):
+        torch.testing.assert_close(jf(x), f(x))
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_gradients_flow_through_the_branch_taken():
+    x = torch.randn(5, requires_grad=True)
+    mask = torch.ones(5)
+    jitcore.jit(branch_on_mask)(x, mask).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((5,), 2.0))
+
+
+def test_values_from_random_ops_are_refused_with_the_users_line():
+    def f(x):
+        if torch.rand(()) > 0.5:
+            return x
+        return -x
+
+    with pytest.raises(jitcore.DataDependentError, match="random"):
+        jitcore.jit(f)(torch.randn(3))
+
+
+def test_multi_element_bool_raises_like_eager():
+    def f(x):
+        return x if x > 0 else -x
+
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        jitcore.jit(f)(torch.randn(3))
+
+
+def test_examine_traces_through_a_data_dependent_branch():
+    report = jitcore.examine(branch_on_mask, torch.randn(4), torch.ones(4))
+    assert report.error is None
+    assert "ltorch.all" in [r.op for r in report.ops]
