@@ -12,7 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from jitcore.trace import get_tracectx
+
+# set by jitcore.ops.autocast: the op ids whose inputs torch's autocast casts, and the function that casts them
+AUTOCAST_OPS: frozenset = frozenset()
+autocast_args = None
 
 # op id -> callable running the op on real tensors; the torch executor fills it (see executors/torchex.py)
 EAGER_KERNELS: dict[str, Callable] = {}
@@ -59,6 +65,8 @@ class Symbol:
         trace = get_tracectx()
         if trace is None:
             return self.eager(*args, **kwargs)
+        if self.id in AUTOCAST_OPS and len(trace._scopes) == 1 and torch._C._is_any_autocast_enabled():
+            args, kwargs = autocast_args(self, args, kwargs)  # outermost op only, as torch's dispatcher does
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
             trace.record(BoundSymbol(self, args, kwargs, out))

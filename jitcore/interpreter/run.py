@@ -322,10 +322,10 @@ def run_frame(frame, throw=None):
                 handled = rt.topmost_exc()
                 if handled is not None and handled is not e:
                     _set_context(e, handled)
+            if isinstance(e, JitError):  # where it was raised, before a with/finally cleanup re-raises it
+                annotate(frame, e, inst)
             if handle_exception(frame, e, inst.idx):
                 continue
-            if isinstance(e, JitError):
-                annotate(frame, e, inst)
             raise
         if sig is not None:
             return sig
