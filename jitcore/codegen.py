@@ -154,6 +154,8 @@ def trace_source(trace) -> str:
 
 
 def _describe(obj) -> str:
+    if isinstance(obj, (torch.dtype, torch.device)):
+        return repr(obj)
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     return f"{type(obj).__name__} {name}" if name else type(obj).__name__
 

@@ -85,7 +85,8 @@ def _global_state() -> list:
     grad = torch.is_grad_enabled()
     out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
     dd = torch.get_default_dtype()
-    out.append((lambda p: f"{p.const(torch.get_default_dtype)}() is not {dd}", f"default dtype: expected {dd}"))
+    out.append((lambda p: f"{p.const(torch.get_default_dtype)}() is not {p.const(dd)}",
+                f"default dtype: expected {dd}"))
     if not torch._C._is_any_autocast_enabled():
         out.append((lambda p: f"{p.const(torch._C._is_any_autocast_enabled)}()", "autocast: expected disabled"))
         return out
@@ -125,8 +126,12 @@ def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_t
         def device(p):
             return f"{name}.device != {p.value(t.device)}"
     rg = f"not {name}.requires_grad" if t.requires_grad else f"{name}.requires_grad"
+
+    def meta(p):  # the dtype as a bound constant: a global lookup instead of torch.<dtype>
+        return f"{shape} or {name}.dtype is not {p.const(t.dtype)}"
+
     return [(kind, f"{where}: expected a {getattr(exact_type, '__name__', 'tensor')}"),
-            (f"{shape} or {name}.dtype is not {t.dtype}", f"{where}: expected a tensor {t.type_string()}"),
+            (meta, f"{where}: expected a tensor {t.type_string()}"),
             (device, f"{where}: expected device {t.device}"),
             (rg, f"{where}: expected requires_grad={t.requires_grad}")]
 

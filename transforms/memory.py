@@ -22,13 +22,13 @@ def del_last_used(trace: Trace) -> Trace:
         keep = {p.name for p in tree_leaves(trace.output) if isinstance(p, Proxy)}
         seen = set(keep)
         out = []
-        for bsym in reversed(trace.bound_symbols):
+        for i, bsym in enumerate(reversed(trace.bound_symbols)):
             dead = []
             for a in bsym.flat_proxy_args():
                 if a.name not in seen:
                     seen.add(a.name)
                     dead.append(a)
-            if dead:
+            if dead and i > 0:  # after the last line the function returns: its locals go anyway
                 out.append(BoundSymbol(python_del, tuple(dead), {}, None))
             for o in bsym.flat_proxy_outs():
                 seen.add(o.name)
