@@ -38,6 +38,7 @@ def _call(op, *args, **kwargs):
 
 # -- products ---------------------------------------------------------------------------------------------------
 def _mT(x):
+    """x with its last two dims swapped."""
     perm = list(range(x.ndim))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     return ps.transpose(x, tuple(perm))
@@ -49,6 +50,9 @@ def _sum_to(x, shape):
     dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and x.shape[lead + i] != 1]
     out = pr.sum(x, tuple(dims)) if dims else x
     return ps.reshape(out, tuple(shape)) if tuple(out.shape) != tuple(shape) else out
+
+
+mT, sum_to = _mT, _sum_to  # shared with vjp_rules_structural.py
 
 
 def matmul_grads(a, b, g):

@@ -201,18 +201,7 @@ def rules(VJP_RULES: dict):
 
     # -- nn --------------------------------------------------------------------------------------------------------
     from jitcore.ops import prims_nn as pn
-
-    def mT(x):
-        perm = list(range(x.ndim))
-        perm[-1], perm[-2] = perm[-2], perm[-1]
-        return ps.transpose(x, tuple(perm))
-
-    def sum_to(x, shape):
-        """x summed over the leading and size-1 dims it was broadcast along, to `shape`."""
-        lead = x.ndim - len(shape)
-        dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and x.shape[lead + i] != 1]
-        out = pr.sum(x, tuple(dims)) if dims else x
-        return ps.reshape(out, tuple(shape)) if tuple(out.shape) != tuple(shape) else out
+    from transforms.vjp_rules_composite import mT, sum_to
 
     @row("prims.linear")
     def _(bsym, g):
