@@ -100,10 +100,7 @@ class JitFunction:
                 entry = compile_entry(self.fn, args, kwargs, self.options)
                 inputs = entry.prologue(self.fn, args, kwargs)
         self._last_entry = entry
-        flat = entry.computation(*inputs)
-        if entry.epilogue is not None:
-            entry.epilogue(self.fn, args, kwargs, flat)
-        return entry.unflatten(flat)
+        return run_entry(entry, self.fn, args, kwargs, inputs)
 
     def _compile(self, args, kwargs):
         self._cache.record_miss(self.fn, args, kwargs)
@@ -140,20 +137,10 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
     stats["transforms"] = t.seconds
     backward_traces = []
     with Timer() as t:
-        if split is None:
-            if symbolic:
-                define_sizes(traces[-1])  # sizes the claimed decompositions read: computed once, at the top
-            traces.append(claim(traces[-1], options.executors))
-            if symbolic:
-                prune_sizes(traces[-1])
-            traces.append(del_last_used(traces[-1]))
-        else:
-            if symbolic:
-                define_sizes(split.forward)  # sizes only the backward reads: computed once here, saved for it
-            traces += [split.forward, claim(split.forward, options.executors)]
-            if symbolic:
-                prune_sizes(traces[-1])
-            traces.append(del_last_used(traces[-1]))
+        if split is not None:
+            traces.append(split.forward)
+        traces += _claim_forward(traces[-1], options, symbolic)
+        if split is not None:
             backward_traces = [split.backward]
             backward_traces.append(claim(backward_traces[-1], options.executors))
             backward_traces.append(del_last_used(backward_traces[-1]))
@@ -176,6 +163,16 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
                            module_state=prologues.state)
     stats["codegen"] = t.seconds
     return entry
+
+
+def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
+    """[claimed, del-last-used] traces of the program that runs forward."""
+    if symbolic:  # sizes the claimed decompositions (or the backward) read: computed once, at the top
+        define_sizes(trace)
+    claimed = claim(trace, options.executors)
+    if symbolic:
+        prune_sizes(claimed)
+    return [claimed, del_last_used(claimed)]
 
 
 def _writeback_specs(traced, functional, writebacks) -> list:
