@@ -250,3 +250,22 @@ def test_del_and_unbound_names():
             return "unbound" in str(e) or "cannot access" in str(e)
 
     check(f, 1)
+
+
+def test_jit_of_a_bound_method_reads_the_object_each_call():
+    import torch
+
+    import jitcore
+
+    class Scaler:
+        def __init__(self):
+            self.w = torch.randn(4)
+
+        def f(self, a):
+            return a * self.w
+
+    s, x = Scaler(), torch.randn(3, 4)
+    j = jitcore.jit(s.f)
+    torch.testing.assert_close(j(x), s.f(x))
+    s.w = torch.ones(4)
+    torch.testing.assert_close(j(x), s.f(x))

@@ -141,9 +141,12 @@ class Runtime:
         if t is _MethodType:
             func = fn.__func__
             prov = self.external.get(id(fn))
+            owner = fn.__self__
             if prov is not None:
                 self.register(func, Attr(prov, "__func__"))
-            return self.call(func, (fn.__self__, *args), kwargs)
+                if id(owner) not in self.external:  # `jit(obj.method)`: the object is external too
+                    owner = self.report(owner, Attr(prov, "__self__"))
+            return self.call(func, (owner, *args), kwargs)
         look = LOOKASIDES.get(id(fn))
         if look is not None:
             return look(self, args, kwargs)
