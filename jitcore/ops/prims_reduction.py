@@ -9,7 +9,7 @@ import torch
 from jitcore import dtypes
 from jitcore.errors import MetaError
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import canonical_dims, check, requires_grad
+from jitcore.ops.utils import canonical_dims, check, prim_dims, requires_grad
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
 
@@ -32,13 +32,7 @@ def _dim(op, a, dim) -> int:
 
 def _reduced(op, a, dims, *, nonempty=False) -> tuple:
     """The output shape of reducing a over dims (canonical, distinct); nonempty: reduced dims need size > 0."""
-    check(isinstance(dims, (tuple, list)) and all(isinstance(d, int) for d in dims),
-          lambda: f"prims.{op}: expected a tuple of ints for dims, got {dims!r}")
-    try:
-        dims = canonical_dims(tuple(dims), a.ndim)
-    except IndexError as e:
-        raise MetaError(f"prims.{op}: {e} for a tensor of shape {tuple(a.shape)}") from None
-    check(len(set(dims)) == len(dims), lambda: f"prims.{op}: dim {dims} appears multiple times in the list of dims")
+    dims = prim_dims(op, a, dims)
     if nonempty:
         for d in dims:
             if a.ndim and a.shape[d] == 0:

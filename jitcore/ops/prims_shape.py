@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from jitcore.errors import MetaError
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import canonical_dims, check, is_int, is_number, numel, requires_grad, same_device
+from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device
 from jitcore.proxies import TensorProxy
 
 
@@ -37,18 +37,6 @@ def _check_tensor(op, a):
     check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected a tensor, got {a!r}")
 
 
-def _dims(op, a, dims) -> tuple[int, ...]:
-    """dims as canonical, distinct dims of a (rank 0 accepts 0 and -1, like torch)."""
-    check(isinstance(dims, (tuple, list)) and all(isinstance(d, int) for d in dims),
-          lambda: f"prims.{op}: expected a tuple of ints for dims, got {dims!r}")
-    try:
-        out = canonical_dims(tuple(dims), a.ndim)
-    except IndexError as e:
-        raise MetaError(f"prims.{op}: {e} for a tensor of shape {tuple(a.shape)}") from None
-    check(len(set(out)) == len(out), lambda: f"prims.{op}: dims {tuple(dims)} repeat a dim")
-    return out
-
-
 @prim("transpose")
 def transpose(a, permutation):
     """a with its dims permuted: output dim i is a's dim permutation[i] (torch.permute)."""
@@ -63,7 +51,7 @@ def transpose(a, permutation):
 def squeeze(a, dims):
     """a without the given dims, each of size 1."""
     _check_tensor("squeeze", a)
-    dims = _dims("squeeze", a, dims)
+    dims = prim_dims("squeeze", a, dims)
     if a.ndim == 0:  # torch: squeezing dim 0 of a 0-d tensor is a no-op
         return a.like(requires_grad=requires_grad(a))
     for d in dims:
@@ -100,7 +88,7 @@ def cat(tensors, dim):
         _check_tensor("cat", t)
     first = tensors[0]
     check(first.ndim > 0, "prims.cat: zero-dimensional tensor cannot be concatenated")
-    d = _dims("cat", first, (dim,))[0]
+    d = prim_dims("cat", first, (dim,))[0]
     shapes = [tuple(t.shape) for t in tensors]
     check(len({t.dtype for t in tensors}) == 1, lambda: f"prims.cat: dtypes differ: {[t.dtype for t in tensors]}")
     for s in shapes:
@@ -136,7 +124,7 @@ def pad(a, padding_value, padding_config):
 def flip(a, dims):
     """a reversed along dims."""
     _check_tensor("flip", a)
-    _dims("flip", a, dims)
+    prim_dims("flip", a, dims)
     return a.like(requires_grad=requires_grad(a))
 
 
@@ -144,7 +132,7 @@ def flip(a, dims):
 def unfold(a, dim, size, step):
     """Tensor.unfold: windows of `size` every `step` along dim, as a new last dim."""
     _check_tensor("unfold", a)
-    d = _dims("unfold", a, (dim,))[0]
+    d = prim_dims("unfold", a, (dim,))[0]
     n = a.shape[d] if a.ndim else 1
     check(isinstance(size, int) and 0 <= size <= n,
           lambda: f"prims.unfold: maximum size for tensor at dimension {d} is {n} but size is {size}")

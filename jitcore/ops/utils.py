@@ -102,3 +102,15 @@ def contiguous_strides(shape) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def prim_dims(op, a, dims) -> tuple[int, ...]:
+    """dims as canonical, distinct dims of a for prim `op` (rank 0 accepts 0 and -1, like torch)."""
+    check(isinstance(dims, (tuple, list)) and all(isinstance(d, int) for d in dims),
+          lambda: f"prims.{op}: expected a tuple of ints for dims, got {dims!r}")
+    try:
+        out = canonical_dims(tuple(dims), a.ndim)
+    except IndexError as e:
+        raise MetaError(f"prims.{op}: {e} for a tensor of shape {tuple(a.shape)}") from None
+    check(len(set(out)) == len(out), lambda: f"prims.{op}: dim {out} appears multiple times in the list of dims")
+    return out
