@@ -21,6 +21,7 @@ from jitcore.symbolic import Predicates, recording
 from jitcore.trace import Timer
 from jitcore.tracing import define_sizes, prune_sizes, trace_function
 from transforms.autodiff import grad_transform
+from transforms.cse import cse
 from transforms.dce import dce
 from transforms.functionalize import functionalize
 from transforms.memory import del_last_used
@@ -133,6 +134,7 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
             traces.append(functional)
             _check_written_inputs(traced, writebacks)
         traces.append(dce(traces[-1]))
+        traces.append(cse(traces[-1]))
         split = grad_transform(traces[-1]) if _needs_autodiff(traces[-1]) else None
     stats["transforms"] = t.seconds
     backward_traces = []
@@ -141,7 +143,7 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
             traces.append(split.forward)
         traces += _claim_forward(traces[-1], options, symbolic)
         if split is not None:
-            backward_traces = [split.backward]
+            backward_traces = [split.backward, cse(split.backward)]
             backward_traces.append(claim(backward_traces[-1], options.executors))
             backward_traces.append(del_last_used(backward_traces[-1]))
     stats["claim"] = t.seconds
