@@ -166,6 +166,8 @@ SAMPLES["ltorch.log_softmax"] = [(lambda a: F.log_softmax(a, 1), lambda: (t(3, 4
                                  (lambda a: torch.log_softmax(a, 0), lambda: (t(5),))]
 SAMPLES["ltorch.gelu"] = [(F.gelu, lambda: (t(3, 4),)), (lambda a: F.gelu(a, approximate="tanh"), lambda: (t(6),))]
 SAMPLES["ltorch.silu"] = [(F.silu, lambda: (t(3, 4),))]
+SAMPLES["ltorch.tanh"] = [(torch.tanh, lambda: (t(3, 4),)), (lambda a: F.tanh(a) * a, lambda: (t(5),))]
+SAMPLES["ltorch.sigmoid"] = [(torch.sigmoid, lambda: (t(3, 4),)), (lambda a: a.sigmoid() * a, lambda: (t(5),))]
 SAMPLES["ltorch.relu"] = [(F.relu, lambda: (t(3, 4),)), (torch.relu, lambda: (t(5),))]
 SAMPLES["ltorch.layer_norm"] = [(lambda x, w, b: F.layer_norm(x, (4,), w, b), lambda: (t(2, 3, 4), t(4), t(4))),
                                 (lambda x: F.layer_norm(x, (3, 4)), lambda: (t(2, 3, 4),)),
@@ -221,6 +223,7 @@ def test_rule_matches_torch_autograd(op_id, i, monkeypatch):
 
 
 BF16 = ["ltorch.linear", "ltorch.matmul", "ltorch.softmax", "ltorch.log_softmax", "ltorch.gelu", "ltorch.silu",
+        "ltorch.tanh", "ltorch.sigmoid",
         "ltorch.layer_norm", "ltorch.rms_norm", "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
         "prims.sum", "prims.mul", "prims.exp", "prims.var_mean"]
 

@@ -107,6 +107,18 @@ def _silu_rule(bsym, g):
     return _call(aten.silu_backward.default, g, x), None
 
 
+def _from_output(backward_op):
+    """A rule whose whole backward is one torch kernel reading the output (tanh, sigmoid): one kernel, not three."""
+
+    def rule(bsym, g):
+        out = bsym.output
+        if not (isinstance(out, TensorProxy) and out.dtype.is_floating_point and g.dtype == out.dtype):
+            return NotImplemented
+        return (_call(backward_op, g, out),)
+
+    return rule
+
+
 def _relu_rule(bsym, g):
     x, inplace = _args(bsym)
     if inplace:
@@ -300,6 +312,8 @@ def rules(VJP_RULES: dict):
     VJP_RULES["ltorch.log_softmax"] = _softmax_rule(aten._log_softmax_backward_data.default)
     VJP_RULES["ltorch.gelu"] = _gelu_rule
     VJP_RULES["ltorch.silu"] = _silu_rule
+    VJP_RULES["ltorch.tanh"] = _from_output(aten.tanh_backward.default)
+    VJP_RULES["ltorch.sigmoid"] = _from_output(aten.sigmoid_backward.default)
     VJP_RULES["ltorch.relu"] = _relu_rule
     VJP_RULES["ltorch.layer_norm"] = _with_augment(_layer_norm_augment)
     VJP_RULES["ltorch.rms_norm"] = _with_augment(_rms_norm_augment)

@@ -203,6 +203,8 @@ for _fn, _meta in (
     (_aten._fused_rms_norm.default, _fused_rms_norm_meta),
     (_aten.gelu_backward.default, _like_grad),
     (_aten.silu_backward.default, _like_grad),
+    (_aten.tanh_backward.default, _like_grad),
+    (_aten.sigmoid_backward.default, _like_grad),
     (_aten._softmax_backward_data.default, _like_grad),
     (_aten._log_softmax_backward_data.default, _like_grad),
     (_aten.embedding_dense_backward.default, _embedding_dense_backward_meta),
