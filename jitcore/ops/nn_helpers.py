@@ -30,22 +30,22 @@ def keep(out, a, dims):
     return ps.reshape(out, shape)
 
 
-def sum_(a, dim=None, keepdim=False):
+def _reduce(prim_op, a, dim, keepdim):
     dims = dims_of(a, dim)
-    out = pr.sum(a, dims)
+    out = prim_op(a, dims)
     return keep(out, a, dims) if keepdim else out
+
+
+def sum_(a, dim=None, keepdim=False):
+    return _reduce(pr.sum, a, dim, keepdim)
 
 
 def amax(a, dim=None, keepdim=False):
-    dims = dims_of(a, dim)
-    out = pr.amax(a, dims)
-    return keep(out, a, dims) if keepdim else out
+    return _reduce(pr.amax, a, dim, keepdim)
 
 
 def amin(a, dim=None, keepdim=False):
-    dims = dims_of(a, dim)
-    out = pr.amin(a, dims)
-    return keep(out, a, dims) if keepdim else out
+    return _reduce(pr.amin, a, dim, keepdim)
 
 
 def mean(a, dim=None, keepdim=False):
