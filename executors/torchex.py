@@ -282,3 +282,55 @@ def _execute(bsym):
 
 torch_ex.can_execute = _can_execute
 torch_ex.execute = _execute
+
+
+# -- results written into a dead input's memory (transforms/memory.reuse_buffers) ----------------------------------
+# torch functions that compute elementwise (each output element from the same element of each input) and take out=
+OUT_FUNCTIONS = frozenset({
+    "add", "sub", "mul", "div", "true_divide", "neg", "abs", "reciprocal", "pow", "remainder", "fmod", "atan2",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "sigmoid", "erf", "erfc", "erfinv",
+    "floor", "ceil", "round", "trunc", "frac", "sign", "square", "clamp", "clamp_min", "clamp_max",
+    "lerp", "hypot", "logaddexp", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_not",
+    "lgamma", "digamma", "xlogy", "nan_to_num", "copysign",
+})
+
+
+def _aten_out_overload(fn):
+    """(overload, out argument name) writing the same result into a given tensor, for a pointwise aten op."""
+    if not isinstance(fn, torch._ops.OpOverload) or torch.Tag.pointwise not in fn.tags:
+        return None
+    names = [a.name for a in fn._schema.arguments]
+    packet = fn.overloadpacket
+    for overload in packet.overloads():
+        schema = getattr(packet, overload)._schema
+        outs = [a.name for a in schema.arguments if a.is_out]
+        if len(outs) == 1 and [a.name for a in schema.arguments if not a.is_out] == names:
+            return getattr(packet, overload), outs[0]
+    return None
+
+
+_ATEN_OUT: dict = {}
+
+
+def out_form(bsym):
+    """None, or `buffer -> the line computing bsym's single tensor result into buffer` (see reuse_buffers)."""
+    from jitcore.proxies import TensorProxy
+
+    if not isinstance(bsym.output, TensorProxy) or "out" in bsym.kwargs:
+        return None
+    sym = bsym.sym
+    if sym.module == "torch" and sym.name in OUT_FUNCTIONS and sym.id == f"torch.{sym.name}":
+        return lambda buffer: bsym.from_bsym(kwargs={**bsym.kwargs, "out": buffer})
+    fn = sym.torch_fn
+    if fn is None or not isinstance(fn, torch._ops.OpOverload):
+        return None
+    if fn not in _ATEN_OUT:
+        _ATEN_OUT[fn] = _aten_out_overload(fn)
+    found = _ATEN_OUT[fn]
+    if found is None:
+        return None
+    from jitcore.ops.opaque import opaque_symbol
+
+    overload, name = found
+    return lambda buffer: bsym.from_bsym(sym=opaque_symbol(overload), kwargs={**bsym.kwargs, name: buffer})

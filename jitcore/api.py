@@ -24,7 +24,7 @@ from transforms.autodiff import grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.functionalize import functionalize
-from transforms.memory import del_last_used
+from transforms.memory import del_last_used, reuse_buffers
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,7 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
         traces += _claim_forward(traces[-1], options, symbolic)
         if split is not None:
             backward_traces = [split.backward, cse(split.backward)]
-            backward_traces.append(claim(backward_traces[-1], options.executors))
-            backward_traces.append(del_last_used(backward_traces[-1]))
+            backward_traces += _after_claim(claim(backward_traces[-1], options.executors))
     stats["claim"] = t.seconds
     with Timer() as t:
         computation = traces[-1].python_callable()
@@ -174,7 +173,18 @@ def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
     claimed = claim(trace, options.executors)
     if symbolic:
         prune_sizes(claimed)
-    return [claimed, del_last_used(claimed)]
+    return _after_claim(claimed)
+
+
+def _after_claim(claimed) -> list:
+    """[claimed, (buffers reused,) del-last-used]: the memory passes over an execution trace."""
+    from executors.torchex import out_form
+
+    traces = [claimed]
+    reused = reuse_buffers(claimed, out_form)
+    if reused is not claimed:
+        traces.append(reused)
+    return [*traces, del_last_used(traces[-1])]
 
 
 def _writeback_specs(traced, functional, writebacks) -> list:

@@ -254,6 +254,19 @@ def test_inductor_region_equals_eager_and_is_reused():
     torch.testing.assert_close(out2, out)
 
 
+def test_inductor_region_compiles_a_variant_per_input_strides():
+    # compiled code assumes its inputs' strides: a transposed input of the same shape must not reuse it
+    jfn = jitcore.jit(elementwise, executors=["inductor"])
+    x, y = torch.randn(16, 16), torch.randn(16, 16)
+    torch.testing.assert_close(jfn(x, y), elementwise(x, y))
+    xt = torch.randn(16, 16).t()
+    torch.testing.assert_close(jfn(xt, y), elementwise(xt, y))
+    ys = torch.randn(16, 32)[:, ::2]
+    torch.testing.assert_close(jfn(x, ys), elementwise(x, ys))
+    region = jitcore.last_traces(jfn)[-1].bound_symbols[0]
+    assert len(region.sym.call_ctx["inductor_fusion0"].variants) >= 2
+
+
 @pytest.mark.parametrize("executors", [None, ["inductor"], [myex, "inductor"]], ids=["torch", "inductor", "myex"])
 def test_jit_forward_and_backward_equal_eager(executors):
     x = torch.randn(8, 16, requires_grad=True)

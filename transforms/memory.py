@@ -1,9 +1,20 @@
-"""Transforms: del-last-used. After the last use of each tensor, a `del` line frees it, so the generated
-program holds no tensor longer than needed (the inputs' references are dropped too).
+"""Transforms: memory. Two passes over an execution trace (after claim), run in this order:
+
+- `reuse_buffers`: an elementwise line whose input tensor dies at that line, and was made by such a line, writes
+  its result into that input's memory (`t14 = torch.div(t13, 3.0, out=t13)`) instead of allocating. On CPU a fresh
+  large tensor costs page faults; a backward chain of elementwise ops then runs in the memory of a few buffers.
+- `del_last_used`: after the last use of each tensor, a `del` line frees it, so the generated program holds no
+  tensor longer than needed (the inputs' references are dropped too).
+
+Which lines can write into a buffer is the executors' business: `reuse_buffers` takes `out_form(bsym)`, which
+returns None or a function `buffer -> the line computing bsym's output into buffer` (the table is in
+executors/torchex.py).
 """
 from __future__ import annotations
 
-from jitcore.proxies import Proxy
+from collections.abc import Callable
+
+from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_leaves
 from jitcore.symbol import BoundSymbol, Symbol, Tag
 from jitcore.trace import Timer, Trace, from_trace
@@ -36,3 +47,50 @@ def del_last_used(trace: Trace) -> Trace:
         new = from_trace(trace)
         new.bound_symbols = out[::-1]
     return new.set_provenance("Delete Last Used (free tensors after their last use)", t.seconds)
+
+
+def _same_layout_type(a: TensorProxy, o: TensorProxy) -> bool:
+    """Same dtype, device and shape, compared without recording anything (sizes may be number proxies)."""
+    if a.dtype != o.dtype or a.device != o.device or len(a._shape) != len(o._shape):
+        return False
+    return all(x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a._shape, o._shape))
+
+
+def reuse_buffers(trace: Trace, out_form: Callable) -> Trace:
+    """A new trace where elementwise lines write into the memory of an input that dies there.
+
+    A tensor's memory is reused only when nothing else can see it: it was made by an elementwise line of this
+    program (fresh memory, no views of it), every line that reads it is such a line (none made a view), the
+    reading line is its last use, it is neither an input nor an output of the program, and it has the result's
+    dtype, device and shape.
+    """
+    with Timer() as t:
+        bsyms = trace.bound_symbols
+        protected = {p.name for p in tree_leaves((trace.args, trace.output)) if isinstance(p, Proxy)}
+        forms = [out_form(b) for b in bsyms]
+        last_use: dict[str, int] = {}
+        only_elementwise_readers: dict[str, bool] = {}
+        for i, b in enumerate(bsyms):
+            for a in b.flat_proxy_args():
+                last_use[a.name] = i
+                only_elementwise_readers[a.name] = only_elementwise_readers.get(a.name, True) and forms[i] is not None
+        fresh: set[str] = set()
+        out, reused = [], 0
+        for i, b in enumerate(bsyms):
+            if forms[i] is None:
+                out.append(b)
+                continue
+            o = b.output
+            for a in b.flat_proxy_args():
+                if (isinstance(a, TensorProxy) and a.name in fresh and a.name not in protected
+                        and last_use[a.name] == i and only_elementwise_readers[a.name] and _same_layout_type(a, o)):
+                    b = forms[i](a)
+                    reused += 1
+                    break
+            fresh.add(o.name)
+            out.append(b)
+        if not reused:
+            return trace
+        new = from_trace(trace)
+        new.bound_symbols = out
+    return new.set_provenance(f"Reuse buffers ({reused} results written into dead inputs)", t.seconds)

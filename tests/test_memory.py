@@ -1,0 +1,125 @@
+"""Tests: the memory passes (transforms/memory.py): results written into dead inputs' memory, and del-last-used."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jitcore
+from executors.torchex import OUT_FUNCTIONS, _aten_out_overload
+
+
+def chain(x):
+    y = x * 2.0
+    y = y + 1.0
+    y = torch.sin(y)
+    y = y * y
+    y = torch.exp(-y)
+    y = torch.tanh(y - 0.5)
+    y = torch.sigmoid(y / 3.0)
+    return y + x
+
+
+@pytest.mark.parametrize("name", sorted(OUT_FUNCTIONS))
+def test_out_functions_take_out_and_compute_elementwise(name):
+    fn = getattr(torch, name)
+    a, b = torch.rand(3, 4) + 0.5, torch.rand(3, 4) + 0.5
+    if name.startswith(("bitwise", "logical")):
+        a, b = (a * 10).to(torch.int64), (b * 10).to(torch.int64)
+    if name == "logical_not":
+        a = a > 1.0
+    args = {"lerp": (a, b, 0.3), "clamp": (a, 0.6, 0.9)}.get(name)
+    if args is None:
+        try:
+            expected, args = fn(a, b), (a, b)
+        except TypeError:
+            expected, args = fn(a), (a,)
+    else:
+        expected = fn(*args)
+    buffer = args[0].clone()
+    result = fn(buffer, *args[1:], out=buffer)  # written into its own input, as reuse_buffers prints it
+    assert result.data_ptr() == buffer.data_ptr()
+    torch.testing.assert_close(result, expected, equal_nan=True)
+
+
+def test_pointwise_aten_backward_kernels_have_out_overloads():
+    found = _aten_out_overload(torch.ops.aten.sigmoid_backward.default)
+    assert found == (torch.ops.aten.sigmoid_backward.grad_input, "grad_input")
+    assert _aten_out_overload(torch.ops.aten.mm.default) is None  # not pointwise: never written into an input
+
+
+def test_chain_writes_into_dead_buffers_forward_and_backward():
+    x = torch.randn(64, 32, requires_grad=True)
+    jfn = jitcore.jit(chain)
+    out = jfn(x)
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_(True)
+    expected = chain(xe)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x.grad, xe.grad)
+    fwd, bwd = str(jitcore.last_traces(jfn)[-1]), str(jitcore.last_backward_traces(jfn)[-1])
+    assert "out=" in fwd and "out=" in bwd
+    assert "grad_input=" in bwd  # the aten backward kernels too (tanh_backward/sigmoid_backward)
+    with torch.no_grad():
+        x0 = x.detach().clone()
+        torch.testing.assert_close(jfn(x0), chain(x0))
+        assert torch.equal(x0, x.detach())  # inputs are never written
+
+
+def test_inputs_outputs_and_saved_values_are_never_reused():
+    def f(a, b):
+        c = a * b  # fresh, but returned
+        d = c + 1.0
+        return c, d.exp() + a
+
+    a, b = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    ac, bc = a.detach().clone(), b.detach().clone()
+    jf = jitcore.jit(f)
+    c, e = jf(a, b)
+    torch.testing.assert_close(c, ac * bc)
+    torch.testing.assert_close(e, (ac * bc + 1.0).exp() + ac)
+    assert torch.equal(a.detach(), ac) and torch.equal(b.detach(), bc)
+    # backward twice with retain_graph: the saved tensors survived the first backward
+    loss = (c * 2 + e).sum()
+    g1 = torch.autograd.grad(loss, (a, b), retain_graph=True)
+    g2 = torch.autograd.grad(loss, (a, b))
+    for x, y in zip(g1, g2):
+        torch.testing.assert_close(x, y)
+
+
+def test_a_value_with_a_live_view_is_not_reused():
+    def f(x):
+        y = x * 2.0
+        v = y.view(-1)  # aliases y
+        z = torch.sin(y)  # y's last use, but its memory is visible through v
+        return z, v
+
+    x = torch.randn(4, 5)
+    jf = jitcore.jit(f)
+    z, v = jf(x)
+    torch.testing.assert_close(z, torch.sin(x * 2.0))
+    torch.testing.assert_close(v, (x * 2.0).view(-1))
+    assert "out=" not in str(jitcore.last_traces(jf)[-1])
+
+
+def test_broadcast_and_dtype_changes_are_not_reused():
+    def f(x, y):
+        a = x * 2.0  # [4, 1]
+        b = a + y  # [4, 5]: a has the wrong shape to hold it
+        c = b > 0.0  # bool: b has the wrong dtype
+        return c, b.sum()
+
+    x, y = torch.randn(4, 1), torch.randn(4, 5)
+    jf = jitcore.jit(f)
+    c, s = jf(x, y)
+    torch.testing.assert_close(c, (x * 2.0 + y) > 0)
+    torch.testing.assert_close(s, (x * 2.0 + y).sum())
+    assert "out=" not in str(jitcore.last_traces(jf)[-1])
+
+
+def test_reuse_under_symbolic_values():
+    jf = jitcore.jit(chain, cache="symbolic values")
+    for n in (3, 5, 9):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(jf(x), chain(x))
+    assert jitcore.cache_misses(jf) == 1
