@@ -313,6 +313,22 @@ def _aten_out_overload(fn):
 _ATEN_OUT: dict = {}
 
 
+# torch functions (by printed path) whose results never alias their inputs, beside OUT_FUNCTIONS
+FRESH_FUNCTIONS = frozenset({"torch.matmul", "torch.nn.functional.linear", "torch.cat", "torch.convolution"})
+
+
+def makes_fresh(bsym) -> bool:
+    """Whether the line's tensor results are new memory that aliases none of its inputs (see reuse_buffers)."""
+    sym = bsym.sym
+    if f"{sym.module}.{sym.name}" in FRESH_FUNCTIONS and sym.id.startswith("torch."):
+        return True
+    fn = sym.torch_fn
+    if not isinstance(fn, torch._ops.OpOverload) or fn.namespace != "aten":
+        return False
+    schema = fn._schema
+    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
 def out_form(bsym):
     """None, or `buffer -> the line computing bsym's single tensor result into buffer` (see reuse_buffers)."""
     from jitcore.proxies import TensorProxy

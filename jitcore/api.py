@@ -178,10 +178,10 @@ def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
 
 def _after_claim(claimed) -> list:
     """[claimed, (buffers reused,) del-last-used]: the memory passes over an execution trace."""
-    from executors.torchex import out_form
+    from executors.torchex import makes_fresh, out_form
 
     traces = [claimed]
-    reused = reuse_buffers(claimed, out_form)
+    reused = reuse_buffers(claimed, out_form, makes_fresh)
     if reused is not claimed:
         traces.append(reused)
     return [*traces, del_last_used(traces[-1])]

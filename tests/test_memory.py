@@ -123,3 +123,24 @@ def test_reuse_under_symbolic_values():
         x = torch.randn(n, 4)
         torch.testing.assert_close(jf(x), chain(x))
     assert jitcore.cache_misses(jf) == 1
+
+
+def test_matmul_results_are_fresh_memory_and_views_of_them_are_not():
+    from executors.torchex import makes_fresh
+    from jitcore.ops.opaque import opaque_symbol
+
+    def f(x, w, b):
+        h = x @ w  # fresh memory: the add may write into it
+        g = x @ (w * 3.0)
+        return (h + b).relu(), g.t() * 2.0  # g has a live view (its transpose): the mul allocates
+
+    x, w, b = torch.randn(6, 4), torch.randn(4, 4), torch.randn(4)
+    jf = jitcore.jit(f)
+    for got, want in zip(jf(x, w, b), f(x, w, b)):
+        torch.testing.assert_close(got, want)
+    lines = str(jitcore.last_traces(jf)[-1]).splitlines()
+    assert any("torch.add(" in line and "out=" in line for line in lines)
+    assert not any("torch.mul(" in line and "out=" in line for line in lines)
+    fresh = opaque_symbol(torch.ops.aten.gelu_backward.default).bind(output=None)
+    view = opaque_symbol(torch.ops.aten.t.default).bind(output=None)
+    assert makes_fresh(fresh) and not makes_fresh(view)

@@ -6,9 +6,8 @@
 - `del_last_used`: after the last use of each tensor, a `del` line frees it, so the generated program holds no
   tensor longer than needed (the inputs' references are dropped too).
 
-Which lines can write into a buffer is the executors' business: `reuse_buffers` takes `out_form(bsym)`, which
-returns None or a function `buffer -> the line computing bsym's output into buffer` (the table is in
-executors/torchex.py).
+Which lines can write into a buffer, and which make fresh memory, is the executors' business: `reuse_buffers`
+takes both questions as functions (executors/torchex.py answers them for the torch executor's lines).
 """
 from __future__ import annotations
 
@@ -56,38 +55,40 @@ def _same_layout_type(a: TensorProxy, o: TensorProxy) -> bool:
     return all(x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a._shape, o._shape))
 
 
-def reuse_buffers(trace: Trace, out_form: Callable) -> Trace:
+def reuse_buffers(trace: Trace, out_form: Callable, makes_fresh: Callable) -> Trace:
     """A new trace where elementwise lines write into the memory of an input that dies there.
 
-    A tensor's memory is reused only when nothing else can see it: it was made by an elementwise line of this
-    program (fresh memory, no views of it), every line that reads it is such a line (none made a view), the
-    reading line is its last use, it is neither an input nor an output of the program, and it has the result's
-    dtype, device and shape.
+    `out_form(bsym)`: None, or `buffer -> bsym computing into buffer` (an elementwise line that can);
+    `makes_fresh(bsym)`: whether bsym's tensor results are new memory that aliases none of its inputs (matmul,
+    an aten kernel whose schema returns no alias). A tensor's memory is reused only when nothing else can see it:
+    it was made by such a line of this program, no line that reads it can have made a view of it, the reading
+    line is its last use, it is neither an input nor an output of the program, and it has the result's dtype,
+    device and shape.
     """
     with Timer() as t:
         bsyms = trace.bound_symbols
         protected = {p.name for p in tree_leaves((trace.args, trace.output)) if isinstance(p, Proxy)}
         forms = [out_form(b) for b in bsyms]
+        fresh_lines = [f is not None or makes_fresh(b) for f, b in zip(forms, bsyms)]
         last_use: dict[str, int] = {}
-        only_elementwise_readers: dict[str, bool] = {}
+        no_alias_readers: dict[str, bool] = {}
         for i, b in enumerate(bsyms):
             for a in b.flat_proxy_args():
                 last_use[a.name] = i
-                only_elementwise_readers[a.name] = only_elementwise_readers.get(a.name, True) and forms[i] is not None
+                no_alias_readers[a.name] = no_alias_readers.get(a.name, True) and fresh_lines[i]
         fresh: set[str] = set()
         out, reused = [], 0
         for i, b in enumerate(bsyms):
-            if forms[i] is None:
-                out.append(b)
-                continue
-            o = b.output
-            for a in b.flat_proxy_args():
-                if (isinstance(a, TensorProxy) and a.name in fresh and a.name not in protected
-                        and last_use[a.name] == i and only_elementwise_readers[a.name] and _same_layout_type(a, o)):
-                    b = forms[i](a)
-                    reused += 1
-                    break
-            fresh.add(o.name)
+            if forms[i] is not None:
+                o = b.output
+                for a in b.flat_proxy_args():
+                    if (isinstance(a, TensorProxy) and a.name in fresh and a.name not in protected
+                            and last_use[a.name] == i and no_alias_readers[a.name] and _same_layout_type(a, o)):
+                        b = forms[i](a)
+                        reused += 1
+                        break
+            if fresh_lines[i]:
+                fresh.update(o.name for o in b.flat_proxy_outs())
             out.append(b)
         if not reused:
             return trace
