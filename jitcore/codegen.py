@@ -127,13 +127,28 @@ def _namespaces(trace) -> dict[str, object]:
     return g
 
 
+def _signature(trace) -> tuple[list[str], list[str]]:
+    """(parameters, lines that bind the arguments). Plain: one parameter per argument. With
+    extra["arg_groups"] = [(name, count), ...]: one list per group, unpacked and emptied on entry, so each value
+    is freed after its last use (a positional argument stays referenced by the caller until the call returns)."""
+    names = [a.name if isinstance(a, Proxy) else str(a) for a in trace.args]
+    types = [f'  # {a.name}: "{a.type_string()}"' for a in trace.args if isinstance(a, Proxy)]
+    groups = trace.extra.get("arg_groups")
+    if not groups:
+        return names, types
+    body, start = [], 0
+    for group, count in groups:
+        part = names[start:start + count]
+        start += count
+        if part:
+            target = f"{part[0]}," if len(part) == 1 else ", ".join(part)
+            body += [f"  ({target}) = {group}", f"  {group}.clear()"]
+    return [group for group, _ in groups], types + body
+
+
 def trace_source(trace) -> str:
     printer = Printer()
-    params = [a.name if isinstance(a, Proxy) else str(a) for a in trace.args]
-    body = []
-    for a in trace.args:
-        if isinstance(a, Proxy):
-            body.append(f'  # {a.name}: "{a.type_string()}"')
+    params, body = _signature(trace)
     for bsym in trace.bound_symbols:
         body += bsym_lines(bsym, 1, printer)
     body.append(f"  return {printer.value(trace.output)}")

@@ -32,13 +32,18 @@ class _JitAutograd(torch.autograd.Function):
         program = ctx.program
         tensors = iter(ctx.saved_tensors)
         saved = [next(tensors) if s is None else s for s in ctx.saved_layout]
+        del tensors
+        # unless the graph is retained (retain_graph=True), ctx drops its references now; the backward program
+        # empties `saved` on entry, so each saved tensor is freed right after its last use, as eager autograd does
+        ctx.maybe_clear_saved_tensors()
         cts = [c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
-        grads = program.backward(*saved, *cts)
+        grads = program.backward(saved, cts)
         return (None, *grads)
 
 
 class AutogradProgram:
-    """forward(*inputs) -> (*outputs, *saved); backward(*saved, *cotangents) -> one grad per input."""
+    """forward(*inputs) -> (*outputs, *saved); backward(saved, cotangents) -> one grad per input (two lists,
+    emptied by the program as it unpacks them)."""
 
     def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list):
         self.forward, self.backward = forward, backward

@@ -251,7 +251,7 @@ def test_printed_backward_trace_reruns_to_torch_gradients(case):
         n = len(flat_tensors(out))
         saved = list(results[n:])
         cotangent = torch.randn_like(out)
-        grads = run_text(backward, *saved, cotangent)
+        grads = run_text(backward, saved, [cotangent])
     diff_inputs = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
     expected = torch.autograd.grad(fn(*args), diff_inputs, cotangent)
     got = [g for g, x in zip(grads, inputs) if isinstance(x, torch.Tensor) and x.requires_grad]

@@ -144,3 +144,36 @@ def test_matmul_results_are_fresh_memory_and_views_of_them_are_not():
     fresh = opaque_symbol(torch.ops.aten.gelu_backward.default).bind(output=None)
     view = opaque_symbol(torch.ops.aten.t.default).bind(output=None)
     assert makes_fresh(fresh) and not makes_fresh(view)
+
+
+def test_backward_frees_each_saved_tensor_after_its_last_use():
+    import weakref
+
+    from executors import OperatorExecutor
+    from jitcore.ops import ltorch
+
+    seen = {}
+    probe = OperatorExecutor("probe_saved")
+
+    def probing_cos(a):  # runs in the backward after tanh's saved output was last read
+        seen["alive"] = [r() is not None for r in seen["refs"]]
+        return torch.cos(a)
+
+    probe.register_implementation(ltorch.cos, probing_cos)
+
+    def f(x):
+        return torch.tanh(torch.sin(x * 2.0)).exp()
+
+    x = torch.randn(5, requires_grad=True)
+    jf = jitcore.jit(f, executors=[probe])
+    out = jf(x)
+    backward = str(jitcore.last_backward_traces(jf)[-1])
+    assert "def backward(saved, cotangents):" in backward and "saved.clear()" in backward
+    seen["refs"] = [weakref.ref(t) for t in out.grad_fn.saved_tensors]
+    out.sum().backward()
+    assert seen["alive"] == [False, False, True]  # exp's and tanh's outputs gone; sin's input still needed
+    xe = x.detach().requires_grad_(True)
+    f(xe).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    with pytest.raises(RuntimeError, match="second time"):
+        out.sum().backward()  # the graph was freed, as in eager

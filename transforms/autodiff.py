@@ -26,7 +26,7 @@ SKIP = frozenset({Tag.NON_DIFFERENTIABLE, Tag.CREATION})
 @dataclass
 class Split:
     forward: Trace  # (*inputs) -> (*outputs, *saved)
-    backward: Trace  # (*saved, *cotangents) -> grads for each forward input (None where it needs none)
+    backward: Trace  # (saved, cotangents) -> grads for each forward input (None where it needs none); two lists
     n_outputs: int
     saved: list  # forward proxies the backward reads
     output_requires_grad: list  # per flat output, whether it carries a gradient
@@ -130,6 +130,7 @@ def grad_transform(trace: Trace) -> Split:
         bw = dce(bw)
         saved = _free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
+        bw.extra["arg_groups"] = [("saved", len(saved)), ("cotangents", sum(c is not None for c in cts))]
         fw.bound_symbols = expose(bsyms, {p.name for p in saved})
         fw.output = tuple(flat_out) + tuple(saved)
     fw.set_provenance("Forward pass of the grad transform", t.seconds)
