@@ -56,7 +56,7 @@ def is_pure_aten(fn) -> bool:
 
 
 class InductorExecutor(FusionExecutor):
-    """Fusion regions compiled with torch.compile. fuse_matmul: whether matmul/linear join regions."""
+    """Fusion regions compiled by Inductor. fuse_matmul: whether matmul/linear join regions."""
 
     def __init__(self, name: str = "inductor", *, fuse_matmul: bool = True, min_compute_ops: int = 2):
         super().__init__(name)
@@ -100,11 +100,14 @@ class InductorExecutor(FusionExecutor):
     def fuse(self, trace: Trace) -> Trace:
         return fuse_regions(trace, self.claimed, compile_region, prefix=f"{self.name}_fusion",
                             executor_name=self.name, keep=self.worth_fusing,
-                            pass_name=f"Fusion ({self.name}: regions compiled by torch.compile)")
+                            pass_name=f"Fusion ({self.name}: regions compiled by Inductor)")
 
 
 # -- compiled regions, cached across jitted functions by canonical text ---------------------------------------------
 COMPILED: dict = {}  # canonical key -> CompiledRegion
+# eager's numerics: a value the program rounds to half precision is rounded inside fused kernels too (Inductor's
+# default keeps it in float32 across fused ops, so results drift from eager's)
+COMPILE_OPTIONS = {"emulate_precision_casts": True}
 STATS = {"compiled": 0, "reused": 0, "fallbacks": 0}
 
 
@@ -127,8 +130,11 @@ class CompiledRegion:
         try:
             from torch.fx.experimental.proxy_tensor import make_fx
 
-            graph = make_fx(self.eager_fn, tracing_mode="fake")(*args)
-            run = torch._inductor.compile(graph, list(args))
+            with warnings.catch_warnings():  # torch's own deprecation notices from inside the compiler
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                graph = make_fx(self.eager_fn, tracing_mode="fake")(*args)
+                run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
         except Exception as e:
             warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
                           stacklevel=3)

@@ -254,6 +254,18 @@ def test_inductor_region_equals_eager_and_is_reused():
     torch.testing.assert_close(out2, out)
 
 
+def test_inductor_regions_round_half_precision_like_eager():
+    # Inductor keeps a bf16 intermediate in float32 across a fused kernel unless told to emulate the cast
+    def f(x):
+        y = x.to(torch.bfloat16) * 3
+        return torch.nn.functional.layer_norm(y.float(), (x.shape[-1],)).relu().mean(0)
+
+    x = torch.randn(4, 8)
+    jfn = jitcore.jit(f, executors=["inductor"])
+    torch.testing.assert_close(jfn(x), f(x))
+    assert "inductor_fusion0" in str(jitcore.last_traces(jfn)[-1])
+
+
 def test_inductor_region_compiles_a_variant_per_input_strides():
     # compiled code assumes its inputs' strides: a transposed input of the same shape must not reuse it
     jfn = jitcore.jit(elementwise, executors=["inductor"])
