@@ -25,6 +25,10 @@ class JitModule(torch.nn.Module):
         super().__init__()
 
         self.__dict__["_model"] = model  # not a registered submodule: state_dict keys stay the model's own
+        # the model's own parameter and buffer tables: what writes them through the wrapper (torch.func's
+        # functional_call, stateless reparametrization, `jm.weight = Parameter(...)`) changes the model it runs
+        self.__dict__["_parameters"] = model._parameters
+        self.__dict__["_buffers"] = model._buffers
         self.__dict__["_jfn"] = JitFunction(model, options)
 
     def forward(self, *args, **kwargs):
@@ -67,6 +71,12 @@ class JitModule(torch.nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self.__dict__["_model"], name)
+
+    def __getitem__(self, index):  # Sequential / ModuleList / ModuleDict indexing reaches the model's children
+        return self._model[index]
+
+    def __iter__(self):
+        return iter(self._model)
 
     def __repr__(self):
         return f"JitModule({self._model!r})"

@@ -330,6 +330,20 @@ def test_functional_call():
     _fast_calls(jm, x)
 
 
+def test_functional_call_on_the_jitted_module():
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    jm = jitcore.jit(model)
+    x = torch.randn(5, 3)
+    jm(x)
+    params = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    got = torch.func.functional_call(jm, params, (x,))  # swaps through the wrapper: the model it runs sees them
+    torch.testing.assert_close(got, torch.func.functional_call(model, params, (x,)))
+    _same(jm, model, x)  # and the model's own parameters are back afterwards
+    jm[0].weight = nn.Parameter(torch.zeros(4, 3))  # attribute writes reach the model too
+    assert model[0].weight.abs().sum() == 0
+    _same(jm, model, x)
+
+
 def test_tied_weights():
     class Tied(nn.Module):
         def __init__(self):
