@@ -5,18 +5,8 @@ import pytest
 import torch
 
 import jitcore
+from benchmarks.models import elementwise_chain as chain
 from executors.torchex import OUT_FUNCTIONS, _aten_out_overload
-
-
-def chain(x):
-    y = x * 2.0
-    y = y + 1.0
-    y = torch.sin(y)
-    y = y * y
-    y = torch.exp(-y)
-    y = torch.tanh(y - 0.5)
-    y = torch.sigmoid(y / 3.0)
-    return y + x
 
 
 @pytest.mark.parametrize("name", sorted(OUT_FUNCTIONS))
