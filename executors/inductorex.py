@@ -15,7 +15,7 @@ from executors.base import FusionExecutor
 from executors.regions import Region, aten_effects, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import torch_ex
 from jitcore.ops.registry import PRIMS
-from jitcore.proxies import TensorProxy
+from jitcore.proxies import IntegerProxy, TensorProxy
 from jitcore.symbol import BoundSymbol, Tag
 from jitcore.trace import Trace
 
@@ -39,13 +39,17 @@ def leaf_ids(bsym: BoundSymbol) -> set[str]:
 
 
 def _tensors_ok(bsym: BoundSymbol) -> bool:
+    """Tensors in and out (on one CPU or CUDA device, dtypes Inductor compiles); integer inputs may be symbolic
+    values (sizes): the region is then compiled for dynamic shapes. A float or bool symbolic value is refused:
+    Inductor would specialize on it, a recompile per value."""
     args, outs = bsym.flat_proxy_args(), bsym.flat_proxy_outs()
-    if not outs or not all(isinstance(p, TensorProxy) for p in args + outs):
-        return False  # number proxies (symbolic values) would make every value a recompile
-    if any(not isinstance(s, int) for p in args + outs for s in p._shape):
+    if not outs or not all(isinstance(p, TensorProxy) for p in outs):
         return False
-    devices = {p.device.type for p in args + outs}
-    return len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.dtype in _OK_DTYPES for p in args + outs)
+    if not all(isinstance(p, (TensorProxy, IntegerProxy)) for p in args):
+        return False
+    tensors = [p for p in args + outs if isinstance(p, TensorProxy)]
+    devices = {p.device.type for p in tensors}
+    return len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.dtype in _OK_DTYPES for p in tensors)
 
 
 def is_pure_aten(fn) -> bool:
@@ -114,17 +118,26 @@ STATS = {"compiled": 0, "reused": 0, "fallbacks": 0}
 class CompiledRegion:
     """Runs a region's program compiled by Inductor; falls back to eager (with a warning) if compiling fails.
 
-    The program is traced to an aten FX graph (make_fx over fake tensors) and compiled with
-    `torch._inductor.compile`, not through torch.compile's frame evaluation: a call then costs a few
-    microseconds instead of Dynamo's guard checks (~50 us), which matters with several regions per step. Shapes,
-    dtypes and devices are fixed by the region's text (part of its cache key); the compiled code also assumes
-    the inputs' strides, so each stride pattern met gets its own compiled variant (the only guard, checked per
-    call).
+    Static regions (every size a number in the region's text, part of its cache key): the program is traced to an
+    aten FX graph (make_fx over fake tensors) and compiled with `torch._inductor.compile`, not through
+    torch.compile's frame evaluation: a call then costs a few microseconds instead of Dynamo's guard checks
+    (~50 us), which matters with several regions per step. The compiled code also assumes the inputs' strides, so
+    each stride pattern met gets its own compiled variant (the only guard, checked per call).
+
+    Dynamic regions (symbolic sizes, under cache="symbolic values"): compiled by torch.compile with
+    dynamic=True, whose guards decide when a new size needs new code (sizes 0 and 1, say); other sizes reuse it.
     """
 
-    def __init__(self, fn, key):
-        self.eager_fn, self.key = fn, key
-        self.variants: dict = {}  # input strides -> compiled callable
+    def __init__(self, fn, key, dynamic: bool = False):
+        self.eager_fn, self.key, self.dynamic = fn, key, dynamic
+        self.variants: dict = {}  # input strides -> compiled callable (static regions)
+        self.compiled_dynamic = None
+
+    def _failed(self, e: Exception):
+        warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
+                      stacklevel=4)
+        STATS["fallbacks"] += 1
+        return self.eager_fn
 
     def _compile(self, args, strides):
         try:
@@ -136,21 +149,39 @@ class CompiledRegion:
                 graph = make_fx(self.eager_fn, tracing_mode="fake")(*args)
                 run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
         except Exception as e:
-            warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
-                          stacklevel=3)
-            STATS["fallbacks"] += 1
-            run = self.eager_fn
+            run = self._failed(e)
         self.variants[strides] = run
         return run
 
+    def _call_dynamic(self, args):
+        if self.compiled_dynamic is None:
+            self.compiled_dynamic = torch.compile(self.eager_fn, dynamic=True, fullgraph=True,
+                                                  options=COMPILE_OPTIONS)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                return self.compiled_dynamic(*args)
+        except Exception as e:  # a compile error surfaces at the call that compiles
+            self.compiled_dynamic = self._failed(e)
+            return self.compiled_dynamic(*args)
+
     def __call__(self, *args):
-        strides = tuple([a.stride() for a in args])
-        run = self.variants.get(strides)
         # regions run inside the forward/backward of an autograd.Function (or with no autodiff): never record
         with torch.no_grad():
+            if self.dynamic:
+                return self._call_dynamic(args)
+            strides = tuple([a.stride() for a in args])
+            run = self.variants.get(strides)
             if run is None:
                 run = self._compile(args, strides)
             return run(*args)
+
+
+def is_dynamic(sub: Trace) -> bool:
+    """Whether a region takes symbolic values or has tensors whose sizes are symbolic."""
+    proxies = list(sub.args) + [o for b in sub.bound_symbols for o in b.flat_proxy_outs()]
+    return any(not isinstance(p, TensorProxy) or not all(isinstance(d, int) for d in p._shape) for p in proxies)
 
 
 def compile_region(sub: Trace):
@@ -160,7 +191,7 @@ def compile_region(sub: Trace):
         STATS["reused"] += 1
         return found
     STATS["compiled"] += 1
-    region = COMPILED[key] = CompiledRegion(sub.python_callable(), key)
+    region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dynamic=is_dynamic(sub))
     return region
 
 

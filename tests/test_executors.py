@@ -346,3 +346,27 @@ def test_inductor_mlp_and_block_forward_backward():
         torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
         for g, p in zip(grads, model.parameters()):
             torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_inductor_fuses_under_symbolic_values_without_a_compile_per_size():
+    # symbolic sizes: the region is compiled for dynamic shapes, so new sizes reuse it instead of recompiling
+    def f(x, y):
+        z = torch.sin(x * 2 + y).reshape(x.shape[0] * x.shape[1])
+        return z.exp().sum() * x.shape[0], torch.tanh(y) - 1
+
+    jfn = jitcore.jit(f, executors=["inductor"], cache="symbolic values")
+    for n in (3, 5, 6, 9):
+        x = torch.randn(n, 4, requires_grad=True)
+        y = torch.randn(n, 4, requires_grad=True)
+        out = jfn(x, y)
+        (out[0] + out[1].sum()).backward()
+        xe, ye = x.detach().requires_grad_(True), y.detach().requires_grad_(True)
+        expected = f(xe, ye)
+        (expected[0] + expected[1].sum()).backward()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close((x.grad, y.grad), (xe.grad, ye.grad))
+    assert jitcore.cache_misses(jfn) == 1
+    fwd, bwd = jitcore.last_traces(jfn)[-1], jitcore.last_backward_traces(jfn)[-1]
+    assert "inductor_fusion0" in str(fwd) and "inductor_fusion0" in str(bwd)
+    region = next(b for b in fwd.bound_symbols if "region_trace" in b.extra).sym.call_ctx["inductor_fusion0"]
+    assert region.dynamic and region.compiled_dynamic is not region.eager_fn  # compiled, not fallen back
