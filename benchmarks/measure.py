@@ -24,7 +24,8 @@ from benchmarks import thunder_adapter
 from benchmarks.suites import Workload
 
 VARIANTS = ("eager", "torch.compile", "jitcore [torch]", "jitcore [inductor, torch]", "thunder")
-SYMBOLIC = "jitcore [torch] symbolic"  # an extra column of the cache suite
+SYMBOLIC = "jitcore [torch] symbolic"  # extra columns of the cache suite
+SYMBOLIC_INDUCTOR = "jitcore [inductor, torch] symbolic"
 
 
 class Unavailable(Exception):
@@ -52,6 +53,8 @@ def make_variant(name: str, fn):
         return jitcore.jit(fn)
     if name == SYMBOLIC:
         return jitcore.jit(fn, cache="symbolic values")
+    if name == SYMBOLIC_INDUCTOR:
+        return jitcore.jit(fn, cache="symbolic values", executors=[inductor_executor()])
     if name == "jitcore [inductor, torch]":
         return jitcore.jit(fn, executors=[inductor_executor()])
     if name == "thunder":

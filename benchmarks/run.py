@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import dashboard, thunder_adapter
-from benchmarks.measure import SYMBOLIC, VARIANTS, measure, measure_shapes
+from benchmarks.measure import SYMBOLIC, SYMBOLIC_INDUCTOR, VARIANTS, measure, measure_shapes
 from benchmarks.suites import cache_workloads, core_workloads, hf_workloads
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,8 @@ def run(args) -> list[dict]:
     for w in work:
         if suites and w.suite not in suites:
             continue
-        names = variants + ([SYMBOLIC] if w.suite == "cache" and SYMBOLIC not in variants else [])
+        extra = [SYMBOLIC, SYMBOLIC_INDUCTOR] if w.suite == "cache" else []
+        names = variants + [v for v in extra if v not in variants]
         for v in names:
             start = time.perf_counter()
             if w.shapes:
