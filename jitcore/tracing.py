@@ -20,6 +20,20 @@ from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, Tensor
 from jitcore.pytree import register_containers, tree_flatten
 from jitcore.trace import Timer, Trace, tracectx
 
+_TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
+
+
+def _unbound_tensor_method(fn):
+    name = fn.__name__
+
+    def call(self, *args, **kwargs):
+        if isinstance(self, TensorProxy):
+            return getattr(self, name)(*args, **kwargs)
+        return fn(self, *args, **kwargs)
+
+    return call
+
+
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict)
 _LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "itertools", "collections", "typing",
@@ -93,6 +107,8 @@ class JitContext(DefaultContext):
 
     def lookaside(self, fn):
         op = torch_map.lookup(fn)
+        if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
+            op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
         if op is None or not self._container_ids:
             return op
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))

@@ -347,3 +347,50 @@ def test_overlapping_views_written_are_refused_or_correct():
     jf(torch.zeros(2), torch.zeros(2))  # traced without aliasing
     with pytest.raises(JitError, match="shares its storage"):
         jf(base[:2], base[1:3])  # same shapes: the cached entry must not be used silently
+
+
+def _unsqueeze_in_place(x):
+    y = x * 2
+    y.unsqueeze_(0)
+    return y
+
+
+def _t_in_place_unbound(x):
+    y = x * 2
+    torch.Tensor.t_(y)
+    return y
+
+
+def _detach_in_place(x):
+    y = x * 2
+    y.detach_()
+    return y
+
+
+def _requires_grad_in_place(x):
+    y = x * 2
+    y.requires_grad_()
+    return y
+
+
+@pytest.mark.parametrize("fn", [_unsqueeze_in_place, _t_in_place_unbound, _detach_in_place, _requires_grad_in_place])
+def test_in_place_metadata_changes_raise_at_the_users_line(fn):
+    # the tensor keeps its identity but changes shape or autograd state: never a silently stale result
+    x = torch.randn(2, 3, requires_grad=fn is _detach_in_place)
+    with pytest.raises(JitError, match="in place") as info:
+        jitcore.jit(fn)(x)
+    assert "hint:" in str(info.value) and "test_inplace.py" in str(info.value)
+
+
+def test_in_place_metadata_calls_that_change_nothing_run():
+    def f(x):
+        y = x * 2
+        y.squeeze_()  # no size-1 dims
+        y.transpose_(1, 1)
+        y.requires_grad_(False)  # already False under no_grad
+        y.detach_()
+        return y + torch.Tensor.cumsum(y, 0)
+
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(jitcore.jit(f)(x), f(x))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from jitcore import proxies
+from jitcore.errors import UnsupportedError
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -27,6 +28,10 @@ _METADATA_INPLACE = frozenset({
     "squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "as_strided_",
     "set_", "detach_", "requires_grad_", "share_memory_", "retain_grad_", "rename_", "refine_names_", "align_to_",
 })
+# of those, the ones that change what later code sees (the others are named-tensor or storage-sharing calls)
+_METADATA_REFUSED = frozenset({
+    "squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "as_strided_",
+    "set_", "detach_", "requires_grad_"})
 
 
 def write(op: str, self, value):
@@ -215,8 +220,64 @@ TENSOR_METHODS["__setitem__"] = setitem_
 _OPAQUE_INPLACE: dict = {}
 
 
+def _metadata_inplace(name: str):
+    """x.unsqueeze_(0), x.t_(), x.detach_(), x.requires_grad_() inside a jitted function: the tensor keeps its
+    identity but changes shape or autograd state, which the trace (values flow through renamings) cannot express.
+    A call that changes nothing runs as the no-op it is; any other raises, never a silently stale tensor."""
+    method = getattr(T, name)
+
+    def call(self, *args, **kwargs):
+        if _metadata_unchanged(name, method, self, args, kwargs):
+            return self
+        raise UnsupportedError(
+            "in-place metadata change",
+            f"Tensor.{name} changes a tensor's {_WHAT_CHANGES.get(name, 'shape or strides')} in place",
+            hint=_HINTS.get(name, f"use the out-of-place form and rebind the name: `y = y.{name[:-1]}(...)`"))
+
+    return call
+
+
+_WHAT_CHANGES = {"detach_": "autograd history", "requires_grad_": "requires_grad flag", "set_": "storage"}
+_HINTS = {
+    "detach_": "use `y = y.detach()`",
+    "requires_grad_": "make the tensor require grad outside the jitted function (a leaf created inside one has "
+                      "no .grad to fill), or use `y = y.detach().requires_grad_()` eagerly",
+    "set_": "assign a new tensor instead: `y = other`",
+    "resize_": "use `y = y.new_empty(shape)` or `y = y.reshape(shape)`",
+    "resize_as_": "use `y = y.new_empty(other.shape)` or `y = y.reshape_as(other)`",
+}
+
+
+def _metadata_unchanged(name, method, self, args, kwargs) -> bool:
+    """Whether the call would leave `self` as it is (same shape, strides, autograd state): checked on a meta
+    tensor for the shape-changing methods."""
+    if not isinstance(self, TensorProxy):
+        return False
+    if name == "requires_grad_":
+        flag = args[0] if args else kwargs.get("requires_grad", True)
+        return isinstance(flag, bool) and flag == self.requires_grad
+    if name == "detach_":
+        return not self.requires_grad
+    if name not in _SHAPE_METHODS or any(isinstance(a, proxies.Proxy) for a in (*args, *kwargs.values())):
+        return False
+    if not all(isinstance(d, int) for d in self.shape):
+        return False
+    try:
+        meta = torch.empty(tuple(self.shape), device="meta")
+        before = (meta.shape, meta.stride())
+        method(meta, *args, **kwargs)
+        return (meta.shape, meta.stride()) == before
+    except Exception:
+        return False
+
+
+_SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_"})
+
+
 def _opaque_inplace_factory(previous):
     def factory(name: str):
+        if name in _METADATA_INPLACE and name in _METADATA_REFUSED:
+            return _metadata_inplace(name)
         if not name.endswith("_") or name.startswith("_") or name in _METADATA_INPLACE:
             return previous(name)
         if name in _OPAQUE_INPLACE:
