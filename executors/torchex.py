@@ -44,10 +44,6 @@ def _broadcast_in_dim(a, shape, broadcast_dimensions):
     return a.reshape(view_shape).expand(shape)
 
 
-def _reshape(a, shape):
-    return a.reshape(shape)
-
-
 # -- shape --------------------------------------------------------------------------------------------------------
 def _slice(a, start_indices, end_indices, strides=None):
     strides = strides or (1,) * a.ndim
@@ -72,7 +68,11 @@ def _pad(a, padding_value, padding_config):
 
 # -- reductions: dims=() reduces nothing (torch reads an empty dim list as "all dims") ------------------------------
 def _sum(a, dims):
-    return torch.sum(a, dims, dtype=a.dtype) if dims else torch.sum(a.unsqueeze(-1), -1, dtype=a.dtype)
+    if not dims:
+        return torch.sum(a.unsqueeze(-1), -1, dtype=a.dtype)
+    if a.is_floating_point():  # keeps its dtype without being told (integers and bools would become int64)
+        return torch.sum(a, dims)
+    return torch.sum(a, dims, dtype=a.dtype)
 
 
 def _prod(a, dims):
@@ -208,7 +208,7 @@ KERNELS: dict = {
     "prims.eq": torch.eq, "prims.ne": torch.ne, "prims.lt": torch.lt, "prims.le": torch.le, "prims.gt": torch.gt,
     "prims.ge": torch.ge, "prims.where": _where, "prims.convert_element_type": _convert_element_type,
     "prims.device_put": _device_put,
-    "prims.broadcast_in_dim": _broadcast_in_dim, "prims.reshape": _reshape,
+    "prims.broadcast_in_dim": _broadcast_in_dim, "prims.reshape": torch.reshape,
     # shape
     "prims.transpose": torch.permute, "prims.squeeze": torch.squeeze, "prims.slice": _slice, "prims.cat": torch.cat,
     "prims.pad": _pad, "prims.flip": torch.flip, "prims.unfold": torch.Tensor.unfold,
@@ -350,3 +350,23 @@ def out_form(bsym):
 
     overload, name = found
     return lambda buffer: bsym.from_bsym(sym=opaque_symbol(overload), kwargs={**bsym.kwargs, name: buffer})
+
+
+# -- inputs made dense once (transforms/memory.densify_broadcast_inputs) ---------------------------------------------
+def _densify(a):
+    """`a`, or a dense copy of it when it is a broadcast (a stride is 0): BLAS would copy it on every matmul."""
+    return a.contiguous() if 0 in a.stride() else a
+
+
+densify = torch_ex.register_operator("densify", meta=lambda a: a, fn=_densify)
+# lines whose kernel copies a broadcast input into dense memory first, and lines that only view their input
+DENSE_READERS = frozenset({"torch.matmul", "torch.linear"})
+VIEW_LINES = frozenset({"torch.permute", "torch.reshape", "torch.transpose", "torch.view", "torch.t"})
+
+
+def reads_dense(bsym) -> bool:
+    return bsym.sym.id in DENSE_READERS
+
+
+def is_view_line(bsym) -> bool:
+    return bsym.sym.id in VIEW_LINES

@@ -24,7 +24,7 @@ from transforms.autodiff import grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.functionalize import functionalize
-from transforms.memory import del_last_used, reuse_buffers
+from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers
 
 
 @dataclass(frozen=True)
@@ -177,11 +177,15 @@ def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
 
 
 def _after_claim(claimed) -> list:
-    """[claimed, (buffers reused,) del-last-used]: the memory passes over an execution trace."""
-    from executors.torchex import makes_fresh, out_form
+    """[claimed, (inputs densified,) (buffers reused,) del-last-used]: the memory passes over an execution
+    trace."""
+    from executors.torchex import densify, is_view_line, makes_fresh, out_form, reads_dense
 
     traces = [claimed]
-    reused = reuse_buffers(claimed, out_form, makes_fresh)
+    dense = densify_broadcast_inputs(claimed, reads_dense, is_view_line, densify)
+    if dense is not claimed:
+        traces.append(dense)
+    reused = reuse_buffers(traces[-1], out_form, makes_fresh)
     if reused is not claimed:
         traces.append(reused)
     return [*traces, del_last_used(traces[-1])]

@@ -167,3 +167,30 @@ def test_backward_frees_each_saved_tensor_after_its_last_use():
     torch.testing.assert_close(x.grad, xe.grad)
     with pytest.raises(RuntimeError, match="second time"):
         out.sum().backward()  # the graph was freed, as in eager
+
+
+def test_broadcast_cotangent_is_made_dense_once_for_several_matmuls():
+    # out.sum().backward() hands the backward an expanded (stride-0) cotangent; both matmuls of the linear's
+    # backward would copy it, so the program copies it once at the top
+    from executors.torchex import _densify
+
+    lin = torch.nn.Linear(8, 8)
+    jm = jitcore.jit(lin)
+    x = torch.randn(4, 8, requires_grad=True)
+    out = jm(x)
+    out.sum().backward()
+    grads = [x.grad, lin.weight.grad, lin.bias.grad]
+    x2 = x.detach().requires_grad_(True)
+    lin.zero_grad()
+    lin(x2).sum().backward()
+    torch.testing.assert_close(grads, [x2.grad, lin.weight.grad, lin.bias.grad])
+    backward = jitcore.last_backward_traces(jm)[-1]
+    text = str(backward)
+    assert "torchex.densify(" in text
+    assert any("Densify broadcast inputs" in str(t) for t in jitcore.last_backward_traces(jm))
+    assert "densify" not in str(jitcore.last_traces(jm)[-1])  # x feeds one matmul: left alone
+    dense = torch.randn(3, 4)
+    assert _densify(dense) is dense and _densify(dense.t()) is not None and _densify(dense.t()).data_ptr() == \
+        dense.data_ptr()  # a transposed tensor is BLAS-ready: not copied
+    expanded = torch.ones(()).expand(3, 4)
+    assert _densify(expanded).is_contiguous() and _densify(expanded).stride() == (4, 1)

@@ -29,7 +29,7 @@ def _never(bsym) -> bool:
     return bool(bsym.sym.tags & NEVER) or any(_never(s) for s in bsym.subsymbols)
 
 
-def _rename(bsym, names: dict):
+def rename_args(bsym, names: dict):
     """bsym reading the surviving values: its arguments and those of its decomposition, renamed."""
     if not names:
         return bsym
@@ -38,7 +38,7 @@ def _rename(bsym, names: dict):
         return names.get(x.name, x) if isinstance(x, Proxy) else x
 
     args, kwargs = tree_map(sub, (bsym.args, bsym.kwargs))
-    return bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=tuple(_rename(s, names) for s in bsym.subsymbols))
+    return bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=tuple(rename_args(s, names) for s in bsym.subsymbols))
 
 
 def cse(trace: Trace) -> Trace:
@@ -47,7 +47,7 @@ def cse(trace: Trace) -> Trace:
         names: dict = {}  # dropped output name -> the proxy that replaces it
         kept = []
         for bsym in trace.bound_symbols:
-            bsym = _rename(bsym, names)
+            bsym = rename_args(bsym, names)
             outs = bsym.flat_proxy_outs()
             if not outs or _never(bsym):
                 kept.append(bsym)

@@ -1,4 +1,8 @@
-"""Transforms: memory. Two passes over an execution trace (after claim), run in this order:
+"""Transforms: memory. Passes over an execution trace (after claim), run in this order:
+
+- `densify_broadcast_inputs`: an input read by two or more lines that would each copy it into dense memory when it
+  is a broadcast (stride-0) tensor -- matmul's BLAS call needs unit strides -- is made dense once, at the top. The
+  cotangent of `loss.sum().backward()` is such an expanded tensor; eager copies it once per matmul.
 
 - `reuse_buffers`: an elementwise line whose input tensor dies at that line, and was made by such a line, writes
   its result into that input's memory (`t14 = torch.div(t13, 3.0, out=t13)`) instead of allocating. On CPU a fresh
@@ -11,10 +15,11 @@ takes both questions as functions (executors/torchex.py answers them for the tor
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_leaves
+from jitcore.pytree import tree_leaves, tree_map
 from jitcore.symbol import BoundSymbol, Symbol, Tag
 from jitcore.trace import Timer, Trace, from_trace
 
@@ -95,3 +100,34 @@ def reuse_buffers(trace: Trace, out_form: Callable, makes_fresh: Callable) -> Tr
         new = from_trace(trace)
         new.bound_symbols = out
     return new.set_provenance(f"Reuse buffers ({reused} results written into dead inputs)", t.seconds)
+
+
+def densify_broadcast_inputs(trace: Trace, reads_dense: Callable, is_view: Callable, densify: Symbol) -> Trace:
+    """A new trace where each tensor input that two or more `reads_dense` lines read (directly or through `is_view`
+    lines) is first passed through `densify` (`t9 = torchex.densify(t4)`: a copy only when some stride is 0), and
+    later lines read the dense tensor; the trace itself when no input qualifies."""
+    from transforms.cse import rename_args
+
+    with Timer() as t:
+        root = {a.name: a.name for a in trace.args if isinstance(a, TensorProxy)}
+        readers: Counter = Counter()
+        for b in trace.bound_symbols:
+            sources = {root[p.name] for p in b.flat_proxy_args() if p.name in root}
+            if not sources:
+                continue
+            if is_view(b) and len(sources) == 1:
+                root.update((o.name, next(iter(sources))) for o in b.flat_proxy_outs())
+            elif reads_dense(b):
+                readers.update(sources)
+        targets = [a for a in trace.args if isinstance(a, TensorProxy) and readers[a.name] >= 2]
+        if not targets:
+            return trace
+        new = from_trace(trace)
+        names = {}
+        for a in targets:
+            dense = a.like(name=new.make_name("t"))
+            names[a.name] = dense
+            new.bound_symbols.append(densify.bind(a, output=dense))
+        new.bound_symbols += [rename_args(b, names) for b in trace.bound_symbols]
+        new.output = tree_map(lambda x: names.get(x.name, x) if isinstance(x, Proxy) else x, trace.output)
+    return new.set_provenance(f"Densify broadcast inputs ({len(targets)} read by several matmuls)", t.seconds)
