@@ -6,6 +6,7 @@ cached by their canonical text, so the same region in another function or cache 
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 import warnings
 
@@ -115,6 +116,15 @@ COMPILE_OPTIONS = {"emulate_precision_casts": True}
 STATS = {"compiled": 0, "reused": 0, "fallbacks": 0}
 
 
+@contextlib.contextmanager
+def _quiet():
+    """Torch's own deprecation notices from inside the compiler (under -W error they would read as a failure)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
 class CompiledRegion:
     """Runs a region's program compiled by Inductor; falls back to eager (with a warning) if compiling fails.
 
@@ -143,9 +153,7 @@ class CompiledRegion:
         try:
             from torch.fx.experimental.proxy_tensor import make_fx
 
-            with warnings.catch_warnings():  # torch's own deprecation notices from inside the compiler
-                warnings.simplefilter("ignore", DeprecationWarning)
-                warnings.simplefilter("ignore", FutureWarning)
+            with _quiet():
                 graph = make_fx(self.eager_fn, tracing_mode="fake")(*args)
                 run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
         except Exception as e:
@@ -158,9 +166,7 @@ class CompiledRegion:
             self.compiled_dynamic = torch.compile(self.eager_fn, dynamic=True, fullgraph=True,
                                                   options=COMPILE_OPTIONS)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                warnings.simplefilter("ignore", FutureWarning)
+            with _quiet():
                 return self.compiled_dynamic(*args)
         except Exception as e:  # a compile error surfaces at the call that compiles
             self.compiled_dynamic = self._failed(e)

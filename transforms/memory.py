@@ -22,6 +22,7 @@ from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_leaves, tree_map
 from jitcore.symbol import BoundSymbol, Symbol, Tag
 from jitcore.trace import Timer, Trace, from_trace
+from transforms.cse import rename_args
 
 
 def _print_del(bsym, printer):
@@ -106,8 +107,6 @@ def densify_broadcast_inputs(trace: Trace, reads_dense: Callable, is_view: Calla
     """A new trace where each tensor input that two or more `reads_dense` lines read (directly or through `is_view`
     lines) is first passed through `densify` (`t9 = torchex.densify(t4)`: a copy only when some stride is 0), and
     later lines read the dense tensor; the trace itself when no input qualifies."""
-    from transforms.cse import rename_args
-
     with Timer() as t:
         root = {a.name: a.name for a in trace.args if isinstance(a, TensorProxy)}
         readers: Counter = Counter()

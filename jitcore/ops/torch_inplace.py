@@ -276,7 +276,7 @@ _SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapa
 
 def _opaque_inplace_factory(previous):
     def factory(name: str):
-        if name in _METADATA_INPLACE and name in _METADATA_REFUSED:
+        if name in _METADATA_REFUSED:
             return _metadata_inplace(name)
         if not name.endswith("_") or name.startswith("_") or name in _METADATA_INPLACE:
             return previous(name)
