@@ -131,7 +131,7 @@ class OperatorExecutor(Executor):
             sym = fn
         else:
             kname = name or getattr(fn, "__name__", op.name)
-            sym = self._kernel_symbol(kname, fn, op.meta or _no_meta(op), path=torch_path)
+            sym = self._kernel_symbol(kname, fn, op.meta or no_meta(op), path=torch_path)
         self.implmap[op.id] = Implementation(sym, checker)
         return sym
 
@@ -152,7 +152,7 @@ class OperatorExecutor(Executor):
         return BoundSymbol(impl.symbol, bsym.args, bsym.kwargs, bsym.output, (bsym,))
 
 
-def _no_meta(op):
+def no_meta(op):
     def meta(*args, **kwargs):
         raise NotImplementedError(f"{op.id}: an executor kernel symbol is not traced directly")
 

@@ -14,7 +14,7 @@ import torch
 
 from executors.base import FusionExecutor
 from executors.regions import Region, aten_effects, canonical_key, fuse_regions, has_side_effect
-from executors.torchex import torch_ex
+from executors.torchex import torch_ex, traceable_line
 from jitcore.ops.registry import PRIMS
 from jitcore.proxies import IntegerProxy, TensorProxy
 from jitcore.symbol import BoundSymbol, Tag
@@ -90,7 +90,7 @@ class InductorExecutor(FusionExecutor):
         return leaf_ids(bsym) <= self.fusible_ids()
 
     def execute(self, bsym: BoundSymbol) -> BoundSymbol:
-        line = torch_ex.execute(bsym)
+        line = traceable_line(bsym)
         line = line.from_bsym() if line is bsym else line  # an opaque line runs as it prints: mark a copy
         line.extra["executor"] = self.name
         return line

@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 
 import jitcore.ops  # noqa: F401  (registers every op)
-from executors.base import OperatorExecutor
+from executors.base import OperatorExecutor, no_meta
 from jitcore.ops.registry import LTORCH, PRIMS
 from jitcore.ops.torch_map import torch_path
-from jitcore.symbol import EAGER_KERNELS
+from jitcore.symbol import EAGER_KERNELS, BoundSymbol
 
 torch_ex = OperatorExecutor("torch", namespace_name="torchex")
 
@@ -275,13 +275,40 @@ def _can_execute(bsym):
     return _opaque_can_execute(bsym) or _base_can_execute(bsym)
 
 
-def _execute(bsym):
+def traceable_line(bsym):
+    """The line running bsym with the op's one torch kernel: what a fusion executor's region body is made of (the
+    kernels chosen by input below are tuned for eager execution, and graph compilers do better without them)."""
     # an opaque op already is the torch call; it runs as it prints
     return bsym if _opaque_can_execute(bsym) else _base_execute(bsym)
 
 
+def _execute(bsym):
+    choose = None if _opaque_can_execute(bsym) else BY_INPUT.get(bsym.sym.id)
+    chosen = choose(bsym) if choose is not None else None
+    return chosen if chosen is not None else traceable_line(bsym)
+
+
 torch_ex.can_execute = _can_execute
 torch_ex.execute = _execute
+
+
+# -- kernels chosen by input: a faster sequence of torch calls where the line's inputs allow it -------------------
+# Chosen when the line is claimed, so the trace names the kernel that runs.
+def _split(bsym):
+    """torch.split(a, 128, 2) as torch.Tensor.split_with_sizes(a, [128, 128, 128], 2): the same views, without
+    torch.split's two Python frames (~4 us a call)."""
+    a, dim = bsym.args[0], bsym.kwargs.get("dim", bsym.args[2] if len(bsym.args) > 2 else 0)
+    d = dim % a.ndim if a.ndim else 0
+    sizes = [o.shape[d] for o in bsym.output]
+    if not all(type(n) is int for n in sizes):
+        return None
+    return BoundSymbol(split_with_sizes, (a, sizes, dim), {}, bsym.output, (bsym,))
+
+
+split_with_sizes = torch_ex._kernel_symbol("split_with_sizes", torch.Tensor.split_with_sizes,
+                                           no_meta(LTORCH["split"]), path="torch.Tensor.split_with_sizes")
+# op id -> choose(bsym): the line running bsym with another kernel (or other arguments), or None for the usual one
+BY_INPUT: dict = {"ltorch.split": _split}
 
 
 # -- results written into a dead input's memory (transforms/memory.reuse_buffers) ----------------------------------

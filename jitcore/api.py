@@ -15,7 +15,7 @@ from jitcore.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
 from jitcore.interpreter.provenance import Roots
 from jitcore.prologue import build_prologues
-from jitcore.proxies import Proxy
+from jitcore.proxies import Proxy, TensorProxy
 from jitcore.runtime import AutogradProgram
 from jitcore.symbolic import Predicates, recording
 from jitcore.trace import Timer
@@ -150,7 +150,8 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
         computation = traces[-1].python_callable()
         if split is not None:
             computation = AutogradProgram(computation, backward_traces[-1].python_callable(), split.n_outputs,
-                                          split.output_requires_grad)
+                                          split.output_requires_grad,
+                                          [isinstance(p, TensorProxy) for p in split.saved])
         traced.guards.predicates = list(predicates.items)
         traced.trace.extra["predicates"] = traced.guards.predicates
         prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)

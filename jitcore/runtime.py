@@ -13,14 +13,18 @@ class _JitAutograd(torch.autograd.Function):
     def forward(ctx, program, *inputs):
         results = program.forward(*inputs)
         n = program.n_outputs
-        outputs, saved = results[:n], results[n:]
-        tensors = [s for s in saved if isinstance(s, torch.Tensor)]
-        ctx.save_for_backward(*tensors)
-        ctx.saved_layout = [None if isinstance(s, torch.Tensor) else s for s in saved]
+        if program.saved_layout is None:  # every saved value is a tensor (the usual case)
+            ctx.save_for_backward(*results[n:])
+        else:
+            saved = results[n:]
+            ctx.save_for_backward(*[s for s, kept in zip(saved, program.saved_layout) if kept is None])
+            ctx.saved_others = [None if kept is None else s for s, kept in zip(saved, program.saved_layout)]
         ctx.program = program
-        ctx.mark_non_differentiable(*[o for o, rg in zip(outputs, program.output_requires_grad)
-                                      if isinstance(o, torch.Tensor) and not rg])
-        return tuple(outputs)
+        outputs = results[:n]
+        if program.no_grad_outputs:
+            ctx.mark_non_differentiable(*[outputs[i] for i in program.no_grad_outputs
+                                          if isinstance(outputs[i], torch.Tensor)])
+        return outputs
 
     @staticmethod
     def backward(ctx, *cotangents):
@@ -30,13 +34,17 @@ class _JitAutograd(torch.autograd.Function):
                 "function, whose compiled backward is differentiable once. Compute higher-order gradients eagerly "
                 "(call the original function) or take first-order gradients only.")
         program = ctx.program
-        tensors = iter(ctx.saved_tensors)
-        saved = [next(tensors) if s is None else s for s in ctx.saved_layout]
-        del tensors
+        if program.saved_layout is None:
+            saved = list(ctx.saved_tensors)
+        else:
+            tensors = iter(ctx.saved_tensors)
+            saved = [next(tensors) if s is None else s for s in ctx.saved_others]
+            del tensors
         # unless the graph is retained (retain_graph=True), ctx drops its references now; the backward program
         # empties `saved` on entry, so each saved tensor is freed right after its last use, as eager autograd does
         ctx.maybe_clear_saved_tensors()
-        cts = [c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
+        cts = list(cotangents) if program.all_outputs_grad else [
+            c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
         grads = program.backward(saved, cts)
         return (None, *grads)
 
@@ -45,11 +53,23 @@ class AutogradProgram:
     """forward(*inputs) -> (*outputs, *saved); backward(saved, cotangents) -> one grad per input (two lists,
     emptied by the program as it unpacks them)."""
 
-    def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list):
+    def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list):
         self.forward, self.backward = forward, backward
         self.n_outputs, self.output_requires_grad = n_outputs, list(output_requires_grad)
+        # the per-call work is decided here, once: which saved values go through save_for_backward (tensors) and
+        # which are kept on ctx as they are (None: all of them are tensors), which outputs carry no gradient
+        self.saved_layout = None if all(saved_is_tensor) else [None if t else "value" for t in saved_is_tensor]
+        self.no_grad_outputs = tuple(i for i, rg in enumerate(self.output_requires_grad) if not rg)
+        self.all_outputs_grad = not self.no_grad_outputs
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
-            return _JitAutograd.apply(self, *inputs)
+            if torch._C._are_functorch_transforms_active():
+                return _JitAutograd.apply(self, *inputs)
+            return _apply(self, *inputs)
         return self.forward(*inputs)[: self.n_outputs]
+
+
+# torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping
+# functorch tensors) applies only under functorch transforms, which take the wrapper's path above
+_apply = super(torch.autograd.Function, _JitAutograd).apply

@@ -12,7 +12,7 @@ from executors.base import FusionExecutor
 from executors.nvfuserex.text import TextDataType, TextFusion
 from executors.nvfuserex.translate import DTYPE_NAMES, TRANSLATORS, lower_region, tensor_signature, translatable
 from executors.regions import canonical_key, fuse_regions, has_side_effect
-from executors.torchex import torch_ex
+from executors.torchex import torch_ex, traceable_line
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_leaves
 from jitcore.symbol import BoundSymbol, Tag
@@ -60,7 +60,7 @@ class NvFuserExecutor(FusionExecutor):
         return not has_side_effect(bsym) and self._tensors_ok(bsym) and translatable(bsym)
 
     def execute(self, bsym: BoundSymbol) -> BoundSymbol:
-        line = torch_ex.execute(bsym)
+        line = traceable_line(bsym)
         line.extra["executor"] = self.name
         return line
 
