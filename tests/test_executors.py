@@ -370,3 +370,26 @@ def test_inductor_fuses_under_symbolic_values_without_a_compile_per_size():
     assert "inductor_fusion0" in str(fwd) and "inductor_fusion0" in str(bwd)
     region = next(b for b in fwd.bound_symbols if "region_trace" in b.extra).sym.call_ctx["inductor_fusion0"]
     assert region.dynamic and region.compiled_dynamic is not region.eager_fn  # compiled, not fallen back
+
+
+# -- kernels chosen by input (executors/torchex.BY_INPUT) ----------------------------------------------------------
+@pytest.mark.parametrize("split", [lambda x: torch.split(x, 3, -1), lambda x: x.split([2, 5], 1),
+                                   lambda x: x.split(7, 1)])
+def test_split_runs_as_split_with_sizes(split):
+    def fn(x):
+        return [p * (i + 1) for i, p in enumerate(split(x))]
+
+    x = torch.randn(4, 7, requires_grad=True)
+    jfn = jitcore.jit(fn)
+    got, want = jfn(x), fn(x)
+    assert_same(got, want)
+    assert_same(torch.autograd.grad(sum(g.sum() for g in got), x), torch.autograd.grad(sum(w.sum() for w in want), x))
+    assert "torch.Tensor.split_with_sizes(" in str(jitcore.last_traces(jfn)[-1])
+
+
+def test_split_of_symbolic_size_keeps_torch_split():
+    jfn = jitcore.jit(lambda x: [p.sum() for p in torch.split(x, 2)], cache="symbolic values")
+    for n in (4, 5, 6):
+        x = torch.randn(n, 3)
+        assert_same(jfn(x), [p.sum() for p in torch.split(x, 2)])
+    assert "split_with_sizes" not in str(jitcore.last_traces(jfn)[-1])
