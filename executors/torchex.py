@@ -162,6 +162,10 @@ def _shape(a):
     return tuple(a.shape)
 
 
+def _no_grad_update(dst, values):
+    return values
+
+
 def _copy_(src, dst):
     return dst.copy_(src)
 
@@ -227,6 +231,7 @@ KERNELS: dict = {
     "prims.normal": _normal, "prims.randint": torch.randint, "prims.tensor_from_sequence": torch.tensor,
     # misc
     "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
+    "prims.no_grad_update": _no_grad_update,
 }
 
 # torch-level ops whose direct torch call must differ from the torch callable they stand for: traces are

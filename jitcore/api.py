@@ -156,7 +156,7 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
         traced.trace.extra["predicates"] = traced.guards.predicates
         prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
         index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
-        epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, functional, writebacks))
+        epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks))
         entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, traces,
                            prologues.traces, prologues.explain, backward_traces,
                            epilogue=epilogue.python_callable() if epilogue else None,
@@ -192,13 +192,12 @@ def _after_claim(claimed) -> list:
     return [*traces, del_last_used(traces[-1])]
 
 
-def _writeback_specs(traced, functional, writebacks) -> list:
+def _writeback_specs(traced, writebacks) -> list:
     """(provenance, output position, under no_grad) for each input the program wrote into."""
     out = []
     for w in writebacks:
         inp = traced.inputs[w.arg_index]
-        value = functional.output[w.output_index]
-        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not value.requires_grad))
+        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded))
     return out
 
 

@@ -144,6 +144,7 @@ SAMPLES["prims.index_put"] = [(lambda a, v: a.index_put((torch.tensor([0, 2]),),
                               (lambda a, v: a.index_put((torch.tensor([0, 0]),), v, accumulate=True),
                                lambda: (t(4, 3), t(2, 3)))]
 SAMPLES["prims.stop_gradient"] = [(lambda a, b: a.detach() * b + a, lambda: (t(3), t(3)))]
+
 SAMPLES["prims.embedding"] = [(F.embedding, lambda: (idx(5, 2, 3), t(5, 4)))]
 SAMPLES["prims.convolution"] = [(F.conv2d, lambda: (t(2, 3, 5, 5), t(4, 3, 3, 3), t(4))),
                                 (lambda x, w: F.conv1d(x, w, stride=2, padding=1), lambda: (t(2, 2, 7), t(3, 2, 3))),
@@ -203,7 +204,9 @@ SAMPLES["ltorch.tensor_split"] = [(lambda a: torch.tensor_split(a, [1, 4], 1), l
 SAMPLES["ltorch.unbind"] = [(lambda a: a.unbind(1), lambda: (t(2, 3),)), (lambda a: a.unbind(0)[1], lambda: (t(3, 2),))]
 NO_SAMPLE = {"prims.device_put": "a second device is needed to move a tensor",
              "prims.copy_": "in-place writes into inputs; its rule passes no gradient",
-             "prims.shape": "sizes are Python ints under the default cache: no prims.shape line to differentiate"}
+             "prims.shape": "sizes are Python ints under the default cache: no prims.shape line to differentiate",
+             "prims.no_grad_update": "functionalization makes it (a write autograd does not record); tests/"
+                                     "test_inplace.py checks those writes' gradients against eager"}
 
 CASES = [(op_id, i) for op_id in sorted(VJP_RULES) if op_id not in NO_SAMPLE for i in range(len(SAMPLES[op_id]))]
 

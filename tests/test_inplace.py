@@ -279,6 +279,99 @@ def test_no_grad_write_to_buffer_stays_without_grad():
     torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
 
 
+# writes autograd does not record (under no_grad, through .data or detach()): eager keeps the written tensor's autograd
+# identity, so later uses of it still send gradients to it (and to what it was computed from)
+def u_leaf_under_no_grad(x, p):
+    y = (x * p).sum()
+    with torch.no_grad():
+        p.mul_(2)
+    return y + (x * p).sum()
+
+
+def u_nonleaf_under_no_grad(x, p):
+    h = p * 3.0
+    y = (x * h).sum()
+    with torch.no_grad():
+        h.add_(1)
+    return y + (x * h.sin()).sum()
+
+
+def u_through_data(x, p):
+    y = (x * p).sum()
+    p.data.mul_(2)
+    return y + (x * p).sum()
+
+
+def u_slice_through_detach(x, p):
+    y = (x * p).sum()
+    p.detach()[1:].mul_(2)
+    return y + (x * p ** 2).sum()
+
+
+def u_element_under_no_grad(x, p):
+    with torch.no_grad():
+        p[0] = 5.0
+    return (x * p ** 2).sum()
+
+
+def u_sgd_step(x, p):
+    loss = (x * p).sum()
+    with torch.no_grad():
+        p -= 0.1 * x
+    return loss, p * 1.0
+
+
+@pytest.mark.parametrize("fn", [u_leaf_under_no_grad, u_nonleaf_under_no_grad, u_through_data, u_slice_through_detach,
+                                u_element_under_no_grad, u_sgd_step], ids=lambda f: f.__name__)
+def test_unrecorded_writes_keep_the_gradient_path(fn):
+    """Results, the written parameter's values and its gradient, like eager (they used to lose the later uses' part
+    of the gradient)."""
+    grads, values = [], []
+    for run in (fn, jitcore.jit(fn)):
+        torch.manual_seed(0)
+        x, p = torch.randn(3), torch.rand(3).add_(0.5).requires_grad_()
+        out = run(x, p)
+        sum(o.sum() for o in (out if isinstance(out, tuple) else (out,))).backward()
+        grads.append(p.grad)
+        values.append(p.detach().clone())
+        assert p.is_leaf and p.requires_grad
+    torch.testing.assert_close(grads[1], grads[0])
+    torch.testing.assert_close(values[1], values[0])
+
+
+def test_nonleaf_input_written_under_no_grad_keeps_its_history():
+    def f(h):
+        with torch.no_grad():
+            h.add_(1)
+        return (h * h).sum()
+
+    for run in (f, jitcore.jit(f)):
+        x = torch.arange(3.0, requires_grad=True)
+        h = x * 2
+        run(h).backward()
+        torch.testing.assert_close(x.grad, 2 * (x.detach() * 2 + 1) * 2)
+        assert h.grad_fn is not None and h.grad_fn.name() == "MulBackward0"
+
+
+def test_write_through_detach_reaches_the_tensor():
+    def f(x):
+        x.detach().mul_(2)
+        return x + 1
+
+    a, b = torch.ones(3), torch.ones(3)
+    torch.testing.assert_close(jitcore.jit(f)(b), f(a))
+    torch.testing.assert_close(b, a)
+
+
+def test_assigning_data_raises_at_the_users_line():
+    def f(x, p):
+        p.data = p.data * 2
+        return x * p
+
+    with pytest.raises(JitError, match=r"(?s)assigning `\.data`.*p\.data = p\.data \* 2.*hint"):
+        jitcore.jit(f)(torch.randn(3), torch.ones(3, requires_grad=True))
+
+
 # -- buffers, modules, KV cache --------------------------------------------------------------------------------------
 def test_batchnorm_running_stats():
     torch.manual_seed(0)

@@ -17,13 +17,15 @@ from jitcore.symbol import BoundSymbol, Tag
 from jitcore.trace import Timer, Trace, from_trace, tracectx
 
 # prims that only re-index their (single) tensor input: reading through them is a view in eager
-VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim"})
+# (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
+VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
+                        "prims.stop_gradient"})
 # torch-level ops that are views in eager (when their decomposition is view prims only)
 VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
-    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal")} | VIEW_PRIMS)
+    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Alias:
 class Writeback:
     arg_index: int  # position in trace.args of the mutated input
     output_index: int  # position in the functional trace's output of its final value
+    recorded: bool = True  # whether autograd recorded a write into it (else it is written back under no_grad)
 
 
 @dataclass
@@ -49,6 +52,7 @@ class _State:
     cur: dict = field(default_factory=dict)  # logical name -> current value (a proxy of the new trace)
     version: dict = field(default_factory=dict)  # root name -> number of writes so far
     derived: dict = field(default_factory=dict)  # view name -> root version its cur value reflects
+    recorded: set = field(default_factory=set)  # roots written at least once by a write autograd records
 
 
 def has_inplace(bsym) -> bool:
@@ -82,7 +86,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
             writebacks = []
             for i, a in enumerate(trace.args):
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
-                    writebacks.append(Writeback(i, len(outs)))
+                    writebacks.append(Writeback(i, len(outs), a.name in st.recorded))
                     final = _read(st, a)
                     outs.append(final if a.requires_grad or not final.requires_grad else _detach(final))
         new.output = tree_unflatten(spec, outs[: len(out_leaves)])
@@ -224,6 +228,8 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
     """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
     pid, args = p.sym.id, p.args
     try:
+        if pid == "prims.stop_gradient":
+            return meta
         if pid == "prims.reshape":
             return meta.view(tuple(args[1]))
         if pid == "prims.transpose":
@@ -257,11 +263,20 @@ def _write(st: _State, bsym: BoundSymbol):
         value = pm.stop_gradient(value)
     al = _alias_of(st, dst)
     root = al.root
+    old_root = st.cur.get(root)
     if al.chain:
         new_root = _scatter_back(st, al, value)
         st.cur[dst.name] = value
     else:
         new_root = value
+    if bsym.output.requires_grad:
+        st.recorded.add(root)
+    elif old_root is not None and old_root.requires_grad:
+        # a write autograd does not record (under no_grad, through .data or detach()) into a tensor that has a
+        # gradient: eager keeps the tensor's autograd identity, so its later uses still send gradients to it
+        new_root = pm.no_grad_update(old_root, new_root)
+        if al.chain:
+            st.cur[dst.name] = _replay_chain(al, new_root)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
     if al.chain:
@@ -270,6 +285,12 @@ def _write(st: _State, bsym: BoundSymbol):
     st.alias[out.name] = Alias(root, al.chain, al.meta)
     st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
     st.derived[out.name] = st.version[root]
+
+
+def _replay_chain(al: Alias, value):
+    for p in al.chain:
+        value = _replay(p, value)
+    return value
 
 
 def _scatter_back(st: _State, al: Alias, value):
@@ -287,6 +308,8 @@ def _inverse(p: BoundSymbol, base, value):
     from jitcore.ops import prims_shape as ps
 
     pid, args = p.sym.id, p.args
+    if pid == "prims.stop_gradient":
+        return value
     if pid in ("prims.reshape", "prims.squeeze"):
         return ps.reshape(value, tuple(base.shape))
     if pid == "prims.transpose":

@@ -241,6 +241,7 @@ def rules(VJP_RULES: dict):
 
     for op in ("prims.stop_gradient", "prims.copy_", "prims.shape"):
         VJP_RULES[op] = lambda bsym, *gs: tuple(None for _ in bsym.args)
+    VJP_RULES["prims.no_grad_update"] = lambda bsym, g: (g, None)
 
 
 def _numel(t) -> int:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import types
 
+from jitcore.errors import UnsupportedError
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
 from jitcore.interpreter.side_effects import SideEffect
+from jitcore.proxies import TensorProxy
 
 _FunctionType = types.FunctionType
 _BOUND_TYPES = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
@@ -44,6 +46,8 @@ def load_attr(rt, obj, name):
 
 def store_attr(rt, obj, name, value):
     t = type(obj)
+    if isinstance(obj, TensorProxy):
+        _refuse_tensor_setattr(name)
     if t not in _PLAIN:
         setter = rt.lookup(t, "__setattr__")
         if type(setter) is _FunctionType:
@@ -56,6 +60,16 @@ def store_attr(rt, obj, name, value):
     rt.effects.snapshot_attrs(obj, name)
     setattr(obj, name, value)
     rt.effects.record(SideEffect("setattr", prov, obj, name, value))
+
+
+def _refuse_tensor_setattr(name):
+    hints = {"data": "write the values in place instead (`p.data.copy_(new)`, or `p.copy_(new)` under "
+                     "torch.no_grad()), or swap the tensor outside the jitted function",
+             "grad": "set .grad outside the jitted function (or return the value and assign it there)",
+             "requires_grad": "call requires_grad_() outside the jitted function"}
+    raise UnsupportedError("tensor attribute assignment", f"assigning `.{name}` of a tensor inside a jitted "
+                           f"function (the traced program computes values; it cannot rebind a tensor's "
+                           f"attributes)", hint=hints.get(name, "keep the value in a variable or a dict instead"))
 
 
 def delete_attr(rt, obj, name):

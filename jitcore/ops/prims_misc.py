@@ -1,5 +1,6 @@
 """Ops: miscellaneous prims: shape (a tensor's sizes as Python ints), copy_ (the one in-place write, into an
-existing tensor) and stop_gradient (a tensor cut off from autodiff).
+existing tensor), stop_gradient (a tensor cut off from autodiff) and no_grad_update (a tensor after a write that
+autograd did not record).
 """
 from __future__ import annotations
 
@@ -35,3 +36,14 @@ def stop_gradient(a):
     """a's value with no gradient flowing back (torch's detach)."""
     _tensor("stop_gradient", a)
     return a.like(requires_grad=False)
+
+
+@prim("no_grad_update")
+def no_grad_update(dst, values):
+    """dst after a write autograd did not record (under no_grad, or through .data or detach()): values' values,
+    dst's gradient path. Eager keeps the written tensor's autograd identity; its later uses send gradients to dst."""
+    _tensor("no_grad_update", dst, "dst")
+    _tensor("no_grad_update", values, "values")
+    check(tuple(values.shape) == tuple(dst.shape),
+          lambda: f"prims.no_grad_update: values shape {tuple(values.shape)} must equal dst shape {tuple(dst.shape)}")
+    return values.like(requires_grad=dst.requires_grad)

@@ -266,4 +266,4 @@ def _prop_mH(a):
     return matrix_transpose(a)
 
 
-TENSOR_PROPERTIES.update(T=permute_reversed, mT=matrix_transpose, H=_prop_H, mH=_prop_mH)
+TENSOR_PROPERTIES.update(T=permute_reversed, mT=matrix_transpose, H=_prop_H, mH=_prop_mH, data=detach)
