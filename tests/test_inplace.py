@@ -363,6 +363,25 @@ def test_write_through_detach_reaches_the_tensor():
     torch.testing.assert_close(b, a)
 
 
+@pytest.mark.parametrize("x_requires_grad", [False, True])
+def test_recorded_write_through_detach_leaves_the_tensors_gradient_alone(x_requires_grad):
+    """d = x.detach(); d.copy_(y * 2): d gets y's gradient path, x gets d's values but keeps its own path."""
+    def f(x, y):
+        d = x.detach()
+        d.copy_(y * 2)
+        return (x * 3).sum() + (d * 1).sum()
+
+    results = []
+    for run in (f, jitcore.jit(f)):
+        torch.manual_seed(0)
+        x, y = torch.ones(3, requires_grad=x_requires_grad), torch.randn(3, requires_grad=True)
+        out = run(x, y)
+        out.backward()
+        results.append((out.detach(), x.grad if x_requires_grad else torch.zeros(3), y.grad, x.detach().clone()))
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+
+
 def test_assigning_data_raises_at_the_users_line():
     def f(x, p):
         p.data = p.data * 2

@@ -263,19 +263,21 @@ def _write(st: _State, bsym: BoundSymbol):
         value = pm.stop_gradient(value)
     al = _alias_of(st, dst)
     root = al.root
-    old_root = st.cur.get(root)
+    old_root = st.cur[root]
     if al.chain:
         new_root = _scatter_back(st, al, value)
         st.cur[dst.name] = value
     else:
         new_root = value
-    if bsym.output.requires_grad:
+    # autograd records the write on dst's own identity; through detach() or .data, never on the root's
+    recorded = bsym.output.requires_grad and not any(p.sym.id == "prims.stop_gradient" for p in al.chain)
+    if recorded:
         st.recorded.add(root)
-    elif old_root is not None and old_root.requires_grad:
-        # a write autograd does not record (under no_grad, through .data or detach()) into a tensor that has a
-        # gradient: eager keeps the tensor's autograd identity, so its later uses still send gradients to it
-        new_root = pm.no_grad_update(old_root, new_root)
-        if al.chain:
+    elif old_root.requires_grad or new_root.requires_grad:
+        # a write autograd does not record (under no_grad, through .data or detach()): eager keeps the root's
+        # autograd identity, so its later uses still send gradients to it, and only to it
+        new_root = pm.no_grad_update(old_root, new_root) if old_root.requires_grad else pm.stop_gradient(new_root)
+        if al.chain and not bsym.output.requires_grad:
             st.cur[dst.name] = _replay_chain(al, new_root)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
