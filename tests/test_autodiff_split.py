@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import jitcore
 from benchmarks.models import GPT, Block, GPTConfig, mlp
+from jitcore.errors import UnsupportedError
 from tests.test_autodiff import grads_match, idx, t
 
 
@@ -211,3 +212,9 @@ def test_gpt_adamw_matches_eager():
         y[0, :3] = -1  # ignored positions
         batches.append((x, y))
     _train_matches_eager(GPT(cfg), batches, lambda m, x, y: m(x, y)[1], 1e-5)
+
+
+def test_torch_func_transform_around_a_jitted_function_is_refused_clearly():
+    jfn = jitcore.jit(lambda y: (y.sin() * 2).sum())
+    with pytest.raises(UnsupportedError, match=r"torch\.func transform"):
+        torch.func.grad(jfn)(torch.randn(3))
