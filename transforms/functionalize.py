@@ -121,9 +121,7 @@ def _read(st: _State, x):
         return st.cur.get(x.name, x)
     if st.derived.get(x.name, 0) == v:
         return st.cur.get(x.name, x)
-    value = st.cur[al.root]
-    for p in al.chain:
-        value = _replay(p, value)
+    value = _replay_chain(al, st.cur[al.root])
     st.cur[x.name], st.derived[x.name] = value, v
     return value
 
