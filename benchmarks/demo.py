@@ -4,11 +4,14 @@
 """
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 import jitcore
+from benchmarks.bench_executors import interleaved_samples, paired_ratio
 from benchmarks.models import GPT, GPTConfig
-from benchmarks.timing import first_call_time, median_time
+from benchmarks.timing import first_call_time
 
 
 def banner(text):
@@ -41,17 +44,29 @@ def main():
     torch.testing.assert_close(logits, ref_logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(loss, ref_loss, atol=1e-4, rtol=1e-4)
 
-    banner("Timing (CPU, medians, side by side in one process)")
-    grad_eager = median_time(lambda: model(idx, targets)[1].backward(), repeat=10)
-    grad_jit = median_time(lambda: jmodel(idx, targets)[1].backward(), repeat=10)
-    with torch.no_grad():
-        fwd_eager = median_time(lambda: model(idx, targets), repeat=20)
-        fwd_jit = median_time(lambda: jmodel(idx, targets), repeat=20)
+    banner("Timing (CPU; each round times eager and jit once, in a shuffled order; paired medians)")
+    params = list(model.parameters())
+
+    def fwd_bwd(run):
+        def call():
+            run(idx, targets)[1].backward()
+            for p in params:
+                p.grad = None
+        return call
+
+    def fwd(run):
+        def call():
+            with torch.no_grad():
+                run(idx, targets)
+        return call
+
     print(f"first call (trace + transforms + codegen): {compile_s * 1000:8.1f} ms")
-    print(f"forward, no_grad:   eager {fwd_eager * 1e3:7.2f} ms   jit {fwd_jit * 1e3:7.2f} ms   "
-          f"ratio {fwd_jit / fwd_eager:5.2f}x")
-    print(f"forward + backward: eager {grad_eager * 1e3:7.2f} ms   jit {grad_jit * 1e3:7.2f} ms   "
-          f"ratio {grad_jit / grad_eager:5.2f}x")
+    for name, make in (("forward, no_grad:  ", fwd), ("forward + backward:", fwd_bwd)):
+        samples = interleaved_samples({"eager": make(model), "jit": make(jmodel)}, repeat=30)
+        speedup, lo, hi = paired_ratio(samples["eager"], samples["jit"])
+        print(f"{name} eager {statistics.median(samples['eager']) * 1e3:7.2f} ms   "
+              f"jit {statistics.median(samples['jit']) * 1e3:7.2f} ms   "
+              f"speedup {speedup:5.2f}x [{lo:.2f}-{hi:.2f}]")
     print(f"cache: {jitcore.cache_hits(jmodel)} hits, {jitcore.cache_misses(jmodel)} misses")
     print("\nresults match eager (logits and loss).")
 

@@ -238,6 +238,9 @@ def _log_softmax_inside(bsym):
     return None
 
 
+_REDUCTION_ENUM = {"none": 0, "mean": 1, "sum": 2}  # at::Reduction, as aten's loss kernels take it
+
+
 def _cross_entropy_rule(bsym, g):
     input, target, weight, size_average, ignore_index, reduce, reduction, smoothing = _args(bsym)
     reduction = nh.reduction_string(size_average, reduce, reduction)
@@ -250,6 +253,15 @@ def _cross_entropy_rule(bsym, g):
     safe = te.where(mask, t, 0)
     w_t = te.to_dtype(mask, dtype) if weight is None else \
         te.where(mask, ps.reshape(pi.take(weight, nh.flatten(safe), 0), tuple(safe.shape)), 0)
+    if smoothing == 0 and lsm2.ndim == 2:  # eager's own pair of kernels (one call where the scatter below is six)
+        total = pr.sum(w_t, tuple(range(w_t.ndim))) if reduction == "mean" else \
+            pc.full((), 0, device=lsm.device, dtype=dtype)
+        g2 = ps.reshape(g, (1,)) if reduction == "none" and lsm.ndim == 1 else g
+        g_lsm = _call(aten.nll_loss_backward.default, g2, lsm2, t, weight, _REDUCTION_ENUM[reduction], ignore_index,
+                      total)
+        gx = _call(aten._log_softmax_backward_data.default, g_lsm, lsm2, 1, dtype)
+        gx = ps.reshape(gx, tuple(lsm.shape)) if lsm.ndim == 1 else gx
+        return (te.to_dtype(gx, input.dtype) if gx.dtype != input.dtype else gx,) + (None,) * 7
     if reduction == "none":
         coef = ps.reshape(g, tuple(t.shape)) if lsm.ndim == 1 else g
     elif reduction == "sum":

@@ -188,6 +188,10 @@ def _like_grad(g, *args, **kwargs):
     return _like(g)
 
 
+def _nll_loss_backward_meta(g, log_probs, *args):
+    return _like(log_probs)
+
+
 def _embedding_dense_backward_meta(g, indices, num_weights, padding_idx, scale_grad_by_freq):
     return _like(g, shape=(num_weights, g.shape[-1]))
 
@@ -208,6 +212,7 @@ for _fn, _meta in (
     (_aten._softmax_backward_data.default, _like_grad),
     (_aten._log_softmax_backward_data.default, _like_grad),
     (_aten.embedding_dense_backward.default, _embedding_dense_backward_meta),
+    (_aten.nll_loss_backward.default, _nll_loss_backward_meta),
     (_aten.unfold_backward.default, _unfold_backward_meta),
 ):
     register_opaque_meta(_fn, _meta)
