@@ -18,9 +18,9 @@ from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.runtime import AutogradProgram
 from jitcore.symbolic import Predicates, recording
-from jitcore.trace import Timer
+from jitcore.trace import Timer, Trace
 from jitcore.tracing import define_sizes, prune_sizes, trace_function
-from transforms.autodiff import grad_transform
+from transforms.autodiff import drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.functionalize import functionalize
@@ -151,7 +151,8 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
         if split is not None:
             computation = AutogradProgram(computation, backward_traces[-1].python_callable(), split.n_outputs,
                                           split.output_requires_grad,
-                                          [isinstance(p, TensorProxy) for p in split.saved])
+                                          [isinstance(p, TensorProxy) for p in split.saved],
+                                          _backward_without(backward_traces[1], options))
         traced.guards.predicates = list(predicates.items)
         traced.trace.extra["predicates"] = traced.guards.predicates
         prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
@@ -175,6 +176,16 @@ def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
     if symbolic:
         prune_sizes(claimed)
     return _after_claim(claimed)
+
+
+def _backward_without(backward: Trace, options: CompileOptions):
+    """present -> the traces of the backward for calls where the cotangents marked False are None (the last one
+    runs; built on first use)."""
+    def build(present: tuple):
+        dropped = drop_cotangents(backward, present)
+        return [dropped, *_after_claim(claim(dropped, options.executors))]
+
+    return build
 
 
 def _after_claim(claimed) -> list:
@@ -247,7 +258,12 @@ def last_traces(jfn) -> list:
 
 
 def last_backward_traces(jfn) -> list:
-    return list(_entry(jfn).backward_traces)
+    """The backward traces of the last call's entry; when its last backward got None for some outputs' gradients
+    (outputs the loss does not reach), followed by the traces of the backward that ran instead."""
+    entry = _entry(jfn)
+    program = entry.computation
+    ran = getattr(program, "last_without", None)
+    return list(entry.backward_traces) + (program.without_traces(ran) if ran is not None else [])
 
 
 def last_prologue_traces(jfn) -> list:

@@ -22,6 +22,7 @@ class _JitAutograd(torch.autograd.Function):
             ctx.save_for_backward(*[s for s, kept in zip(saved, program.saved_layout) if kept is None])
             ctx.saved_others = [None if kept is None else s for s, kept in zip(saved, program.saved_layout)]
         ctx.program = program
+        ctx.set_materialize_grads(False)  # an output the loss does not reach gets None, not a tensor of zeros
         outputs = results[:n]
         if program.no_grad_outputs:
             ctx.mark_non_differentiable(*[outputs[i] for i in program.no_grad_outputs
@@ -47,7 +48,12 @@ class _JitAutograd(torch.autograd.Function):
         ctx.maybe_clear_saved_tensors()
         cts = list(cotangents) if program.all_outputs_grad else [
             c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
-        grads = program.backward(saved, cts)
+        backward, program.last_without = program.backward, None
+        if any(c is None for c in cts):
+            program.last_without = present = tuple(c is not None for c in cts)
+            backward = program.backward_without(present)
+            cts = [c for c in cts if c is not None]
+        grads = backward(saved, cts)
         return (None, *grads)
 
 
@@ -55,14 +61,30 @@ class AutogradProgram:
     """forward(*inputs) -> (*outputs, *saved); backward(saved, cotangents) -> one grad per input (two lists,
     emptied by the program as it unpacks them)."""
 
-    def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list):
+    def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list,
+                 build_backward_without=None):
         self.forward, self.backward = forward, backward
+        # present (one bool per cotangent) -> [traces, ..., program] of the backward for calls where autograd
+        # passed None for the cotangents marked False; last_without: the pattern the last backward ran, if any
+        self._build_without, self._without, self.last_without = build_backward_without, {}, None
         self.n_outputs, self.output_requires_grad = n_outputs, list(output_requires_grad)
         # the per-call work is decided here, once: which saved values go through save_for_backward (tensors) and
         # which are kept on ctx as they are (None: all of them are tensors), which outputs carry no gradient
         self.saved_layout = None if all(saved_is_tensor) else [None if t else "value" for t in saved_is_tensor]
         self.no_grad_outputs = tuple(i for i, rg in enumerate(self.output_requires_grad) if not rg)
         self.all_outputs_grad = not self.no_grad_outputs
+
+    def backward_without(self, present: tuple):
+        """The backward program for calls whose cotangents are None where `present` is False (one per output
+        with a gradient), compiled once per pattern."""
+        built = self._without.get(present)
+        if built is None:
+            traces = self._build_without(present)
+            built = self._without[present] = (traces, traces[-1].python_callable())
+        return built[1]
+
+    def without_traces(self, present: tuple) -> list:
+        return list(self._without[present][0])
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off

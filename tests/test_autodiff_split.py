@@ -26,6 +26,35 @@ def test_unused_input_gets_none_like_eager():
     assert a.grad is not None and b.grad is None
 
 
+def _logits_loss_and_more(x, w):
+    logits = x @ w
+    return logits, logits.logsumexp(-1).mean(), (x * 2).sin()
+
+
+@pytest.mark.parametrize("reached", ["loss", "logits", "third", "loss+third", "all"])
+def test_outputs_the_loss_does_not_reach_get_no_zeros(reached):
+    """autograd passes None for outputs the loss does not reach: the backward that runs drops them (no zeros made, no
+    adds of zeros), and a parameter reached by none of the used outputs gets grad None, as in eager."""
+    pick = {"loss": (1,), "logits": (0,), "third": (2,), "loss+third": (1, 2), "all": (0, 1, 2)}[reached]
+    grads = []
+    jfn = jitcore.jit(_logits_loss_and_more)
+    x0, w0 = t(4, 5, grad=False), t(5, 3, grad=False)
+    for run in (_logits_loss_and_more, jfn, jfn):  # the jitted one twice: the second backward reuses its program
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        out = run(x, w)
+        sum(out[i].sum() for i in pick).backward()
+        grads.append((x.grad, w.grad))
+    for got in grads[1:]:
+        for g, want in zip(got, grads[0]):
+            assert (g is None) == (want is None)
+            if want is not None:
+                torch.testing.assert_close(g, want)
+    ran = str(jitcore.last_backward_traces(jfn)[-1])
+    if reached != "all":
+        assert any("Backward without cotangents" in str(tr).splitlines()[0] for tr in jitcore.last_backward_traces(jfn))
+        assert "full(" not in ran and "zeros" not in ran
+
+
 def test_outputs_without_grad_integer_and_non_tensor_outputs():
     def fn(a, b):
         return a * b, b.argmax(), a.shape[0], (b > 0), a.sum().item() if False else 3.5

@@ -217,3 +217,74 @@ def _free_proxies(bw: Trace, exclude: set) -> list:
     for o in tree_leaves(bw.output):
         visit(o)
     return free
+
+
+
+def drop_cotangents(bw: Trace, present: tuple) -> Trace:
+    """The backward for a call where some outputs got no cotangent: autograd passes None for an output the loss
+    does not reach (the logits returned beside the loss, a KV cache). The backward is linear in the cotangents, so a
+    line whose cotangent-carrying inputs are all missing computes zeros: it goes, and a gradient that is all such
+    zeros is None, as in eager. An accumulation `add(zeros, g)` reads g alone; any other line that mixes zeros with
+    a real cotangent reads zeros made once at the top. `present`: one bool per cotangent argument of bw."""
+    from jitcore.ops import prims_creation as pc
+    from transforms.cse import rename_args
+
+    with Timer() as t:
+        n_saved = dict(bw.extra["arg_groups"])["saved"]
+        cts = bw.args[n_saved:]
+        carries = {c.name for c in cts}  # values computed from a cotangent
+        zero = {c.name for c, p in zip(cts, present) if not p}  # ... from missing ones only
+        names: dict = {}  # a dropped accumulation's output -> the value it passes on
+        kept, read = [], {}
+        for bsym in bw.bound_symbols:
+            bsym = rename_args(bsym, names)
+            ins = [a for a in bsym.flat_proxy_args() if a.name in carries]
+            if not ins:  # computed from saved values alone
+                kept.append(bsym)
+                continue
+            outs = bsym.flat_proxy_outs()
+            carries.update(o.name for o in outs)
+            zins = [a for a in ins if a.name in zero]
+            if zins and len(zins) == len(ins) and outs and all(isinstance(o, TensorProxy) for o in outs):
+                zero.update(o.name for o in outs)
+                continue
+            other = _accumulated_onto(bsym, zero) if zins else None
+            if other is not None:
+                names[bsym.output.name] = other
+                continue
+            read.update({a.name: a for a in zins})
+            kept.append(bsym)
+        new = from_trace(bw)
+        new.args = bw.args[:n_saved] + [c for c, p in zip(cts, present) if p]
+        new.extra["arg_groups"] = [("saved", n_saved), ("cotangents", len(new.args) - n_saved)]
+        zeros = {}
+        with tracectx(new):
+            for name, z in read.items():
+                zeros[name] = pc.full(tuple(z.shape), 0, device=z.device, dtype=z.dtype)
+        new.bound_symbols += [rename_args(b, zeros) for b in kept]
+        new.output = tuple(_surviving(x, names, zero) for x in bw.output)
+        new = dce(new)
+    return new.set_provenance(f"Backward without cotangents {sorted(c.name for c, p in zip(cts, present) if not p)} "
+                              f"(autograd passed None)", t.seconds)
+
+
+def _surviving(x, names: dict, zero: set):
+    """A gradient output after the drop: its replacement, or None where it is zeros."""
+    if not isinstance(x, Proxy):
+        return x
+    x = names.get(x.name, x)
+    return None if x.name in zero else x
+
+
+def _accumulated_onto(bsym, zero: set):
+    """The other operand of `add(z, g)` / `add(g, z)` when z is zeros (same shape and dtype as the sum, no alpha);
+    None otherwise."""
+    if bsym.sym.id not in ("ltorch.add", "prims.add") or bsym.kwargs or len(bsym.args) != 2:
+        return None
+    a, b = bsym.args
+    for z, other in ((a, b), (b, a)):
+        if isinstance(z, Proxy) and z.name in zero and isinstance(other, TensorProxy) \
+                and other.name not in zero and tuple(other.shape) == tuple(bsym.output.shape) \
+                and other.dtype == bsym.output.dtype:
+            return other
+    return None
