@@ -180,7 +180,12 @@ def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
 
 def _backward_without(backward: Trace, options: CompileOptions):
     """present -> the traces of the backward for calls where the cotangents marked False are None (the last one
-    runs; built on first use)."""
+    runs; built on first use). None when a cotangent has a symbolic size: zeros for it could not be made there, so
+    autograd keeps passing zeros for outputs the loss does not reach."""
+    n_saved = dict(backward.extra["arg_groups"])["saved"]
+    if not all(type(d) is int for ct in backward.args[n_saved:] for d in ct.shape):
+        return None
+
     def build(present: tuple):
         dropped = drop_cotangents(backward, present)
         return [dropped, *_after_claim(claim(dropped, options.executors))]

@@ -22,7 +22,8 @@ class _JitAutograd(torch.autograd.Function):
             ctx.save_for_backward(*[s for s, kept in zip(saved, program.saved_layout) if kept is None])
             ctx.saved_others = [None if kept is None else s for s, kept in zip(saved, program.saved_layout)]
         ctx.program = program
-        ctx.set_materialize_grads(False)  # an output the loss does not reach gets None, not a tensor of zeros
+        if program.without_none:  # an output the loss does not reach gets None, not a tensor of zeros
+            ctx.set_materialize_grads(False)
         outputs = results[:n]
         if program.no_grad_outputs:
             ctx.mark_non_differentiable(*[outputs[i] for i in program.no_grad_outputs
@@ -67,6 +68,7 @@ class AutogradProgram:
         # present (one bool per cotangent) -> [traces, ..., program] of the backward for calls where autograd
         # passed None for the cotangents marked False; last_without: the pattern the last backward ran, if any
         self._build_without, self._without, self.last_without = build_backward_without, {}, None
+        self.without_none = build_backward_without is not None
         self.n_outputs, self.output_requires_grad = n_outputs, list(output_requires_grad)
         # the per-call work is decided here, once: which saved values go through save_for_backward (tensors) and
         # which are kept on ctx as they are (None: all of them are tensors), which outputs carry no gradient

@@ -55,6 +55,26 @@ def test_outputs_the_loss_does_not_reach_get_no_zeros(reached):
         assert "full(" not in ran and "zeros" not in ran
 
 
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_unreached_piece_of_a_split_reads_zeros(cache):
+    """The backward of split is one cat of the pieces' cotangents: a piece the loss does not reach is zeros there
+    (made in the program; under symbolic sizes autograd still passes them)."""
+    def fn(x, w):
+        a, b = (x @ w).split([2, 1], dim=1)
+        return a * 2, b * 3
+
+    jfn = jitcore.jit(fn, cache=cache)
+    for n in (4, 6):
+        x0, w0 = t(n, 5, grad=False), t(5, 3, grad=False)
+        grads = []
+        for run in (fn, jfn):
+            x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+            run(x, w)[1].sum().backward()
+            grads.append((x.grad, w.grad))
+        for g, want in zip(*reversed(grads)):
+            torch.testing.assert_close(g, want)
+
+
 def test_outputs_without_grad_integer_and_non_tensor_outputs():
     def fn(a, b):
         return a * b, b.argmax(), a.shape[0], (b > 0), a.sum().item() if False else 3.5
