@@ -13,6 +13,7 @@ from executors.base import get_executor
 from executors.claim import claim
 from jitcore.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
+from jitcore.errors import UnsupportedError
 from jitcore.interpreter.provenance import Roots
 from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy, TensorProxy
@@ -61,6 +62,9 @@ def _resolve_executors(executors) -> tuple:
     return tuple(chosen)
 
 
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
 class JitFunction:
     """The jitted callable: its cache of compiled entries and the last entry used (for inspection)."""
 
@@ -73,6 +77,13 @@ class JitFunction:
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
+        if _functorch_active():
+            raise UnsupportedError(
+                "torch.func transforms", f"{self.__name__} was called inside a torch.func transform (vmap, grad, vjp, "
+                "jacrev, ...): the traced program would run on the transform's wrapped tensors, and its compiled "
+                "backward has no per-transform rules",
+                hint="call the jitted function outside the transform (take gradients with loss.backward() or "
+                     "torch.autograd.grad), or transform the original function")
         cache = self._cache
         entry = cache.mru
         if entry is not None and not entry.mutated_inputs:  # the hot path: the last entry used, checked once
@@ -218,8 +229,6 @@ def _writeback_specs(traced, writebacks) -> list:
 
 
 def _check_written_inputs(traced, writebacks):
-    from jitcore.errors import UnsupportedError
-
     addresses = traced.input_storages
     for w in writebacks:
         mine = addresses[w.arg_index]

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.errors import UnsupportedError
-
 
 class _JitAutograd(torch.autograd.Function):
     @staticmethod
@@ -90,17 +88,10 @@ class AutogradProgram:
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
-            if torch._C._are_functorch_transforms_active():
-                raise UnsupportedError(
-                    "torch.func transforms", "a jitted function that needs gradients was called inside a torch.func "
-                    "transform (grad, vjp, jacrev, vmap, ...); its compiled backward is an autograd.Function "
-                    "without the per-transform rules functorch needs",
-                    hint="call the jitted function outside the transform, and take gradients with "
-                         "loss.backward() or torch.autograd.grad")
             return _apply(self, *inputs)
         return self.forward(*inputs)[: self.n_outputs]
 
 
 # torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping
-# functorch tensors) applies only under functorch transforms, refused above
+# functorch tensors) applies only under torch.func transforms, which jitted calls refuse (jitcore/api.py)
 _apply = super(torch.autograd.Function, _JitAutograd).apply

@@ -267,3 +267,6 @@ def test_torch_func_transform_around_a_jitted_function_is_refused_clearly():
     jfn = jitcore.jit(lambda y: (y.sin() * 2).sum())
     with pytest.raises(UnsupportedError, match=r"torch\.func transform"):
         torch.func.grad(jfn)(torch.randn(3))
+    with pytest.raises(UnsupportedError, match=r"torch\.func transform"), torch.no_grad():
+        torch.vmap(jfn)(torch.randn(4, 3))
+    torch.testing.assert_close(jfn(torch.ones(3)), (torch.ones(3).sin() * 2).sum())  # outside: runs
