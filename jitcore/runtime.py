@@ -2,6 +2,8 @@
 backward program, so jitted calls compose with eager autograd, optimizers and `loss.backward()`.
 The backward program is differentiable once: a backward with create_graph=True through a jitted function raises
 (its gradients would carry no graph, and a later second derivative would silently miss the jitted part).
+An output the loss does not reach gets no gradient (None, not zeros): such a backward runs a program without that
+cotangent (transforms/autodiff.drop_cotangents), built once per pattern of missing ones.
 """
 from __future__ import annotations
 
