@@ -219,7 +219,6 @@ def _free_proxies(bw: Trace, exclude: set) -> list:
     return free
 
 
-
 def drop_cotangents(bw: Trace, present: tuple) -> Trace:
     """The backward for a call where some outputs got no cotangent: autograd passes None for an output the loss
     does not reach (the logits returned beside the loss, a KV cache). The backward is linear in the cotangents, so a
