@@ -74,9 +74,31 @@ def _sym(name, printer):
                   printer=printer)
 
 
+def _print_call_shape(bsym, printer):
+    """args: (number of positional arguments, keyword names): the call binds to the parameters as when traced."""
+    n, names = bsym.args
+    if not bsym.kwargs.get("explain"):
+        return f"if len(args) != {n} or {_kwargs_differ(names, printer)}: return None"
+    s = "" if n == 1 else "s"
+    expected = f"keyword arguments {sorted(names)}" if names else "no keyword arguments"
+    return (f"if len(args) != {n}: return {f'call shape: expected {n} positional argument{s}, got '!r} + str(len(args))"
+            f"\n  if {_kwargs_differ(names, printer)}: "
+            f"return {f'call shape: expected {expected}, got '!r} + str(sorted(kwargs))")
+
+
+def _kwargs_differ(names, printer) -> str:
+    """A condition true when the call's keyword names are not exactly `names` (cheapest form for few names)."""
+    if not names:
+        return "kwargs"
+    if len(names) > 3:
+        return f"kwargs.keys() != {printer.const(frozenset(names))}"
+    return " or ".join([f"len(kwargs) != {len(names)}"] + [f"{k!r} not in kwargs" for k in names])
+
+
 bind = _sym("bind", _print_bind)
 check = _sym("check", _print_check)
 comment = _sym("comment", _print_comment)
+call_shape = _sym("call_shape", _print_call_shape)
 
 
 def _global_state() -> list:
@@ -248,6 +270,8 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         trace.args = ["fn", "args", "kwargs"]
         kw = {"explain": True} if explain else {}
         b = trace.bound_symbols
+        if not hot and roots is not None:  # the signature key has the call's shape: the hot variant leaves it out
+            b.append(BoundSymbol(call_shape, (len(roots.args), tuple(roots.kwargs)), kw, None))
         b.append(BoundSymbol(check, (_global_state(),), kw, None))
         inputs = [_direct(i, roots) for i in inputs]
         items = _items(guards)
