@@ -11,6 +11,7 @@ import torch
 from executors import python_ex, torch_ex
 from executors.base import get_executor
 from executors.claim import claim
+from jitcore.binding import check_binding
 from jitcore.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
@@ -115,6 +116,7 @@ class JitFunction:
         return run_entry(entry, self.fn, args, kwargs, inputs)
 
     def _compile(self, args, kwargs):
+        check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
         self._cache.record_miss(self.fn, args, kwargs)
         entry = compile_entry(self.fn, args, kwargs, self.options)
         self._cache.add(entry, args, kwargs)
