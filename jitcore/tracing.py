@@ -147,6 +147,12 @@ class JitContext(DefaultContext):
         g = self.guards
         if not _refetchable(provenance):  # a closure cell of a function with no provenance: a call cannot re-fetch it
             return value
+        if t is tuple and type(provenance) is Attr and provenance.name == "__defaults__":
+            g.objects.setdefault(provenance, value)  # the jitted function's defaults: guarded by identity
+            return value
+        if isinstance(value, GUARDED_SCALARS) and type(provenance) is Item and type(g.objects.get(provenance.parent)) \
+                is tuple:
+            return value  # an item of a tuple guarded by identity (immutable): checked with it
         if isinstance(value, enum.Enum):  # members are singletons: guarded by identity
             g.objects.setdefault(provenance, value)
         elif isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):

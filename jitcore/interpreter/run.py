@@ -15,7 +15,7 @@ import types
 
 from jitcore.errors import JitError, UnsupportedError
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
-from jitcore.interpreter.provenance import Attr, Closure, Global
+from jitcore.interpreter.provenance import Attr, Closure, Global, Item
 from jitcore.interpreter.side_effects import SideEffectLog
 
 RETURNED, YIELDED, GENERATOR = 1, 2, 3
@@ -195,7 +195,27 @@ class Runtime:
             )
         frame = Frame(self, code, info, fn.__globals__, fn)
         bind_args(fn, code, args, kwargs, frame.localsplus)
+        if self.depth == 0 and (fn.__defaults__ or fn.__kwdefaults__) and id(fn) in self.external:
+            self._report_defaults(fn, code, len(args), kwargs, frame.localsplus)
         return self.run(frame)
+
+    def _report_defaults(self, fn, code, n: int, kwargs: dict, ls: list):
+        """The jitted function's defaults that filled parameters of this call are values it read from outside:
+        reported as `fn.__defaults__[i]` / `fn.__kwdefaults__[name]` (the defaults tuple itself too, whose
+        length decides which parameters they fill), so the context guards them or makes them inputs."""
+        prov, argc, names = self.external[id(fn)], code.co_argcount, code.co_varnames
+        defaults = fn.__defaults__ or ()
+        first, posonly = argc - len(defaults), code.co_posonlyargcount
+        used = [j for j in range(max(n, first), argc) if j < posonly or names[j] not in kwargs]
+        if used:
+            tprov = Attr(prov, "__defaults__")
+            self.report(defaults, tprov)
+            for j in used:
+                ls[j] = self.report(defaults[j - first], Item(tprov, j - first))
+        kwdefaults = fn.__kwdefaults__ or {}
+        for j in range(argc, argc + code.co_kwonlyargcount):
+            if names[j] not in kwargs and names[j] in kwdefaults:
+                ls[j] = self.report(kwdefaults[names[j]], Item(Attr(prov, "__kwdefaults__"), names[j]))
 
     def run(self, frame):
         """Run a fresh frame to its end; returns its value, or an interpreted generator for generator code."""
