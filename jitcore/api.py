@@ -77,7 +77,7 @@ class JitFunction:
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__doc__ = getattr(fn, "__doc__", None)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         if _functorch_active():
             raise UnsupportedError(
                 "torch.func transforms", f"{self.__name__} was called inside a torch.func transform (vmap, grad, vjp, "

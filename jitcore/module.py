@@ -31,10 +31,10 @@ class JitModule(torch.nn.Module):
         self.__dict__["_buffers"] = model._buffers
         self.__dict__["_jfn"] = JitFunction(model, options)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, /, *args, **kwargs):
         return self._jfn(*args, **kwargs)
 
-    def __call__(self, *args, **kwargs):  # straight to the cache: no nn.Module dispatch on the hot path
+    def __call__(self, /, *args, **kwargs):  # straight to the cache: no nn.Module dispatch on the hot path
         return self.__dict__["_jfn"](*args, **kwargs)
 
     # inspection entry points read these, so jitcore.last_traces(jmodule) works like for functions
