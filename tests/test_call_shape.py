@@ -183,22 +183,37 @@ _DEFAULT_CHANGES = [
 ]
 
 
+def _with_defaults(name):
+    """(callable, the function whose defaults it uses): a bound method or module of a fresh class (the test
+    changes the defaults of its function)."""
+    make = _cases()[name][0]
+    if name == "method":
+        cls = type("FreshScaler", (Scaler,), {"method": _copy(Scaler.method)})
+        return cls(2.0).method, cls.method
+    if name == "module":
+        cls = type("FreshNet", (Net,), {"forward": _copy(Net.forward)})
+        torch.manual_seed(0)
+        return cls(), cls.forward
+    fn = make()
+    return fn, fn
+
+
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", ["defaults", "kwonly", "kwonly_required", "posonly", "mixed"])
+@pytest.mark.parametrize("name", ["defaults", "kwonly", "kwonly_required", "posonly", "mixed", "method", "module"])
 def test_changed_defaults_miss(name, mode):
     """After calls that used the defaults, each change of __defaults__ / __kwdefaults__ (new values, int for float,
     fewer, none; in place or replaced) gives eager's result or eager's TypeError; changing back hits again."""
-    make, pos_pool, kw_pool = _cases()[name]
-    fn = make()
+    _, pos_pool, kw_pool = _cases()[name]
+    fn, owner = _with_defaults(name)
     jfn = jitcore.jit(fn, cache=mode)
     calls = [(1, ()), (2, ()), (1, tuple(k for k in ("w",) if k in kw_pool))]
-    original = (fn.__defaults__, dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None)
+    original = (owner.__defaults__, dict(owner.__kwdefaults__) if owner.__kwdefaults__ else None)
     for attr, change in _DEFAULT_CHANGES:
         for step in ("changed", "restored"):
             if step == "changed":
-                setattr(fn, attr, change(getattr(fn, attr)))
+                setattr(owner, attr, change(getattr(owner, attr)))
             else:
-                fn.__defaults__, fn.__kwdefaults__ = original[0], dict(original[1]) if original[1] else None
+                owner.__defaults__, owner.__kwdefaults__ = original[0], dict(original[1]) if original[1] else None
             for n, kws in calls:
                 args, kwargs = tuple(pos_pool[:n]), {k: kw_pool[k] for k in kws}
                 _assert_same(_outcome(jfn, args, kwargs), _outcome(fn, args, kwargs), f"{attr} {step}: {n}, {kws}")

@@ -89,6 +89,7 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
         args = tuple(rt.report(a, Arg(i)) for i, a in enumerate(args))
         kwargs = {k: rt.report(v, Kwarg(k)) for k, v in kwargs.items()}
         fn = rt.report(fn, Fn())
+        rt.set_root(fn)
         output = rt.call(fn, args, kwargs)
     except JitError as e:
         if getattr(e, "where", "") is None and rt.fallback_where is not None:

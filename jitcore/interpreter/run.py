@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
 import os
 import sysconfig
 import types
 
 from jitcore.errors import JitError, UnsupportedError
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
-from jitcore.interpreter.provenance import Attr, Closure, Global, Item
+from jitcore.interpreter.provenance import Attr, Closure, Fn, Global, Item
 from jitcore.interpreter.side_effects import SideEffectLog
 
 RETURNED, YIELDED, GENERATOR = 1, 2, 3
@@ -72,6 +73,7 @@ class Runtime:
         self.frame: Frame | None = None
         self.depth = 0
         self.created_fns: set[int] = set()
+        self.defaults_owners: dict = {}  # id(function) -> the provenance of its owner (set_root)
         self.ext_cells: dict[int, object] = {}
         self.views: dict[int, tuple] = {}
         self.fallback_where: str | None = None
@@ -195,15 +197,26 @@ class Runtime:
             )
         frame = Frame(self, code, info, fn.__globals__, fn)
         bind_args(fn, code, args, kwargs, frame.localsplus)
-        if self.depth == 0 and (fn.__defaults__ or fn.__kwdefaults__) and id(fn) in self.external:
+        if (fn.__defaults__ or fn.__kwdefaults__) and id(fn) in self.defaults_owners:
             self._report_defaults(fn, code, len(args), kwargs, frame.localsplus)
         return self.run(frame)
 
+    def set_root(self, fn):
+        """The called object: its defaults, a bound method's function's or an object's `forward`'s are guarded
+        (other functions' defaults are read as they are when traced)."""
+        owners = {id(fn): Fn()}
+        if type(fn) is types.MethodType:
+            owners[id(fn.__func__)] = Attr(Fn(), "__func__")
+        forward = inspect.getattr_static(fn, "forward", None)
+        if type(forward) is _FunctionType and "forward" not in getattr(fn, "__dict__", {}):
+            owners[id(forward)] = Attr(Attr(Fn(), "forward"), "__func__")
+        self.defaults_owners = owners
+
     def _report_defaults(self, fn, code, n: int, kwargs: dict, ls: list):
-        """The jitted function's defaults that filled parameters of this call are values it read from outside:
-        reported as `fn.__defaults__[i]` / `fn.__kwdefaults__[name]` (the defaults tuple itself too, whose
-        length decides which parameters they fill), so the context guards them or makes them inputs."""
-        prov, argc, names = self.external[id(fn)], code.co_argcount, code.co_varnames
+        """The defaults that filled parameters of a call of a function in defaults_owners are values read from
+        outside: reported as `<owner>.__defaults__[i]` / `<owner>.__kwdefaults__[name]` (the defaults tuple itself
+        too, whose length decides which parameters they fill), so the context guards them or makes them inputs."""
+        prov, argc, names = self.defaults_owners[id(fn)], code.co_argcount, code.co_varnames
         defaults = fn.__defaults__ or ()
         first, posonly = argc - len(defaults), code.co_posonlyargcount
         used = [j for j in range(max(n, first), argc) if j < posonly or names[j] not in kwargs]
