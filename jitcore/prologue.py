@@ -7,6 +7,7 @@ cache's signature key already made (jitcore/cache.py).
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 
 import torch
 
@@ -476,6 +477,8 @@ def _cell(prov, roots):
 
 
 def _short(obj) -> str:
+    if type(obj) is tuple:  # a function's defaults
+        return f"{reprlib.repr(obj)} at {id(obj):#x}"
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     return f"{name} at {id(obj):#x}"
 
