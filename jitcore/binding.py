@@ -1,31 +1,27 @@
 """Guards stage: eager's binding errors. Before a call is traced (a cache miss), `check_binding(fn, args, kwargs)`
 binds the arguments to the parameters of the Python function the call reaches first (the function, a bound
-method's function, a module's forward, an object's __call__) by calling a stub with the same parameters, defaults
-and qualified name, so a call that does not bind raises exactly the TypeError CPython raises for it.
+method's function, a module's forward, an object's __call__) as the interpreter does (interpreter.frame.binding_error:
+a stub with the same parameters, defaults and qualified name), so a call that does not bind raises exactly the
+TypeError CPython raises for it, before anything is traced.
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import types
 
 import torch
 
+from jitcore.interpreter.frame import binding_error
+
 
 def check_binding(fn, args: tuple, kwargs: dict) -> None:
     """Raise eager's TypeError when fn(*args, **kwargs) does not bind; return None when it does (or when the
-    function the call reaches first is not known here: the interpreter binds it then)."""
+    function the call reaches first is not known here: the interpreter binds it then, with the same messages)."""
     target = _target(fn, args)
-    if target is None:
-        return
-    func, args = target
-    stub = _stub(func.__code__)
-    stub.__qualname__, stub.__name__ = func.__qualname__, func.__name__
-    stub.__defaults__, stub.__kwdefaults__ = func.__defaults__, func.__kwdefaults__
-    try:
-        stub(*args, **kwargs)
-    except TypeError as e:
-        raise TypeError(*e.args) from None
+    if target is not None:
+        error = binding_error(*target, kwargs)
+        if error is not None:
+            raise error
 
 
 def _target(fn, args: tuple):
@@ -48,25 +44,3 @@ def _pre_hooks(module) -> bool:
     from torch.nn.modules import module as nn_module
 
     return bool(module._forward_pre_hooks or nn_module._global_forward_pre_hooks)
-
-
-@functools.lru_cache(maxsize=256)
-def _stub(code: types.CodeType):
-    """A function with code's parameters (positional-only, *args, keyword-only, **kwargs) and an empty body."""
-    argc, posonly, kwonly = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
-    names = code.co_varnames
-    params = list(names[:argc])
-    if posonly:
-        params.insert(posonly, "/")
-    rest = argc + kwonly
-    if code.co_flags & inspect.CO_VARARGS:
-        params.append(f"*{names[rest]}")
-        rest += 1
-    elif kwonly:
-        params.append("*")
-    params += names[argc:argc + kwonly]
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        params.append(f"**{names[rest]}")
-    namespace: dict = {}
-    exec(f"def stub({', '.join(params)}):\n    pass\n", namespace)
-    return namespace["stub"]

@@ -264,6 +264,23 @@ def test_miss_reason_and_printed_check(mode):
     assert jitcore.cache_misses(jk) == 2  # a call that does not bind is not traced
 
 
+def inner(a, b=1.0, /, c=2.0, *, d, e=0.5):
+    return a * b + c * d + e
+
+
+@pytest.mark.parametrize("n", range(5))
+def test_nested_call_binding_errors_match_eager(n):
+    """A call inside the jitted function that does not bind raises CPython's own TypeError (the interpreter binds
+    it): every keyword subset of inner's names and one it lacks, with n positional arguments."""
+    x = _x()
+    for r in range(4):
+        for kws in itertools.combinations(["a", "b", "c", "d", "z"], r):
+            def outer(t, kws=kws):
+                return inner(*[t] * n, **dict.fromkeys(kws, t))
+
+            _assert_same(_outcome(jitcore.jit(outer), (x,), {}), _outcome(outer, (x,), {}), f"inner({n}, {kws})")
+
+
 def test_module_with_pre_hook_binds_after_the_hook():
     net = _net()
     net.register_forward_pre_hook(lambda m, args: args[:1])  # drops extra positional arguments
@@ -271,6 +288,8 @@ def test_module_with_pre_hook_binds_after_the_hook():
     x = _x()
     for args in [(x,), (x, torch.zeros(3, 4)), (x,)]:
         torch.testing.assert_close(jnet(*args), net(*args))
+    for kwargs in [{"bogus": x}, {"x": x}]:  # forward does not bind: its TypeError, raised by the interpreter
+        _assert_same(_outcome(jnet, (x,), kwargs), _outcome(net, (x,), kwargs), str(kwargs))
 
 
 def _gpt2():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import functools
 import linecache
 import sys
 import types
@@ -256,11 +257,56 @@ def _missing(fn, names, kind):
 
 
 def bind_args(fn, code, args: tuple, kwargs: dict, ls: list):
-    """Bind `args`/`kwargs` into the fast-locals list `ls` of a frame of `fn`, as CPython does."""
+    """Bind `args`/`kwargs` into the fast-locals list `ls` of a frame of `fn`, as CPython does (a call that does
+    not bind raises CPython's own TypeError)."""
     argcount, flags, n = code.co_argcount, code.co_flags, len(args)
     if not kwargs and n == argcount and not flags & (CO_VARARGS | CO_VARKEYWORDS) and not code.co_kwonlyargcount:
         ls[:n] = args
         return
+    try:
+        _bind_slow(fn, code, args, kwargs, ls)
+    except TypeError as e:
+        exact = binding_error(fn, args, kwargs)
+        raise (e if exact is None else exact) from None
+
+
+def binding_error(fn, args: tuple, kwargs: dict) -> TypeError | None:
+    """The TypeError CPython raises for fn(*args, **kwargs) (a Python function) when the call does not bind, else
+    None: the arguments are bound to a stub with fn's parameters, defaults and qualified name."""
+    stub = _stub(fn.__code__)
+    stub.__qualname__, stub.__name__ = fn.__qualname__, fn.__name__
+    stub.__defaults__, stub.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
+    try:
+        stub(*args, **kwargs)
+    except TypeError as e:
+        return TypeError(*e.args)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _stub(code: types.CodeType):
+    """A function with code's parameters (positional-only, *args, keyword-only, **kwargs) and an empty body."""
+    argc, posonly, kwonly = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    params = list(names[:argc])
+    if posonly:
+        params.insert(posonly, "/")
+    rest = argc + kwonly
+    if code.co_flags & CO_VARARGS:
+        params.append(f"*{names[rest]}")
+        rest += 1
+    elif kwonly:
+        params.append("*")
+    params += names[argc:argc + kwonly]
+    if code.co_flags & CO_VARKEYWORDS:
+        params.append(f"**{names[rest]}")
+    namespace: dict = {}
+    exec(f"def stub({', '.join(params)}):\n    pass\n", namespace)
+    return namespace["stub"]
+
+
+def _bind_slow(fn, code, args: tuple, kwargs: dict, ls: list):
+    argcount, flags, n = code.co_argcount, code.co_flags, len(args)
     kwonly, posonly, varnames = code.co_kwonlyargcount, code.co_posonlyargcount, code.co_varnames
     total = argcount + kwonly
     if n > argcount and not flags & CO_VARARGS:
