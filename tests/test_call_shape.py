@@ -229,18 +229,22 @@ def test_kwdefaults_changed_in_place():
     assert any("__kwdefaults__['flag']" in r for r in jitcore.cache_miss_reasons(jfn))
 
 
-def test_tensor_default_is_an_input():
-    w = torch.ones(4)
+@pytest.mark.parametrize("mode", MODES)
+def test_tensor_default_is_an_input(mode):
+    w = torch.nn.Parameter(torch.ones(4))
 
     def f(x, w=w):
-        return x * w
+        return (x * w).sum()
 
-    jf = jitcore.jit(f)
+    jf = jitcore.jit(f, cache=mode)
     x = _x()
-    torch.testing.assert_close(jf(x), f(x))
-    w.mul_(3)  # the default tensor is read on every call, not baked in
-    torch.testing.assert_close(jf(x), f(x))
-    assert jitcore.cache_hits(jf) == 1
+    for _ in range(2):
+        w.data.mul_(3)  # the default tensor is read on every call, not baked in
+        got, want = jf(x), f(x)
+        torch.testing.assert_close(got, want)
+        (grad,) = torch.autograd.grad(got, w)
+        torch.testing.assert_close(grad, torch.autograd.grad(want, w)[0])
+    assert jitcore.cache_hits(jf) == (0 if mode == "no caching" else 1)
 
 
 @pytest.mark.parametrize("mode", MODES[:2])
