@@ -5,6 +5,7 @@ TypeError (same message) where a call does not bind.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import types
@@ -183,10 +184,26 @@ _DEFAULT_CHANGES = [
 ]
 
 
+def _wrapped(fn):
+    """A decorator's wrapper (functools.wraps): the defaults are the wrapped function's."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def _with_defaults(name):
     """(callable, the function whose defaults it uses): a bound method or module of a fresh class (the test
-    changes the defaults of its function)."""
-    make = _cases()[name][0]
+    changes the defaults of its function); "wrapped_*": behind a decorator."""
+    make = _cases()[name.removeprefix("wrapped_")][0]
+    if name == "wrapped_defaults":
+        fn = make()
+        return _wrapped(fn), fn
+    if name == "wrapped_module":
+        forward = _copy(Net.forward)
+        torch.manual_seed(0)
+        return type("WrappedNet", (Net,), {"forward": _wrapped(forward)})(), forward
     if name == "method":
         cls = type("FreshScaler", (Scaler,), {"method": _copy(Scaler.method)})
         return cls(2.0).method, cls.method
@@ -199,11 +216,12 @@ def _with_defaults(name):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", ["defaults", "kwonly", "kwonly_required", "posonly", "mixed", "method", "module"])
+@pytest.mark.parametrize("name", ["defaults", "kwonly", "kwonly_required", "posonly", "mixed", "method", "module",
+                                  "wrapped_defaults", "wrapped_module"])
 def test_changed_defaults_miss(name, mode):
     """After calls that used the defaults, each change of __defaults__ / __kwdefaults__ (new values, int for float,
     fewer, none; in place or replaced) gives eager's result or eager's TypeError; changing back hits again."""
-    _, pos_pool, kw_pool = _cases()[name]
+    _, pos_pool, kw_pool = _cases()[name.removeprefix("wrapped_")]
     fn, owner = _with_defaults(name)
     jfn = jitcore.jit(fn, cache=mode)
     calls = [(1, ()), (2, ()), (1, tuple(k for k in ("w",) if k in kw_pool))]
@@ -217,6 +235,8 @@ def test_changed_defaults_miss(name, mode):
             for n, kws in calls:
                 args, kwargs = tuple(pos_pool[:n]), {k: kw_pool[k] for k in kws}
                 _assert_same(_outcome(jfn, args, kwargs), _outcome(fn, args, kwargs), f"{attr} {step}: {n}, {kws}")
+    if mode != "no caching":
+        assert jitcore.cache_hits(jfn) > 0
 
 
 def test_kwdefaults_changed_in_place():

@@ -202,14 +202,22 @@ class Runtime:
         return self.run(frame)
 
     def set_root(self, fn):
-        """The called object: its defaults, a bound method's function's or an object's `forward`'s are guarded
-        (other functions' defaults are read as they are when traced)."""
-        owners = {id(fn): Fn()}
+        """The called object: its defaults, a bound method's function's or an object's `forward`'s are guarded,
+        and those of the functions they wrap (functools.wraps' `__wrapped__`); other functions' defaults are read
+        as they are when traced."""
+        roots = [(fn, Fn())]
         if type(fn) is types.MethodType:
-            owners[id(fn.__func__)] = Attr(Fn(), "__func__")
+            roots.append((fn.__func__, Attr(Fn(), "__func__")))
         forward = inspect.getattr_static(fn, "forward", None)
         if type(forward) is _FunctionType and "forward" not in getattr(fn, "__dict__", {}):
-            owners[id(forward)] = Attr(Attr(Fn(), "forward"), "__func__")
+            roots.append((forward, Attr(Attr(Fn(), "forward"), "__func__")))
+        owners = {}
+        for f, prov in roots:
+            for _ in range(8):  # decorators stacked on the function
+                owners[id(f)] = prov
+                f, prov = inspect.getattr_static(f, "__wrapped__", None), Attr(prov, "__wrapped__")
+                if type(f) is not _FunctionType:
+                    break
         self.defaults_owners = owners
 
     def _report_defaults(self, fn, code, n: int, kwargs: dict, ls: list):
