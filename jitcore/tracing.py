@@ -15,7 +15,7 @@ from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
-from jitcore.ops import torch_map
+from jitcore.ops import per_call, torch_map
 from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import register_containers, tree_flatten
 from jitcore.trace import Timer, Trace, tracectx
@@ -107,6 +107,8 @@ class JitContext(DefaultContext):
 
     def lookaside(self, fn):
         op = torch_map.lookup(fn)
+        if op is None:
+            op = per_call.lookaside(fn)  # print() and values that change per call (random, clocks): run per call
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
             op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
         if op is None or not self._container_ids:

@@ -1,0 +1,222 @@
+"""Ops: values from outside that change on every call (Python's `random`, `numpy.random`, clocks, `os.urandom`,
+`uuid`) and `print()`. Each call becomes a line of the trace that runs when the program runs, in program order
+(`f0 = _c0()` draws from the same generator eager would; `print_(_c1, t0, sep=' ')` prints the real values), so
+a cached call draws, times and prints exactly as eager does. Numbers come back as number proxies with no
+expression: tensor math may use them, Python control flow may not (jitcore/symbolic.py refuses it).
+"""
+from __future__ import annotations
+
+import builtins
+import os
+import random
+import sys
+import time
+import uuid
+
+import torch
+
+from jitcore.errors import UnsupportedError
+from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
+
+_TAGS = (Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE)
+_CASTS = {int: "int", float: "float", bool: "bool"}
+_HINT = "pass the value in as an argument of the jitted function (draw it, or read the clock, outside)"
+
+# module-level callables whose result changes on every call; bound methods of random generators are found by
+# their owner (`_owner_state`)
+_CLOCKS = (time.time, time.time_ns, time.perf_counter, time.perf_counter_ns, time.monotonic, time.monotonic_ns,
+           time.process_time, time.process_time_ns, time.thread_time, time.thread_time_ns)
+SOURCES: dict[int, str] = {id(f): f"time.{f.__name__}" for f in _CLOCKS}
+SOURCES.update({id(os.urandom): "os.urandom", id(uuid.uuid1): "uuid.uuid1", id(uuid.uuid4): "uuid.uuid4"})
+# sources whose result can never be a number proxy, or that change objects handed to them
+_REFUSED_METHODS = frozenset({"shuffle", "getstate", "setstate", "choice", "choices", "sample", "randbytes",
+                              "bytes", "permutation", "__getstate__", "__setstate__", "__reduce__"})
+
+
+def _run_source(fn, cast, args, kwargs):
+    out = fn(*args, **kwargs)
+    return out if cast is None else cast(out)
+
+
+def _source_printer(bsym, printer):
+    fn, cast, args, kwargs = bsym.args
+    call = f"{printer.value(fn)}({printer.call_args(args, kwargs)})"
+    out = bsym.output
+    if out is None:
+        return call
+    return f"{out.name} = {_CASTS[cast]}({call})" if cast is not None else f"{out.name} = {call}"
+
+
+def _source_meta(fn, cast, args, kwargs):  # the output proxy is made by `call_source`, which knows the value
+    raise AssertionError("per_call_value is recorded by jitcore.ops.per_call.call_source")
+
+
+# RANDOM too: never merged, never recomputed (a data guard refuses a value drawn per call)
+per_call_value = Symbol("python.per_call_value", "per_call_value", meta=_source_meta, tags=(*_TAGS, Tag.RANDOM),
+                        module="", printer=_source_printer)
+EAGER_KERNELS[per_call_value.id] = _run_source
+
+
+def _print(*args, **kwargs):
+    builtins.print(*args, **kwargs)
+
+
+def _print_printer(bsym, printer):
+    parts = [_print_arg(printer, a) for a in bsym.args]
+    parts += [f"{k}={printer.value(v)}" for k, v in bsym.kwargs.items()]
+    return f"print_({', '.join(parts)})"
+
+
+def _print_arg(printer, x) -> str:
+    """printer.value, except that a torch.Size stays one (print shows `torch.Size([2, 3])`, not a tuple)."""
+    t = type(x)
+    if t is torch.Size:
+        return f"torch.Size({printer.value(list(x))})"
+    if t is list or t is tuple:
+        inner = ", ".join(_print_arg(printer, e) for e in x)
+        return f"[{inner}]" if t is list else (f"({inner},)" if len(x) == 1 else f"({inner})")
+    if t is dict:
+        return "{" + ", ".join(f"{_print_arg(printer, k)}: {_print_arg(printer, v)}" for k, v in x.items()) + "}"
+    return printer.value(x)
+
+
+print_ = Symbol("python.print", "print_", meta=lambda *args, **kwargs: None, tags=_TAGS, module="",
+                printer=_print_printer, call_ctx={"print_": _print})
+EAGER_KERNELS[print_.id] = _print
+
+
+# -- which callables are per-call sources -------------------------------------------------------------------------
+def _numpy_random():
+    np = sys.modules.get("numpy")
+    return None if np is None else np.random
+
+
+def _owner_state(owner):
+    """(get state, set state) of a random generator that owns a bound method, or None if `owner` is none."""
+    if isinstance(owner, random.Random):
+        if isinstance(owner, random.SystemRandom):
+            return lambda: None, lambda s: None  # draws from the OS: no state to keep
+        return owner.getstate, owner.setstate
+    npr = _numpy_random()
+    if npr is not None:
+        if isinstance(owner, npr.RandomState):
+            return owner.get_state, owner.set_state
+        if isinstance(owner, npr.Generator):
+            bits = owner.bit_generator
+            return (lambda: bits.state), (lambda s: setattr(bits, "state", s))
+        if isinstance(owner, npr.BitGenerator):
+            return (lambda: owner.state), (lambda s: setattr(owner, "state", s))
+    return None
+
+
+def source_name(fn) -> str | None:
+    """`random.random`, `time.time`, ...: the name of a callable whose result changes per call, else None."""
+    name = SOURCES.get(id(fn))
+    if name is not None:
+        return name
+    owner = getattr(fn, "__self__", None)
+    if owner is None or isinstance(owner, type) or _owner_state(owner) is None:
+        return None
+    module = "random" if isinstance(owner, random.Random) else "numpy.random"
+    return f"{module}.{getattr(fn, '__name__', '?')}"
+
+
+def _plain_args(obj) -> bool:
+    from jitcore.proxies import NumberProxy, TensorProxy
+
+    if isinstance(obj, (tuple, list)):
+        return all(_plain_args(x) for x in obj)
+    if isinstance(obj, dict):
+        return all(_plain_args(x) for x in obj.values())
+    return not isinstance(obj, TensorProxy) and (isinstance(obj, NumberProxy) or obj is None or
+                                                   type(obj) in (int, float, bool, str, bytes))
+
+
+def _sample(fn, args, kwargs):
+    """What fn returns now, leaving its generator's state as it was: the trace draws nothing itself."""
+    from jitcore.pytree import tree_map
+    from jitcore.symbolic import value_of
+
+    owner = getattr(fn, "__self__", None)
+    state = _owner_state(owner) if owner is not None else None
+    saved = state[0]() if state is not None else None
+    try:
+        return fn(*tree_map(value_of, args), **tree_map(value_of, kwargs))
+    finally:
+        if state is not None:
+            state[1](saved)
+
+
+def _number_type(value):
+    if type(value) in _CASTS:
+        return type(value), None
+    npr = _numpy_random()
+    if npr is not None and hasattr(value, "dtype") and getattr(value, "shape", None) == ():
+        kind = value.dtype.kind  # a numpy scalar: the program converts it to the Python number
+        cast = {"f": float, "i": int, "u": int, "b": bool}.get(kind)
+        return cast, cast
+    return None, None
+
+
+def call_source(fn, name: str, args: tuple, kwargs: dict):
+    """Record `fn(*args, **kwargs)` as a line that runs on every call; its number result as a proxy."""
+    from jitcore.proxies import BoolProxy, FloatProxy, IntegerProxy
+    from jitcore.symbol import BoundSymbol
+    from jitcore.trace import get_tracectx
+
+    what = f"{name}()"
+    method = name.rpartition(".")[2]
+    if method in _REFUSED_METHODS or not _plain_args((args, kwargs)):
+        raise UnsupportedError("per-call value", f"{what} changes on every call and its arguments or result are "
+                               "not plain numbers, so it cannot run as part of the compiled program", hint=_HINT)
+    value = _sample(fn, args, kwargs)
+    ptype, cast = _number_type(value)
+    if value is not None and ptype is None:
+        raise UnsupportedError("per-call value", f"{what} returns a {type(value).__name__} that changes on every "
+                               "call; only numbers (and calls that return None) can be computed per call",
+                               hint=_HINT + "; for random tensors use torch.rand/torch.randn (traced)")
+    out = None
+    if ptype is not None:
+        out = {bool: BoolProxy, int: IntegerProxy, float: FloatProxy}[ptype](value)
+        out.expr = None
+        if ptype is bool:
+            out.cmp = None
+        get_tracectx().extra.setdefault("per_call", {})[out.name] = what
+    get_tracectx().record(BoundSymbol(per_call_value, (fn, cast, tuple(args), dict(kwargs)), {}, out))
+    return out
+
+
+def source_lookaside(fn):
+    """A replacement for `fn` when it is a per-call source, else None."""
+    name = source_name(fn)
+    if name is None:
+        return None
+    return lambda *args, **kwargs: call_source(fn, name, args, kwargs)
+
+
+def record_print(*args, **kwargs):
+    """print(...) inside a jitted function: a line that prints the real values on every call."""
+    if any(_holds_proxy(x) for x in (*args, *kwargs.values())):
+        raise UnsupportedError("print", "print() of an object holding traced tensors or numbers (its text would "
+                               "show their names, not their values)",
+                               hint="print the tensors themselves, or print outside the jitted function")
+    print_(*args, **kwargs)
+
+
+def lookaside(fn):
+    """The replacement of `fn` while tracing when it is print() or a per-call source, else None."""
+    if fn is builtins.print:
+        return record_print
+    return source_lookaside(fn)
+
+
+def _holds_proxy(obj) -> bool:
+    """An object other than a proxy or a builtin container whose attributes hold proxies."""
+    from jitcore.proxies import Proxy
+
+    if isinstance(obj, (tuple, list)):
+        return any(_holds_proxy(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(_holds_proxy(x) for x in (*obj.keys(), *obj.values()))
+    d = getattr(obj, "__dict__", None)
+    return not isinstance(obj, Proxy) and isinstance(d, dict) and any(isinstance(v, Proxy) for v in d.values())
