@@ -15,6 +15,8 @@ from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
+from jitcore.interpreter.run import is_user_file
+from jitcore.layouts import Layouts
 from jitcore.ops import per_call, torch_map
 from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import register_containers, tree_flatten
@@ -107,13 +109,21 @@ class JitContext(DefaultContext):
 
     def lookaside(self, fn):
         op = torch_map.lookup(fn)
-        if op is None:
-            op = per_call.lookaside(fn)  # print() and values that change per call (random, clocks): run per call
+        if op is None:  # print() and values that change per call (random, clocks) asked for by user code
+            op = per_call.lookaside(fn, self._user_caller)
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
             op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
         if op is None or not self._container_ids:
             return op
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
+
+    def attach_runtime(self, rt):
+        self._runtime = rt
+
+    def _user_caller(self) -> bool:
+        """Whether the call being made comes from user code (not from the stdlib: logging's clock reads stay)."""
+        frame = getattr(self, "_runtime", None) and self._runtime.frame
+        return frame is None or is_user_file(frame.code.co_filename)
 
     def _proxify(self, obj):
         """Tensors inside external lists/tuples/dicts handed to an op (`torch.cat(list_arg)`) become proxy
@@ -198,6 +208,13 @@ class JitContext(DefaultContext):
         from jitcore.data_guards import concrete_value
 
         return concrete_value(self, proxy, kind)
+
+    def real_value(self, proxy):
+        """The real value an input proxy was traced with (None for proxies that are not inputs)."""
+        for i, v in zip(self.inputs, self._values):
+            if i.proxy is proxy:
+                return v
+        return None
 
     @staticmethod
     def is_argument_input(traced_input) -> bool:
@@ -287,11 +304,12 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     ctx = JitContext(trace, symbolic)
     with Timer() as t:
         trace.extra["data_oracle"] = ctx.concrete_value
+        trace.extra["layout_oracle"] = Layouts(ctx)
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
         finally:
-            del trace.extra["data_oracle"]
+            del trace.extra["data_oracle"], trace.extra["layout_oracle"]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         leaves, spec = tree_flatten(result.output)
