@@ -203,11 +203,15 @@ def record_print(*args, **kwargs):
     print_(*args, **kwargs)
 
 
-def lookaside(fn):
-    """The replacement of `fn` while tracing when it is print() or a per-call source, else None."""
+def lookaside(fn, from_user=lambda: True):
+    """The replacement of `fn` while tracing when it is print() or a per-call source, else None.
+
+    from_user(): whether the caller is user code; library code reading a clock for itself (logging's
+    timestamps) keeps doing so natively, at trace time."""
     if fn is builtins.print:
         return record_print
-    return source_lookaside(fn)
+    replacement = source_lookaside(fn)
+    return replacement if replacement is not None and from_user() else None
 
 
 def _holds_proxy(obj) -> bool:
