@@ -92,6 +92,11 @@ class NumberProxy(Proxy):
     def __hash__(self):
         return hash(_symbolic().concretize(self))
 
+    def __str__(self):  # str() of a value drawn per call (random, clocks) needs that value: refused
+        if self.expr is None:
+            _symbolic().refuse(self)
+        return self.name
+
     def __format__(self, spec):
         return format(_symbolic().concretize(self), spec)
 

@@ -19,7 +19,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
 
 _TAGS = (Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE)
-_CASTS = {int: "int", float: "float", bool: "bool"}
+_NUMBERS = (int, float, bool)
 _HINT = "pass the value in as an argument of the jitted function (draw it, or read the clock, outside)"
 
 # module-level callables whose result changes on every call; bound methods of random generators are found by
@@ -33,21 +33,17 @@ _REFUSED_METHODS = frozenset({"shuffle", "getstate", "setstate", "choice", "choi
                               "bytes", "permutation", "__getstate__", "__setstate__", "__reduce__"})
 
 
-def _run_source(fn, cast, args, kwargs):
-    out = fn(*args, **kwargs)
-    return out if cast is None else cast(out)
+def _run_source(fn, args, kwargs):
+    return fn(*args, **kwargs)
 
 
 def _source_printer(bsym, printer):
-    fn, cast, args, kwargs = bsym.args
+    fn, args, kwargs = bsym.args
     call = f"{printer.value(fn)}({printer.call_args(args, kwargs)})"
-    out = bsym.output
-    if out is None:
-        return call
-    return f"{out.name} = {_CASTS[cast]}({call})" if cast is not None else f"{out.name} = {call}"
+    return call if bsym.output is None else f"{bsym.output.name} = {call}"
 
 
-def _source_meta(fn, cast, args, kwargs):  # the output proxy is made by `call_source`, which knows the value
+def _source_meta(fn, args, kwargs):  # the output proxy is made by `call_source`, which knows the value
     raise AssertionError("per_call_value is recorded by jitcore.ops.per_call.call_source")
 
 
@@ -109,11 +105,68 @@ def _owner_state(owner):
     return None
 
 
+# module-level functions drawing from a global generator that is not their __self__: id -> () -> the generator
+_MODULE_OWNERS: dict = {}
+
+
+def _add_numpy_sources(npr):
+    """numpy.random's module functions that are not methods of its global RandomState (seed, ranf, sample)."""
+    SOURCES["numpy"] = "added"
+    for name in ("seed", "ranf", "sample"):
+        fn = getattr(npr, name, None)
+        if fn is not None and getattr(fn, "__self__", None) is not npr.mtrand._rand:
+            SOURCES[id(fn)] = f"numpy.random.{name}"
+            _MODULE_OWNERS[id(fn)] = lambda: npr.mtrand._rand
+
+
+def _refuse_new_generator(name):
+    def refuse(*args, **kwargs):
+        raise UnsupportedError("per-call value", f"{name}(...) inside a jitted function: the generator would be "
+                               "made once, when the function is traced, and its draws would go on across calls",
+                               hint="make the generator outside the jitted function and use it there (as a "
+                                    "global, an attribute or an argument)")
+
+    return refuse
+
+
+_classes: dict = {}
+
+
+def _generator_classes() -> tuple:
+    npr = _numpy_random()
+    found = _classes.get(npr is not None)
+    if found is None:
+        extra = (npr.RandomState, npr.Generator, npr.BitGenerator) if npr is not None else ()
+        found = _classes[npr is not None] = (random.Random, *random.Random.__mro__[1:-1], *extra)
+    return found
+
+
+_unbound_table: dict = {}  # number of generator classes -> {id(method): (method, name)}
+
+
+def _unbound_name(fn) -> str | None:
+    """`Random.randint` (a generator class's own method, called with the generator as first argument, as
+    `rng.randint(...)` is called by the interpreter) -> "random.randint"; None for other callables."""
+    classes = _generator_classes()
+    table = _unbound_table.get(len(classes))
+    if table is None:
+        table = _unbound_table[len(classes)] = {}
+        for cls in classes:
+            module = "numpy.random" if cls.__module__.startswith("numpy") else "random"
+            for attr, value in vars(cls).items():
+                if callable(value) and not isinstance(value, type):
+                    table.setdefault(id(value), (value, f"{module}.{attr}"))
+    found = table.get(id(fn))
+    return found[1] if found is not None and found[0] is fn else None
+
+
 def source_name(fn) -> str | None:
     """`random.random`, `time.time`, ...: the name of a callable whose result changes per call, else None."""
     name = SOURCES.get(id(fn))
     if name is not None:
         return name
+    if not SOURCES.get("numpy") and _numpy_random() is not None:
+        _add_numpy_sources(_numpy_random())
     owner = getattr(fn, "__self__", None)
     if owner is None or isinstance(owner, type) or _owner_state(owner) is None:
         return None
@@ -137,7 +190,7 @@ def _sample(fn, args, kwargs):
     from jitcore.pytree import tree_map
     from jitcore.symbolic import value_of
 
-    owner = getattr(fn, "__self__", None)
+    owner = _MODULE_OWNERS.get(id(fn), lambda: getattr(fn, "__self__", None))()
     state = _owner_state(owner) if owner is not None else None
     saved = state[0]() if state is not None else None
     try:
@@ -148,14 +201,12 @@ def _sample(fn, args, kwargs):
 
 
 def _number_type(value):
-    if type(value) in _CASTS:
-        return type(value), None
-    npr = _numpy_random()
-    if npr is not None and hasattr(value, "dtype") and getattr(value, "shape", None) == ():
-        kind = value.dtype.kind  # a numpy scalar: the program converts it to the Python number
-        cast = {"f": float, "i": int, "u": int, "b": bool}.get(kind)
-        return cast, cast
-    return None, None
+    """int, float or bool for a number (numpy scalars too: they stay numpy scalars at run time, as in eager)."""
+    if type(value) in _NUMBERS:
+        return type(value)
+    if _numpy_random() is not None and hasattr(value, "dtype") and getattr(value, "shape", None) == ():
+        return {"f": float, "i": int, "u": int, "b": bool}.get(value.dtype.kind)
+    return None
 
 
 def call_source(fn, name: str, args: tuple, kwargs: dict):
@@ -170,7 +221,7 @@ def call_source(fn, name: str, args: tuple, kwargs: dict):
         raise UnsupportedError("per-call value", f"{what} changes on every call and its arguments or result are "
                                "not plain numbers, so it cannot run as part of the compiled program", hint=_HINT)
     value = _sample(fn, args, kwargs)
-    ptype, cast = _number_type(value)
+    ptype = _number_type(value)
     if value is not None and ptype is None:
         raise UnsupportedError("per-call value", f"{what} returns a {type(value).__name__} that changes on every "
                                "call; only numbers (and calls that return None) can be computed per call",
@@ -182,16 +233,28 @@ def call_source(fn, name: str, args: tuple, kwargs: dict):
         if ptype is bool:
             out.cmp = None
         get_tracectx().extra.setdefault("per_call", {})[out.name] = what
-    get_tracectx().record(BoundSymbol(per_call_value, (fn, cast, tuple(args), dict(kwargs)), {}, out))
+    get_tracectx().record(BoundSymbol(per_call_value, (fn, tuple(args), dict(kwargs)), {}, out))
     return out
 
 
 def source_lookaside(fn):
     """A replacement for `fn` when it is a per-call source, else None."""
     name = source_name(fn)
+    if name is not None:
+        return lambda *args, **kwargs: call_source(fn, name, args, kwargs)
+    if (isinstance(fn, type) and fn in _generator_classes()) or fn is getattr(_numpy_random(), "default_rng", 0):
+        return _refuse_new_generator(f"{fn.__module__}.{fn.__name__}")
+    name = _unbound_name(fn)
     if name is None:
         return None
-    return lambda *args, **kwargs: call_source(fn, name, args, kwargs)
+
+    def bound(owner, *args, **kwargs):
+        if _owner_state(owner) is None:
+            return fn(owner, *args, **kwargs)
+        return call_source(fn.__get__(owner, type(owner)), name, args, kwargs)
+
+    return bound
+
 
 
 def record_print(*args, **kwargs):
