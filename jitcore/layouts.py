@@ -12,6 +12,7 @@ from jitcore.data_guards import DataGuard
 from jitcore.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import tree_flatten, tree_map
 from jitcore.symbol import EAGER_KERNELS, Tag
+from jitcore.symbolic import concretize
 from jitcore.trace import detached
 
 
@@ -110,6 +111,10 @@ class Layouts:
             return  # parameters and other state tensors: their layout is not checked per call
         value = self.ctx.real_value(inp.proxy)
         program = _strides if level == "exact" or not value.is_contiguous() else _contiguous
+        if level == "exact":  # a stride is a product of sizes: symbolic sizes become specialised (predicates)
+            for s in inp.proxy._shape:
+                if isinstance(s, NumberProxy):
+                    concretize(s)
         if (name, program) in self._guarded:
             return
         self._guarded.add((name, program))

@@ -163,6 +163,18 @@ def test_layout_queries_answer_like_eager(query, mode):
         assert jf(x)[1] == f(x), (query, layout, mode)
 
 
+def test_strides_under_symbolic_sizes_follow_the_sizes():
+    def f(x):
+        y = x.t().contiguous()
+        return y * y.stride(0), y.is_contiguous()
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for rows in (3, 5, 3, 7):
+        x = torch.randn(rows, 4)
+        e, g = f(x), jf(x)
+        assert torch.equal(e[0], g[0]) and e[1] == g[1], rows
+
+
 def _data_ptr(x):
     return x * x.data_ptr()
 
