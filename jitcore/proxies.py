@@ -347,6 +347,13 @@ class TensorProxy(Proxy):
     def item(self):
         return self._concrete("item", "tensor.item()")
 
+    def tolist(self):
+        return self._concrete("tolist", "tensor.tolist()")
+
+    def numpy(self, *, force: bool = False):
+        raise DataDependentError("tensor.numpy() inside a jitted function needs its data (an array shares the "
+                                 "tensor's memory, which the traced program does not have)")
+
     # -- layout: eager's strides, from the layout oracle of the trace being recorded (jitcore/layouts.py) ---------
     def eager_layout(self, level: str = "contiguous"):
         """A meta tensor with the sizes and strides eager's value would have (its inputs guarded), or None."""

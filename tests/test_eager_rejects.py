@@ -175,6 +175,31 @@ def test_strides_under_symbolic_sizes_follow_the_sizes():
         assert torch.equal(e[0], g[0]) and e[1] == g[1], rows
 
 
+TOLIST = {
+    "scale_by_first": lambda x: x * x.tolist()[0],
+    "sum_of_list": lambda x: x * sum(x.tolist()),
+    "nested": lambda x: x.reshape(2, -1) * x.reshape(2, -1).tolist()[1][0],
+    "scalar": lambda x: x * x.sum().tolist(),
+    "branch": lambda x: x + 1 if max(x.tolist()) > 2 else x - 1,
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(TOLIST))
+def test_tolist_gives_this_calls_values(name, mode):
+    fn = TOLIST[name]
+    jf = jitcore.jit(fn, cache=mode)
+    for scale in (1.0, 3.0, 1.0, -2.0):
+        x = torch.arange(4.0) * scale
+        assert torch.equal(jf(x), fn(x)), (name, mode, scale)
+
+
+def test_numpy_is_refused():
+    with pytest.raises(UnsupportedError) as info:
+        jitcore.jit(lambda x: x * float(x.numpy()[0]))(torch.ones(2))
+    assert "numpy" in str(info.value) and info.value.where is not None
+
+
 def _data_ptr(x):
     return x * x.data_ptr()
 
