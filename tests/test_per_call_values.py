@@ -39,6 +39,8 @@ SOURCES = {
     "np_randint": lambda: np.random.randint(0, 7),
     "np_normal": lambda: np.random.normal(2.0, 0.5),
     "np_uniform": lambda: np.random.uniform(),
+    "np_sample": lambda: np.random.sample(),
+    "np_random_sample": lambda: np.random.random_sample(),
     "np_generator": lambda: _NP_RNG.random(),
     "np_generator_integers": lambda: _NP_RNG.integers(0, 10),
 }
@@ -209,7 +211,9 @@ def test_control_flow_on_a_per_call_value_is_refused(name, mode):
 
 @pytest.mark.parametrize("fn", [lambda x: (x, uuid.uuid4()), lambda x: (x, os.urandom(4)),
                                 lambda x: (x, random.choice([1, 2])), lambda x: (x, random.sample(range(9), 2)),
-                                lambda x: (random.shuffle([1, 2]), x)[1], lambda x: (x, np.random.rand(3))])
+                                lambda x: (random.shuffle([1, 2]), x)[1], lambda x: (x, np.random.rand(3)),
+                                lambda x: (x, np.random.choice([1, 2])), lambda x: (x, random.getstate()),
+                                lambda x: (x, random.randbytes(2))])
 def test_per_call_values_that_are_not_numbers_are_refused(fn):
     with pytest.raises(UnsupportedError) as info:
         jitcore.jit(fn)(torch.ones(2))

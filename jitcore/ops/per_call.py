@@ -28,9 +28,9 @@ _CLOCKS = (time.time, time.time_ns, time.perf_counter, time.perf_counter_ns, tim
            time.process_time, time.process_time_ns, time.thread_time, time.thread_time_ns)
 SOURCES: dict[int, str] = {id(f): f"time.{f.__name__}" for f in _CLOCKS}
 SOURCES.update({id(os.urandom): "os.urandom", id(uuid.uuid1): "uuid.uuid1", id(uuid.uuid4): "uuid.uuid4"})
-# sources whose result can never be a number proxy, or that change objects handed to them
-_REFUSED_METHODS = frozenset({"shuffle", "getstate", "setstate", "choice", "choices", "sample", "randbytes",
-                              "bytes", "permutation", "__getstate__", "__setstate__", "__reduce__"})
+# sources that read or change the sequences handed to them (a list read natively would be baked in unguarded)
+_REFUSED = frozenset({"random.shuffle", "random.choice", "random.choices", "random.sample", "numpy.random.shuffle",
+                      "numpy.random.choice", "numpy.random.permutation", "numpy.random.permuted"})
 
 
 def _run_source(fn, args, kwargs):
@@ -111,12 +111,12 @@ _MODULE_OWNERS: dict = {}
 
 def _add_numpy_sources(npr):
     """numpy.random's module functions that are not methods of its global RandomState (seed, ranf, sample)."""
-    SOURCES["numpy"] = "added"
     for name in ("seed", "ranf", "sample"):
         fn = getattr(npr, name, None)
         if fn is not None and getattr(fn, "__self__", None) is not npr.mtrand._rand:
             SOURCES[id(fn)] = f"numpy.random.{name}"
             _MODULE_OWNERS[id(fn)] = lambda: npr.mtrand._rand
+    _MODULE_OWNERS.setdefault(0, None)  # numpy's functions were looked for (it may have none of them)
 
 
 def _refuse_new_generator(name):
@@ -165,7 +165,7 @@ def source_name(fn) -> str | None:
     name = SOURCES.get(id(fn))
     if name is not None:
         return name
-    if not SOURCES.get("numpy") and _numpy_random() is not None:
+    if not _MODULE_OWNERS and _numpy_random() is not None:
         _add_numpy_sources(_numpy_random())
     owner = getattr(fn, "__self__", None)
     if owner is None or isinstance(owner, type) or _owner_state(owner) is None:
@@ -216,8 +216,7 @@ def call_source(fn, name: str, args: tuple, kwargs: dict):
     from jitcore.trace import get_tracectx
 
     what = f"{name}()"
-    method = name.rpartition(".")[2]
-    if method in _REFUSED_METHODS or not _plain_args((args, kwargs)):
+    if name in _REFUSED or not _plain_args((args, kwargs)):
         raise UnsupportedError("per-call value", f"{what} changes on every call and its arguments or result are "
                                "not plain numbers, so it cannot run as part of the compiled program", hint=_HINT)
     value = _sample(fn, args, kwargs)
