@@ -276,11 +276,24 @@ class TensorProxy(Proxy):
 
     @property
     def is_leaf(self) -> bool:
-        return True
+        """As eager: tensors that need no grad are leaves; computed ones that need grad are not; an input is what
+        the tensor it stands for is (asked to the trace's leaf oracle, which guards it)."""
+        if not self.requires_grad:
+            return True
+        trace = _current_trace()
+        oracle = trace.extra.get("leaf_oracle") if trace is not None else None
+        if oracle is None:
+            return True
+        known = oracle(self)
+        return False if known is None else known
 
     @property
     def grad_fn(self):
-        return None
+        if self.is_leaf:
+            return None
+        raise UnsupportedError("autograd graph", f"{self.name}.grad_fn inside a jitted function: the autograd graph "
+                               "of a jitted call is made when it runs (one node for the whole program)",
+                               hint="test `x.requires_grad` or `x.is_leaf` instead, or read grad_fn outside")
 
     def type_string(self) -> str:
         dims = ", ".join(str(s) for s in self._shape)

@@ -209,6 +209,20 @@ class JitContext(DefaultContext):
 
         return concrete_value(self, proxy, kind)
 
+    def leaf_input(self, proxy):
+        """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
+        None for proxies that are not inputs."""
+        from jitcore.data_guards import DataGuard
+
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor):
+            return None
+        inp = next(i for i in self.inputs if i.proxy is proxy)
+        if self.is_argument_input(inp) and all(g.program is not _is_leaf or g.inputs != (proxy.name,)
+                                               for g in self.guards.data):
+            self.guards.data.append(DataGuard(_is_leaf, (proxy.name,), value.is_leaf, f"{proxy.name}.is_leaf"))
+        return value.is_leaf
+
     def real_value(self, proxy):
         """The real value an input proxy was traced with (None for proxies that are not inputs)."""
         for i, v in zip(self.inputs, self._values):
@@ -269,6 +283,10 @@ class JitContext(DefaultContext):
         return g
 
 
+def _is_leaf(t) -> bool:
+    return t.is_leaf
+
+
 def _stable_identities(guards, roots):
     """Objects whose provenance gives a new object on every fetch (a property, a custom __getattribute__ making
     views) cannot be guarded by identity: they are guarded by type instead."""
@@ -305,11 +323,12 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     with Timer() as t:
         trace.extra["data_oracle"] = ctx.concrete_value
         trace.extra["layout_oracle"] = Layouts(ctx)
+        trace.extra["leaf_oracle"] = ctx.leaf_input
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
         finally:
-            del trace.extra["data_oracle"], trace.extra["layout_oracle"]
+            del trace.extra["data_oracle"], trace.extra["layout_oracle"], trace.extra["leaf_oracle"]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         leaves, spec = tree_flatten(result.output)

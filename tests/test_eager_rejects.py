@@ -200,6 +200,37 @@ def test_numpy_is_refused():
     assert "numpy" in str(info.value) and info.value.where is not None
 
 
+LEAF_QUERIES = {
+    "input_is_leaf": lambda x: x * (2 if x.is_leaf else 3),
+    "computed_is_leaf": lambda x: x * (2 if (x * 2).is_leaf else 3),
+    "no_grad_is_leaf": lambda x: _under_no_grad(x),
+    "detached_grad_fn": lambda x: x * (2 if x.detach().grad_fn is None else 3),
+    "chain": lambda x: x * sum((2 if t.is_leaf else 3) for t in (x, x.sin(), x.detach(), x.sin().detach())),
+}
+
+
+def _under_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+    return x * (2 if y.is_leaf and y.grad_fn is None else 3)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(LEAF_QUERIES))
+def test_is_leaf_and_grad_fn_answer_like_eager(name, mode):
+    fn = LEAF_QUERIES[name]
+    jf = jitcore.jit(fn, cache=mode)
+    w = torch.ones(3, requires_grad=True)
+    for x in (w, w * 1, torch.ones(3), w, (w * 1).detach(), w * 2):  # leaves, computed inputs, no grad, in turn
+        assert torch.equal(jf(x), fn(x)), (name, mode)
+
+
+def test_grad_fn_of_a_computed_tensor_is_refused():
+    with pytest.raises(UnsupportedError) as info:
+        jitcore.jit(lambda x: x * (2 if x.sin().grad_fn.name() else 3))(torch.ones(2, requires_grad=True))
+    assert "grad_fn" in str(info.value) and info.value.where is not None
+
+
 def _data_ptr(x):
     return x * x.data_ptr()
 
