@@ -18,7 +18,8 @@ from jitcore.symbol import Tag
 from jitcore.trace import Trace, detached
 
 _REFUSED = frozenset({Tag.RANDOM, Tag.INPLACE})
-_CONVERT = {"bool": bool, "int": int, "float": float, "index": int, "item": lambda t: t.item()}
+_CONVERT = {"bool": bool, "int": int, "float": float, "index": int, "item": lambda t: t.item(),
+            "tolist": lambda t: t.tolist()}
 
 
 @dataclass
@@ -48,8 +49,9 @@ def _refused_tags(bsym) -> bool:
 
 def concrete_value(ctx, proxy: TensorProxy, kind: str):
     """The Python value `kind` ("bool", "int", "float", "index", "item") of `proxy` for this call, guarded."""
-    what = {"bool": "a Python bool (e.g. `if tensor:`)", "item": "tensor.item()"}.get(kind, f"a Python {kind}")
-    if kind != "item" and proxy.numel() != 1:
+    what = {"bool": "a Python bool (e.g. `if tensor:`)", "item": "tensor.item()", "tolist": "tensor.tolist()"}.get(
+        kind, f"a Python {kind}")
+    if kind not in ("item", "tolist") and proxy.numel() != 1:
         raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous" if kind == "bool" else
                            "only one element tensors can be converted to Python scalars")
     lines = _needed(ctx.trace, proxy)

@@ -12,7 +12,7 @@ import torch
 
 from jitcore import devices as _devices
 from jitcore import dtypes as _dtypes
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, UnsupportedError
 
 # name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
 TENSOR_METHODS: dict = {}
@@ -91,6 +91,11 @@ class NumberProxy(Proxy):
 
     def __hash__(self):
         return hash(_symbolic().concretize(self))
+
+    def __str__(self):  # str() of a value drawn per call (random, clocks) needs that value: refused
+        if self.expr is None:
+            _symbolic().refuse(self)
+        return self.name
 
     def __format__(self, spec):
         return format(_symbolic().concretize(self), spec)
@@ -271,11 +276,24 @@ class TensorProxy(Proxy):
 
     @property
     def is_leaf(self) -> bool:
-        return True
+        """As eager: tensors that need no grad are leaves; computed ones that need grad are not; an input is what
+        the tensor it stands for is (asked to the trace's leaf oracle, which guards it)."""
+        if not self.requires_grad:
+            return True
+        trace = _current_trace()
+        oracle = trace.extra.get("leaf_oracle") if trace is not None else None
+        if oracle is None:
+            return True
+        known = oracle(self)
+        return False if known is None else known
 
     @property
     def grad_fn(self):
-        return None
+        if self.is_leaf:
+            return None
+        raise UnsupportedError("autograd graph", f"{self.name}.grad_fn inside a jitted function: the autograd graph "
+                               "of a jitted call is made when it runs (one node for the whole program)",
+                               hint="test `x.requires_grad` or `x.is_leaf` instead, or read grad_fn outside")
 
     def type_string(self) -> str:
         dims = ", ".join(str(s) for s in self._shape)
@@ -341,6 +359,50 @@ class TensorProxy(Proxy):
 
     def item(self):
         return self._concrete("item", "tensor.item()")
+
+    def tolist(self):
+        return self._concrete("tolist", "tensor.tolist()")
+
+    def numpy(self, *, force: bool = False):
+        raise DataDependentError("tensor.numpy() inside a jitted function needs its data (an array shares the "
+                                 "tensor's memory, which the traced program does not have)")
+
+    # -- layout: eager's strides, from the layout oracle of the trace being recorded (jitcore/layouts.py) ---------
+    def eager_layout(self, level: str = "contiguous"):
+        """A meta tensor with the sizes and strides eager's value would have (its inputs guarded), or None."""
+        trace = _current_trace()
+        oracle = trace.extra.get("layout_oracle") if trace is not None else None
+        return oracle(self, level) if oracle is not None else None
+
+    def _layout(self, level: str, what: str):
+        meta = self.eager_layout(level)
+        if meta is None:
+            raise UnsupportedError("tensor layout", f"{what} depends on the memory layout of {self.name}, which is "
+                                   "not known here (it comes from an op jitcore cannot lay out like eager)",
+                                   hint="call .contiguous() first, or compute it outside the jitted function")
+        return meta
+
+    def stride(self, dim: int | None = None):
+        meta = self._layout("exact", "tensor.stride()")
+        return meta.stride() if dim is None else meta.stride(dim)
+
+    def storage_offset(self) -> int:
+        return self._layout("exact", "tensor.storage_offset()").storage_offset()
+
+    def is_contiguous(self, memory_format=torch.contiguous_format) -> bool:
+        return self._layout("contiguous", "tensor.is_contiguous()").is_contiguous(memory_format=memory_format)
+
+    def data_ptr(self):
+        raise UnsupportedError("tensor memory", "tensor.data_ptr() inside a jitted function: the traced program has "
+                               "no memory address to give (the tensor it will run on does not exist yet)",
+                               hint="compare tensors with `is`, or read the address outside the jitted function")
+
+    def untyped_storage(self):
+        raise UnsupportedError("tensor memory", "tensor.untyped_storage() / storage() inside a jitted function: "
+                               "the traced program has no storage to give",
+                               hint="read storages (and their data_ptr) outside the jitted function")
+
+    storage = _typed_storage = untyped_storage
 
     def __len__(self):
         if not self._shape:

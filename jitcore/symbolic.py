@@ -109,11 +109,46 @@ def expr_of(x) -> str:
 
     if isinstance(x, NumberProxy):
         if x.expr is None:
-            from jitcore.errors import DataDependentError
-
-            raise DataDependentError(f"the number {x.name} has no expression over the inputs (a data-dependent value)")
+            refuse(x)
         return x.expr
     return repr(x)
+
+
+def per_call_origin(x) -> str | None:
+    """The per-call source (`random.random()`, `time.time()`) a number with no expression comes from, if any."""
+    from jitcore.trace import get_tracectx
+
+    trace = get_tracectx()
+    return None if trace is None else trace.extra.get("per_call", {}).get(getattr(x, "name", None))
+
+
+def unknown_expr(args) -> bool:
+    """Whether a number op's operands include a number with no expression (its result has none either)."""
+    return any(getattr(a, "expr", "") is None for a in args)
+
+
+def inherit_origin(out, args):
+    """out (a number computed from a per-call value) remembers where that value came from, for refusals."""
+    from jitcore.trace import get_tracectx
+
+    origins = [per_call_origin(a) for a in args if getattr(a, "expr", "") is None]
+    origin = next((o for o in origins if o is not None), None)
+    if origin is not None and get_tracectx() is not None:
+        get_tracectx().extra.setdefault("per_call", {})[out.name] = origin
+
+
+def refuse(x):
+    """Python needed the concrete value of a number with no expression over the inputs."""
+    from jitcore.errors import DataDependentError, UnsupportedError
+
+    origin = per_call_origin(x)
+    if origin is None:
+        raise DataDependentError(f"the number {x.name} has no expression over the inputs (a data-dependent value)")
+    raise UnsupportedError(
+        "per-call value", f"Python control flow (or a conversion to a Python value) depends on {origin}, which "
+        "changes on every call; the compiled program cannot take a different path per call",
+        hint=f"pass the value in as an argument of the jitted function (call {origin} outside it), or use it only "
+             "in tensor math")
 
 
 def value_of(x):
@@ -124,6 +159,8 @@ def value_of(x):
 
 def concretize(p, why: str = ""):
     """p's value, after recording `expr == value` (a specialisation: correct, never general)."""
+    if p.expr is None:
+        refuse(p)
     v = p.value
     implied_eq = implied("==", p, v)
     if implied_eq is None:
@@ -133,6 +170,8 @@ def concretize(p, why: str = ""):
 
 def truth(b) -> bool:
     """bool(BoolProxy): records the comparison that held (or its negation)."""
+    if b.expr is None:
+        refuse(b)
     v = bool(b.value)
     if b.implied:
         return v

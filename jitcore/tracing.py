@@ -15,7 +15,9 @@ from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
-from jitcore.ops import torch_map
+from jitcore.interpreter.run import is_user_file
+from jitcore.layouts import Layouts
+from jitcore.ops import per_call, torch_map
 from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import register_containers, tree_flatten
 from jitcore.trace import Timer, Trace, tracectx
@@ -107,11 +109,21 @@ class JitContext(DefaultContext):
 
     def lookaside(self, fn):
         op = torch_map.lookup(fn)
+        if op is None:  # print() and values that change per call (random, clocks) asked for by user code
+            op = per_call.lookaside(fn, self._user_caller)
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
             op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
         if op is None or not self._container_ids:
             return op
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
+
+    def attach_runtime(self, rt):
+        self._runtime = rt
+
+    def _user_caller(self) -> bool:
+        """Whether the call being made comes from user code (not from the stdlib: logging's clock reads stay)."""
+        frame = getattr(self, "_runtime", None) and self._runtime.frame
+        return frame is None or is_user_file(frame.code.co_filename)
 
     def _proxify(self, obj):
         """Tensors inside external lists/tuples/dicts handed to an op (`torch.cat(list_arg)`) become proxy
@@ -203,6 +215,27 @@ class JitContext(DefaultContext):
 
         return concrete_value(self, proxy, kind)
 
+    def leaf_input(self, proxy):
+        """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
+        None for proxies that are not inputs."""
+        from jitcore.data_guards import DataGuard
+
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor):
+            return None
+        inp = next(i for i in self.inputs if i.proxy is proxy)
+        if self.is_argument_input(inp) and all(g.program is not _is_leaf or g.inputs != (proxy.name,)
+                                               for g in self.guards.data):
+            self.guards.data.append(DataGuard(_is_leaf, (proxy.name,), value.is_leaf, f"{proxy.name}.is_leaf"))
+        return value.is_leaf
+
+    def real_value(self, proxy):
+        """The real value an input proxy was traced with (None for proxies that are not inputs)."""
+        for i, v in zip(self.inputs, self._values):
+            if i.proxy is proxy:
+                return v
+        return None
+
     @staticmethod
     def is_argument_input(traced_input) -> bool:
         return type(traced_input.provenance.root()) in (Arg, Kwarg)
@@ -256,6 +289,10 @@ class JitContext(DefaultContext):
         return g
 
 
+def _is_leaf(t) -> bool:
+    return t.is_leaf
+
+
 def _stable_identities(guards, roots):
     """Objects whose provenance gives a new object on every fetch (a property, a custom __getattribute__ making
     views) cannot be guarded by identity: they are guarded by type instead."""
@@ -291,11 +328,13 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     ctx = JitContext(trace, symbolic)
     with Timer() as t:
         trace.extra["data_oracle"] = ctx.concrete_value
+        trace.extra["layout_oracle"] = Layouts(ctx)
+        trace.extra["leaf_oracle"] = ctx.leaf_input
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
         finally:
-            del trace.extra["data_oracle"]
+            del trace.extra["data_oracle"], trace.extra["layout_oracle"], trace.extra["leaf_oracle"]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         leaves, spec = tree_flatten(result.output)

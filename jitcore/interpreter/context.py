@@ -39,3 +39,6 @@ class DefaultContext:
 
     def on_call_native(self, fn, args, kwargs):
         """Notification: `fn(*args, **kwargs)` is about to be called natively (not interpreted)."""
+
+    def attach_runtime(self, rt):
+        """Called once when an interpretation starts with its Runtime (`rt.frame` is the frame running now)."""

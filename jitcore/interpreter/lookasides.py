@@ -4,21 +4,25 @@ Each entry is `fn(rt, args, kwargs)` and replaces a native call of the builtin: 
 globals(), vars(), eval/exec (interpreted), iter, getattr/setattr/delattr/hasattr (provenance and side
 effects), isinstance/issubclass (asked to the context), sys.exc_info, builtins that iterate or call back
 (list, zip, map, sorted, ...: external items are reported, Python callbacks interpreted); breakpoint() and
-input() are refused. print() is not here: it runs natively at trace time and is not replayed.
+input() are refused, and so are frame readers (sys._getframe, inspect.currentframe/stack, traceback's
+stack functions) called from user code. print() is not here: with jitcore's context it is an op that prints on
+every call (jitcore/ops/per_call.py); with the default context it runs natively.
 """
 from __future__ import annotations
 import __future__
 
 import builtins
 import functools
+import inspect
 import operator
 import sys
+import traceback
 import types
 
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access
 from jitcore.interpreter.frame import NULL, Frame, code_info
-from jitcore.interpreter.run import LOOKASIDES, RETURNED, run_frame
+from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
 
 _CellType = types.CellType
 _FUTURE_FLAGS = functools.reduce(
@@ -212,6 +216,27 @@ def _issubclass(rt, args, kwargs):
 def _refused(rt, args, kwargs):
     raise UnsupportedError("callable", "breakpoint() and input() cannot run while tracing",
                            hint="remove the call from the jitted function")
+
+
+def _frame_reader(fn):
+    """Python frames of interpreted code do not exist (the interpreter's own would be seen): refused when user code
+    asks; library code (logging's caller lookup) keeps the native answer."""
+    name = f"{fn.__module__}.{fn.__name__}"
+
+    def look(rt, args, kwargs):
+        if rt.frame is None or is_user_file(rt.frame.code.co_filename):
+            raise UnsupportedError("callable", f"{name}() inside a jitted function: interpreted code has no Python "
+                                   "frames (it would see the interpreter's own)",
+                                   hint="read frames or stacks outside the jitted function, or pass in what you "
+                                        "need from them as an argument")
+        return fn(*args, **kwargs)
+
+    return look
+
+
+for _fn in (sys._getframe, inspect.currentframe, inspect.stack, inspect.trace, traceback.extract_stack,
+            traceback.format_stack, traceback.print_stack, traceback.walk_stack):
+    LOOKASIDES[id(_fn)] = _frame_reader(_fn)
 
 
 @lookaside(sys.exc_info)

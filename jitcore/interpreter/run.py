@@ -88,6 +88,9 @@ class Runtime:
         self.on_external_value = getattr(ctx, "on_external_value", default.on_external_value)
         self.isinstance_hook = getattr(ctx, "isinstance_hook", default.isinstance_hook)
         self.issubclass_hook = getattr(ctx, "issubclass_hook", default.issubclass_hook)
+        attach = getattr(ctx, "attach_runtime", None)
+        if attach is not None:
+            attach(self)
         hook = getattr(type(ctx), "on_call_native", None)
         self.notify_native = hook is not None and hook is not DefaultContext.on_call_native
 
@@ -137,6 +140,9 @@ class Runtime:
         repl = self.lookaside(fn)
         if repl is not None:
             return repl(*args, **kwargs)
+        look = LOOKASIDES.get(id(fn))  # builtins, and a few Python functions (inspect.currentframe, ...)
+        if look is not None:
+            return look(self, args, kwargs)
         t = type(fn)
         if t is _FunctionType:
             return self.call_function(fn, args, kwargs)
@@ -149,9 +155,6 @@ class Runtime:
                 if id(owner) not in self.external:  # `jit(obj.method)`: the object is external too
                     owner = self.report(owner, Attr(prov, "__self__"))
             return self.call(func, (owner, *args), kwargs)
-        look = LOOKASIDES.get(id(fn))
-        if look is not None:
-            return look(self, args, kwargs)
         if t in _NATIVE_TYPES:
             return self.call_native(fn, args, kwargs)
         if t is _partial:

@@ -33,6 +33,12 @@ def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None):
         if same is not None:
             return same
         value = fn(*(symbolic.value_of(a) for a in args))
+        if symbolic.unknown_expr(args):  # computed from a per-call value: no expression, never a predicate
+            out = _result_proxy(value, None, None)
+            if out is value:  # a complex number would be baked in as a constant
+                symbolic.refuse(next(a for a in args if getattr(a, "expr", "") is None))
+            symbolic.inherit_origin(out, args)
+            return out
         expr = "(" + fmt.format(*(symbolic.expr_of(a) for a in args)) + ")"
         out = _result_proxy(value, expr, (compare, *args) if compare else None)
         if compare is not None and out is not value:

@@ -169,8 +169,12 @@ def meshgrid(*tensors, indexing=None):
 # -- copies, detach, conversion ---------------------------------------------------------------------------------------
 @torchsymbol(T.contiguous, method="contiguous")
 def contiguous(self, memory_format=torch.contiguous_format):
-    """Traces have no strides: the input itself."""
-    return self
+    """The input itself, or a copy where eager's layout of it is not contiguous (a later view() sees the copy's
+    layout, as in eager)."""
+    meta = self.eager_layout()
+    if meta is None or meta.is_contiguous(memory_format=memory_format):
+        return self
+    return copy(self)
 
 
 @torchsymbol(torch.clone, T.clone, method="clone")

@@ -108,11 +108,22 @@ def view(self, *shape):
         from jitcore.ops.opaque import opaque_symbol
 
         return opaque_symbol(T.view)(self, shape[0])
-    return _reshape(self, infer_size("view", shape_arg(shape), self.numel()))
+    shape = infer_size("view", shape_arg(shape), self.numel())
+    check_view(self, shape)
+    return _reshape(self, shape)
+
+
+def check_view(a, shape):
+    """Raise eager's RuntimeError when a's strides (as eager lays a out) cannot be viewed as `shape` without a copy;
+    nothing when a's layout is not known (a reshape, which the program runs, gives the same values)."""
+    meta = a.eager_layout()
+    if meta is not None:
+        meta.view(tuple(s.value if hasattr(s, "expr") else s for s in shape))
 
 
 @torchsymbol(T.view_as, method="view_as")
 def view_as(self, other):
+    check_view(self, other.shape)
     return _reshape(self, other.shape)
 
 

@@ -1,0 +1,157 @@
+"""Frontend: the memory layout (sizes, strides, offset) eager would give a tensor of the trace being recorded, for
+the answers that depend on it: whether `x.view(shape)` can be a view (eager raises when not), `x.stride()`,
+`x.is_contiguous()`, `x.storage_offset()`. A tensor's layout comes from replaying the lines that made it on meta
+tensors with torch's own functions, starting from the real strides of the call's inputs. The argument tensors an
+answer depended on are guarded (their contiguity, or their exact strides), so a cached call never reuses it wrongly.
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore.data_guards import DataGuard
+from jitcore.proxies import NumberProxy, Proxy, TensorProxy
+from jitcore.pytree import tree_flatten, tree_map
+from jitcore.symbol import EAGER_KERNELS, Tag
+from jitcore.symbolic import concretize
+from jitcore.trace import detached
+
+
+def _contiguous(t) -> bool:
+    return t.is_contiguous()
+
+
+def _strides(t) -> tuple:
+    return (tuple(t.stride()), t.storage_offset())
+
+
+class Layouts:
+    """Meta tensors with eager's layout for the proxies of one trace (memoized), and the guards they need.
+
+    level "contiguous": the answer holds for any input that is contiguous like the traced one was (a
+    non-contiguous input is guarded by its exact strides); "exact": the answer is a stride or an offset itself,
+    so inputs are guarded by their exact strides and offset.
+    """
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._metas: dict[str, tuple] = {}  # proxy name -> (meta tensor or None, names of the inputs it came from)
+        self._lines: dict[str, object] = {}  # proxy name -> the line that made it
+        self._guarded: set = set()
+
+    def __call__(self, proxy: TensorProxy, level: str = "contiguous"):
+        """A meta tensor laid out as eager's value of `proxy` would be, or None when it cannot be known."""
+        meta, inputs = self._meta(proxy)
+        if meta is not None:
+            for name in inputs:
+                self._guard(name, level)
+        return meta
+
+    # -- replay ----------------------------------------------------------------------------------------------------
+    def _meta(self, proxy):
+        known = self._metas.get(proxy.name)
+        if known is not None:
+            return known
+        stack = [proxy]
+        while stack:  # post-order over the lines that made proxy (explicit stack: chains can be long)
+            p = stack[-1]
+            if p.name in self._metas:
+                stack.pop()
+                continue
+            line = self._line(p)
+            if line is None:
+                self._metas[p.name] = (self._input_meta(p), frozenset({p.name}))
+                stack.pop()
+                continue
+            todo = [a for a in line.flat_proxy_args() if isinstance(a, TensorProxy) and a.name not in self._metas]
+            if todo:
+                stack += todo
+                continue
+            self._replay(line)
+            stack.pop()
+            self._metas.setdefault(p.name, (None, frozenset()))
+        return self._metas[proxy.name]
+
+    def _line(self, p):
+        line = self._lines.get(p.name)
+        if line is None:
+            for scope in self.ctx.trace._scopes:
+                for b in scope:
+                    for o in b.flat_proxy_outs():
+                        self._lines.setdefault(o.name, b)
+            line = self._lines.get(p.name)
+        return line
+
+    def _input_meta(self, p):
+        value = self.ctx.real_value(p)
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+            return None
+        with detached():
+            try:
+                storage = value.untyped_storage().nbytes() // max(value.element_size(), 1)
+            except (RuntimeError, NotImplementedError):
+                return None
+            base = torch.empty((storage,), dtype=value.dtype, device="meta")
+            return base.as_strided(value.shape, value.stride(), value.storage_offset())
+
+    def _replay(self, line):
+        args = [a for a in line.flat_proxy_args() if isinstance(a, TensorProxy)]
+        inputs = frozenset().union(*(self._metas[a.name][1] for a in args)) if args else frozenset()
+        outs = list(line.flat_outs())
+        metas = _run_on_meta(line, {a.name: self._metas[a.name][0] for a in args}) if args else None
+        if metas is None or len(metas) != len(outs):
+            metas = [_fresh(o) if not args else None for o in outs]
+        for o, m in zip(outs, metas):
+            if isinstance(o, TensorProxy):
+                ok = isinstance(m, torch.Tensor) and tuple(m.shape) == _sizes(o)
+                self._metas[o.name] = (m if ok else None, inputs)
+
+    def _guard(self, name, level):
+        inp = next((i for i in self.ctx.inputs if i.proxy.name == name), None)
+        if inp is None or not self.ctx.is_argument_input(inp):
+            return  # parameters and other state tensors: their layout is not checked per call
+        value = self.ctx.real_value(inp.proxy)
+        program = _strides if level == "exact" or not value.is_contiguous() else _contiguous
+        if level == "exact":  # a stride is a product of sizes: symbolic sizes become specialised (predicates)
+            for s in inp.proxy._shape:
+                if isinstance(s, NumberProxy):
+                    concretize(s)
+        if (name, program) in self._guarded:
+            return
+        self._guarded.add((name, program))
+        text = f"{name}.is_contiguous()" if program is _contiguous else f"({name}.stride(), {name}.storage_offset())"
+        self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text))
+
+
+def _sizes(p: TensorProxy) -> tuple:
+    return tuple(s.value if isinstance(s, NumberProxy) else s for s in p._shape)
+
+
+def _fresh(p):
+    """A tensor made from no tensor (creation ops): contiguous, as eager makes it."""
+    return torch.empty(_sizes(p), dtype=p.dtype, device="meta") if isinstance(p, TensorProxy) else None
+
+
+def _run_on_meta(line, metas: dict):
+    """line's outputs computed on meta tensors by the torch function it stands for (or its prim's kernel)."""
+    sym = line.sym
+    if Tag.PYTHON in sym.tags or Tag.CREATION in sym.tags:
+        return None
+    fn = sym.torch_fn if sym.torch_fn is not None else (EAGER_KERNELS.get(sym.id) if sym.is_prim else None)
+    if fn is None or any(m is None for m in metas.values()):
+        return None
+
+    def to_meta(x):
+        if isinstance(x, TensorProxy):
+            return metas[x.name]
+        return x.value if isinstance(x, NumberProxy) else x
+
+    args, kwargs = tree_map(to_meta, (line.args, line.kwargs))
+    if any(isinstance(x, Proxy) for x in tree_flatten((args, kwargs))[0]):
+        return None
+    with detached(), torch.no_grad():
+        try:
+            out = fn(*args, **kwargs)
+        except Exception:  # an op with no meta kernel, or a device the meta tensors cannot reach
+            return None
+    outs = tree_flatten(out)[0]
+    return outs if all(isinstance(m, torch.Tensor) and m.device.type == "meta" for m in outs) else None
