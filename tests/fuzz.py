@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 import jitcore
-from jitcore.errors import UnsupportedError
+from jitcore.errors import JitError
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 SIZE_CHOICES = (3, 4, 5, 6)  # every variable dim is >= 3, so the indices and narrows below fit every variant
@@ -49,6 +49,10 @@ class Program:
     scalar: float | int  # the value of the positional Python scalar s0
     default_k: int  # the default of the keyword k
     calls: list = field(default_factory=list)  # CallPlan per call
+
+    @property
+    def low_precision(self) -> bool:
+        return any(s.dtype == "f16" for s in self.inputs) or any(w in self.source for w in ("half", "bfloat16"))
 
     def function(self):
         filename = f"<fuzz seed {self.seed}>"
@@ -424,13 +428,13 @@ def _structure(obj):
     return "tensor" if isinstance(obj, torch.Tensor) else type(obj).__name__
 
 
-def _tol(dtype):
-    if dtype in (torch.float16, torch.bfloat16):
+def _tol(dtype, loose: bool = False):
+    if dtype in (torch.float16, torch.bfloat16) or loose:
         return {"rtol": 2e-2, "atol": 2e-2}
     return {"rtol": 1e-4, "atol": 1e-4} if dtype.is_floating_point else {"rtol": 0, "atol": 0}
 
 
-def _close(what: str, got, exp, problems: list):
+def _close(what: str, got, exp, problems: list, loose: bool = False):
     if isinstance(exp, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             problems.append(f"{what}: expected a tensor, got {type(got).__name__}")
@@ -438,7 +442,7 @@ def _close(what: str, got, exp, problems: list):
             problems.append(f"{what}: {got.dtype}{tuple(got.shape)} vs eager {exp.dtype}{tuple(exp.shape)}")
         else:
             try:
-                torch.testing.assert_close(got.detach(), exp.detach(), equal_nan=True, **_tol(exp.dtype))
+                torch.testing.assert_close(got.detach(), exp.detach(), equal_nan=True, **_tol(exp.dtype, loose))
             except AssertionError as e:
                 problems.append(f"{what}: values differ: {str(e).splitlines()[-3:]}")
     elif isinstance(exp, float) and isinstance(got, float):
@@ -448,8 +452,9 @@ def _close(what: str, got, exp, problems: list):
         problems.append(f"{what}: {got!r} vs eager {exp!r}")
 
 
-def compare(jit: Outcome, eager: Outcome) -> list[str]:
-    """What differs between a jit call and the eager call (empty: they agree)."""
+def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
+    """What differs between a jit call and the eager call (empty: they agree). loose: the program computes in
+    half precision somewhere, so float32 results and gradients get half-precision tolerances."""
     if eager.error is not None or jit.error is not None:
         if eager.error is None:
             return [f"jit raised {type(jit.error).__name__}: {str(jit.error)[:300]}"]
@@ -460,7 +465,7 @@ def compare(jit: Outcome, eager: Outcome) -> list[str]:
     if _structure(jit.result) != _structure(eager.result):
         return [f"output structure {_structure(jit.result)} vs eager {_structure(eager.result)}"]
     for i, (g, e) in enumerate(zip(_flat(jit.result), _flat(eager.result))):
-        _close(f"output {i}", g, e, problems)
+        _close(f"output {i}", g, e, problems, loose)
         if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and g.requires_grad != e.requires_grad:
             problems.append(f"output {i}: requires_grad {g.requires_grad} vs eager {e.requires_grad}")
     for i, (g, e) in enumerate(zip(jit.inputs_after or [], eager.inputs_after or [])):
@@ -476,7 +481,7 @@ def compare(jit: Outcome, eager: Outcome) -> list[str]:
                 problems.append(f"grad of input {i}: {'None' if g is None else 'a tensor'} vs eager "
                                 f"{'None' if e is None else 'a tensor'}")
             elif e is not None:
-                _close(f"grad of input {i}", g, e, problems)
+                _close(f"grad of input {i}", g, e, problems, loose)
     if not torch.equal(jit.torch_rng, eager.torch_rng):
         problems.append("torch RNG state after the call differs from eager's")
     if jit.py_rng != eager.py_rng:
@@ -492,7 +497,7 @@ class Report:
     cache: str
     executors: tuple
     problems: list  # (call index, [problem, ...])
-    unsupported: str | None = None
+    refused: str | None = None
 
     def text(self, prog: Program) -> str:
         ex = f" --executors {','.join(self.executors)}" if self.executors else ""
@@ -512,12 +517,14 @@ def check_program(prog: Program, cache: str, executors: tuple = ()) -> Report:
     jfn = jitcore.jit(fn, cache=cache, executors=list(executors) or None)
     report = Report(prog.seed, cache, executors, [])
     for i, plan in enumerate(prog.calls):
+        if executors and plan.sizes != prog.calls[0].sizes:
+            continue  # a fusion executor compiles each new shape again: slow, and the torch runs cover shapes
         eager = run_once(fn, prog, plan)
         got = run_once(jfn, prog, plan)
-        if isinstance(got.error, UnsupportedError) and eager.error is None:
-            report.unsupported = f"call {i}: {str(got.error).splitlines()[0]}"
+        if isinstance(got.error, JitError) and eager.error is None:
+            report.refused = f"call {i}: {str(got.error).splitlines()[0]}"
             break  # refused clearly: not a wrong answer
-        problems = compare(got, eager)
+        problems = compare(got, eager, prog.low_precision)
         if problems:
             report.problems.append((i, problems))
     return report
@@ -532,8 +539,9 @@ def assert_program(seed: int, cache: str, executors: tuple = ()) -> Report:
 
 
 def uses_inductor(seed: int) -> bool:
-    """Inductor compiles slowly: one program in 50 also runs with it (in constant values)."""
-    return seed % 50 == 17
+    """Inductor compiles slowly (tens of seconds for a first program on 2 cores): one program in 100 also runs
+    with it (in constant values, on the calls of its first shape)."""
+    return seed % 100 == 17
 
 
 # -- command line -------------------------------------------------------------------------------------------------
@@ -564,8 +572,8 @@ def main(argv=None) -> int:
                 else:
                     print(report.text(prog), end="\n\n")
             elif opts.seed is not None:
-                print(f"{mode!r}: agrees with eager" + (f" (jit refused: {report.unsupported})"
-                                                         if report.unsupported else ""))
+                print(f"{mode!r}: agrees with eager" + (f" (jit refused: {report.refused})"
+                                                         if report.refused else ""))
     print(f"{failed} failing (program, cache mode) pairs", file=sys.stderr)
     return 1 if failed else 0
 
