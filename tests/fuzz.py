@@ -16,6 +16,7 @@ import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -109,8 +110,9 @@ def _make_tensor(spec: InputSpec, plan: CallPlan, gen):
 # -- statement templates: each returns source lines, or None when it does not apply ---------------------------------
 UNARY = ("sin", "cos", "tanh", "sigmoid", "exp", "neg", "abs", "relu", "float", "long", "bool", "half", "double",
          "logical_not", "square", "sign")
-BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}", "torch.maximum({a}, {b})", "torch.where({a} > 0, {a}, {b})",
-          "{a} > {b}", "{a} == {b}", "torch.add({a}, {b}, alpha=2)", "{a} * {b} + {a}")
+BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}", "torch.maximum({a}, {b})",
+          "torch.where({a} > 0, {a}, {b})", "{a} > {b}", "{a} == {b}",
+          "torch.add({a}, {b}, alpha=2)", "{a} * {b} + {a}")
 REDUCTIONS = ("{v}.sum({d})", "{v}.sum({d}, keepdim=True)", "{v}.mean({d})", "{v}.mean({d}, keepdim=True)",
               "{v}.amax({d})", "{v}.amax({d}, keepdim=True)", "{v}.var({d})", "{v}.var({d}, keepdim=True)",
               "{v}.sum()", "{v}.std({d}, correction=0)", "{v}.sum({d}, dtype=torch.float64)", "{v}.amin()",
@@ -124,7 +126,8 @@ INPLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.zero_()", "{t}.copy_({o})", "{
            "{t}.clamp_(min=0)", "{t}.fill_(1)", "{t}.div_(2)")
 SETITEM = ("{v}[0] = {o}", "{v}[::2] = {o}", "{v}[:, 1] = {o}", "{v}[1:] = {o}", "{v}[..., 0] = {o}", "{v}[:] = {o}")
 INDEXING = ("torch.index_select({v}, {d}, torch.tensor([0, 2, 1]))", "{v}.gather({d}, {v}.argsort({d}))",
-            "{v}[torch.tensor([1, 0])]", "{v}[:, [0, 2]]", "torch.gather({v}, {d}, torch.zeros_like({v}, dtype=torch.long))",
+            "{v}[torch.tensor([1, 0])]", "{v}[:, [0, 2]]",
+            "torch.gather({v}, {d}, torch.zeros_like({v}, dtype=torch.long))",
             "{v}[{v} > 0]", "{v}.masked_fill({v} > 0, 0.5)", "torch.take_along_dim({v}, {v}.argsort(0), dim=0)")
 RANDOM = ("torch.rand_like({v}) + {v}", "torch.nn.functional.dropout({v}, p=0.5, training=True)",
           "{v} * torch.randn({v}.shape)", "torch.randn_like({v}) * {v}", "{v} * random.random()",
@@ -311,9 +314,9 @@ class Generator:
         self.exprs.append((expr, True))
         return lines
 
-    STATEMENTS = {"unary": 8, "binary": 10, "reduction": 5, "view": 8, "indexing": 3, "random": 2, "special": 2,
-                  "inplace": 9, "setitem_grad": 1, "if": 2, "for": 1, "no_grad": 3, "twin": 2, "autocast": 1,
-                  "list": 1, "print": 1}
+    STATEMENTS: ClassVar[dict] = {
+        "unary": 8, "binary": 10, "reduction": 5, "view": 8, "indexing": 3, "random": 2, "special": 2, "inplace": 9,
+        "setitem_grad": 1, "if": 2, "for": 1, "no_grad": 3, "twin": 2, "autocast": 1, "list": 1, "print": 1}
 
     def statement(self):
         kind = self.rng.choices(list(self.STATEMENTS), weights=list(self.STATEMENTS.values()))[0]
