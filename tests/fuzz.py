@@ -547,6 +547,23 @@ def uses_inductor(seed: int) -> bool:
     return seed % 100 == 17
 
 
+def minimize(prog: Program, cache: str, executors: tuple = ()) -> Program:
+    """A shorter program that still fails: drop single top-level lines (and whole blocks) while it does."""
+    lines = prog.source.splitlines()
+    i = len(lines) - 2  # never the header or the return
+    while i >= 1:
+        end = i + 1
+        while end < len(lines) - 1 and lines[end].startswith(("        ", "    else")):
+            end += 1
+        if lines[i].startswith("    ") and not lines[i].startswith(("        ", "    else")):
+            trial = Program(prog.seed, "\n".join(lines[:i] + lines[end:]) + "\n", prog.inputs, prog.scalar,
+                            prog.default_k, prog.calls)
+            if check_program(trial, cache, executors).problems:
+                lines, prog = lines[:i] + lines[end:], trial
+        i -= 1
+    return prog
+
+
 # -- command line -------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -556,6 +573,7 @@ def main(argv=None) -> int:
     p.add_argument("--cache", action="append", choices=CACHE_MODES, help="cache modes (default: all three)")
     p.add_argument("--executors", default="", help="comma-separated executor names, e.g. inductor")
     p.add_argument("--quiet", action="store_true", help="a sweep prints one line per failure")
+    p.add_argument("--minimize", action="store_true", help="print the failing program with lines dropped")
     opts = p.parse_args(argv)
     modes = opts.cache or list(CACHE_MODES)
     executors = tuple(e for e in opts.executors.split(",") if e)
@@ -569,6 +587,10 @@ def main(argv=None) -> int:
             report = check_program(prog, mode, executors)
             if report.problems:
                 failed += 1
+                if opts.minimize:
+                    small = minimize(prog, mode, executors)
+                    report = check_program(small, mode, executors)
+                    prog = small if report.problems else prog
                 if opts.quiet:
                     first = report.problems[0]
                     print(f"seed {seed} {mode!r}: call {first[0]}: {first[1][0][:160]}")
