@@ -315,7 +315,7 @@ class Generator:
         return lines
 
     STATEMENTS: ClassVar[dict] = {
-        "unary": 8, "binary": 10, "reduction": 5, "view": 8, "indexing": 3, "random": 2, "special": 2, "inplace": 9,
+        "unary": 8, "binary": 10, "reduction": 5, "view": 8, "indexing": 3, "random": 2, "special": 3, "inplace": 9,
         "setitem_grad": 1, "if": 2, "for": 1, "no_grad": 3, "twin": 2, "autocast": 1, "list": 1, "print": 1}
 
     def statement(self):

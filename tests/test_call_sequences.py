@@ -137,7 +137,7 @@ def _check_sequence(make, mode, sequence):
 @pytest.mark.parametrize("mode", CACHE_MODES)
 # no shrinking: every step would compile again; the failure message lists the whole sequence of calls instead
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+          phases=[Phase.explicit, Phase.reuse, Phase.generate], print_blob=True)
 @given(sequence=st.lists(calls, min_size=2, max_size=6))
 def test_call_sequence_matches_eager(make, mode, sequence):
     _check_sequence(make, mode, sequence)
