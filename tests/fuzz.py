@@ -70,6 +70,7 @@ class CallPlan:
     grad: bool  # grad mode around the call
     k: str  # "omit", "same" (k=default), "other" (k=default+1), "positional"
     transposed: bool  # 2-d inputs passed as a transposed (non-contiguous) tensor
+    no_requires_grad: bool = False  # inputs that require grad elsewhere are passed without it
 
 
 def make_args(prog: Program, plan: CallPlan):
@@ -104,7 +105,7 @@ def _make_tensor(spec: InputSpec, plan: CallPlan, gen):
     t = t.to(dtype)
     if transpose:
         t = t.t()
-    return t.requires_grad_(spec.requires_grad)
+    return t.requires_grad_(spec.requires_grad and not plan.no_requires_grad)
 
 
 # -- statement templates: each returns source lines, or None when it does not apply ---------------------------------
@@ -137,8 +138,11 @@ SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vect
            "torch.nn.functional.embedding_bag(torch.tensor([0, 1, 2, 1]), {v}, torch.tensor([0, 2]))",
            "torch.lstm({v}.unsqueeze(1), (torch.zeros(1, 1, 2), torch.zeros(1, 1, 2)), [{v}[:2].repeat(4, 1), "
            "{v}[:2, :2].repeat(4, 1)], False, 1, 0.0, False, False, False)[0]",
+           "torch.rnn_tanh({v}.unsqueeze(1), torch.zeros(1, 1, 2), [{v}[:2], {v}[:2, :2]], False, 1, 0.0, False, "
+           "False, False)[0]",
            "torch.stack([{v}, {v} * 2]).sum(0)", "torch.einsum('ij,kj->ik', {v}, {v})",
-           "{v} * ({v}.data_ptr() != 0)", "{v}.view(-1)[:2]", "torch.cdist({v}, {v})")
+           "{v} * ({v}.data_ptr() != 0)", "{v}.view(-1)[:2]", "torch.cdist({v}, {v})",
+           "({v} * 0).std(correction=0)", "torch.linalg.norm({v} * 0)", "torch.linalg.vector_norm({v} - {v}, dim=0)")
 SCALARS = ("2", "0.5", "-1.5", "True", "3", "s0", "k", "{v}.shape[0]", "-2")
 
 
@@ -225,6 +229,8 @@ class Generator:
     # statements -----------------------------------------------------------------------------------------------
     def expr_stmt(self, kind: str) -> list[str] | None:
         v = self.var(lambda t: t.dim() > 0 or kind in ("unary", "binary"))
+        if kind == "special" and self.rng.random() < 0.8:  # their gradients are the point: prefer a grad input
+            v = self.var(lambda t: t.dim() > 0 and t.requires_grad) or v
         if v is None:
             return None
         table = {"unary": None, "binary": BINARY, "reduction": REDUCTIONS, "view": VIEWS, "indexing": INDEXING,
@@ -364,7 +370,7 @@ class Generator:
         for i in range(rng.choice((1, 2))):
             plans.append(CallPlan(other if rng.random() < 0.6 else base, 3 + i, rng.random() < 0.85,
                                   rng.choices(("omit", "same", "other", "positional"), weights=(5, 1, 1, 1))[0],
-                                  rng.random() < 0.15))
+                                  rng.random() < 0.15, rng.random() < 0.15))
         return plans
 
 
@@ -509,7 +515,7 @@ class Report:
         for i, probs in self.problems:
             plan = prog.calls[i]
             lines.append(f"call {i} (sizes {plan.sizes}, input seed {plan.seed}, grad mode {plan.grad}, "
-                         f"k {plan.k}, transposed {plan.transposed}):")
+                         f"k {plan.k}, transposed {plan.transposed}, inputs without grad {plan.no_requires_grad}):")
             lines += [f"  {p}" for p in probs]
         return "\n".join(lines)
 
