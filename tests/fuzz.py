@@ -1,0 +1,612 @@
+"""Differential fuzzer: seeded random PyTorch programs, generated as Python source, run eagerly and under
+`jitcore.jit` (every cache mode, sometimes with Inductor) and compared call by call: outputs, gradients, inputs
+after the call, RNG state, printed text. A failure prints its seed and a command that reproduces it:
+
+    python -m tests.fuzz --seed 1234 --cache "symbolic values"      # one program: its text, eager vs jit
+    python -m tests.fuzz --start 0 --count 500                       # a sweep, with a summary of failures
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import linecache
+import random
+import re
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+import jitcore
+from jitcore.errors import JitError
+
+CACHE_MODES = ("constant values", "symbolic values", "no caching")
+SIZE_CHOICES = (3, 4, 5, 6)  # every variable dim is >= 3, so the indices and narrows below fit every variant
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "i64": torch.int64, "b": torch.bool}
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+class FuzzFailure(AssertionError):
+    """eager and jit disagree on a generated program (the message holds the program and a repro command)."""
+
+
+# -- the generated program ----------------------------------------------------------------------------------------
+@dataclass
+class InputSpec:
+    dims: tuple  # each a size symbol ("A", "B", "C") or a fixed int
+    dtype: str
+    requires_grad: bool
+    pattern: str  # "randn", "zeros", "rows" (every row constant), "ints"
+
+
+@dataclass
+class Program:
+    seed: int
+    source: str
+    inputs: list
+    scalar: float | int  # the value of the positional Python scalar s0
+    default_k: int  # the default of the keyword k
+    calls: list = field(default_factory=list)  # CallPlan per call
+
+    @property
+    def low_precision(self) -> bool:
+        return any(s.dtype == "f16" for s in self.inputs) or any(w in self.source for w in ("half", "bfloat16"))
+
+    def function(self):
+        filename = f"<fuzz seed {self.seed}>"
+        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
+        ns = {"torch": torch, "random": random}
+        exec(compile(self.source, filename, "exec"), ns)
+        return ns["f"]
+
+
+@dataclass
+class CallPlan:
+    sizes: dict  # size symbol -> int
+    seed: int  # values of the inputs, torch.manual_seed and random.seed of the call
+    grad: bool  # grad mode around the call
+    k: str  # "omit", "same" (k=default), "other" (k=default+1), "positional"
+    transposed: bool  # 2-d inputs passed as a transposed (non-contiguous) tensor
+    no_requires_grad: bool = False  # inputs that require grad elsewhere are passed without it
+
+
+def make_args(prog: Program, plan: CallPlan):
+    gen = torch.Generator().manual_seed(plan.seed)
+    args = [_make_tensor(spec, plan, gen) for spec in prog.inputs]
+    args.append(prog.scalar)
+    kwargs = {}
+    if plan.k == "same":
+        kwargs["k"] = prog.default_k
+    elif plan.k == "other":
+        kwargs["k"] = prog.default_k + 1
+    elif plan.k == "positional":
+        args.append(prog.default_k + 1)
+    return args, kwargs
+
+
+def _make_tensor(spec: InputSpec, plan: CallPlan, gen):
+    shape = [plan.sizes[d] if isinstance(d, str) else d for d in spec.dims]
+    transpose = plan.transposed and len(shape) == 2
+    if transpose:
+        shape = shape[::-1]
+    if spec.pattern == "zeros":
+        t = torch.zeros(shape)
+    elif spec.pattern == "rows":
+        t = torch.randn(shape[:-1] + [1], generator=gen).expand(shape).contiguous() if shape else torch.zeros(())
+    elif spec.pattern == "ints":
+        t = torch.randint(-4, 5, shape, generator=gen).float()
+    else:
+        t = torch.randn(shape, generator=gen)
+    dtype = DTYPES[spec.dtype]
+    t = (t > 0) if dtype is torch.bool else t.round() if dtype is torch.int64 else t
+    t = t.to(dtype)
+    if transpose:
+        t = t.t()
+    return t.requires_grad_(spec.requires_grad and not plan.no_requires_grad)
+
+
+# -- statement templates: each returns source lines, or None when it does not apply ---------------------------------
+UNARY = ("sin", "cos", "tanh", "sigmoid", "exp", "neg", "abs", "relu", "float", "long", "bool", "half", "double",
+         "logical_not", "square", "sign")
+BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}", "torch.maximum({a}, {b})",
+          "torch.where({a} > 0, {a}, {b})", "{a} > {b}", "{a} == {b}",
+          "torch.add({a}, {b}, alpha=2)", "{a} * {b} + {a}")
+REDUCTIONS = ("{v}.sum({d})", "{v}.sum({d}, keepdim=True)", "{v}.mean({d})", "{v}.mean({d}, keepdim=True)",
+              "{v}.amax({d})", "{v}.amax({d}, keepdim=True)", "{v}.var({d})", "{v}.var({d}, keepdim=True)",
+              "{v}.sum()", "{v}.std({d}, correction=0)", "{v}.sum({d}, dtype=torch.float64)", "{v}.amin()",
+              "torch.sum({v}, dim=(0, -1))", "{v}.var(correction=0)")
+VIEWS = ("{v}[1]", "{v}[:, 1]", "{v}[1:]", "{v}[::2]", "{v}[:, :2]", "{v}[..., 0]", "{v}.select({d}, 1)",
+         "{v}.narrow({d}, 0, 2)", "{v}.view(-1)", "{v}.reshape(-1)", "{v}.permute({perm})", "{v}.transpose(0, -1)",
+         "{v}.t()", "{v}.diagonal()", "{v}.unsqueeze(0).expand(2, *{v}.shape)", "{v}.unsqueeze({d})",
+         "{v}.unsqueeze(0).squeeze(0)", "{v}.unbind({d})[1]", "{v}.split(2, {d})[0]", "{v}.chunk(2, {d})[1]",
+         "{v}.view({v}.shape[0], -1)", "{v}.flatten()", "{v}[0, 1:]", "{v}.mT")
+INPLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.zero_()", "{t}.copy_({o})", "{t}.sub_({o}, alpha=2)",
+           "{t}.clamp_(min=0)", "{t}.fill_(1)", "{t}.div_(2)")
+SETITEM = ("{v}[0] = {o}", "{v}[::2] = {o}", "{v}[:, 1] = {o}", "{v}[1:] = {o}", "{v}[..., 0] = {o}", "{v}[:] = {o}")
+INDEXING = ("torch.index_select({v}, {d}, torch.tensor([0, 2, 1]))", "{v}.gather({d}, {v}.argsort({d}))",
+            "{v}[torch.tensor([1, 0])]", "{v}[:, [0, 2]]",
+            "torch.gather({v}, {d}, torch.zeros_like({v}, dtype=torch.long))",
+            "{v}[{v} > 0]", "{v}.masked_fill({v} > 0, 0.5)", "torch.take_along_dim({v}, {v}.argsort(0), dim=0)")
+RANDOM = ("torch.rand_like({v}) + {v}", "torch.nn.functional.dropout({v}, p=0.5, training=True)",
+          "{v} * torch.randn({v}.shape)", "torch.randn_like({v}) * {v}", "{v} * random.random()",
+          "{v} + random.randint(0, 9)", "torch.bernoulli(torch.full_like({v}, 0.5)) * {v}")
+SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vector_norm({v}, dim=-1)",
+           "torch.linalg.multi_dot([{v}, {v}.mT, {v}])", "torch.nextafter({v}, {v} * 2)",
+           "torch.nn.functional.embedding_bag(torch.tensor([0, 1, 2, 1]), {v}, torch.tensor([0, 2]))",
+           "torch.lstm({v}.unsqueeze(1), (torch.zeros(1, 1, 2), torch.zeros(1, 1, 2)), [{v}[:2].repeat(4, 1), "
+           "{v}[:2, :2].repeat(4, 1)], False, 1, 0.0, False, False, False)[0]",
+           "torch.rnn_tanh({v}.unsqueeze(1), torch.zeros(1, 1, 2), [{v}[:2], {v}[:2, :2]], False, 1, 0.0, False, "
+           "False, False)[0]",
+           "torch.stack([{v}, {v} * 2]).sum(0)", "torch.einsum('ij,kj->ik', {v}, {v})",
+           "{v} * ({v}.data_ptr() != 0)", "{v}.view(-1)[:2]", "torch.cdist({v}, {v})",
+           "({v} * 0).std(correction=0)", "torch.linalg.norm({v} * 0)", "torch.linalg.vector_norm({v} - {v}, dim=0)")
+SCALARS = ("2", "0.5", "-1.5", "True", "3", "s0", "k", "{v}.shape[0]", "-2")
+
+
+class Generator:
+    """Builds a program statement by statement, executing each candidate on sample inputs (a shadow run) and
+    keeping only those eager accepts, so most programs are valid and the generator needs no shape rules."""
+
+    def __init__(self, seed: int):
+        self.seed, self.rng = seed, random.Random(seed)
+        self.lines: list[str] = []
+        self.exprs: list[tuple[str, bool]] = []  # (pure expression, under no_grad) for twins
+        self.n = 0
+
+    # the shadow run -------------------------------------------------------------------------------------------
+    def _start(self):
+        rng = self.rng
+        sym = rng.sample(["A", "B", "C"], 3)
+        n_in = rng.choice((1, 2, 2, 3))
+        specs = []
+        for _ in range(n_in):
+            rank = rng.choice((1, 2, 2, 2, 3))
+            dims = tuple(sym[:rank]) if rng.random() < 0.7 else tuple(rng.sample(sym, rank))
+            dtype = rng.choices(list(DTYPES), weights=(10, 2, 2, 3, 2))[0]
+            rg = dtype in ("f32", "f64") and rng.random() < 0.7
+            pattern = rng.choices(("randn", "zeros", "rows", "ints"), weights=(10, 1, 2, 2))[0]
+            specs.append(InputSpec(dims, dtype, rg, pattern))
+        self.specs = specs
+        self.scalar = rng.choice((2, 3, 0.5, -1.25))
+        self.default_k = rng.choice((1, 2))
+        sizes = dict(zip(sym, rng.sample((3, 4, 5), 3)))
+        self.plan0 = CallPlan(sizes, 10_000 + self.seed, True, "omit", False)
+        prog = Program(self.seed, "", specs, self.scalar, self.default_k)
+        args, _ = make_args(prog, self.plan0)
+        self.env = {"torch": torch, "random": random, "s0": self.scalar, "k": self.default_k}
+        self.env.update({f"x{i}": a for i, a in enumerate(args[:-1])})
+
+    def tensors(self, pred=None) -> list[str]:
+        return [n for n, v in self.env.items() if isinstance(v, torch.Tensor) and (pred is None or pred(v))]
+
+    def try_lines(self, lines: list[str]) -> bool:
+        text = "\n".join(lines)
+        saved = set(self.env)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng():
+                exec(compile(text, "<shadow>", "exec"), self.env)
+        except Exception:
+            for n in list(self.env):
+                if n not in saved:
+                    del self.env[n]
+            return False
+        self.lines += lines
+        return True
+
+    # pickers --------------------------------------------------------------------------------------------------
+    def var(self, pred=None) -> str | None:
+        names = self.tensors(pred)
+        if not names:
+            return None
+        recent = names[-4:]
+        return self.rng.choice(recent if self.rng.random() < 0.6 else names)
+
+    def fresh(self) -> str:
+        self.n += 1
+        return f"t{self.n}"
+
+    def operand(self, v: str) -> str:
+        rng = self.rng
+        if rng.random() < 0.4:
+            return rng.choice(SCALARS).format(v=v)
+        shape = self.env[v].shape
+        same = self.tensors(lambda t: t.shape == shape or t.dim() == 0 or t.shape[-1:] == shape[-1:])
+        return rng.choice(same) if same else v
+
+    def dim(self, v: str) -> int:
+        return self.rng.randrange(-1, max(self.env[v].dim(), 1)) if self.env[v].dim() else 0
+
+    def fill(self, template: str, v: str) -> str:
+        rank = self.env[v].dim()
+        perm = list(range(rank))
+        self.rng.shuffle(perm)
+        return template.format(v=v, d=self.dim(v), perm=", ".join(map(str, perm)) or "()", o=self.operand(v),
+                               a=v, b=self.operand(v))
+
+    # statements -----------------------------------------------------------------------------------------------
+    def expr_stmt(self, kind: str) -> list[str] | None:
+        v = self.var(lambda t: t.dim() > 0 or kind in ("unary", "binary"))
+        if kind == "special" and self.rng.random() < 0.8:  # their gradients are the point: prefer a grad input
+            v = self.var(lambda t: t.dim() > 0 and t.requires_grad) or v
+        if v is None:
+            return None
+        table = {"unary": None, "binary": BINARY, "reduction": REDUCTIONS, "view": VIEWS, "indexing": INDEXING,
+                 "random": RANDOM, "special": SPECIAL}[kind]
+        if table is None:
+            op = self.rng.choice(UNARY)
+            expr = f"torch.{op}({v})" if op in ("sin", "exp", "relu", "abs") and self.rng.random() < 0.5 \
+                else f"{v}.{op}()"
+        else:
+            expr = self.fill(self.rng.choice(table), v)
+        name = self.fresh()
+        if self.try_lines([f"{name} = {expr}"]):
+            if kind in ("unary", "binary", "reduction"):
+                self.exprs.append((expr, False))
+            return [name]
+        return None
+
+    def inplace_stmt(self) -> list[str] | None:
+        rng = self.rng
+        t = self.var(lambda x: x.dim() > 0)
+        if t is None:
+            return None
+        target = self.fill(rng.choice(VIEWS), t) if rng.random() < 0.6 else t
+        if rng.random() < 0.3:
+            line = rng.choice(SETITEM).format(v=target if rng.random() < 0.3 else t, o=self.operand(t))
+        else:
+            line = rng.choice(INPLACE).format(t=target, o=self.operand(t))
+        lines = [line]
+        if rng.random() < 0.3 and target != t:  # name the view, write through the name
+            name = self.fresh()
+            lines = [f"{name} = {target}", line.replace(target, name, 1)]
+        return lines if self.try_lines(lines) else None
+
+    def setitem_grad_stmt(self) -> list[str] | None:
+        """`x[::2] = w * 2` on an input without grad, w from an input with grad."""
+        dst = self.var(lambda x: x.dim() > 0 and not x.requires_grad and x.dtype.is_floating_point)
+        src = self.var(lambda x: x.requires_grad)
+        if dst is None or src is None:
+            return None
+        return [dst] if self.try_lines([f"{dst}[::2] = {src}.sum() * 2"]) else None
+
+    def block_stmt(self, kind: str) -> list[str] | None:
+        rng = self.rng
+        v = self.var(lambda t: t.dim() > 0)
+        if v is None:
+            return None
+        name = self.fresh()
+        d = rng.randrange(self.env[v].dim())
+        if kind == "if":
+            e1, e2 = rng.sample(["{v} * 2", "{v} + 1", "{v} - s0", "{v}.abs()", "{v} * k"], 2)
+            lines = [f"if {v}.shape[{d}] > {rng.choice((3, 4))}:", f"    {name} = {e1.format(v=v)}", "else:",
+                     f"    {name} = {e2.format(v=v)}"]
+        elif kind == "for":
+            lines = [f"{name} = {v}.select({d}, 0) * 0", f"for i in range({v}.shape[{d}]):",
+                     f"    {name} = {name} + {v}.select({d}, i) * i"]
+        elif kind == "no_grad":
+            inner = self.inner_lines(v, name)
+            lines = ["with torch.no_grad():", *("    " + line for line in inner)]
+        elif kind == "twin":
+            if not self.exprs:
+                return None
+            expr, _ = rng.choice(self.exprs)
+            lines = ["with torch.no_grad():", f"    {name} = {expr}"] if rng.random() < 0.5 else [f"{name} = {expr}"]
+            lines += [f"{self.fresh()} = {expr}"]
+        elif kind == "autocast":
+            op = rng.choice(("{v} @ {v}.mT", "torch.nn.functional.linear({v}, {v})", "torch.mm({v}, {v}.t())",
+                             "({v} @ {v}.mT).sum(-1)"))
+            lines = ['with torch.autocast("cpu", dtype=torch.bfloat16):', f"    {name} = {op.format(v=v)}",
+                     f"    {name} = {name} + {v}.sum()"]
+        elif kind == "list":
+            w = self.operand(v) if rng.random() < 0.5 else v
+            lines = [f"feats = [{v}, {v} * 2]", f"{name} = torch.cat(feats)", f"feats.append({w})",
+                     f"{self.fresh()} = torch.stack(feats[:2]).sum(0) + {name}[:{v}.shape[0]]"]
+        elif kind == "print":
+            lines = [f"print('step', {v}.shape[{d}], s0, k)"] if rng.random() < 0.6 else ["print('hello')"]
+        else:
+            raise ValueError(kind)
+        return [name] if self.try_lines(lines) else None
+
+    def inner_lines(self, v: str, name: str) -> list[str]:
+        rng = self.rng
+        expr = self.fill(rng.choice(BINARY + REDUCTIONS[:6]), v)
+        lines = [f"{name} = {expr}"]
+        if rng.random() < 0.5:
+            lines.append(rng.choice(INPLACE).format(t=rng.choice([name, v, self.fill(rng.choice(VIEWS[:8]), v)]),
+                                                    o=self.operand(v)))
+        self.exprs.append((expr, True))
+        return lines
+
+    STATEMENTS: ClassVar[dict] = {
+        "unary": 8, "binary": 10, "reduction": 5, "view": 8, "indexing": 3, "random": 2, "special": 3, "inplace": 9,
+        "setitem_grad": 1, "if": 2, "for": 1, "no_grad": 3, "twin": 2, "autocast": 1, "list": 1, "print": 1}
+
+    def statement(self):
+        kind = self.rng.choices(list(self.STATEMENTS), weights=list(self.STATEMENTS.values()))[0]
+        if kind in ("unary", "binary", "reduction", "view", "indexing", "random", "special"):
+            return self.expr_stmt(kind)
+        if kind == "inplace":
+            return self.inplace_stmt()
+        if kind == "setitem_grad":
+            return self.setitem_grad_stmt()
+        return self.block_stmt(kind)
+
+    def outputs(self) -> str:
+        rng = self.rng
+        names = [n for n in self.tensors() if n.startswith("t")] or self.tensors()
+        text = "\n".join(self.lines)
+        unused = [n for n in names if len(re.findall(rf"\b{n}\b", text)) <= (2 if "for i" in text else 1)]
+        picked = set(unused[-3:]) | set(rng.sample(names, min(len(names), rng.choice((0, 1, 1, 2)))))
+        chosen = sorted(picked or names[-1:], key=names.index)
+        if rng.random() < 0.3:
+            chosen.append(rng.choice(["x0.shape[0] * 2", "s0 + 1", "k"]))
+        form = rng.choice(("tuple", "list", "dict", "single"))
+        if form == "single" or len(chosen) == 1:
+            return chosen[0]
+        if form == "dict":
+            return "{" + ", ".join(f"'o{i}': {c}" for i, c in enumerate(chosen)) + "}"
+        return f"[{', '.join(chosen)}]" if form == "list" else f"({', '.join(chosen)},)"
+
+    def build(self) -> Program:
+        self._start()
+        for _ in range(self.rng.randint(3, 9)):
+            for _attempt in range(6):
+                if self.statement() is not None:
+                    break
+        params = ", ".join([f"x{i}" for i in range(len(self.specs))] + ["s0", f"k={self.default_k}"])
+        body = textwrap.indent("\n".join([*self.lines, f"return {self.outputs()}"]), "    ")
+        prog = Program(self.seed, f"def f({params}):\n{body}\n", self.specs, self.scalar, self.default_k)
+        prog.calls = self.call_plans()
+        return prog
+
+    def call_plans(self) -> list[CallPlan]:
+        rng = self.rng
+        base = self.plan0.sizes
+        other = {s: rng.choice(SIZE_CHOICES) for s in base}
+        plans = [CallPlan(base, 1, True, "omit", False), CallPlan(base, 2, True, "omit", False)]
+        for i in range(rng.choice((1, 2))):
+            plans.append(CallPlan(other if rng.random() < 0.6 else base, 3 + i, rng.random() < 0.85,
+                                  rng.choices(("omit", "same", "other", "positional"), weights=(5, 1, 1, 1))[0],
+                                  rng.random() < 0.15, rng.random() < 0.15))
+        return plans
+
+
+def generate(seed: int) -> Program:
+    return Generator(seed).build()
+
+
+# -- running and comparing ----------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    error: BaseException | None = None
+    result: object = None
+    grads: list | None = None
+    grad_error: BaseException | None = None
+    inputs_after: list | None = None
+    torch_rng: torch.Tensor | None = None
+    py_rng: object = None
+    printed: str = ""
+
+
+def run_once(fn, prog: Program, plan: CallPlan) -> Outcome:
+    args, kwargs = make_args(prog, plan)
+    out = Outcome()
+    torch.manual_seed(plan.seed)
+    random.seed(plan.seed)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), torch.set_grad_enabled(plan.grad):
+            out.result = fn(*args, **kwargs)
+    except Exception as e:  # compared with the other side's
+        out.error = e
+    out.printed = buf.getvalue()
+    out.torch_rng, out.py_rng = torch.get_rng_state(), random.getstate()
+    if out.error is not None:
+        return out
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
+    outs = [t for t in _flat(out.result) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if outs and leaves:
+        gen = torch.Generator().manual_seed(plan.seed)
+        try:  # eager itself may refuse (a no_grad view written in place): then gradients are not compared
+            sum((t.float() * torch.randn(t.shape, generator=gen)).sum() for t in outs).backward()
+        except Exception as e:
+            out.grad_error = e
+    out.grads = [a.grad for a in args if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]
+    out.inputs_after = [(a.detach().clone(), a.requires_grad, a.grad_fn is None) if isinstance(a, torch.Tensor) else a
+                        for a in args]
+    return out
+
+
+def _flat(obj) -> list:
+    if isinstance(obj, (tuple, list)):
+        return [x for o in obj for x in _flat(o)]
+    if isinstance(obj, dict):
+        return [x for o in obj.values() for x in _flat(o)]
+    return [obj]
+
+
+def _structure(obj):
+    if isinstance(obj, (tuple, list)):
+        return type(obj).__name__, [_structure(o) for o in obj]
+    if isinstance(obj, dict):
+        return "dict", {k: _structure(v) for k, v in obj.items()}
+    return "tensor" if isinstance(obj, torch.Tensor) else type(obj).__name__
+
+
+def _tol(dtype, loose: bool = False):
+    if dtype in (torch.float16, torch.bfloat16) or loose:
+        return {"rtol": 2e-2, "atol": 2e-2}
+    return {"rtol": 1e-4, "atol": 1e-4} if dtype.is_floating_point else {"rtol": 0, "atol": 0}
+
+
+def _close(what: str, got, exp, problems: list, loose: bool = False):
+    if isinstance(exp, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            problems.append(f"{what}: expected a tensor, got {type(got).__name__}")
+        elif got.dtype != exp.dtype or got.shape != exp.shape:
+            problems.append(f"{what}: {got.dtype}{tuple(got.shape)} vs eager {exp.dtype}{tuple(exp.shape)}")
+        else:
+            try:
+                torch.testing.assert_close(got.detach(), exp.detach(), equal_nan=True, **_tol(exp.dtype, loose))
+            except AssertionError as e:
+                problems.append(f"{what}: values differ: {str(e).splitlines()[-3:]}")
+    elif isinstance(exp, float) and isinstance(got, float):
+        if not (abs(got - exp) <= 1e-6 * max(1.0, abs(exp)) or (got != got and exp != exp)):
+            problems.append(f"{what}: {got!r} vs eager {exp!r}")
+    elif got != exp or type(got) is not type(exp):
+        problems.append(f"{what}: {got!r} vs eager {exp!r}")
+
+
+def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
+    """What differs between a jit call and the eager call (empty: they agree). loose: the program computes in
+    half precision somewhere, so float32 results and gradients get half-precision tolerances."""
+    if eager.error is not None or jit.error is not None:
+        if eager.error is None:
+            return [f"jit raised {type(jit.error).__name__}: {str(jit.error)[:300]}"]
+        if jit.error is None:
+            return [f"eager raised {type(eager.error).__name__} ({str(eager.error)[:200]}), jit did not"]
+        return []
+    problems = []
+    if _structure(jit.result) != _structure(eager.result):
+        return [f"output structure {_structure(jit.result)} vs eager {_structure(eager.result)}"]
+    for i, (g, e) in enumerate(zip(_flat(jit.result), _flat(eager.result))):
+        _close(f"output {i}", g, e, problems, loose)
+        if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and g.requires_grad != e.requires_grad:
+            problems.append(f"output {i}: requires_grad {g.requires_grad} vs eager {e.requires_grad}")
+    for i, (g, e) in enumerate(zip(jit.inputs_after or [], eager.inputs_after or [])):
+        if isinstance(e, tuple):
+            _close(f"input {i} after the call", g[0], e[0], problems)
+            if g[1:] != e[1:]:
+                problems.append(f"input {i} after the call: (requires_grad, grad_fn is None) {g[1:]} vs eager {e[1:]}")
+    if eager.grad_error is None and jit.grad_error is not None:
+        problems.append(f"backward raised {type(jit.grad_error).__name__}: {str(jit.grad_error)[:200]}")
+    elif eager.grad_error is None:
+        for i, (g, e) in enumerate(zip(jit.grads or [], eager.grads or [])):
+            if (g is None) != (e is None):
+                problems.append(f"grad of input {i}: {'None' if g is None else 'a tensor'} vs eager "
+                                f"{'None' if e is None else 'a tensor'}")
+            elif e is not None:
+                _close(f"grad of input {i}", g, e, problems, loose)
+    if not torch.equal(jit.torch_rng, eager.torch_rng):
+        problems.append("torch RNG state after the call differs from eager's")
+    if jit.py_rng != eager.py_rng:
+        problems.append("Python random state after the call differs from eager's")
+    if jit.printed != eager.printed:
+        problems.append(f"printed {jit.printed!r} vs eager {eager.printed!r}")
+    return problems
+
+
+@dataclass
+class Report:
+    seed: int
+    cache: str
+    executors: tuple
+    problems: list  # (call index, [problem, ...])
+    refused: str | None = None
+
+    def text(self, prog: Program) -> str:
+        ex = f" --executors {','.join(self.executors)}" if self.executors else ""
+        lines = [f"fuzz seed {self.seed}, cache={self.cache!r}{' executors=' + str(self.executors) if ex else ''}",
+                 f"reproduce: python -m tests.fuzz --seed {self.seed} --cache {self.cache!r}{ex}", prog.source]
+        for i, probs in self.problems:
+            plan = prog.calls[i]
+            lines.append(f"call {i} (sizes {plan.sizes}, input seed {plan.seed}, grad mode {plan.grad}, "
+                         f"k {plan.k}, transposed {plan.transposed}, inputs without grad {plan.no_requires_grad}):")
+            lines += [f"  {p}" for p in probs]
+        return "\n".join(lines)
+
+
+def check_program(prog: Program, cache: str, executors: tuple = ()) -> Report:
+    """Run prog's calls eagerly and through one jitted function; the problems found per call."""
+    fn = prog.function()
+    jfn = jitcore.jit(fn, cache=cache, executors=list(executors) or None)
+    report = Report(prog.seed, cache, executors, [])
+    for i, plan in enumerate(prog.calls):
+        if executors and plan.sizes != prog.calls[0].sizes:
+            continue  # a fusion executor compiles each new shape again: slow, and the torch runs cover shapes
+        eager = run_once(fn, prog, plan)
+        got = run_once(jfn, prog, plan)
+        if isinstance(got.error, JitError) and eager.error is None:
+            report.refused = f"call {i}: {str(got.error).splitlines()[0]}"
+            break  # refused clearly: not a wrong answer
+        problems = compare(got, eager, prog.low_precision)
+        if problems:
+            report.problems.append((i, problems))
+    return report
+
+
+def assert_program(seed: int, cache: str, executors: tuple = ()) -> Report:
+    prog = generate(seed)
+    report = check_program(prog, cache, executors)
+    if report.problems:
+        raise FuzzFailure(report.text(prog))
+    return report
+
+
+def uses_inductor(seed: int) -> bool:
+    """Inductor compiles slowly (tens of seconds for a first program on 2 cores): one program in 100 also runs
+    with it (in constant values, on the calls of its first shape)."""
+    return seed % 100 == 17
+
+
+def minimize(prog: Program, cache: str, executors: tuple = ()) -> Program:
+    """A shorter program that still fails: drop single top-level lines (and whole blocks) while it does."""
+    lines = prog.source.splitlines()
+    i = len(lines) - 2  # never the header or the return
+    while i >= 1:
+        end = i + 1
+        while end < len(lines) - 1 and lines[end].startswith(("        ", "    else")):
+            end += 1
+        if lines[i].startswith("    ") and not lines[i].startswith(("        ", "    else")):
+            trial = Program(prog.seed, "\n".join(lines[:i] + lines[end:]) + "\n", prog.inputs, prog.scalar,
+                            prog.default_k, prog.calls)
+            if check_program(trial, cache, executors).problems:
+                lines, prog = lines[:i] + lines[end:], trial
+        i -= 1
+    return prog
+
+
+# -- command line -------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, help="run one program and print it with every difference")
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--count", type=int, default=0, help="sweep seeds start..start+count-1")
+    p.add_argument("--cache", action="append", choices=CACHE_MODES, help="cache modes (default: all three)")
+    p.add_argument("--executors", default="", help="comma-separated executor names, e.g. inductor")
+    p.add_argument("--quiet", action="store_true", help="a sweep prints one line per failure")
+    p.add_argument("--minimize", action="store_true", help="print the failing program with lines dropped")
+    opts = p.parse_args(argv)
+    modes = opts.cache or list(CACHE_MODES)
+    executors = tuple(e for e in opts.executors.split(",") if e)
+    seeds = [opts.seed] if opts.seed is not None else range(opts.start, opts.start + opts.count)
+    failed = 0
+    for seed in seeds:
+        prog = generate(seed)
+        if opts.seed is not None:
+            print(prog.source)
+        for mode in modes:
+            report = check_program(prog, mode, executors)
+            if report.problems:
+                failed += 1
+                if opts.minimize:
+                    small = minimize(prog, mode, executors)
+                    report = check_program(small, mode, executors)
+                    prog = small if report.problems else prog
+                if opts.quiet:
+                    first = report.problems[0]
+                    print(f"seed {seed} {mode!r}: call {first[0]}: {first[1][0][:160]}")
+                else:
+                    print(report.text(prog), end="\n\n")
+            elif opts.seed is not None:
+                print(f"{mode!r}: agrees with eager" + (f" (jit refused: {report.refused})"
+                                                         if report.refused else ""))
+    print(f"{failed} failing (program, cache mode) pairs", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

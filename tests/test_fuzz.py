@@ -1,0 +1,101 @@
+"""Differential fuzzing against eager PyTorch (tests/fuzz.py): seeded random programs with views, in-place writes,
+no_grad/autocast regions, random ops and containers, run in every cache mode (and with Inductor for one program in
+100), each called several times with fresh inputs and other shapes. A failure lists each seed with its repro command.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from tests.fuzz import (
+    CACHE_MODES,
+    CallPlan,
+    InputSpec,
+    Program,
+    check_program,
+    compare,
+    generate,
+    run_once,
+    uses_inductor,
+)
+
+CI_PROGRAMS, CI_CHUNK = 300, 10
+SLOW_PROGRAMS, SLOW_CHUNK = 5000, 100
+
+
+def _run_chunk(seeds) -> None:
+    failures, refused, runs = [], 0, 0
+    for seed in seeds:
+        prog = generate(seed)
+        configs = [(mode, ()) for mode in CACHE_MODES]
+        if uses_inductor(seed):
+            configs.append(("constant values", ("inductor",)))
+        for mode, executors in configs:
+            report = check_program(prog, mode, executors)
+            runs += 1
+            refused += report.refused is not None
+            if report.problems:
+                failures.append(report.text(prog))
+    assert not failures, f"{len(failures)} of {runs} runs disagree with eager:\n\n" + "\n\n".join(failures)
+    assert refused < runs / 2, f"jit refused {refused} of {runs} runs: the generator no longer tests much"
+
+
+@pytest.mark.parametrize("start", range(0, CI_PROGRAMS, CI_CHUNK))
+def test_fuzz_against_eager(start):
+    _run_chunk(range(start, start + CI_CHUNK))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", range(100_000, 100_000 + SLOW_PROGRAMS, SLOW_CHUNK))
+def test_fuzz_against_eager_long(start):
+    _run_chunk(range(start, start + SLOW_CHUNK))
+
+
+def test_generator_is_deterministic_and_varied():
+    """The same seed prints the same program (so a printed seed reproduces), and the programs exercise every
+    feature the fuzzer promises."""
+    assert generate(7).source == generate(7).source
+    text = "\n".join(generate(s).source for s in range(CI_PROGRAMS))
+    for feature in ("torch.no_grad()", "torch.autocast", "for i in range", "if ", "random.random()", "print(",
+                    "dropout", "rand_like", "] = ", "_(", ".view(-1)", ".diagonal()", ".select(", "index_select",
+                    "gather", ".var(", ".amax(", "torch.cat(feats)", "return {", "return [", "k=", "s0"):
+        assert feature in text, feature
+
+
+
+def _reference(x0, x1, s0, k=2, *, shift=0.0, detach=False, write=True, draw=False, pyrandom=False, say=True):
+    if say:
+        print("step", s0)
+    if write:
+        x0.add_(1)
+    if draw:
+        torch.rand(())
+    if pyrandom:
+        random.random()
+    y = x1 * k + x0 + torch.rand(()) + shift
+    return {"o0": y.detach() if detach else y, "o1": [x0.sum()]}
+
+
+WRONG_ANSWERS = {  # each differs from _reference in one way the comparison must notice
+    "value": lambda *a, **kw: _reference(*a, shift=1e-2, **kw),
+    "dtype": lambda *a, **kw: {**_reference(*a, **kw), "o1": [a[0].sum().double()]},
+    "structure": lambda *a, **kw: tuple(_reference(*a, **kw).values()),
+    "lost write": lambda *a, **kw: _reference(*a, write=False, **kw) if a[0].add(1) is not None else None,
+    "lost gradient": lambda *a, **kw: _reference(*a, detach=True, **kw),
+    "extra draw": lambda *a, **kw: _reference(*a, draw=True, **kw),
+    "python random": lambda *a, **kw: _reference(*a, pyrandom=True, **kw),
+    "no print": lambda *a, **kw: _reference(*a, say=False, **kw),
+}
+
+
+@pytest.mark.parametrize("wrong", sorted(WRONG_ANSWERS))
+def test_comparison_notices_each_kind_of_wrong_answer(wrong):
+    """The oracle is only as good as its comparison: each kind of wrong answer is reported."""
+    specs = [InputSpec(("A", "B"), "f32", False, "randn"), InputSpec(("A", "B"), "f32", True, "randn")]
+    prog = Program(0, "", specs, 2, 2)
+    plan = CallPlan({"A": 3, "B": 4}, 1, True, "omit", False)
+    eager = run_once(_reference, prog, plan)
+    assert compare(run_once(_reference, prog, plan), eager) == []
+    assert compare(run_once(WRONG_ANSWERS[wrong], prog, plan), eager) != []
