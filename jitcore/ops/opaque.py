@@ -92,6 +92,24 @@ def proxies_require_grad(flat) -> bool:
     return torch.is_grad_enabled() and any(isinstance(a, proxies.TensorProxy) and a.requires_grad for a in flat)
 
 
+def draws_random(fn) -> bool:
+    """Whether torch callable fn draws random numbers: its aten operator (fn itself when it is an overload, else
+    the operator named like it) is tagged nondeterministic_seeded. Such an op is tagged RANDOM: passes never merge,
+    drop or reorder it, and its backward replays its draws."""
+    seeded = torch.Tag.nondeterministic_seeded
+    fn = getattr(fn, "stands_for", fn)  # a wrapper (the functional form of an in-place method) names what it runs
+    if isinstance(fn, torch._ops.OpOverload):
+        return seeded in fn.tags
+    name = getattr(fn, "__name__", "")
+    try:
+        packet = getattr(torch.ops.aten, name) if name.isidentifier() else None
+    except (AttributeError, RuntimeError):
+        return False
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(seeded in getattr(packet, o).tags for o in packet.overloads())
+
+
 def opaque_symbol(fn) -> Symbol:
     """The opaque op standing for torch callable `fn` (made once per callable)."""
     try:
@@ -102,7 +120,8 @@ def opaque_symbol(fn) -> Symbol:
         return sym
     module, name, namespace = _public_name(fn)
     qualname = f"{module}.{name}" if module else name
-    sym = Symbol(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=(Tag.OPAQUE,), module=module,
+    tags = (Tag.OPAQUE, Tag.RANDOM) if draws_random(fn) else (Tag.OPAQUE,)
+    sym = Symbol(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=tags, module=module,
                  namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn)
     EAGER_KERNELS[sym.id] = fn
     OPAQUE_OPS[sym.id] = sym
