@@ -92,7 +92,8 @@ def _inputs(seed=0):
 
 def compare(fn, make_inputs, executors=None, cache="constant values", atol=1e-5, calls=2):
     """fn and jit(fn) on fresh inputs, both after torch.manual_seed(7): outputs, requires_grad, every input's .grad
-    after backward of the sum of the outputs that require grad, and torch.get_rng_state() after the call."""
+    after backward of the sum of the outputs that require grad, and torch.get_rng_state() after the call and after
+    the backward."""
     jfn = jitcore.jit(fn, executors=executors, cache=cache)
     for _ in range(calls):  # the first call compiles, the next one runs the cached entry
         results = []
@@ -105,7 +106,7 @@ def compare(fn, make_inputs, executors=None, cache="constant values", atol=1e-5,
             loss = [o.sum() for o in outs if o.requires_grad]
             if loss:
                 sum(loss).backward()
-            results.append((outs, state, [i.grad for i in inputs]))
+            results.append((outs, (state, torch.get_rng_state()), [i.grad for i in inputs]))
         (e_outs, e_state, e_grads), (j_outs, j_state, j_grads) = results
         for k, (e, j) in enumerate(zip(e_outs, j_outs)):
             assert e.requires_grad == j.requires_grad, f"output {k}: requires_grad {e.requires_grad} in eager"
@@ -115,7 +116,8 @@ def compare(fn, make_inputs, executors=None, cache="constant values", atol=1e-5,
             assert (e is None) == (j is None), f"input {k}: .grad is {j}, eager {e}"
             if e is not None:
                 torch.testing.assert_close(j, e, atol=atol, rtol=atol, msg=f"grad of input {k}")
-        assert torch.equal(e_state, j_state), "torch's RNG state after the call differs from eager's"
+        assert torch.equal(e_state[0], j_state[0]), "torch's RNG state after the call differs from eager's"
+        assert torch.equal(e_state[1], j_state[1]), "torch's RNG state after the backward differs from eager's"
     return jfn
 
 
@@ -193,6 +195,29 @@ def test_random_draws_keep_eager_order_and_generator_state(draw, use):
         return (*USES[use](DRAWS[draw], w), x * 1)
 
     compare(f, _inputs, atol=0)
+
+
+# differentiable torch ops that draw (eager's own kernels, opaque to jitcore): the backward must see the forward's draws
+RANDOM_DIFFERENTIABLE = {
+    "rrelu": lambda x: F.rrelu(x, training=True),
+    "alpha_dropout": lambda x: F.alpha_dropout(x, 0.5, training=True),
+    "feature_alpha_dropout": lambda x: F.feature_alpha_dropout(x, 0.5, training=True),
+    "rrelu_twice": lambda x: F.rrelu(x, training=True) * F.rrelu(x * 2, training=True),
+}
+
+
+@pytest.mark.parametrize("where", ["grad", "no_grad_and_grad"])
+@pytest.mark.parametrize("op", sorted(RANDOM_DIFFERENTIABLE))
+def test_random_differentiable_ops_backward_replays_the_forward_draws(op, where):
+    fn = RANDOM_DIFFERENTIABLE[op]
+
+    def f(w, x):
+        a = fn(w) + x
+        if where == "no_grad_and_grad":
+            a = a + _no_grad(fn, w) + fn(w)
+        return a
+
+    compare(f, _inputs)
 
 
 def test_unused_draw_advances_the_generator_like_eager():

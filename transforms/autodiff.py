@@ -18,7 +18,7 @@ from jitcore.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.symbol import Tag, recorded_without_grad
 from jitcore.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from transforms.dce import dce
-from transforms.vjp_rules import VJP_RULES, opaque_vjp
+from transforms.vjp_rules import VJP_RULES, opaque_vjp, random_opaque_vjp
 
 SKIP = frozenset({Tag.NON_DIFFERENTIABLE, Tag.CREATION})
 
@@ -64,7 +64,7 @@ class _Backprop:
         if aug is not None:  # a line swapped by an augmented forward: pull back through the original op
             backward, orig, residuals = aug
             ogs = [self.cot.get(o.name) if isinstance(o, TensorProxy) else None for o in tree_leaves(orig.output)]
-            self._assign(orig, backward(orig, residuals, *ogs))
+            self._assign(orig, backward(orig, residuals, *ogs), positional=Tag.OPAQUE in orig.sym.tags)
             return
         rule = VJP_RULES.get(bsym.sym.id)
         grads = rule(bsym, *gs) if rule is not None else NotImplemented
@@ -144,6 +144,8 @@ def augment(bsyms) -> list:
     out = []
     for bsym in bsyms:
         rule = VJP_RULES.get(bsym.sym.id)
+        if rule is None and Tag.OPAQUE in bsym.sym.tags and Tag.RANDOM in bsym.sym.tags:
+            rule = random_opaque_vjp
         wants = not recorded_without_grad(bsym) and any(needs_grad(a) for a in bsym.flat_proxy_args())
         if wants and rule is not None and getattr(rule, "augment", None) is not None:
             new = _augmented(bsym, rule)

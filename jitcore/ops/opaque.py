@@ -236,3 +236,55 @@ for _fn, _meta in (
 ):
     register_opaque_meta(_fn, _meta)
 del _fn, _meta
+
+
+# -- a random opaque op under autodiff: its backward replays the forward's draws -----------------------------------
+def _device_of(args) -> torch.device:
+    return next((a.device for a in tree_flatten(args)[0] if isinstance(a, (torch.Tensor, proxies.TensorProxy))),
+                torch.device("cpu"))
+
+
+def _rng_state(device: torch.device) -> torch.Tensor:
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
+
+def _with_rng_state_meta(fn, args, kwargs):
+    out = opaque_symbol(fn).meta(*args, **kwargs)
+    dev = _device_of(args)
+    n = _rng_state(dev).numel() if dev.type in ("cpu", "cuda") else 0
+    state = proxies.TensorProxy((n,), torch.uint8, torch.device("cpu"))
+    return (*out, state) if isinstance(out, (tuple, list)) else (out, state)
+
+
+def with_rng_state(fn, args, kwargs):
+    """fn(*args, **kwargs)'s results followed by the state of the generator its draws start from."""
+    dev = _device_of(args)
+    if dev.type not in ("cpu", "cuda"):
+        raise UnsupportedError("random op", f"the gradient of {getattr(fn, '__name__', fn)} on {dev} replays its "
+                               "random draws, and only CPU and CUDA generator states can be saved",
+                               hint="call it outside the jitted function, or on a CPU or CUDA tensor")
+    state = _rng_state(dev)
+    out = fn(*args, **kwargs)
+    return (*out, state) if isinstance(out, (tuple, list)) else (out, state)
+
+
+def opaque_vjp_replay(fn, args, kwargs, grads, state):
+    """opaque_vjp with the generator set to `state` (the forward's draws again), the caller's state left as it was."""
+    dev = _device_of(args)
+    cuda = dev.type == "cuda"
+    with torch.random.fork_rng(devices=[dev] if cuda else []):
+        if cuda:
+            torch.cuda.set_rng_state(state, dev)
+        else:
+            torch.set_rng_state(state)
+        return opaque_vjp(fn, args, kwargs, grads)
+
+
+with_rng_state_sym = Symbol("autodiff.with_rng_state", "with_rng_state", meta=_with_rng_state_meta, module="",
+                            call_ctx={"with_rng_state": with_rng_state}, tags=(Tag.OPAQUE, Tag.RANDOM))
+EAGER_KERNELS[with_rng_state_sym.id] = with_rng_state
+opaque_vjp_replay_sym = Symbol("autodiff.opaque_vjp_replay", "opaque_vjp_replay",
+                               meta=lambda fn, args, kwargs, grads, state: _opaque_vjp_meta(fn, args, kwargs, grads),
+                               module="", call_ctx={"opaque_vjp_replay": opaque_vjp_replay},
+                               tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
+EAGER_KERNELS[opaque_vjp_replay_sym.id] = opaque_vjp_replay
