@@ -292,6 +292,10 @@ AUTOCAST_OPS = {
     "mm_softmax": lambda w, x: torch.mm(w, x.t()).softmax(-1),
     "mm_layer_norm": lambda w, x: F.layer_norm(torch.mm(w, x.t()), (3,)),
     "addmm": lambda w, x: torch.addmm(x[:, :3], w, x.t()),
+    # torch functions jitcore runs as opaque ops: the kernels they call autocast inside
+    "inner_opaque": lambda w, x: torch.inner(w, x),
+    "chain_matmul_opaque": lambda w, x: torch.chain_matmul(w, x.t(), w),
+    "logcumsumexp_opaque": lambda w, x: torch.logcumsumexp(w @ x.t(), 0),
 }
 
 

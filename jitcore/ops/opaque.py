@@ -13,6 +13,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ops.torch_map import torch_path
 from jitcore.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.trace import get_tracectx
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
 OPAQUE_OPS: dict[str, Symbol] = {}  # id -> Symbol, for examine() and the registry
@@ -110,6 +111,67 @@ def draws_random(fn) -> bool:
     return any(seeded in getattr(packet, o).tags for o in packet.overloads())
 
 
+class _Opaque(Symbol):
+    """An opaque op. Called inside torch.autocast (enabled for its tensors' device, outside any other op, as torch's
+    dispatcher applies it), it records the op run inside that autocast instead (AutocastCall): the torch kernels
+    it calls cast their inputs as in eager, which the trace cannot see from outside."""
+
+    def __call__(self, *args, **kwargs):
+        trace = get_tracectx()
+        if trace is not None and len(trace._scopes) == 1 and not isinstance(self.torch_fn, AutocastCall):
+            dev = _device_of((args, kwargs))
+            if dev.type in ("cpu", "cuda") and torch.is_autocast_enabled(dev.type):
+                call = AutocastCall(self.torch_fn, dev.type, torch.get_autocast_dtype(dev.type))
+                return opaque_symbol(call)(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+class AutocastCall:
+    """torch callable `stands_for` run inside torch.autocast(device_type, dtype) (its output metadata from fake
+    tensors under the same autocast: meta tensors have no autocast)."""
+
+    def __init__(self, fn, device_type: str, dtype: torch.dtype):
+        self.stands_for, self.device_type, self.dtype = fn, device_type, dtype
+        self.__name__ = f"{getattr(fn, '__name__', 'op')}_autocast_{str(dtype).removeprefix('torch.')}"
+        KNOWN_METAS.setdefault(self, _fake_meta(self))
+
+    def __call__(self, *args, **kwargs):
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.stands_for(*args, **kwargs)
+
+    def _key(self):
+        return self.stands_for, self.device_type, self.dtype
+
+    def __eq__(self, other):
+        return isinstance(other, AutocastCall) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"AutocastCall({getattr(self.stands_for, '__name__', self.stands_for)}, {self.device_type!r}, " \
+               f"{self.dtype})"
+
+
+def _fake_meta(fn):
+    """A meta over proxies from running fn on fake tensors of the proxies' devices."""
+    def meta(*args, **kwargs):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        flat, spec = tree_flatten((args, kwargs))
+        with FakeTensorMode():
+            fakes = [torch.empty(tuple(_to_meta(a).shape), dtype=a.dtype, device=a.device)
+                     if isinstance(a, proxies.TensorProxy) else _to_meta(a) for a in flat]
+            margs, mkwargs = tree_unflatten(spec, fakes)
+            with torch.no_grad():
+                out = fn(*margs, **mkwargs)
+        rg = proxies_require_grad(flat)
+        return tree_map(lambda o: proxies.TensorProxy(o.shape, o.dtype, o.device, rg and (
+            o.dtype.is_floating_point or o.is_complex())) if isinstance(o, torch.Tensor) else o, out)
+
+    return meta
+
+
 def opaque_symbol(fn) -> Symbol:
     """The opaque op standing for torch callable `fn` (made once per callable)."""
     try:
@@ -121,7 +183,7 @@ def opaque_symbol(fn) -> Symbol:
     module, name, namespace = _public_name(fn)
     qualname = f"{module}.{name}" if module else name
     tags = (Tag.OPAQUE, Tag.RANDOM) if draws_random(fn) else (Tag.OPAQUE,)
-    sym = Symbol(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=tags, module=module,
+    sym = _Opaque(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=tags, module=module,
                  namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn)
     EAGER_KERNELS[sym.id] = fn
     OPAQUE_OPS[sym.id] = sym
