@@ -244,6 +244,8 @@ WRITES = {
     "setitem": lambda t, w: t.__setitem__(0, 5.0),
     "no_grad_add_": lambda t, w: _no_grad(lambda u: u.add_(1), t),
     "through_detach": lambda t, w: t.detach().mul_(2),
+    "copy_through_detach": lambda t, w: t.detach().copy_(w * 3),
+    "no_grad_copy_": lambda t, w: _no_grad(lambda u: u.copy_(w * 3), t),
 }
 # reads whose backward does not save the written tensor itself (eager refuses that backward after a write)
 READS = {"mul2": OPS["mul2"], "add_exp": lambda x: (x + 1).exp(), "softmax": OPS["softmax"],

@@ -266,14 +266,15 @@ def _write(st: _State, bsym: BoundSymbol):
     al = _alias_of(st, dst)
     root = al.root
     old_root = st.cur[root]
-    differentiable = grad_on and (value.requires_grad or old_root.requires_grad)
+    detached = any(p.sym.id == "prims.stop_gradient" for p in al.chain)  # written through detach() or .data
+    differentiable = grad_on and (value.requires_grad or (old_root.requires_grad and not detached))
     if al.chain:
         new_root = _scatter_back(st, al, value)
         st.cur[dst.name] = value
     else:
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
-    recorded = differentiable and not any(p.sym.id == "prims.stop_gradient" for p in al.chain)
+    recorded = differentiable and not detached
     if recorded:
         st.recorded.add(root)
     elif old_root.requires_grad or new_root.requires_grad:
