@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import jitcore
+from jitcore.errors import UnsupportedError
 
 # unary expressions on a (3, 4) tensor; each is computed twice in a program, once in a region and once outside
 OPS = {
@@ -233,6 +234,34 @@ def test_unused_draw_advances_the_generator_like_eager():
     torch.manual_seed(3)
     jfn(torch.ones(2))
     torch.testing.assert_close(torch.rand(5), eager_next, atol=0, rtol=0)
+
+
+STATE_CALLS = {
+    "manual_seed": lambda: torch.manual_seed(3),
+    "random.manual_seed": lambda: torch.random.manual_seed(3),
+    "seed": torch.seed,
+    "initial_seed": torch.initial_seed,
+    "get_rng_state": torch.get_rng_state,
+    "set_rng_state": lambda: torch.set_rng_state(torch.get_rng_state()),
+    "fork_rng": lambda: _draw_in_fork(),
+}
+
+
+def _draw_in_fork():
+    with torch.random.fork_rng():  # eager: the draws inside leave the caller's generator as it was
+        return torch.rand(2)
+
+
+@pytest.mark.parametrize("call", sorted(STATE_CALLS))
+def test_generator_state_calls_inside_are_refused(call):
+    """They would run once, while tracing: later calls' draws would not see them."""
+    def f(w):
+        a = torch.rand(3, 4)
+        STATE_CALLS[call]()
+        return w * a + torch.rand(3, 4)
+
+    with pytest.raises(UnsupportedError, match="generator state"):
+        jitcore.jit(f)(torch.ones(3, 4))
 
 
 # -- in-place writes between identical reads -----------------------------------------------------------------------
