@@ -18,6 +18,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.interpreter.provenance import Roots
 from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy, TensorProxy
+from jitcore.pytree import tree_leaves
 from jitcore.runtime import AutogradProgram
 from jitcore.symbolic import Predicates, recording
 from jitcore.trace import Timer, Trace
@@ -166,6 +167,7 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
                                           split.output_requires_grad,
                                           [isinstance(p, TensorProxy) for p in split.saved],
                                           _backward_without(backward_traces[1], options))
+            computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
         traced.guards.predicates = list(predicates.items)
         traced.trace.extra["predicates"] = traced.guards.predicates
         prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
@@ -250,7 +252,11 @@ def inputs_overlap(inputs, mutated) -> bool:
 
 
 def _needs_autodiff(trace) -> bool:
-    return torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in trace.args)
+    """Inputs that require grad under grad mode, or outputs that require grad (made under torch.enable_grad()
+    inside a call made with grad mode off)."""
+    if torch.is_grad_enabled():
+        return any(getattr(a, "requires_grad", False) for a in trace.args)
+    return any(getattr(o, "requires_grad", False) for o in tree_leaves(trace.output))
 
 
 def run_entry(entry: CacheEntry, fn, args, kwargs, inputs):

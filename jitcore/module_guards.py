@@ -24,8 +24,9 @@ from jitcore.interpreter import provenance as P
 from jitcore.module_state import watched_parameter_type
 
 _STORES = ("_parameters", "_buffers", "_modules")
-# a module's hook dicts change only through registrations and handle removals, which bump the epoch
-_HOOK_DICTS = frozenset(k for k in torch.nn.Linear(1, 1).__dict__ if "hook" in k and k.startswith("_"))
+# a module's hook dicts change only through registrations and handle removals, which bump the epoch (read from a bare
+# Module: building a Linear here drew its initial weights from the global generator on the user's first call)
+_HOOK_DICTS = frozenset(k for k in torch.nn.Module().__dict__ if "hook" in k and k.startswith("_"))
 _OBJECT_GETATTRIBUTE = object.__dict__["__getattribute__"]
 _NOT = None  # resolve(): not module-rooted
 

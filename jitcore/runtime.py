@@ -75,6 +75,7 @@ class AutogradProgram:
         self.saved_layout = None if all(saved_is_tensor) else [None if t else "value" for t in saved_is_tensor]
         self.no_grad_outputs = tuple(i for i, rg in enumerate(self.output_requires_grad) if not rg)
         self.all_outputs_grad = not self.no_grad_outputs
+        self.enables_grad = False  # set by the pipeline for a program traced with grad mode off (see __call__)
 
     def backward_without(self, present: tuple):
         """The backward program for calls whose cotangents are None where `present` is False (one per output
@@ -91,6 +92,9 @@ class AutogradProgram:
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
             return _apply(self, *inputs)
+        if self.enables_grad:  # traced under no_grad, but torch.enable_grad() inside made outputs that need grad
+            with torch.enable_grad():
+                return _apply(self, *inputs)
         return self.forward(*inputs)[: self.n_outputs]
 
 

@@ -23,6 +23,10 @@ autocast_args = None
 # op id -> callable running the op on real tensors; the torch executor fills it (see executors/torchex.py)
 EAGER_KERNELS: dict[str, Callable] = {}
 
+# BoundSymbol.extra key, set on a line recorded with grad mode off (no_grad, inference_mode, set_grad_enabled(False)):
+# such a line and the same line recorded with grad are different values for autodiff, and passes keep them apart
+NO_GRAD = "no_grad"
+
 
 class Tag(enum.Enum):
     NON_DIFFERENTIABLE = "non_differentiable"  # outputs carry no gradient (shape, comparisons, argmax)
@@ -69,13 +73,13 @@ class Symbol:
             args, kwargs = autocast_args(self, args, kwargs)  # outermost op only, as torch's dispatcher does
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
-            trace.record(BoundSymbol(self, args, kwargs, out))
+            trace.record(_in_context(BoundSymbol(self, args, kwargs, out)))
             return out
         with trace.subsymbol_scope() as subs:
             out = self.fn(*args, **kwargs)
         if _is_passthrough(out, args, subs):
             return out
-        trace.record(BoundSymbol(self, args, kwargs, out, _prune_number_ops(subs, out)))
+        trace.record(_in_context(BoundSymbol(self, args, kwargs, out, _prune_number_ops(subs, out))))
         return out
 
     def eager(self, *args, **kwargs):
@@ -91,6 +95,18 @@ class Symbol:
     def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
         """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
         return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
+
+
+def _in_context(bsym: BoundSymbol) -> BoundSymbol:
+    """bsym marked with the grad mode it is recorded under (see NO_GRAD)."""
+    if not torch.is_grad_enabled():
+        bsym.extra[NO_GRAD] = True
+    return bsym
+
+
+def recorded_without_grad(bsym) -> bool:
+    """Whether bsym was recorded with grad mode off: its outputs are constants for autodiff."""
+    return bool(bsym.extra.get(NO_GRAD))
 
 
 def _is_passthrough(out, args, subs) -> bool:

@@ -15,10 +15,10 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_flatten, tree_leaves, tree_unflatten
-from jitcore.symbol import Tag
+from jitcore.symbol import Tag, recorded_without_grad
 from jitcore.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from transforms.dce import dce
-from transforms.vjp_rules import VJP_RULES, opaque_vjp
+from transforms.vjp_rules import VJP_RULES, opaque_vjp, random_opaque_vjp
 
 SKIP = frozenset({Tag.NON_DIFFERENTIABLE, Tag.CREATION})
 
@@ -56,15 +56,15 @@ class _Backprop:
         outs = bsym.output
         flat_outs = tree_leaves(outs)
         gs = [self.cot.get(o.name) if isinstance(o, TensorProxy) else None for o in flat_outs]
-        if all(g is None for g in gs) or bsym.sym.tags & SKIP:
-            return
+        if all(g is None for g in gs) or bsym.sym.tags & SKIP or recorded_without_grad(bsym):
+            return  # (a line recorded under no_grad is a constant even where its inputs require grad)
         if not any(needs_grad(a) for a in bsym.flat_proxy_args()):
             return
         aug = bsym.extra.get("vjp")
         if aug is not None:  # a line swapped by an augmented forward: pull back through the original op
             backward, orig, residuals = aug
             ogs = [self.cot.get(o.name) if isinstance(o, TensorProxy) else None for o in tree_leaves(orig.output)]
-            self._assign(orig, backward(orig, residuals, *ogs))
+            self._assign(orig, backward(orig, residuals, *ogs), positional=Tag.OPAQUE in orig.sym.tags)
             return
         rule = VJP_RULES.get(bsym.sym.id)
         grads = rule(bsym, *gs) if rule is not None else NotImplemented
@@ -144,7 +144,9 @@ def augment(bsyms) -> list:
     out = []
     for bsym in bsyms:
         rule = VJP_RULES.get(bsym.sym.id)
-        wants = any(needs_grad(a) for a in bsym.flat_proxy_args())
+        if rule is None and Tag.OPAQUE in bsym.sym.tags and Tag.RANDOM in bsym.sym.tags:
+            rule = random_opaque_vjp
+        wants = not recorded_without_grad(bsym) and any(needs_grad(a) for a in bsym.flat_proxy_args())
         if wants and rule is not None and getattr(rule, "augment", None) is not None:
             new = _augmented(bsym, rule)
             if new is not None:

@@ -1,12 +1,13 @@
 """Transforms: common subexpression elimination. A line computing exactly what an earlier line computed (same op,
-same arguments) is dropped and later uses read the earlier result; random draws, in-place writes and lines that
-must stay are never merged. Typical catch: the backward of `y * y` computes `g * y` twice.
+same arguments, same grad mode where its inputs require grad) is dropped and later uses read the earlier result;
+random draws, in-place writes and lines that must stay are never merged, and no line is merged across an in-place
+write. Typical catch: the backward of `y * y` computes `g * y` twice.
 """
 from __future__ import annotations
 
-from jitcore.proxies import Proxy
+from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_flatten, tree_map
-from jitcore.symbol import Tag
+from jitcore.symbol import Tag, recorded_without_grad
 from jitcore.trace import Timer, Trace, from_trace
 
 NEVER = frozenset({Tag.RANDOM, Tag.INPLACE, Tag.DONT_DCE})
@@ -25,8 +26,20 @@ def _key(x):
     return ("id", id(x))
 
 
+def line_key(bsym) -> tuple:
+    """What decides a line's value: op, arguments, and whether it is a constant for autodiff because it ran without
+    grad (`w * 2` under no_grad and `w * 2` with grad are different values when w requires grad)."""
+    constant = recorded_without_grad(bsym) and any(
+        isinstance(a, TensorProxy) and a.requires_grad for a in bsym.flat_proxy_args())
+    return bsym.sym.id, _key(bsym.args), _key(bsym.kwargs), constant
+
+
 def _never(bsym) -> bool:
     return bool(bsym.sym.tags & NEVER) or any(_never(s) for s in bsym.subsymbols)
+
+
+def _writes(bsym) -> bool:
+    return Tag.INPLACE in bsym.sym.tags or any(_writes(s) for s in bsym.subsymbols)
 
 
 def rename_args(bsym, names: dict):
@@ -51,8 +64,10 @@ def cse(trace: Trace) -> Trace:
             outs = bsym.flat_proxy_outs()
             if not outs or _never(bsym):
                 kept.append(bsym)
+                if _writes(bsym):  # a read after a write is a new value, even with the same arguments
+                    seen.clear()
                 continue
-            key = (bsym.sym.id, _key(bsym.args), _key(bsym.kwargs))
+            key = line_key(bsym)
             first = seen.get(key)
             if first is None:
                 seen[key] = bsym

@@ -13,7 +13,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_flatten, tree_unflatten
-from jitcore.symbol import BoundSymbol, Tag
+from jitcore.symbol import BoundSymbol, Tag, recorded_without_grad
 from jitcore.trace import Timer, Trace, from_trace, tracectx
 
 # prims that only re-index their (single) tensor input: reading through them is a view in eager
@@ -138,7 +138,8 @@ def _subst(st, tree):
 def _emit(st: _State, bsym: BoundSymbol):
     args, kwargs = _subst(st, (bsym.args, bsym.kwargs))
     if _gained_grad(bsym, (args, kwargs)):  # a value written with a gradient: record again, outputs need grad too
-        out = bsym.sym(*args, **kwargs)
+        with torch.set_grad_enabled(not recorded_without_grad(bsym)):  # ... unless the line ran without grad
+            out = bsym.sym(*args, **kwargs)
         for old, new in zip(bsym.flat_outs(), tree_flatten(out)[0]):
             if isinstance(old, Proxy):
                 st.cur[old.name] = new
@@ -257,25 +258,30 @@ def _write(st: _State, bsym: BoundSymbol):
     value = _read(st, src)
     if value.dtype != dst.dtype:
         value = pe.convert_element_type(value, dst.dtype)
-    if value.requires_grad and not bsym.output.requires_grad:  # written under no_grad: the write carries no grad
+    # grad mode at the write, and requires_grad of the values as they are now: a tensor that gained a gradient
+    # through an earlier write (its proxy, made before, says False) records this write too
+    grad_on = not recorded_without_grad(bsym)
+    if value.requires_grad and not grad_on:  # written under no_grad: the write carries no grad
         value = pm.stop_gradient(value)
     al = _alias_of(st, dst)
     root = al.root
     old_root = st.cur[root]
+    detached = any(p.sym.id == "prims.stop_gradient" for p in al.chain)  # written through detach() or .data
+    differentiable = grad_on and (value.requires_grad or (old_root.requires_grad and not detached))
     if al.chain:
         new_root = _scatter_back(st, al, value)
         st.cur[dst.name] = value
     else:
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
-    recorded = bsym.output.requires_grad and not any(p.sym.id == "prims.stop_gradient" for p in al.chain)
+    recorded = differentiable and not detached
     if recorded:
         st.recorded.add(root)
     elif old_root.requires_grad or new_root.requires_grad:
         # a write autograd does not record (under no_grad, through .data or detach()): eager keeps the root's
         # autograd identity, so its later uses still send gradients to it, and only to it
         new_root = pm.no_grad_update(old_root, new_root) if old_root.requires_grad else pm.stop_gradient(new_root)
-        if al.chain and not bsym.output.requires_grad:
+        if al.chain and not differentiable:
             st.cur[dst.name] = _replay_chain(al, new_root)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1

@@ -9,7 +9,7 @@ import math
 import torch
 
 from jitcore.ops import torch_elementwise as te
-from jitcore.ops.opaque import opaque_symbol, opaque_vjp_sym
+from jitcore.ops.opaque import opaque_symbol, opaque_vjp_replay_sym, opaque_vjp_sym, with_rng_state_sym
 from jitcore.proxies import TensorProxy
 
 VJP_RULES: dict = {}
@@ -147,6 +147,25 @@ VJP_RULES["prims.device_put"] = _device_put_rule
 def opaque_vjp(bsym, gs):
     """Backward of an opaque torch op: one recorded line that recomputes it with torch.autograd."""
     return opaque_vjp_sym(bsym.sym.torch_fn, tuple(bsym.args), dict(bsym.kwargs), list(gs))
+
+
+def random_opaque_vjp(bsym, *gs):
+    """An opaque op that draws random numbers: recomputing it in the backward would draw new numbers (another mask,
+    another slope) and advance the generator, so its forward line is always swapped (augment) for one that also
+    returns the generator state it started from, and the backward recomputes it from that state."""
+    return NotImplemented
+
+
+def _random_opaque_augment(bsym):
+    return with_rng_state_sym, (bsym.sym.torch_fn, tuple(bsym.args), dict(bsym.kwargs)), {}, _random_opaque_backward
+
+
+def _random_opaque_backward(bsym, residuals, *gs):
+    (state,) = residuals
+    return opaque_vjp_replay_sym(bsym.sym.torch_fn, tuple(bsym.args), dict(bsym.kwargs), list(gs), state)
+
+
+random_opaque_vjp.augment = _random_opaque_augment
 
 
 # shape, reduction, indexing and nn prims, then torch-level composites: their rows live in files of their own

@@ -13,6 +13,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ops.torch_map import torch_path
 from jitcore.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.trace import get_tracectx
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
 OPAQUE_OPS: dict[str, Symbol] = {}  # id -> Symbol, for examine() and the registry
@@ -92,6 +93,85 @@ def proxies_require_grad(flat) -> bool:
     return torch.is_grad_enabled() and any(isinstance(a, proxies.TensorProxy) and a.requires_grad for a in flat)
 
 
+def draws_random(fn) -> bool:
+    """Whether torch callable fn draws random numbers: its aten operator (fn itself when it is an overload, else
+    the operator named like it) is tagged nondeterministic_seeded. Such an op is tagged RANDOM: passes never merge,
+    drop or reorder it, and its backward replays its draws."""
+    seeded = torch.Tag.nondeterministic_seeded
+    fn = getattr(fn, "stands_for", fn)  # a wrapper (the functional form of an in-place method) names what it runs
+    if isinstance(fn, torch._ops.OpOverload):
+        return seeded in fn.tags
+    name = getattr(fn, "__name__", "")
+    try:
+        packet = getattr(torch.ops.aten, name) if name.isidentifier() else None
+    except (AttributeError, RuntimeError):
+        return False
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(seeded in getattr(packet, o).tags for o in packet.overloads())
+
+
+class _Opaque(Symbol):
+    """An opaque op. Called inside torch.autocast (enabled for its tensors' device, outside any other op, as torch's
+    dispatcher applies it), it records the op run inside that autocast instead (AutocastCall): the torch kernels
+    it calls cast their inputs as in eager, which the trace cannot see from outside."""
+
+    def __call__(self, *args, **kwargs):
+        trace = get_tracectx()
+        if trace is not None and len(trace._scopes) == 1 and not isinstance(self.torch_fn, AutocastCall):
+            dev = _device_of((args, kwargs))
+            if dev.type in ("cpu", "cuda") and torch.is_autocast_enabled(dev.type):
+                call = AutocastCall(self.torch_fn, dev.type, torch.get_autocast_dtype(dev.type))
+                return opaque_symbol(call)(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+class AutocastCall:
+    """torch callable `stands_for` run inside torch.autocast(device_type, dtype) (its output metadata from fake
+    tensors under the same autocast: meta tensors have no autocast)."""
+
+    def __init__(self, fn, device_type: str, dtype: torch.dtype):
+        self.stands_for, self.device_type, self.dtype = fn, device_type, dtype
+        self.__name__ = f"{getattr(fn, '__name__', 'op')}_autocast_{str(dtype).removeprefix('torch.')}"
+        KNOWN_METAS.setdefault(self, _fake_meta(self))
+
+    def __call__(self, *args, **kwargs):
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.stands_for(*args, **kwargs)
+
+    def _key(self):
+        return self.stands_for, self.device_type, self.dtype
+
+    def __eq__(self, other):
+        return isinstance(other, AutocastCall) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"AutocastCall({getattr(self.stands_for, '__name__', self.stands_for)}, {self.device_type!r}, " \
+               f"{self.dtype})"
+
+
+def _fake_meta(fn):
+    """A meta over proxies from running fn on fake tensors of the proxies' devices."""
+    def meta(*args, **kwargs):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        flat, spec = tree_flatten((args, kwargs))
+        with FakeTensorMode():
+            fakes = [torch.empty(tuple(_to_meta(a).shape), dtype=a.dtype, device=a.device)
+                     if isinstance(a, proxies.TensorProxy) else _to_meta(a) for a in flat]
+            margs, mkwargs = tree_unflatten(spec, fakes)
+            with torch.no_grad():
+                out = fn(*margs, **mkwargs)
+        rg = proxies_require_grad(flat)
+        return tree_map(lambda o: proxies.TensorProxy(o.shape, o.dtype, o.device, rg and (
+            o.dtype.is_floating_point or o.is_complex())) if isinstance(o, torch.Tensor) else o, out)
+
+    return meta
+
+
 def opaque_symbol(fn) -> Symbol:
     """The opaque op standing for torch callable `fn` (made once per callable)."""
     try:
@@ -102,7 +182,8 @@ def opaque_symbol(fn) -> Symbol:
         return sym
     module, name, namespace = _public_name(fn)
     qualname = f"{module}.{name}" if module else name
-    sym = Symbol(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=(Tag.OPAQUE,), module=module,
+    tags = (Tag.OPAQUE, Tag.RANDOM) if draws_random(fn) else (Tag.OPAQUE,)
+    sym = _Opaque(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=tags, module=module,
                  namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn)
     EAGER_KERNELS[sym.id] = fn
     OPAQUE_OPS[sym.id] = sym
@@ -217,3 +298,55 @@ for _fn, _meta in (
 ):
     register_opaque_meta(_fn, _meta)
 del _fn, _meta
+
+
+# -- a random opaque op under autodiff: its backward replays the forward's draws -----------------------------------
+def _device_of(args) -> torch.device:
+    return next((a.device for a in tree_flatten(args)[0] if isinstance(a, (torch.Tensor, proxies.TensorProxy))),
+                torch.device("cpu"))
+
+
+def _rng_state(device: torch.device) -> torch.Tensor:
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
+
+def _with_rng_state_meta(fn, args, kwargs):
+    out = opaque_symbol(fn).meta(*args, **kwargs)
+    dev = _device_of(args)
+    n = _rng_state(dev).numel() if dev.type in ("cpu", "cuda") else 0
+    state = proxies.TensorProxy((n,), torch.uint8, torch.device("cpu"))
+    return (*out, state) if isinstance(out, (tuple, list)) else (out, state)
+
+
+def with_rng_state(fn, args, kwargs):
+    """fn(*args, **kwargs)'s results followed by the state of the generator its draws start from."""
+    dev = _device_of(args)
+    if dev.type not in ("cpu", "cuda"):
+        raise UnsupportedError("random op", f"the gradient of {getattr(fn, '__name__', fn)} on {dev} replays its "
+                               "random draws, and only CPU and CUDA generator states can be saved",
+                               hint="call it outside the jitted function, or on a CPU or CUDA tensor")
+    state = _rng_state(dev)
+    out = fn(*args, **kwargs)
+    return (*out, state) if isinstance(out, (tuple, list)) else (out, state)
+
+
+def opaque_vjp_replay(fn, args, kwargs, grads, state):
+    """opaque_vjp with the generator set to `state` (the forward's draws again), the caller's state left as it was."""
+    dev = _device_of(args)
+    cuda = dev.type == "cuda"
+    with torch.random.fork_rng(devices=[dev] if cuda else []):
+        if cuda:
+            torch.cuda.set_rng_state(state, dev)
+        else:
+            torch.set_rng_state(state)
+        return opaque_vjp(fn, args, kwargs, grads)
+
+
+with_rng_state_sym = Symbol("autodiff.with_rng_state", "with_rng_state", meta=_with_rng_state_meta, module="",
+                            call_ctx={"with_rng_state": with_rng_state}, tags=(Tag.OPAQUE, Tag.RANDOM))
+EAGER_KERNELS[with_rng_state_sym.id] = with_rng_state
+opaque_vjp_replay_sym = Symbol("autodiff.opaque_vjp_replay", "opaque_vjp_replay",
+                               meta=lambda fn, args, kwargs, grads, state: _opaque_vjp_meta(fn, args, kwargs, grads),
+                               module="", call_ctx={"opaque_vjp_replay": opaque_vjp_replay},
+                               tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
+EAGER_KERNELS[opaque_vjp_replay_sym.id] = opaque_vjp_replay

@@ -357,3 +357,33 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layo
     if isinstance(data, TensorProxy):
         return _from_data("new_tensor", data, dtype, device, requires_grad)
     return _from_data("new_tensor", data, dtype or self.dtype, device or self.device, requires_grad)
+
+
+# -- the global generator's state: refused inside a jitted function ------------------------------------------------
+def _generator_state_call(name: str):
+    def refuse(*args, **kwargs):
+        from jitcore.errors import UnsupportedError
+
+        raise UnsupportedError(
+            "random generator state", f"{name}() inside a jitted function: it would run once, while tracing, and "
+                                      "the compiled program's draws (in eager's order) would not see it on later calls",
+            hint="seed, save or restore the generator outside the jitted function (torch.manual_seed before the "
+                 "call reproduces eager's draws)")
+
+    return refuse
+
+
+def _register_generator_state_calls():
+    from jitcore.ops.torch_map import TORCH_MAP
+
+    names = ["manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state"]
+    for name in names:
+        TORCH_MAP[getattr(torch.random, name)] = _generator_state_call(f"torch.{name}")
+    TORCH_MAP[torch.random.fork_rng] = _generator_state_call("torch.random.fork_rng")
+    for name in names + ["manual_seed_all", "seed_all", "get_rng_state_all", "set_rng_state_all"]:
+        fn = getattr(torch.cuda, name, None)
+        if fn is not None:
+            TORCH_MAP[fn] = _generator_state_call(f"torch.cuda.{name}")
+
+
+_register_generator_state_calls()

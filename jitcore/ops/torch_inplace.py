@@ -288,6 +288,7 @@ def _opaque_inplace_factory(previous):
             return method(x.clone(), *args, **kwargs)
 
         functional.__name__ = f"{name}functional"
+        functional.stands_for = method  # the torch method it runs (opaque.draws_random asks it)
         from jitcore.ops.opaque import opaque_symbol
 
         op = opaque_symbol(functional)

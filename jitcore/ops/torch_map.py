@@ -16,9 +16,13 @@ def register_method(name: str, fn):
 
 
 def lookup(fn):
-    """The op for a torch callable, or None."""
+    """The op for a torch callable, or None. A callable torch wrapped in another (functools.wraps: importing
+    torch._dynamo replaces torch.manual_seed by a wrapper) is the op of the one it wraps."""
     try:
-        return TORCH_MAP.get(fn)
+        op = TORCH_MAP.get(fn)
+        if op is None and hasattr(fn, "__wrapped__"):
+            op = TORCH_MAP.get(fn.__wrapped__)
+        return op
     except TypeError:  # unhashable callable
         return None
 
