@@ -69,13 +69,13 @@ class Symbol:
             args, kwargs = autocast_args(self, args, kwargs)  # outermost op only, as torch's dispatcher does
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
-            trace.record(BoundSymbol(self, args, kwargs, out))
+            trace.record(BoundSymbol(self, snapshot(args), snapshot(kwargs), snapshot(out)))
             return out
         with trace.subsymbol_scope() as subs:
             out = self.fn(*args, **kwargs)
         if _is_passthrough(out, args, subs):
             return out
-        trace.record(BoundSymbol(self, args, kwargs, out, _prune_number_ops(subs, out)))
+        trace.record(BoundSymbol(self, snapshot(args), snapshot(kwargs), snapshot(out), _prune_number_ops(subs, out)))
         return out
 
     def eager(self, *args, **kwargs):
@@ -91,6 +91,25 @@ class Symbol:
     def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
         """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
         return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
+
+
+def snapshot(value):
+    """`value` with every list and dict in it (at any depth, through tuples) copied, so the line an op records
+    keeps the arguments it was called with when the caller later changes its containers (`feats.append(z)` after
+    `torch.cat(feats)`). Lists stay lists and dicts stay dicts (the line prints the same); values with no list or
+    dict inside are returned as they are."""
+    t = type(value)
+    if t is list:
+        return [snapshot(v) for v in value]
+    if t is dict:
+        return {k: snapshot(v) for k, v in value.items()}
+    if t is tuple:
+        items = [snapshot(v) for v in value] if any(type(v) in _CONTAINERS for v in value) else None
+        return value if items is None else tuple(items)
+    return value
+
+
+_CONTAINERS = (list, dict, tuple)
 
 
 def _is_passthrough(out, args, subs) -> bool:
