@@ -109,8 +109,12 @@ class JitContext(DefaultContext):
         op = torch_map.lookup(fn)
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
             op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
-        if op is None or not self._container_ids:
+        if not self._container_ids:
             return op
+        if op is None:  # a torch callable run natively (`_VF.lstm(x, hx, ...)`) gets the tensors of `hx` as inputs too
+            if not torch_map.is_torch_callable(fn) or self.should_inline(fn):
+                return None
+            op = fn
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
 
     def _proxify(self, obj):

@@ -11,7 +11,7 @@ import torch
 from jitcore import proxies
 from jitcore.errors import UnsupportedError
 from jitcore.ops.torch_map import torch_path
-from jitcore.pytree import tree_flatten, tree_map, tree_unflatten
+from jitcore.pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
@@ -126,31 +126,73 @@ proxies.OPAQUE_METHOD_FACTORY = _opaque_method
 
 
 # -- the backward of an opaque op: recompute it under torch.autograd at run time -----------------------------------
+# Its output has one entry per positional argument of the op, then one for its keyword arguments when it has any
+# (their values in order, as a list). An entry is the gradient of a tensor argument, a list mirroring a list, tuple or
+# dict argument (a dict by its values) at any depth, or None where nothing in the argument gets a gradient: the
+# weights torch.lstm receives as a list get theirs.
+def _grad_layout(value, leaf):
+    """`value` with every tensor replaced by leaf(tensor) and every list, tuple or dict by a list of its entries'
+    layouts; None for a value holding no gradient."""
+    t = type(value)
+    if t is dict:
+        value = list(value.values())
+    elif not isinstance(value, (list, tuple)):
+        return leaf(value)
+    items = [_grad_layout(v, leaf) for v in value]
+    return items if any(i is not None for i in items) else None
+
+
+def _grads_of(args, kwargs, leaf) -> list:
+    out = [_grad_layout(a, leaf) for a in args]
+    return out + [_grad_layout(list(kwargs.values()), leaf)] if kwargs else out
+
+
+def _map_tensors(value, fn):
+    """`value` with fn applied to each tensor in it, at any depth of its lists, tuples and dicts (types kept)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    t = type(value)
+    if t is list:
+        return [_map_tensors(v, fn) for v in value]
+    if t is dict:
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, tuple):
+        items = [_map_tensors(v, fn) for v in value]
+        return t(*items) if hasattr(value, "_fields") else t(items)
+    return value
+
+
+def _differentiable(t) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
 def _opaque_vjp_meta(fn, args, kwargs, grads):
-    return [a.like(requires_grad=False) if isinstance(a, proxies.TensorProxy) and a.requires_grad else None
-            for a in args]
+    def leaf(a):
+        return a.like(requires_grad=False) if isinstance(a, proxies.TensorProxy) and a.requires_grad else None
+
+    return _grads_of(args, kwargs, leaf)
 
 
 def opaque_vjp(fn, args, kwargs, grads):
-    """Recompute fn(*args, **kwargs) with autograd and pull `grads` (one per output) back to its tensor args."""
+    """Recompute fn(*args, **kwargs) with autograd and pull `grads` (one per flat output) back to every floating
+    tensor it received, at any depth of its arguments (laid out as described above)."""
+    wrt = []
+
+    def track(t):
+        if not _differentiable(t):
+            return t
+        wrt.append(t.detach().requires_grad_(True))
+        return wrt[-1]
+
     with torch.enable_grad():
-        inputs = [a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                  for a in args]
-        out = fn(*inputs, **kwargs)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        args, kwargs = _map_tensors(args, track), _map_tensors(kwargs, track)
+        outs = tree_leaves(fn(*args, **kwargs))
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
-        wrt = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
-        got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs else ()
-    got = iter(got)
-    result = []
-    for a in inputs:
-        if isinstance(a, torch.Tensor) and a.requires_grad:
-            gi = next(got, None)
-            result.append(gi if gi is not None else torch.zeros_like(a))
-        else:
-            result.append(None)
-    return result
+        got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) \
+            if pairs and wrt else [None] * len(wrt)
+    by_id = {id(t): g if g is not None else torch.zeros_like(t) for t, g in zip(wrt, got)}
+    return _grads_of(args, kwargs, lambda a: by_id.get(id(a)) if isinstance(a, torch.Tensor) else None)
 
 
 opaque_vjp_sym = Symbol("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
