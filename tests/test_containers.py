@@ -177,6 +177,32 @@ def test_container_changed_after_the_call(op, kind, mutation):
     _assert_like_eager(KINDS[kind](OPS[op], MUTATIONS[mutation]), _square_inputs())
 
 
+# ops handed a list of ints `sizes` == [3, 3] (sizes, dims, pads), changed after the call
+SIZE_OPS = {
+    "reshape": lambda x, sizes: x.reshape(sizes),
+    "view": lambda x, sizes: x.view(sizes),
+    "zeros": lambda x, sizes: torch.zeros(sizes) + x,
+    "new_full": lambda x, sizes: x.new_full(sizes, 2.0) * x,
+    "expand": lambda x, sizes: x[None].expand([2] + sizes),
+    "repeat": lambda x, sizes: x.repeat(sizes),
+    "permute": lambda x, sizes: x.permute([s - 2 for s in sizes[:1]] + [sizes[1] - 3]),
+    "pad": lambda x, sizes: torch.nn.functional.pad(x, sizes),
+    "sum_dims": lambda x, sizes: x.sum([sizes[0] - 3]),
+}
+
+
+@pytest.mark.parametrize("mutation", ["append", "insert", "setitem", "delitem", "clear", "reverse"])
+@pytest.mark.parametrize("op", list(SIZE_OPS))
+def test_int_list_changed_after_the_call(op, mutation):
+    def fn(x, y):
+        sizes = [3, 3]
+        out = SIZE_OPS[op](x * y, sizes)
+        MUTATIONS[mutation](sizes, 1)
+        return out
+
+    _assert_like_eager(fn, _square_inputs())
+
+
 def _dict_op(d, pair):
     return d["a"] @ pair[0][0] + d["b"][-1].sin() * pair[1]
 
