@@ -4,6 +4,8 @@ gradient (torch.lstm's weights arrive as a list; opaque torch ops pull back thro
 """
 from __future__ import annotations
 
+from collections import OrderedDict, namedtuple
+
 import pytest
 import torch
 
@@ -203,6 +205,9 @@ def test_int_list_changed_after_the_call(op, mutation):
     _assert_like_eager(fn, _square_inputs())
 
 
+Pair = namedtuple("Pair", "first second")
+
+
 def _dict_op(d, pair):
     return d["a"] @ pair[0][0] + d["b"][-1].sin() * pair[1]
 
@@ -235,6 +240,23 @@ def test_dict_changed_after_an_opaque_call(mutation):
         return out
 
     _assert_like_eager(fn, _square_inputs())
+
+
+def _first_times_second(c):
+    first, second = c.values() if isinstance(c, dict) else c
+    return first * second[0]
+
+
+_FIRST_TIMES_SECOND = opaque_symbol(_first_times_second)
+
+
+@pytest.mark.parametrize("make", [Pair, lambda a, b: OrderedDict(x=a, y=b)])
+def test_namedtuple_and_ordered_dict_arguments_run(make):
+    """An opaque op's namedtuple or OrderedDict argument holding proxies prints as a call building it at run time."""
+    from tests.helpers import assert_matches_torch
+
+    a, b = torch.randn(3, 2), torch.randn(3, 2)
+    assert_matches_torch(lambda a, b: _FIRST_TIMES_SECOND(make(a, [b])), lambda a, b: a * b, a, b)
 
 
 def test_recorded_line_keeps_the_list_it_was_called_with():
@@ -355,6 +377,8 @@ LIST_FUNCTIONS = {
     "lstm_fn": lambda a, b, c: torch.lstm(a[None], (b[None, :, :1], c[None, :, 1:2]), [a, b[:, :1], a[0], c[0]], True,
                                           1, 0.0, False, False, False)[0],
     "nested_opaque": lambda a, b, c: _DICT_OP({"a": a, "b": [b, c]}, ([c], a)),
+    "nested_opaque_kw": lambda a, b, c: _DICT_OP(d={"a": a, "b": (c, [b])[::-1]}, pair=[(b * 2, a), c]),
+    "nested_opaque_ordered": lambda a, b, c: _DICT_OP(OrderedDict(a=a, b=[b, c]), pair=((c,), a)),
 }
 
 

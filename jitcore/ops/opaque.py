@@ -4,6 +4,7 @@ prints as one line naming the torch function.
 """
 from __future__ import annotations
 
+import copy
 import re
 
 import torch
@@ -133,8 +134,7 @@ proxies.OPAQUE_METHOD_FACTORY = _opaque_method
 def _grad_layout(value, leaf):
     """`value` with every tensor replaced by leaf(tensor) and every list, tuple or dict by a list of its entries'
     layouts; None for a value holding no gradient."""
-    t = type(value)
-    if t is dict:
+    if isinstance(value, dict):
         value = list(value.values())
     elif not isinstance(value, (list, tuple)):
         return leaf(value)
@@ -144,7 +144,7 @@ def _grad_layout(value, leaf):
 
 def _grads_of(args, kwargs, leaf) -> list:
     out = [_grad_layout(a, leaf) for a in args]
-    return out + [_grad_layout(list(kwargs.values()), leaf)] if kwargs else out
+    return (out + [_grad_layout(list(kwargs.values()), leaf)]) if kwargs else out
 
 
 def _map_tensors(value, fn):
@@ -156,6 +156,11 @@ def _map_tensors(value, fn):
         return [_map_tensors(v, fn) for v in value]
     if t is dict:
         return {k: _map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, dict):  # OrderedDict, defaultdict...: a copy of the same kind
+        new = copy.copy(value)
+        for k, v in value.items():
+            new[k] = _map_tensors(v, fn)
+        return new
     if isinstance(value, tuple):
         items = [_map_tensors(v, fn) for v in value]
         return t(*items) if hasattr(value, "_fields") else t(items)
