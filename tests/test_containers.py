@@ -272,6 +272,37 @@ def test_recorded_line_keeps_the_list_it_was_called_with():
     assert "ltorch.cat([t0], 0)" in text  # printed as the list it was, not as a tuple
 
 
+class _DenseLayer(torch.nn.Module):
+    """torchvision's DenseNet layer: it concatenates the list of every earlier block's features."""
+
+    def __init__(self, channels, growth):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm2d(channels)
+        self.conv = torch.nn.Conv2d(channels, growth, 3, padding=1, bias=False)
+
+    def forward(self, features):
+        prev = [features] if isinstance(features, torch.Tensor) else features
+        return self.conv(torch.relu(self.norm(torch.cat(prev, 1))))
+
+
+class _DenseBlock(torch.nn.ModuleDict):
+    def __init__(self, layers, channels, growth):
+        super().__init__({f"layer{i}": _DenseLayer(channels + i * growth, growth) for i in range(layers)})
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.values():
+            features.append(layer(features))  # the list each layer concatenated grows afterwards
+        return torch.cat(features, 1)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_dense_block_like_densenet(train):
+    torch.manual_seed(0)
+    block = _DenseBlock(3, 4, 2).train(train)
+    _compare_module(block, [torch.randn(2, 4, 5, 5, requires_grad=True)])
+
+
 # -- class 7: every tensor an op receives gets its gradient -------------------------------------------------------
 RNNS = {
     "lstm": (torch.nn.LSTM, {}),
