@@ -132,9 +132,24 @@ class JitContext(DefaultContext):
         return obj
 
     def _proxify_item(self, x, known, key):
-        if isinstance(x, torch.Tensor) and known is not None:
-            return self._tensor_input(x, Item(known[1], key))
+        if isinstance(x, torch.Tensor):
+            if known is not None:
+                return self._tensor_input(x, Item(known[1], key))
+            proxy = self._proxies.get(id(x))
+            if proxy is not None:
+                return proxy
+            prov = self._provenance_of(x)  # a list built natively from an external one: `[x] + self.weights`
+            return x if prov is None else self._tensor_input(x, prov)
         return self._proxify(x) if type(x) in (tuple, list, dict) else x
+
+    def _provenance_of(self, t):
+        """Where an external container seen so far holds tensor t (the same object), or None."""
+        for container, prov in list(self._container_ids.values()):
+            items = container.items() if isinstance(container, dict) else enumerate(container)
+            for key, value in items:
+                if value is t:
+                    return Item(prov, key)
+        return None
 
     def should_inline(self, fn) -> bool:
         mod = getattr(fn, "__module__", None) or ""

@@ -386,6 +386,54 @@ def test_rnn_inside_a_model_gradients():
     _compare_module(_sequence_model(), [torch.randn(2, 5, 6, requires_grad=True)])
 
 
+# lists made natively from external ones (`[x] + self.weights`, slices) handed to opaque and mapped ops
+EXTERNAL_LIST_OPS = {
+    "multi_dot_concat": lambda x, ws: torch.linalg.multi_dot([x] + ws),
+    "multi_dot_slice": lambda x, ws: torch.linalg.multi_dot(ws[:2]) @ x,
+    "foreach_concat": lambda x, ws: torch.stack(torch._foreach_mul(ws + [x], 2.0)).sum(0),
+    "cat_concat": lambda x, ws: torch.cat(ws + [x]),
+    "lstm_weights": lambda x, ws: torch.lstm(x[None], (x[None, :, :1], x[None, :, 1:2]), ws[:1] + [ws[1][:, :1]],
+                                             False, 1, 0.0, False, False, False)[0],
+}
+
+
+def _external_holder(kind, ws):
+    if kind == "argument":
+        return ws
+    if kind == "nested_argument":
+        return {"groups": [ws]}
+    module = torch.nn.Module()
+    module.groups = [[torch.nn.Parameter(w.detach().clone()) for w in ws]]
+    return module
+
+
+@pytest.mark.parametrize("kind", ["argument", "nested_argument", "module"])
+@pytest.mark.parametrize("op", list(EXTERNAL_LIST_OPS))
+def test_lists_made_from_external_lists(op, kind):
+    torch.manual_seed(0)
+    fn = EXTERNAL_LIST_OPS[op]
+
+    def call(x, holder):
+        ws = holder if kind == "argument" else holder["groups"][0] if kind == "nested_argument" else holder.groups[0]
+        return fn(x, ws)
+
+    jcall = jitcore.jit(call)
+    for n in (3, 4):  # a longer list on the second call: a miss, not the first call's program
+        ws = [torch.randn(4, 4, requires_grad=True) for _ in range(n)]
+        holder = _external_holder(kind, ws)
+        leaves = list(holder.parameters()) if kind == "module" else ws
+        x = torch.randn(4, 4, requires_grad=True)
+        expected, got = call(x, holder), jcall(x, holder)
+        torch.testing.assert_close(got, expected)
+        egrads = torch.autograd.grad(expected.sum(), [x, *leaves], allow_unused=True)
+        grads = torch.autograd.grad(got.sum(), [x, *leaves], allow_unused=True)
+        for i, (g, e) in enumerate(zip(grads, egrads)):
+            if e is None:
+                assert g is None or not g.any(), f"leaf {i}"
+            else:
+                torch.testing.assert_close(g, e, msg=lambda m, i=i: f"leaf {i}: {m}")
+
+
 # torch functions handed tensors inside lists, tuples or dicts: mapped ops and opaque ones
 LIST_FUNCTIONS = {
     "cat": lambda a, b, c: torch.cat([a, b, c], 1),
