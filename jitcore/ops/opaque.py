@@ -12,7 +12,7 @@ import torch
 from jitcore import proxies
 from jitcore.errors import UnsupportedError
 from jitcore.ops.torch_map import torch_path
-from jitcore.pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
+from jitcore.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
@@ -191,7 +191,7 @@ def opaque_vjp(fn, args, kwargs, grads):
 
     with torch.enable_grad():
         args, kwargs = _map_tensors(args, track), _map_tensors(kwargs, track)
-        outs = tree_leaves(fn(*args, **kwargs))
+        outs = tree_flatten(fn(*args, **kwargs))[0]
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
         got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) \
