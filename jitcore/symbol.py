@@ -69,14 +69,13 @@ class Symbol:
             args, kwargs = autocast_args(self, args, kwargs)  # outermost op only, as torch's dispatcher does
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
-            trace.record(BoundSymbol(self, snapshot(args), _snapshot_kwargs(kwargs), snapshot(out)))
+            trace.record(BoundSymbol(self, args, kwargs, out))
             return out
         with trace.subsymbol_scope() as subs:
             out = self.fn(*args, **kwargs)
         if _is_passthrough(out, args, subs):
             return out
-        trace.record(BoundSymbol(self, snapshot(args), _snapshot_kwargs(kwargs), snapshot(out),
-                                 _prune_number_ops(subs, out)))
+        trace.record(BoundSymbol(self, args, kwargs, out, _prune_number_ops(subs, out)))
         return out
 
     def eager(self, *args, **kwargs):
@@ -92,35 +91,6 @@ class Symbol:
     def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
         """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
         return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
-
-
-def snapshot(value):
-    """`value` with every list and dict in it (at any depth, through tuples) copied, so the line an op records
-    keeps the arguments it was called with when the caller later changes its containers (`feats.append(z)` after
-    `torch.cat(feats)`). Lists stay lists and dicts stay dicts (the line prints the same); a tuple with no list or
-    dict inside is returned as it is."""
-    t = type(value)
-    if t is tuple:
-        return tuple([snapshot(v) for v in value]) if _holds_mutable(value) else value
-    if t is list:
-        return [snapshot(v) for v in value]
-    if t is dict:
-        return {k: snapshot(v) for k, v in value.items()}
-    return value
-
-
-def _holds_mutable(items) -> bool:
-    for v in items:
-        t = type(v)
-        if t is list or t is dict or (t is tuple and _holds_mutable(v)):
-            return True
-    return False
-
-
-def _snapshot_kwargs(kwargs: dict) -> dict:
-    """The keyword arguments of a call are a fresh dict already: only their values need a snapshot."""
-    return {k: snapshot(v) for k, v in kwargs.items()} if _holds_mutable(kwargs.values()) else kwargs
-
 
 
 def _is_passthrough(out, args, subs) -> bool:
