@@ -471,3 +471,43 @@ def test_tensors_in_containers_get_gradients(name):
         return fn(a, b, c)
 
     _assert_like_eager(call, inputs)
+
+
+# in-place torch functions with no op, writing the tensors of their first argument (a tensor or a list of them)
+INPLACE_FUNCTIONS = {
+    "foreach_mul_": lambda ts: torch._foreach_mul_(ts, 2.0),
+    "foreach_add_lists": lambda ts: torch._foreach_add_(ts, [t * 3 for t in ts], alpha=0.5),
+    "foreach_exp_": torch._foreach_exp_,
+    "foreach_addcmul_": lambda ts: torch._foreach_addcmul_(ts, [t * 2 for t in ts], [t + 1 for t in ts], value=0.3),
+    "i0_": lambda ts: torch.i0_(ts[0]),
+    "aten_sinc_": lambda ts: torch.ops.aten.sinc_(ts[1]),
+    "aten_mul_overload": lambda ts: torch.ops.aten.mul_.Tensor(ts[0], torch.full((4,), 3.0)),
+}
+
+
+@pytest.mark.parametrize("target", ["intermediates", "views", "inputs"])
+@pytest.mark.parametrize("op", list(INPLACE_FUNCTIONS))
+def test_inplace_torch_functions_write(op, target):
+    fn = INPLACE_FUNCTIONS[op]
+
+    def call(x, y):
+        if target == "inputs":
+            ts = [x, y]
+        elif target == "views":
+            base = torch.stack([x, y]) * 1
+            ts = [base[0], base[1]]
+        else:
+            ts = [x * 1, y + 0]
+        fn(ts)
+        return ts[0] * 2 + ts[1], ts[1].sum()
+
+    torch.manual_seed(0)
+    grad = target != "inputs"  # eager refuses to write into leaves that require grad
+    inputs = [torch.rand(3, 4, requires_grad=grad) for _ in range(2)]
+    _assert_like_eager(call, inputs)
+    if target == "inputs":  # the inputs hold eager's values after the call
+        mine, theirs = _fresh(inputs), _fresh(inputs)
+        call(*theirs)
+        jitcore.jit(call)(*mine)
+        for a, b in zip(mine, theirs):
+            torch.testing.assert_close(a, b)

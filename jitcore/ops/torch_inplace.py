@@ -14,6 +14,7 @@ from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops import torch_map
 from jitcore.ops.registry import LTORCH, torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import check
@@ -303,3 +304,68 @@ def _opaque_inplace_factory(previous):
 
 if proxies.OPAQUE_METHOD_FACTORY is not None:
     proxies.OPAQUE_METHOD_FACTORY = _opaque_inplace_factory(proxies.OPAQUE_METHOD_FACTORY)
+
+
+# -- in-place torch functions with no op (torch.i0_, torch._foreach_mul_, aten in-place overloads) ---------------------
+_OPAQUE_INPLACE_FUNCTIONS: dict = {}
+
+
+def _written_arguments(fn) -> list[int] | None:
+    """Positions of the arguments torch callable fn writes into: from an aten overload's schema, or [0] for a
+    torch builtin named like an in-place function (`i0_`, `_foreach_mul_`); None when it writes nothing."""
+    if isinstance(fn, torch._ops.OpOverloadPacket):  # torch.ops.aten.sinc_: its overloads write the same arguments
+        fn = getattr(fn, fn.overloads()[0]) if fn.overloads() else None
+    schema = getattr(fn, "_schema", None)
+    if schema is not None:
+        written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        return written or None
+    name = getattr(fn, "__name__", "")
+    if type(fn) is type(torch.add) and name.endswith("_") and not name.endswith("__") and name not in _METADATA_INPLACE:
+        return [0]
+    return None
+
+
+def opaque_inplace_call(fn):
+    """For a torch callable with no op that writes into its first argument (a tensor or a list of tensors): a call
+    recording its functional form (an opaque op over clones, returning the written values) and the writes back, so
+    later reads see them; None for other callables. Writes into other arguments (`out=` overloads) are refused."""
+    try:
+        found = _OPAQUE_INPLACE_FUNCTIONS.get(fn)
+    except TypeError:
+        return None
+    if found is not None:
+        return found
+    written = _written_arguments(fn)
+    if written is None:
+        return None
+    name = getattr(fn, "__name__", str(fn))
+    if written != [0]:
+        def refuse(*args, **kwargs):
+            raise UnsupportedError("in-place torch call", f"{name} writes into its argument(s) {written}",
+                                   hint="call its functional form and assign the result")
+        return refuse
+
+    def functional(first, *args, **kwargs):
+        first = [t.clone() for t in first] if isinstance(first, (list, tuple)) else first.clone()
+        fn(first, *args, **kwargs)
+        return first
+
+    functional.__name__ = f"{name}functional".replace(".", "_")
+    functional.stands_for = fn
+    from jitcore.ops.opaque import opaque_symbol
+
+    op = opaque_symbol(functional)
+
+    def call(first, *args, **kwargs):
+        values = op(first, *args, **kwargs)
+        if not isinstance(first, (list, tuple)):
+            return write(name, first, values)
+        for target, value in zip(first, values):
+            write(name, target, value)
+        return None
+
+    _OPAQUE_INPLACE_FUNCTIONS[fn] = call
+    return call
+
+
+torch_map.OPAQUE_INPLACE = opaque_inplace_call
