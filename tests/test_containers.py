@@ -259,6 +259,57 @@ def test_namedtuple_and_ordered_dict_arguments_run(make):
     assert_matches_torch(lambda a, b: _FIRST_TIMES_SECOND(make(a, [b])), lambda a, b: a * b, a, b)
 
 
+# writes into an external container that read another container's contents, which changes afterwards
+CONSUMING_WRITES = {
+    "list_extend": (list, lambda out, src: out.extend(src)),
+    "list_iadd": (list, lambda out, src: out.__iadd__(src)),
+    "list_slice_assign": (list, lambda out, src: out.__setitem__(slice(0, None), src)),
+    "list_extend_generator": (list, lambda out, src: out.extend(t * 2 for t in src)),
+    "dict_update": (dict, lambda out, src: out.update(src)),
+    "dict_update_pairs": (dict, lambda out, src: out.update(src.items())),
+    "dict_ior": (dict, lambda out, src: out.__ior__(src)),
+}
+
+
+def _consume_then_change(op, statement):
+    kind, write = CONSUMING_WRITES[op]
+
+    def fn(x, out):
+        src = [x, x + 1] if kind is list else {"a": x, "b": x + 1}
+        if statement and op == "list_iadd":  # the same writes as the opcodes the interpreter sees
+            out += src
+        elif statement and op == "dict_ior":
+            out |= src
+        elif statement and op == "list_slice_assign":
+            out[0:] = src
+        else:
+            write(out, src)
+        if kind is list:
+            src.append(x * 3)
+            src[0] = x * 4
+        else:
+            src["c"] = x * 3
+            src["a"] = x * 4
+        return x.sum()
+
+    return kind, fn
+
+
+@pytest.mark.parametrize("statement", [False, True])
+@pytest.mark.parametrize("op", list(CONSUMING_WRITES))
+def test_external_container_writes_read_contents_at_the_call(op, statement):
+    kind, fn = _consume_then_change(op, statement)
+    jfn = jitcore.jit(fn)
+    for call in range(2):
+        x = torch.randn(3) + call
+        mine, theirs = kind(), kind()
+        fn(x, theirs)
+        jfn(x, mine)
+        assert len(mine) == len(theirs) and (kind is not dict or list(mine) == list(theirs))
+        for a, b in zip(mine.values() if kind is dict else mine, theirs.values() if kind is dict else theirs):
+            torch.testing.assert_close(a, b)
+
+
 def test_recorded_line_keeps_the_list_it_was_called_with():
     def fn(x):
         feats = [x]
