@@ -562,3 +562,18 @@ def test_inplace_torch_functions_write(op, target):
         jitcore.jit(call)(*mine)
         for a, b in zip(mine, theirs):
             torch.testing.assert_close(a, b)
+
+
+def test_opaque_backward_asks_only_for_gradients_that_were_required():
+    """native_batch_norm's running stats are tensors without grad: the recomputation must not make them require one
+    (torch refuses a running_mean that requires grad)."""
+    torch.manual_seed(0)
+    running = [torch.zeros(4), torch.ones(4)]
+
+    def fn(x, w, b):
+        mean, var = running[0].clone(), running[1].clone()
+        out = torch.native_batch_norm(x, w, b, mean, var, True, 0.1, 1e-5)[0]
+        return torch.linalg.multi_dot([out[:, :, 0, 0].T, out[:, :, 1, 1]])
+
+    _assert_like_eager(fn, [torch.randn(3, 4, 2, 2, requires_grad=True), torch.rand(4, requires_grad=True),
+                            torch.randn(4, requires_grad=True)])

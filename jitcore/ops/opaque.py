@@ -5,6 +5,7 @@ prints as one line naming the torch function.
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 
 import torch
@@ -147,22 +148,23 @@ def _grads_of(args, kwargs, leaf) -> list:
     return (out + [_grad_layout(list(kwargs.values()), leaf)]) if kwargs else out
 
 
-def _map_tensors(value, fn):
-    """`value` with fn applied to each tensor in it, at any depth of its lists, tuples and dicts (types kept)."""
-    if isinstance(value, torch.Tensor):
+def _map_tensors(value, fn, cls=torch.Tensor):
+    """`value` with fn applied to each tensor (instance of cls) in it, at any depth of its lists, tuples and dicts
+    (types kept), in the order the arguments are written."""
+    if isinstance(value, cls):
         return fn(value)
     t = type(value)
     if t is list:
-        return [_map_tensors(v, fn) for v in value]
+        return [_map_tensors(v, fn, cls) for v in value]
     if t is dict:
-        return {k: _map_tensors(v, fn) for k, v in value.items()}
+        return {k: _map_tensors(v, fn, cls) for k, v in value.items()}
     if isinstance(value, dict):  # OrderedDict, defaultdict...: a copy of the same kind
         new = copy.copy(value)
         for k, v in value.items():
-            new[k] = _map_tensors(v, fn)
+            new[k] = _map_tensors(v, fn, cls)
         return new
     if isinstance(value, tuple):
-        items = [_map_tensors(v, fn) for v in value]
+        items = [_map_tensors(v, fn, cls) for v in value]
         return t(*items) if hasattr(value, "_fields") else t(items)
     return value
 
@@ -171,37 +173,52 @@ def _differentiable(t) -> bool:
     return t.is_floating_point() or t.is_complex()
 
 
-def _opaque_vjp_meta(fn, args, kwargs, grads):
+def _opaque_vjp_meta(fn, args, kwargs, grads, wrt=None):
     def leaf(a):
         return a.like(requires_grad=False) if isinstance(a, proxies.TensorProxy) and a.requires_grad else None
 
     return _grads_of(args, kwargs, leaf)
 
 
-def opaque_vjp(fn, args, kwargs, grads):
-    """Recompute fn(*args, **kwargs) with autograd and pull `grads` (one per flat output) back to every floating
-    tensor it received, at any depth of its arguments (laid out as described above)."""
-    wrt = []
+def opaque_vjp(fn, args, kwargs, grads, wrt=None):
+    """Recompute fn(*args, **kwargs) with autograd and pull `grads` (one per flat output) back to the tensors it
+    received, at any depth of its arguments (laid out as described above): those whose positions among the tensors
+    are in `wrt` (as traced: the ones that required grad), or every floating one when wrt is None."""
+    leaves, index = [], itertools.count()
 
     def track(t):
-        if not _differentiable(t):
+        i = next(index)
+        if not _differentiable(t) or (wrt is not None and i not in wrt):
             return t
-        wrt.append(t.detach().requires_grad_(True))
-        return wrt[-1]
+        leaves.append(t.detach().requires_grad_(True))
+        return leaves[-1]
 
     with torch.enable_grad():
         args, kwargs = _map_tensors(args, track), _map_tensors(kwargs, track)
         outs = tree_flatten(fn(*args, **kwargs))[0]
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
-        got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) \
-            if pairs and wrt else [None] * len(wrt)
-    by_id = {id(t): g if g is not None else torch.zeros_like(t) for t, g in zip(wrt, got)}
+        got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True) \
+            if pairs and leaves else [None] * len(leaves)
+    by_id = {id(t): g if g is not None else torch.zeros_like(t) for t, g in zip(leaves, got)}
     return _grads_of(args, kwargs, lambda a: by_id.get(id(a)) if isinstance(a, torch.Tensor) else None)
 
 
-opaque_vjp_sym = Symbol("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
-                        call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
+class _OpaqueVjp(Symbol):
+    """The opaque backward op: recorded over proxies, it names the tensors that required grad (`wrt`), so the
+    recomputation asks torch for no other gradient (buffers such as batch norm's running stats refuse one)."""
+
+    def __call__(self, fn, args, kwargs, grads, wrt=None):
+        if wrt is None:
+            found = []
+            _map_tensors((args, kwargs), found.append, proxies.TensorProxy)
+            if found:
+                wrt = tuple(i for i, t in enumerate(found) if t.requires_grad)
+        return super().__call__(fn, args, kwargs, grads, **({} if wrt is None else {"wrt": wrt}))
+
+
+opaque_vjp_sym = _OpaqueVjp("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
+                            call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
 EAGER_KERNELS[opaque_vjp_sym.id] = opaque_vjp
 
 
