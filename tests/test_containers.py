@@ -564,16 +564,21 @@ def test_inplace_torch_functions_write(op, target):
             torch.testing.assert_close(a, b)
 
 
-def test_opaque_backward_asks_only_for_gradients_that_were_required():
-    """native_batch_norm's running stats are tensors without grad: the recomputation must not make them require one
-    (torch refuses a running_mean that requires grad)."""
+@pytest.mark.parametrize("keywords", [False, True])
+def test_opaque_backward_asks_only_for_gradients_that_were_required(keywords):
+    """The running stats of aten's batch norm are tensors without grad, written in place: the recomputation must not
+    make them require one (torch refuses), and the forward's writes into them must be seen."""
     torch.manual_seed(0)
     running = [torch.zeros(4), torch.ones(4)]
+    bn = torch.ops.aten._native_batch_norm_legit
 
     def fn(x, w, b):
         mean, var = running[0].clone(), running[1].clone()
-        out = torch.native_batch_norm(x, w, b, mean, var, True, 0.1, 1e-5)[0]
-        return torch.linalg.multi_dot([out[:, :, 0, 0].T, out[:, :, 1, 1]])
+        if keywords:
+            out = bn(x, w, b, running_mean=mean, running_var=var, training=True, momentum=0.1, eps=1e-5)[0]
+        else:
+            out = bn(x, w, b, mean, var, True, 0.1, 1e-5)[0]
+        return torch.linalg.multi_dot([out[:, :, 0, 0].T, out[:, :, 1, 1]]), mean, var
 
     _assert_like_eager(fn, [torch.randn(3, 4, 2, 2, requires_grad=True), torch.rand(4, requires_grad=True),
                             torch.randn(4, requires_grad=True)])
