@@ -62,12 +62,28 @@ class Printer:
             return "..."
         if t is torch.memory_format or t is torch.layout:
             return str(x)
+        if isinstance(x, (tuple, dict)) and _holds_proxy(x):  # a namedtuple or OrderedDict of values made at run time
+            items = x.items() if isinstance(x, dict) else ((None, e) for e in x)
+            inner = ", ".join(self.value(e) if k is None else f"{self.value(k)}: {self.value(e)}" for k, e in items)
+            ctor = self.const(t)
+            if isinstance(x, dict):
+                return f"{ctor}({{{inner}}})"
+            return f"{ctor}({inner})" if hasattr(x, "_fields") else f"{ctor}(({inner},))"
         return self.const(x)
 
     def call_args(self, args, kwargs) -> str:
         parts = [self.value(a) for a in args]
         parts += [f"{k}={self.value(v)}" for k, v in kwargs.items()]
         return ", ".join(parts)
+
+
+def _holds_proxy(x) -> bool:
+    from jitcore.pytree import tree_leaves
+
+    try:
+        return any(isinstance(leaf, Proxy) for leaf in tree_leaves(x))
+    except Exception:  # a container pytree cannot flatten holds no value of the trace
+        return False
 
 
 def lhs(output) -> str | None:

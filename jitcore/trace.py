@@ -73,6 +73,8 @@ class Trace:
 
     # -- recording --------------------------------------------------------------------------------------------
     def record(self, bsym):
+        """Append bsym to the current scope, with a snapshot of its arguments and outputs (see `snapshot`)."""
+        bsym.args, bsym.kwargs, bsym.output = snapshot(bsym.args), _snapshot_kwargs(bsym.kwargs), snapshot(bsym.output)
         self._scopes[-1].append(bsym)
 
     @contextlib.contextmanager
@@ -151,3 +153,31 @@ class Timer:
 
     def __exit__(self, *exc):
         self.seconds = (time.perf_counter_ns() - self.start) / 1e9
+
+
+def snapshot(value):
+    """`value` with every list and dict in it (at any depth, through tuples) copied, so the line an op records
+    keeps the arguments it was called with when the caller later changes its containers (`feats.append(z)` after
+    `torch.cat(feats)`). Lists stay lists and dicts stay dicts (the line prints the same); a tuple with no list or
+    dict inside is returned as it is."""
+    t = type(value)
+    if t is tuple:
+        return tuple([snapshot(v) for v in value]) if _holds_mutable(value) else value
+    if t is list:
+        return [snapshot(v) for v in value]
+    if t is dict:
+        return {k: snapshot(v) for k, v in value.items()}
+    return value
+
+
+def _holds_mutable(items) -> bool:
+    for v in items:
+        t = type(v)
+        if t is list or t is dict or (t is tuple and _holds_mutable(v)):
+            return True
+    return False
+
+
+def _snapshot_kwargs(kwargs: dict) -> dict:
+    """A BoundSymbol's kwargs dict is its own copy already: only the values need a snapshot."""
+    return {k: snapshot(v) for k, v in kwargs.items()} if _holds_mutable(kwargs.values()) else kwargs

@@ -113,8 +113,12 @@ class JitContext(DefaultContext):
             op = per_call.lookaside(fn, self._user_caller)
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
             op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
-        if op is None or not self._container_ids:
+        if not self._container_ids:
             return op
+        if op is None:  # a torch callable run natively (`_VF.lstm(x, hx, ...)`) gets the tensors of `hx` as inputs too
+            if not torch_map.is_torch_callable(fn) or self.should_inline(fn):
+                return None
+            op = fn
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
 
     def attach_runtime(self, rt):
@@ -140,9 +144,24 @@ class JitContext(DefaultContext):
         return obj
 
     def _proxify_item(self, x, known, key):
-        if isinstance(x, torch.Tensor) and known is not None:
-            return self._tensor_input(x, Item(known[1], key))
+        if isinstance(x, torch.Tensor):
+            if known is not None:
+                return self._tensor_input(x, Item(known[1], key))
+            proxy = self._proxies.get(id(x))
+            if proxy is not None:
+                return proxy
+            prov = self._provenance_of(x)  # a list built natively from an external one: `[x] + self.weights`
+            return x if prov is None else self._tensor_input(x, prov)
         return self._proxify(x) if type(x) in (tuple, list, dict) else x
+
+    def _provenance_of(self, t):
+        """Where an external container seen so far holds tensor t (the same object), or None."""
+        for container, prov in list(self._container_ids.values()):
+            items = container.items() if isinstance(container, dict) else enumerate(container)
+            for key, value in items:
+                if value is t:
+                    return Item(prov, key)
+        return None
 
     def should_inline(self, fn) -> bool:
         mod = getattr(fn, "__module__", None) or ""

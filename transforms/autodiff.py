@@ -80,19 +80,26 @@ class _Backprop:
                                    hint="add a rule to transforms/vjp_rules.py or tag the op NON_DIFFERENTIABLE")
 
     def _assign(self, bsym, grads, positional=False):
-        """grads: one entry per parameter of the op's signature (positional args for opaque ops); a list for a
-        list argument; None where there is no gradient."""
+        """grads: one entry per parameter of the op's signature (for opaque ops: per positional argument, then one
+        for the keyword arguments' values when there are any); a list for a list, tuple or dict argument, at any
+        depth; None where there is no gradient."""
         if not isinstance(grads, (tuple, list)):
             grads = (grads,)
-        values = bsym.args if positional else bound_arguments(bsym)
+        if positional:
+            values = list(bsym.args) + ([list(bsym.kwargs.values())] if bsym.kwargs else [])
+        else:
+            values = bound_arguments(bsym)
         for arg, g in zip(values, grads):
-            if g is None:
-                continue
-            if isinstance(arg, (tuple, list)):
-                for a, gi in zip(arg, g):
-                    self.accumulate(a, gi)
-            else:
-                self.accumulate(arg, g)
+            self._assign_value(arg, g)
+
+    def _assign_value(self, arg, g):
+        if g is None:
+            return
+        if isinstance(arg, (tuple, list, dict)):
+            for a, gi in zip(arg.values() if isinstance(arg, dict) else arg, g):
+                self._assign_value(a, gi)
+        else:
+            self.accumulate(arg, g)
 
 
 _signatures: dict = {}

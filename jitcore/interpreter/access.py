@@ -115,6 +115,8 @@ def _write_item(rt, kind, container, key, value=NULL):
     prov = rt.external.get(id(container))
     if prov is not None and not _is_tensor(container):
         rt.effects.snapshot_container(container)
+        if type(key) is slice and value is not NULL:  # `out[1:] = feats`: feats' contents now, not as left later
+            value = _copy_contents(value)
     if value is NULL:
         del container[key]
     else:
@@ -185,9 +187,33 @@ def get_iter(rt, obj):
 def _mutator(rt, fn, args, kwargs):
     obj = args[0]
     rt.effects.snapshot_container(obj)
-    result = fn(*args, **kwargs)
-    rt.effects.record(SideEffect("call", rt.external[id(obj)], obj, fn.__name__, None, tuple(args[1:]), kwargs))
+    rest = _contents_now(fn.__name__, args[1:])
+    result = fn(obj, *rest, **kwargs)
+    rt.effects.record(SideEffect("call", rt.external[id(obj)], obj, fn.__name__, None, rest, kwargs))
     return result
+
+
+# mutators that read the contents of their arguments (`out.extend(feats)`): the replay must see those contents as they
+# were at the call, not the container as the function left it (`feats.append(z)` afterwards)
+_READS_CONTENTS = frozenset({"extend", "__iadd__", "update", "__ior__", "difference_update", "intersection_update",
+                             "symmetric_difference_update", "__iand__", "__isub__", "__ixor__"})
+
+
+def _contents_now(name: str, rest: tuple) -> tuple:
+    if name in _READS_CONTENTS:
+        return tuple(_copy_contents(a) for a in rest)
+    if name == "__setitem__" and len(rest) == 2 and type(rest[0]) is slice:
+        return rest[0], _copy_contents(rest[1])
+    return tuple(rest)
+
+
+def _copy_contents(a):
+    """A copy of iterable a's contents, of a kind the mutators accept where a was accepted (iterators consumed once)."""
+    if isinstance(a, (set, frozenset, dict)):
+        return type(a)(a) if type(a) in (set, frozenset, dict) else (dict(a) if isinstance(a, dict) else set(a))
+    if isinstance(a, (str, bytes, bytearray, range)):
+        return a
+    return list(a)
 
 
 def _reader(rt, fn, args, kwargs):

@@ -84,11 +84,23 @@ def _prepare_binary(inst, code):
     inst.aux = BINARY_OPS[inst.arg]
 
 
+# in-place operators that change a builtin container: on an external one (`out += feats`) they go through the
+# container's method, so the write is recorded and replayed like out.extend(feats) (it changed the caller's list
+# during tracing only)
+_INPLACE_DUNDERS = {operator.iadd: "__iadd__", operator.imul: "__imul__", operator.ior: "__ior__",
+                    operator.iand: "__iand__", operator.isub: "__isub__", operator.ixor: "__ixor__"}
+_MUTABLE_BUILTINS = (list, dict, set, bytearray)
+
+
 @handler("BINARY_OP", prepare=_prepare_binary)
 def BINARY_OP(frame, inst):
     stack = frame.stack
     b = stack.pop()
-    stack[-1] = inst.aux(stack[-1], b)
+    a = stack[-1]
+    if type(a) in _MUTABLE_BUILTINS and inst.aux in _INPLACE_DUNDERS and id(a) in frame.rt.external:
+        stack[-1] = frame.rt.call_native(getattr(type(a), _INPLACE_DUNDERS[inst.aux]), (a, b), {})
+        return
+    stack[-1] = inst.aux(a, b)
 
 
 def _prepare_compare(inst, code):

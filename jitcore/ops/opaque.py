@@ -4,6 +4,8 @@ prints as one line naming the torch function.
 """
 from __future__ import annotations
 
+import copy
+import itertools
 import re
 
 import torch
@@ -207,35 +209,97 @@ proxies.OPAQUE_METHOD_FACTORY = _opaque_method
 
 
 # -- the backward of an opaque op: recompute it under torch.autograd at run time -----------------------------------
-def _opaque_vjp_meta(fn, args, kwargs, grads):
-    return [a.like(requires_grad=False) if isinstance(a, proxies.TensorProxy) and a.requires_grad else None
-            for a in args]
+# Its output has one entry per positional argument of the op, then one for its keyword arguments when it has any
+# (their values in order, as a list). An entry is the gradient of a tensor argument, a list mirroring a list, tuple or
+# dict argument (a dict by its values) at any depth, or None where nothing in the argument gets a gradient: the
+# weights torch.lstm receives as a list get theirs.
+def _grad_layout(value, leaf):
+    """`value` with every tensor replaced by leaf(tensor) and every list, tuple or dict by a list of its entries'
+    layouts; None for a value holding no gradient."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    elif not isinstance(value, (list, tuple)):
+        return leaf(value)
+    items = [_grad_layout(v, leaf) for v in value]
+    return items if any(i is not None for i in items) else None
 
 
-def opaque_vjp(fn, args, kwargs, grads):
-    """Recompute fn(*args, **kwargs) with autograd and pull `grads` (one per output) back to its tensor args."""
+def _grads_of(args, kwargs, leaf) -> list:
+    out = [_grad_layout(a, leaf) for a in args]
+    return (out + [_grad_layout(list(kwargs.values()), leaf)]) if kwargs else out
+
+
+def _map_tensors(value, fn, cls=torch.Tensor):
+    """`value` with fn applied to each tensor (instance of cls) in it, at any depth of its lists, tuples and dicts
+    (types kept), in the order the arguments are written."""
+    if isinstance(value, cls):
+        return fn(value)
+    t = type(value)
+    if t is list:
+        return [_map_tensors(v, fn, cls) for v in value]
+    if t is dict:
+        return {k: _map_tensors(v, fn, cls) for k, v in value.items()}
+    if isinstance(value, dict):  # OrderedDict, defaultdict...: a copy of the same kind
+        new = copy.copy(value)
+        for k, v in value.items():
+            new[k] = _map_tensors(v, fn, cls)
+        return new
+    if isinstance(value, tuple):
+        items = [_map_tensors(v, fn, cls) for v in value]
+        return t(*items) if hasattr(value, "_fields") else t(items)
+    return value
+
+
+def _differentiable(t) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _opaque_vjp_meta(fn, args, kwargs, grads, wrt=None):
+    def leaf(a):
+        return a.like(requires_grad=False) if isinstance(a, proxies.TensorProxy) and a.requires_grad else None
+
+    return _grads_of(args, kwargs, leaf)
+
+
+def opaque_vjp(fn, args, kwargs, grads, wrt=None):
+    """Recompute fn(*args, **kwargs) with autograd and pull `grads` (one per flat output) back to the tensors it
+    received, at any depth of its arguments (laid out as described above): those whose positions among the tensors
+    are in `wrt` (as traced: the ones that required grad), or every floating one when wrt is None."""
+    leaves, index = [], itertools.count()
+
+    def track(t):
+        i = next(index)
+        if not _differentiable(t) or (wrt is not None and i not in wrt):
+            return t
+        leaves.append(t.detach().requires_grad_(True))
+        return leaves[-1]
+
     with torch.enable_grad():
-        inputs = [a.detach().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                  for a in args]
-        out = fn(*inputs, **kwargs)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        args, kwargs = _map_tensors(args, track), _map_tensors(kwargs, track)
+        outs = tree_flatten(fn(*args, **kwargs))[0]
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
-        wrt = [a for a in inputs if isinstance(a, torch.Tensor) and a.requires_grad]
-        got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs else ()
-    got = iter(got)
-    result = []
-    for a in inputs:
-        if isinstance(a, torch.Tensor) and a.requires_grad:
-            gi = next(got, None)
-            result.append(gi if gi is not None else torch.zeros_like(a))
-        else:
-            result.append(None)
-    return result
+        got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True) \
+            if pairs and leaves else [None] * len(leaves)
+    by_id = {id(t): g if g is not None else torch.zeros_like(t) for t, g in zip(leaves, got)}
+    return _grads_of(args, kwargs, lambda a: by_id.get(id(a)) if isinstance(a, torch.Tensor) else None)
 
 
-opaque_vjp_sym = Symbol("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
-                        call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
+class _OpaqueVjp(Symbol):
+    """The opaque backward op: recorded over proxies, it names the tensors that required grad (`wrt`), so the
+    recomputation asks torch for no other gradient (buffers such as batch norm's running stats refuse one)."""
+
+    def __call__(self, fn, args, kwargs, grads, wrt=None):
+        if wrt is None:
+            found = []
+            _map_tensors((args, kwargs), found.append, proxies.TensorProxy)
+            if found:
+                wrt = tuple(i for i, t in enumerate(found) if t.requires_grad)
+        return super().__call__(fn, args, kwargs, grads, **({} if wrt is None else {"wrt": wrt}))
+
+
+opaque_vjp_sym = _OpaqueVjp("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
+                            call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
 EAGER_KERNELS[opaque_vjp_sym.id] = opaque_vjp
 
 

@@ -14,6 +14,7 @@ from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops import torch_map
 from jitcore.ops.registry import LTORCH, torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import check
@@ -304,3 +305,101 @@ def _opaque_inplace_factory(previous):
 
 if proxies.OPAQUE_METHOD_FACTORY is not None:
     proxies.OPAQUE_METHOD_FACTORY = _opaque_inplace_factory(proxies.OPAQUE_METHOD_FACTORY)
+
+
+# -- torch functions with no op that write into arguments (torch.i0_, torch._foreach_mul_, native_batch_norm's running
+# stats, aten in-place overloads): the functional form over clones, then the writes ---------------------------------
+_OPAQUE_INPLACE_FUNCTIONS: dict = {}
+
+
+def _schema_of(fn):
+    if isinstance(fn, torch._ops.OpOverload):
+        return fn._schema
+    packet = fn if isinstance(fn, torch._ops.OpOverloadPacket) else None
+    if packet is None and type(fn) is type(torch.add) and getattr(fn, "__module__", None) == "torch":
+        try:  # torch.native_batch_norm: the aten operator of the same name
+            packet = getattr(torch.ops.aten, fn.__name__)
+        except (AttributeError, RuntimeError):
+            return None
+    if not isinstance(packet, torch._ops.OpOverloadPacket) or not packet.overloads():
+        return None
+    names = packet.overloads()
+    return getattr(packet, "default" if "default" in names else names[0])._schema
+
+
+def _written_arguments(fn) -> list[tuple[int, str]] | None:
+    """(position, name) of the arguments torch callable fn writes into, from its aten schema, or the first one for a
+    torch builtin named like an in-place function; None when it writes none."""
+    schema = _schema_of(fn)
+    if schema is not None:
+        written = [(i, a.name) for i, a in enumerate(schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only]
+        return written or None
+    name = getattr(fn, "__name__", "")
+    if type(fn) is type(torch.add) and name.endswith("_") and not name.endswith("__") and name not in _METADATA_INPLACE:
+        return [(0, "self")]
+    return None
+
+
+def _targets(written, args, kwargs) -> list:
+    return [args[i] if i < len(args) else kwargs.get(name) for i, name in written]
+
+
+def _with_targets(written, args, kwargs, values):
+    args, kwargs = list(args), dict(kwargs)
+    for (i, name), v in zip(written, values):
+        if i < len(args):
+            args[i] = v
+        elif name in kwargs:
+            kwargs[name] = v
+    return args, kwargs
+
+
+def _clone(t):
+    return [x.clone() for x in t] if isinstance(t, (list, tuple)) else None if t is None else t.clone()
+
+
+def opaque_inplace_call(fn):
+    """For a torch callable with no op that writes into some of its arguments (tensors or lists of tensors): a call
+    recording its functional form (an opaque op over clones of those arguments, returning its results and the written
+    clones) and the writes back, so later reads see them; None for callables that write nothing."""
+    try:
+        found = _OPAQUE_INPLACE_FUNCTIONS.get(fn)
+    except TypeError:
+        return None
+    if found is not None:
+        return found or None
+    written = _written_arguments(fn)
+    if written is None:
+        _OPAQUE_INPLACE_FUNCTIONS[fn] = False  # asked once per callable
+        return None
+    name = getattr(fn, "__name__", str(fn))
+
+    def functional(*args, **kwargs):
+        clones = [_clone(t) for t in _targets(written, args, kwargs)]
+        args, kwargs = _with_targets(written, args, kwargs, clones)
+        return fn(*args, **kwargs), clones
+
+    functional.__name__ = f"{name}functional".replace(".", "_")
+    functional.stands_for = fn
+    from jitcore.ops.opaque import opaque_symbol
+
+    op = opaque_symbol(functional)
+
+    def call(*args, **kwargs):
+        result, values = op(*args, **kwargs)
+        written_back = []
+        for target, value in zip(_targets(written, args, kwargs), values):
+            if isinstance(target, (list, tuple)):
+                for t, v in zip(target, value):
+                    write(name, t, v)
+            elif target is not None:
+                written_back.append(write(name, target, value))
+        # an in-place function returns the tensor it wrote (torch.i0_(x) is x)
+        return written_back[0] if name.endswith("_") and written_back and isinstance(result, TensorProxy) else result
+
+    _OPAQUE_INPLACE_FUNCTIONS[fn] = call
+    return call
+
+
+torch_map.OPAQUE_INPLACE = opaque_inplace_call

@@ -27,6 +27,10 @@ def lookup(fn):
         return None
 
 
+# torch callable -> a call recording its writes, or None (set by jitcore.ops.torch_inplace)
+OPAQUE_INPLACE = None
+
+
 def dispatch(func, args, kwargs):
     """Called by TensorProxy.__torch_function__: run the mapped op, or an opaque op for unmapped torch callables."""
     op = lookup(func)
@@ -34,6 +38,8 @@ def dispatch(func, args, kwargs):
         name = getattr(func, "__name__", None)
         if name is not None and getattr(func, "__objclass__", None) is not None:  # torch.Tensor.foo descriptors
             op = TENSOR_METHODS.get(name)
+        if op is None and OPAQUE_INPLACE is not None:
+            op = OPAQUE_INPLACE(func)  # torch.i0_(x), torch._foreach_mul_(xs, 2): the writes are recorded
         if op is None:
             from jitcore.ops.opaque import opaque_symbol
 
