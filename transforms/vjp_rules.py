@@ -95,6 +95,7 @@ _binary("prims.atan2",
         lambda a, b, out, g: mul(g, div(neg(a), add(mul(a, a), mul(b, b)))))
 _binary("prims.remainder", lambda a, b, out, g: g,
         lambda a, b, out, g: mul(g, neg(te.floor(div(a, b)))))
+_binary("prims.nextafter", lambda a, b, out, g: g, lambda a, b, out, g: None)  # eager: nextafter(a, b) ~ a
 _binary("prims.fmod", lambda a, b, out, g: g, lambda a, b, out, g: mul(g, neg(te.trunc(div(a, b)))))
 
 
@@ -151,10 +152,11 @@ def opaque_vjp(bsym, gs):
 
 # shape, reduction, indexing and nn prims, then torch-level composites: their rows live in files of their own
 def _structural_rows():
-    from transforms import vjp_rules_composite, vjp_rules_structural
+    from transforms import vjp_rules_composite, vjp_rules_edges, vjp_rules_structural
 
     vjp_rules_structural.rules(VJP_RULES)
     vjp_rules_composite.rules(VJP_RULES)
+    vjp_rules_edges.rules(VJP_RULES)
 
 
 _structural_rows()

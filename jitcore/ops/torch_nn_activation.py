@@ -23,6 +23,7 @@ from jitcore.ops.torch_elementwise import (
     erf,
     exp,
     expm1,
+    ge,
     gt,
     le,
     log,
@@ -61,7 +62,9 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     check(max_val >= min_val, "hardtanh: min_val cannot be greater than max_val")
     if dtypes.category(input.dtype) == 1:
         min_val, max_val = int(min_val), int(max_val)
-    return nh.maybe_inplace(input, to_dtype(clamp(input, min_val, max_val), input.dtype), inplace)
+    # picked with <= and >= (not clamp): eager's gradient is 0 at the bounds themselves, clamp's is 1 there
+    out = where(le(input, min_val), min_val, where(ge(input, max_val), max_val, input))
+    return nh.maybe_inplace(input, to_dtype(out, input.dtype), inplace)
 
 
 @torchsymbol(F.relu6)

@@ -1,0 +1,148 @@
+"""Gradients against eager over PyTorch's OpInfo database: every OpInfo whose torch callable our ops table maps
+(torch_map.TORCH_MAP) and that supports autograd is differentiated under jitcore.jit and under eager, on float32
+samples, through a random-weighted sum of its differentiable outputs. Values and NaN positions must match within
+OpInfo's own float32 tolerances. Norm-like ops also get samples at zero, where eager defines a subgradient.
+The CI part takes the first samples of each op (plus the zero samples); `-m slow` sweeps every sample.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import jitcore
+from jitcore.errors import DataDependentError, UnsupportedError
+from tests.test_opinfo import SKIP, XFAIL, _call, _id, _outputs, common
+
+device_type = pytest.importorskip("torch.testing._internal.common_device_type", reason="needs expecttest")
+
+GRAD_OPS = [op for op in common.op_db if op.supports_autograd and op.name not in SKIP
+            and torch.float32 in op.supported_dtypes("cpu")]
+CI_SAMPLES = 2
+# torch.testing's float32 defaults, which OpInfo tests use unless an op's decorators override them
+DEFAULT_TOL = (1e-5, 1.3e-6)
+
+# ops whose gradient cannot match eager's: jitcore refuses (UnsupportedError naming the op) when a gradient flows
+# through them. op id -> why
+REFUSED = {}
+
+# ops with points where eager's gradient is a chosen subgradient (a norm or std at 0, an activation at its bounds):
+# each of their samples is also run with its input filled by cycling through each tuple of values
+_ZERO_CONST = ((0.0,), (1.5,))
+EDGES = dict.fromkeys((
+    "abs", "sqrt", "std", "var", "std_mean", "var_mean", "norm", "linalg.norm", "linalg.vector_norm",
+    "linalg.matrix_norm", "nn.functional.normalize", "dist", "cdist", "nn.functional.pdist", "renorm",
+    "nn.functional.layer_norm", "nn.functional.group_norm", "nn.functional.instance_norm", "nn.functional.batch_norm",
+    "nn.functional.rms_norm", "nn.functional.pairwise_distance", "nn.functional.cosine_similarity", "max", "min",
+    "amax", "amin", "sgn", "sign", "nn.functional.l1_loss", "nn.functional.mse_loss", "nn.functional.smooth_l1_loss",
+    "nn.functional.huber_loss", "pow", "float_power", "rsqrt", "hypot", "logsumexp", "cumprod", "prod",
+    "linalg.multi_dot", "nn.functional.embedding_bag", "nextafter", "atan2", "copysign", "fmax", "fmin", "maximum",
+    "minimum", "xlogy", "special.xlog1py", "nn.functional.kl_div", "mean", "sum", "median", "nanmedian", "kthvalue",
+    "sort", "topk", "where", "masked_fill", "frexp", "ldexp", "nn.functional.softplus",
+    "nn.functional.elu"), _ZERO_CONST)
+EDGES.update({  # activations and clamps at their kinks (and on both sides)
+    "nn.functional.relu": ((0.0, 1.0, -1.0),), "nn.functional.relu6": ((0.0, 6.0, 3.0, -1.0, 7.0),),
+    "nn.functional.hardtanh": ((-1.0, 1.0, 0.0, -2.0, 2.0),), "nn.functional.hardsigmoid": ((-3.0, 3.0, 0.0, 4.0),),
+    "nn.functional.hardswish": ((-3.0, 3.0, 0.0, 4.0, -4.0),), "nn.functional.leaky_relu": ((0.0, 1.0, -1.0),),
+    "nn.functional.hardshrink": ((0.5, -0.5, 0.0, 1.0),), "nn.functional.softshrink": ((0.5, -0.5, 0.0, 1.0),),
+    "nn.functional.celu": ((0.0, 1.0, -1.0),), "nn.functional.selu": ((0.0, 1.0, -1.0),),
+    "nn.functional.threshold": ((0.0, 1.0, -1.0),), "nn.functional.prelu": ((0.0, 1.0, -1.0),),
+    "clamp": ((0.0, 1.0, -1.0, 0.5, -0.5),), "clamp_min": ((0.0, 1.0, -1.0),), "clamp_max": ((0.0, 1.0, -1.0),),
+    "nn.functional.logsigmoid": ((0.0, 30.0, -30.0),), "nn.functional.mish": ((0.0, 30.0, -30.0),),
+    "nn.functional.silu": ((0.0,),), "nn.functional.gelu": ((0.0,),), "round": ((0.5, 1.5),), "frac": ((1.0, 0.0),),
+    "floor": ((1.0,),), "ceil": ((1.0,),), "trunc": ((1.0,),), "fmod": ((0.0, 2.0),), "remainder": ((0.0, 2.0),),
+})
+
+
+def _tolerance(op):
+    """(atol, rtol) for float32: torch.testing's defaults, raised to the largest float32 toleranceOverride the OpInfo
+    declares for any of its tests."""
+    atol, rtol = DEFAULT_TOL
+    for info in op.decorators:
+        for dec in getattr(info, "decorators", ()):
+            if isinstance(dec, device_type.toleranceOverride) and torch.float32 in dec.d:
+                atol, rtol = max(atol, dec.d[torch.float32].atol), max(rtol, dec.d[torch.float32].rtol)
+    return atol, rtol
+
+
+def _grad_samples(op, limit):
+    try:
+        samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=True), limit))
+    except Exception as e:
+        pytest.skip(f"sample_inputs failed: {type(e).__name__}: {e}")
+    out = [(f"sample {i}", s) for i, s in enumerate(samples)]
+    for values in EDGES.get(op.name, ()):
+        out += [(f"sample {i} at {values}", _filled(s, values)) for i, s in enumerate(samples)]
+    return out
+
+
+def _filled(sample, values):
+    """The sample with its input tensor filled by cycling through `values` (a leaf that still requires grad)."""
+    inp = sample.input
+    if not isinstance(inp, torch.Tensor) or not inp.dtype.is_floating_point:
+        return sample
+    cycle = torch.tensor(values, dtype=inp.dtype).repeat(inp.numel() // len(values) + 1)[:inp.numel()]
+    new = cycle.reshape(inp.shape).requires_grad_(inp.requires_grad)
+    return type(sample)(new, args=sample.args, kwargs=sample.kwargs)
+
+
+def _diff_outputs(out):
+    return [(i, o) for i, o in enumerate(_outputs(out)) if o.requires_grad and o.dtype.is_floating_point]
+
+
+def _grads(outs, weights, leaves):
+    """d(sum_i <w_i, out_i>)/d leaves, zeros where a leaf is not reached."""
+    pairs = [(o, w) for o, w in zip(outs, weights) if o is not None and o.requires_grad]
+    got = torch.autograd.grad([o for o, _ in pairs], leaves, [w for _, w in pairs], allow_unused=True) if pairs \
+        else [None] * len(leaves)
+    return [torch.zeros_like(x) if g is None else g for g, x in zip(got, leaves)]
+
+
+def _check_grad(op, sample, tol):
+    fn, args = _call(op, sample)
+    leaves = [a for a in args if a.requires_grad and a.dtype.is_floating_point]
+    try:
+        expected = _diff_outputs(fn(*args))
+    except Exception:
+        return  # eager refuses this sample
+    if not leaves or not expected:
+        return
+    weights = [torch.randn_like(o) for _, o in expected]
+    want = _grads([o for _, o in expected], weights, leaves)
+    try:
+        got_all = _outputs(jitcore.jit(fn, cache="no caching")(*args))
+    except DataDependentError:
+        return  # documented: output shapes that depend on values need the data
+    got_by_index = dict(_diff_outputs(got_all))
+    got = _grads([got_by_index.get(i) for i, _ in expected], weights, leaves)
+    for k, (w, g) in enumerate(zip(want, got)):
+        torch.testing.assert_close(g, w, atol=tol[0], rtol=tol[1], equal_nan=True,
+                                   msg=lambda m, k=k: f"gradient of tensor argument {k}: {m}")
+
+
+def _run(op, limit):
+    if _id(op) in XFAIL:
+        pytest.xfail(XFAIL[_id(op)])
+    torch.manual_seed(0)
+    tol = _tolerance(op)
+    for name, sample in _grad_samples(op, limit):
+        if _id(op) in REFUSED:
+            with pytest.raises(UnsupportedError, match=REFUSED[_id(op)][0]):
+                _check_grad(op, sample, tol)
+            continue
+        try:
+            _check_grad(op, sample, tol)
+        except Exception as e:
+            raise AssertionError(f"{_id(op)} {name} ({sample}): {type(e).__name__}: {e}") from e
+
+
+@pytest.mark.parametrize("op", GRAD_OPS, ids=_id)
+def test_opinfo_grad_matches_eager(op):
+    _run(op, CI_SAMPLES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", GRAD_OPS, ids=_id)
+def test_opinfo_grad_matches_eager_all_samples(op):
+    _run(op, None)
