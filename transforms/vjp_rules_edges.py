@@ -1,7 +1,7 @@
 """Transforms: VJP rows for torch-level composites whose decomposition's gradient differs from eager's at edge points
-(std where it is 0, a vector norm at 0, max/min along a dim at ties, xlogy at x = 0). Each rule writes eager's own
-backward formula (torch/csrc/autograd/FunctionsManual.cpp: std_backward, norm_backward,
-value_selecting_reduction_backward, xlogy's derivative), so the jitted gradient is eager's, subgradients included.
+(std where it is 0, a vector norm at 0, max/min along a dim at ties, xlogy at x = 0, logsigmoid at 0). Each rule
+writes eager's own backward formula (FunctionsManual.cpp: std_backward, norm_backward,
+value_selecting_reduction_backward; xlogy's derivative; log_sigmoid_backward): the jitted gradient is eager's.
 """
 from __future__ import annotations
 
@@ -158,6 +158,17 @@ _xlog1py_rule = _xlog_rule_for(lambda b: te.log1p(b) if _is_t(b) else math.log1p
                                lambda b: te.add(b, 1))
 
 
+# -- logsigmoid: eager's log_sigmoid_backward (1 - sigmoid(x), computed from exp(-|x|)); 0.5 at 0 -------------------
+def _logsigmoid_rule(bsym, g):
+    x = bsym.args[0]
+    if not _real_float(x):
+        return NotImplemented
+    xc = _upcast(x)
+    z = te.exp(te.neg(te.abs(xc)))
+    s = te.div(z, te.add(z, 1))
+    return (te.to_dtype(te.mul(_upcast(g), te.where(te.lt(xc, 0), te.sub(1, s), s)), x.dtype),)
+
+
 def rules(VJP_RULES: dict):
     """Fill VJP_RULES with this file's rows."""
     VJP_RULES["ltorch.std"] = _std_rule
@@ -168,3 +179,4 @@ def rules(VJP_RULES: dict):
     VJP_RULES["ltorch.min"] = _max_min_rule
     VJP_RULES["ltorch.xlogy"] = _xlogy_rule
     VJP_RULES["ltorch.xlog1py"] = _xlog1py_rule
+    VJP_RULES["ltorch.logsigmoid"] = _logsigmoid_rule

@@ -17,7 +17,6 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import (
     abs,
     add,
-    clamp,
     clamp_max,
     div,
     erf,
@@ -145,15 +144,21 @@ def softsign(input):
     return div(input, add(abs(input), 1))
 
 
+def _hard_pieces(x, low, high, middle):
+    """low for x <= -3, high for x >= 3, middle(x) between: eager's gradient at -3 and 3 is that of the outer pieces
+    (clamp's would be the middle's)."""
+    return where(le(x, -3.0), low, where(ge(x, 3.0), high, middle(x)))
+
+
 @torchsymbol(F.hardsigmoid)
 def hardsigmoid(input, inplace=False):
-    out = _float_op("hardsigmoid", input, lambda x: div(clamp(add(x, 3.0), 0.0, 6.0), 6.0))
+    out = _float_op("hardsigmoid", input, lambda x: _hard_pieces(x, 0.0, 1.0, lambda x: div(add(x, 3.0), 6.0)))
     return nh.maybe_inplace(input, out, inplace)
 
 
 @torchsymbol(F.hardswish)
 def hardswish(input, inplace=False):
-    out = _float_op("hardswish", input, lambda x: div(mul(x, clamp(add(x, 3.0), 0.0, 6.0)), 6.0))
+    out = _float_op("hardswish", input, lambda x: _hard_pieces(x, 0.0, x, lambda x: div(mul(x, add(x, 3.0)), 6.0)))
     return nh.maybe_inplace(input, out, inplace)
 
 
