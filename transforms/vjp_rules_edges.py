@@ -55,9 +55,7 @@ def _std_rule(bsym, g_std, g_mean=None):
         return NotImplemented
     dims, correction = _var_args(bsym.sym.name, input, dim, unbiased, correction)
     shape = tuple(input.shape)
-    n = _numel(shape, dims)
-    if not isinstance(n, int):
-        return NotImplemented  # symbolic sizes: through the decomposition
+    n = _numel(shape, dims)  # an IntegerProxy under symbolic sizes: the arithmetic below is recorded
     x = _upcast(input)
     std = bsym.output[0] if isinstance(bsym.output, tuple) else bsym.output
     gx = None
@@ -66,9 +64,12 @@ def _std_rule(bsym, g_std, g_mean=None):
         g_var = te.where(te.eq(std, 0), 0.0, te.div(g_std, te.mul(std, 2)))
         mean = restore_dims(te.div(pr.sum(x, dims), n), shape, dims)
         centered = te.sub(x, te.expand_to(mean, shape))
+        gx = te.mul(_spread(g_var, shape, dims, keepdim), centered)
         denom = n - correction
-        scale = 2.0 / denom if denom != 0 else math.inf  # eager divides in double: 2 / 0 is inf
-        gx = te.mul(te.mul(_spread(g_var, shape, dims, keepdim), centered), scale)
+        if isinstance(denom, (int, float)):  # eager scales by 2 / (n - correction) in double: 2 / 0 is inf
+            gx = te.mul(gx, 2.0 / denom if denom != 0 else math.inf)
+        else:
+            gx = te.div(te.mul(gx, 2.0), denom)
     if g_mean is not None:
         gm = te.div(_spread(_upcast(g_mean), shape, dims, keepdim), n)
         gx = gm if gx is None else te.add(gx, gm)
