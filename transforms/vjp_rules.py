@@ -95,7 +95,8 @@ _binary("prims.atan2",
         lambda a, b, out, g: mul(g, div(neg(a), add(mul(a, a), mul(b, b)))))
 _binary("prims.remainder", lambda a, b, out, g: g,
         lambda a, b, out, g: mul(g, neg(te.floor(div(a, b)))))
-_binary("prims.nextafter", lambda a, b, out, g: g, lambda a, b, out, g: None)  # eager: nextafter(a, b) ~ a
+_binary("prims.nextafter", lambda a, b, out, g: te.where(te.ne(a, b), g, 0.0),  # eager: a step from a, none at b
+        lambda a, b, out, g: None)
 _binary("prims.fmod", lambda a, b, out, g: g, lambda a, b, out, g: mul(g, neg(te.trunc(div(a, b)))))
 
 

@@ -153,10 +153,9 @@ def _is_t(x) -> bool:
     return isinstance(x, TensorProxy)
 
 
-_xlogy_rule = _xlog_rule_for(lambda b: te.log(b) if _is_t(b) else math.log(b) if b > 0 else math.nan, 0.0,
-                             lambda b: b)
-_xlog1py_rule = _xlog_rule_for(lambda b: te.log1p(b) if _is_t(b) else math.log1p(b) if b > -1 else math.nan, -1.0,
-                               lambda b: te.add(b, 1))
+_xlogy_rule = _xlog_rule_for(lambda b: te.log(b) if _is_t(b) else te.log_number(b), 0.0, lambda b: b)
+_xlog1py_rule = _xlog_rule_for(lambda b: te.log1p(b) if _is_t(b) else te.log1p_number(b), -1.0,
+                               lambda b: te.add(b, 1) if _is_t(b) else b + 1)
 
 
 # -- logsigmoid: eager's log_sigmoid_backward (1 - sigmoid(x), computed from exp(-|x|)); 0.5 at 0 -------------------
