@@ -158,7 +158,9 @@ def hardsigmoid(input, inplace=False):
 
 @torchsymbol(F.hardswish)
 def hardswish(input, inplace=False):
-    out = _float_op("hardswish", input, lambda x: _hard_pieces(x, 0.0, x, lambda x: div(mul(x, add(x, 3.0)), 6.0)))
+    # x * 0 and x * 6 / 6 as eager computes them at the ends (NaN at -inf, rounding of large x)
+    out = _float_op("hardswish", input, lambda x: _hard_pieces(x, mul(x, 0.0), div(mul(x, 6.0), 6.0),
+                                                                lambda x: div(mul(x, add(x, 3.0)), 6.0)))
     return nh.maybe_inplace(input, out, inplace)
 
 
