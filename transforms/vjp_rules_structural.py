@@ -196,7 +196,7 @@ def rules(VJP_RULES: dict):
     @row("prims.scatter")
     def _(bsym, g):
         a, index, src, dim = bsym.args
-        ga = pi.scatter(g, index, zeros_like(src), dim) if is_diff(a) else None
+        ga = pi.scatter(g, index, zeros_like(src) if isinstance(src, TensorProxy) else 0, dim) if is_diff(a) else None
         return ga, None, pi.take_along_axis(g, index, dim) if is_diff(src) else None
 
     @row("prims.index_add")
