@@ -36,6 +36,12 @@ LOUD = {
     **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update"),
                     (RuntimeError, "opaque op: the backward recomputes it with every float argument requiring grad, "
                                    "running_mean too, which torch refuses (jitcore/ops/opaque.py, opaque_vjp)")),
+    **dict.fromkeys(("nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.circular"),
+                    (MetaError, "negative padding (cropping) only in constant mode (the forward sweep's XFAIL too)")),
+    "repeat_interleave": (UnsupportedError, "repeats given as a tensor: the output size depends on its values"),
+    "nn.functional.batch_norm": (MetaError, "an empty 1-D input, which eager accepts, is refused"),
+    "gather": (MetaError, "an empty index of another rank than input, which eager accepts, is refused"),
+    "tensordot": (MetaError, "contracting a size-1 dim with a larger one, which eager broadcasts, is refused"),
     **dict.fromkeys(("masked.mean", "masked.var", "masked.std"),
                     (MetaError, "torch.masked's Python code hands div a real tensor it made while "
                                                "tracing (interpreter: a tensor constant not turned into a proxy)")),
@@ -44,12 +50,17 @@ LOUD = {
 RANDOM = {
     "nn.functional.fractional_max_pool3d": "draws random pooling regions (forward differs from eager's)",
     "nn.functional.multi_head_attention_forward": "samples use dropout_p > 0 in training mode",
+    "nn.functional.fractional_max_pool2d": "draws random pooling regions (some samples' forward differs from eager's)",
+    "svd_lowrank": "projects on random matrices it draws itself",
 }
 # opaque ops whose gradient through a list or keyword argument is zero here: branch fix-f's opaque_vjp pulls gradients
 # back to tensors at any depth of the arguments (verified merged); remove these entries with that merge
 OPAQUE_CONTAINERS = {
     "linalg.multi_dot": "tensors in a list argument get no gradient (opaque_vjp differentiates positional tensors)",
     "nn.functional.embedding_bag": "per_sample_weights is a keyword argument: opaque_vjp gives it no gradient",
+    **dict.fromkeys(("nn.functional.linear_cross_entropy", "nn.functional.linear_cross_entropy.chunked",
+                     "nn.functional.linear_cross_entropy.chunked_none"),
+                    "linear_bias is a keyword argument: opaque_vjp gives it no gradient"),
 }
 
 
@@ -126,6 +137,8 @@ def _grads(outs, weights, leaves):
 
 
 def _check_grad(op, sample, tol):
+    if sample.kwargs.get("dropout_p", 0) > 0:
+        return  # dropout draws random numbers: eager's and the jitted draws differ (sdpa's dropout samples)
     fn, args = _call(op, sample)
     leaves = [a for a in args if a.requires_grad and a.dtype.is_floating_point]
     try:
