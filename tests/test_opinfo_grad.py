@@ -162,11 +162,12 @@ def _check_grad(op, sample, tol):
                                    msg=lambda m, k=k: f"gradient of tensor argument {k}: {m}")
 
 
-def _run(op, limit):
+def _run(op, limit, request):
     name = _id(op)
-    for table in (XFAIL, OPAQUE_CONTAINERS):
-        if name in table:
-            pytest.xfail(table[name])
+    if name in XFAIL:
+        pytest.xfail(XFAIL[name])
+    if name in OPAQUE_CONTAINERS:  # runs: an XPASS once fix-f is merged says the entry can go
+        request.applymarker(pytest.mark.xfail(reason=OPAQUE_CONTAINERS[name], strict=False))
     if name in RANDOM:
         pytest.skip(RANDOM[name])
     torch.manual_seed(0)
@@ -185,11 +186,11 @@ def _run(op, limit):
 
 
 @pytest.mark.parametrize("op", GRAD_OPS, ids=_id)
-def test_opinfo_grad_matches_eager(op):
-    _run(op, CI_SAMPLES)
+def test_opinfo_grad_matches_eager(op, request):
+    _run(op, CI_SAMPLES, request)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("op", GRAD_OPS, ids=_id)
-def test_opinfo_grad_matches_eager_all_samples(op):
-    _run(op, None)
+def test_opinfo_grad_matches_eager_all_samples(op, request):
+    _run(op, None, request)
