@@ -202,6 +202,28 @@ SAMPLES["ltorch.split_with_sizes"] = [(lambda a: a.split_with_sizes([2, 1], -1)[
 SAMPLES["ltorch.chunk"] = [(lambda a: a.chunk(3, 0)[2] * 2, lambda: (t(7, 2),))]
 SAMPLES["ltorch.tensor_split"] = [(lambda a: torch.tensor_split(a, [1, 4], 1), lambda: (t(2, 5),))]
 SAMPLES["ltorch.unbind"] = [(lambda a: a.unbind(1), lambda: (t(2, 3),)), (lambda a: a.unbind(0)[1], lambda: (t(3, 2),))]
+# -- rows written as eager's formula where a decomposition's gradient differs at edge points (vjp_rules_edges.py)
+_ZROW = {"low": 0.0, "high": 0.0}  # rows of zeros: std 0, norm 0
+SAMPLES["prims.nextafter"] = [(torch.nextafter, lambda: (t(3, 4), t(4))),
+                              (lambda a, b: torch.nextafter(a, a.detach() * (b > 0)), lambda: (t(5), t(5)))]
+SAMPLES["ltorch.std"] = [(lambda a: a.std(1), lambda: (t(3, 4),)),
+                         (lambda a, z: torch.cat([a, z]).std(-1, correction=0, keepdim=True),
+                          lambda: (t(2, 4), t(2, 4, **_ZROW)))]
+SAMPLES["ltorch.std_mean"] = [(lambda a: torch.std_mean(a, 0), lambda: (t(3, 4),)),
+                              (lambda a: torch.std_mean(a * 0, (0, 1))[0], lambda: (t(3, 4),))]
+SAMPLES["ltorch.vector_norm"] = [(lambda a: torch.linalg.vector_norm(a, 2, -1), lambda: (t(3, 4),)),
+                                 (lambda a: torch.linalg.vector_norm(a * 0, 3, 0, True), lambda: (t(3, 4),)),
+                                 (lambda a: torch.linalg.vector_norm(a, 0.5), lambda: (t(3, 4),))]
+SAMPLES["ltorch.norm"] = [(lambda a: a.norm(), lambda: (t(3, 4),)), (lambda a: torch.norm(a * 0, 1.5, 1),
+                                                                      lambda: (t(3, 4),))]
+SAMPLES["ltorch.max"] = [(lambda a: torch.max(a.round(), 1), lambda: (t(3, 4),)),
+                         (lambda a: a.max(0, keepdim=True).values, lambda: (t(3, 4),))]
+SAMPLES["ltorch.min"] = [(lambda a: torch.min(a.round(), -1), lambda: (t(3, 4),))]
+SAMPLES["ltorch.xlogy"] = [(torch.xlogy, lambda: (t(3, 4), t(4, **POS))),
+                           (lambda a, b: torch.xlogy(a * (a > 0), b), lambda: (t(3, 4), t(3, 4)))]
+SAMPLES["ltorch.xlog1py"] = [(torch.special.xlog1py, lambda: (t(3, 4), t(4, **POS))),
+                             (lambda a: torch.special.xlog1py(a * (a > 0), -1.0), lambda: (t(5),))]
+SAMPLES["ltorch.logsigmoid"] = [(F.logsigmoid, lambda: (t(3, 4),)), (lambda a: F.logsigmoid(a * 0), lambda: (t(4),))]
 NO_SAMPLE = {"prims.device_put": "a second device is needed to move a tensor",
              "prims.copy_": "in-place writes into inputs; its rule passes no gradient",
              "prims.shape": "sizes are Python ints under the default cache: no prims.shape line to differentiate",

@@ -95,6 +95,8 @@ _binary("prims.atan2",
         lambda a, b, out, g: mul(g, div(neg(a), add(mul(a, a), mul(b, b)))))
 _binary("prims.remainder", lambda a, b, out, g: g,
         lambda a, b, out, g: mul(g, neg(te.floor(div(a, b)))))
+_binary("prims.nextafter", lambda a, b, out, g: te.where(te.ne(a, b), g, 0.0),  # eager: a step from a, none at b
+        lambda a, b, out, g: None)
 _binary("prims.fmod", lambda a, b, out, g: g, lambda a, b, out, g: mul(g, neg(te.trunc(div(a, b)))))
 
 
@@ -170,10 +172,11 @@ random_opaque_vjp.augment = _random_opaque_augment
 
 # shape, reduction, indexing and nn prims, then torch-level composites: their rows live in files of their own
 def _structural_rows():
-    from transforms import vjp_rules_composite, vjp_rules_structural
+    from transforms import vjp_rules_composite, vjp_rules_edges, vjp_rules_structural
 
     vjp_rules_structural.rules(VJP_RULES)
     vjp_rules_composite.rules(VJP_RULES)
+    vjp_rules_edges.rules(VJP_RULES)
 
 
 _structural_rows()

@@ -4,6 +4,8 @@ vjp_rules.py, which imports this file into the one table). Where torch has a ded
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from jitcore.ops import prims_creation as pc
@@ -133,7 +135,10 @@ def rules(VJP_RULES: dict):
         if g_var is not None:
             mean = te.div(pr.sum(a, dims), n)
             centered = te.sub(a, expand_back(mean, a, dims))
-            grad = te.mul(expand_back(g_var, a, dims), te.mul(centered, 2.0 / max(n - correction, 0)))
+            denom = n - correction  # 2 / (n - correction), inf when no degrees of freedom are left (one element)
+            scaled = te.mul(centered, 2.0 / denom if denom > 0 else math.inf) \
+                if isinstance(denom, (int, float)) else te.div(te.mul(centered, 2.0), denom)
+            grad = te.mul(expand_back(g_var, a, dims), scaled)
         if g_mean is not None:
             gm = te.div(expand_back(g_mean, a, dims), n)
             grad = gm if grad is None else te.add(grad, gm)
@@ -191,7 +196,7 @@ def rules(VJP_RULES: dict):
     @row("prims.scatter")
     def _(bsym, g):
         a, index, src, dim = bsym.args
-        ga = pi.scatter(g, index, zeros_like(src), dim) if is_diff(a) else None
+        ga = pi.scatter(g, index, zeros_like(src) if isinstance(src, TensorProxy) else 0, dim) if is_diff(a) else None
         return ga, None, pi.take_along_axis(g, index, dim) if is_diff(src) else None
 
     @row("prims.index_add")

@@ -462,19 +462,30 @@ def logaddexp2(input, other):
     return _in_float(D, lambda a, b: _logaddexp(a, b, lambda d: log1p(exp2(d)), 1 / math.log(2)), input, other)
 
 
-def _xlog(f, a, b):
+def log_number(b):
+    """log of a Python number as torch computes it: -inf at 0, NaN below."""
+    return math.log(b) if b > 0 else -math.inf if b == 0 else math.nan
+
+
+def log1p_number(b):
+    return math.log1p(b) if b > -1 else -math.inf if b == -1 else math.nan
+
+
+def _xlog(f, f_number, a, b):
+    if not isinstance(b, TensorProxy):  # a Python number: its log is a number too (NaN b: NaN everywhere)
+        return mul(a, b) if math.isnan(b) else where(eq(a, 0), to_dtype(0, a.dtype), mul(a, f_number(b)))
     out = where(eq(a, 0), to_dtype(0, a.dtype if isinstance(a, TensorProxy) else b.dtype), mul(a, f(b)))
-    return where(isnan(b), b, out) if isinstance(b, TensorProxy) else out
+    return where(isnan(b), b, out)
 
 
 @torchsymbol(torch.xlogy, T.xlogy, torch.special.xlogy, method="xlogy")
 def xlogy(input, other):
-    return _in_float(F, lambda a, b: _xlog(log, a, b), input, other)
+    return _in_float(F, lambda a, b: _xlog(log, log_number, a, b), input, other)
 
 
 @torchsymbol(torch.special.xlog1py)
 def xlog1py(input, other):
-    return _in_float(F, lambda a, b: _xlog(log1p, a, b), input, other)
+    return _in_float(F, lambda a, b: _xlog(log1p, log1p_number, a, b), input, other)
 
 
 @torchsymbol(torch.float_power, T.float_power, method="float_power")

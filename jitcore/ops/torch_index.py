@@ -280,7 +280,18 @@ def index_fill(input, dim, index, value):
         v = to_dtype(value, input.dtype)
     else:
         v = pc.full((), to_dtype(value, input.dtype), device=input.device, dtype=input.dtype)
-    return _along_dim_put("index_fill", input, dim, index, v)
+    check(index.ndim <= 1, lambda: f"index_fill(): Index should have dimension 1 or 0 (got {index.ndim})")
+    if input.ndim == 0:
+        return _along_dim_put("index_fill", input, dim, index, v)
+    # a mask of the filled positions, then where: each position takes value once, so value's gradient sums the
+    # filled positions once however often index repeats them (as eager's), where scattering value per index would not
+    d = dim_of("index_fill", dim, input.ndim)
+    size = input.shape[d]
+    hit = pi.index_put(pc.full((size,), False, device=input.device, dtype=torch.bool),
+                       (ps.reshape(index, (index.numel(),)),), pc.full((), True, device=input.device, dtype=torch.bool),
+                       False)
+    mask = ps.reshape(hit, tuple(size if i == d else 1 for i in range(input.ndim)))
+    return te.where(te.expand_to(mask, tuple(input.shape)), v, input)
 
 
 @torchsymbol(torch.index_put, T.index_put, method="index_put")

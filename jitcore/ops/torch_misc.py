@@ -14,7 +14,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.torch_reduction import sum as rsum
-from jitcore.ops.torch_shape import _cat, _promote_all, dim_of, shape_arg, slice_dim
+from jitcore.ops.torch_shape import _cat, _promote_all, copy, dim_of, shape_arg, slice_dim
 from jitcore.ops.utils import check
 from jitcore.proxies import TensorProxy
 
@@ -26,6 +26,8 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     check(input.ndim > 0, "diff expects input to be at least one-dimensional")
     check(n >= 0, lambda: f"order must be non-negative but got {n}")
     d = dim_of("diff", dim, input.ndim)
+    if n == 0:  # eager: a copy of input, prepend and append ignored
+        return copy(input)
     parts = [p for p in (prepend, input, append) if p is not None]
     x = _cat("diff", [te.expand_to(p, _with(input.shape, d, 1)) if p.ndim == 0 else p for p in parts], d) \
         if len(parts) > 1 else input

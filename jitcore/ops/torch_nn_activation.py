@@ -17,12 +17,12 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import (
     abs,
     add,
-    clamp,
     clamp_max,
     div,
     erf,
     exp,
     expm1,
+    ge,
     gt,
     le,
     log,
@@ -61,7 +61,9 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     check(max_val >= min_val, "hardtanh: min_val cannot be greater than max_val")
     if dtypes.category(input.dtype) == 1:
         min_val, max_val = int(min_val), int(max_val)
-    return nh.maybe_inplace(input, to_dtype(clamp(input, min_val, max_val), input.dtype), inplace)
+    # picked with <= and >= (not clamp): eager's gradient is 0 at the bounds themselves, clamp's is 1 there
+    out = where(le(input, min_val), min_val, where(ge(input, max_val), max_val, input))
+    return nh.maybe_inplace(input, to_dtype(out, input.dtype), inplace)
 
 
 @torchsymbol(F.relu6)
@@ -142,15 +144,23 @@ def softsign(input):
     return div(input, add(abs(input), 1))
 
 
+def _hard_pieces(x, low, high, middle):
+    """low for x <= -3, high for x >= 3, middle(x) between: eager's gradient at -3 and 3 is that of the outer pieces
+    (clamp's would be the middle's)."""
+    return where(le(x, -3.0), low, where(ge(x, 3.0), high, middle(x)))
+
+
 @torchsymbol(F.hardsigmoid)
 def hardsigmoid(input, inplace=False):
-    out = _float_op("hardsigmoid", input, lambda x: div(clamp(add(x, 3.0), 0.0, 6.0), 6.0))
+    out = _float_op("hardsigmoid", input, lambda x: _hard_pieces(x, 0.0, 1.0, lambda x: div(add(x, 3.0), 6.0)))
     return nh.maybe_inplace(input, out, inplace)
 
 
 @torchsymbol(F.hardswish)
 def hardswish(input, inplace=False):
-    out = _float_op("hardswish", input, lambda x: div(mul(x, clamp(add(x, 3.0), 0.0, 6.0)), 6.0))
+    # x * 0 and x * 6 / 6 as eager computes them at the ends (NaN at -inf, rounding of large x)
+    out = _float_op("hardswish", input, lambda x: _hard_pieces(x, mul(x, 0.0), div(mul(x, 6.0), 6.0),
+                                                                lambda x: div(mul(x, add(x, 3.0)), 6.0)))
     return nh.maybe_inplace(input, out, inplace)
 
 
