@@ -33,9 +33,9 @@ LOUD = {
                      "linalg.lstsq", "linalg.lstsq.grad_oriented", "nn.functional.ctc_loss"),
                     (UnsupportedError, "opaque op without a meta kernel for an aten op it calls (masked_select, "
                                        "equal, _to_sparse, lstsq, ctc_loss...): output sizes cannot be inferred")),
-    **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update"),
-                    (RuntimeError, "opaque op: the backward recomputes it with every float argument requiring grad, "
-                                   "running_mean too, which torch refuses (jitcore/ops/opaque.py, opaque_vjp)")),
+    **dict.fromkeys(("_native_batch_norm_legit", "_batch_norm_with_update"),
+                    (RuntimeError, "opaque op that writes its running stats: the backward recomputes it after the "
+                                   "write-back, and torch's version counter refuses (jitcore/ops/opaque.py)")),
     **dict.fromkeys(("nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.circular"),
                     (MetaError, "negative padding (cropping) only in constant mode (the forward sweep's XFAIL too)")),
     "repeat_interleave": (UnsupportedError, "repeats given as a tensor: the output size depends on its values"),
@@ -53,17 +53,6 @@ RANDOM = {
     "nn.functional.fractional_max_pool2d": "draws random pooling regions (some samples' forward differs from eager's)",
     "svd_lowrank": "projects on random matrices it draws itself",
 }
-# opaque ops whose gradient through a list or keyword argument is zero here: branch fix-f's opaque_vjp pulls gradients
-# back to tensors at any depth of the arguments (verified merged); remove these entries with that merge
-OPAQUE_CONTAINERS = {
-    "linalg.multi_dot": "tensors in a list argument get no gradient (opaque_vjp differentiates positional tensors)",
-    "nn.functional.embedding_bag": "per_sample_weights is a keyword argument: opaque_vjp gives it no gradient",
-    **dict.fromkeys(("nn.functional.linear_cross_entropy", "nn.functional.linear_cross_entropy.chunked",
-                     "nn.functional.linear_cross_entropy.chunked_none"),
-                    "linear_bias is a keyword argument: opaque_vjp gives it no gradient"),
-}
-
-
 # ops with points where eager's gradient is a chosen subgradient (a norm or std at 0, an activation at its bounds):
 # each of their samples is also run with its input filled by cycling through each tuple of values
 _ZERO_CONST = ((0.0,), (1.5,))
@@ -162,12 +151,10 @@ def _check_grad(op, sample, tol):
                                    msg=lambda m, k=k: f"gradient of tensor argument {k}: {m}")
 
 
-def _run(op, limit, request):
+def _run(op, limit):
     name = _id(op)
     if name in XFAIL:
         pytest.xfail(XFAIL[name])
-    if name in OPAQUE_CONTAINERS:  # runs: an XPASS once fix-f is merged says the entry can go
-        request.applymarker(pytest.mark.xfail(reason=OPAQUE_CONTAINERS[name], strict=False))
     if name in RANDOM:
         pytest.skip(RANDOM[name])
     torch.manual_seed(0)
@@ -186,11 +173,11 @@ def _run(op, limit, request):
 
 
 @pytest.mark.parametrize("op", GRAD_OPS, ids=_id)
-def test_opinfo_grad_matches_eager(op, request):
-    _run(op, CI_SAMPLES, request)
+def test_opinfo_grad_matches_eager(op):
+    _run(op, CI_SAMPLES)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("op", GRAD_OPS, ids=_id)
-def test_opinfo_grad_matches_eager_all_samples(op, request):
-    _run(op, None, request)
+def test_opinfo_grad_matches_eager_all_samples(op):
+    _run(op, None)
