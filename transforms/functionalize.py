@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.proxies import Proxy, TensorProxy
+from jitcore.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import tree_flatten, tree_unflatten
 from jitcore.symbol import BoundSymbol, Tag
 from jitcore.trace import Timer, Trace, from_trace, tracectx
+from jitcore.tracing import define_sizes
 
 # prims that only re-index their (single) tensor input: reading through them is a view in eager
 # (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
@@ -53,6 +54,9 @@ class _State:
     version: dict = field(default_factory=dict)  # root name -> number of writes so far
     derived: dict = field(default_factory=dict)  # view name -> root version its cur value reflects
     recorded: set = field(default_factory=set)  # roots written at least once by a write autograd records
+    producers: dict = field(default_factory=dict)  # number name -> the line (at any depth) that computes it
+    defined: set = field(default_factory=set)  # names defined by top-level lines of new (up to `seen` lines)
+    seen: int = 0
 
 
 def has_inplace(bsym) -> bool:
@@ -65,7 +69,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
         return trace, []
     with Timer() as t:
         new = from_trace(trace)
-        st = _State(new)
+        st = _State(new, producers=_number_producers(trace.bound_symbols))
         for a in trace.args:
             if isinstance(a, TensorProxy):
                 strides = (input_strides or {}).get(a.name)
@@ -79,7 +83,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
                     _write(st, bsym)
                 elif has_inplace(bsym):
                     work += reversed(bsym.subsymbols)
-                else:
+                elif not _stale_size(bsym, trace.args):
                     _emit(st, bsym)
             out_leaves, spec = tree_flatten(trace.output)
             outs = [_read(st, x) if isinstance(x, Proxy) else x for x in out_leaves]
@@ -92,8 +96,42 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
         new.output = tree_unflatten(spec, outs[: len(out_leaves)])
         if writebacks:
             new.output = tuple(outs) if isinstance(new.output, tuple) else (new.output, *outs[len(out_leaves):])
+        define_sizes(new)  # sizes read by the inlined writes: unpacked before their first use
     new.set_provenance("Functionalization (in-place ops and views)", t.seconds)
     return new, writebacks
+
+
+def _number_producers(bsyms, out=None) -> dict:
+    out = {} if out is None else out
+    for b in bsyms:
+        for o in b.flat_proxy_outs():
+            if isinstance(o, NumberProxy):
+                out.setdefault(o.name, b)
+        _number_producers(b.subsymbols, out)
+    return out
+
+
+def _stale_size(bsym, args) -> bool:
+    """A size unpack of an intermediate: inlined writes may read its sizes earlier, so define_sizes redoes it."""
+    from jitcore.ops import prims
+
+    return bsym.sym is prims.shape and not any(bsym.args[0] is a for a in args)
+
+
+def _define_numbers(st: _State, p: BoundSymbol):
+    """Emit the lines computing the numbers p reads that only a decomposition (a comment) computed so far."""
+    bsyms = st.new.bound_symbols
+    for b in bsyms[st.seen:]:
+        st.defined.update(o.name for o in b.flat_proxy_outs())
+    st.seen = len(bsyms)
+    for a in tree_flatten((p.args, p.kwargs))[0]:
+        producer = st.producers.get(a.name) if isinstance(a, NumberProxy) else None
+        if producer is None or a.name in st.defined:
+            continue
+        _define_numbers(st, producer)
+        bsyms.append(producer)
+        st.defined.update(o.name for o in producer.flat_proxy_outs())
+        st.seen = len(bsyms)
 
 
 def _detach(x):
@@ -121,7 +159,7 @@ def _read(st: _State, x):
         return st.cur.get(x.name, x)
     if st.derived.get(x.name, 0) == v:
         return st.cur.get(x.name, x)
-    value = _replay_chain(al, st.cur[al.root])
+    value = _replay_chain(st, al, st.cur[al.root])
     st.cur[x.name], st.derived[x.name] = value, v
     return value
 
@@ -192,7 +230,7 @@ def _track_views(st: _State, bsym: BoundSymbol):
     tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
     if len(tensors) != 1:
         return
-    prims = _flat_prims(bsym)
+    prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
     if any(p.sym.id not in VIEW_PRIMS for p in prims):
         return
     src = _alias_of(st, tensors[0])
@@ -276,7 +314,7 @@ def _write(st: _State, bsym: BoundSymbol):
         # autograd identity, so its later uses still send gradients to it, and only to it
         new_root = pm.no_grad_update(old_root, new_root) if old_root.requires_grad else pm.stop_gradient(new_root)
         if al.chain and not bsym.output.requires_grad:
-            st.cur[dst.name] = _replay_chain(al, new_root)
+            st.cur[dst.name] = _replay_chain(st, al, new_root)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
     if al.chain:
@@ -287,14 +325,17 @@ def _write(st: _State, bsym: BoundSymbol):
     st.derived[out.name] = st.version[root]
 
 
-def _replay_chain(al: Alias, value):
+def _replay_chain(st: _State, al: Alias, value):
     for p in al.chain:
+        _define_numbers(st, p)
         value = _replay(p, value)
     return value
 
 
 def _scatter_back(st: _State, al: Alias, value):
     """The root's new value after writing `value` into the view `al` of it."""
+    for p in al.chain:
+        _define_numbers(st, p)
     values = [st.cur.get(al.root)]
     for p in al.chain[:-1]:
         values.append(_replay(p, values[-1]))
