@@ -27,6 +27,9 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
     "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
+# view ops returning several views: eager refuses a write autograd records into them (or into views of them)
+MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
+    "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Alias:
     root: str
     chain: tuple
     meta: torch.Tensor
+    multi: str | None = None  # the multi-output view op (split, unbind, ...) on the way from the root, if any
 
 
 @dataclass
@@ -57,6 +61,7 @@ class _State:
     producers: dict = field(default_factory=dict)  # number name -> the line (at any depth) that computes it
     defined: set = field(default_factory=set)  # names defined by top-level lines of new (up to `seen` lines)
     seen: int = 0
+    opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
 
 
 def has_inplace(bsym) -> bool:
@@ -185,6 +190,33 @@ def _emit(st: _State, bsym: BoundSymbol):
         for o in bsym.flat_proxy_outs():
             st.cur.setdefault(o.name, o)
     _track_views(st, bsym)
+    if Tag.OPAQUE in bsym.sym.tags:
+        _track_opaque_views(st, bsym)
+
+
+def _track_opaque_views(st: _State, bsym: BoundSymbol):
+    """An opaque op whose result is a view of an input (as_strided, ...): writes to either cannot be followed."""
+    flat, spec = tree_flatten((bsym.args, bsym.kwargs))
+    tensors = [a for a in flat if isinstance(a, TensorProxy)]
+    if not tensors or any(not isinstance(d, int) for t in tensors for d in t.shape):
+        return
+    metas = [torch.empty(tuple(a.shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy) else a
+             for a in flat]
+    margs, mkwargs = tree_unflatten(spec, metas)
+    try:
+        with torch.no_grad():
+            out = bsym.sym.torch_fn(*margs, **mkwargs)
+    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view
+        out = None
+    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+    if out is not None and not any(o._is_view() for o in outs):
+        return
+    name = bsym.sym.id.removeprefix("opaque.")
+    for t in tensors:
+        st.opaque[_alias_of(st, t).root] = name
+    for o in bsym.flat_proxy_outs():
+        if isinstance(o, TensorProxy):
+            st.opaque[_alias_of(st, o).root] = name
 
 
 def _gained_grad(bsym, new_args) -> bool:
@@ -234,6 +266,9 @@ def _track_views(st: _State, bsym: BoundSymbol):
     if any(p.sym.id not in VIEW_PRIMS for p in prims):
         return
     src = _alias_of(st, tensors[0])
+    multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
+    if bsym.sym.id == "ltorch.detach":
+        multi = None
     made = {tensors[0].name: (src.chain, src.meta)}
     for p in prims:
         a = p.args[0]
@@ -247,7 +282,7 @@ def _track_views(st: _State, bsym: BoundSymbol):
     for o in bsym.flat_proxy_outs():
         if o.name in made and o.name != tensors[0].name:
             chain, meta = made[o.name]
-            st.alias[o.name] = Alias(src.root, chain, meta)
+            st.alias[o.name] = Alias(src.root, chain, meta, multi)
             st.derived[o.name] = st.version.get(src.root, 0)
 
 
@@ -299,6 +334,11 @@ def _write(st: _State, bsym: BoundSymbol):
         value = pm.stop_gradient(value)
     al = _alias_of(st, dst)
     root = al.root
+    if root in st.opaque:
+        raise UnsupportedError("in-place op", f"a write into a tensor that shares memory with the result of "
+                               f"{st.opaque[root]} (an op jitcore runs as a whole): the write cannot be followed "
+                               f"through it", hint=f"clone() the result of {st.opaque[root]}, or write with basic "
+                               f"indexing or view ops (select, narrow, view, ...)")
     old_root = st.cur[root]
     if al.chain:
         new_root = _scatter_back(st, al, value)
@@ -307,6 +347,10 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
     recorded = bsym.output.requires_grad and not any(p.sym.id == "prims.stop_gradient" for p in al.chain)
+    if bsym.output.requires_grad and al.multi:
+        raise UnsupportedError("in-place op", f"a write autograd records into a view made by {al.multi} (a function "
+                               "that returns several views), like eager, which refuses it",
+                               hint="clone() the piece before writing into it, or use an out-of-place op")
     if recorded:
         st.recorded.add(root)
     elif old_root.requires_grad or new_root.requires_grad:
@@ -320,7 +364,7 @@ def _write(st: _State, bsym: BoundSymbol):
     if al.chain:
         st.derived[dst.name] = st.version[root]
     out = bsym.output  # copy_ returns dst's new value: it is the same tensor as dst (an alias of the same view)
-    st.alias[out.name] = Alias(root, al.chain, al.meta)
+    st.alias[out.name] = Alias(root, al.chain, al.meta, al.multi)
     st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
     st.derived[out.name] = st.version[root]
 
