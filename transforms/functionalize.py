@@ -97,7 +97,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
                     writebacks.append(Writeback(i, len(outs), a.name in st.recorded))
                     final = _read(st, a)
-                    outs.append(final if a.requires_grad or not final.requires_grad else _detach(final))
+                    outs.append(final)  # with its gradient: the writeback records the write, like eager
         new.output = tree_unflatten(spec, outs[: len(out_leaves)])
         if writebacks:
             new.output = tuple(outs) if isinstance(new.output, tuple) else (new.output, *outs[len(out_leaves):])
@@ -137,12 +137,6 @@ def _define_numbers(st: _State, p: BoundSymbol):
         bsyms.append(producer)
         st.defined.update(o.name for o in producer.flat_proxy_outs())
         st.seen = len(bsyms)
-
-
-def _detach(x):
-    from jitcore.ops import prims_misc as pm
-
-    return pm.stop_gradient(x)
 
 
 def _meta(p: TensorProxy, strides=None) -> torch.Tensor:
@@ -425,3 +419,27 @@ def _scatter_dims(base, value, dims, starts, ends, steps):
         inner = slice_dim(base, d, starts[d], ends[d], steps[d])
         value = _scatter_dims(inner, value, rest, starts, ends, steps)
     return slice_scatter(base, value, d, starts[d], ends[d], steps[d])
+
+
+def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) -> Trace:
+    """The forward trace with each saved-for-backward value that is a written input, or a view of one, replaced by a
+    copy: the epilogue overwrites those inputs after the forward, before any backward reads what it saved."""
+    from jitcore.ops import ltorch
+
+    aliased = set(written)
+    for b in forward.bound_symbols:
+        tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
+        if b.sym.id in VIEW_OPS and tensors and tensors[0].name in aliased:
+            aliased.update(o.name for o in b.flat_proxy_outs())
+    outs = list(forward.output)
+    stale = [i for i in range(n_outputs, len(outs)) if isinstance(outs[i], TensorProxy) and outs[i].name in aliased]
+    if not stale:
+        return forward
+    with Timer() as t:
+        new = from_trace(forward)
+        new.bound_symbols.extend(forward.bound_symbols)
+        with tracectx(new):
+            for i in stale:
+                outs[i] = ltorch.clone(outs[i])
+        new.output = tuple(outs)
+    return new.set_provenance("Saved written inputs by copy (functionalization)", t.seconds)
