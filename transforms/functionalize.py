@@ -27,6 +27,10 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
     "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
+# view ops that copy when the strides do not allow a view (the others always view)
+MAY_COPY_OPS = frozenset(f"ltorch.{n}" for n in ("reshape", "reshape_as", "flatten", "ravel")) | VIEW_PRIMS
+# in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
+FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_", "ltorch.setitem_"})
 # view ops returning several views: eager refuses a write autograd records into them (or into views of them)
 MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
     "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
@@ -58,9 +62,10 @@ class _State:
     version: dict = field(default_factory=dict)  # root name -> number of writes so far
     derived: dict = field(default_factory=dict)  # view name -> root version its cur value reflects
     recorded: set = field(default_factory=set)  # roots written at least once by a write autograd records
-    producers: dict = field(default_factory=dict)  # number name -> the line (at any depth) that computes it
+    producers: dict = field(default_factory=dict)  # name -> the line (at any depth) that computes it
     defined: set = field(default_factory=set)  # names defined by top-level lines of new (up to `seen` lines)
     seen: int = 0
+    writer: str = ""  # the in-place op (as the user called it) whose writes are being inlined
     opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
 
 
@@ -74,19 +79,20 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
         return trace, []
     with Timer() as t:
         new = from_trace(trace)
-        st = _State(new, producers=_number_producers(trace.bound_symbols))
+        st = _State(new, producers=_producers(trace.bound_symbols))
         for a in trace.args:
             if isinstance(a, TensorProxy):
                 strides = (input_strides or {}).get(a.name)
                 st.alias[a.name] = Alias(a.name, (), _meta(a, strides))
                 st.cur[a.name] = a
         with tracectx(new), torch.enable_grad():
-            work = list(reversed(trace.bound_symbols))
+            work, top = list(reversed(trace.bound_symbols)), {id(b) for b in trace.bound_symbols}
             while work:
                 bsym = work.pop()
                 if bsym.sym.id == "prims.copy_":
                     _write(st, bsym)
                 elif has_inplace(bsym):
+                    st.writer = bsym.sym.id if id(bsym) in top else st.writer
                     work += reversed(bsym.subsymbols)
                 elif not _stale_size(bsym, trace.args):
                     _emit(st, bsym)
@@ -106,21 +112,38 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
     return new, writebacks
 
 
-def _number_producers(bsyms, out=None) -> dict:
+def _producers(bsyms, out=None) -> dict:
+    """name -> the innermost line computing it (a number a view reads; the value an in-place op writes)."""
     out = {} if out is None else out
     for b in bsyms:
+        _producers(b.subsymbols, out)
         for o in b.flat_proxy_outs():
-            if isinstance(o, NumberProxy):
-                out.setdefault(o.name, b)
-        _number_producers(b.subsymbols, out)
+            out.setdefault(o.name, b)
     return out
+
+
+def _uniform(st: _State, x) -> bool:
+    """Whether x holds one value everywhere (fill_, zero_, a number written with setitem): the only writes eager
+    allows into a tensor whose elements share memory."""
+    b = st.producers.get(x.name)
+    if b is None:
+        return False
+    if b.sym.id == "prims.full":
+        return True
+    if b.sym.id in ("prims.broadcast_in_dim", "prims.convert_element_type"):
+        return all(d == 1 for d in b.args[0].shape) or _uniform(st, b.args[0])
+    return False
+
+
+def _is_size_unpack(bsym) -> bool:
+    from jitcore.ops import prims
+
+    return bsym.sym is prims.shape
 
 
 def _stale_size(bsym, args) -> bool:
     """A size unpack of an intermediate: inlined writes may read its sizes earlier, so define_sizes redoes it."""
-    from jitcore.ops import prims
-
-    return bsym.sym is prims.shape and not any(bsym.args[0] is a for a in args)
+    return _is_size_unpack(bsym) and not any(bsym.args[0] is a for a in args)
 
 
 def _define_numbers(st: _State, p: BoundSymbol):
@@ -131,7 +154,7 @@ def _define_numbers(st: _State, p: BoundSymbol):
     st.seen = len(bsyms)
     for a in tree_flatten((p.args, p.kwargs))[0]:
         producer = st.producers.get(a.name) if isinstance(a, NumberProxy) else None
-        if producer is None or a.name in st.defined:
+        if producer is None or a.name in st.defined or _is_size_unpack(producer):  # define_sizes does those
             continue
         _define_numbers(st, producer)
         bsyms.append(producer)
@@ -173,6 +196,7 @@ def _subst(st, tree):
 
 
 def _emit(st: _State, bsym: BoundSymbol):
+    _define_numbers(st, bsym)  # a line inlined from a write's decomposition may read numbers only a comment made
     args, kwargs = _subst(st, (bsym.args, bsym.kwargs))
     if _gained_grad(bsym, (args, kwargs)):  # a value written with a gradient: record again, outputs need grad too
         out = bsym.sym(*args, **kwargs)
@@ -270,8 +294,10 @@ def _track_views(st: _State, bsym: BoundSymbol):
             return
         chain, meta = made[a.name]
         out_meta = _view_meta(p, meta)
-        if out_meta is None:  # a reshape eager would copy: its output is a new tensor
+        if out_meta is None and bsym.sym.id in MAY_COPY_OPS:  # a reshape eager would copy: a new tensor
             continue
+        if out_meta is None:  # a reshape inside an op eager always views (diagonal of an expanded tensor)
+            out_meta = _view_meta(p, meta.contiguous())
         made[p.output.name] = (chain + (p,), out_meta)
     for o in bsym.flat_proxy_outs():
         if o.name in made and o.name != tensors[0].name:
@@ -328,6 +354,10 @@ def _write(st: _State, bsym: BoundSymbol):
         value = pm.stop_gradient(value)
     al = _alias_of(st, dst)
     root = al.root
+    if torch._debug_has_internal_overlap(al.meta) == 1 and not (st.writer in FILL_OPS and _uniform(st, src)):
+        raise UnsupportedError("in-place op", f"a write into a tensor of shape {tuple(dst.shape)} in which more than "
+                               "one element refers to a single memory location (an expand()), like eager, which "
+                               "refuses it", hint="clone() the expanded tensor before writing into it")
     if root in st.opaque:
         raise UnsupportedError("in-place op", f"a write into a tensor that shares memory with the result of "
                                f"{st.opaque[root]} (an op jitcore runs as a whole): the write cannot be followed "
@@ -374,12 +404,54 @@ def _scatter_back(st: _State, al: Alias, value):
     """The root's new value after writing `value` into the view `al` of it."""
     for p in al.chain:
         _define_numbers(st, p)
-    values = [st.cur.get(al.root)]
+    values, written = [st.cur.get(al.root)], value
     for p in al.chain[:-1]:
         values.append(_replay(p, values[-1]))
-    for p, base in zip(reversed(al.chain), reversed(values)):
-        value = _inverse(p, base, value)
+    for k in reversed(range(len(al.chain))):
+        p, base = al.chain[k], values[k]
+        if _expanded_dims(p, base):  # several places of the expanded tensor share one element of base
+            value = _unbroadcast(p, base, value, _written_mask(al.chain[k + 1:], values[k + 1:], written))
+        else:
+            value = _inverse(p, base, value)
     return value
+
+
+def _expanded_dims(p: BoundSymbol, base) -> tuple:
+    """The dims a broadcast_in_dim line makes (or widens from size 1) with more than one element; () otherwise."""
+    if p.sym.id != "prims.broadcast_in_dim":
+        return ()
+    shape, bdims = tuple(p.args[1]), tuple(p.args[2])
+    widened = {d for i, d in enumerate(bdims) if base.shape[i] == 1}
+    return tuple(d for d in range(len(shape)) if (d not in bdims or d in widened) and shape[d] != 1)
+
+
+def _written_mask(chain, bases, value):
+    """Where, in the first base of chain, a write of `value` through chain lands (a bool tensor)."""
+    from jitcore.ops import ltorch
+
+    mask = ltorch.full(tuple(value.shape), True, dtype=torch.bool, device=value.device)
+    for p, base in zip(reversed(chain), reversed(bases)):
+        empty = ltorch.full(tuple(base.shape), False, dtype=torch.bool, device=base.device)
+        dims = _expanded_dims(p, base)
+        mask = ltorch.reshape(ltorch.any(mask, dims, True), tuple(base.shape)) if dims else _inverse(p, empty, mask)
+    return mask
+
+
+def _unbroadcast(p, base, value, mask):
+    """base after writing value into its expansion p at the places mask marks: each element of base takes the
+    value written into one of its places (several places hold the same value, or eager refused the write)."""
+    from jitcore.ops import ltorch
+
+    dims, shape = _expanded_dims(p, base), tuple(base.shape)
+    written = ltorch.reshape(ltorch.any(mask, dims, True), shape)
+    if value.dtype == torch.bool:
+        picked = ltorch.any(ltorch.logical_and(mask, value), dims, True)
+    elif value.dtype.is_complex:
+        picked = ltorch.sum(ltorch.where(mask, value, 0), dims, True)
+    else:
+        low = -float("inf") if value.dtype.is_floating_point else torch.iinfo(value.dtype).min
+        picked = ltorch.amax(ltorch.where(mask, value, low), dims, True)
+    return ltorch.where(written, ltorch.reshape(picked, shape), base)
 
 
 def _inverse(p: BoundSymbol, base, value):
@@ -394,11 +466,7 @@ def _inverse(p: BoundSymbol, base, value):
     if pid == "prims.transpose":
         perm = tuple(args[1])
         return ps.transpose(value, tuple(perm.index(i) for i in range(len(perm))))
-    if pid == "prims.broadcast_in_dim":
-        if value.numel() != base.numel():
-            raise UnsupportedError("in-place op", f"a write into an expanded tensor of shape {tuple(value.shape)} "
-                                   f"(expanded from {tuple(base.shape)}): more than one element refers to a single "
-                                   f"memory location", hint="clone() the expanded tensor before writing into it")
+    if pid == "prims.broadcast_in_dim":  # one that only adds dims of size 1 (_unbroadcast does the others)
         return ps.reshape(value, tuple(base.shape))
     if pid == "prims.slice":
         starts, ends = args[1], args[2]
