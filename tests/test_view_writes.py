@@ -130,12 +130,20 @@ def _close(a, b) -> bool:
 
 
 def check_case(shape, names, write, where, mode, seed=0):
+    """First call, then a second call of the same jitted function at other sizes (a cache hit under symbolic
+    values) where the chain is valid there, each against eager."""
     fn = _program(names, write, where)
-    x, w = _inputs(shape, where, seed)
+    jfn = jitcore.jit(fn, cache=mode)
+    bigger = tuple(2 * d for d in shape)
+    for s in (shape, bigger) if _valid(bigger, names) else (shape,):
+        _check_call(fn, jfn, s, f"{'.'.join(names)} {write} on {where} {s} [{mode}]", MAY_REFUSE & set(names), seed)
+
+
+def _check_call(fn, jfn, shape, label, may_refuse, seed):
+    x, w = _inputs(shape, "intermediate" if " intermediate " in label else "input", seed)
     expected = _run(fn, x, w)
-    got = _run(jitcore.jit(fn, cache=mode), x, w)
-    label = f"{'.'.join(names)} {write} on {where} {shape} [{mode}]"
-    if isinstance(got, UnsupportedError) and (isinstance(expected, Exception) or MAY_REFUSE & set(names)):
+    got = _run(jfn, x, w)
+    if isinstance(got, UnsupportedError) and (isinstance(expected, Exception) or may_refuse):
         return
     if isinstance(expected, Exception):
         assert isinstance(got, Exception), f"{label}: eager raised ({expected}), jitcore did not"

@@ -66,6 +66,7 @@ class _State:
     defined: set = field(default_factory=set)  # names defined by top-level lines of new (up to `seen` lines)
     seen: int = 0
     writer: str = ""  # the in-place op (as the user called it) whose writes are being inlined
+    overlay: set = field(default_factory=set)  # detach() outputs written through with a gradient (see _write)
     opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
 
 
@@ -181,7 +182,11 @@ def _read(st: _State, x):
         return st.cur.get(x.name, x)
     if st.derived.get(x.name, 0) == v:
         return st.cur.get(x.name, x)
-    value = _replay_chain(st, al, st.cur[al.root])
+    start, value = 0, st.cur[al.root]
+    for k, p in enumerate(al.chain):  # a detach()ed view written with a gradient: its own autograd history
+        if p.output.name in st.overlay and st.derived.get(p.output.name) == v:
+            start, value = k + 1, st.cur[p.output.name]
+    value = _replay_chain(st, Alias(al.root, al.chain[start:], al.meta), value)
     st.cur[x.name], st.derived[x.name] = value, v
     return value
 
@@ -354,27 +359,15 @@ def _write(st: _State, bsym: BoundSymbol):
         value = pm.stop_gradient(value)
     al = _alias_of(st, dst)
     root = al.root
-    if torch._debug_has_internal_overlap(al.meta) == 1 and not (st.writer in FILL_OPS and _uniform(st, src)):
-        raise UnsupportedError("in-place op", f"a write into a tensor of shape {tuple(dst.shape)} in which more than "
-                               "one element refers to a single memory location (an expand()), like eager, which "
-                               "refuses it", hint="clone() the expanded tensor before writing into it")
-    if root in st.opaque:
-        raise UnsupportedError("in-place op", f"a write into a tensor that shares memory with the result of "
-                               f"{st.opaque[root]} (an op jitcore runs as a whole): the write cannot be followed "
-                               f"through it", hint=f"clone() the result of {st.opaque[root]}, or write with basic "
-                               f"indexing or view ops (select, narrow, view, ...)")
+    _check_write(st, bsym, al)
     old_root = st.cur[root]
     if al.chain:
-        new_root = _scatter_back(st, al, value)
+        new_root = _scatter_back(st, al.chain, old_root, value)
         st.cur[dst.name] = value
     else:
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
     recorded = bsym.output.requires_grad and not any(p.sym.id == "prims.stop_gradient" for p in al.chain)
-    if bsym.output.requires_grad and al.multi:
-        raise UnsupportedError("in-place op", f"a write autograd records into a view made by {al.multi} (a function "
-                               "that returns several views), like eager, which refuses it",
-                               hint="clone() the piece before writing into it, or use an out-of-place op")
     if recorded:
         st.recorded.add(root)
     elif old_root.requires_grad or new_root.requires_grad:
@@ -383,14 +376,52 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = pm.no_grad_update(old_root, new_root) if old_root.requires_grad else pm.stop_gradient(new_root)
         if al.chain and not bsym.output.requires_grad:
             st.cur[dst.name] = _replay_chain(st, al, new_root)
+    detached = [p for p in al.chain if p.sym.id == "prims.stop_gradient"]
+    if bsym.output.requires_grad and detached:  # the detach()ed view records the write on itself
+        _overlay(st, al, al.chain.index(detached[-1]), old_root, value)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
     if al.chain:
         st.derived[dst.name] = st.version[root]
+    if bsym.output.requires_grad and detached:
+        st.derived[detached[-1].output.name] = st.version[root]
     out = bsym.output  # copy_ returns dst's new value: it is the same tensor as dst (an alias of the same view)
     st.alias[out.name] = Alias(root, al.chain, al.meta, al.multi)
     st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
     st.derived[out.name] = st.version[root]
+
+
+def _check_write(st: _State, bsym: BoundSymbol, al: Alias):
+    """The writes eager refuses, and those jitcore cannot follow."""
+    src, dst = bsym.args
+    if torch._debug_has_internal_overlap(al.meta) == 1 and not (
+            st.writer in FILL_OPS and _uniform(st, src) and not bsym.output.requires_grad):
+        raise UnsupportedError("in-place op", f"a write into a tensor of shape {tuple(dst.shape)} in which more than "
+                               "one element refers to a single memory location (an expand()), like eager, which "
+                               "refuses it", hint="clone() the expanded tensor before writing into it")
+    if al.root in st.opaque:
+        name = st.opaque[al.root]
+        raise UnsupportedError("in-place op", f"a write into a tensor that shares memory with the result of {name} "
+                               "(an op jitcore runs as a whole): the write cannot be followed through it",
+                               hint=f"clone() the result of {name}, or write with basic indexing or view ops "
+                                    "(select, narrow, view, ...)")
+    if bsym.output.requires_grad and al.multi:
+        raise UnsupportedError("in-place op", f"a write autograd records into a view made by {al.multi} (a function "
+                               "that returns several views), like eager, which refuses it",
+                               hint="clone() the piece before writing into it, or use an out-of-place op")
+
+
+def _overlay(st: _State, al: Alias, k: int, old_root, value):
+    """A write with a gradient through detach() (chain[k]): the detached tensor's new value, with that gradient;
+    views of it read it (the root's own value takes the write without the gradient)."""
+    name = al.chain[k].output.name
+    v = st.version.get(al.root, 0)
+    if name in st.overlay and st.derived.get(name) == v:
+        top = st.cur[name]
+    else:
+        top = _replay_chain(st, Alias(al.root, al.chain[: k + 1], al.meta), old_root)
+    st.cur[name] = _scatter_back(st, al.chain[k + 1:], top, value) if al.chain[k + 1:] else value
+    st.overlay.add(name)
 
 
 def _replay_chain(st: _State, al: Alias, value):
@@ -400,17 +431,17 @@ def _replay_chain(st: _State, al: Alias, value):
     return value
 
 
-def _scatter_back(st: _State, al: Alias, value):
-    """The root's new value after writing `value` into the view `al` of it."""
-    for p in al.chain:
+def _scatter_back(st: _State, chain: tuple, top, value):
+    """The new value of `top` after writing `value` into its view made by chain."""
+    for p in chain:
         _define_numbers(st, p)
-    values, written = [st.cur.get(al.root)], value
-    for p in al.chain[:-1]:
+    values, written = [top], value
+    for p in chain[:-1]:
         values.append(_replay(p, values[-1]))
-    for k in reversed(range(len(al.chain))):
-        p, base = al.chain[k], values[k]
+    for k in reversed(range(len(chain))):
+        p, base = chain[k], values[k]
         if _expanded_dims(p, base):  # several places of the expanded tensor share one element of base
-            value = _unbroadcast(p, base, value, _written_mask(al.chain[k + 1:], values[k + 1:], written))
+            value = _unbroadcast(p, base, value, _written_mask(chain[k + 1:], values[k + 1:], written))
         else:
             value = _inverse(p, base, value)
     return value
