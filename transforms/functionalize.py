@@ -1,8 +1,11 @@
 """Transforms: functionalization, the first pass. In-place writes (`prims.copy_(value, dst)`, reached by inlining
 every composite that contains one) become renamings: later uses of dst, and of every view of the same base, see
 the new value. A write into a view scatters the new values back through the view chain into its base (inverse
-views; slices become slice_scatter); other views of that base are re-derived from the new base when next used.
-Inputs whose values changed are returned as extra outputs, and the caller's tensors are written back (writebacks).
+views; slices become slice_scatter, expansions keep what was written at the places written); other views of that
+base are re-derived from the new base when next used. Writes eager refuses (into overlapping memory, into pieces of
+split/unbind under autograd) and writes it cannot follow (through opaque views like as_strided) raise
+UnsupportedError. Inputs whose values changed are returned as extra outputs, with their gradient, and the caller's
+tensors are written back (writebacks).
 """
 from __future__ import annotations
 
