@@ -183,7 +183,7 @@ def test_view_chain_writes_match_eager(case):
 @pytest.mark.parametrize("write", list(WRITES))
 @pytest.mark.parametrize("mode", MODES)
 def test_every_write_through_select_and_int_index(write, mode):
-    for names in (("int",), ("select",), ("t", "int"), ("view2", "int"), ("diagonal",)):
+    for names in (("int",), ("select",), ("t", "int"), ("view2", "int"), ("diagonal",), ("slice",)):
         for where in ("input", "intermediate"):
             check_case((4, 6), names, write, where, mode)
 
