@@ -44,6 +44,8 @@ VIEWS = {  # name -> a view of t (eager raising on a shape means the link is not
     "unbind": lambda t: t.unbind(0)[1],
     "split": lambda t: t.split(2, dim=0)[1],
     "chunk": lambda t: t.chunk(2, dim=-1)[0],
+    "chunk_whole": lambda t: t.chunk(1)[0],
+    "split_wide": lambda t: t.split(100, dim=-1)[0],
     "detach": lambda t: t.detach(),
     "as_strided": lambda t: t.as_strided((2,), (2,), 1),
 }

@@ -33,7 +33,7 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
 # view ops that copy when the strides do not allow a view (the others always view)
 MAY_COPY_OPS = frozenset(f"ltorch.{n}" for n in ("reshape", "reshape_as", "flatten", "ravel")) | VIEW_PRIMS
 # in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
-FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_", "ltorch.setitem_"})
+FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
 # view ops returning several views: eager refuses a write autograd records into them (or into views of them)
 MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
     "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
@@ -289,7 +289,7 @@ def _track_views(st: _State, bsym: BoundSymbol):
     if len(tensors) != 1:
         return
     prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
-    if any(p.sym.id not in VIEW_PRIMS for p in prims):
+    if any(p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p) for p in prims):
         return
     src = _alias_of(st, tensors[0])
     multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
@@ -314,6 +314,12 @@ def _track_views(st: _State, bsym: BoundSymbol):
             st.derived[o.name] = st.version.get(src.root, 0)
 
 
+def _is_same_dtype_copy(p: BoundSymbol) -> bool:
+    """The piece a view op returns whole (`x.chunk(1)[0]`, a split wider than x): a copy in jitcore's decomposition
+    (an op may not return its own input among several outputs), the input itself in eager."""
+    return p.sym.id == "prims.convert_element_type" and p.args[1] == p.args[0].dtype
+
+
 def _alias_of(st: _State, x: TensorProxy) -> Alias:
     """x's alias record; a tensor the trace made (not a view) is its own root, contiguous like eager's results."""
     al = st.alias.get(x.name)
@@ -327,7 +333,7 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
     """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
     pid, args = p.sym.id, p.args
     try:
-        if pid == "prims.stop_gradient":
+        if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
             return meta
         if pid == "prims.reshape":
             return meta.view(tuple(args[1]))
@@ -493,7 +499,7 @@ def _inverse(p: BoundSymbol, base, value):
     from jitcore.ops import prims_shape as ps
 
     pid, args = p.sym.id, p.args
-    if pid == "prims.stop_gradient":
+    if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
         return value
     if pid in ("prims.reshape", "prims.squeeze"):
         return ps.reshape(value, tuple(base.shape))
