@@ -403,20 +403,21 @@ def _write(st: _State, bsym: BoundSymbol):
 def _check_write(st: _State, bsym: BoundSymbol, al: Alias):
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
+    op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
     if torch._debug_has_internal_overlap(al.meta) == 1 and not (
             st.writer in FILL_OPS and _uniform(st, src) and not bsym.output.requires_grad):
-        raise UnsupportedError("in-place op", f"a write into a tensor of shape {tuple(dst.shape)} in which more than "
-                               "one element refers to a single memory location (an expand()), like eager, which "
-                               "refuses it", hint="clone() the expanded tensor before writing into it")
+        raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
+                               "than one element refers to a single memory location (an expand()), like eager, "
+                               "which refuses it", hint="clone() the expanded tensor before writing into it")
     if al.root in st.opaque:
         name = st.opaque[al.root]
-        raise UnsupportedError("in-place op", f"a write into a tensor that shares memory with the result of {name} "
+        raise UnsupportedError("in-place op", f"{op}a write into a tensor that shares memory with the result of {name} "
                                "(an op jitcore runs as a whole): the write cannot be followed through it",
                                hint=f"clone() the result of {name}, or write with basic indexing or view ops "
                                     "(select, narrow, view, ...)")
     if bsym.output.requires_grad and al.multi:
-        raise UnsupportedError("in-place op", f"a write autograd records into a view made by {al.multi} (a function "
-                               "that returns several views), like eager, which refuses it",
+        raise UnsupportedError("in-place op", f"{op}a write autograd records into a view made by {al.multi} (a "
+                               "function that returns several views), like eager, which refuses it",
                                hint="clone() the piece before writing into it, or use an out-of-place op")
 
 
