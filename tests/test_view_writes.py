@@ -114,15 +114,23 @@ def _run(fn, x, w):
     x, w = _clone(x), _clone(w)
     try:
         outs = fn(x, w)
-        loss = sum((o * (i + 2)).sum() for i, o in enumerate(outs) if o.requires_grad)
-        if isinstance(loss, torch.Tensor):
-            loss.backward()
     except (RuntimeError, UnsupportedError) as e:
         return e
+    loss = sum((o * (i + 2)).sum() for i, o in enumerate(outs) if o.requires_grad)
+    try:
+        if isinstance(loss, torch.Tensor):
+            loss.backward()
+    except RuntimeError:  # eager's backward refuses some writes into expanded tensors: no gradients to compare
+        return [o.detach() for o in outs], x.detach(), NO_GRAD, NO_GRAD
     return [o.detach() for o in outs], x.detach(), x.grad if x.is_leaf else None, w.grad
 
 
+NO_GRAD = "backward raised"
+
+
 def _close(a, b) -> bool:
+    if a is NO_GRAD:  # jitcore's backward raised where eager's did not
+        return False
     if a is None or b is None:  # no gradient reached it: eager may give zeros where jitcore gives None
         other = b if a is None else a
         return other is None or not other.any()
@@ -152,7 +160,7 @@ def _check_call(fn, jfn, shape, label, may_refuse, seed):
         return
     assert not isinstance(got, Exception), f"{label}: jitcore raised {type(got).__name__}: {got}"
     for part, a, b in zip(("outputs", "input after the call", "x.grad", "w.grad"), got, expected):
-        assert _close(a, b), f"{label}: {part} differ from eager"
+        assert b is NO_GRAD or _close(a, b), f"{label}: {part} differ from eager"
 
 
 def all_cases(max_depth=3):
