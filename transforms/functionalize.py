@@ -387,7 +387,7 @@ def _write(st: _State, bsym: BoundSymbol):
             st.cur[dst.name] = _replay_chain(st, al, new_root)
     detached = [p for p in al.chain if p.sym.id == "prims.stop_gradient"]
     if bsym.output.requires_grad and detached:  # the detach()ed view records the write on itself
-        _overlay(st, al, al.chain.index(detached[-1]), old_root, value)
+        _overlay(st, al, al.chain.index(detached[-1]), new_root, value)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
     if al.chain:
@@ -404,8 +404,7 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias):
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
-    if torch._debug_has_internal_overlap(al.meta) == 1 and not (
-            st.writer in FILL_OPS and _uniform(st, src) and not bsym.output.requires_grad):
+    if torch._debug_has_internal_overlap(al.meta) == 1 and not (st.writer in FILL_OPS and _uniform(st, src)):
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
@@ -421,15 +420,15 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias):
                                hint="clone() the piece before writing into it, or use an out-of-place op")
 
 
-def _overlay(st: _State, al: Alias, k: int, old_root, value):
+def _overlay(st: _State, al: Alias, k: int, new_root, value):
     """A write with a gradient through detach() (chain[k]): the detached tensor's new value, with that gradient;
     views of it read it (the root's own value takes the write without the gradient)."""
-    name = al.chain[k].output.name
-    v = st.version.get(al.root, 0)
-    if name in st.overlay and st.derived.get(name) == v:
-        top = st.cur[name]
+    name, prefix = al.chain[k].output.name, al.chain[: k + 1]
+    if name in st.overlay and st.derived.get(name) == st.version.get(al.root, 0) and not any(
+            _expanded_dims(p, p.args[0]) for p in prefix):
+        top = st.cur[name]  # the gradients of earlier writes through it, in memory no other place of it shares
     else:
-        top = _replay_chain(st, Alias(al.root, al.chain[: k + 1], al.meta), old_root)
+        top = _replay_chain(st, Alias(al.root, prefix, al.meta), new_root)
     st.cur[name] = _scatter_back(st, al.chain[k + 1:], top, value) if al.chain[k + 1:] else value
     st.overlay.add(name)
 
