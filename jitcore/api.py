@@ -26,7 +26,7 @@ from jitcore.tracing import define_sizes, prune_sizes, trace_function
 from transforms.autodiff import drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
-from transforms.functionalize import functionalize
+from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers
 
 
@@ -150,6 +150,9 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
         traces.append(dce(traces[-1]))
         traces.append(cse(traces[-1]))
         split = grad_transform(traces[-1]) if _needs_autodiff(traces[-1]) else None
+        if split is not None and writebacks:  # the epilogue overwrites them before the backward runs
+            written = {traced.trace.args[w.arg_index].name for w in writebacks}
+            split.forward = save_written_inputs_by_copy(split.forward, split.n_outputs, written)
     stats["transforms"] = t.seconds
     backward_traces = []
     with Timer() as t:

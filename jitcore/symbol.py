@@ -77,9 +77,10 @@ class Symbol:
             return out
         with trace.subsymbol_scope() as subs:
             out = self.fn(*args, **kwargs)
+        subs = _prune_number_ops(subs, out)  # size checks that only decided a branch (symbolic values) go first
         if _is_passthrough(out, args, subs):
             return out
-        trace.record(_in_context(BoundSymbol(self, args, kwargs, out, _prune_number_ops(subs, out))))
+        trace.record(_in_context(BoundSymbol(self, args, kwargs, out, subs)))
         return out
 
     def eager(self, *args, **kwargs):

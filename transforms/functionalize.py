@@ -1,8 +1,11 @@
 """Transforms: functionalization, the first pass. In-place writes (`prims.copy_(value, dst)`, reached by inlining
 every composite that contains one) become renamings: later uses of dst, and of every view of the same base, see
 the new value. A write into a view scatters the new values back through the view chain into its base (inverse
-views; slices become slice_scatter); other views of that base are re-derived from the new base when next used.
-Inputs whose values changed are returned as extra outputs, and the caller's tensors are written back (writebacks).
+views; slices become slice_scatter, expansions keep what was written at the places written); other views of that
+base are re-derived from the new base when next used. Writes eager refuses (into overlapping memory, into pieces of
+split/unbind under autograd) and writes it cannot follow (through opaque views like as_strided) raise
+UnsupportedError. Inputs whose values changed are returned as extra outputs, with their gradient, and the caller's
+tensors are written back (writebacks).
 """
 from __future__ import annotations
 
@@ -11,10 +14,11 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.proxies import Proxy, TensorProxy
+from jitcore.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.pytree import tree_flatten, tree_unflatten
 from jitcore.symbol import BoundSymbol, Tag, recorded_without_grad
 from jitcore.trace import Timer, Trace, from_trace, tracectx
+from jitcore.tracing import define_sizes
 
 # prims that only re-index their (single) tensor input: reading through them is a view in eager
 # (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
@@ -26,6 +30,13 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
     "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
+# view ops that copy when the strides do not allow a view (the others always view)
+MAY_COPY_OPS = frozenset(f"ltorch.{n}" for n in ("reshape", "reshape_as", "flatten", "ravel")) | VIEW_PRIMS
+# in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
+FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
+# view ops returning several views: eager refuses a write autograd records into them (or into views of them)
+MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
+    "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
 
 
 @dataclass
@@ -36,6 +47,7 @@ class Alias:
     root: str
     chain: tuple
     meta: torch.Tensor
+    multi: str | None = None  # the multi-output view op (split, unbind, ...) on the way from the root, if any
 
 
 @dataclass
@@ -53,6 +65,12 @@ class _State:
     version: dict = field(default_factory=dict)  # root name -> number of writes so far
     derived: dict = field(default_factory=dict)  # view name -> root version its cur value reflects
     recorded: set = field(default_factory=set)  # roots written at least once by a write autograd records
+    producers: dict = field(default_factory=dict)  # name -> the line (at any depth) that computes it
+    defined: set = field(default_factory=set)  # names defined by top-level lines of new (up to `seen` lines)
+    seen: int = 0
+    writer: str = ""  # the in-place op (as the user called it) whose writes are being inlined
+    overlay: set = field(default_factory=set)  # detach() outputs written through with a gradient (see _write)
+    opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
 
 
 def has_inplace(bsym) -> bool:
@@ -65,21 +83,22 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
         return trace, []
     with Timer() as t:
         new = from_trace(trace)
-        st = _State(new)
+        st = _State(new, producers=_producers(trace.bound_symbols))
         for a in trace.args:
             if isinstance(a, TensorProxy):
                 strides = (input_strides or {}).get(a.name)
                 st.alias[a.name] = Alias(a.name, (), _meta(a, strides))
                 st.cur[a.name] = a
         with tracectx(new), torch.enable_grad():
-            work = list(reversed(trace.bound_symbols))
+            work, top = list(reversed(trace.bound_symbols)), {id(b) for b in trace.bound_symbols}
             while work:
                 bsym = work.pop()
                 if bsym.sym.id == "prims.copy_":
                     _write(st, bsym)
                 elif has_inplace(bsym):
+                    st.writer = bsym.sym.id if id(bsym) in top else st.writer
                     work += reversed(bsym.subsymbols)
-                else:
+                elif not _stale_size(bsym, trace.args):
                     _emit(st, bsym)
             out_leaves, spec = tree_flatten(trace.output)
             outs = [_read(st, x) if isinstance(x, Proxy) else x for x in out_leaves]
@@ -88,18 +107,63 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
                     writebacks.append(Writeback(i, len(outs), a.name in st.recorded))
                     final = _read(st, a)
-                    outs.append(final if a.requires_grad or not final.requires_grad else _detach(final))
+                    outs.append(final)  # with its gradient: the writeback records the write, like eager
         new.output = tree_unflatten(spec, outs[: len(out_leaves)])
         if writebacks:
             new.output = tuple(outs) if isinstance(new.output, tuple) else (new.output, *outs[len(out_leaves):])
+        define_sizes(new)  # sizes read by the inlined writes: unpacked before their first use
     new.set_provenance("Functionalization (in-place ops and views)", t.seconds)
     return new, writebacks
 
 
-def _detach(x):
-    from jitcore.ops import prims_misc as pm
+def _producers(bsyms, out=None) -> dict:
+    """name -> the innermost line computing it (a number a view reads; the value an in-place op writes)."""
+    out = {} if out is None else out
+    for b in bsyms:
+        _producers(b.subsymbols, out)
+        for o in b.flat_proxy_outs():
+            out.setdefault(o.name, b)
+    return out
 
-    return pm.stop_gradient(x)
+
+def _uniform(st: _State, x) -> bool:
+    """Whether x holds one value everywhere (fill_, zero_, a number written with setitem): the only writes eager
+    allows into a tensor whose elements share memory."""
+    b = st.producers.get(x.name)
+    if b is None:
+        return False
+    if b.sym.id == "prims.full":
+        return True
+    if b.sym.id in ("prims.broadcast_in_dim", "prims.convert_element_type"):
+        return all(d == 1 for d in b.args[0].shape) or _uniform(st, b.args[0])
+    return False
+
+
+def _is_size_unpack(bsym) -> bool:
+    from jitcore.ops import prims
+
+    return bsym.sym is prims.shape
+
+
+def _stale_size(bsym, args) -> bool:
+    """A size unpack of an intermediate: inlined writes may read its sizes earlier, so define_sizes redoes it."""
+    return _is_size_unpack(bsym) and not any(bsym.args[0] is a for a in args)
+
+
+def _define_numbers(st: _State, p: BoundSymbol):
+    """Emit the lines computing the numbers p reads that only a decomposition (a comment) computed so far."""
+    bsyms = st.new.bound_symbols
+    for b in bsyms[st.seen:]:
+        st.defined.update(o.name for o in b.flat_proxy_outs())
+    st.seen = len(bsyms)
+    for a in tree_flatten((p.args, p.kwargs))[0]:
+        producer = st.producers.get(a.name) if isinstance(a, NumberProxy) else None
+        if producer is None or a.name in st.defined or _is_size_unpack(producer):  # define_sizes does those
+            continue
+        _define_numbers(st, producer)
+        bsyms.append(producer)
+        st.defined.update(o.name for o in producer.flat_proxy_outs())
+        st.seen = len(bsyms)
 
 
 def _meta(p: TensorProxy, strides=None) -> torch.Tensor:
@@ -121,7 +185,11 @@ def _read(st: _State, x):
         return st.cur.get(x.name, x)
     if st.derived.get(x.name, 0) == v:
         return st.cur.get(x.name, x)
-    value = _replay_chain(al, st.cur[al.root])
+    start, value = 0, st.cur[al.root]
+    for k, p in enumerate(al.chain):  # a detach()ed view written with a gradient: its own autograd history
+        if p.output.name in st.overlay and st.derived.get(p.output.name) == v:
+            start, value = k + 1, st.cur[p.output.name]
+    value = _replay_chain(st, Alias(al.root, al.chain[start:], al.meta), value)
     st.cur[x.name], st.derived[x.name] = value, v
     return value
 
@@ -136,6 +204,7 @@ def _subst(st, tree):
 
 
 def _emit(st: _State, bsym: BoundSymbol):
+    _define_numbers(st, bsym)  # a line inlined from a write's decomposition may read numbers only a comment made
     args, kwargs = _subst(st, (bsym.args, bsym.kwargs))
     if _gained_grad(bsym, (args, kwargs)):  # a value written with a gradient: record again, outputs need grad too
         with torch.set_grad_enabled(not recorded_without_grad(bsym)):  # ... unless the line ran without grad
@@ -148,6 +217,33 @@ def _emit(st: _State, bsym: BoundSymbol):
         for o in bsym.flat_proxy_outs():
             st.cur.setdefault(o.name, o)
     _track_views(st, bsym)
+    if Tag.OPAQUE in bsym.sym.tags:
+        _track_opaque_views(st, bsym)
+
+
+def _track_opaque_views(st: _State, bsym: BoundSymbol):
+    """An opaque op whose result is a view of an input (as_strided, ...): writes to either cannot be followed."""
+    flat, spec = tree_flatten((bsym.args, bsym.kwargs))
+    tensors = [a for a in flat if isinstance(a, TensorProxy)]
+    if not tensors or any(not isinstance(d, int) for t in tensors for d in t.shape):
+        return
+    metas = [torch.empty(tuple(a.shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy) else a
+             for a in flat]
+    margs, mkwargs = tree_unflatten(spec, metas)
+    try:
+        with torch.no_grad():
+            out = bsym.sym.torch_fn(*margs, **mkwargs)
+    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view
+        out = None
+    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+    if out is not None and not any(o._is_view() for o in outs):
+        return
+    name = bsym.sym.id.removeprefix("opaque.")
+    for t in tensors:
+        st.opaque[_alias_of(st, t).root] = name
+    for o in bsym.flat_proxy_outs():
+        if isinstance(o, TensorProxy):
+            st.opaque[_alias_of(st, o).root] = name
 
 
 def _gained_grad(bsym, new_args) -> bool:
@@ -193,10 +289,13 @@ def _track_views(st: _State, bsym: BoundSymbol):
     tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
     if len(tensors) != 1:
         return
-    prims = _flat_prims(bsym)
-    if any(p.sym.id not in VIEW_PRIMS for p in prims):
+    prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
+    if any(p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p) for p in prims):
         return
     src = _alias_of(st, tensors[0])
+    multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
+    if bsym.sym.id == "ltorch.detach":
+        multi = None
     made = {tensors[0].name: (src.chain, src.meta)}
     for p in prims:
         a = p.args[0]
@@ -204,14 +303,22 @@ def _track_views(st: _State, bsym: BoundSymbol):
             return
         chain, meta = made[a.name]
         out_meta = _view_meta(p, meta)
-        if out_meta is None:  # a reshape eager would copy: its output is a new tensor
+        if out_meta is None and bsym.sym.id in MAY_COPY_OPS:  # a reshape eager would copy: a new tensor
             continue
+        if out_meta is None:  # a reshape inside an op eager always views (diagonal of an expanded tensor)
+            out_meta = _view_meta(p, meta.contiguous())
         made[p.output.name] = (chain + (p,), out_meta)
     for o in bsym.flat_proxy_outs():
         if o.name in made and o.name != tensors[0].name:
             chain, meta = made[o.name]
-            st.alias[o.name] = Alias(src.root, chain, meta)
+            st.alias[o.name] = Alias(src.root, chain, meta, multi)
             st.derived[o.name] = st.version.get(src.root, 0)
+
+
+def _is_same_dtype_copy(p: BoundSymbol) -> bool:
+    """The piece a view op returns whole (`x.chunk(1)[0]`, a split wider than x): a copy in jitcore's decomposition
+    (an op may not return its own input among several outputs), the input itself in eager."""
+    return p.sym.id == "prims.convert_element_type" and p.args[1] == p.args[0].dtype
 
 
 def _alias_of(st: _State, x: TensorProxy) -> Alias:
@@ -227,7 +334,7 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
     """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
     pid, args = p.sym.id, p.args
     try:
-        if pid == "prims.stop_gradient":
+        if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
             return meta
         if pid == "prims.reshape":
             return meta.view(tuple(args[1]))
@@ -266,10 +373,11 @@ def _write(st: _State, bsym: BoundSymbol):
     al = _alias_of(st, dst)
     root = al.root
     old_root = st.cur[root]
-    detached = any(p.sym.id == "prims.stop_gradient" for p in al.chain)  # written through detach() or .data
+    detached = [p for p in al.chain if p.sym.id == "prims.stop_gradient"]  # written through detach() or .data
     differentiable = grad_on and (value.requires_grad or (old_root.requires_grad and not detached))
+    _check_write(st, bsym, al, differentiable)
     if al.chain:
-        new_root = _scatter_back(st, al, value)
+        new_root = _scatter_back(st, al.chain, old_root, value)
         st.cur[dst.name] = value
     else:
         new_root = value
@@ -282,31 +390,113 @@ def _write(st: _State, bsym: BoundSymbol):
         # autograd identity, so its later uses still send gradients to it, and only to it
         new_root = pm.no_grad_update(old_root, new_root) if old_root.requires_grad else pm.stop_gradient(new_root)
         if al.chain and not differentiable:
-            st.cur[dst.name] = _replay_chain(al, new_root)
+            st.cur[dst.name] = _replay_chain(st, al, new_root)
+    if differentiable and detached:  # the detach()ed view records the write on itself
+        _overlay(st, al, al.chain.index(detached[-1]), new_root, value)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
     if al.chain:
         st.derived[dst.name] = st.version[root]
+    if differentiable and detached:
+        st.derived[detached[-1].output.name] = st.version[root]
     out = bsym.output  # copy_ returns dst's new value: it is the same tensor as dst (an alias of the same view)
-    st.alias[out.name] = Alias(root, al.chain, al.meta)
+    st.alias[out.name] = Alias(root, al.chain, al.meta, al.multi)
     st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
     st.derived[out.name] = st.version[root]
 
 
-def _replay_chain(al: Alias, value):
+def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool):
+    """The writes eager refuses, and those jitcore cannot follow."""
+    src, dst = bsym.args
+    op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
+    if torch._debug_has_internal_overlap(al.meta) == 1 and not (st.writer in FILL_OPS and _uniform(st, src)):
+        raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
+                               "than one element refers to a single memory location (an expand()), like eager, "
+                               "which refuses it", hint="clone() the expanded tensor before writing into it")
+    if al.root in st.opaque:
+        name = st.opaque[al.root]
+        raise UnsupportedError("in-place op", f"{op}a write into a tensor that shares memory with the result of {name} "
+                               "(an op jitcore runs as a whole): the write cannot be followed through it",
+                               hint=f"clone() the result of {name}, or write with basic indexing or view ops "
+                                    "(select, narrow, view, ...)")
+    if differentiable and al.multi:
+        raise UnsupportedError("in-place op", f"{op}a write autograd records into a view made by {al.multi} (a "
+                               "function that returns several views), like eager, which refuses it",
+                               hint="clone() the piece before writing into it, or use an out-of-place op")
+
+
+def _overlay(st: _State, al: Alias, k: int, new_root, value):
+    """A write with a gradient through detach() (chain[k]): the detached tensor's new value, with that gradient;
+    views of it read it (the root's own value takes the write without the gradient)."""
+    name, prefix = al.chain[k].output.name, al.chain[: k + 1]
+    if name in st.overlay and st.derived.get(name) == st.version.get(al.root, 0) and not any(
+            _expanded_dims(p, p.args[0]) for p in prefix):
+        top = st.cur[name]  # the gradients of earlier writes through it, in memory no other place of it shares
+    else:
+        top = _replay_chain(st, Alias(al.root, prefix, al.meta), new_root)
+    st.cur[name] = _scatter_back(st, al.chain[k + 1:], top, value) if al.chain[k + 1:] else value
+    st.overlay.add(name)
+
+
+def _replay_chain(st: _State, al: Alias, value):
     for p in al.chain:
+        _define_numbers(st, p)
         value = _replay(p, value)
     return value
 
 
-def _scatter_back(st: _State, al: Alias, value):
-    """The root's new value after writing `value` into the view `al` of it."""
-    values = [st.cur.get(al.root)]
-    for p in al.chain[:-1]:
+def _scatter_back(st: _State, chain: tuple, top, value):
+    """The new value of `top` after writing `value` into its view made by chain."""
+    for p in chain:
+        _define_numbers(st, p)
+    values, written = [top], value
+    for p in chain[:-1]:
         values.append(_replay(p, values[-1]))
-    for p, base in zip(reversed(al.chain), reversed(values)):
-        value = _inverse(p, base, value)
+    for k in reversed(range(len(chain))):
+        p, base = chain[k], values[k]
+        if _expanded_dims(p, base):  # several places of the expanded tensor share one element of base
+            value = _unbroadcast(p, base, value, _written_mask(chain[k + 1:], values[k + 1:], written))
+        else:
+            value = _inverse(p, base, value)
     return value
+
+
+def _expanded_dims(p: BoundSymbol, base) -> tuple:
+    """The dims a broadcast_in_dim line makes (or widens from size 1) with more than one element; () otherwise."""
+    if p.sym.id != "prims.broadcast_in_dim":
+        return ()
+    shape, bdims = tuple(p.args[1]), tuple(p.args[2])
+    widened = {d for i, d in enumerate(bdims) if base.shape[i] == 1}
+    return tuple(d for d in range(len(shape)) if (d not in bdims or d in widened) and shape[d] != 1)
+
+
+def _written_mask(chain, bases, value):
+    """Where, in the first base of chain, a write of `value` through chain lands (a bool tensor)."""
+    from jitcore.ops import ltorch
+
+    mask = ltorch.full(tuple(value.shape), True, dtype=torch.bool, device=value.device)
+    for p, base in zip(reversed(chain), reversed(bases)):
+        empty = ltorch.full(tuple(base.shape), False, dtype=torch.bool, device=base.device)
+        dims = _expanded_dims(p, base)
+        mask = ltorch.reshape(ltorch.any(mask, dims, True), tuple(base.shape)) if dims else _inverse(p, empty, mask)
+    return mask
+
+
+def _unbroadcast(p, base, value, mask):
+    """base after writing value into its expansion p at the places mask marks: each element of base takes the
+    value written into one of its places (several places hold the same value, or eager refused the write)."""
+    from jitcore.ops import ltorch
+
+    dims, shape = _expanded_dims(p, base), tuple(base.shape)
+    written = ltorch.reshape(ltorch.any(mask, dims, True), shape)
+    if value.dtype == torch.bool:
+        picked = ltorch.any(ltorch.logical_and(mask, value), dims, True)
+    elif value.dtype.is_complex:
+        picked = ltorch.sum(ltorch.where(mask, value, 0), dims, True)
+    else:
+        low = -float("inf") if value.dtype.is_floating_point else torch.iinfo(value.dtype).min
+        picked = ltorch.amax(ltorch.where(mask, value, low), dims, True)
+    return ltorch.where(written, ltorch.reshape(picked, shape), base)
 
 
 def _inverse(p: BoundSymbol, base, value):
@@ -314,18 +504,14 @@ def _inverse(p: BoundSymbol, base, value):
     from jitcore.ops import prims_shape as ps
 
     pid, args = p.sym.id, p.args
-    if pid == "prims.stop_gradient":
+    if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
         return value
     if pid in ("prims.reshape", "prims.squeeze"):
         return ps.reshape(value, tuple(base.shape))
     if pid == "prims.transpose":
         perm = tuple(args[1])
         return ps.transpose(value, tuple(perm.index(i) for i in range(len(perm))))
-    if pid == "prims.broadcast_in_dim":
-        if value.numel() != base.numel():
-            raise UnsupportedError("in-place op", f"a write into an expanded tensor of shape {tuple(value.shape)} "
-                                   f"(expanded from {tuple(base.shape)}): more than one element refers to a single "
-                                   f"memory location", hint="clone() the expanded tensor before writing into it")
+    if pid == "prims.broadcast_in_dim":  # one that only adds dims of size 1 (_unbroadcast does the others)
         return ps.reshape(value, tuple(base.shape))
     if pid == "prims.slice":
         starts, ends = args[1], args[2]
@@ -346,3 +532,27 @@ def _scatter_dims(base, value, dims, starts, ends, steps):
         inner = slice_dim(base, d, starts[d], ends[d], steps[d])
         value = _scatter_dims(inner, value, rest, starts, ends, steps)
     return slice_scatter(base, value, d, starts[d], ends[d], steps[d])
+
+
+def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) -> Trace:
+    """The forward trace with each saved-for-backward value that is a written input, or a view of one, replaced by a
+    copy: the epilogue overwrites those inputs after the forward, before any backward reads what it saved."""
+    from jitcore.ops import ltorch
+
+    aliased = set(written)
+    for b in forward.bound_symbols:
+        tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
+        if b.sym.id in VIEW_OPS and tensors and tensors[0].name in aliased:
+            aliased.update(o.name for o in b.flat_proxy_outs())
+    outs = list(forward.output)
+    stale = [i for i in range(n_outputs, len(outs)) if isinstance(outs[i], TensorProxy) and outs[i].name in aliased]
+    if not stale:
+        return forward
+    with Timer() as t:
+        new = from_trace(forward)
+        new.bound_symbols.extend(forward.bound_symbols)
+        with tracectx(new):
+            for i in stale:
+                outs[i] = ltorch.clone(outs[i])
+        new.output = tuple(outs)
+    return new.set_provenance("Saved written inputs by copy (functionalization)", t.seconds)

@@ -83,8 +83,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
 
 
 def _update_running(buffer, new_stat, momentum):
-    """buffer <- (1 - momentum) * buffer + momentum * new_stat, written when the program runs."""
-    value = add(mul(nh.upcast(buffer), 1.0 - momentum), mul(new_stat, momentum))
+    """buffer <- (1 - momentum) * buffer + momentum * new_stat, written when the program runs (without a gradient:
+    eager's kernel updates the running stats outside autograd)."""
+    value = add(mul(nh.upcast(buffer), 1.0 - momentum), mul(pm.stop_gradient(new_stat), momentum))
     pm.copy_(to_dtype(value, buffer.dtype), buffer)
 
 
