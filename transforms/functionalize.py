@@ -383,6 +383,8 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
     recorded = differentiable and not detached
+    if recorded and not new_root.requires_grad:  # every element overwritten by values without a gradient
+        new_root = _overwritten(old_root, new_root)
     if recorded:
         st.recorded.add(root)
     elif old_root.requires_grad or new_root.requires_grad:
@@ -403,6 +405,15 @@ def _write(st: _State, bsym: BoundSymbol):
     st.alias[out.name] = Alias(root, al.chain, al.meta, al.multi)
     st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
     st.derived[out.name] = st.version[root]
+
+
+def _overwritten(old, values):
+    """`values` replacing all of `old` in a write autograd records: eager's result still requires grad (its
+    grad_fn sends zeros to old), so it is where(True, values, old): values' values, zero gradient to old."""
+    from jitcore.ops import ltorch
+
+    everywhere = ltorch.full(tuple(values.shape), True, dtype=torch.bool, device=values.device)
+    return ltorch.where(everywhere, values, old)
 
 
 def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool):

@@ -33,7 +33,11 @@ def _binary(op_id, fa, fb):
 
 
 def _zero(op_id):
-    VJP_RULES[op_id] = lambda bsym, *gs: tuple(None for _ in bsym.args)
+    """A unary op whose derivative is 0 almost everywhere (sign, floor, ...): eager's backward gives zeros, not None,
+    so an input reached only through it ends with a zero .grad. Made from g, so a missing cotangent drops it."""
+    from jitcore.ops.torch_creation import zeros_like
+
+    VJP_RULES[op_id] = lambda bsym, g: (zeros_like(g),)
 
 
 mul, div, add, sub, neg = te.mul, te.div, te.add, te.sub, te.neg

@@ -1,0 +1,97 @@
+"""Gradient paths that carry zeros: eager keeps a tensor in the graph (requires_grad True, a zero .grad, not None)
+after ops whose derivative is 0 (sign, floor, ...) and after writes that overwrite every element of a tensor that
+requires grad with values that do not (fill_, zero_, t[:] = k, copy_ of a constant). Both are compared with eager:
+the outputs' requires_grad, their values, and every input's .grad (None or a tensor, and its values).
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import jitcore
+
+CACHES = ("constant values", "symbolic values", "no caching")
+
+ZERO_DERIVATIVE = {
+    "sign": torch.sign, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
+}
+# how the zero-derivative result is used: alone, mixed with a real path, through a view, reduced
+USES = {
+    "alone": lambda x, z: (z * 3,),
+    "mixed": lambda x, z: (z * x.exp(),),
+    "view": lambda x, z: (z.t().reshape(-1),),
+    "reduced": lambda x, z: (z.sum(0), z.std(correction=0)),
+}
+
+
+def _compare(f, make_inputs, cache):
+    eager_in, jit_in = make_inputs(), make_inputs()
+    want, got = f(*eager_in), jitcore.jit(f, cache=cache)(*jit_in)
+    assert [w.requires_grad for w in want] == [g.requires_grad for g in got]
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, equal_nan=True)
+    weights = [torch.rand_like(w) for w in want]
+    for outs in (want, got):
+        live = [(o * k).sum() for o, k in zip(outs, weights) if o.requires_grad]
+        if live:
+            torch.autograd.backward(live)
+    for a, b in zip(eager_in, jit_in):
+        assert (a.grad is None) == (b.grad is None), f"grad None: eager {a.grad is None}, jit {b.grad is None}"
+        if a.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad, equal_nan=True)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("op,use", list(itertools.product(ZERO_DERIVATIVE, USES)))
+def test_zero_derivative_ops_give_zero_grads(op, use, cache):
+    fn, how = ZERO_DERIVATIVE[op], USES[use]
+
+    def f(x):
+        return how(x, fn(x * 2.5))
+
+    _compare(f, lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(0)).requires_grad_()], cache)
+
+
+# writes that replace every element of their destination with values that need no gradient
+OVERWRITES = {
+    "fill_": lambda t: t.fill_(2.0),
+    "zero_": lambda t: t.zero_(),
+    "setitem_all": lambda t: t.__setitem__(slice(None), 3.0),
+    "setitem_ellipsis": lambda t: t.__setitem__(Ellipsis, -1.0),
+    "copy_scalar_tensor": lambda t: t.copy_(torch.tensor(1.5)),
+    "copy_full": lambda t: t.copy_(torch.ones(3, 4)),
+    "mul_zero_then_fill": lambda t: t.mul_(0).fill_(4.0),
+}
+# where the overwritten tensor comes from (ops whose backward does not read their output: eager refuses a backward
+# through a saved output written in place), and what else reads the same input
+SOURCES = {
+    "neg": lambda x: (x.neg(), None),
+    "scaled_with_reader": lambda x: (x * 2, x.mean(0)),
+    "shifted_with_view_before": lambda x: (x + 1, x.t()[0]),
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("write,source", list(itertools.product(OVERWRITES, SOURCES)))
+def test_full_overwrite_keeps_requires_grad(write, source, cache):
+    wfn, sfn = OVERWRITES[write], SOURCES[source]
+
+    def f(x):
+        t, other = sfn(x)
+        wfn(t)
+        return (t,) if other is None else (t, other)
+
+    _compare(f, lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).requires_grad_()], cache)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_overwrite_under_no_grad_still_drops_gradient(cache):
+    def f(x):
+        t = x * 3
+        with torch.no_grad():
+            t.fill_(1.0)
+        return (t * x,)
+
+    _compare(f, lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(2)).requires_grad_()], cache)
