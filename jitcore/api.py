@@ -160,7 +160,7 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
             traces.append(split.forward)
         traces += _claim_forward(traces[-1], options, symbolic)
         if split is not None:
-            backward_traces = [split.backward, cse(split.backward)]
+            backward_traces = [split.backward, cse(split.backward, distinct_outputs=False)]
             backward_traces += _after_claim(claim(backward_traces[-1], options.executors))
     stats["claim"] = t.seconds
     with Timer() as t:

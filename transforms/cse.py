@@ -1,7 +1,8 @@
 """Transforms: common subexpression elimination. A line computing exactly what an earlier line computed (same op,
 same arguments, same grad mode where its inputs require grad) is dropped and later uses read the earlier result;
 random draws, in-place writes and lines that must stay are never merged, and no line is merged across an in-place
-write. Typical catch: the backward of `y * y` computes `g * y` twice.
+write. A line whose tensor is returned to the user is kept (`return x + 1, x + 1` gives two tensors in eager: a write
+into one must not change the other). Typical catch: the backward of `y * y` computes `g * y` twice.
 """
 from __future__ import annotations
 
@@ -54,8 +55,12 @@ def rename_args(bsym, names: dict):
     return bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=tuple(rename_args(s, names) for s in bsym.subsymbols))
 
 
-def cse(trace: Trace) -> Trace:
+def cse(trace: Trace, distinct_outputs: bool = True) -> Trace:
+    """distinct_outputs: keep every line whose tensor the trace returns (False for a backward, whose gradients
+    autograd copies where two are one tensor)."""
     with Timer() as t:
+        returned = {p.name for p in tree_flatten(trace.output)[0] if isinstance(p, TensorProxy)} \
+            if distinct_outputs else ()
         seen: dict = {}
         names: dict = {}  # dropped output name -> the proxy that replaces it
         kept = []
@@ -69,7 +74,7 @@ def cse(trace: Trace) -> Trace:
                 continue
             key = line_key(bsym)
             first = seen.get(key)
-            if first is None:
+            if first is None or any(o.name in returned for o in outs):
                 seen[key] = bsym
                 kept.append(bsym)
                 continue
