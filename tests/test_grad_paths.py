@@ -95,3 +95,32 @@ def test_overwrite_under_no_grad_still_drops_gradient(cache):
         return (t * x,)
 
     _compare(f, lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(2)).requires_grad_()], cache)
+
+
+# writes into an input that requires grad, made under no_grad: the input is copied back without autograd, so it
+# gets no gradient from them (None where nothing else reads it), in every cache mode (symbolic sizes passed zeros)
+NO_GRAD_WRITES = {
+    "slice_add_": lambda x: x[1:].add_(3),
+    "select_fill_": lambda x: x.select(1, 0).fill_(2.0),
+    "whole_mul_": lambda x: x.mul_(2),
+    "setitem": lambda x: x.__setitem__(0, 1.0),
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("write", NO_GRAD_WRITES)
+@pytest.mark.parametrize("read_after", [False, True])
+def test_no_grad_write_into_input(write, read_after, cache):
+    wfn = NO_GRAD_WRITES[write]
+
+    def f(a, x):
+        out = a * a
+        with torch.no_grad():
+            wfn(x)
+        return (out, x.sum(0) * 2) if read_after else (out,)
+
+    def make():
+        g = torch.Generator().manual_seed(3)
+        return [torch.randn(3, generator=g).requires_grad_(), torch.randn(4, 2, generator=g).requires_grad_()]
+
+    _compare(f, make, cache)

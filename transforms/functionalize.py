@@ -79,6 +79,8 @@ def has_inplace(bsym) -> bool:
 
 def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trace, list[Writeback]]:
     """The functional trace and the inputs to write back; the trace itself when it writes nothing."""
+    from jitcore.ops import prims_misc as pm
+
     if not any(has_inplace(b) for b in trace.bound_symbols):
         return trace, []
     with Timer() as t:
@@ -105,8 +107,11 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
             writebacks = []
             for i, a in enumerate(trace.args):
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
-                    writebacks.append(Writeback(i, len(outs), a.name in st.recorded))
+                    recorded = a.name in st.recorded
+                    writebacks.append(Writeback(i, len(outs), recorded))
                     final = _read(st, a)
+                    if final.requires_grad and not recorded:  # copied back under no_grad: no gradient flows
+                        final = pm.stop_gradient(final)  # through it (autograd would pass it zeros)
                     outs.append(final)  # with its gradient: the writeback records the write, like eager
         new.output = tree_unflatten(spec, outs[: len(out_leaves)])
         if writebacks:
