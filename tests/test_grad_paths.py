@@ -124,3 +124,25 @@ def test_no_grad_write_into_input(write, read_after, cache):
         return [torch.randn(3, generator=g).requires_grad_(), torch.randn(4, 2, generator=g).requires_grad_()]
 
     _compare(f, make, cache)
+
+
+# F.linear's rare forms (a 1-D weight, a 0-d result) are pulled back by torch.autograd at run time
+LINEAR_FORMS = {
+    "1d_1d": ((3,), (3,), None),
+    "2d_1d": ((4, 3), (3,), None),
+    "1d_1d_bias": ((3,), (3,), ()),
+    "3d_1d_bias": ((2, 4, 3), (3,), ()),
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("form", LINEAR_FORMS)
+def test_linear_rare_forms_gradients(form, cache):
+    xs, ws, bs = LINEAR_FORMS[form]
+
+    def make():
+        g = torch.Generator().manual_seed(4)
+        out = [torch.randn(xs, generator=g).requires_grad_(), torch.randn(ws, generator=g).requires_grad_()]
+        return out + ([torch.randn(bs, generator=g).requires_grad_()] if bs is not None else [])
+
+    _compare(lambda *t: (torch.nn.functional.linear(*t),), make, cache)

@@ -31,9 +31,10 @@ def rules(VJP_RULES: dict):
     def zeros_like(a):
         return pc.full(tuple(a.shape), 0, device=a.device, dtype=a.dtype)
 
-    def via_torch_autograd(bsym, *gs):
-        """Pull back through the prim's torch kernel with torch.autograd at run time."""
-        grads = opaque_vjp_sym(EAGER_KERNELS[bsym.sym.id], tuple(bsym.args), dict(bsym.kwargs), list(gs))
+    def via_torch_autograd(bsym, *gs, kernel=None):
+        """Pull back through the prim's torch kernel (or `kernel`) with torch.autograd at run time."""
+        kernel = kernel or EAGER_KERNELS[bsym.sym.id]
+        grads = opaque_vjp_sym(kernel, tuple(bsym.args), dict(bsym.kwargs), list(gs))
         return tuple(grads)
 
     # -- shape ----------------------------------------------------------------------------------------------------
@@ -213,7 +214,7 @@ def rules(VJP_RULES: dict):
         a, w, bias = (list(bsym.args) + [None])[:3] if len(bsym.args) < 3 else bsym.args[:3]
         bias = bsym.kwargs.get("bias", bias)
         if a.ndim < 1 or w.ndim != 2:  # rare forms (1-D weight): pulled back by torch.autograd
-            return via_torch_autograd(bsym, g)
+            return via_torch_autograd(bsym, g, kernel=torch.nn.functional.linear)  # (ltorch.linear shares the row)
         ga = pn.matmul(g, w) if is_diff(a) else None
         gw = gbias = None
         if is_diff(w) or is_diff(bias):
