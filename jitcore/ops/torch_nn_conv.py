@@ -26,6 +26,8 @@ def linear(input, weight, bias=None):
     check(isinstance(input, TensorProxy) and isinstance(weight, TensorProxy),
           lambda: f"linear(): argument 'input' and 'weight' must be tensors, got {type(input).__name__} and "
                   f"{type(weight).__name__}")
+    if weight.ndim == 1 and bias is not None:  # eager's 1-D weight form: a dot product, then the bias added
+        return add(pn.linear(input, weight, None), bias)
     return pn.linear(input, weight, bias)
 
 
