@@ -30,8 +30,8 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
     "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
-# view ops that copy when the strides do not allow a view (the others always view)
-MAY_COPY_OPS = frozenset(f"ltorch.{n}" for n in ("reshape", "reshape_as", "flatten", "ravel")) | VIEW_PRIMS
+# view ops whose other tensor argument gives only a shape: the view is of the first
+LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
 # in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
 FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
 # view ops returning several views: eager refuses a write autograd records into them (or into views of them)
@@ -292,11 +292,14 @@ def _track_views(st: _State, bsym: BoundSymbol):
     if bsym.sym.id not in VIEW_OPS:
         return
     tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
+    if bsym.sym.id in LIKE_OPS:
+        tensors = tensors[:1]
     if len(tensors) != 1:
         return
     prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
-    if any(p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p) for p in prims):
-        return
+    whole_pieces = bsym.sym.id in MULTI_VIEW_OPS  # (elsewhere a same-dtype copy is a copy: reshape of a layout
+    if any(p.sym.id not in VIEW_PRIMS and not (whole_pieces and _is_same_dtype_copy(p)) for p in prims):
+        return  # eager cannot view)
     src = _alias_of(st, tensors[0])
     multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
     if bsym.sym.id == "ltorch.detach":
@@ -308,9 +311,10 @@ def _track_views(st: _State, bsym: BoundSymbol):
             return
         chain, meta = made[a.name]
         out_meta = _view_meta(p, meta)
-        if out_meta is None and bsym.sym.id in MAY_COPY_OPS:  # a reshape eager would copy: a new tensor
-            continue
-        if out_meta is None:  # a reshape inside an op eager always views (diagonal of an expanded tensor)
+        # reshape, flatten, ... decided at trace time from eager's layout (jitcore/layouts.py), and recorded a copy
+        # where eager copies: a reshape left here is a view, as is one inside an op eager always views (diagonal
+        # of an expanded tensor); the metas here assume results are contiguous, which eager's need not be
+        if out_meta is None:
             out_meta = _view_meta(p, meta.contiguous())
         made[p.output.name] = (chain + (p,), out_meta)
     for o in bsym.flat_proxy_outs():

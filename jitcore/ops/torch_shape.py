@@ -87,6 +87,19 @@ def copy(a):
     return pe.convert_element_type(a, a.dtype)
 
 
+def _reshape_or_copy(a, shape):
+    """reshape/flatten/ravel: a view where eager's layout of `a` allows one, else a reshaped copy, as eager decides
+    (a write into the result reaches `a` only in the first case; the layout's inputs are guarded)."""
+    if tuple(shape) != tuple(a.shape):
+        meta = a.eager_layout()
+        if meta is not None:
+            try:
+                meta.view(tuple(s.value if hasattr(s, "expr") else s for s in shape))
+            except RuntimeError:
+                a = copy(a)
+    return _reshape(a, shape)
+
+
 def fresh(outs, *inputs) -> tuple:
     """A multi-output op's outputs, with copies where an output would be one of its inputs (a tuple of inputs is
     not a passthrough the trace can skip)."""
@@ -96,7 +109,7 @@ def fresh(outs, *inputs) -> tuple:
 # -- reshape and views -------------------------------------------------------------------------------------------
 @torchsymbol(torch.reshape)
 def reshape(input, shape):
-    return _reshape(input, infer_size("reshape", shape, input.numel()))
+    return _reshape_or_copy(input, infer_size("reshape", shape, input.numel()))
 
 
 method_adapter("reshape", lambda self, *shape: reshape(self, shape_arg(shape)), T.reshape)
@@ -129,7 +142,7 @@ def view_as(self, other):
 
 @torchsymbol(T.reshape_as, method="reshape_as")
 def reshape_as(self, other):
-    return _reshape(self, other.shape)
+    return _reshape_or_copy(self, other.shape)
 
 
 @torchsymbol(torch.flatten, T.flatten, method="flatten")
@@ -139,12 +152,12 @@ def flatten(input, start_dim=0, end_dim=-1):
         return _reshape(input, (1,))
     check(s <= e, "flatten() has invalid args: start_dim cannot come after end_dim")
     shape = tuple(input.shape)
-    return _reshape(input, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
+    return _reshape_or_copy(input, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
 
 
 @torchsymbol(torch.ravel, T.ravel, method="ravel")
 def ravel(input):
-    return _reshape(input, (input.numel(),))
+    return _reshape_or_copy(input, (input.numel(),))
 
 
 @torchsymbol(torch.unflatten, T.unflatten, method="unflatten")

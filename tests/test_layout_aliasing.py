@@ -1,0 +1,87 @@
+"""Whether reshape, flatten, ravel and reshape_as return a view or a copy depends on eager's memory layout of their
+input (an elementwise result keeps a transposed input's layout), and with it whether a later write reaches the
+input. Generated: input layouts x the ops that make the reshaped tensor x may-copy ops x writes, compared with eager
+(outputs and inputs after the call), and one jitted function called with changing layouts (a cached entry must not
+reuse the aliasing it decided for another layout), in every cache mode.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import jitcore
+
+CACHES = ("constant values", "symbolic values", "no caching")
+
+LAYOUTS = {
+    "contiguous": lambda g: torch.randn(4, 6, generator=g),
+    "transposed": lambda g: torch.randn(6, 4, generator=g).t(),
+    "strided_rows": lambda g: torch.randn(8, 6, generator=g)[::2],
+    "column_slice": lambda g: torch.randn(4, 9, generator=g)[:, 2:8],
+}
+MAKERS = {
+    "input": lambda x: x,
+    "sub": lambda x: x - 3,
+    "exp": lambda x: x.exp(),
+    "t_then_mul": lambda x: (x.t() * 2).t(),
+    "slice": lambda x: x[:, 1:5],
+}
+RESHAPES = {
+    "reshape_flat": lambda t: t.reshape(-1),
+    "flatten": lambda t: t.flatten(),
+    "ravel": lambda t: t.ravel(),
+    "reshape_as": lambda t: t.reshape_as(torch.empty(t.numel())),
+    "reshape_2d": lambda t: t.reshape(2, -1),
+}
+WRITES = {
+    "zero_": lambda r: r.zero_(),
+    "add_": lambda r: r.add_(1.5),
+    "setitem": lambda r: r.__setitem__(0, -7.0),
+}
+
+
+def _program(maker, reshape, write):
+    def f(x):
+        t = maker(x)
+        write(reshape(t))
+        return t * 1
+
+    return f
+
+
+def _check(f, jf, layout, seed):
+    xe, xj = LAYOUTS[layout](torch.Generator().manual_seed(seed)), LAYOUTS[layout](torch.Generator().manual_seed(seed))
+    want, got = f(xe), jf(xj)
+    torch.testing.assert_close(got, want, msg=lambda m: f"output ({layout}): {m}")
+    torch.testing.assert_close(xj, xe, msg=lambda m: f"input after the call ({layout}): {m}")
+
+
+CASES = list(itertools.product(MAKERS, RESHAPES, WRITES))
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("maker,reshape,write", CASES[::3])
+def test_reshape_write_follows_eager_layout(maker, reshape, write, cache):
+    f = _program(MAKERS[maker], RESHAPES[reshape], WRITES[write])
+    for layout in LAYOUTS:
+        _check(f, jitcore.jit(f, cache=cache), layout, seed=0)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("maker,reshape", list(itertools.product(MAKERS, ("reshape_flat", "flatten"))))
+def test_one_function_over_changing_layouts(maker, reshape, cache):
+    f = _program(MAKERS[maker], RESHAPES[reshape], WRITES["zero_"])
+    jf = jitcore.jit(f, cache=cache)
+    for i, layout in enumerate(["contiguous", "transposed", "contiguous", "strided_rows", "transposed"]):
+        _check(f, jf, layout, seed=i)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("maker,reshape,write", CASES)
+def test_reshape_write_follows_eager_layout_all(maker, reshape, write, cache):
+    f = _program(MAKERS[maker], RESHAPES[reshape], WRITES[write])
+    for layout in LAYOUTS:
+        _check(f, jitcore.jit(f, cache=cache), layout, seed=0)
