@@ -1,6 +1,7 @@
-"""Ops: creation prims (full, empty, iota, uniform, normal, randint, tensor_from_sequence): tensors from no tensor
-inputs. Shapes are tuples of ints, device a torch.device, dtype a torch.dtype. The random ones draw from torch's
-default generator when they run, so torch.manual_seed reproduces them.
+"""Ops: creation prims (full, empty, iota, uniform, normal, randint, bernoulli, tensor_from_sequence): tensors from
+no tensor inputs (bernoulli_tensor: from a tensor of probabilities). Shapes are tuples of ints, device a
+torch.device, dtype a torch.dtype. The random ones draw from torch's default generator when they run, with the very
+kernel eager calls (so torch.manual_seed reproduces eager's values and generator state).
 """
 from __future__ import annotations
 
@@ -76,6 +77,25 @@ def randint(low, high, shape, *, device, dtype):
     check(isinstance(low, int) and isinstance(high, int) and low < high,
           lambda: f"prims.randint: random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     return _out("randint", shape, device, dtype)
+
+
+@prim("bernoulli", tags=RANDOM)
+def bernoulli(shape, p, *, device, dtype):
+    """1 with probability p (a number), else 0: torch.empty(shape).bernoulli_(p), the draw eager's dropout and
+    torch.bernoulli(t, p) make."""
+    check(is_number(p) and 0 <= p <= 1, lambda: f"prims.bernoulli: expects 0 <= p <= 1, but got p={p!r}")
+    check(not dtype.is_complex, lambda: f"prims.bernoulli: expected a real dtype, got {dtype}")
+    return _out("bernoulli", shape, device, dtype)
+
+
+@prim("bernoulli_tensor", tags=RANDOM)
+def bernoulli_tensor(prob, shape, *, dtype):
+    """1 with the probabilities in prob (broadcast to shape), else 0: torch.empty(shape).bernoulli_(prob), the draw
+    torch.bernoulli(prob) and Tensor.bernoulli_(prob) make."""
+    check(isinstance(prob, TensorProxy) and prob.dtype.is_floating_point,
+          lambda: f"prims.bernoulli_tensor: expected a floating point tensor of probabilities, got {prob!r}")
+    check(not dtype.is_complex, lambda: f"prims.bernoulli_tensor: expected a real dtype, got {dtype}")
+    return _out("bernoulli_tensor", shape, prob.device, dtype)
 
 
 def _sequence_shape(seq) -> tuple:

@@ -138,9 +138,10 @@ def normal_(self, mean=0, std=1, *, generator=None):
 @torchsymbol(T.bernoulli_, method="bernoulli_", tags=INPLACE + (Tag.RANDOM,))
 def bernoulli_(self, p=0.5, *, generator=None):
     check(generator is None, "bernoulli_: a generator argument is not supported under jitcore.jit")
-    u = pc.uniform(tuple(self.shape), 0.0, 1.0, device=self.device, dtype=torch.float32)
-    prob = to_dtype(p, torch.float32) if isinstance(p, TensorProxy) else p
-    return write("bernoulli_", self, te.lt(u, prob))
+    if isinstance(p, TensorProxy):  # eager's draws: bernoulli_(Tensor p) / bernoulli_(float p) on self's dtype
+        prob = p if p.dtype.is_floating_point else to_dtype(p, torch.float32)
+        return write("bernoulli_", self, pc.bernoulli_tensor(prob, tuple(self.shape), dtype=self.dtype))
+    return write("bernoulli_", self, pc.bernoulli(tuple(self.shape), float(p), device=self.device, dtype=self.dtype))
 
 
 # -- x[key] = value ---------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Ops: torch-level activations, softmax family and dropout (F.relu, F.gelu, F.softmax, F.dropout, ...).
 
 Bodies compute half precision in float32 and round once at the end, like torch's kernels; `inplace=True`
-writes the result into the input with prims.copy_. Training-mode rrelu and alpha dropouts stay opaque.
+writes the result into the input with prims.copy_. Training-mode rrelu and alpha dropouts stay opaque;
+dropout draws its noise with prims.bernoulli exactly as eager's CPU kernel does.
 """
 from __future__ import annotations
 
@@ -306,15 +307,17 @@ def _check_p(op, p):
 
 
 def _dropout_with_mask_shape(input, p, mask_shape):
-    """input * (uniform(mask_shape) < 1 - p) / (1 - p); the mask broadcasts over the dims it leaves at 1."""
+    """Eager's CPU dropout (aten's _dropout_impl): noise = empty(mask_shape).bernoulli_(1 - p) in the input's dtype,
+    noise / (1 - p), input * noise; the same draw, in the same order, so values and the generator match eager's.
+    The noise broadcasts over the dims it leaves at 1 (feature dropout)."""
     from jitcore.ops import prims_creation as pc
 
     if p == 1.0:
         return mul(input, 0)
-    u = pc.uniform(tuple(mask_shape), 0.0, 1.0, device=input.device, dtype=dtypes.computation_dtype(input.dtype))
-    keep = lt(u, 1.0 - p)
-    scaled = mul(nh.upcast(input), where(keep, 1.0 / (1.0 - p), 0.0))
-    return to_dtype(scaled, input.dtype)
+    if input.numel() == 0:
+        return input  # eager returns the input without a draw
+    noise = pc.bernoulli(tuple(mask_shape), 1.0 - p, device=input.device, dtype=input.dtype)
+    return mul(input, div(noise, 1.0 - p))
 
 
 @torchsymbol(F.dropout, tags=(Tag.RANDOM,))
