@@ -70,6 +70,8 @@ def _make_meta(fn, qualname):
     def meta(*args, **kwargs):
         flat, spec = tree_flatten((args, kwargs))
         margs, mkwargs = tree_unflatten(spec, [_to_meta(a) for a in flat])
+        if not any(isinstance(a, proxies.TensorProxy) for a in flat) and draws_random(fn):
+            mkwargs = {**mkwargs, "device": "meta"}  # torch.randperm(n): shapes without a real draw now
         try:
             with torch.no_grad():
                 out = fn(*margs, **mkwargs)
