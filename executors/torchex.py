@@ -165,6 +165,10 @@ def _bernoulli_tensor(prob, shape, *, dtype):
     return torch.empty(shape, device=prob.device, dtype=dtype).bernoulli_(prob)
 
 
+def _sample(kind, shape, params, *, device, dtype):
+    return getattr(torch.empty(shape, device=device, dtype=dtype), kind + "_")(*params)
+
+
 # -- misc -------------------------------------------------------------------------------------------------------------
 def _shape(a):
     return tuple(a.shape)
@@ -238,6 +242,7 @@ KERNELS: dict = {
     "prims.full": torch.full, "prims.empty": torch.empty, "prims.iota": _iota, "prims.uniform": _uniform,
     "prims.normal": _normal, "prims.randint": torch.randint, "prims.tensor_from_sequence": torch.tensor,
     "prims.bernoulli": _bernoulli, "prims.bernoulli_tensor": _bernoulli_tensor,
+    "prims.sample": _sample,
     # misc
     "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
     "prims.no_grad_update": _no_grad_update,

@@ -1,5 +1,5 @@
-"""Ops: creation prims (full, empty, iota, uniform, normal, randint, bernoulli, tensor_from_sequence): tensors from
-no tensor inputs (bernoulli_tensor: from a tensor of probabilities). Shapes are tuples of ints, device a
+"""Ops: creation prims (full, empty, iota, uniform, normal, randint, bernoulli, sample, tensor_from_sequence): tensors
+from no tensor inputs (bernoulli_tensor: from a tensor of probabilities). Shapes are tuples of ints, device a
 torch.device, dtype a torch.dtype. The random ones draw from torch's default generator when they run, with the very
 kernel eager calls (so torch.manual_seed reproduces eager's values and generator state).
 """
@@ -96,6 +96,31 @@ def bernoulli_tensor(prob, shape, *, dtype):
           lambda: f"prims.bernoulli_tensor: expected a floating point tensor of probabilities, got {prob!r}")
     check(not dtype.is_complex, lambda: f"prims.bernoulli_tensor: expected a real dtype, got {dtype}")
     return _out("bernoulli_tensor", shape, prob.device, dtype)
+
+
+SAMPLERS = ("exponential", "cauchy", "log_normal", "geometric")  # Tensor.<kind>_ draws that take only numbers
+
+
+@prim("sample", tags=RANDOM)
+def sample(kind, shape, params, *, device, dtype):
+    """torch.empty(shape).<kind>_(*params) for kind in SAMPLERS (Tensor.exponential_(lambd), cauchy_(median,
+    sigma), log_normal_(mean, std), geometric_(p)): eager's own draw; the arguments are checked as eager checks them."""
+    check(kind in SAMPLERS, lambda: f"prims.sample: kind must be one of {SAMPLERS}, got {kind!r}")
+    check(isinstance(params, tuple) and all(is_number(v) for v in params),
+          lambda: f"prims.sample: params must be a tuple of numbers, got {params!r}")
+    out = _out("sample", shape, device, dtype)
+    problem = _sampler_problem(kind, params, dtype)
+    check(problem is None, lambda: problem)
+    return out
+
+
+def _sampler_problem(kind, params, dtype) -> str | None:
+    """Eager's own complaint about these arguments (its checks run on a meta tensor), or None."""
+    try:
+        getattr(torch.empty(0, device="meta", dtype=dtype), kind + "_")(*params)
+    except RuntimeError as e:
+        return str(e)
+    return None
 
 
 def _sequence_shape(seq) -> tuple:
