@@ -78,6 +78,8 @@ def _sampler_cases() -> dict:
     cases["multinomial"] = (lambda x: torch.multinomial(x.detach().abs() + 0.1, 5), (3, 8), torch.float32, False)
     cases["multinomial-replacement"] = (lambda x: torch.multinomial(x.detach().abs() + 0.1, 20, True) + 0,
                                         (8,), torch.float32, False)
+    cases["sdpa-dropout"] = (lambda x: F.scaled_dot_product_attention(x, x * 2, x + 1, dropout_p=0.3),
+                             (2, 3, 5, 4), torch.float32, True)
     cases["rrelu-training"] = (lambda x: F.rrelu(x * 2, training=True), (6, 7), torch.float32, True)
     cases["RReLU-module"] = (lambda x: torch.nn.RReLU(0.1, 0.4)(x - 0.2), (40,), torch.float32, True)
     cases["mixed-order"] = (lambda x: torch.rand_like(x) + F.dropout(x, 0.4) * torch.randn(x.shape[-1])
@@ -130,6 +132,10 @@ def _assert_same(name, got, expected, exact=True):
 OPAQUE_CASES = ("alpha_dropout", "feature_alpha_dropout", "multinomial", "rrelu", "RReLU")
 
 
+# cases whose math around the draw (matmul, softmax) rounds differently from eager's fused kernel
+INEXACT = ("sdpa-dropout",)
+
+
 def check_stream(name, cache="constant values", executors=None):
     fn, shape, dtype, grad = CASES[name]
     jfn = jitcore.jit(fn, cache=cache, executors=executors)
@@ -141,7 +147,8 @@ def check_stream(name, cache="constant values", executors=None):
             if cache == "symbolic values" and name.startswith(OPAQUE_CASES):
                 pytest.xfail(f"an opaque random op refuses symbolic sizes: {e}")
             raise
-        _assert_same(f"{name} (seed {seed}, cache {cache!r})", got, expected, exact=not executors)
+        _assert_same(f"{name} (seed {seed}, cache {cache!r})", got, expected,
+                     exact=not executors and name not in INEXACT)
 
 
 @pytest.mark.parametrize("cache", CACHE_MODES)
