@@ -53,6 +53,8 @@ def _sampler_cases() -> dict:
         cases[f"bernoulli_-p-{d}"] = (lambda x: x.detach().clone().bernoulli_(0.7) * x, (6, 7), dt, True)
         cases[f"bernoulli_-tensor-{d}"] = (lambda x: x.detach().clone().bernoulli_(x.detach().sigmoid()) + x,
                                             (6, 7), dt, True)
+        cases[f"bernoulli-alone-{d}"] = (lambda x: torch.bernoulli(x.sigmoid()), (6, 7), dt, True)  # zero grads
+        cases[f"bernoulli_-grad-prob-{d}"] = (lambda x: x.detach().clone().bernoulli_(x.sigmoid()), (9,), dt, True)
         cases[f"rand_like-{d}"] = (lambda x: torch.rand_like(x) * x, (5, 8), dt, True)
         cases[f"randn_like-{d}"] = (lambda x: torch.randn_like(x) + x, (5, 8), dt, True)
         cases[f"uniform_-{d}"] = (lambda x: x.detach().clone().uniform_(-2, 3) * x, (30,), dt, True)

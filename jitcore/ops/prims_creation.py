@@ -11,7 +11,7 @@ import torch
 
 from jitcore import devices
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, is_int, is_number
+from jitcore.ops.utils import check, is_int, is_number, requires_grad
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
 
@@ -88,14 +88,16 @@ def bernoulli(shape, p, *, device, dtype):
     return _out("bernoulli", shape, device, dtype)
 
 
-@prim("bernoulli_tensor", tags=RANDOM)
+@prim("bernoulli_tensor", tags=(Tag.RANDOM,))
 def bernoulli_tensor(prob, shape, *, dtype):
     """1 with the probabilities in prob (broadcast to shape), else 0: torch.empty(shape).bernoulli_(prob), the draw
     torch.bernoulli(prob) and Tensor.bernoulli_(prob) make."""
     check(isinstance(prob, TensorProxy) and prob.dtype.is_floating_point,
           lambda: f"prims.bernoulli_tensor: expected a floating point tensor of probabilities, got {prob!r}")
     check(not dtype.is_complex, lambda: f"prims.bernoulli_tensor: expected a real dtype, got {dtype}")
-    return _out("bernoulli_tensor", shape, prob.device, dtype)
+    out = _out("bernoulli_tensor", shape, prob.device, dtype)
+    # like eager, the result requires grad when prob does (its gradient is zero: transforms/vjp_rules.py)
+    return out.like(requires_grad=requires_grad(prob) and dtype.is_floating_point) if prob.requires_grad else out
 
 
 SAMPLERS = ("exponential", "cauchy", "log_normal", "geometric")  # Tensor.<kind>_ draws that take only numbers

@@ -277,7 +277,7 @@ def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=Non
     return _grad(out, requires_grad)
 
 
-@torchsymbol(torch.bernoulli, T.bernoulli, method="bernoulli", tags=RANDOM)
+@torchsymbol(torch.bernoulli, T.bernoulli, method="bernoulli", tags=(Tag.RANDOM,))  # differentiable: zeros
 def bernoulli(input, p=None, *, generator=None):
     """1 with probability p (the input's values, or the float p), else 0; in the input's dtype. Eager's draws:
     empty_like(input).bernoulli_(input) or .bernoulli_(p)."""
