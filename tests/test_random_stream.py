@@ -184,3 +184,69 @@ def test_dropout_trace_draws_eagers_noise_and_backward_draws_nothing():
     assert "bernoulli" in fw and "uniform" not in fw
     bw = "\n".join(str(t) for t in jitcore.last_backward_traces(jf))
     assert "bernoulli" not in bw and "uniform" not in bw and "rand" not in bw
+
+
+# -- PyTorch's OpInfo samples of its random ops, seeded: eager's values and generator state bitwise ------------------
+# OpInfo name -> the torch call its samples are for (OpInfo's own op wraps these in a helper that reseeds)
+RANDOM_OPINFOS = {
+    "bernoulli": torch.bernoulli, "normal": torch.normal, "rand_like": torch.rand_like,
+    "randn_like": torch.randn_like, "randint_like": torch.randint_like,
+    "nn.functional.dropout": F.dropout, "nn.functional.dropout2d": F.dropout2d, "nn.functional.dropout3d": F.dropout3d,
+    "nn.functional.alpha_dropout": F.alpha_dropout, "nn.functional.feature_alpha_dropout": F.feature_alpha_dropout,
+    "nn.functional.rrelu": F.rrelu, "normal.in_place": lambda t, *a, **kw: t.clone().normal_(*a, **kw),
+    **{k: (lambda t, *a, _k=k, **kw: getattr(t.clone(), _k + "_")(*a, **kw))
+       for k in ("uniform", "cauchy", "exponential", "geometric", "log_normal")},
+}
+
+
+def _random_opinfos():
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except Exception:  # needs expecttest
+        return []
+    return [op for op in op_db if op.name in RANDOM_OPINFOS]
+
+
+def _opinfo_call(op, sample):
+    from torch.utils import _pytree as pytree
+
+    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+    where = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    call = RANDOM_OPINFOS.get(f"{op.name}.{op.variant_test_name}", RANDOM_OPINFOS[op.name])
+
+    def fn(*tensors):
+        filled = list(leaves)
+        for i, t in zip(where, tensors):
+            filled[i] = t
+        inp, args, kwargs = pytree.tree_unflatten(filled, spec)
+        return call(inp, *args, **kwargs)
+
+    return fn, tuple(leaves[i] for i in where)
+
+
+def _seeded(fn, args, seed):
+    torch.manual_seed(seed)
+    out = fn(*args)
+    return out, torch.get_rng_state()
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+@pytest.mark.parametrize("op", _random_opinfos(), ids=lambda op: f"{op.name}.{op.variant_test_name}".rstrip("."))
+def test_random_opinfo_samples_follow_eagers_stream(op, dtype):
+    checked = 0
+    for i, sample in enumerate(op.sample_inputs("cpu", dtype)):
+        fn, args = _opinfo_call(op, sample)
+        try:
+            _seeded(fn, args, 0)
+        except Exception:
+            continue  # eager refuses this sample
+        if not args:
+            continue  # no tensor: not a call jit takes
+        jfn = jitcore.jit(fn, cache="constant values")
+        for seed in (100 + i, 7):
+            (got, got_state), (exp, exp_state) = _seeded(jfn, args, seed), _seeded(fn, args, seed)
+            where = f"{op.name} sample {i} ({sample}), seed {seed}"
+            assert torch.equal(got_state, exp_state), f"{where}: generator state differs from eager's"
+            assert got.dtype == exp.dtype and torch.equal(got, exp), f"{where}:\njit:   {got}\neager: {exp}"
+        checked += 1
+    assert checked, f"{op.name}: no sample checked"
