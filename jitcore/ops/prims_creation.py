@@ -97,7 +97,7 @@ def bernoulli_tensor(prob, shape, *, dtype):
     check(not dtype.is_complex, lambda: f"prims.bernoulli_tensor: expected a real dtype, got {dtype}")
     out = _out("bernoulli_tensor", shape, prob.device, dtype)
     # like eager, the result requires grad when prob does (its gradient is zero: transforms/vjp_rules.py)
-    return out.like(requires_grad=requires_grad(prob) and dtype.is_floating_point) if prob.requires_grad else out
+    return out.like(requires_grad=requires_grad(prob) and dtype.is_floating_point)
 
 
 SAMPLERS = ("exponential", "cauchy", "log_normal", "geometric")  # Tensor.<kind>_ draws that take only numbers

@@ -303,9 +303,9 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, la
 def _normal_tensor(mean, std):
     """Eager's normal with a tensor mean or std (DistributionTemplates.h normal_out_impl): a draw in the result's
     dtype, N(0, std) for a float std, else N(0, 1) times std, then plus mean."""
-    shape = tuple(te.broadcast(mean, std)[0].shape) if isinstance(mean, TensorProxy) and \
-        isinstance(std, TensorProxy) else tuple((mean if isinstance(mean, TensorProxy) else std).shape)
     ref = mean if isinstance(mean, TensorProxy) else std
+    both = isinstance(mean, TensorProxy) and isinstance(std, TensorProxy)
+    shape = tuple(te.broadcast(mean, std)[0].shape) if both else tuple(ref.shape)
     dtype = ref.dtype  # eager's result takes mean's options, or std's for a float mean; mul_/add_ keep it
     if not isinstance(std, TensorProxy):
         check(std >= 0.0, lambda: f"normal expects std >= 0.0, but found std {std}")
