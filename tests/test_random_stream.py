@@ -42,6 +42,11 @@ def _dropout_cases() -> dict:
     return cases
 
 
+_G = torch.Generator().manual_seed(0)
+_MHA = (torch.randn(12, 4, generator=_G), torch.randn(12, generator=_G), None, None)  # in_proj w/b, bias_k/v
+_MHA_OUT = (torch.randn(4, 4, generator=_G), torch.randn(4, generator=_G))
+
+
 def _sampler_cases() -> dict:
     """name -> (fn, input shape, dtype, differentiable) over the other random ops."""
     cases = {}
@@ -82,6 +87,10 @@ def _sampler_cases() -> dict:
                                         (8,), torch.float32, False)
     cases["sdpa-dropout"] = (lambda x: F.scaled_dot_product_attention(x, x * 2, x + 1, dropout_p=0.3),
                              (2, 3, 5, 4), torch.float32, True)
+    for nw in (False, True):  # an opaque Python torch function that draws inside: the backward replays its draws
+        cases[f"mha-dropout-weights{nw}"] = (lambda x, nw=nw: F.multi_head_attention_forward(
+            x, x, x, 4, 2, *_MHA, False, 0.5, *_MHA_OUT, training=True, need_weights=nw)[0], (3, 2, 4),
+            torch.float32, True)
     cases["rrelu-training"] = (lambda x: F.rrelu(x * 2, training=True), (6, 7), torch.float32, True)
     cases["RReLU-module"] = (lambda x: torch.nn.RReLU(0.1, 0.4)(x - 0.2), (40,), torch.float32, True)
     cases["mixed-order"] = (lambda x: torch.rand_like(x) + F.dropout(x, 0.4) * torch.randn(x.shape[-1])
@@ -131,11 +140,11 @@ def _assert_same(name, got, expected, exact=True):
 
 
 # opaque ops refuse symbolic sizes loudly (UnsupportedError), never silently
-OPAQUE_CASES = ("alpha_dropout", "feature_alpha_dropout", "multinomial", "rrelu", "RReLU")
+OPAQUE_CASES = ("alpha_dropout", "feature_alpha_dropout", "multinomial", "rrelu", "RReLU", "mha")
 
 
 # cases whose math around the draw (matmul, softmax) rounds differently from eager's fused kernel
-INEXACT = ("sdpa-dropout",)
+INEXACT = ("sdpa-dropout", "mha-dropout-weightsFalse", "mha-dropout-weightsTrue")
 
 
 def check_stream(name, cache="constant values", executors=None):
