@@ -259,3 +259,18 @@ def test_random_opinfo_samples_follow_eagers_stream(op, dtype):
             assert got.dtype == exp.dtype and torch.equal(got, exp), f"{where}:\njit:   {got}\neager: {exp}"
         checked += 1
     assert checked, f"{op.name}: no sample checked"
+
+
+@pytest.mark.parametrize("cache", ("constant values", "no caching"))
+@pytest.mark.parametrize("name", ("dropout-p0.5-float32", "dropout-p0.2-float64", "dropout_inplace-p0.9-float32",
+                                  "dropout-twice", "Dropout-module-0.3"))
+def test_dropout_where_eager_fuses_calls_eagers_kernel(name, cache, monkeypatch):
+    """Where eager's dropout is one fused kernel (CUDA's native_dropout), the trace calls eager's dropout itself and
+    its backward replays the forward's draws; checked here on CPU with that route forced."""
+    from jitcore.ops import torch_nn_activation
+
+    monkeypatch.setattr(torch_nn_activation, "fused_in_eager", lambda input, p: 0.0 < p < 1.0)
+    check_stream(name, cache)
+    jf = jitcore.jit(CASES[name][0], cache=cache)
+    jf(_input(CASES[name][1], CASES[name][2], False))
+    assert "bernoulli" not in str(jitcore.last_traces(jf)[-1])  # the route taken was eager's own call

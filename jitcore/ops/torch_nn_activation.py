@@ -320,12 +320,20 @@ def _dropout_with_mask_shape(input, p, mask_shape):
     return mul(input, div(noise, 1.0 - p))
 
 
+def fused_in_eager(input, p) -> bool:
+    """Whether eager's dropout runs one fused kernel here (aten's is_fused_kernel_acceptable: native_dropout on
+    CUDA and other accelerators), whose draws no decomposition reproduces."""
+    return input.device.type not in ("cpu", "meta") and 0.0 < p < 1.0
+
+
 @torchsymbol(F.dropout, tags=(Tag.RANDOM,))
 def dropout(input, p=0.5, training=True, inplace=False):
     _check_p("dropout", p)
     if not training or p == 0.0:
         return input
     nh.check_float("dropout", input)
+    if fused_in_eager(input, p) and input.numel() > 0:  # eager's own call; its backward replays its draws
+        return nh.maybe_inplace(input, opaque_symbol(F.dropout)(input, p, True, False), inplace)
     return nh.maybe_inplace(input, _dropout_with_mask_shape(input, p, input.shape), inplace)
 
 
