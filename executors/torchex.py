@@ -157,6 +157,18 @@ def _normal(shape, mean, std, *, device, dtype):
     return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std)
 
 
+def _bernoulli(shape, p, *, device, dtype):
+    return torch.empty(shape, device=device, dtype=dtype).bernoulli_(p)
+
+
+def _bernoulli_tensor(prob, shape, *, dtype):
+    return torch.empty(shape, device=prob.device, dtype=dtype).bernoulli_(prob)
+
+
+def _sample(kind, shape, params, *, device, dtype):
+    return getattr(torch.empty(shape, device=device, dtype=dtype), kind + "_")(*params)
+
+
 # -- misc -------------------------------------------------------------------------------------------------------------
 def _shape(a):
     return tuple(a.shape)
@@ -229,6 +241,8 @@ KERNELS: dict = {
     # creation
     "prims.full": torch.full, "prims.empty": torch.empty, "prims.iota": _iota, "prims.uniform": _uniform,
     "prims.normal": _normal, "prims.randint": torch.randint, "prims.tensor_from_sequence": torch.tensor,
+    "prims.bernoulli": _bernoulli, "prims.bernoulli_tensor": _bernoulli_tensor,
+    "prims.sample": _sample,
     # misc
     "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
     "prims.no_grad_update": _no_grad_update,

@@ -36,6 +36,27 @@ def _unbound_tensor_method(fn):
     return call
 
 
+def _draws_random(fn) -> bool:
+    from jitcore.ops.opaque import draws_random
+
+    return torch_map.is_torch_callable(fn) and draws_random(fn)
+
+
+def _tensorless_draw(fn):
+    """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)) it is
+    recorded as its opaque op, which the torch executor runs on every call; with tensors it runs natively, and
+    their __torch_function__ records it as before."""
+    from jitcore.ops.opaque import opaque_symbol
+
+    def call(*args, **kwargs):
+        leaves = tree_flatten((args, kwargs))[0]
+        if any(isinstance(a, (torch.Tensor, TensorProxy)) for a in leaves):
+            return fn(*args, **kwargs)
+        return opaque_symbol(fn)(*args, **kwargs)
+
+    return call
+
+
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict)
 _LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "itertools", "collections", "typing",
@@ -113,6 +134,8 @@ class JitContext(DefaultContext):
             op = per_call.lookaside(fn, self._user_caller)
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
             op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
+        if op is None and _draws_random(fn) and not self.should_inline(fn):
+            op = _tensorless_draw(fn)  # torch.randperm(n): recorded, never run now and folded into a constant
         if not self._container_ids:
             return op
         if op is None:  # a torch callable run natively (`_VF.lstm(x, hx, ...)`) gets the tensors of `hx` as inputs too

@@ -227,6 +227,8 @@ SAMPLES["ltorch.logsigmoid"] = [(F.logsigmoid, lambda: (t(3, 4),)), (lambda a: F
 NO_SAMPLE = {"prims.device_put": "a second device is needed to move a tensor",
              "prims.copy_": "in-place writes into inputs; its rule passes no gradient",
              "prims.shape": "sizes are Python ints under the default cache: no prims.shape line to differentiate",
+             "prims.bernoulli_tensor": "a random draw: tests/test_random_stream.py checks it seeded against eager, "
+                                       "its zero gradient included",
              "prims.no_grad_update": "functionalization makes it (a write autograd does not record); tests/"
                                      "test_inplace.py checks those writes' gradients against eager"}
 

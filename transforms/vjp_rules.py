@@ -149,6 +149,17 @@ def _device_put_rule(bsym, g):
 VJP_RULES["prims.device_put"] = _device_put_rule
 
 
+def _bernoulli_tensor_rule(bsym, g):
+    """Eager's bernoulli derivative: zeros for the probabilities (the draw is not differentiable)."""
+    from jitcore.ops import prims_creation as pc
+
+    prob = bsym.args[0]
+    return pc.full(tuple(prob.shape), 0, device=prob.device, dtype=prob.dtype), None
+
+
+VJP_RULES["prims.bernoulli_tensor"] = _bernoulli_tensor_rule
+
+
 # -- opaque torch ops: torch.autograd at run time ----------------------------------------------------------------------
 def opaque_vjp(bsym, gs):
     """Backward of an opaque torch op: one recorded line that recomputes it with torch.autograd."""

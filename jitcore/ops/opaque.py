@@ -70,6 +70,8 @@ def _make_meta(fn, qualname):
     def meta(*args, **kwargs):
         flat, spec = tree_flatten((args, kwargs))
         margs, mkwargs = tree_unflatten(spec, [_to_meta(a) for a in flat])
+        if not any(isinstance(a, proxies.TensorProxy) for a in flat) and draws_random(fn):
+            mkwargs = {**mkwargs, "device": "meta"}  # torch.randperm(n): shapes without a real draw now
         try:
             with torch.no_grad():
                 out = fn(*margs, **mkwargs)
@@ -95,6 +97,16 @@ def proxies_require_grad(flat) -> bool:
     return torch.is_grad_enabled() and any(isinstance(a, proxies.TensorProxy) and a.requires_grad for a in flat)
 
 
+def _python_draws(fn) -> bool:
+    """A torch function written in Python whose parameters name a draw (F.multi_head_attention_forward's
+    dropout_p, F.fractional_max_pool2d's _random_samples): it has no schema to ask, so it is taken to draw."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return any("dropout" in p or "random" in p for p in params)
+
+
 def draws_random(fn) -> bool:
     """Whether torch callable fn draws random numbers: its aten operator (fn itself when it is an overload, else
     the operator named like it) is tagged nondeterministic_seeded. Such an op is tagged RANDOM: passes never merge,
@@ -103,6 +115,8 @@ def draws_random(fn) -> bool:
     fn = getattr(fn, "stands_for", fn)  # a wrapper (the functional form of an in-place method) names what it runs
     if isinstance(fn, torch._ops.OpOverload):
         return seeded in fn.tags
+    if _python_draws(fn):
+        return True
     name = getattr(fn, "__name__", "")
     try:
         packet = getattr(torch.ops.aten, name) if name.isidentifier() else None

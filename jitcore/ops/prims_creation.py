@@ -1,6 +1,7 @@
-"""Ops: creation prims (full, empty, iota, uniform, normal, randint, tensor_from_sequence): tensors from no tensor
-inputs. Shapes are tuples of ints, device a torch.device, dtype a torch.dtype. The random ones draw from torch's
-default generator when they run, so torch.manual_seed reproduces them.
+"""Ops: creation prims (full, empty, iota, uniform, normal, randint, bernoulli, sample, tensor_from_sequence): tensors
+from no tensor inputs (bernoulli_tensor: from a tensor of probabilities). Shapes are tuples of ints, device a
+torch.device, dtype a torch.dtype. The random ones draw from torch's default generator when they run, with the very
+kernel eager calls (so torch.manual_seed reproduces eager's values and generator state).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from jitcore import devices
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, is_int, is_number
+from jitcore.ops.utils import check, is_int, is_number, requires_grad
 from jitcore.proxies import TensorProxy
 from jitcore.symbol import Tag
 
@@ -76,6 +77,52 @@ def randint(low, high, shape, *, device, dtype):
     check(isinstance(low, int) and isinstance(high, int) and low < high,
           lambda: f"prims.randint: random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     return _out("randint", shape, device, dtype)
+
+
+@prim("bernoulli", tags=RANDOM)
+def bernoulli(shape, p, *, device, dtype):
+    """1 with probability p (a number), else 0: torch.empty(shape).bernoulli_(p), the draw eager's dropout and
+    torch.bernoulli(t, p) make."""
+    check(is_number(p) and 0 <= p <= 1, lambda: f"prims.bernoulli: expects 0 <= p <= 1, but got p={p!r}")
+    check(not dtype.is_complex, lambda: f"prims.bernoulli: expected a real dtype, got {dtype}")
+    return _out("bernoulli", shape, device, dtype)
+
+
+@prim("bernoulli_tensor", tags=(Tag.RANDOM,))
+def bernoulli_tensor(prob, shape, *, dtype):
+    """1 with the probabilities in prob (broadcast to shape), else 0: torch.empty(shape).bernoulli_(prob), the draw
+    torch.bernoulli(prob) and Tensor.bernoulli_(prob) make."""
+    check(isinstance(prob, TensorProxy) and prob.dtype.is_floating_point,
+          lambda: f"prims.bernoulli_tensor: expected a floating point tensor of probabilities, got {prob!r}")
+    check(not dtype.is_complex, lambda: f"prims.bernoulli_tensor: expected a real dtype, got {dtype}")
+    out = _out("bernoulli_tensor", shape, prob.device, dtype)
+    # like eager, the result requires grad when prob does (its gradient is zero: transforms/vjp_rules.py)
+    return out.like(requires_grad=requires_grad(prob) and dtype.is_floating_point)
+
+
+SAMPLERS = ("exponential", "cauchy", "log_normal", "geometric")  # Tensor.<kind>_ draws that take only numbers
+
+
+@prim("sample", tags=RANDOM)
+def sample(kind, shape, params, *, device, dtype):
+    """torch.empty(shape).<kind>_(*params) for kind in SAMPLERS (Tensor.exponential_(lambd), cauchy_(median,
+    sigma), log_normal_(mean, std), geometric_(p)): eager's own draw; the arguments are checked as eager checks them."""
+    check(kind in SAMPLERS, lambda: f"prims.sample: kind must be one of {SAMPLERS}, got {kind!r}")
+    check(isinstance(params, tuple) and all(is_number(v) for v in params),
+          lambda: f"prims.sample: params must be a tuple of numbers, got {params!r}")
+    out = _out("sample", shape, device, dtype)
+    problem = _sampler_problem(kind, params, dtype)
+    check(problem is None, lambda: problem)
+    return out
+
+
+def _sampler_problem(kind, params, dtype) -> str | None:
+    """Eager's own complaint about these arguments (its checks run on a meta tensor), or None."""
+    try:
+        getattr(torch.empty(0, device="meta", dtype=dtype), kind + "_")(*params)
+    except RuntimeError as e:
+        return str(e)
+    return None
 
 
 def _sequence_shape(seq) -> tuple:

@@ -277,14 +277,15 @@ def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=Non
     return _grad(out, requires_grad)
 
 
-@torchsymbol(torch.bernoulli, T.bernoulli, method="bernoulli", tags=RANDOM)
+@torchsymbol(torch.bernoulli, T.bernoulli, method="bernoulli", tags=(Tag.RANDOM,))  # differentiable: zeros
 def bernoulli(input, p=None, *, generator=None):
-    """1 with probability p (the input's values, or the float p), else 0; in the input's dtype."""
+    """1 with probability p (the input's values, or the float p), else 0; in the input's dtype. Eager's draws:
+    empty_like(input).bernoulli_(input) or .bernoulli_(p)."""
     _no_generator("bernoulli", generator)
-    prob = input if p is None else p
-    compute = dtypes.computation_dtype(input.dtype) if dtypes.is_float(input.dtype) else torch.float32
-    u = pc.uniform(tuple(input.shape), 0.0, 1.0, device=input.device, dtype=compute)
-    return to_dtype(te.lt(u, prob), input.dtype)
+    if p is None:
+        return pc.bernoulli_tensor(input, tuple(input.shape), dtype=input.dtype)
+    check(is_number(p), lambda: f"bernoulli(): p must be a number, got {p!r}")
+    return pc.bernoulli(tuple(input.shape), float(p), device=input.device, dtype=input.dtype)
 
 
 @torchsymbol(torch.normal, tags=RANDOM)
@@ -296,11 +297,21 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, la
         out = pc.normal(_size("normal", (size,)), mean, std, device=_device(device), dtype=dtype or
                         torch.get_default_dtype())
         return _grad(out, requires_grad)
+    return _normal_tensor(mean, std)
+
+
+def _normal_tensor(mean, std):
+    """Eager's normal with a tensor mean or std (DistributionTemplates.h normal_out_impl): a draw in the result's
+    dtype, N(0, std) for a float std, else N(0, 1) times std, then plus mean."""
     ref = mean if isinstance(mean, TensorProxy) else std
-    shape = tuple(te.broadcast(mean, std)[0].shape) if isinstance(mean, TensorProxy) and \
-        isinstance(std, TensorProxy) else tuple(ref.shape)
-    z = pc.normal(shape, 0.0, 1.0, device=ref.device, dtype=dtypes.computation_dtype(ref.dtype))
-    return to_dtype(te.add(te.mul(z, std), mean), ref.dtype)
+    both = isinstance(mean, TensorProxy) and isinstance(std, TensorProxy)
+    shape = tuple(te.broadcast(mean, std)[0].shape) if both else tuple(ref.shape)
+    dtype = ref.dtype  # eager's result takes mean's options, or std's for a float mean; mul_/add_ keep it
+    if not isinstance(std, TensorProxy):
+        check(std >= 0.0, lambda: f"normal expects std >= 0.0, but found std {std}")
+        return to_dtype(te.add(pc.normal(shape, 0.0, float(std), device=ref.device, dtype=dtype), mean), dtype)
+    z = pc.normal(shape, 0.0, 1.0, device=ref.device, dtype=dtype)
+    return to_dtype(te.add(to_dtype(te.mul(z, std), dtype), mean), dtype)
 
 
 # -- from data ---------------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_map
 from jitcore.ops.registry import LTORCH, torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
-from jitcore.ops.utils import check
+from jitcore.ops.utils import check, is_number
 from jitcore.proxies import TENSOR_METHODS, TensorProxy
 from jitcore.symbol import Tag
 
@@ -138,9 +138,41 @@ def normal_(self, mean=0, std=1, *, generator=None):
 @torchsymbol(T.bernoulli_, method="bernoulli_", tags=INPLACE + (Tag.RANDOM,))
 def bernoulli_(self, p=0.5, *, generator=None):
     check(generator is None, "bernoulli_: a generator argument is not supported under jitcore.jit")
-    u = pc.uniform(tuple(self.shape), 0.0, 1.0, device=self.device, dtype=torch.float32)
-    prob = to_dtype(p, torch.float32) if isinstance(p, TensorProxy) else p
-    return write("bernoulli_", self, te.lt(u, prob))
+    if isinstance(p, TensorProxy):  # eager's draws: bernoulli_(Tensor p) / bernoulli_(float p) on self's dtype
+        prob = p if p.dtype.is_floating_point else to_dtype(p, torch.float32)
+        return write("bernoulli_", self, pc.bernoulli_tensor(prob, tuple(self.shape), dtype=self.dtype))
+    return write("bernoulli_", self, pc.bernoulli(tuple(self.shape), float(p), device=self.device, dtype=self.dtype))
+
+
+_REQUIRED = object()
+# Tensor.<kind>_ -> its parameters (name, default), in order: eager's draw on self's shape and dtype (prims.sample)
+_SAMPLER_PARAMS = {"exponential": (("lambd", 1.0),), "cauchy": (("median", 0.0), ("sigma", 1.0)),
+                   "log_normal": (("mean", 1.0), ("std", 2.0)), "geometric": (("p", _REQUIRED),)}
+
+
+def _sampler_param(op, pname, value) -> float:
+    check(value is not _REQUIRED, lambda: f"{op}() missing required argument '{pname}'")
+    check(is_number(value), lambda: f"{op}: {pname} must be a number, got {value!r}")
+    return float(value)
+
+
+def _sampler(kind: str, spec: tuple):
+    name = kind + "_"
+
+    def body(self, *args, generator=None, **kwargs):
+        check(generator is None, lambda: f"{name}: a generator argument is not supported under jitcore.jit")
+        check(len(args) <= len(spec) and set(kwargs) <= {n for n, _ in spec},
+              lambda: f"{name}() got unexpected arguments {args!r} {kwargs!r}")
+        params = tuple(_sampler_param(name, pname, args[i] if i < len(args) else kwargs.get(pname, default))
+                       for i, (pname, default) in enumerate(spec))
+        return write(name, self, pc.sample(kind, tuple(self.shape), params, device=self.device,
+                                           dtype=self.dtype))
+
+    body.__name__ = name
+    return torchsymbol(getattr(T, name), method=name, tags=INPLACE + (Tag.RANDOM,))(body)
+
+
+SAMPLER_OPS = {kind: _sampler(kind, spec) for kind, spec in _SAMPLER_PARAMS.items()}
 
 
 # -- x[key] = value ---------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Ops: torch-level activations, softmax family and dropout (F.relu, F.gelu, F.softmax, F.dropout, ...).
 
 Bodies compute half precision in float32 and round once at the end, like torch's kernels; `inplace=True`
-writes the result into the input with prims.copy_. Training-mode rrelu and alpha dropouts stay opaque.
+writes the result into the input with prims.copy_. Training-mode rrelu and alpha dropouts stay opaque;
+dropout draws its noise with prims.bernoulli exactly as eager's CPU kernel does.
 """
 from __future__ import annotations
 
@@ -306,15 +307,23 @@ def _check_p(op, p):
 
 
 def _dropout_with_mask_shape(input, p, mask_shape):
-    """input * (uniform(mask_shape) < 1 - p) / (1 - p); the mask broadcasts over the dims it leaves at 1."""
+    """Eager's CPU dropout (aten's _dropout_impl): noise = empty(mask_shape).bernoulli_(1 - p) in the input's dtype,
+    noise / (1 - p), input * noise; the same draw, in the same order, so values and the generator match eager's.
+    The noise broadcasts over the dims it leaves at 1 (feature dropout)."""
     from jitcore.ops import prims_creation as pc
 
     if p == 1.0:
         return mul(input, 0)
-    u = pc.uniform(tuple(mask_shape), 0.0, 1.0, device=input.device, dtype=dtypes.computation_dtype(input.dtype))
-    keep = lt(u, 1.0 - p)
-    scaled = mul(nh.upcast(input), where(keep, 1.0 / (1.0 - p), 0.0))
-    return to_dtype(scaled, input.dtype)
+    if input.numel() == 0:
+        return input  # eager returns the input without a draw
+    noise = pc.bernoulli(tuple(mask_shape), 1.0 - p, device=input.device, dtype=input.dtype)
+    return mul(input, div(noise, 1.0 - p))
+
+
+def fused_in_eager(input, p) -> bool:
+    """Whether eager's dropout runs one fused kernel here (aten's is_fused_kernel_acceptable: native_dropout on
+    CUDA and other accelerators), whose draws no decomposition reproduces."""
+    return input.device.type not in ("cpu", "meta") and 0.0 < p < 1.0
 
 
 @torchsymbol(F.dropout, tags=(Tag.RANDOM,))
@@ -323,6 +332,8 @@ def dropout(input, p=0.5, training=True, inplace=False):
     if not training or p == 0.0:
         return input
     nh.check_float("dropout", input)
+    if fused_in_eager(input, p) and input.numel() > 0:  # eager's own call; its backward replays its draws
+        return nh.maybe_inplace(input, opaque_symbol(F.dropout)(input, p, True, False), inplace)
     return nh.maybe_inplace(input, _dropout_with_mask_shape(input, p, input.shape), inplace)
 
 
