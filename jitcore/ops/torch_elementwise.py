@@ -183,9 +183,8 @@ def isinf(input):
 
 @torchsymbol(torch.logical_not, T.logical_not, method="logical_not", tags=ND)
 def logical_not(input):
-    if input.dtype is torch.bool:
-        return elementwise(pe.eq, D, input, False)
-    return elementwise(pe.eq, D, input, 0)
+    zero = False if input.dtype is torch.bool else 0
+    return elementwise(pe.eq, Promotion.ALWAYS_BOOL, input, zero, op_name="logical_not")
 
 
 @torchsymbol(torch.square, T.square, method="square")
