@@ -56,10 +56,13 @@ def _tensor(dtype, shape, seed, nonzero=False):
 
 
 # loud refusals jitcore makes where eager computes (op name -> predicate over the inputs): a JitError, never an answer
-KNOWN_REFUSALS = {
-    "logaddexp": lambda *a: any(isinstance(x, torch.Tensor) and x.dtype.is_complex for x in a),
-    "logaddexp2": lambda *a: any(isinstance(x, torch.Tensor) and x.dtype.is_complex for x in a),
-}
+def _any_complex(*args):
+    return any(isinstance(x, torch.Tensor) and x.dtype.is_complex for x in args)
+
+
+KNOWN_REFUSALS = {"logaddexp": _any_complex, "logaddexp2": _any_complex, "isreal": _any_complex,
+                  "nan_to_num": _any_complex,
+                  "pow": lambda x, y: x.dtype is torch.bool and isinstance(y, bool)}
 
 
 def _run(fn, *args):
