@@ -327,7 +327,8 @@ def rmod(input, other):
 
 @torchsymbol(torch.pow, T.pow, T.__pow__, method=("pow", "__pow__"))
 def pow(input, exponent):
-    if is_number(exponent) and exponent == 2 and isinstance(input, TensorProxy):
+    if is_number(exponent) and exponent == 2 and isinstance(input, TensorProxy) and \
+            dtypes.promote_dtypes(input, exponent) == input.dtype:  # bool ** 2 is int64: no shortcut
         return mul(input, input)
     return elementwise(pe.pow, D, input, exponent, op_name="pow")
 
