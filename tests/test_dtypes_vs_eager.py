@@ -15,6 +15,8 @@ import jitcore
 from jitcore.errors import JitError
 from jitcore.ops import torch_elementwise
 from jitcore.ops.torch_map import lookup
+from jitcore.proxies import TensorProxy
+from jitcore.pytree import tree_leaves
 from jitcore.symbol import Symbol, Tag
 
 DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
@@ -83,8 +85,8 @@ def _compare(got, want, what):
 
 def _check(fn, args, what):
     want, err = _run(fn, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
-    got, jerr = _run(jitcore.jit(fn, cache="no caching"),
-                     *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    jf = jitcore.jit(fn, cache="no caching")
+    got, jerr = _run(jf, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
     if err is not None:
         assert jerr is not None, f"{what}: eager raised {type(err).__name__}: {err}, jit returned {got}"
         return
@@ -94,6 +96,12 @@ def _check(fn, args, what):
     assert jerr is None, f"{what}: eager worked, jit raised {type(jerr).__name__}: {jerr}"
     for g, w in zip(got, want):
         _compare(g, w, what)
+    # the trace's own metadata too: a kernel that happens to return the right dtype must not hide a wrong meta,
+    # which later ops (and decompositions, fusion) would build on
+    traced = [o for o in tree_leaves(jitcore.last_traces(jf)[0].output) if isinstance(o, TensorProxy)]
+    for p, w in zip(traced, want):
+        assert (p.dtype, tuple(p.shape)) == (w.dtype, tuple(w.shape)), \
+            f"{what}: traced as {p.dtype}{list(p.shape)}, eager {w.dtype}{list(w.shape)}"
 
 
 def _view(x, kind):
@@ -105,7 +113,7 @@ def _view(x, kind):
 
 
 def _cases(full: bool):
-    """(id, fn, args) triples; the sample draws each op with a few dtype/shape/other combinations."""
+    """(id, fn, args) triples; the sample draws three shape/other combinations of each op and input dtype."""
     cases = []
     for name in UNARY:
         for dtype in DTYPES:
@@ -126,13 +134,19 @@ def _cases(full: bool):
                 for other in (*DTYPES, *SCALARS):
                     cases.append((f"{name}_-{dtype}-{view}-{other}", _inplace_fn(name, view), (dtype, (2, 3),
                                   (other, () if isinstance(other, torch.dtype) else None))))
+    for dtype in DTYPES:  # writes of constants through views (the dtype written must not leak into the result)
+        for view in VIEWS:
+            cases.append((f"zero_-{dtype}-{view}", _inplace_fn("zero", view), (dtype, (2, 3), None)))
+            for other in (*DTYPES, *SCALARS):
+                cases.append((f"fill_-{dtype}-{view}-{other}", _inplace_fn("fill", view), (dtype, (2, 3),
+                              (other, () if isinstance(other, torch.dtype) else None))))
     if full:
         return cases
     rng = random.Random(1414)
-    by_op = {}
+    by_op_dtype = {}
     for c in cases:
-        by_op.setdefault(c[0].split("-")[0], []).append(c)
-    return [c for op in sorted(by_op) for c in rng.sample(by_op[op], min(len(by_op[op]), 12))]
+        by_op_dtype.setdefault(tuple(c[0].split("-")[:2]), []).append(c)
+    return [c for key in sorted(by_op_dtype) for c in rng.sample(by_op_dtype[key], min(len(by_op_dtype[key]), 3))]
 
 
 def _unary_fn(name):
@@ -148,9 +162,9 @@ def _binary_fn(name):
 
 
 def _inplace_fn(name, view):
-    def f(x, y):
+    def f(x, *y):
         v = _view(x, view)
-        getattr(v, name + "_")(y)
+        getattr(v, name + "_")(*y)
         return x, v
     return f
 

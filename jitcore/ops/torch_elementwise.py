@@ -218,7 +218,7 @@ def logical_not(input):
 
 @torchsymbol(torch.square, T.square, method="square")
 def square(input):
-    return mul(input, input)
+    return pow(input, 2)  # x * x, except bool: int64 as in eager
 
 
 @torchsymbol(torch.frac, T.frac, method="frac")
@@ -551,8 +551,8 @@ fmin = torchsymbol(torch.fmin, T.fmin, method="fmin", name="fmin")(_nan_aware(mi
 def heaviside(input, values):
     _tensors_only("heaviside", input, values)
     check(input.dtype == values.dtype, "heaviside is not yet implemented for tensors with different dtypes")
-    zero, one = to_dtype(0, input.dtype), to_dtype(1, input.dtype)
-    return where(eq(input, 0), values, where(gt(input, 0), one, zero))
+    step = to_dtype(where(gt(input, 0), 1, 0), input.dtype)  # numbers alone would make int64, outranking 0-d values
+    return where(eq(input, 0), values, step)
 
 
 @torchsymbol(torch.deg2rad, T.deg2rad, method="deg2rad")
