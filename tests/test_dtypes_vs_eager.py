@@ -126,20 +126,7 @@ def _cases(full: bool):
                     for oshape in (SHAPES if isinstance(other, torch.dtype) else (None,)):
                         cases.append((f"{name}-{dtype}-{shape}-{other}-{oshape}", _binary_fn(name), (dtype, shape,
                                       (other, oshape))))
-    for name in BINARY:
-        if not hasattr(torch.Tensor, name + "_"):
-            continue
-        for dtype in DTYPES:
-            for view in VIEWS:
-                for other in (*DTYPES, *SCALARS):
-                    cases.append((f"{name}_-{dtype}-{view}-{other}", _inplace_fn(name, view), (dtype, (2, 3),
-                                  (other, () if isinstance(other, torch.dtype) else None))))
-    for dtype in DTYPES:  # writes of constants through views (the dtype written must not leak into the result)
-        for view in VIEWS:
-            cases.append((f"zero_-{dtype}-{view}", _inplace_fn("zero", view), (dtype, (2, 3), None)))
-            for other in (*DTYPES, *SCALARS):
-                cases.append((f"fill_-{dtype}-{view}-{other}", _inplace_fn("fill", view), (dtype, (2, 3),
-                              (other, () if isinstance(other, torch.dtype) else None))))
+    cases += _inplace_cases()
     if full:
         return cases
     rng = random.Random(1414)
@@ -147,6 +134,22 @@ def _cases(full: bool):
     for c in cases:
         by_op_dtype.setdefault(tuple(c[0].split("-")[:2]), []).append(c)
     return [c for key in sorted(by_op_dtype) for c in rng.sample(by_op_dtype[key], min(len(by_op_dtype[key]), 3))]
+
+
+def _inplace_cases():
+    """x.<op>_(other) written through a view of x, for each binary op with an in-place variant, and zero_/fill_."""
+    names = [n for n in BINARY if hasattr(torch.Tensor, n + "_")] + ["fill", "zero"]
+    cases = []
+    for name in names:
+        others = (None,) if name == "zero" else (*DTYPES, *SCALARS)
+        for dtype in DTYPES:
+            for shape in SHAPES:
+                for view in VIEWS:
+                    for other in others:
+                        spec = None if other is None else (other, () if isinstance(other, torch.dtype) else None)
+                        cases.append((f"{name}_-{dtype}-{shape}-{view}-{other}", _inplace_fn(name, view),
+                                      (dtype, shape, spec)))
+    return cases
 
 
 def _unary_fn(name):
