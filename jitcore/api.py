@@ -16,6 +16,7 @@ from jitcore.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter.provenance import Roots
+from jitcore.ops.autocast import outside_autocast
 from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_leaves
@@ -164,9 +165,10 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
             backward_traces += _after_claim(claim(backward_traces[-1], options.executors))
     stats["claim"] = t.seconds
     with Timer() as t:
-        computation = traces[-1].python_callable()
+        computation = outside_autocast(traces[-1].python_callable())
         if split is not None:
-            computation = AutogradProgram(computation, backward_traces[-1].python_callable(), split.n_outputs,
+            computation = AutogradProgram(computation, outside_autocast(backward_traces[-1].python_callable()),
+                                          split.n_outputs,
                                           split.output_requires_grad,
                                           [isinstance(p, TensorProxy) for p in split.saved],
                                           _backward_without(backward_traces[1], options))

@@ -16,9 +16,13 @@ import torch
 
 from jitcore.trace import get_tracectx
 
-# set by jitcore.ops.autocast: the op ids whose inputs torch's autocast casts, and the function that casts them
+# set by jitcore.ops.autocast: the op ids whose inputs torch's autocast casts, the function that casts them, and the
+# composites whose bodies autocast reaches (eager decomposes them above its dispatcher's autocast layer)
 AUTOCAST_OPS: frozenset = frozenset()
+AUTOCAST_TRANSPARENT: frozenset = frozenset()
 autocast_args = None
+# how many enclosing op bodies autocast does not reach (an op autocast handled, or an eager kernel of its own)
+_autocast_below = 0
 
 # op id -> callable running the op on real tensors; the torch executor fills it (see executors/torchex.py)
 EAGER_KERNELS: dict[str, Callable] = {}
@@ -69,8 +73,28 @@ class Symbol:
         trace = get_tracectx()
         if trace is None:
             return self.eager(*args, **kwargs)
-        if self.id in AUTOCAST_OPS and len(trace._scopes) == 1 and torch._C._is_any_autocast_enabled():
-            args, kwargs = autocast_args(self, args, kwargs)  # outermost op only, as torch's dispatcher does
+        if _autocast_below == 0 and torch._C._is_any_autocast_enabled() and _records_user_code(trace):
+            return self._call_under_autocast(trace, args, kwargs)
+        return self._record(trace, args, kwargs)
+
+    def _call_under_autocast(self, trace, args, kwargs):
+        """As torch's dispatcher: a listed op's inputs are cast and its body runs below autocast; so does the body
+        of any op that is a kernel of its own in eager; a composite eager decomposes lets autocast reach inside."""
+        global _autocast_below
+        listed = False
+        if self.id in AUTOCAST_OPS:
+            args, kwargs, listed = autocast_args(self, args, kwargs)
+        if self.id in AUTOCAST_TRANSPARENT and not listed:
+            # its lines are recorded in place of it: its torch kernel, run by an executor outside autocast, would not
+            # cast what autocast casts inside it
+            return self.fn(*args, **kwargs)
+        _autocast_below += 1
+        try:
+            return self._record(trace, args, kwargs)
+        finally:
+            _autocast_below -= 1
+
+    def _record(self, trace, args, kwargs):
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
             trace.record(_in_context(BoundSymbol(self, args, kwargs, out)))
@@ -96,6 +120,12 @@ class Symbol:
     def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
         """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
         return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
+
+
+def _records_user_code(trace) -> bool:
+    """Whether trace is the interpreter's, recording the user's function (its data oracle is set only then): autocast
+    is the user's state, recorded as explicit casts there; passes that record ops later (autodiff) never cast."""
+    return "data_oracle" in trace.extra
 
 
 def _in_context(bsym: BoundSymbol) -> BoundSymbol:

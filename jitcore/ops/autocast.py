@@ -1,6 +1,8 @@
 """Ops: autocast. Inside `torch.autocast(...)` (entered in the traced function, or around the call), torch casts
-the inputs of listed ops before running them; jitcore records the same casts explicitly in the trace, at the
-outermost op only (as torch's dispatcher does), so fusion executors and the backward see them.
+the inputs of listed ops before running them; jitcore records the same casts explicitly in the trace, as torch's
+dispatcher decides them: a listed op is cast and runs below autocast, and so does any op eager runs as a kernel of its
+own, while autocast reaches inside the composites eager decomposes (TRANSPARENT). Fusion executors and the backward
+see the casts.
 
 POLICY maps (device type, op name) to "lower" (floating inputs other than float64 cast to the autocast dtype),
 "fp32" (such inputs cast to float32) or "promote" (floating inputs cast to their widest dtype); the lists follow
@@ -8,8 +10,11 @@ torch's autocast op reference for CPU and CUDA.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
+from jitcore.ops.utils import check
 from jitcore.proxies import TensorProxy
 from jitcore.pytree import tree_flatten, tree_unflatten
 
@@ -29,13 +34,20 @@ _FP32 = {
             "poisson_nll_loss prod reciprocal rsqrt sinh smooth_l1_loss soft_margin_loss softmax softmin softplus "
             "sum tan",
 }
-_PROMOTE = "addcdiv addcmul atan2 bilinear cross dot tensordot cat stack index_copy index_put scatter_add"
+_PROMOTE = {
+    "cpu": "stack index_copy",
+    "cuda": "addcdiv addcmul atan2 bilinear cross dot tensordot cat stack index_copy index_put scatter_add",
+}
+# composites eager decomposes above the autocast layer (CompositeImplicitAutograd) into the listed ops jitcore's
+# decompositions call too, so autocast reaches their inner ops (einsum's contractions, tensordot's matmul); the body
+# of any other op runs below autocast, as an eager kernel of its own does (adaptive_avg_pool's matmul is not cast)
+TRANSPARENT = frozenset(f"ltorch.{n}" for n in "einsum tensordot".split())
 
 POLICY: dict[tuple[str, str], str] = {}
 for _dev in ("cpu", "cuda"):
     POLICY.update({(_dev, f"ltorch.{n}"): "lower" for n in _LOWER[_dev].split()})
     POLICY.update({(_dev, f"ltorch.{n}"): "fp32" for n in _FP32[_dev].split()})
-    POLICY.update({(_dev, f"ltorch.{n}"): "promote" for n in _PROMOTE.split()})
+    POLICY.update({(_dev, f"ltorch.{n}"): "promote" for n in _PROMOTE[_dev].split()})
 AUTOCAST_OPS = frozenset(op for _, op in POLICY)
 
 
@@ -44,38 +56,70 @@ def _eligible(x) -> bool:
 
 
 def autocast_args(sym, args, kwargs):
-    """args/kwargs with torch's autocast casts applied for op `sym`, or unchanged when autocast does not apply."""
+    """(args, kwargs, listed): args/kwargs with torch's autocast casts for op `sym` applied, and whether autocast
+    lists `sym` for its tensors' device (its body then runs below autocast, as torch's kernels do)."""
     leaves, spec = tree_flatten((args, kwargs))
     tensors = [x for x in leaves if isinstance(x, TensorProxy)]
     if not tensors:
-        return args, kwargs
+        return args, kwargs, False
     dev = tensors[0].device.type
-    if dev not in ("cpu", "cuda") or not torch.is_autocast_enabled(dev):
-        return args, kwargs
-    policy = POLICY.get((dev, sym.id))
+    policy = POLICY.get((dev, sym.id)) if torch.is_autocast_enabled(dev) else None
     if policy is None:
-        return args, kwargs
-    if policy == "lower":
-        target = torch.get_autocast_dtype(dev)
-    elif policy == "fp32":
-        target = torch.float32
-    else:
-        floats = [x.dtype for x in tensors if x.dtype.is_floating_point]
-        target = floats[0] if floats else None
-        for d in floats[1:]:
-            target = torch.promote_types(target, d)
+        return args, kwargs, False
+    target = _target(policy, dev, tensors)
     if target is None:
-        return args, kwargs
+        return args, kwargs, True
     from jitcore.ops.torch_elementwise import to_dtype
 
     cast = [to_dtype(x, target) if _eligible(x) and x.dtype != target else x for x in leaves]
-    return tree_unflatten(spec, cast)
+    return (*tree_unflatten(spec, cast), True)
+
+
+def _target(policy, dev, tensors):
+    if policy == "lower":
+        return torch.get_autocast_dtype(dev)
+    if policy == "fp32":
+        return torch.float32
+    floats = [x.dtype for x in tensors if x.dtype.is_floating_point]
+    return _prioritize(floats, torch.get_autocast_dtype(dev)) if floats else None
+
+
+def _prioritize(floats, low):
+    """The widest of floats as torch's autocast `promote` decides it, left to right: float64 wins, float32 beats the
+    autocast dtype, and any other floating dtype in the lead is an error (as in eager)."""
+    current = floats[0]
+    for d in floats[1:]:
+        check(current in (torch.float64, torch.float32, low),
+              lambda current=current: f"autocast promote: {current} among {floats} under autocast {low}: eager raises "
+                      "(Unexpected floating ScalarType in at::autocast::prioritize)")
+        if current is torch.float64:
+            continue
+        if d is torch.float64 or (current is low and d is torch.float32):
+            current = d
+    return current
+
+
+def outside_autocast(program):
+    """program run with autocast off when autocast is on now (the cache guards that state, so it is on at every call
+    of this entry): its trace holds autocast's casts already, and a kernel must not cast again what the trace
+    decided (a line inside `autocast(enabled=False)`, a listed op inside a composite eager runs as one kernel)."""
+    devices = [d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+    if not devices:
+        return program
+
+    def run(*args):
+        with contextlib.ExitStack() as stack:
+            for d in devices:
+                stack.enter_context(torch.autocast(d, enabled=False))
+            return program(*args)
+
+    return run
 
 
 def _install():
     from jitcore import symbol
 
-    symbol.AUTOCAST_OPS, symbol.autocast_args = AUTOCAST_OPS, autocast_args
+    symbol.AUTOCAST_OPS, symbol.AUTOCAST_TRANSPARENT, symbol.autocast_args = AUTOCAST_OPS, TRANSPARENT, autocast_args
 
 
 _install()

@@ -88,6 +88,7 @@ def _unary(prim_op, kind, torch_fns, methods=(), name=None, tags=()):
 
 def _binary(prim_op, kind, torch_fns, methods=(), name=None, tags=()):
     def body(input, other):
+        _tensors_only(body.__name__, input, other)
         return elementwise(prim_op, kind, input, other)
 
     body.__name__ = name or prim_op.name
@@ -95,6 +96,21 @@ def _binary(prim_op, kind, torch_fns, methods=(), name=None, tags=()):
 
 
 F, D = Promotion.INT_TO_FLOAT, Promotion.DEFAULT
+
+# ops whose torch signatures take tensors only: a Python number is a TypeError in eager, so it is one here too
+TENSOR_ONLY = frozenset("atan2 maximum minimum fmax fmin nextafter hypot logaddexp logaddexp2 heaviside isclose "
+                        "logical_and logical_or logical_xor".split())
+
+
+def _tensors_only(name, *args):
+    if name in TENSOR_ONLY:
+        for a in args:
+            if not isinstance(a, TensorProxy):
+                raise TypeError(f"{name}(): argument must be Tensor, not {type(a).__name__}")
+
+
+def _no_bool(name, input, what="operator"):
+    check(input.dtype is not torch.bool, lambda: f"{name}: not implemented for 'Bool' tensors ({what})")
 
 # -- unary: int -> float ---------------------------------------------------------------------------------------
 exp = _unary(pe.exp, F, (torch.exp, T.exp), "exp")
@@ -133,12 +149,23 @@ abs = _unary(pe.abs, Promotion.COMPLEX_TO_FLOAT, (torch.abs, T.abs, torch.absolu
              ("abs", "absolute", "__abs__"))
 sign = _unary(pe.sign, D, (torch.sign, T.sign), "sign")
 bitwise_not = _unary(pe.bitwise_not, D, (torch.bitwise_not, T.bitwise_not, T.__invert__), ("bitwise_not", "__invert__"))
-signbit = _unary(pe.signbit, Promotion.ALWAYS_BOOL, (torch.signbit, T.signbit), "signbit", tags=ND)
+
+
+@torchsymbol(torch.signbit, T.signbit, method="signbit", tags=ND)
+def signbit(input):
+    if input.dtype is torch.bool:
+        return ne(input, input)  # all False
+    if dtypes.category(input.dtype) == 1:
+        return lt(input, 0)
+    return elementwise(pe.signbit, Promotion.ALWAYS_BOOL, input)
+
+
 isfinite = _unary(pe.isfinite, Promotion.ALWAYS_BOOL, (torch.isfinite, T.isfinite), "isfinite", tags=ND)
 
 
 def _integer_identity(prim_op, name, torch_fns):
     def body(input):
+        _no_bool(name, input, "eager has no bool kernel")
         if dtypes.category(input.dtype) < 2:
             return input
         return elementwise(prim_op, D, input)
@@ -154,6 +181,7 @@ trunc = _integer_identity(pe.trunc, "trunc", (torch.trunc, T.trunc, torch.fix, T
 
 @torchsymbol(torch.round, T.round, method="round")
 def round(input, *, decimals=0):
+    _no_bool("round", input, "eager has no bool kernel")
     if dtypes.category(input.dtype) < 2:
         return input
     if decimals == 0:
@@ -164,6 +192,7 @@ def round(input, *, decimals=0):
 
 @torchsymbol(torch.positive, T.positive, T.__pos__, method=("positive", "__pos__"))
 def positive(input):
+    _no_bool("positive", input, "the `+` operator on a bool tensor is not supported")
     return input
 
 
@@ -183,14 +212,13 @@ def isinf(input):
 
 @torchsymbol(torch.logical_not, T.logical_not, method="logical_not", tags=ND)
 def logical_not(input):
-    if input.dtype is torch.bool:
-        return elementwise(pe.eq, D, input, False)
-    return elementwise(pe.eq, D, input, 0)
+    zero = False if input.dtype is torch.bool else 0
+    return elementwise(pe.eq, Promotion.ALWAYS_BOOL, input, zero, op_name="logical_not")
 
 
 @torchsymbol(torch.square, T.square, method="square")
 def square(input):
-    return mul(input, input)
+    return pow(input, 2)  # x * x, except bool: int64 as in eager
 
 
 @torchsymbol(torch.frac, T.frac, method="frac")
@@ -299,7 +327,8 @@ def rmod(input, other):
 
 @torchsymbol(torch.pow, T.pow, T.__pow__, method=("pow", "__pow__"))
 def pow(input, exponent):
-    if is_number(exponent) and exponent == 2 and isinstance(input, TensorProxy):
+    if is_number(exponent) and exponent == 2 and isinstance(input, TensorProxy) and \
+            dtypes.promote_dtypes(input, exponent) == input.dtype:  # bool ** 2 is int64: no shortcut
         return mul(input, input)
     return elementwise(pe.pow, D, input, exponent, op_name="pow")
 
@@ -343,16 +372,19 @@ def _to_bool(a):
 
 @torchsymbol(torch.logical_and, T.logical_and, method="logical_and", tags=ND)
 def logical_and(input, other):
+    _tensors_only("logical_and", input, other)
     return elementwise(pe.bitwise_and, D, _to_bool(input), _to_bool(other), op_name="logical_and")
 
 
 @torchsymbol(torch.logical_or, T.logical_or, method="logical_or", tags=ND)
 def logical_or(input, other):
+    _tensors_only("logical_or", input, other)
     return elementwise(pe.bitwise_or, D, _to_bool(input), _to_bool(other), op_name="logical_or")
 
 
 @torchsymbol(torch.logical_xor, T.logical_xor, method="logical_xor", tags=ND)
 def logical_xor(input, other):
+    _tensors_only("logical_xor", input, other)
     return elementwise(pe.bitwise_xor, D, _to_bool(input), _to_bool(other), op_name="logical_xor")
 
 
@@ -433,6 +465,7 @@ def _inexact_only(op, *args):
 
 @torchsymbol(torch.hypot, T.hypot, method="hypot")
 def hypot(input, other):
+    _tensors_only("hypot", input, other)
     _inexact_only("hypot", input, other)
 
     def f(a, b):
@@ -452,13 +485,17 @@ def _logaddexp(a, b, log1p_of, scale):
 
 @torchsymbol(torch.logaddexp, T.logaddexp, method="logaddexp")
 def logaddexp(input, other):
+    _tensors_only("logaddexp", input, other)
     _inexact_only("logaddexp", input, other)
+    check(not dtypes.promote_dtypes(input, other).is_complex, "logaddexp: complex inputs are not decomposed")
     return _in_float(D, lambda a, b: _logaddexp(a, b, lambda d: log1p(exp(d)), 1), input, other)
 
 
 @torchsymbol(torch.logaddexp2, T.logaddexp2, method="logaddexp2")
 def logaddexp2(input, other):
+    _tensors_only("logaddexp2", input, other)
     _inexact_only("logaddexp2", input, other)
+    check(not dtypes.promote_dtypes(input, other).is_complex, "logaddexp2: complex inputs are not decomposed")
     return _in_float(D, lambda a, b: _logaddexp(a, b, lambda d: log1p(exp2(d)), 1 / math.log(2)), input, other)
 
 
@@ -496,6 +533,7 @@ def float_power(input, exponent):
 
 def _nan_aware(binary, name):
     def body(input, other):
+        _tensors_only(name, input, other)
         if dtypes.category(dtypes.promote_dtypes(input, other)) < 2:
             return binary(input, other)
         out = binary(input, other)
@@ -511,9 +549,10 @@ fmin = torchsymbol(torch.fmin, T.fmin, method="fmin", name="fmin")(_nan_aware(mi
 
 @torchsymbol(torch.heaviside, T.heaviside, method="heaviside")
 def heaviside(input, values):
+    _tensors_only("heaviside", input, values)
     check(input.dtype == values.dtype, "heaviside is not yet implemented for tensors with different dtypes")
-    zero, one = to_dtype(0, input.dtype), to_dtype(1, input.dtype)
-    return where(eq(input, 0), values, where(gt(input, 0), one, zero))
+    step = to_dtype(where(gt(input, 0), 1, 0), input.dtype)  # numbers alone would make int64, outranking 0-d values
+    return where(eq(input, 0), values, step)
 
 
 @torchsymbol(torch.deg2rad, T.deg2rad, method="deg2rad")
@@ -578,12 +617,15 @@ def isreal(input):
 
 @torchsymbol(torch.sgn, T.sgn, method="sgn")
 def sgn(input):
-    check(not input.dtype.is_complex, "sgn: complex tensors are not decomposed")
-    return sign(input)
+    if not input.dtype.is_complex:
+        return sign(input)
+    magnitude = abs(input)
+    return where(eq(magnitude, 0), to_dtype(0, input.dtype), div(input, magnitude))
 
 
 @torchsymbol(torch.isclose, T.isclose, method="isclose", tags=ND)
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    _tensors_only("isclose", input, other)
     check(input.dtype == other.dtype, lambda: f"isclose: {input.dtype} did not match {other.dtype}")
     close = eq(input, other)
     if input.dtype is torch.bool:

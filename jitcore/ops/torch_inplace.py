@@ -63,9 +63,17 @@ def _broadcasts_to(shape, target) -> bool:
 
 
 # -- generated: foo_ for every functional op foo in the table that torch has an in-place variant of ---------------
+# in-place variants whose result dtype must be self's exactly (eager refuses even a cast that can_cast allows)
+_EXACT_RESULT_DTYPE = frozenset({"float_power"})
+
+
 def _inplace_of(name: str, functional):
     def body(self, *args, **kwargs):
-        return write(f"{name}_", self, functional(self, *args, **kwargs))
+        value = functional(self, *args, **kwargs)
+        if name in _EXACT_RESULT_DTYPE and isinstance(value, TensorProxy):
+            check(value.dtype == self.dtype, lambda: f"the base given to {name}_ has dtype {_type_name(self.dtype)} "
+                  f"but the operation's result requires dtype {_type_name(value.dtype)}")
+        return write(f"{name}_", self, value)
 
     body.__name__ = f"{name}_"
     body.__doc__ = f"self.{name}_(...): {name} written into self."

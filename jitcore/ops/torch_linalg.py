@@ -221,7 +221,9 @@ def _contract(a, la, b, lb, needed, sizes):
 
     a2 = arrange(a, la, (batch, a_only, contracted))
     b2 = arrange(b, lb, (batch, contracted, b_only))
-    out = pn.matmul(a2, b2)
+    # a product summing over labels is a batched matmul (autocast reaches it, as eager's bmm); one summing over none
+    # is an elementwise product, as in eager
+    out = matmul(a2, b2) if contracted else mul(a2, b2)
     shape = tuple(sizes[x] for x in batch) + tuple(a.shape[la.index(x)] for x in a_only) + \
         tuple(b.shape[lb.index(x)] for x in b_only)
     return ps.reshape(out, shape), batch + a_only + b_only
@@ -274,7 +276,7 @@ def tensordot(a, b, dims=2, out=None):
     a2 = ps.reshape(nh.permute(a, ra + da), (math.prod(a.shape[d] for d in ra), k))
     b2 = ps.reshape(nh.permute(b, db + rb), (k, math.prod(b.shape[d] for d in rb)))
     _same_dtype("tensordot", a2, b2)
-    return ps.reshape(pn.matmul(a2, b2), tuple(a.shape[d] for d in ra) + tuple(b.shape[d] for d in rb))
+    return ps.reshape(matmul(a2, b2), tuple(a.shape[d] for d in ra) + tuple(b.shape[d] for d in rb))
 
 
 # -- norms and distances ----------------------------------------------------------------------------------------
