@@ -146,3 +146,28 @@ def test_linear_rare_forms_gradients(form, cache):
         return out + ([torch.randn(bs, generator=g).requires_grad_()] if bs is not None else [])
 
     _compare(lambda *t: (torch.nn.functional.linear(*t),), make, cache)
+
+
+# a view of a tensor that requires grad, overwritten by values without a gradient and returned: eager's view is in
+# the graph (requires_grad, its gradient reaching the base), as is the base
+PARTIAL_VIEWS = {
+    "narrow": lambda t: t.narrow(0, 0, 2),
+    "select": lambda t: t.select(1, 2),
+    "slice_step": lambda t: t[::2],
+    "t_row": lambda t: t.t()[1],
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("write", ["fill_", "zero_", "setitem_all"])
+@pytest.mark.parametrize("view", PARTIAL_VIEWS)
+def test_overwritten_view_stays_in_graph(view, write, cache):
+    vfn, wfn = PARTIAL_VIEWS[view], OVERWRITES[write]
+
+    def f(x):
+        t = x * 2
+        v = vfn(t)
+        wfn(v)
+        return v, t
+
+    _compare(f, lambda: [torch.randn(4, 5, generator=torch.Generator().manual_seed(5)).requires_grad_()], cache)

@@ -396,6 +396,8 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = _overwritten(old_root, new_root)
     if recorded:
         st.recorded.add(root)
+        if al.chain and not value.requires_grad and new_root.requires_grad:  # the view is in the graph too (its
+            st.cur[dst.name] = _replay_chain(st, al, new_root)  # gradient reaches the root), as in eager
     elif old_root.requires_grad or new_root.requires_grad:
         # a write autograd does not record (under no_grad, through .data or detach()): eager keeps the root's
         # autograd identity, so its later uses still send gradients to it, and only to it
