@@ -382,12 +382,17 @@ def _written_arguments(fn) -> list[tuple[int, str]] | None:
 
 
 def _targets(written, args, kwargs) -> list:
-    return [args[i] if i < len(args) else kwargs.get(name) for i, name in written]
+    """The written arguments of this call; None where the call passes no tensor there (an overload with other
+    parameters, e.g. _native_batch_norm_legit without running stats, whose schema is not the default's)."""
+    found = [args[i] if i < len(args) else kwargs.get(name) for i, name in written]
+    return [t if isinstance(t, (list, tuple)) or hasattr(t, "shape") else None for t in found]
 
 
 def _with_targets(written, args, kwargs, values):
     args, kwargs = list(args), dict(kwargs)
     for (i, name), v in zip(written, values):
+        if v is None:
+            continue
         if i < len(args):
             args[i] = v
         elif name in kwargs:
