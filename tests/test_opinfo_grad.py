@@ -127,6 +127,8 @@ def _grads(outs, weights, leaves):
 
 
 def _check_grad(op, sample, tol):
+    if sample.kwargs.get("dropout_p", 0) > 0:  # sdpa: OpInfo's op reseeds the generator inside (wrapper_set_seed,
+        return  # torch code that runs natively while tracing); tests/test_random_stream.py compares sdpa's dropout
     fn, args = _call(op, sample)
     leaves = [a for a in args if a.requires_grad and a.dtype.is_floating_point]
     try:
