@@ -290,8 +290,22 @@ _base_can_execute = torch_ex.can_execute
 _base_execute = torch_ex.execute
 
 
+# random ops that fill torch.empty_like(input): their decomposition draws in eager's memory order of the input (a
+# transpose after the draw) where that is not the contiguous order; the direct kernel would draw in the order of
+# the tensor jitcore computed, whose layout can differ from eager's (a fill_ result, a fused region's output)
+_DRAWS_LIKE = frozenset({"ltorch.rand_like", "ltorch.randn_like", "ltorch.randint_like", "ltorch.dropout"})
+
+
+def _has_transpose(bsym) -> bool:
+    return any(s.sym.id == "prims.transpose" or _has_transpose(s) for s in bsym.subsymbols)
+
+
+def _draws_in_own_order(bsym) -> bool:
+    return bsym.sym.id in _DRAWS_LIKE and _has_transpose(bsym)
+
+
 def _can_execute(bsym):
-    return _opaque_can_execute(bsym) or _base_can_execute(bsym)
+    return _opaque_can_execute(bsym) or (_base_can_execute(bsym) and not _draws_in_own_order(bsym))
 
 
 def traceable_line(bsym):
