@@ -5,6 +5,8 @@ It also fills jitcore.symbol.EAGER_KERNELS, so printed traces over prims run as 
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 import jitcore.ops  # noqa: F401  (registers every op)
@@ -157,6 +159,11 @@ def _normal(shape, mean, std, *, device, dtype):
     return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std)
 
 
+def _normal_serial(shape, mean, std, *, device, dtype):
+    n = math.prod(shape)  # every other element of a buffer: not contiguous, so normal_ draws element by element
+    return torch.empty(2 * n, device=device, dtype=dtype)[::2].normal_(mean, std).reshape(shape)
+
+
 def _bernoulli(shape, p, *, device, dtype):
     return torch.empty(shape, device=device, dtype=dtype).bernoulli_(p)
 
@@ -240,7 +247,8 @@ KERNELS: dict = {
     "prims.embedding": torch.nn.functional.embedding,
     # creation
     "prims.full": torch.full, "prims.empty": torch.empty, "prims.iota": _iota, "prims.uniform": _uniform,
-    "prims.normal": _normal, "prims.randint": torch.randint, "prims.tensor_from_sequence": torch.tensor,
+    "prims.normal": _normal, "prims.normal_serial": _normal_serial, "prims.randint": torch.randint,
+    "prims.tensor_from_sequence": torch.tensor,
     "prims.bernoulli": _bernoulli, "prims.bernoulli_tensor": _bernoulli_tensor,
     "prims.sample": _sample,
     # misc

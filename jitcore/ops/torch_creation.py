@@ -240,6 +240,11 @@ def _normal(shape, dtype, device):
     return pc.normal(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
 
 
+def _serial_normal(shape, dtype, device):
+    """eager's CPU normal_ on a non-contiguous tensor: one draw per element in memory order (not batched)."""
+    return pc.normal_serial(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
+
+
 rand = _random("rand", _uniform)
 randn = _random("randn", _normal)
 
@@ -276,9 +281,8 @@ def _random_like(name, draw):
              memory_format=torch.preserve_format):
         dtype, device = dtype or input.dtype, _device(device, input)
         order = eager_memory_order(input)
-        if name == "randn_like" and input.numel() >= 16:
-            order = None  # eager's normal_ draws a non-contiguous tensor element by element (no prim does that yet)
-        return _grad(draw_like(input, lambda shape: draw(shape, dtype, device), order or ()), requires_grad)
+        how = _serial_normal if order and name == "randn_like" and device.type == "cpu" else draw
+        return _grad(draw_like(input, lambda shape: how(shape, dtype, device), order or ()), requires_grad)
 
     body.__name__ = name
     return torchsymbol(getattr(torch, name), name=name, tags=RANDOM)(body)
