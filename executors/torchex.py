@@ -5,6 +5,8 @@ It also fills jitcore.symbol.EAGER_KERNELS, so printed traces over prims run as 
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 import jitcore.ops  # noqa: F401  (registers every op)
@@ -157,6 +159,11 @@ def _normal(shape, mean, std, *, device, dtype):
     return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std)
 
 
+def _normal_serial(shape, mean, std, *, device, dtype):
+    n = math.prod(shape)  # every other element of a buffer: not contiguous, so normal_ draws element by element
+    return torch.empty(2 * n, device=device, dtype=dtype)[::2].normal_(mean, std).reshape(shape)
+
+
 def _bernoulli(shape, p, *, device, dtype):
     return torch.empty(shape, device=device, dtype=dtype).bernoulli_(p)
 
@@ -240,7 +247,8 @@ KERNELS: dict = {
     "prims.embedding": torch.nn.functional.embedding,
     # creation
     "prims.full": torch.full, "prims.empty": torch.empty, "prims.iota": _iota, "prims.uniform": _uniform,
-    "prims.normal": _normal, "prims.randint": torch.randint, "prims.tensor_from_sequence": torch.tensor,
+    "prims.normal": _normal, "prims.normal_serial": _normal_serial, "prims.randint": torch.randint,
+    "prims.tensor_from_sequence": torch.tensor,
     "prims.bernoulli": _bernoulli, "prims.bernoulli_tensor": _bernoulli_tensor,
     "prims.sample": _sample,
     # misc
@@ -290,8 +298,22 @@ _base_can_execute = torch_ex.can_execute
 _base_execute = torch_ex.execute
 
 
+# random ops that fill torch.empty_like(input): their decomposition draws in eager's memory order of the input (a
+# transpose after the draw) where that is not the contiguous order; the direct kernel would draw in the order of
+# the tensor jitcore computed, whose layout can differ from eager's (a fill_ result, a fused region's output)
+_DRAWS_LIKE = frozenset({"ltorch.rand_like", "ltorch.randn_like", "ltorch.randint_like", "ltorch.dropout"})
+
+
+def _has_transpose(bsym) -> bool:
+    return any(s.sym.id == "prims.transpose" or _has_transpose(s) for s in bsym.subsymbols)
+
+
+def _draws_in_own_order(bsym) -> bool:
+    return bsym.sym.id in _DRAWS_LIKE and _has_transpose(bsym)
+
+
 def _can_execute(bsym):
-    return _opaque_can_execute(bsym) or _base_can_execute(bsym)
+    return _opaque_can_execute(bsym) or (_base_can_execute(bsym) and not _draws_in_own_order(bsym))
 
 
 def traceable_line(bsym):

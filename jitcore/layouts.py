@@ -137,8 +137,10 @@ def _run_on_meta(line, metas: dict):
     if Tag.PYTHON in sym.tags or Tag.CREATION in sym.tags:
         return None
     fn = sym.torch_fn if sym.torch_fn is not None else (EAGER_KERNELS.get(sym.id) if sym.is_prim else None)
-    if fn is None or any(m is None for m in metas.values()):
+    if any(m is None for m in metas.values()):
         return None
+    if fn is None:
+        return _run_view_decomposition(line, metas)
 
     def to_meta(x):
         if isinstance(x, TensorProxy):
@@ -155,3 +157,28 @@ def _run_on_meta(line, metas: dict):
             return None
     outs = tree_flatten(out)[0]
     return outs if all(isinstance(m, torch.Tensor) and m.device.type == "meta" for m in outs) else None
+
+
+# prims that only re-index their input: a composite made of these alone (x.mT, x.T, which have no torch callable to
+# replay) is a view in eager, laid out as its prims lay it out
+_VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
+                         "prims.stop_gradient"})
+
+
+def _run_view_decomposition(line, metas: dict):
+    """line's outputs on meta tensors by replaying its decomposition, when that is view prims only (else None)."""
+    if not line.subsymbols:
+        return None
+    env = dict(metas)
+    for sub in line.subsymbols:
+        if sub.sym.is_prim and sub.sym.id not in _VIEW_PRIMS:
+            return None
+        args = [a for a in sub.flat_proxy_args() if isinstance(a, TensorProxy)]
+        if any(a.name not in env for a in args):
+            return None
+        outs = _run_on_meta(sub, {a.name: env[a.name] for a in args}) if args else None
+        if outs is None or len(outs) != len(list(sub.flat_outs())):
+            return None
+        env.update((o.name, m) for o, m in zip(sub.flat_outs(), outs) if isinstance(o, TensorProxy))
+    outs = [env.get(o.name) if isinstance(o, TensorProxy) else None for o in line.flat_outs()]
+    return outs if all(isinstance(m, torch.Tensor) for m in outs) else None

@@ -171,3 +171,49 @@ def test_overwritten_view_stays_in_graph(view, write, cache):
         return v, t
 
     _compare(f, lambda: [torch.randn(4, 5, generator=torch.Generator().manual_seed(5)).requires_grad_()], cache)
+
+
+# a path from x to the loss through an empty tensor: eager's .grad is a tensor of zeros, not None, even when the
+# loss leaves out another output that depends on x (autograd passes None for its cotangent)
+EMPTY_PATHS = {
+    "slice_past_end": lambda x: x[5:] * 2,
+    "narrow_0": lambda x: x.narrow(0, 1, 0).exp(),
+    "keepdim_mean_slice": lambda x: x.mean(0, keepdim=True)[1:],
+    "column_slice": lambda x: x[:, 4:].sum(0),
+    "empty_index": lambda x: x[torch.tensor([], dtype=torch.long)] + 1,
+}
+
+
+def _setitem_every_other(w, v):
+    w[::2] = v
+
+
+LEFT_OUT = {
+    "output": lambda x, w: (x.sum() * 2).expand(2),
+    "written_input": lambda x, w: _setitem_every_other(w, x.sum() * 2),
+    "written_input_add_": lambda x, w: w.add_(x),
+    "output_and_write": lambda x, w: (w.mul_(x.cos()), x.sin())[1],
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("path,left_out", list(itertools.product(EMPTY_PATHS, LEFT_OUT)))
+def test_grad_through_empty_tensor_with_a_cotangent_left_out(path, left_out, cache):
+    def f(x, w):
+        other = LEFT_OUT[left_out](x, w)
+        return EMPTY_PATHS[path](x), other
+
+    def run(fn):
+        g = torch.Generator().manual_seed(0)
+        x, w = torch.randn(3, 4, generator=g).requires_grad_(), torch.randn(3, 4, generator=g)
+        loss, other = fn(x, w)
+        (loss.float().sum() * 3).backward()  # the other output and the written input get no cotangent
+        return x, w, loss, other
+
+    xe, we, le, oe = run(f)
+    xj, wj, lj, oj = run(jitcore.jit(f, cache=cache))
+    torch.testing.assert_close(lj, le)
+    torch.testing.assert_close(oj, oe)
+    torch.testing.assert_close(wj.detach(), we.detach())
+    assert (xj.grad is None) == (xe.grad is None), f"grad None: eager {xe.grad is None}, jit {xj.grad is None}"
+    torch.testing.assert_close(xj.grad, xe.grad)

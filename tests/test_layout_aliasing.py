@@ -85,3 +85,29 @@ def test_reshape_write_follows_eager_layout_all(maker, reshape, write, cache):
     f = _program(MAKERS[maker], RESHAPES[reshape], WRITES[write])
     for layout in LAYOUTS:
         _check(f, jitcore.jit(f, cache=cache), layout, seed=0)
+
+
+# views made by Tensor properties (no torch callable to replay on meta tensors: their layout comes from their view
+# prims), alone and chained, then reshaped and written (directly or through a chunk of the reshape)
+PROPERTY_VIEWS = {
+    "mT": lambda x: x.mT,
+    "T": lambda x: x.T,
+    "mH": lambda x: x.mH,
+    "H": lambda x: x.H,
+    "T_mT": lambda x: x.T.mT,
+    "mT_slice": lambda x: x.mT[1:],
+    "exp_mT": lambda x: x.exp().mT,
+}
+PIECE_WRITES = {
+    "whole": lambda r: r.add_(1.5),
+    "chunk": lambda r: r.chunk(2, -1)[1].copy_(torch.tensor(True)),
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("view,reshape,write", list(itertools.product(
+    PROPERTY_VIEWS, ("reshape_flat", "flatten", "reshape_2d"), PIECE_WRITES)))
+def test_reshape_of_property_view_follows_eager_layout(view, reshape, write, cache):
+    f = _program(PROPERTY_VIEWS[view], RESHAPES[reshape], PIECE_WRITES[write])
+    for layout in LAYOUTS:
+        _check(f, jitcore.jit(f, cache=cache), layout, seed=0)

@@ -255,7 +255,8 @@ def drop_cotangents(bw: Trace, present: tuple) -> Trace:
             outs = bsym.flat_proxy_outs()
             carries.update(o.name for o in outs)
             zins = [a for a in ins if a.name in zero]
-            if zins and len(zins) == len(ins) and outs and all(isinstance(o, TensorProxy) for o in outs):
+            if zins and len(zins) == len(ins) and outs and all(isinstance(o, TensorProxy) for o in outs) \
+                    and not _adds_uncarried(bsym, carries):
                 zero.update(o.name for o in outs)
                 continue
             other = _accumulated_onto(bsym, zero) if zins else None
@@ -276,6 +277,17 @@ def drop_cotangents(bw: Trace, present: tuple) -> Trace:
         new = dce(new)
     return new.set_provenance(f"Backward without cotangents {sorted(c.name for c, p in zip(cts, present) if not p)} "
                               f"(autograd passed None)", t.seconds)
+
+
+# ops whose tensor operands are summed: an operand computed from no cotangent is a gradient term of its own (zeros
+# for a path the loss reaches through an empty tensor), so the sum is not "zeros from missing cotangents" (None)
+_ADDITIVE = frozenset({"ltorch.add", "prims.add", "ltorch.sub", "prims.sub"})
+
+
+def _adds_uncarried(bsym, carries: set) -> bool:
+    """Whether bsym sums a cotangent-carrying value with a tensor computed from saved values alone."""
+    return bsym.sym.id in _ADDITIVE and any(
+        isinstance(a, TensorProxy) and a.name not in carries for a in bsym.flat_proxy_args())
 
 
 def _surviving(x, names: dict, zero: set):

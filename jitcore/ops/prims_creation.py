@@ -71,6 +71,16 @@ def normal(shape, mean, std, *, device, dtype):
     return _out("normal", shape, device, dtype)
 
 
+@prim("normal_serial", tags=RANDOM)
+def normal_serial(shape, mean, std, *, device, dtype):
+    """Samples from N(mean, std**2) drawn one element at a time, in order: eager's CPU normal_ on a tensor that is
+    not contiguous (a contiguous one of 16 or more elements is drawn in batches, as prims.normal does)."""
+    _check_float("normal_serial", dtype)
+    check(is_number(mean) and is_number(std) and std >= 0,
+          lambda: f"prims.normal_serial: expects std >= 0.0, got mean {mean!r} and std {std!r}")
+    return _out("normal_serial", shape, device, dtype)
+
+
 @prim("randint", tags=RANDOM)
 def randint(low, high, shape, *, device, dtype):
     """Integers drawn uniformly from [low, high) (torch.randint)."""

@@ -240,14 +240,49 @@ def _normal(shape, dtype, device):
     return pc.normal(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
 
 
+def _serial_normal(shape, dtype, device):
+    """eager's CPU normal_ on a non-contiguous tensor: one draw per element in memory order (not batched)."""
+    return pc.normal_serial(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
+
+
 rand = _random("rand", _uniform)
 randn = _random("randn", _normal)
+
+
+def eager_memory_order(input):
+    """The dims of `input` from outermost to innermost as eager's torch.empty_like(input) lays them out (a
+    permutation of a dense input keeps its strides), or None when that is the contiguous order or the layout is not
+    known. Eager's random *_like draws fill that tensor in memory order; the input's layout is guarded."""
+    if not isinstance(input, TensorProxy) or input.ndim < 2:
+        return None
+    meta = input.eager_layout()
+    if meta is None:
+        return None
+    like = torch.empty_like(meta)
+    if like.is_contiguous():
+        return None
+    strides = like.stride()
+    return tuple(sorted(range(input.ndim), key=lambda d: (-strides[d], d)))
+
+
+def draw_like(input, draw, order=None):
+    """draw(shape) laid out as eager's empty_like(input) and filled in its memory order: drawn contiguous in the
+    permuted shape, then permuted back. order: eager_memory_order(input) when the caller has it already (() for
+    the contiguous order)."""
+    order = eager_memory_order(input) if order is None else order
+    if not order:  # () from a caller: the contiguous order
+        return draw(tuple(input.shape))
+    out = draw(tuple(input.shape[d] for d in order))
+    return ps.transpose(out, tuple(order.index(d) for d in range(input.ndim)))
 
 
 def _random_like(name, draw):
     def body(input, *, dtype=None, layout=None, device=None, requires_grad=False,
              memory_format=torch.preserve_format):
-        return _grad(draw(input.shape, dtype or input.dtype, _device(device, input)), requires_grad)
+        dtype, device = dtype or input.dtype, _device(device, input)
+        order = eager_memory_order(input)
+        how = _serial_normal if order and name == "randn_like" and device.type == "cpu" else draw
+        return _grad(draw_like(input, lambda shape: how(shape, dtype, device), order or ()), requires_grad)
 
     body.__name__ = name
     return torchsymbol(getattr(torch, name), name=name, tags=RANDOM)(body)
@@ -273,7 +308,8 @@ def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=Non
                  memory_format=torch.preserve_format):
     if high is None:
         low, high = 0, low
-    out = pc.randint(low, high, tuple(input.shape), device=_device(device, input), dtype=dtype or input.dtype)
+    out = draw_like(input, lambda shape: pc.randint(low, high, shape, device=_device(device, input),
+                                                    dtype=dtype or input.dtype))
     return _grad(out, requires_grad)
 
 

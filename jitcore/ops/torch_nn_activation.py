@@ -311,12 +311,18 @@ def _dropout_with_mask_shape(input, p, mask_shape):
     noise / (1 - p), input * noise; the same draw, in the same order, so values and the generator match eager's.
     The noise broadcasts over the dims it leaves at 1 (feature dropout)."""
     from jitcore.ops import prims_creation as pc
+    from jitcore.ops.torch_creation import draw_like
 
     if p == 1.0:
         return mul(input, 0)
     if input.numel() == 0:
         return input  # eager returns the input without a draw
-    noise = pc.bernoulli(tuple(mask_shape), 1.0 - p, device=input.device, dtype=input.dtype)
+
+    def draw(shape):
+        return pc.bernoulli(shape, 1.0 - p, device=input.device, dtype=input.dtype)
+
+    # the noise of a whole-input mask is empty_like(input): filled in the input's memory order, as eager does
+    noise = draw_like(input, draw) if tuple(mask_shape) == tuple(input.shape) else draw(tuple(mask_shape))
     return mul(input, div(noise, 1.0 - p))
 
 

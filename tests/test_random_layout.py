@@ -1,0 +1,56 @@
+"""Random ops that draw "like" a tensor (rand_like, randint_like, dropout) fill eager's
+torch.empty_like(input), which keeps a permuted input's strides, in memory order: the values land where eager puts
+them only if jitcore draws in the same order. Generated: input layouts x how the like-input is made (the input
+itself, an elementwise result, a tensor rewritten by fill_, whose jitcore value is a fresh contiguous one) x the
+random ops (and torch.bernoulli, which eager draws contiguous whatever the layout), compared with eager (values
+and the generator's state after the call), in every cache mode.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jitcore
+
+CACHES = ("constant values", "symbolic values", "no caching")
+
+LAYOUTS = {
+    "contiguous": lambda g: torch.randn(3, 4, 5, generator=g),
+    "permuted": lambda g: torch.randn(4, 5, 3, generator=g).permute(2, 0, 1),
+    "transposed": lambda g: torch.randn(5, 3, generator=g).t(),
+    "small_transposed": lambda g: torch.randn(3, 2, generator=g).t(),
+}
+MAKERS = {
+    "input": lambda x: x,
+    "exp": lambda x: x.exp(),
+    "filled": lambda x: (x * 2).fill_(0.5),
+    "relu_twice_filled": lambda x: (x.relu() + x.relu()).fill_(0.25),
+}
+RANDOM = {
+    "rand_like": torch.rand_like,
+    "randint_like": lambda t: torch.randint_like(t, 9),
+    "bernoulli_p": lambda t: torch.bernoulli(t, 0.3),
+    "bernoulli_tensor": lambda t: torch.bernoulli(t.sigmoid()),
+    "dropout": lambda t: F.dropout(t, 0.4),
+    "randn_like": torch.randn_like,
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("maker,op", list(itertools.product(MAKERS, RANDOM)))
+def test_random_like_draws_in_eager_memory_order(maker, op, cache):
+    def f(x):
+        return RANDOM[op](MAKERS[maker](x)) * 3
+
+    jf = jitcore.jit(f, cache=cache)
+    for layout, make in LAYOUTS.items():
+        x = make(torch.Generator().manual_seed(1))
+        torch.manual_seed(0)
+        want, want_state = f(x.clone()), torch.get_rng_state()
+        torch.manual_seed(0)
+        got, got_state = jf(x.clone()), torch.get_rng_state()
+        torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
+        assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"
