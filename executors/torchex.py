@@ -305,7 +305,7 @@ _DRAWS_LIKE = frozenset({"ltorch.rand_like", "ltorch.randn_like", "ltorch.randin
 
 
 def _has_transpose(bsym) -> bool:
-    return any(s.sym.id == "prims.transpose" or _has_transpose(s) for s in bsym.subsymbols)
+    return any(s.sym is PRIMS["transpose"] or _has_transpose(s) for s in bsym.subsymbols)
 
 
 def _draws_in_own_order(bsym) -> bool:
