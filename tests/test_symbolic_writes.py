@@ -1,0 +1,67 @@
+"""Fuzzer classes under "symbolic values" and grad edges (issue 14, seeds 408, 1157, 776, 1198, 986, 1110, 1566):
+generated programs compared with eager PyTorch (outputs, inputs after the call, gradients).
+
+Writes through views after an earlier write to the same base: the second write's value is made with the view's
+symbolic sizes, and the view itself is remade from the written base (seed 408: the sizes were read before any
+line defined them).
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import jitcore
+
+FIRST = {  # name -> a first write into x (the base changes, so later views of it are remade)
+    "step": lambda x, w: x.__setitem__(slice(None, None, 2), w * 2),
+    "row": lambda x, w: x.__setitem__(1, w),
+    "add_": lambda x, w: x.add_(w),
+    "narrow_fill": lambda x, w: x.narrow(0, 1, 2).fill_(0.5),
+}
+SECOND = {  # name -> a write of a number through a view whose sizes are new symbols
+    "ellipsis_col": lambda x: x.__setitem__((Ellipsis, 0), -1.5),
+    "col": lambda x: x.__setitem__((slice(None), 1), 2.0),
+    "int_row": lambda x: x.__setitem__(0, 3.0),
+    "step_fill": lambda x: x[::2].fill_(1.0),
+    "select_zero": lambda x: x.select(1, 0).zero_(),
+    "diag_fill": lambda x: x.diagonal().fill_(4.0),
+    "flat_fill": lambda x: x.t().flatten().fill_(7.0),
+}
+
+
+def _program(first, second):
+    def f(x0, x1):
+        t1 = x1 + x1
+        FIRST[first](x1, x0.sum())
+        SECOND[second](x1)
+        return t1, x1 * 2
+
+    return f
+
+
+def _run(fn, x0, x1, grad):
+    x0 = x0.detach().clone().requires_grad_(grad)
+    x1 = x1.detach().clone()
+    outs = fn(x0, x1)
+    g = None
+    if grad and outs[1].requires_grad:
+        (g,) = torch.autograd.grad(outs[1].sum(), x0)
+    return [o.detach() for o in outs], x1, g
+
+
+@pytest.mark.parametrize("first,second", list(itertools.product(FIRST, SECOND)))
+@pytest.mark.parametrize("grad", [True, False])
+def test_second_write_through_view_symbolic(first, second, grad):
+    f = _program(first, second)
+    jf = jitcore.jit(f, cache="symbolic values")
+    for rows, cols in ((5, 3), (4, 4), (6, 3)):
+        x0, x1 = torch.randn(rows, cols), torch.randn(rows, cols)
+        e_outs, e_x1, e_g = _run(f, x0, x1, grad)
+        j_outs, j_x1, j_g = _run(jf, x0, x1, grad)
+        for e, j in zip(e_outs + [e_x1], j_outs + [j_x1]):
+            torch.testing.assert_close(j, e)
+        assert (e_g is None) == (j_g is None)
+        if e_g is not None:
+            torch.testing.assert_close(j_g, e_g)
