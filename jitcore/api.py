@@ -203,14 +203,26 @@ def _backward_without(backward: Trace, options: CompileOptions):
     runs; built on first use). None when a cotangent has a symbolic size: zeros for it could not be made there, so
     autograd keeps passing zeros for outputs the loss does not reach."""
     n_saved = dict(backward.extra["arg_groups"])["saved"]
-    if not all(type(d) is int for ct in backward.args[n_saved:] for d in ct.shape):
-        return None
+    symbolic = not all(type(d) is int for ct in backward.args[n_saved:] for d in ct.shape)
 
     def build(present: tuple):
         dropped = drop_cotangents(backward, present)
+        if symbolic and _reads_undefined(define_sizes(dropped)):  # zeros of a symbolic size no value gives
+            return None
         return [dropped, *_after_claim(claim(dropped, options.executors))]
 
+    build.needs_shapes = symbolic  # a pattern it cannot build: the runtime passes zeros shaped like the outputs
     return build
+
+
+def _reads_undefined(trace: Trace) -> bool:
+    """Whether a line reads a number that neither an argument nor an earlier line (a size unpack included) gives."""
+    known = {a.name for a in trace.args}
+    for b in trace.bound_symbols:
+        if any(isinstance(x, Proxy) and x.name not in known for x in b.flat_args()):
+            return True
+        known.update(o.name for o in b.flat_proxy_outs())
+    return False
 
 
 def _after_claim(claimed) -> list:

@@ -25,6 +25,8 @@ class _JitAutograd(torch.autograd.Function):
         if program.without_none:  # an output the loss does not reach gets None, not a tensor of zeros
             ctx.set_materialize_grads(False)
         outputs = results[:n]
+        if program.keep_out_meta:  # zeros for a None cotangent, where no backward without it could be built
+            ctx.out_meta = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outputs]
         if program.no_grad_outputs:
             ctx.mark_non_differentiable(*[outputs[i] for i in program.no_grad_outputs
                                           if isinstance(outputs[i], torch.Tensor)])
@@ -51,11 +53,22 @@ class _JitAutograd(torch.autograd.Function):
             c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
         backward, program.last_without = program.backward, None
         if any(c is None for c in cts):
-            program.last_without = present = tuple(c is not None for c in cts)
-            backward = program.backward_without(present)
-            cts = [c for c in cts if c is not None]
+            present = tuple(c is not None for c in cts)
+            without = program.backward_without(present)
+            if without is None:  # symbolic sizes: zeros made here, like autograd's materialized ones
+                cts = _zeros_for_none(ctx, program, cotangents)
+            else:
+                program.last_without, backward = present, without
+                cts = [c for c in cts if c is not None]
         grads = backward(saved, cts)
         return (None, *grads)
+
+
+def _zeros_for_none(ctx, program, cotangents) -> list:
+    """The cotangents with zeros (shaped like the outputs, kept by forward) where autograd passed None."""
+    cts = [torch.zeros(*ctx.out_meta[i][0], dtype=ctx.out_meta[i][1], device=ctx.out_meta[i][2]) if c is None else c
+           for i, c in enumerate(cotangents)]
+    return cts if program.all_outputs_grad else [c for c, rg in zip(cts, program.output_requires_grad) if rg]
 
 
 class AutogradProgram:
@@ -69,6 +82,7 @@ class AutogradProgram:
         # passed None for the cotangents marked False; last_without: the pattern the last backward ran, if any
         self._build_without, self._without, self.last_without = build_backward_without, {}, None
         self.without_none = build_backward_without is not None
+        self.keep_out_meta = getattr(build_backward_without, "needs_shapes", False)
         self.n_outputs, self.output_requires_grad = n_outputs, list(output_requires_grad)
         # the per-call work is decided here, once: which saved values go through save_for_backward (tensors) and
         # which are kept on ctx as they are (None: all of them are tensors), which outputs carry no gradient
@@ -83,11 +97,11 @@ class AutogradProgram:
         built = self._without.get(present)
         if built is None:
             traces = self._build_without(present)
-            built = self._without[present] = (traces, traces[-1].python_callable())
+            built = self._without[present] = (traces, traces and traces[-1].python_callable())
         return built[1]
 
     def without_traces(self, present: tuple) -> list:
-        return list(self._without[present][0])
+        return list(self._without[present][0] or ())
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off

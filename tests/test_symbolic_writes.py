@@ -65,3 +65,39 @@ def test_second_write_through_view_symbolic(first, second, grad):
         assert (e_g is None) == (j_g is None)
         if e_g is not None:
             torch.testing.assert_close(j_g, e_g)
+
+
+# -- outputs the loss does not reach, with symbolic sizes (seeds 776, 1198): None gradients, not zeros -------------
+def _write_other(x, y, z):
+    z[::2] = y.sum()
+    return x * 2, y.cos().amax(1), z
+
+
+PROGRAMS = {  # name -> f(x, y, z) returning three outputs (z: written, without grad)
+    "write_other": _write_other,
+    "separate": lambda x, y, z: (x.sin(), y.cos().select(-1, 1), z + 1),
+    "shared": lambda x, y, z: (x * y, (x + y).sum(0), y.exp()),
+    "view_out": lambda x, y, z: (x.t(), y[1:], x.cos() * y),
+    "written_view": lambda x, y, z: (x.amax(0), (z[::2].copy_(x[::2] * 3), z)[1], y.abs()),
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("used", [u for n in (1, 2) for u in itertools.combinations(range(3), n)])
+def test_unreached_outputs_get_no_grad_symbolic(name, used):
+    fn = PROGRAMS[name]
+    jf = jitcore.jit(fn, cache="symbolic values")
+    for rows in (4, 5):
+        base = [torch.randn(rows, 3) for _ in range(3)]
+        grads = []
+        for f in (fn, jf):
+            x, y = (b.clone().requires_grad_(True) for b in base[:2])
+            outs = f(x, y, base[2].clone())
+            loss = sum(outs[i].sum() for i in used if outs[i].requires_grad)
+            if isinstance(loss, torch.Tensor):
+                loss.backward()
+            grads.append((x.grad, y.grad))
+        for e, j in zip(*grads):
+            assert (e is None) == (j is None), (name, used)
+            if e is not None:
+                torch.testing.assert_close(j, e)
