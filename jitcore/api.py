@@ -20,7 +20,7 @@ from jitcore.ops.autocast import outside_autocast
 from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_leaves
-from jitcore.runtime import AutogradProgram
+from jitcore.runtime import AutogradProgram, WithoutHistory
 from jitcore.symbolic import Predicates, recording
 from jitcore.trace import Timer, Trace
 from jitcore.tracing import define_sizes, prune_sizes, trace_function
@@ -173,6 +173,9 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
                                           [isinstance(p, TensorProxy) for p in split.saved],
                                           _backward_without(backward_traces[1], options))
             computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
+            computation.nograd_views = _nograd_views(traced.trace)
+        elif _nograd_views(traced.trace):
+            computation = WithoutHistory(computation, _nograd_views(traced.trace))
         traced.guards.predicates = list(predicates.items)
         traced.trace.extra["predicates"] = traced.guards.predicates
         prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
@@ -223,6 +226,24 @@ def _reads_undefined(trace: Trace) -> bool:
             return True
         known.update(o.name for o in b.flat_proxy_outs())
     return False
+
+
+def _nograd_views(trace: Trace) -> tuple:
+    """Positions of the outputs that are views made with grad mode off of a tensor that requires grad: eager's
+    requires grad with no history (grad_fn None), whatever the autograd program says of the tensor it viewed."""
+    from jitcore.symbol import recorded_without_grad
+    from transforms.functionalize import VIEW_OPS
+
+    makers = {o.name: b for b in trace.bound_symbols for o in b.flat_proxy_outs()}
+    out = []
+    for i, o in enumerate(tree_leaves(trace.output)):
+        b = makers.get(o.name) if isinstance(o, TensorProxy) else None
+        if b is None or b.sym.id not in VIEW_OPS or b.sym.id in ("ltorch.detach", "prims.stop_gradient"):
+            continue
+        viewed = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        if recorded_without_grad(b) and viewed is not None and viewed.requires_grad:
+            out.append(i)
+    return tuple(out)
 
 
 def _after_claim(claimed) -> list:

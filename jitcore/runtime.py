@@ -90,6 +90,7 @@ class AutogradProgram:
         self.no_grad_outputs = tuple(i for i, rg in enumerate(self.output_requires_grad) if not rg)
         self.all_outputs_grad = not self.no_grad_outputs
         self.enables_grad = False  # set by the pipeline for a program traced with grad mode off (see __call__)
+        self.nograd_views = ()  # set by the pipeline: output positions of views made under no_grad
 
     def backward_without(self, present: tuple):
         """The backward program for calls whose cotangents are None where `present` is False (one per output
@@ -105,11 +106,36 @@ class AutogradProgram:
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
-            return _apply(self, *inputs)
+            return self._without_history(_apply(self, *inputs))
         if self.enables_grad:  # traced under no_grad, but torch.enable_grad() inside made outputs that need grad
             with torch.enable_grad():
-                return _apply(self, *inputs)
-        return self.forward(*inputs)[: self.n_outputs]
+                return self._without_history(_apply(self, *inputs))
+        return self._without_history(self.forward(*inputs)[: self.n_outputs])
+
+    def _without_history(self, outputs):
+        return without_history(outputs, self.nograd_views) if self.nograd_views else outputs
+
+
+def without_history(outputs, positions: tuple):
+    """Views made under no_grad of tensors that require grad: eager's require grad and have no grad_fn (no
+    gradient reaches what they view), whatever the program computed them from."""
+    outputs = list(outputs)
+    for i in positions:
+        o = outputs[i]
+        if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()) and \
+                (o.grad_fn is not None or not o.requires_grad):
+            outputs[i] = (o.detach() if o.grad_fn is not None or not o.is_leaf else o).requires_grad_(True)
+    return tuple(outputs)
+
+
+class WithoutHistory:
+    """A program without autodiff whose outputs include views made under no_grad (see without_history)."""
+
+    def __init__(self, program, positions: tuple):
+        self.program, self.positions = program, positions
+
+    def __call__(self, *inputs):
+        return without_history(self.program(*inputs), self.positions)
 
 
 # torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping

@@ -101,3 +101,57 @@ def test_unreached_outputs_get_no_grad_symbolic(name, used):
             assert (e is None) == (j is None), (name, used)
             if e is not None:
                 torch.testing.assert_close(j, e)
+
+
+# -- views made under no_grad of tensors that require grad (seeds 1110, 1566): eager's require grad, no history ----
+NOGRAD_VIEWS = {
+    "t": lambda x: x.t(),
+    "select": lambda x: x.select(-1, 1),
+    "slice": lambda x: x[1:],
+    "flatten": lambda x: x.view(-1),
+    "unsqueeze": lambda x: x.unsqueeze(0),
+    "permute": lambda x: x.permute(1, 0),
+}
+BEFORE = {  # what the function does first (a write under no_grad changes how the program computes the view)
+    "nothing": lambda x: None,
+    "nograd_write": lambda x: x.mul_(1.0),
+    "nograd_fill": lambda x: x.fill_(0.5),
+}
+
+
+def _nograd_program(view, before, where):
+    def f(x, y):
+        with torch.no_grad():
+            BEFORE[before](x)
+            if where == "block":
+                v = NOGRAD_VIEWS[view](x)
+        if where == "call":
+            v = NOGRAD_VIEWS[view](x)
+        return y * 2, v
+
+    return f
+
+
+@pytest.mark.parametrize("view", list(NOGRAD_VIEWS))
+@pytest.mark.parametrize("before", list(BEFORE))
+@pytest.mark.parametrize("where,grad", [("block", True), ("block", False), ("call", False)])
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_view_made_under_no_grad_has_no_history(view, before, where, grad, cache):
+    f = _nograd_program(view, before, where)
+    jf = jitcore.jit(f, cache=cache)
+    for _ in range(2):
+        base = torch.randn(4, 3)
+        res = []
+        for fn in (f, jf):
+            x, y = base.clone().requires_grad_(True), torch.randn(3, requires_grad=True)
+            with torch.set_grad_enabled(grad):
+                out = fn(x, y)
+            meta = [(o.requires_grad, o.grad_fn is None) for o in out]
+            if out[1].requires_grad:
+                out[1].sum().backward()
+            res.append((meta, x.grad, out[1].detach(), x.detach()))
+        (em, eg, ev, ex), (jm, jg, jv, jx) = res
+        assert jm == em
+        assert (eg is None) == (jg is None)
+        torch.testing.assert_close(jv, ev)
+        torch.testing.assert_close(jx, ex)
