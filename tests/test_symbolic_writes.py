@@ -111,6 +111,12 @@ NOGRAD_VIEWS = {
     "flatten": lambda x: x.view(-1),
     "unsqueeze": lambda x: x.unsqueeze(0),
     "permute": lambda x: x.permute(1, 0),
+    # views that give back their input's shape (seed 986): the interpreter made no new tensor for them
+    "view_same": lambda x: x.view(x.shape[0], -1),
+    "reshape_same": lambda x: x.reshape(x.shape),
+    "permute_id": lambda x: x.permute(0, 1),
+    "expand_same": lambda x: x.expand(4, 3),
+    "slice_all": lambda x: x[:],
 }
 BEFORE = {  # what the function does first (a write under no_grad changes how the program computes the view)
     "nothing": lambda x: None,
