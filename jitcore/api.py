@@ -203,15 +203,16 @@ def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
 
 def _backward_without(backward: Trace, options: CompileOptions):
     """present -> the traces of the backward for calls where the cotangents marked False are None (the last one
-    runs; built on first use). None when a cotangent has a symbolic size: zeros for it could not be made there, so
-    autograd keeps passing zeros for outputs the loss does not reach."""
+    runs; built on first use). Under symbolic sizes, a backward that would read zeros of a size it is not given
+    is not built: [the dropped trace] marked "zeros from runtime", which says the gradients that are None."""
     n_saved = dict(backward.extra["arg_groups"])["saved"]
     symbolic = not all(type(d) is int for ct in backward.args[n_saved:] for d in ct.shape)
 
     def build(present: tuple):
         dropped = drop_cotangents(backward, present)
         if symbolic and _reads_undefined(define_sizes(dropped)):  # zeros of a symbolic size no value gives
-            return None
+            dropped.extra["zeros from runtime"] = True
+            return [dropped]
         return [dropped, *_after_claim(claim(dropped, options.executors))]
 
     build.needs_shapes = symbolic  # a pattern it cannot build: the runtime passes zeros shaped like the outputs

@@ -54,12 +54,12 @@ class _JitAutograd(torch.autograd.Function):
         backward, program.last_without = program.backward, None
         if any(c is None for c in cts):
             present = tuple(c is not None for c in cts)
-            without = program.backward_without(present)
-            if without is None:  # symbolic sizes: zeros made here, like autograd's materialized ones
-                cts = _zeros_for_none(ctx, program, cotangents)
-            else:
-                program.last_without, backward = present, without
-                cts = [c for c in cts if c is not None]
+            without, none_grads = program.backward_without(present)
+            if without is None:  # symbolic sizes: the whole backward, with zeros made here, and eager's Nones
+                grads = program.backward(saved, _zeros_for_none(ctx, program, cotangents))
+                return (None, *[None if n else g for g, n in zip(grads, none_grads)])
+            program.last_without, backward = present, without
+            cts = [c for c in cts if c is not None]
         grads = backward(saved, cts)
         return (None, *grads)
 
@@ -93,16 +93,21 @@ class AutogradProgram:
         self.nograd_views = ()  # set by the pipeline: output positions of views made under no_grad
 
     def backward_without(self, present: tuple):
-        """The backward program for calls whose cotangents are None where `present` is False (one per output
-        with a gradient), compiled once per pattern."""
+        """(the backward program for calls whose cotangents are None where `present` is False (one per output
+        with a gradient), compiled once per pattern, None) or, where it needs zeros of sizes it is not given,
+        (None, which gradients are None)."""
         built = self._without.get(present)
         if built is None:
             traces = self._build_without(present)
-            built = self._without[present] = (traces, traces and traces[-1].python_callable())
-        return built[1]
+            if traces[-1].extra.get("zeros from runtime"):  # (None, which gradients are None)
+                built = (traces, None, tuple(g is None for g in traces[-1].output))
+            else:
+                built = (traces, traces[-1].python_callable(), None)
+            self._without[present] = built
+        return built[1:]
 
     def without_traces(self, present: tuple) -> list:
-        return list(self._without[present][0] or ())
+        return list(self._without[present][0])
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off

@@ -73,8 +73,14 @@ def _write_other(x, y, z):
     return x * 2, y.cos().amax(1), z
 
 
+def _split(x, y, z):
+    a, b = (x * z).split([2, 1], dim=1)  # the backward of split reads zeros for a piece the loss does not reach
+    return a * 2, b * 3, y.exp()
+
+
 PROGRAMS = {  # name -> f(x, y, z) returning three outputs (z: written, without grad)
     "write_other": _write_other,
+    "split": _split,
     "separate": lambda x, y, z: (x.sin(), y.cos().select(-1, 1), z + 1),
     "shared": lambda x, y, z: (x * y, (x + y).sum(0), y.exp()),
     "view_out": lambda x, y, z: (x.t(), y[1:], x.cos() * y),
