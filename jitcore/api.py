@@ -20,7 +20,7 @@ from jitcore.ops.autocast import outside_autocast
 from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_leaves
-from jitcore.runtime import AutogradProgram
+from jitcore.runtime import AutogradProgram, WithoutHistory
 from jitcore.symbolic import Predicates, recording
 from jitcore.trace import Timer, Trace
 from jitcore.tracing import define_sizes, prune_sizes, trace_function
@@ -173,6 +173,9 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
                                           [isinstance(p, TensorProxy) for p in split.saved],
                                           _backward_without(backward_traces[1], options))
             computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
+            computation.nograd_views = _nograd_views(traced.trace)
+        elif _nograd_views(traced.trace):
+            computation = WithoutHistory(computation, _nograd_views(traced.trace))
         traced.guards.predicates = list(predicates.items)
         traced.trace.extra["predicates"] = traced.guards.predicates
         prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
@@ -200,17 +203,48 @@ def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
 
 def _backward_without(backward: Trace, options: CompileOptions):
     """present -> the traces of the backward for calls where the cotangents marked False are None (the last one
-    runs; built on first use). None when a cotangent has a symbolic size: zeros for it could not be made there, so
-    autograd keeps passing zeros for outputs the loss does not reach."""
+    runs; built on first use). Under symbolic sizes, a backward that would read zeros of a size it is not given
+    is not built: [the dropped trace] marked "zeros from runtime", which says the gradients that are None."""
     n_saved = dict(backward.extra["arg_groups"])["saved"]
-    if not all(type(d) is int for ct in backward.args[n_saved:] for d in ct.shape):
-        return None
+    symbolic = not all(type(d) is int for ct in backward.args[n_saved:] for d in ct.shape)
 
     def build(present: tuple):
         dropped = drop_cotangents(backward, present)
+        if symbolic and _reads_undefined(define_sizes(dropped)):  # zeros of a symbolic size no value gives
+            dropped.extra["zeros from runtime"] = True
+            return [dropped]
         return [dropped, *_after_claim(claim(dropped, options.executors))]
 
+    build.needs_shapes = symbolic  # a pattern it cannot build: the runtime passes zeros shaped like the outputs
     return build
+
+
+def _reads_undefined(trace: Trace) -> bool:
+    """Whether a line reads a number that neither an argument nor an earlier line (a size unpack included) gives."""
+    known = {a.name for a in trace.args}
+    for b in trace.bound_symbols:
+        if any(isinstance(x, Proxy) and x.name not in known for x in b.flat_args()):
+            return True
+        known.update(o.name for o in b.flat_proxy_outs())
+    return False
+
+
+def _nograd_views(trace: Trace) -> tuple:
+    """Positions of the outputs that are views made with grad mode off of a tensor that requires grad: eager's
+    requires grad with no history (grad_fn None), whatever the autograd program says of the tensor it viewed."""
+    from jitcore.symbol import recorded_without_grad
+    from transforms.functionalize import VIEW_OPS
+
+    makers = {o.name: b for b in trace.bound_symbols for o in b.flat_proxy_outs()}
+    out = []
+    for i, o in enumerate(tree_leaves(trace.output)):
+        b = makers.get(o.name) if isinstance(o, TensorProxy) else None
+        if b is None or b.sym.id not in VIEW_OPS or b.sym.id in ("ltorch.detach", "prims.stop_gradient"):
+            continue
+        viewed = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        if recorded_without_grad(b) and viewed is not None and viewed.requires_grad:
+            out.append(i)
+    return tuple(out)
 
 
 def _after_claim(claimed) -> list:

@@ -25,6 +25,8 @@ class _JitAutograd(torch.autograd.Function):
         if program.without_none:  # an output the loss does not reach gets None, not a tensor of zeros
             ctx.set_materialize_grads(False)
         outputs = results[:n]
+        if program.keep_out_meta:  # zeros for a None cotangent, where no backward without it could be built
+            ctx.out_meta = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outputs]
         if program.no_grad_outputs:
             ctx.mark_non_differentiable(*[outputs[i] for i in program.no_grad_outputs
                                           if isinstance(outputs[i], torch.Tensor)])
@@ -51,11 +53,22 @@ class _JitAutograd(torch.autograd.Function):
             c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
         backward, program.last_without = program.backward, None
         if any(c is None for c in cts):
-            program.last_without = present = tuple(c is not None for c in cts)
-            backward = program.backward_without(present)
+            present = tuple(c is not None for c in cts)
+            without, none_grads = program.backward_without(present)
+            if without is None:  # symbolic sizes: the whole backward, with zeros made here, and eager's Nones
+                grads = program.backward(saved, _zeros_for_none(ctx, program, cotangents))
+                return (None, *[None if n else g for g, n in zip(grads, none_grads)])
+            program.last_without, backward = present, without
             cts = [c for c in cts if c is not None]
         grads = backward(saved, cts)
         return (None, *grads)
+
+
+def _zeros_for_none(ctx, program, cotangents) -> list:
+    """The cotangents with zeros (shaped like the outputs, kept by forward) where autograd passed None."""
+    cts = [torch.zeros(*ctx.out_meta[i][0], dtype=ctx.out_meta[i][1], device=ctx.out_meta[i][2]) if c is None else c
+           for i, c in enumerate(cotangents)]
+    return cts if program.all_outputs_grad else [c for c, rg in zip(cts, program.output_requires_grad) if rg]
 
 
 class AutogradProgram:
@@ -69,6 +82,7 @@ class AutogradProgram:
         # passed None for the cotangents marked False; last_without: the pattern the last backward ran, if any
         self._build_without, self._without, self.last_without = build_backward_without, {}, None
         self.without_none = build_backward_without is not None
+        self.keep_out_meta = getattr(build_backward_without, "needs_shapes", False)
         self.n_outputs, self.output_requires_grad = n_outputs, list(output_requires_grad)
         # the per-call work is decided here, once: which saved values go through save_for_backward (tensors) and
         # which are kept on ctx as they are (None: all of them are tensors), which outputs carry no gradient
@@ -76,26 +90,57 @@ class AutogradProgram:
         self.no_grad_outputs = tuple(i for i, rg in enumerate(self.output_requires_grad) if not rg)
         self.all_outputs_grad = not self.no_grad_outputs
         self.enables_grad = False  # set by the pipeline for a program traced with grad mode off (see __call__)
+        self.nograd_views = ()  # set by the pipeline: output positions of views made under no_grad
 
     def backward_without(self, present: tuple):
-        """The backward program for calls whose cotangents are None where `present` is False (one per output
-        with a gradient), compiled once per pattern."""
+        """(the backward program for calls whose cotangents are None where `present` is False (one per output
+        with a gradient), compiled once per pattern, None) or, where it needs zeros of sizes it is not given,
+        (None, which gradients are None)."""
         built = self._without.get(present)
         if built is None:
             traces = self._build_without(present)
-            built = self._without[present] = (traces, traces[-1].python_callable())
-        return built[1]
+            if traces[-1].extra.get("zeros from runtime"):  # (None, which gradients are None)
+                built = (traces, None, tuple(g is None for g in traces[-1].output))
+            else:
+                built = (traces, traces[-1].python_callable(), None)
+            self._without[present] = built
+        return built[1:]
 
     def without_traces(self, present: tuple) -> list:
         return list(self._without[present][0])
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
-            return _apply(self, *inputs)
+            return self._without_history(_apply(self, *inputs))
         if self.enables_grad:  # traced under no_grad, but torch.enable_grad() inside made outputs that need grad
             with torch.enable_grad():
-                return _apply(self, *inputs)
-        return self.forward(*inputs)[: self.n_outputs]
+                return self._without_history(_apply(self, *inputs))
+        return self._without_history(self.forward(*inputs)[: self.n_outputs])
+
+    def _without_history(self, outputs):
+        return without_history(outputs, self.nograd_views) if self.nograd_views else outputs
+
+
+def without_history(outputs, positions: tuple):
+    """Views made under no_grad of tensors that require grad: eager's require grad and have no grad_fn (no
+    gradient reaches what they view), whatever the program computed them from."""
+    outputs = list(outputs)
+    for i in positions:
+        o = outputs[i]
+        if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()) and \
+                (o.grad_fn is not None or not o.requires_grad):
+            outputs[i] = (o.detach() if o.grad_fn is not None or not o.is_leaf else o).requires_grad_(True)
+    return tuple(outputs)
+
+
+class WithoutHistory:
+    """A program without autodiff whose outputs include views made under no_grad (see without_history)."""
+
+    def __init__(self, program, positions: tuple):
+        self.program, self.positions = program, positions
+
+    def __call__(self, *inputs):
+        return without_history(self.program(*inputs), self.positions)
 
 
 # torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping

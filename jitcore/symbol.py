@@ -103,7 +103,10 @@ class Symbol:
             out = self.fn(*args, **kwargs)
         subs = _prune_number_ops(subs, out)  # size checks that only decided a branch (symbolic values) go first
         if _is_passthrough(out, args, subs):
-            return out
+            if not _nograd_self_view(self, out):
+                return out
+            with trace.subsymbol_scope() as subs:  # eager's view is a tensor of its own (requires grad, no history)
+                out = _alias(out)
         trace.record(_in_context(BoundSymbol(self, args, kwargs, out, subs)))
         return out
 
@@ -150,6 +153,22 @@ def _is_passthrough(out, args, subs) -> bool:
 
     inputs = {id(a) for a in tree_leaves((args,)) if isinstance(a, Proxy)}
     return all(id(o) in inputs for o in tree_leaves(out) if isinstance(o, Proxy))
+
+
+def _nograd_self_view(sym, out) -> bool:
+    """A view op that gave back its input (`x.view(x.shape)`) under no_grad, of a tensor that requires grad: eager's
+    result is another tensor than its input (it requires grad with no grad_fn, and no gradient reaches the input)."""
+    from jitcore.proxies import TensorProxy
+    from transforms.functionalize import VIEW_OPS
+
+    return (not torch.is_grad_enabled() and sym.id in VIEW_OPS and isinstance(out, TensorProxy)
+            and out.requires_grad)
+
+
+def _alias(x):
+    from jitcore.ops import prims
+
+    return prims.reshape(x, tuple(x.shape))
 
 
 def _prune_number_ops(subs, out) -> tuple:

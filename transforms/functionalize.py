@@ -196,7 +196,16 @@ def _read(st: _State, x):
             start, value = k + 1, st.cur[p.output.name]
     value = _replay_chain(st, Alias(al.root, al.chain[start:], al.meta), value)
     st.cur[x.name], st.derived[x.name] = value, v
+    _rename_sizes(st, x, value)
     return value
+
+
+def _rename_sizes(st: _State, old: TensorProxy, new: TensorProxy):
+    """old's symbolic sizes read as new's: old (a view, now remade from the written base) may never be made in the
+    new trace, so a line reading its sizes (the full() of `x[i] = 1.5`) reads those of the tensor replacing it."""
+    for a, b in zip(old._shape, new._shape):
+        if isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.name != b.name:
+            st.cur[a.name] = b
 
 
 def _replay(p: BoundSymbol, value):
@@ -217,6 +226,8 @@ def _emit(st: _State, bsym: BoundSymbol):
         for old, new in zip(bsym.flat_outs(), tree_flatten(out)[0]):
             if isinstance(old, Proxy):
                 st.cur[old.name] = new
+            if isinstance(old, TensorProxy) and isinstance(new, TensorProxy):
+                _rename_sizes(st, old, new)
     else:
         st.new.bound_symbols.append(bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=_subst_subs(st, bsym)))
         for o in bsym.flat_proxy_outs():

@@ -1,0 +1,169 @@
+"""Fuzzer classes under "symbolic values" and grad edges (issue 14, seeds 408, 1157, 776, 1198, 986, 1110, 1566):
+generated programs compared with eager PyTorch (outputs, inputs after the call, gradients).
+
+Writes through views after an earlier write to the same base: the second write's value is made with the view's
+symbolic sizes, and the view itself is remade from the written base (seed 408: the sizes were read before any
+line defined them).
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import jitcore
+
+FIRST = {  # name -> a first write into x (the base changes, so later views of it are remade)
+    "step": lambda x, w: x.__setitem__(slice(None, None, 2), w * 2),
+    "row": lambda x, w: x.__setitem__(1, w),
+    "add_": lambda x, w: x.add_(w),
+    "narrow_fill": lambda x, w: x.narrow(0, 1, 2).fill_(0.5),
+}
+SECOND = {  # name -> a write of a number through a view whose sizes are new symbols
+    "ellipsis_col": lambda x: x.__setitem__((Ellipsis, 0), -1.5),
+    "col": lambda x: x.__setitem__((slice(None), 1), 2.0),
+    "int_row": lambda x: x.__setitem__(0, 3.0),
+    "step_fill": lambda x: x[::2].fill_(1.0),
+    "select_zero": lambda x: x.select(1, 0).zero_(),
+    "diag_fill": lambda x: x.diagonal().fill_(4.0),
+    "flat_fill": lambda x: x.t().flatten().fill_(7.0),
+}
+
+
+def _program(first, second):
+    def f(x0, x1):
+        t1 = x1 + x1
+        FIRST[first](x1, x0.sum())
+        SECOND[second](x1)
+        return t1, x1 * 2
+
+    return f
+
+
+def _run(fn, x0, x1, grad):
+    x0 = x0.detach().clone().requires_grad_(grad)
+    x1 = x1.detach().clone()
+    outs = fn(x0, x1)
+    g = None
+    if grad and outs[1].requires_grad:
+        (g,) = torch.autograd.grad(outs[1].sum(), x0)
+    return [o.detach() for o in outs], x1, g
+
+
+@pytest.mark.parametrize("first,second", list(itertools.product(FIRST, SECOND)))
+@pytest.mark.parametrize("grad", [True, False])
+def test_second_write_through_view_symbolic(first, second, grad):
+    f = _program(first, second)
+    jf = jitcore.jit(f, cache="symbolic values")
+    for rows, cols in ((5, 3), (4, 4), (6, 3)):
+        x0, x1 = torch.randn(rows, cols), torch.randn(rows, cols)
+        e_outs, e_x1, e_g = _run(f, x0, x1, grad)
+        j_outs, j_x1, j_g = _run(jf, x0, x1, grad)
+        for e, j in zip(e_outs + [e_x1], j_outs + [j_x1]):
+            torch.testing.assert_close(j, e)
+        assert (e_g is None) == (j_g is None)
+        if e_g is not None:
+            torch.testing.assert_close(j_g, e_g)
+
+
+# -- outputs the loss does not reach, with symbolic sizes (seeds 776, 1198): None gradients, not zeros -------------
+def _write_other(x, y, z):
+    z[::2] = y.sum()
+    return x * 2, y.cos().amax(1), z
+
+
+def _split(x, y, z):
+    a, b = (x * z).split([2, 1], dim=1)  # the backward of split reads zeros for a piece the loss does not reach
+    return a * 2, b * 3, y.exp()
+
+
+PROGRAMS = {  # name -> f(x, y, z) returning three outputs (z: written, without grad)
+    "write_other": _write_other,
+    "split": _split,
+    "separate": lambda x, y, z: (x.sin(), y.cos().select(-1, 1), z + 1),
+    "shared": lambda x, y, z: (x * y, (x + y).sum(0), y.exp()),
+    "view_out": lambda x, y, z: (x.t(), y[1:], x.cos() * y),
+    "written_view": lambda x, y, z: (x.amax(0), (z[::2].copy_(x[::2] * 3), z)[1], y.abs()),
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("used", [u for n in (1, 2) for u in itertools.combinations(range(3), n)])
+def test_unreached_outputs_get_no_grad_symbolic(name, used):
+    fn = PROGRAMS[name]
+    jf = jitcore.jit(fn, cache="symbolic values")
+    for rows in (4, 5):
+        base = [torch.randn(rows, 3) for _ in range(3)]
+        grads = []
+        for f in (fn, jf):
+            x, y = (b.clone().requires_grad_(True) for b in base[:2])
+            outs = f(x, y, base[2].clone())
+            loss = sum(outs[i].sum() for i in used if outs[i].requires_grad)
+            if isinstance(loss, torch.Tensor):
+                loss.backward()
+            grads.append((x.grad, y.grad))
+        for e, j in zip(*grads):
+            assert (e is None) == (j is None), (name, used)
+            if e is not None:
+                torch.testing.assert_close(j, e)
+
+
+# -- views made under no_grad of tensors that require grad (seeds 1110, 1566): eager's require grad, no history ----
+NOGRAD_VIEWS = {
+    "t": lambda x: x.t(),
+    "select": lambda x: x.select(-1, 1),
+    "slice": lambda x: x[1:],
+    "flatten": lambda x: x.view(-1),
+    "unsqueeze": lambda x: x.unsqueeze(0),
+    "permute": lambda x: x.permute(1, 0),
+    # views that give back their input's shape (seed 986): the interpreter made no new tensor for them
+    "view_same": lambda x: x.view(x.shape[0], -1),
+    "reshape_same": lambda x: x.reshape(x.shape),
+    "permute_id": lambda x: x.permute(0, 1),
+    "expand_same": lambda x: x.expand(4, 3),
+    "slice_all": lambda x: x[:],
+}
+BEFORE = {  # what the function does first (a write under no_grad changes how the program computes the view)
+    "nothing": lambda x: None,
+    "nograd_write": lambda x: x.mul_(1.0),
+    "nograd_fill": lambda x: x.fill_(0.5),
+}
+
+
+def _nograd_program(view, before, where):
+    def f(x, y):
+        with torch.no_grad():
+            BEFORE[before](x)
+            if where == "block":
+                v = NOGRAD_VIEWS[view](x)
+        if where == "call":
+            v = NOGRAD_VIEWS[view](x)
+        return y * 2, v
+
+    return f
+
+
+@pytest.mark.parametrize("view", list(NOGRAD_VIEWS))
+@pytest.mark.parametrize("before", list(BEFORE))
+@pytest.mark.parametrize("where,grad", [("block", True), ("block", False), ("call", False)])
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_view_made_under_no_grad_has_no_history(view, before, where, grad, cache):
+    f = _nograd_program(view, before, where)
+    jf = jitcore.jit(f, cache=cache)
+    for _ in range(2):
+        base = torch.randn(4, 3)
+        res = []
+        for fn in (f, jf):
+            x, y = base.clone().requires_grad_(True), torch.randn(3, requires_grad=True)
+            with torch.set_grad_enabled(grad):
+                out = fn(x, y)
+            meta = [(o.requires_grad, o.grad_fn is None) for o in out]
+            if out[1].requires_grad:
+                out[1].sum().backward()
+            res.append((meta, x.grad, out[1].detach(), x.detach()))
+        (em, eg, ev, ex), (jm, jg, jv, jx) = res
+        assert jm == em
+        assert (eg is None) == (jg is None)
+        torch.testing.assert_close(jv, ev)
+        torch.testing.assert_close(jx, ex)
