@@ -97,7 +97,10 @@ class Layouts:
         args = [a for a in line.flat_proxy_args() if isinstance(a, TensorProxy)]
         inputs = frozenset().union(*(self._metas[a.name][1] for a in args)) if args else frozenset()
         outs = list(line.flat_outs())
-        metas = _run_on_meta(line, {a.name: self._metas[a.name][0] for a in args}) if args else None
+        given = {a.name: self._metas[a.name][0] for a in args}
+        metas = _contiguous_results(line, given) if args else None
+        if metas is None:
+            metas = _run_on_meta(line, given) if args else None
         if metas is None or len(metas) != len(outs):
             metas = [_fresh(o) if not args else None for o in outs]
         for o, m in zip(outs, metas):
@@ -120,6 +123,40 @@ class Layouts:
         self._guarded.add((name, program))
         text = f"{name}.is_contiguous()" if program is _contiguous else f"({name}.stride(), {name}.storage_offset())"
         self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text))
+
+
+# prims that re-index their input (the others compute new values): a result made by one can have any layout
+_VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
+                         "prims.stop_gradient"})
+
+
+def _maker(line, name: str):
+    """The prim whose output is `name` in line's decomposition (line itself for a prim)."""
+    while line.subsymbols:
+        sub = next((b for b in reversed(line.subsymbols) if any(o.name == name for o in b.flat_proxy_outs())), None)
+        if sub is None:
+            return None
+        line = sub
+    return line
+
+
+def _contiguous_results(line, metas: dict):
+    """Eager's results of a line that computes new values from contiguous inputs are contiguous: known without
+    running torch on meta tensors (whose first Python meta kernel imports torch._dynamo, a second at the first
+    call); None where the layout needs the replay (views, opaque ops, a memory_format, a non-contiguous input)."""
+    if Tag.OPAQUE in line.sym.tags or "memory_format" in line.kwargs:
+        return None
+    if any(m is None or not m.is_contiguous() for m in metas.values()):
+        return None
+    outs = []
+    for o in line.flat_outs():
+        if isinstance(o, TensorProxy):
+            made = _maker(line, o.name)
+            if made is None or made.sym.id in _VIEW_PRIMS or not made.sym.is_prim:
+                return None
+            o = torch.empty(_sizes(o), dtype=o.dtype, device="meta")
+        outs.append(o)
+    return outs
 
 
 def _sizes(p: TensorProxy) -> tuple:
