@@ -21,9 +21,11 @@ from jitcore.prologue import build_prologues
 from jitcore.proxies import Proxy, TensorProxy
 from jitcore.pytree import tree_leaves
 from jitcore.runtime import AutogradProgram, WithoutHistory
+from jitcore.symbol import recorded_without_grad
 from jitcore.symbolic import Predicates, recording
 from jitcore.trace import Timer, Trace
 from jitcore.tracing import define_sizes, prune_sizes, trace_function
+from jitcore.views import VIEW_OPS
 from transforms.autodiff import drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
@@ -166,6 +168,7 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
     stats["claim"] = t.seconds
     with Timer() as t:
         computation = outside_autocast(traces[-1].python_callable())
+        nograd_views = _nograd_views(traced.trace)
         if split is not None:
             computation = AutogradProgram(computation, outside_autocast(backward_traces[-1].python_callable()),
                                           split.n_outputs,
@@ -173,9 +176,9 @@ def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> Cac
                                           [isinstance(p, TensorProxy) for p in split.saved],
                                           _backward_without(backward_traces[1], options))
             computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
-            computation.nograd_views = _nograd_views(traced.trace)
-        elif _nograd_views(traced.trace):
-            computation = WithoutHistory(computation, _nograd_views(traced.trace))
+            computation.nograd_views = nograd_views
+        elif nograd_views:
+            computation = WithoutHistory(computation, nograd_views)
         traced.guards.predicates = list(predicates.items)
         traced.trace.extra["predicates"] = traced.guards.predicates
         prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
@@ -232,8 +235,6 @@ def _reads_undefined(trace: Trace) -> bool:
 def _nograd_views(trace: Trace) -> tuple:
     """Positions of the outputs that are views made with grad mode off of a tensor that requires grad: eager's
     requires grad with no history (grad_fn None), whatever the autograd program says of the tensor it viewed."""
-    from jitcore.symbol import recorded_without_grad
-    from transforms.functionalize import VIEW_OPS
 
     makers = {o.name: b for b in trace.bound_symbols for o in b.flat_proxy_outs()}
     out = []

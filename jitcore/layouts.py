@@ -14,6 +14,7 @@ from jitcore.pytree import tree_flatten, tree_map
 from jitcore.symbol import EAGER_KERNELS, Tag
 from jitcore.symbolic import concretize
 from jitcore.trace import detached
+from jitcore.views import VIEW_PRIMS
 
 
 def _contiguous(t) -> bool:
@@ -125,11 +126,6 @@ class Layouts:
         self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text))
 
 
-# prims that re-index their input (the others compute new values): a result made by one can have any layout
-_VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
-                         "prims.stop_gradient"})
-
-
 def _maker(line, name: str):
     """The prim whose output is `name` in line's decomposition (line itself for a prim)."""
     while line.subsymbols:
@@ -152,7 +148,7 @@ def _contiguous_results(line, metas: dict):
     for o in line.flat_outs():
         if isinstance(o, TensorProxy):
             made = _maker(line, o.name)
-            if made is None or made.sym.id in _VIEW_PRIMS or not made.sym.is_prim:
+            if made is None or made.sym.id in VIEW_PRIMS or not made.sym.is_prim:
                 return None
             o = torch.empty(_sizes(o), dtype=o.dtype, device="meta")
         outs.append(o)

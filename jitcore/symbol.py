@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from jitcore.trace import get_tracectx
+from jitcore.views import VIEW_OPS
 
 # set by jitcore.ops.autocast: the op ids whose inputs torch's autocast casts, the function that casts them, and the
 # composites whose bodies autocast reaches (eager decomposes them above its dispatcher's autocast layer)
@@ -159,7 +160,6 @@ def _nograd_self_view(sym, out) -> bool:
     """A view op that gave back its input (`x.view(x.shape)`) under no_grad, of a tensor that requires grad: eager's
     result is another tensor than its input (it requires grad with no grad_fn, and no gradient reaches the input)."""
     from jitcore.proxies import TensorProxy
-    from transforms.functionalize import VIEW_OPS
 
     return (not torch.is_grad_enabled() and sym.id in VIEW_OPS and isinstance(out, TensorProxy)
             and out.requires_grad)

@@ -19,17 +19,8 @@ from jitcore.pytree import tree_flatten, tree_unflatten
 from jitcore.symbol import BoundSymbol, Tag, recorded_without_grad
 from jitcore.trace import Timer, Trace, from_trace, tracectx
 from jitcore.tracing import define_sizes
+from jitcore.views import VIEW_OPS, VIEW_PRIMS
 
-# prims that only re-index their (single) tensor input: reading through them is a view in eager
-# (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
-VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
-                        "prims.stop_gradient"})
-# torch-level ops that are views in eager (when their decomposition is view prims only)
-VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
-    "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
-    "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
-    "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
-    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
 # in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)

@@ -1,0 +1,15 @@
+"""IR: which ops are views in eager, by op id. Functionalization follows writes through them, the layout oracle
+replays them, and tracing keeps a view made under no_grad a tensor of its own. Imports nothing.
+"""
+from __future__ import annotations
+
+# prims that only re-index their (single) tensor input: reading through them is a view in eager
+# (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
+VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
+                        "prims.stop_gradient"})
+# torch-level ops that are views in eager (when their decomposition is view prims only)
+VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
+    "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
+    "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
+    "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
+    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
