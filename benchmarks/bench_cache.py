@@ -80,10 +80,10 @@ def bench_module():
 
 def _bench_module(n_layers: int, number: int):
     """jit vs eager per call, then the prologue alone. Parameters are re-checked only when the module state epoch
-    changed (jitcore/module_state.py): the per-call prologue does not grow with the parameter count; the
+    changed (jitcore/guards/module_state.py): the per-call prologue does not grow with the parameter count; the
     module-rooted guards (what every call paid before) and a call right after a module state change are timed
     for comparison."""
-    from jitcore import module_state
+    from jitcore.guards import module_state
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(n_layers)])

@@ -61,8 +61,8 @@ def _proxy_section(f, repeat: int):
         import torch
 
         import jitcore.ops  # noqa: F401  (fills the proxy method table)
-        from jitcore.proxies import TensorProxy
-        from jitcore.trace import Trace, tracectx
+        from jitcore.ir.proxies import TensorProxy
+        from jitcore.ir.trace import Trace, tracectx
     except Exception as e:
         print(f"  (proxy section skipped: {e})")
         return

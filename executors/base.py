@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jitcore.codegen import NAMESPACE_IMPORTS
-from jitcore.symbol import BoundSymbol, Symbol
+from jitcore.ir.codegen import NAMESPACE_IMPORTS
+from jitcore.ir.symbol import BoundSymbol, Symbol
 
 _EXECUTORS: dict[str, Executor] = {}
 
@@ -118,7 +118,7 @@ class OperatorExecutor(Executor):
             raise ValueError(f"register_operator({name!r}): give meta= or like= an op that has a meta")
         sym = self._kernel_symbol(name, fn, meta)
         sym.tags = frozenset(tags)
-        from jitcore.symbol import EAGER_KERNELS
+        from jitcore.ir.symbol import EAGER_KERNELS
 
         EAGER_KERNELS[sym.id] = fn
         self.implmap[sym.id] = Implementation(sym)

@@ -8,7 +8,7 @@ with a `fuse` method) groups the lines it claimed into dependency-safe regions (
 from __future__ import annotations
 
 from jitcore.errors import UnsupportedError
-from jitcore.trace import Timer, Trace, from_trace
+from jitcore.ir.trace import Timer, Trace, from_trace
 
 
 def claim_bsym(bsym, executors) -> list:

@@ -4,7 +4,7 @@ symbolic sizes are computed by the interpreter's own int/float operations at run
 from __future__ import annotations
 
 from executors.base import OperatorExecutor
-from jitcore.symbol import Tag
+from jitcore.ir.symbol import Tag
 
 python_ex = OperatorExecutor("python", namespace_name="pythonex")
 

@@ -17,11 +17,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jitcore.codegen import Printer, bsym_call, lhs
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_leaves
-from jitcore.symbol import BoundSymbol, Symbol, Tag
-from jitcore.trace import Trace, from_trace
+from jitcore.ir.codegen import Printer, bsym_call, lhs
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_leaves
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
+from jitcore.ir.trace import Trace, from_trace
 
 # opaque torch callables with these names (or a trailing "_", torch's in-place convention) may have effects
 _EFFECTFUL_NAMES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "print",

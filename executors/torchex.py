@@ -1,7 +1,7 @@
 """Executors: the torch executor. A torch kernel for every prim (KERNELS, keyed by op id), and a direct call of
 the torch function for every torch-level op that names one (faster than its decomposition, eager's numerics).
 
-It also fills jitcore.symbol.EAGER_KERNELS, so printed traces over prims run as plain Python programs.
+It also fills jitcore.ir.symbol.EAGER_KERNELS, so printed traces over prims run as plain Python programs.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import jitcore.ops  # noqa: F401  (registers every op)
 from executors.base import OperatorExecutor, no_meta
 from jitcore.ops.registry import LTORCH, PRIMS
 from jitcore.ops.torch_map import torch_path
-from jitcore.symbol import EAGER_KERNELS, BoundSymbol
+from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol
 
 torch_ex = OperatorExecutor("torch", namespace_name="torchex")
 
@@ -289,7 +289,7 @@ _register_all()
 
 
 def _opaque_can_execute(bsym) -> bool:
-    from jitcore.symbol import Tag
+    from jitcore.ir.symbol import Tag
 
     return Tag.OPAQUE in bsym.sym.tags
 
@@ -399,7 +399,7 @@ def makes_fresh(bsym) -> bool:
 
 def out_form(bsym):
     """None, or `buffer -> the line computing bsym's single tensor result into buffer` (see reuse_buffers)."""
-    from jitcore.proxies import TensorProxy
+    from jitcore.ir.proxies import TensorProxy
 
     if not isinstance(bsym.output, TensorProxy) or "out" in bsym.kwargs:
         return None

@@ -11,21 +11,21 @@ import torch
 from executors import python_ex, torch_ex
 from executors.base import get_executor
 from executors.claim import claim
-from jitcore.binding import check_binding
-from jitcore.cache import Cache, CacheEntry
+from jitcore.guards.binding import check_binding
+from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter.provenance import Roots
 from jitcore.ops.autocast import outside_autocast
-from jitcore.prologue import build_prologues
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_leaves
-from jitcore.runtime import AutogradProgram, WithoutHistory
-from jitcore.symbol import recorded_without_grad
-from jitcore.symbolic import Predicates, recording
-from jitcore.trace import Timer, Trace
-from jitcore.tracing import define_sizes, prune_sizes, trace_function
-from jitcore.views import VIEW_OPS
+from jitcore.guards.prologue import build_prologues
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_leaves
+from jitcore.autograd import AutogradProgram, WithoutHistory
+from jitcore.ir.symbol import recorded_without_grad
+from jitcore.guards.predicates import Predicates, recording
+from jitcore.ir.trace import Timer, Trace
+from jitcore.frontend import define_sizes, prune_sizes, trace_function
+from jitcore.ir.views import VIEW_OPS
 from transforms.autodiff import drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
@@ -285,7 +285,7 @@ def _check_written_inputs(traced, writebacks):
 
 def inputs_overlap(inputs, mutated) -> bool:
     """Whether a written input shares storage with another input of this call (the program assumed not)."""
-    from jitcore.tracing import _storage_address
+    from jitcore.frontend import _storage_address
 
     addresses = [_storage_address(t) if isinstance(t, torch.Tensor) else None for t in inputs]
     return any(addresses[i] is not None and addresses.count(addresses[i]) > 1 for i in mutated)

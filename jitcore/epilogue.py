@@ -5,11 +5,11 @@ call's real values, so a jitted call has eager's effects. Tensors computed by th
 from __future__ import annotations
 
 from jitcore.errors import UnsupportedError
-from jitcore.prologue import provenance_expr
-from jitcore.proxies import Proxy
-from jitcore.pytree import tree_flatten, tree_unflatten
-from jitcore.symbol import BoundSymbol, Symbol, Tag
-from jitcore.trace import Timer, Trace
+from jitcore.guards.prologue import provenance_expr
+from jitcore.ir.proxies import Proxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
+from jitcore.ir.trace import Timer, Trace
 
 
 class _Out(Proxy):

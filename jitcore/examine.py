@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from jitcore.symbol import Tag
+from jitcore.ir.symbol import Tag
 
 
 @dataclass
@@ -59,7 +59,7 @@ def _claimer(bsym, executors) -> str:
 def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
     """Trace fn(*args, **kwargs) and report each op and who would run it; prints nothing, returns the report."""
     from jitcore.api import _resolve_executors
-    from jitcore.tracing import trace_function
+    from jitcore.frontend import trace_function
 
     exs = _resolve_executors(executors)
     report = ExamineReport()

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.data_guards import DataGuard
-from jitcore.proxies import NumberProxy, Proxy, TensorProxy
-from jitcore.pytree import tree_flatten, tree_map
-from jitcore.symbol import EAGER_KERNELS, Tag
-from jitcore.symbolic import concretize
-from jitcore.trace import detached
-from jitcore.views import VIEW_PRIMS
+from jitcore.guards.data_guards import DataGuard
+from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_map
+from jitcore.ir.symbol import EAGER_KERNELS, Tag
+from jitcore.ir.arith import concretize
+from jitcore.ir.trace import detached
+from jitcore.ir.views import VIEW_PRIMS
 
 
 def _contiguous(t) -> bool:

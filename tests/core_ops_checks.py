@@ -9,7 +9,7 @@ from torch.testing import make_tensor
 
 from executors.claim import flatten_to_prims
 from jitcore.errors import JitError
-from jitcore.symbol import Tag
+from jitcore.ir.symbol import Tag
 from tests.helpers import assert_matches_torch, trace_fn
 
 SHAPES = ((3, 4, 5), (), (0, 3), (2, 1, 3))

@@ -8,10 +8,10 @@ import torch
 import executors  # noqa: F401  (kernels)
 from executors.claim import claim, flatten_to_prims
 from executors.torchex import torch_ex
-from jitcore.proxies import TensorProxy
-from jitcore.pytree import tree_flatten, tree_unflatten
-from jitcore.symbol import Tag
-from jitcore.trace import Trace, tracectx
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import Trace, tracectx
 
 
 def trace_fn(fn, *args, **kwargs) -> Trace:

@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 
 import jitcore
-from jitcore.proxies import TensorProxy
-from jitcore.pytree import tree_leaves
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.pytree import tree_leaves
 
 
 def inside(a, b, w):

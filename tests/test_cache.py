@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import jitcore
-from jitcore import cache as cache_mod
+from jitcore.guards import cache as cache_mod
 
 
 def _add(a, b):

@@ -153,7 +153,7 @@ def test_traces_render_as_highlighted_html_and_plain_text():
 def test_html_falls_back_to_plain_pre_without_pygments(monkeypatch):
     import builtins
 
-    from jitcore.trace import source_html
+    from jitcore.ir.trace import source_html
 
     real_import = builtins.__import__
 

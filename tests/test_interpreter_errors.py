@@ -11,8 +11,8 @@ import torch
 from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.interpreter import DefaultContext, interpret
 from jitcore.interpreter.registry import registered_names
-from jitcore.proxies import TensorProxy
-from jitcore.trace import Trace, tracectx
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.trace import Trace, tracectx
 
 
 def _line_of(fn, text):

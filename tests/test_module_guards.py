@@ -1,5 +1,5 @@
 """Module guards: a jitted module's parameters, buffers and attributes are re-checked only when the module state
-epoch changed (jitcore/module_state.py). After each kind of change a call gives eager's result (and gradients);
+epoch changed (jitcore/guards/module_state.py). After each kind of change a call gives eager's result (and gradients);
 without one (optimizer steps, in-place loads) calls stay on the fast path."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import jitcore
-from jitcore import module_state
+from jitcore.guards import module_state
 
 
 def _runs(jm) -> int:

@@ -16,9 +16,9 @@ import executors  # noqa: F401  (fills KERNELS and EAGER_KERNELS)
 from executors.torchex import KERNELS, torch_ex
 from jitcore.errors import JitError, MetaError
 from jitcore.ops.registry import LTORCH, OPS, PRIMS
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import EAGER_KERNELS, Tag
-from jitcore.trace import Trace, tracectx
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import EAGER_KERNELS, Tag
+from jitcore.ir.trace import Trace, tracectx
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS_DIR = ROOT / "jitcore" / "ops"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from jitcore.errors import MetaError
-from jitcore.symbol import Tag
+from jitcore.ir.symbol import Tag
 from tests.helpers import assert_matches_torch, trace_fn
 
 F = torch.nn.functional

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from jitcore.errors import DataDependentError, MetaError
-from jitcore.symbol import Tag
+from jitcore.ir.symbol import Tag
 from tests.helpers import assert_matches_torch, trace_fn
 from tests.test_torch_nn_ops import BF16, check, method, r
 

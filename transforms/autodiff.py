@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_flatten, tree_leaves, tree_unflatten
-from jitcore.symbol import Tag, recorded_without_grad
-from jitcore.trace import Timer, Trace, from_trace, get_tracectx, tracectx
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
+from jitcore.ir.symbol import Tag, recorded_without_grad
+from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from transforms.dce import dce
 from transforms.vjp_rules import VJP_RULES, opaque_vjp, random_opaque_vjp
 

@@ -6,10 +6,10 @@ into one must not change the other). Typical catch: the backward of `y * y` comp
 """
 from __future__ import annotations
 
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_flatten, tree_map
-from jitcore.symbol import Tag, recorded_without_grad
-from jitcore.trace import Timer, Trace, from_trace
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_map
+from jitcore.ir.symbol import Tag, recorded_without_grad
+from jitcore.ir.trace import Timer, Trace, from_trace
 
 NEVER = frozenset({Tag.RANDOM, Tag.INPLACE, Tag.DONT_DCE})
 

@@ -4,10 +4,10 @@ later draws, in eager after the call, see that state).
 """
 from __future__ import annotations
 
-from jitcore.proxies import Proxy
-from jitcore.pytree import tree_leaves
-from jitcore.symbol import Tag
-from jitcore.trace import Timer, Trace, from_trace
+from jitcore.ir.proxies import Proxy
+from jitcore.ir.pytree import tree_leaves
+from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import Timer, Trace, from_trace
 
 KEEP = frozenset({Tag.DONT_DCE, Tag.INPLACE})
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.proxies import NumberProxy, Proxy, TensorProxy
-from jitcore.pytree import tree_flatten, tree_unflatten
-from jitcore.symbol import BoundSymbol, Tag, recorded_without_grad
-from jitcore.trace import Timer, Trace, from_trace, tracectx
-from jitcore.tracing import define_sizes
-from jitcore.views import VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad
+from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
+from jitcore.frontend import define_sizes
+from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})

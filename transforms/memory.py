@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_leaves, tree_map
-from jitcore.symbol import BoundSymbol, Symbol, Tag
-from jitcore.trace import Timer, Trace, from_trace
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_leaves, tree_map
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
+from jitcore.ir.trace import Timer, Trace, from_trace
 from transforms.cse import rename_args
 
 

@@ -10,7 +10,7 @@ import torch
 
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, opaque_vjp_replay_sym, opaque_vjp_sym, with_rng_state_sym
-from jitcore.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy
 
 VJP_RULES: dict = {}
 

@@ -17,7 +17,7 @@ from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, register_opaque_meta
-from jitcore.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy
 
 aten = torch.ops.aten
 

@@ -13,10 +13,10 @@ from executors.nvfuserex.text import TextDataType, TextFusion
 from executors.nvfuserex.translate import DTYPE_NAMES, TRANSLATORS, lower_region, tensor_signature, translatable
 from executors.regions import canonical_key, fuse_regions, has_side_effect
 from executors.torchex import torch_ex, traceable_line
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.pytree import tree_leaves
-from jitcore.symbol import BoundSymbol, Tag
-from jitcore.trace import Trace
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_leaves
+from jitcore.ir.symbol import BoundSymbol, Tag
+from jitcore.ir.trace import Trace
 
 FUSIONS: dict = {}  # (canonical region key, input signature) -> nvFuser FusionDefinition
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from jitcore.proxies import Proxy, TensorProxy
-from jitcore.symbol import BoundSymbol
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.symbol import BoundSymbol
 
 # torch dtype -> nvFuser DataType member name
 DTYPE_NAMES = {torch.bool: "Bool", torch.int32: "Int32", torch.int64: "Int", torch.float16: "Half",

@@ -12,7 +12,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
 from jitcore.interpreter.side_effects import SideEffect
-from jitcore.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy
 
 _FunctionType = types.FunctionType
 _BOUND_TYPES = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)

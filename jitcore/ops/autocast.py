@@ -15,8 +15,8 @@ import contextlib
 import torch
 
 from jitcore.ops.utils import check
-from jitcore.proxies import TensorProxy
-from jitcore.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
 
 _LOWER = {
     "cpu": "conv1d conv2d conv3d bmm mm vecdot baddbmm addmm addbmm linear matmul rmatmul conv_transpose1d "
@@ -117,7 +117,7 @@ def outside_autocast(program):
 
 
 def _install():
-    from jitcore import symbol
+    from jitcore.ir import symbol
 
     symbol.AUTOCAST_OPS, symbol.AUTOCAST_TRANSPARENT, symbol.autocast_args = AUTOCAST_OPS, TRANSPARENT, autocast_args
 

@@ -2,7 +2,7 @@
 `uuid`) and `print()`. Each call becomes a line of the trace that runs when the program runs, in program order
 (`f0 = _c0()` draws from the same generator eager would; `print_(_c1, t0, sep=' ')` prints the real values), so
 a cached call draws, times and prints exactly as eager does. Numbers come back as number proxies with no
-expression: tensor math may use them, Python control flow may not (jitcore/symbolic.py refuses it).
+expression: tensor math may use them, Python control flow may not (jitcore/ir/arith.py refuses it).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import uuid
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 
 _TAGS = (Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE)
 _NUMBERS = (int, float, bool)
@@ -175,7 +175,7 @@ def source_name(fn) -> str | None:
 
 
 def _plain_args(obj) -> bool:
-    from jitcore.proxies import NumberProxy, TensorProxy
+    from jitcore.ir.proxies import NumberProxy, TensorProxy
 
     if isinstance(obj, (tuple, list)):
         return all(_plain_args(x) for x in obj)
@@ -187,8 +187,8 @@ def _plain_args(obj) -> bool:
 
 def _sample(fn, args, kwargs):
     """What fn returns now, leaving its generator's state as it was: the trace draws nothing itself."""
-    from jitcore.pytree import tree_map
-    from jitcore.symbolic import value_of
+    from jitcore.ir.pytree import tree_map
+    from jitcore.ir.arith import value_of
 
     owner = _MODULE_OWNERS.get(id(fn), lambda: getattr(fn, "__self__", None))()
     state = _owner_state(owner) if owner is not None else None
@@ -211,9 +211,9 @@ def _number_type(value):
 
 def call_source(fn, name: str, args: tuple, kwargs: dict):
     """Record `fn(*args, **kwargs)` as a line that runs on every call; its number result as a proxy."""
-    from jitcore.proxies import BoolProxy, FloatProxy, IntegerProxy
-    from jitcore.symbol import BoundSymbol
-    from jitcore.trace import get_tracectx
+    from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy
+    from jitcore.ir.symbol import BoundSymbol
+    from jitcore.ir.trace import get_tracectx
 
     what = f"{name}()"
     if name in _REFUSED or not _plain_args((args, kwargs)):
@@ -278,7 +278,7 @@ def lookaside(fn, from_user=lambda: True):
 
 def _holds_proxy(obj) -> bool:
     """An object other than a proxy or a builtin container whose attributes hold proxies."""
-    from jitcore.proxies import Proxy
+    from jitcore.ir.proxies import Proxy
 
     if isinstance(obj, (tuple, list)):
         return any(_holds_proxy(x) for x in obj)

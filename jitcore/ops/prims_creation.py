@@ -9,11 +9,11 @@ from numbers import Number
 
 import torch
 
-from jitcore import devices
+from jitcore.ir import devices
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_int, is_number, requires_grad
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 
 CREATION = (Tag.CREATION,)
 RANDOM = (Tag.CREATION, Tag.RANDOM)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from jitcore import dtypes
+from jitcore.ir import dtypes
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_number, requires_grad, same_device, tensors_of
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 

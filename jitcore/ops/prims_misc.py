@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, requires_grad
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 
 
 def _tensor(op, a, what="a"):

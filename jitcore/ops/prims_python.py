@@ -4,15 +4,15 @@ concrete value and its expression over the input symbols (for the prologue's pre
 """
 from __future__ import annotations
 
-from jitcore import symbolic
-from jitcore.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.ir import arith
+from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 
 PYTHON_OPS: dict[str, Symbol] = {}
 _TAGS = (Tag.PYTHON, Tag.NON_DIFFERENTIABLE)
 
 
 def _result_proxy(value, expr, cmp=None):
-    from jitcore.proxies import BoolProxy, FloatProxy, IntegerProxy
+    from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy
 
     if type(value) is bool:
         p = BoolProxy(value)
@@ -29,20 +29,20 @@ def _result_proxy(value, expr, cmp=None):
 
 def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None):
     def meta(*args):
-        same = symbolic.identity(name, args)
+        same = arith.identity(name, args)
         if same is not None:
             return same
-        value = fn(*(symbolic.value_of(a) for a in args))
-        if symbolic.unknown_expr(args):  # computed from a per-call value: no expression, never a predicate
+        value = fn(*(arith.value_of(a) for a in args))
+        if arith.unknown_expr(args):  # computed from a per-call value: no expression, never a predicate
             out = _result_proxy(value, None, None)
             if out is value:  # a complex number would be baked in as a constant
-                symbolic.refuse(next(a for a in args if getattr(a, "expr", "") is None))
-            symbolic.inherit_origin(out, args)
+                arith.refuse(next(a for a in args if getattr(a, "expr", "") is None))
+            arith.inherit_origin(out, args)
             return out
-        expr = "(" + fmt.format(*(symbolic.expr_of(a) for a in args)) + ")"
+        expr = "(" + fmt.format(*(arith.expr_of(a) for a in args)) + ")"
         out = _result_proxy(value, expr, (compare, *args) if compare else None)
         if compare is not None and out is not value:
-            out.implied = symbolic.implied(compare, *args) is not None
+            out.implied = arith.implied(compare, *args) is not None
         return out
 
     def printer(bsym, printer):
@@ -56,23 +56,23 @@ def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None):
     return sym
 
 
-for _name, (_fn, _fmt) in symbolic.BINARY.items():
+for _name, (_fn, _fmt) in arith.BINARY.items():
     _make(_name, _fn, _fmt, 2)
-for _name, (_fn, _sym) in symbolic.COMPARE.items():
+for _name, (_fn, _sym) in arith.COMPARE.items():
     _make(_name, _fn, "{} " + _sym + " {}", 2, compare=_sym)
-for _name, (_fn, _fmt) in symbolic.UNARY.items():
+for _name, (_fn, _fmt) in arith.UNARY.items():
     _make(_name, _fn, _fmt, 1)
 del _name, _fn, _fmt, _sym
 
 
 def call(name: str, *args):
     """Run python op `name` on args: recorded in the active trace, or computed directly when none is active."""
-    from jitcore.trace import get_tracectx
+    from jitcore.ir.trace import get_tracectx
 
     sym = PYTHON_OPS[name]
-    same = symbolic.identity(name, args)
+    same = arith.identity(name, args)
     if same is not None:
         return same
     if get_tracectx() is None:  # outside tracing: a plain value, pinned down by specialisation
-        return EAGER_KERNELS[sym.id](*(symbolic.concretize(a) if hasattr(a, "expr") else a for a in args))
+        return EAGER_KERNELS[sym.id](*(arith.concretize(a) if hasattr(a, "expr") else a for a in args))
     return sym(*args)

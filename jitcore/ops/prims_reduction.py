@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import torch
 
-from jitcore import dtypes
+from jitcore.ir import dtypes
 from jitcore.errors import MetaError
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import canonical_dims, check, prim_dims, requires_grad
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from jitcore.errors import MetaError
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device
-from jitcore.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy
 
 
 @prim("broadcast_in_dim")

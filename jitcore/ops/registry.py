@@ -5,8 +5,8 @@ Every op is defined once, in one jitcore/ops/*.py file, with a stable id ("prims
 """
 from __future__ import annotations
 
-from jitcore.codegen import NAMESPACE_IMPORTS
-from jitcore.symbol import Symbol, Tag
+from jitcore.ir.codegen import NAMESPACE_IMPORTS
+from jitcore.ir.symbol import Symbol, Tag
 
 
 class OpNamespace:

@@ -1,5 +1,5 @@
 """Ops: torch-level elementwise ops (torch.add, Tensor.exp, operators, ...). Each broadcasts its tensor inputs,
-promotes dtypes exactly as torch does (jitcore/dtypes.py), computes half precision in float32 like torch's
+promotes dtypes exactly as torch does (jitcore/ir/dtypes.py), computes half precision in float32 like torch's
 kernels, then calls the strict elementwise prims.
 """
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 
 import torch
 
-from jitcore import dtypes
-from jitcore.dtypes import Promotion
+from jitcore.ir import dtypes
+from jitcore.ir.dtypes import Promotion
 from jitcore.errors import MetaError
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_python
@@ -17,8 +17,8 @@ from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.utils import broadcast_shapes, check, is_number
-from jitcore.proxies import NumberProxy, TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.symbol import Tag
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 T = torch.Tensor

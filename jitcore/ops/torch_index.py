@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from jitcore import dtypes
+from jitcore.ir import dtypes
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
@@ -19,8 +19,8 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import _permute, dim_of, slice_dim
 from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 
 T = torch.Tensor
 ND = (Tag.NON_DIFFERENTIABLE,)

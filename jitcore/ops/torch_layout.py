@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from jitcore import devices
+from jitcore.ir import devices
 from jitcore.errors import MetaError
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
@@ -18,7 +18,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import copy, dim_of, method_adapter, shape_arg, slice_dim
 from jitcore.ops.utils import check, is_int
-from jitcore.proxies import TENSOR_PROPERTIES, TensorProxy
+from jitcore.ir.proxies import TENSOR_PROPERTIES, TensorProxy
 
 T = torch.Tensor
 

@@ -4,7 +4,7 @@ missing here becomes an opaque op (jitcore/ops/opaque.py) so it still runs.
 """
 from __future__ import annotations
 
-from jitcore.proxies import TENSOR_METHODS
+from jitcore.ir.proxies import TENSOR_METHODS
 
 # torch callable -> Symbol (or a plain function over proxies for a few adapters)
 TORCH_MAP: dict = {}

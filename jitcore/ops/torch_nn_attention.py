@@ -15,8 +15,8 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import add, div, eq, exp, expand_to, ge, mul, sub, to_dtype, where
 from jitcore.ops.torch_nn_activation import dropout
 from jitcore.ops.utils import check
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 
 F = torch.nn.functional
 

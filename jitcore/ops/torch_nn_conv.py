@@ -16,7 +16,7 @@ from jitcore.ops.torch_elementwise import add, eq, to_dtype
 from jitcore.ops.torch_linalg import einsum
 from jitcore.ops.torch_map import TORCH_MAP
 from jitcore.ops.utils import check
-from jitcore.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy
 
 F = torch.nn.functional
 

@@ -14,7 +14,7 @@ from jitcore.ops.torch_elementwise import add, clamp_min, div, mul, rsqrt, sub, 
 from jitcore.ops.torch_map import TORCH_MAP
 from jitcore.ops.torch_reduction import vector_norm
 from jitcore.ops.utils import check, is_int
-from jitcore.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy
 
 F = torch.nn.functional
 

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from jitcore import dtypes
+from jitcore.ir import dtypes
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_shape as ps

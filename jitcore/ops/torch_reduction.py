@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from jitcore import dtypes
+from jitcore.ir import dtypes
 from jitcore.errors import MetaError
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
@@ -17,8 +17,8 @@ from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import canonical_dims, check, is_int
-from jitcore.proxies import TensorProxy
-from jitcore.symbol import Tag
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 T = torch.Tensor

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from jitcore import dtypes
+from jitcore.ir import dtypes
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
@@ -20,7 +20,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.utils import check, is_int
-from jitcore.proxies import TensorProxy, canonical_dim
+from jitcore.ir.proxies import TensorProxy, canonical_dim
 
 T = torch.Tensor
 

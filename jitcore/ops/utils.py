@@ -9,7 +9,7 @@ from numbers import Number
 import torch
 
 from jitcore.errors import MetaError
-from jitcore.proxies import IntegerProxy, NumberProxy, TensorProxy, _prod, canonical_dim
+from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy, _prod, canonical_dim
 
 
 def check(cond: bool, msg):

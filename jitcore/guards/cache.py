@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from jitcore.pytree import tree_unflatten
+from jitcore.ir.pytree import tree_unflatten
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 ENTRY_WARN_LIMIT = 16

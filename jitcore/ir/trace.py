@@ -1,6 +1,6 @@
 """IR programs: a Trace is a list of BoundSymbols over proxies with a signature and a provenance header.
 
-`str(trace)` is runnable Python (see jitcore/codegen.py) and `trace.python_callable()` compiles that same text.
+`str(trace)` is runnable Python (see jitcore/ir/codegen.py) and `trace.python_callable()` compiles that same text.
 Traces are values: passes make new traces with `from_trace(old)` and leave the old one untouched.
 """
 from __future__ import annotations
@@ -93,7 +93,7 @@ class Trace:
         return self
 
     def __str__(self) -> str:
-        from jitcore.codegen import trace_source
+        from jitcore.ir.codegen import trace_source
 
         return trace_source(self)
 
@@ -110,7 +110,7 @@ class Trace:
     def python_callable(self):
         """The program as a Python function, compiled from exactly the text str(self) shows."""
         if self._callable is None:
-            from jitcore.codegen import compile_trace
+            from jitcore.ir.codegen import compile_trace
 
             self._callable = compile_trace(self)
         return self._callable

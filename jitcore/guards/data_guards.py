@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from jitcore.errors import DataDependentError
-from jitcore.proxies import NumberProxy, Proxy, TensorProxy
-from jitcore.symbol import Tag
-from jitcore.trace import Trace, detached
+from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
+from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import Trace, detached
 
 _REFUSED = frozenset({Tag.RANDOM, Tag.INPLACE})
 _CONVERT = {"bool": bool, "int": int, "float": float, "index": int, "item": lambda t: t.item(),

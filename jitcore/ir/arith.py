@@ -1,43 +1,21 @@
-"""Caching stage (symbolic values): number proxies that record their arithmetic and the predicates Python needs.
+"""IR (symbolic values): the arithmetic recorded on number proxies, and the predicates Python needs of them.
 
 Every NumberProxy carries `expr`, a Python expression over the prologue's input symbols (`i0`, `(i0 * i1)`).
 Arithmetic records a PYTHON op in the active trace (jitcore/ops/prims_python.py) and returns a new proxy; when
 Python needs a concrete answer (`if`, `range`, an index) the predicate that held is added to the active sink
-(`recording(preds)`), and the prologue checks every predicate, so a reused entry is never wrong.
+(jitcore/guards/predicates.py: `recording(preds)`), and the prologue checks every predicate, so a reused entry is never wrong.
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import operator
 
-_SINK: contextvars.ContextVar = contextvars.ContextVar("jitcore_predicates", default=None)
-
-
-class Predicates:
-    """The predicates recorded while compiling one entry, in order, without duplicates."""
-
-    def __init__(self):
-        self.items: list[str] = []
-        self._seen: set[str] = set()
-
-    def add(self, text: str):
-        if text not in self._seen:
-            self._seen.add(text)
-            self.items.append(text)
-
-
-@contextlib.contextmanager
-def recording(preds: Predicates):
-    token = _SINK.set(preds)
-    try:
-        yield preds
-    finally:
-        _SINK.reset(token)
+# the active predicate sink (any object with .add(text)); jitcore/guards/predicates.py sets it while compiling
+SINK: contextvars.ContextVar = contextvars.ContextVar("jitcore_predicates", default=None)
 
 
 def record(text: str):
-    sink = _SINK.get()
+    sink = SINK.get()
     if sink is not None:
         sink.add(text)
 
@@ -56,7 +34,7 @@ _FLIP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 def implied(op: str, a, b):
     """The comparison's answer if the known lower bound of a bare input size decides it, else None."""
-    from jitcore.proxies import NumberProxy
+    from jitcore.ir.proxies import NumberProxy
 
     if isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.expr == b.expr:
         return op in ("==", "<=", ">=")  # the same expression: decided without looking at the inputs
@@ -73,7 +51,7 @@ _IDENTITY = {"mul": 1, "add": 0, "sub": 0, "floordiv": 1}
 
 def identity(op: str, args):
     """The proxy operand itself when the op leaves it unchanged (`i0 * 1`, `i0 + 0`), else None."""
-    from jitcore.proxies import NumberProxy
+    from jitcore.ir.proxies import NumberProxy
 
     unit = _IDENTITY.get(op)
     if unit is None or len(args) != 2:
@@ -105,7 +83,7 @@ def _equality(a, b, op: str) -> str:
 
 
 def expr_of(x) -> str:
-    from jitcore.proxies import NumberProxy
+    from jitcore.ir.proxies import NumberProxy
 
     if isinstance(x, NumberProxy):
         if x.expr is None:
@@ -116,7 +94,7 @@ def expr_of(x) -> str:
 
 def per_call_origin(x) -> str | None:
     """The per-call source (`random.random()`, `time.time()`) a number with no expression comes from, if any."""
-    from jitcore.trace import get_tracectx
+    from jitcore.ir.trace import get_tracectx
 
     trace = get_tracectx()
     return None if trace is None else trace.extra.get("per_call", {}).get(getattr(x, "name", None))
@@ -129,7 +107,7 @@ def unknown_expr(args) -> bool:
 
 def inherit_origin(out, args):
     """out (a number computed from a per-call value) remembers where that value came from, for refusals."""
-    from jitcore.trace import get_tracectx
+    from jitcore.ir.trace import get_tracectx
 
     origins = [per_call_origin(a) for a in args if getattr(a, "expr", "") is None]
     origin = next((o for o in origins if o is not None), None)
@@ -152,7 +130,7 @@ def refuse(x):
 
 
 def value_of(x):
-    from jitcore.proxies import NumberProxy
+    from jitcore.ir.proxies import NumberProxy
 
     return x.value if isinstance(x, NumberProxy) else x
 

@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from jitcore import devices as _devices
-from jitcore import dtypes as _dtypes
+from jitcore.ir import devices as _devices
+from jitcore.ir import dtypes as _dtypes
 from jitcore.errors import DataDependentError, UnsupportedError
 
 # name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
@@ -23,7 +23,7 @@ OPAQUE_METHOD_FACTORY = None
 
 
 def _current_trace():
-    from jitcore.trace import get_tracectx
+    from jitcore.ir.trace import get_tracectx
 
     return get_tracectx()
 
@@ -38,7 +38,7 @@ class Proxy:
         trace = _current_trace()
         if name is None:
             if trace is None:
-                raise RuntimeError("proxies are made inside a trace (jitcore.trace.tracectx)")
+                raise RuntimeError("proxies are made inside a trace (jitcore.ir.trace.tracectx)")
             name = trace.make_name(self.prefix)
         elif trace is not None:
             trace.add_name(name)
@@ -58,7 +58,7 @@ class NumberProxy(Proxy):
     `value` is the value seen while tracing; `expr` its expression over the prologue's input symbols; `lower`
     a lower bound the prologue checks (2 for symbolic sizes). Arithmetic and comparisons record PYTHON ops
     (jitcore/ops/prims_python.py); a concrete answer (`if`, `range`, an index) records a predicate
-    (jitcore/symbolic.py).
+    (jitcore/ir/arith.py).
     """
 
     __slots__ = ("expr", "lower", "python_type", "value")
@@ -76,7 +76,7 @@ class NumberProxy(Proxy):
         p.expr, p.lower = self.expr, self.lower
         return p
 
-    # -- a concrete answer records the predicate that held (jitcore/symbolic.py) --------------------------------
+    # -- a concrete answer records the predicate that held (jitcore/ir/arith.py) --------------------------------
     def __bool__(self):
         return bool(_py("ne", self, 0))
 
@@ -114,9 +114,9 @@ class NumberProxy(Proxy):
 
 
 def _symbolic():
-    from jitcore import symbolic
+    from jitcore.ir import arith
 
-    return symbolic
+    return arith
 
 
 def _py(name, *args):
@@ -337,7 +337,7 @@ class TensorProxy(Proxy):
         return dispatch(func, args, kwargs or {})
 
     def _concrete(self, kind: str, what: str):
-        """The value Python needs now, from the data oracle of the trace being recorded (jitcore/data_guards.py:
+        """The value Python needs now, from the data oracle of the trace being recorded (jitcore/guards/data_guards.py:
         computed from the call's real inputs and guarded), or a DataDependentError when there is none."""
         trace = _current_trace()
         oracle = trace.extra.get("data_oracle") if trace is not None else None

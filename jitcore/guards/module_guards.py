@@ -1,5 +1,5 @@
 """Guards: which of a jitted module's prologue guards are module-rooted, i.e. can only change together with the
-module state epoch (jitcore/module_state.py), so a call may skip them while the epoch is unchanged.
+module state epoch (jitcore/guards/module_state.py), so a call may skip them while the epoch is unchanged.
 
 A provenance is module-rooted when it starts at Fn() (the jitted nn.Module) and every step reads a module's
 instance storage: an attribute found in the module's `__dict__` (no class data descriptor shadowing it), a plain
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.interpreter import provenance as P
-from jitcore.module_state import watched_parameter_type
+from jitcore.guards.module_state import watched_parameter_type
 
 _STORES = ("_parameters", "_buffers", "_modules")
 # a module's hook dicts change only through registrations and handle removals, which bump the epoch (read from a bare
@@ -119,9 +119,9 @@ def _kind(value, store: bool):
 
 
 def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
-    """The module-rooted part of a prologue (inputs after jitcore.prologue._direct), or None when there is none
+    """The module-rooted part of a prologue (inputs after jitcore.guards.prologue._direct), or None when there is none
     (not a module, or the module state patches are not installed)."""
-    from jitcore import module_state
+    from jitcore.guards import module_state
 
     if roots is None or not isinstance(roots.fn, torch.nn.Module) or not module_state.installed:
         return None

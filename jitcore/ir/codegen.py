@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from jitcore.proxies import Proxy, TensorProxy
+from jitcore.ir.proxies import Proxy, TensorProxy
 
 # namespace alias -> the line that imports it, for the printed header ("prims" -> "from jitcore.ops import prims")
 NAMESPACE_IMPORTS: dict[str, str] = {"torch": "import torch"}
@@ -78,7 +78,7 @@ class Printer:
 
 
 def _holds_proxy(x) -> bool:
-    from jitcore.pytree import tree_leaves
+    from jitcore.ir.pytree import tree_leaves
 
     try:
         return any(isinstance(leaf, Proxy) for leaf in tree_leaves(x))
@@ -101,7 +101,7 @@ def lhs(output) -> str | None:
 
 
 def type_comment(output) -> str:
-    from jitcore.pytree import tree_leaves
+    from jitcore.ir.pytree import tree_leaves
 
     ts = [o for o in tree_leaves(output) if isinstance(o, TensorProxy)]
     if not ts:

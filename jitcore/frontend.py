@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore import module_state
+from jitcore.guards import module_state
 from jitcore.epilogue import effect_proxies
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
@@ -18,9 +18,9 @@ from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Glo
 from jitcore.interpreter.run import is_user_file
 from jitcore.layouts import Layouts
 from jitcore.ops import per_call, torch_map
-from jitcore.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
-from jitcore.pytree import register_containers, tree_flatten
-from jitcore.trace import Timer, Trace, tracectx
+from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
+from jitcore.ir.pytree import register_containers, tree_flatten
+from jitcore.ir.trace import Timer, Trace, tracectx
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 
@@ -77,7 +77,7 @@ class TracedInput:
 
 @dataclass
 class Guards:
-    """What the computation assumed about the world outside its inputs, for the prologue (jitcore/prologue.py).
+    """What the computation assumed about the world outside its inputs, for the prologue (jitcore/guards/prologue.py).
 
     values: provenance -> the scalar the trace baked in (type and value checked);
     objects: provenance -> an object whose identity the trace depends on (functions, modules, ... read from
@@ -91,7 +91,7 @@ class Guards:
     types: dict = field(default_factory=dict)
     lengths: dict = field(default_factory=dict)
     predicates: list = field(default_factory=list)
-    data: list = field(default_factory=list)  # jitcore.data_guards.DataGuard: values computed from tensor data
+    data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
 
 
 @dataclass
@@ -253,14 +253,14 @@ class JitContext(DefaultContext):
 
     def concrete_value(self, proxy, kind: str):
         """What Python needs of a tensor's data (`if mask.all():`), computed from this call's inputs and guarded."""
-        from jitcore.data_guards import concrete_value
+        from jitcore.guards.data_guards import concrete_value
 
         return concrete_value(self, proxy, kind)
 
     def leaf_input(self, proxy):
         """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
         None for proxies that are not inputs."""
-        from jitcore.data_guards import DataGuard
+        from jitcore.guards.data_guards import DataGuard
 
         value = self.real_value(proxy)
         if not isinstance(value, torch.Tensor):
@@ -365,7 +365,7 @@ def _scalar_tuple(t) -> bool:
 def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     """Interpret fn(*args, **kwargs) and return its computation trace and what a call must supply and check.
 
-    symbolic: cache="symbolic values" (predicates go to the active jitcore.symbolic.recording sink)."""
+    symbolic: cache="symbolic values" (predicates go to the active jitcore.ir.arith.recording sink)."""
     trace = Trace("computation")
     ctx = JitContext(trace, symbolic)
     with Timer() as t:
@@ -407,7 +407,7 @@ def define_sizes(trace: Trace) -> Trace:
     Idempotent; run after tracing and again on the forward trace of the grad transform (the backward may read
     sizes the forward did not, and they are saved for it)."""
     from jitcore.ops import prims
-    from jitcore.symbol import BoundSymbol
+    from jitcore.ir.symbol import BoundSymbol
 
     used = _names_used(trace.bound_symbols) | {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
     inputs = {id(a) for a in trace.args}

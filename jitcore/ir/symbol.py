@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from jitcore.trace import get_tracectx
-from jitcore.views import VIEW_OPS
+from jitcore.ir.trace import get_tracectx
+from jitcore.ir.views import VIEW_OPS
 
 # set by jitcore.ops.autocast: the op ids whose inputs torch's autocast casts, the function that casts them, and the
 # composites whose bodies autocast reaches (eager decomposes them above its dispatcher's autocast layer)
@@ -149,8 +149,8 @@ def _is_passthrough(out, args, subs) -> bool:
     `unbind` of an empty dim)."""
     if subs:
         return False
-    from jitcore.proxies import Proxy
-    from jitcore.pytree import tree_leaves
+    from jitcore.ir.proxies import Proxy
+    from jitcore.ir.pytree import tree_leaves
 
     inputs = {id(a) for a in tree_leaves((args,)) if isinstance(a, Proxy)}
     return all(id(o) in inputs for o in tree_leaves(out) if isinstance(o, Proxy))
@@ -159,7 +159,7 @@ def _is_passthrough(out, args, subs) -> bool:
 def _nograd_self_view(sym, out) -> bool:
     """A view op that gave back its input (`x.view(x.shape)`) under no_grad, of a tensor that requires grad: eager's
     result is another tensor than its input (it requires grad with no grad_fn, and no gradient reaches the input)."""
-    from jitcore.proxies import TensorProxy
+    from jitcore.ir.proxies import TensorProxy
 
     return (not torch.is_grad_enabled() and sym.id in VIEW_OPS and isinstance(out, TensorProxy)
             and out.requires_grad)
@@ -176,7 +176,7 @@ def _prune_number_ops(subs, out) -> tuple:
     decided a branch are guards (the prologue holds them), not computation."""
     if not any(Tag.PYTHON in b.sym.tags for b in subs):
         return tuple(subs)
-    from jitcore.pytree import tree_leaves
+    from jitcore.ir.pytree import tree_leaves
 
     used = {id(o) for o in tree_leaves(out)}
     kept = []
@@ -212,26 +212,26 @@ class BoundSymbol:
         return BoundSymbol(**fields)
 
     def flat_args(self) -> list:
-        from jitcore.pytree import tree_leaves
+        from jitcore.ir.pytree import tree_leaves
 
         return tree_leaves((self.args, self.kwargs))
 
     def flat_outs(self) -> list:
-        from jitcore.pytree import tree_leaves
+        from jitcore.ir.pytree import tree_leaves
 
         return tree_leaves(self.output)
 
     def flat_proxy_args(self) -> list:
-        from jitcore.proxies import Proxy
+        from jitcore.ir.proxies import Proxy
 
         return [a for a in self.flat_args() if isinstance(a, Proxy)]
 
     def flat_proxy_outs(self) -> list:
-        from jitcore.proxies import Proxy
+        from jitcore.ir.proxies import Proxy
 
         return [o for o in self.flat_outs() if isinstance(o, Proxy)]
 
     def __repr__(self) -> str:
-        from jitcore.codegen import bsym_lines
+        from jitcore.ir.codegen import bsym_lines
 
         return "\n".join(bsym_lines(self, indent=0))

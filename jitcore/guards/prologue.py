@@ -1,8 +1,8 @@
-"""Guards: the prologue Trace. From the inputs' provenance and what the computation assumed (jitcore.tracing.Guards:
+"""Guards: the prologue Trace. From the inputs' provenance and what the computation assumed (jitcore.frontend.Guards:
 scalars, object identities, container lengths, symbolic predicates; global state), it builds a straight-line
 program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption; it returns the inputs,
 or None on a miss. The explain variant returns the failed check's text; the hot variant leaves out the checks the
-cache's signature key already made (jitcore/cache.py).
+cache's signature key already made (jitcore/guards/cache.py).
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import reprlib
 import torch
 
 from jitcore.interpreter import provenance as P
-from jitcore.proxies import IntegerProxy, Proxy, TensorProxy
-from jitcore.symbol import BoundSymbol, Symbol, Tag
-from jitcore.trace import Timer, Trace
+from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
+from jitcore.ir.trace import Timer, Trace
 
 
 def provenance_expr(prov, printer, bound: dict | None = None) -> str:
@@ -260,10 +260,10 @@ class _Binder:
 def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False,
                    symbolic: bool = False, split=None, state=None) -> Trace:
     """The prologue trace for a computation whose inputs are `inputs` (TracedInput) and whose assumptions are
-    `guards` (jitcore.tracing.Guards). aliases: [(provenance, input name)], places where the same tensor object
+    `guards` (jitcore.frontend.Guards). aliases: [(provenance, input name)], places where the same tensor object
     was found a second time (f(x, x), tied weights): a call must pass the same object there. roots: the traced
     call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked (symbolic: the
-    key has ranks, not sizes). split (jitcore.module_guards.ModuleSplit) and state (its
+    key has ranks, not sizes). split (jitcore.guards.module_guards.ModuleSplit) and state (its
     module_state.ModuleGuardState): leave out the module-rooted part; take its inputs and anchors from `state`,
     running it (build_module_guards) only when the module state epoch changed since it last passed."""
     with Timer() as t:
@@ -295,7 +295,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
             b.append(_alias_check(prov, name, binder, kw))
         for pred in guards.predicates:
             b.append(BoundSymbol(check, ([(f"not ({pred})", f"predicate {pred}")],), kw, None))
-        for g in guards.data:  # values computed from tensor data (jitcore/data_guards.py)
+        for g in guards.data:  # values computed from tensor data (jitcore/guards/data_guards.py)
             b.append(BoundSymbol(check, ([(_data_condition(g), f"data: {g.text} was {g.value!r}")],), kw, None))
         trace.output = None if explain else _output(inputs, split)
     return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''}"
@@ -387,7 +387,7 @@ def _print_module_state(bsym, printer):
 
 
 def _module_state():
-    from jitcore import module_state
+    from jitcore.guards import module_state
 
     return module_state
 
@@ -502,8 +502,8 @@ class Prologues:
 
 
 def build_prologues(inputs, guards, aliases, roots, symbolic: bool) -> Prologues:
-    from jitcore.module_guards import module_split
-    from jitcore.module_state import ModuleGuardState
+    from jitcore.guards.module_guards import module_split
+    from jitcore.guards.module_state import ModuleGuardState
 
     split = module_split([_direct(i, roots) for i in inputs], guards, aliases, roots)
     common = {"aliases": aliases, "roots": roots}

@@ -1,0 +1,30 @@
+"""Guards stage (symbolic values): the predicates recorded while compiling one cache entry. The IR's number
+proxies add the comparisons Python needed (jitcore/ir/arith.py) to the active sink; the prologue checks them all.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from jitcore.ir import arith
+
+
+class Predicates:
+    """The predicates recorded while compiling one entry, in order, without duplicates."""
+
+    def __init__(self):
+        self.items: list[str] = []
+        self._seen: set[str] = set()
+
+    def add(self, text: str):
+        if text not in self._seen:
+            self._seen.add(text)
+            self.items.append(text)
+
+
+@contextlib.contextmanager
+def recording(preds: Predicates):
+    token = arith.SINK.set(preds)
+    try:
+        yield preds
+    finally:
+        arith.SINK.reset(token)
