@@ -15,10 +15,10 @@ import torch
 from executors.base import FusionExecutor
 from executors.regions import Region, aten_effects, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import torch_ex, traceable_line
-from jitcore.ops.registry import PRIMS
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Tag
 from jitcore.ir.trace import Trace
+from jitcore.ops.registry import PRIMS
 
 _ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if s.meta.__module__ == "jitcore.ops.prims_elementwise")
 # prims whose lines only move or view data: a region of these alone is not worth a compiled call

@@ -11,9 +11,9 @@ import torch
 
 import jitcore.ops  # noqa: F401  (registers every op)
 from executors.base import OperatorExecutor, no_meta
+from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol
 from jitcore.ops.registry import LTORCH, PRIMS
 from jitcore.ops.torch_map import torch_path
-from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol
 
 torch_ex = OperatorExecutor("torch", namespace_name="torchex")
 

@@ -11,21 +11,21 @@ import torch
 from executors import python_ex, torch_ex
 from executors.base import get_executor
 from executors.claim import claim
-from jitcore.guards.binding import check_binding
-from jitcore.guards.cache import Cache, CacheEntry
+from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
-from jitcore.interpreter.provenance import Roots
-from jitcore.ops.autocast import outside_autocast
+from jitcore.frontend import define_sizes, prune_sizes, trace_function
+from jitcore.guards.binding import check_binding
+from jitcore.guards.cache import Cache, CacheEntry
+from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import build_prologues
+from jitcore.interpreter.provenance import Roots
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
-from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.ir.symbol import recorded_without_grad
-from jitcore.guards.predicates import Predicates, recording
 from jitcore.ir.trace import Timer, Trace
-from jitcore.frontend import define_sizes, prune_sizes, trace_function
 from jitcore.ir.views import VIEW_OPS
+from jitcore.ops.autocast import outside_autocast
 from transforms.autodiff import drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce

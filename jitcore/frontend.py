@@ -10,17 +10,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore.guards import module_state
 from jitcore.epilogue import effect_proxies
+from jitcore.guards import module_state
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
-from jitcore.layouts import Layouts
-from jitcore.ops import per_call, torch_map
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, tracectx
+from jitcore.layouts import Layouts
+from jitcore.ops import per_call, torch_map
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 
@@ -406,8 +406,8 @@ def define_sizes(trace: Trace) -> Trace:
 
     Idempotent; run after tracing and again on the forward trace of the grad transform (the backward may read
     sizes the forward did not, and they are saved for it)."""
-    from jitcore.ops import prims
     from jitcore.ir.symbol import BoundSymbol
+    from jitcore.ops import prims
 
     used = _names_used(trace.bound_symbols) | {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
     inputs = {id(a) for a in trace.args}

@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 
 from jitcore.guards.data_guards import DataGuard
+from jitcore.ir.arith import concretize
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ir.symbol import EAGER_KERNELS, Tag
-from jitcore.ir.arith import concretize
 from jitcore.ir.trace import detached
 from jitcore.ir.views import VIEW_PRIMS
 

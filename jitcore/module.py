@@ -18,8 +18,8 @@ class JitModule(torch.nn.Module):
     """Wraps `model`; calls go through a JitFunction over `model.__call__` (hooks included)."""
 
     def __init__(self, model: torch.nn.Module, options):
-        from jitcore.guards import module_state
         from jitcore.api import JitFunction
+        from jitcore.guards import module_state
 
         module_state.install()  # the module state epoch: parameters are not re-checked on every call
         super().__init__()

@@ -13,11 +13,11 @@ import torch
 
 import jitcore
 from jitcore.errors import JitError
-from jitcore.ops import torch_elementwise
-from jitcore.ops.torch_map import lookup
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import Symbol, Tag
+from jitcore.ops import torch_elementwise
+from jitcore.ops.torch_map import lookup
 
 DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
           torch.float64, torch.complex64)

@@ -15,10 +15,10 @@ import torch
 import executors  # noqa: F401  (fills KERNELS and EAGER_KERNELS)
 from executors.torchex import KERNELS, torch_ex
 from jitcore.errors import JitError, MetaError
-from jitcore.ops.registry import LTORCH, OPS, PRIMS
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import EAGER_KERNELS, Tag
 from jitcore.ir.trace import Trace, tracectx
+from jitcore.ops.registry import LTORCH, OPS, PRIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS_DIR = ROOT / "jitcore" / "ops"

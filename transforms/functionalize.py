@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.frontend import define_sizes
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
-from jitcore.frontend import define_sizes
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 
 # view ops whose other tensor argument gives only a shape: the view is of the first

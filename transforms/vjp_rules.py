@@ -8,9 +8,9 @@ import math
 
 import torch
 
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, opaque_vjp_replay_sym, opaque_vjp_sym, with_rng_state_sym
-from jitcore.ir.proxies import TensorProxy
 
 VJP_RULES: dict = {}
 

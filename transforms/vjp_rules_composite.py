@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
@@ -17,7 +18,6 @@ from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, register_opaque_meta
-from jitcore.ir.proxies import TensorProxy
 
 aten = torch.ops.aten
 

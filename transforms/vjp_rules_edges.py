@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 
 from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.torch_reduction import _var_args, reduction_dims, restore_dims
-from jitcore.ir.proxies import TensorProxy
 from transforms.vjp_rules_composite import sum_to
 
 

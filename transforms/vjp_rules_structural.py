@@ -8,14 +8,14 @@ import math
 
 import torch
 
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import EAGER_KERNELS
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, opaque_vjp_sym
-from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.symbol import EAGER_KERNELS
 
 
 def rules(VJP_RULES: dict):

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore.interpreter import provenance as P
 from jitcore.guards.module_state import watched_parameter_type
+from jitcore.interpreter import provenance as P
 
 _STORES = ("_parameters", "_buffers", "_modules")
 # a module's hook dicts change only through registrations and handle removals, which bump the epoch (read from a bare

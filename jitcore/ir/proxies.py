@@ -10,9 +10,9 @@ import math
 
 import torch
 
+from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir import devices as _devices
 from jitcore.ir import dtypes as _dtypes
-from jitcore.errors import DataDependentError, UnsupportedError
 
 # name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
 TENSOR_METHODS: dict = {}

@@ -14,9 +14,9 @@ import contextlib
 
 import torch
 
-from jitcore.ops.utils import check
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ops.utils import check
 
 _LOWER = {
     "cpu": "conv1d conv2d conv3d bmm mm vecdot baddbmm addmm addbmm linear matmul rmatmul conv_transpose1d "

@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 
 from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.torch_elementwise import broadcast, div, expand_to, to_dtype
 from jitcore.ops.utils import canonical_dims, check
-from jitcore.ir.proxies import TensorProxy
 
 
 def dims_of(a, dim) -> tuple[int, ...]:

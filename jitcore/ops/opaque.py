@@ -10,12 +10,12 @@ import re
 
 import torch
 
-from jitcore.ir import proxies
 from jitcore.errors import UnsupportedError
-from jitcore.ops.torch_map import torch_path
+from jitcore.ir import proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
+from jitcore.ops.torch_map import torch_path
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
 OPAQUE_OPS: dict[str, Symbol] = {}  # id -> Symbol, for examine() and the registry

@@ -187,8 +187,8 @@ def _plain_args(obj) -> bool:
 
 def _sample(fn, args, kwargs):
     """What fn returns now, leaving its generator's state as it was: the trace draws nothing itself."""
-    from jitcore.ir.pytree import tree_map
     from jitcore.ir.arith import value_of
+    from jitcore.ir.pytree import tree_map
 
     owner = _MODULE_OWNERS.get(id(fn), lambda: getattr(fn, "__self__", None))()
     state = _owner_state(owner) if owner is not None else None

@@ -10,10 +10,10 @@ from numbers import Number
 import torch
 
 from jitcore.ir import devices
-from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, is_int, is_number, requires_grad
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import check, is_int, is_number, requires_grad
 
 CREATION = (Tag.CREATION,)
 RANDOM = (Tag.CREATION, Tag.RANDOM)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 
 from jitcore.ir import dtypes
-from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, is_number, requires_grad, same_device, tensors_of
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import check, is_number, requires_grad, same_device, tensors_of
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.ir import dtypes
 from jitcore.errors import MetaError
+from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import broadcast_shapes, canonical_dims, check, is_number, requires_grad, same_device
-from jitcore.ir.proxies import TensorProxy
 
 
 def _shape(t) -> tuple:

@@ -4,10 +4,10 @@ autograd did not record).
 """
 from __future__ import annotations
 
-from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, requires_grad
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import check, requires_grad
 
 
 def _tensor(op, a, what="a"):

@@ -3,11 +3,11 @@ tensor inputs; ltorch promotes and handles unbatched inputs first. Shapes follow
 """
 from __future__ import annotations
 
-from jitcore.ir import dtypes
 from jitcore.errors import MetaError
+from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import broadcast_shapes, check, requires_grad, same_device
-from jitcore.ir.proxies import TensorProxy
 
 
 def _shape(t) -> tuple:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.ir import dtypes
 from jitcore.errors import MetaError
-from jitcore.ops.registry import prim
-from jitcore.ops.utils import canonical_dims, check, prim_dims, requires_grad
+from jitcore.ir import dtypes
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
+from jitcore.ops.registry import prim
+from jitcore.ops.utils import canonical_dims, check, prim_dims, requires_grad
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 

@@ -4,9 +4,9 @@ metadata and layout, never values; they are strict (ltorch resolves -1, negative
 from __future__ import annotations
 
 from jitcore.errors import MetaError
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device
-from jitcore.ir.proxies import TensorProxy
 
 
 @prim("broadcast_in_dim")

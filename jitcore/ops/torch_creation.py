@@ -10,6 +10,8 @@ import math
 import torch
 
 from jitcore.ir import devices, dtypes
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
@@ -18,8 +20,6 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import copy, shape_arg
 from jitcore.ops.utils import check, is_int, is_number
-from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.symbol import Tag
 
 T = torch.Tensor
 CREATION = (Tag.CREATION,)

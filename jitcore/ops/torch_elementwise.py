@@ -8,17 +8,17 @@ import math
 
 import torch
 
+from jitcore.errors import MetaError
 from jitcore.ir import dtypes
 from jitcore.ir.dtypes import Promotion
-from jitcore.errors import MetaError
+from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_python
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.utils import broadcast_shapes, check, is_number
-from jitcore.ir.proxies import NumberProxy, TensorProxy
-from jitcore.ir.symbol import Tag
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 T = torch.Tensor

@@ -9,8 +9,10 @@ import math
 
 import torch
 
-from jitcore.ir import dtypes
 from jitcore.errors import DataDependentError, MetaError
+from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_shape as ps
@@ -19,8 +21,6 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import _permute, dim_of, slice_dim
 from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
-from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.symbol import Tag
 
 T = torch.Tensor
 ND = (Tag.NON_DIFFERENTIABLE,)

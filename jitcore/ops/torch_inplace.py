@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.ir import proxies
 from jitcore.errors import UnsupportedError
+from jitcore.ir import proxies
+from jitcore.ir.proxies import TENSOR_METHODS, TensorProxy
+from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -18,8 +20,6 @@ from jitcore.ops import torch_map
 from jitcore.ops.registry import LTORCH, torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import check, is_number
-from jitcore.ir.proxies import TENSOR_METHODS, TensorProxy
-from jitcore.ir.symbol import Tag
 
 T = torch.Tensor
 INPLACE = (Tag.INPLACE,)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.ir import devices
 from jitcore.errors import MetaError
+from jitcore.ir import devices
+from jitcore.ir.proxies import TENSOR_PROPERTIES, TensorProxy
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -18,7 +19,6 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_shape import copy, dim_of, method_adapter, shape_arg, slice_dim
 from jitcore.ops.utils import check, is_int
-from jitcore.ir.proxies import TENSOR_PROPERTIES, TensorProxy
 
 T = torch.Tensor
 

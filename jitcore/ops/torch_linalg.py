@@ -9,6 +9,7 @@ import math
 import torch
 
 from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_nn as pn
 from jitcore.ops import prims_shape as ps
@@ -27,7 +28,6 @@ from jitcore.ops.torch_elementwise import (
 )
 from jitcore.ops.torch_reduction import vector_norm
 from jitcore.ops.utils import broadcast_shapes, check
-from jitcore.ir.proxies import TensorProxy
 
 T = torch.Tensor
 _DTNAME = {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16", torch.float16: "Half",

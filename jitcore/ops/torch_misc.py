@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.ir import dtypes
 from jitcore.errors import DataDependentError, MetaError
+from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
@@ -16,7 +17,6 @@ from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.torch_reduction import sum as rsum
 from jitcore.ops.torch_shape import _cat, _promote_all, copy, dim_of, shape_arg, slice_dim
 from jitcore.ops.utils import check
-from jitcore.ir.proxies import TensorProxy
 
 T = torch.Tensor
 

@@ -11,6 +11,7 @@ import math
 import torch
 
 from jitcore.ir import dtypes
+from jitcore.ir.symbol import Tag
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.opaque import opaque_symbol
@@ -39,7 +40,6 @@ from jitcore.ops.torch_elementwise import (
 )
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.utils import check
-from jitcore.ir.symbol import Tag
 
 F = torch.nn.functional
 T = torch.Tensor

@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_nn as pn
 from jitcore.ops import prims_shape as ps
@@ -15,8 +17,6 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import add, div, eq, exp, expand_to, ge, mul, sub, to_dtype, where
 from jitcore.ops.torch_nn_activation import dropout
 from jitcore.ops.utils import check
-from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.symbol import Tag
 
 F = torch.nn.functional
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from jitcore.errors import DataDependentError
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_nn as pn
 from jitcore.ops import prims_shape as ps
@@ -16,7 +17,6 @@ from jitcore.ops.torch_elementwise import add, eq, to_dtype
 from jitcore.ops.torch_linalg import einsum
 from jitcore.ops.torch_map import TORCH_MAP
 from jitcore.ops.utils import check
-from jitcore.ir.proxies import TensorProxy
 
 F = torch.nn.functional
 

@@ -10,6 +10,7 @@ import math
 import torch
 
 from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_shape as ps
@@ -37,7 +38,6 @@ from jitcore.ops.torch_elementwise import (
 )
 from jitcore.ops.torch_nn_activation import log_softmax, logsigmoid
 from jitcore.ops.utils import check
-from jitcore.ir.proxies import TensorProxy
 
 F = torch.nn.functional
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
@@ -14,7 +15,6 @@ from jitcore.ops.torch_elementwise import add, clamp_min, div, mul, rsqrt, sub, 
 from jitcore.ops.torch_map import TORCH_MAP
 from jitcore.ops.torch_reduction import vector_norm
 from jitcore.ops.utils import check, is_int
-from jitcore.ir.proxies import TensorProxy
 
 F = torch.nn.functional
 

@@ -9,16 +9,16 @@ import math
 
 import torch
 
-from jitcore.ir import dtypes
 from jitcore.errors import MetaError
+from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import canonical_dims, check, is_int
-from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.symbol import Tag
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 T = torch.Tensor

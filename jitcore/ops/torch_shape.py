@@ -9,8 +9,9 @@ import math
 
 import torch
 
-from jitcore.ir import dtypes
 from jitcore.errors import DataDependentError, MetaError
+from jitcore.ir import dtypes
+from jitcore.ir.proxies import TensorProxy, canonical_dim
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_index as pi
@@ -20,7 +21,6 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.utils import check, is_int
-from jitcore.ir.proxies import TensorProxy, canonical_dim
 
 T = torch.Tensor
 
