@@ -1,8 +1,8 @@
 """Caching: the module state epoch. `epoch` is a process-wide integer bumped by every (covered) way a module
 tree, its parameters and buffers, or plain attributes stored on a module can change. A jitted module's cache
 entry remembers the epoch at which its module-rooted guards last passed (ModuleGuardState); while the epoch is
-unchanged, a call skips re-fetching and re-checking parameters, buffers and module attributes (jitcore/guards/prologue.py
-splits the guards into that part and the per-call rest).
+unchanged, a call skips re-fetching and re-checking parameters, buffers and module attributes
+(jitcore/guards/prologue.py splits the guards into that part and the per-call rest).
 
 `install()` patches torch once, when the first JitModule is created (not on `import jitcore`); each patch bumps
 the epoch and then does what torch did:

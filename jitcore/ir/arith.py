@@ -3,7 +3,8 @@
 Every NumberProxy carries `expr`, a Python expression over the prologue's input symbols (`i0`, `(i0 * i1)`).
 Arithmetic records a PYTHON op in the active trace (jitcore/ops/prims_python.py) and returns a new proxy; when
 Python needs a concrete answer (`if`, `range`, an index) the predicate that held is added to the active sink
-(jitcore/guards/predicates.py: `recording(preds)`), and the prologue checks every predicate, so a reused entry is never wrong.
+(jitcore/guards/predicates.py: `recording(preds)`), and the prologue checks every predicate, so a reused entry is
+never wrong.
 """
 from __future__ import annotations
 
