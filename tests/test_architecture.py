@@ -1,0 +1,74 @@
+"""The layering the project promises (DESIGN.md, jitcore/README.md), checked on the source: stages import only
+lower stages, no import cycle between stages, few imports inside functions (each with its reason), files under 800
+lines. `python -m tests.import_graph` prints the same facts as a report.
+"""
+import pathlib
+
+import pytest
+
+from tests import import_graph as g
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+INNER_IMPORT_BUDGET = 20
+
+
+@pytest.fixture(scope="module")
+def found():
+    return g.imports(ROOT)
+
+
+def test_every_module_belongs_to_a_stage(found):
+    stages = {g.stage_of(m) for m in g.project_files(ROOT)}
+    assert stages <= set(g.RANKS), f"modules outside the known stages: {stages - set(g.RANKS)}"
+
+
+def test_no_cycle_between_stages(found):
+    assert g.cycles(g.stage_graph(found)) == []
+
+
+def test_lower_stages_never_import_higher_ones(found):
+    up = [f"{i.importer}:{i.line} imports {i.imported}" for i in g.upward(found)]
+    assert up == []
+
+
+def test_the_ir_imports_only_the_ir_and_errors(found):
+    bad = [f"{i.importer}:{i.line} imports {i.imported}" for i in found if g.stage_of(i.importer) == "jitcore.ir"
+           and g.stage_of(i.imported) not in ("jitcore.ir", "jitcore.errors")]
+    assert bad == []
+
+
+def test_transforms_and_executors_are_independent(found):
+    bad = [f"{i.importer}:{i.line} imports {i.imported}" for i in found
+           if {g.stage_of(i.importer), g.stage_of(i.imported)} == {"transforms", "executors"}]
+    assert bad == []
+
+
+def test_few_imports_inside_functions_each_with_its_reason(found):
+    inner = g.in_functions(found)
+    assert len(inner) <= INNER_IMPORT_BUDGET, "\n".join(f"{i.importer}:{i.line} -> {i.imported}" for i in inner)
+    silent = [f"{i.importer}:{i.line} -> {i.imported}" for i in inner if not i.commented]
+    assert silent == [], "an import inside a function needs a comment saying why it is not at module level"
+
+
+def test_no_file_over_800_lines():
+    assert g.long_files(ROOT) == []
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path):
+    """The checks above can fail: a lower stage importing a higher one is reported, and so is the cycle."""
+    for name, text in {"jitcore/__init__.py": "", "jitcore/ir/__init__.py": "",
+                       "jitcore/ir/proxies.py": "def f():\n    from jitcore.ops import prims\n",
+                       "jitcore/ops/__init__.py": "", "jitcore/ops/prims.py": "from jitcore.ir import proxies\n",
+                       "executors/__init__.py": "", "transforms/__init__.py": ""}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = g.imports(tmp_path)
+    assert g.cycles(g.stage_graph(found)) == [["jitcore.ir", "jitcore.ops"]]
+    assert [(i.importer, i.imported) for i in g.upward(found)] == [("jitcore.ir.proxies", "jitcore.ops.prims")]
+    assert [i.commented for i in g.in_functions(found)] == [False]
+
+
+def test_the_layout_is_described_in_the_clone():
+    text = (ROOT / "jitcore" / "README.md").read_text()
+    for folder in ("ir/", "ops/", "interpreter/", "guards/", "frontend.py", "api.py", "transforms/", "executors/"):
+        assert folder in text, f"jitcore/README.md does not describe {folder}"
