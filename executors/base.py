@@ -25,8 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from jitcore.ir.codegen import NAMESPACE_IMPORTS
-from jitcore.ir.symbol import BoundSymbol, Symbol
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol
 
 _EXECUTORS: dict[str, Executor] = {}
 
@@ -40,6 +43,7 @@ def get_executor(name_or_ex) -> Executor:
     if isinstance(name_or_ex, Executor):
         return name_or_ex
     if name_or_ex in ("inductor", "inductor_ex", "nvfuser", "nvfuser_ex"):
+        # cycle with executors/__init__ (it imports this module); the fusion executors load on first use
         import executors
 
         return getattr(executors, name_or_ex if name_or_ex.endswith("_ex") else f"{name_or_ex}_ex")
@@ -61,6 +65,30 @@ class Executor:
 
     def can_execute(self, bsym: BoundSymbol) -> bool:
         return False
+
+    # -- the memory passes' questions (transforms/memory.py), asked of the executor that claimed a line ----------
+    # The defaults are always safe: an executor that says nothing has no line write into a buffer, makes no
+    # memory known to be fresh, reads nothing densely and views nothing, so the passes leave its lines alone.
+
+    def out_form(self, bsym: BoundSymbol):
+        """None, or `buffer -> the line computing bsym's single tensor result into buffer` (reuse_buffers)."""
+        return None
+
+    def makes_fresh(self, bsym: BoundSymbol) -> bool:
+        """Whether the line's tensor results are new memory that aliases none of its inputs (reuse_buffers)."""
+        return False
+
+    def reads_dense(self, bsym: BoundSymbol) -> bool:
+        """Whether the line's kernel copies a broadcast (stride-0) input into dense memory first (densify)."""
+        return False
+
+    def is_view_line(self, bsym: BoundSymbol) -> bool:
+        """Whether the line only makes a view of its one tensor input (densify follows inputs through it)."""
+        return False
+
+    def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol | None:
+        """None, or the line `output = dense copy of a when a is a broadcast, else a` run by this executor."""
+        return None
 
     def __repr__(self):
         return f"<executor {self.name}>"
@@ -102,8 +130,6 @@ class OperatorExecutor(Executor):
         """A symbol that prints as `<path>(...)` (a public torch function) or `<executor>.<name>(...)`."""
         if path is not None:
             module, _, short = path.rpartition(".")
-            import torch
-
             return Symbol(f"{self.name}.{name}", short, meta=meta, module=module, namespace=torch)
         self.kernels[name] = fn
         alias = self.namespace_name
@@ -118,8 +144,6 @@ class OperatorExecutor(Executor):
             raise ValueError(f"register_operator({name!r}): give meta= or like= an op that has a meta")
         sym = self._kernel_symbol(name, fn, meta)
         sym.tags = frozenset(tags)
-        from jitcore.ir.symbol import EAGER_KERNELS
-
         EAGER_KERNELS[sym.id] = fn
         self.implmap[sym.id] = Implementation(sym)
         return sym

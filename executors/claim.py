@@ -4,6 +4,9 @@ Each line of a trace is offered to the executors in priority order; the first wh
 (checker on the actual proxies) claims it. A line no one claims is replaced by its subsymbols, which are offered
 in turn; an unclaimed prim is an error naming the op and the executors tried. Then each fusion executor (one
 with a `fuse` method) groups the lines it claimed into dependency-safe regions (executors/regions.py).
+
+Each claimed line records the executor that claimed it in `extra["claimed_by"]`: later passes over the execution
+trace (transforms/memory.py) ask that executor about the line through the Executor interface (executors/base.py).
 """
 from __future__ import annotations
 
@@ -14,7 +17,10 @@ from jitcore.ir.trace import Timer, Trace, from_trace
 def claim_bsym(bsym, executors) -> list:
     for ex in executors:
         if ex.can_execute(bsym):
-            return [ex.execute(bsym)]
+            line = ex.execute(bsym)
+            line = line.from_bsym() if line is bsym else line  # a line that runs as it prints: mark a copy
+            line.extra["claimed_by"] = ex
+            return [line]
     if bsym.subsymbols:
         out = []
         for sub in bsym.subsymbols:
