@@ -19,7 +19,7 @@ from jitcore.ir.symbol import BoundSymbol, Tag
 from jitcore.ir.trace import Trace
 from jitcore.ops.registry import PRIMS
 
-_ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if s.meta.__module__ == "jitcore.ops.prims_elementwise")
+_ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if Tag.ELEMENTWISE in s.tags)
 # prims whose lines only move or view data: a region of these alone is not worth a compiled call
 SHAPE_PRIMS = frozenset(f"prims.{n}" for n in (
     "broadcast_in_dim", "reshape", "transpose", "squeeze", "slice", "cat", "pad", "flip", "stop_gradient"))

@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
 from jitcore.ir.codegen import Printer, bsym_call, lhs
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
@@ -54,8 +56,6 @@ def has_side_effect(bsym: BoundSymbol) -> bool:
 def aten_effects(fn) -> bool | None:
     """For a torch operator overload (torch.ops.aten.x.default): whether it mutates or draws random numbers;
     None for other callables (their schema is unknown)."""
-    import torch
-
     if not isinstance(fn, torch._ops.OpOverload):
         return None
     return fn._schema.is_mutable or torch.Tag.nondeterministic_seeded in fn.tags
