@@ -40,6 +40,8 @@ def claim(trace: Trace, executors, fn_name: str | None = None) -> Trace:
         fusion = [ex for ex in executors if hasattr(ex, "fuse")]
         for ex in fusion:
             new = ex.fuse(new)
+            for b in new.bound_symbols:  # the region lines it made
+                b.extra.setdefault("claimed_by", ex)
     new.set_provenance("Transform for execution (claim)", t.seconds)
     return new
 
