@@ -1,24 +1,6 @@
 """Executors: the Executor API. An executor says which ops it can run (with a checker on the actual proxies)
-and how: each claimed line is replaced by a call of the executor's own symbol, which prints in the trace.
-
-Adding your own, in a few lines::
-
-    import torch, jitcore
-    from executors import OperatorExecutor
-    from jitcore.ops import ltorch
-
-    myex = OperatorExecutor("myex")
-
-    def my_gelu(a, approximate="none"):          # runs on real tensors
-        return torch.nn.functional.gelu(a, approximate=approximate)
-
-    # take ltorch.gelu, but only for float32 inputs; everything else falls through to the next executor
-    myex.register_implementation(ltorch.gelu, my_gelu, checker=lambda a, approximate="none": a.dtype == torch.float32)
-
-    jfn = jitcore.jit(fn, executors=[myex])      # the trace prints `t1 = myex.my_gelu(t0)`
-
-A new op of your own: `myop = myex.register_operator("myop", meta=..., fn=...)` gives a Symbol you can call in
-jitted code (and `like=` an existing op reuses that op's meta).
+and how: each claimed line is replaced by a call of the executor's own symbol, which prints in the trace. It also
+answers the memory passes' questions about its lines (safe defaults here). A worked example: OperatorExecutor.
 """
 from __future__ import annotations
 
@@ -116,7 +98,28 @@ class _ExecutorNamespace:
 
 
 class OperatorExecutor(Executor):
-    """Runs ops one at a time with its own kernels; `implmap` is its table: op id -> Implementation."""
+    """Runs ops one at a time with its own kernels; `implmap` is its table: op id -> Implementation.
+
+    Adding your own, in a few lines::
+
+        import torch, jitcore
+        from executors import OperatorExecutor
+        from jitcore.ops import ltorch
+
+        myex = OperatorExecutor("myex")
+
+        def my_gelu(a, approximate="none"):          # runs on real tensors
+            return torch.nn.functional.gelu(a, approximate=approximate)
+
+        # take ltorch.gelu, but only for float32 inputs; everything else falls through to the next executor
+        myex.register_implementation(ltorch.gelu, my_gelu,
+                                     checker=lambda a, approximate="none": a.dtype == torch.float32)
+
+        jfn = jitcore.jit(fn, executors=[myex])      # the trace prints `t1 = myex.my_gelu(t0)`
+
+    A new op of your own: `myop = myex.register_operator("myop", meta=..., fn=...)` gives a Symbol you can call in
+    jitted code (and `like=` an existing op reuses that op's meta).
+    """
 
     def __init__(self, name: str, namespace_name: str | None = None):
         super().__init__(name)

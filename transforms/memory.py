@@ -1,20 +1,6 @@
-"""Transforms: memory. Passes over an execution trace (after claim), run in this order:
-
-- `densify_broadcast_inputs`: an input read by two or more lines that would each copy it into dense memory when it
-  is a broadcast (stride-0) tensor -- matmul's BLAS call needs unit strides -- is made dense once, at the top. The
-  cotangent of `loss.sum().backward()` is such an expanded tensor; eager copies it once per matmul.
-
-- `reuse_buffers`: an elementwise line whose input tensor dies at that line, and was made by such a line, writes
-  its result into that input's memory (`t14 = torch.div(t13, 3.0, out=t13)`) instead of allocating. On CPU a fresh
-  large tensor costs page faults; a backward chain of elementwise ops then runs in the memory of a few buffers.
-- `del_last_used`: after the last use of each tensor, a `del` line frees it, so the generated program holds no
-  tensor longer than needed (the inputs' references are dropped too).
-
-Which lines can write into a buffer, make fresh memory, read densely or only view, is the executors' business:
-the passes ask the executor that claimed each line (`extra["claimed_by"]`, recorded by the claim pass), through
-the questions of `MemoryAnswers` (executors/base.py's Executor gives safe defaults; the torch executor answers for
-its lines). A line no executor claimed (one a pass added) gets the same safe answers. This module imports no
-executor: it only calls the methods of the object the line names.
+"""Transforms: memory. Passes over an execution trace (after claim), run in this order: `densify_broadcast_inputs`,
+`reuse_buffers`, `del_last_used`. Which lines write into a buffer, make fresh memory, read densely or only view is
+the executors' business: each pass asks the executor that claimed the line (`MemoryAnswers`); it imports none.
 """
 from __future__ import annotations
 
@@ -29,7 +15,12 @@ from transforms.cse import rename_args
 
 
 class MemoryAnswers(Protocol):
-    """What the memory passes ask the executor that claimed a line (see executors/base.py's Executor)."""
+    """What the memory passes ask the executor that claimed a line (see executors/base.py's Executor).
+
+    The claim pass records that executor in the line's `extra["claimed_by"]`; executors/base.py's Executor gives
+    always-safe defaults (the pass leaves the line alone) and the torch executor answers for its lines. A line no
+    executor claimed (one a pass added) gets the same safe answers (`_Unclaimed`).
+    """
 
     def out_form(self, bsym: BoundSymbol): ...  # None, or `buffer -> bsym computing into buffer`
 
@@ -78,6 +69,8 @@ python_del = Symbol("python.del", "del", meta=lambda *args: None, tags=(Tag.PYTH
 
 
 def del_last_used(trace: Trace) -> Trace:
+    """A new trace with a `del` line after the last use of each tensor, so the generated program holds no tensor
+    longer than needed (the inputs' references are dropped too)."""
     with Timer() as t:
         keep = {p.name for p in tree_leaves(trace.output) if isinstance(p, Proxy)}
         seen = set(keep)
@@ -106,7 +99,9 @@ def _same_layout_type(a: TensorProxy, o: TensorProxy) -> bool:
 
 
 def reuse_buffers(trace: Trace) -> Trace:
-    """A new trace where elementwise lines write into the memory of an input that dies there.
+    """A new trace where elementwise lines write into the memory of an input that dies there and was made by such
+    a line (`t14 = torch.div(t13, 3.0, out=t13)`) instead of allocating. On CPU a fresh large tensor costs page
+    faults; a backward chain of elementwise ops then runs in the memory of a few buffers.
 
     Asked of the executor that claimed each line: `out_form(bsym)`: None, or `buffer -> bsym computing into
     buffer` (an elementwise line that can); `makes_fresh(bsym)`: whether bsym's tensor results are new memory that
@@ -151,7 +146,9 @@ def densify_broadcast_inputs(trace: Trace) -> Trace:
     """A new trace where each tensor input that two or more lines read densely (their executor's `reads_dense`;
     directly or through lines its `is_view_line`) is first made dense by the line the first such reader's executor
     gives (`densify_line`: `t9 = torchex.densify(t4)`, a copy only when some stride is 0), and later lines read
-    the dense tensor; the trace itself when no input qualifies."""
+    the dense tensor; the trace itself when no input qualifies. Matmul's BLAS call needs unit strides and copies a
+    broadcast input each time: the cotangent of `loss.sum().backward()` is such an expanded tensor, which eager
+    copies once per matmul."""
     with Timer() as t:
         root = {a.name: a.name for a in trace.args if isinstance(a, TensorProxy)}
         readers: Counter = Counter()
