@@ -1,32 +1,17 @@
 """Executors: the Executor API. An executor says which ops it can run (with a checker on the actual proxies)
-and how: each claimed line is replaced by a call of the executor's own symbol, which prints in the trace.
-
-Adding your own, in a few lines::
-
-    import torch, jitcore
-    from executors import OperatorExecutor
-    from jitcore.ops import ltorch
-
-    myex = OperatorExecutor("myex")
-
-    def my_gelu(a, approximate="none"):          # runs on real tensors
-        return torch.nn.functional.gelu(a, approximate=approximate)
-
-    # take ltorch.gelu, but only for float32 inputs; everything else falls through to the next executor
-    myex.register_implementation(ltorch.gelu, my_gelu, checker=lambda a, approximate="none": a.dtype == torch.float32)
-
-    jfn = jitcore.jit(fn, executors=[myex])      # the trace prints `t1 = myex.my_gelu(t0)`
-
-A new op of your own: `myop = myex.register_operator("myop", meta=..., fn=...)` gives a Symbol you can call in
-jitted code (and `like=` an existing op reuses that op's meta).
+and how: each claimed line is replaced by a call of the executor's own symbol, which prints in the trace. It also
+answers the memory passes' questions about its lines (safe defaults here). A worked example: OperatorExecutor.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from jitcore.ir.codegen import NAMESPACE_IMPORTS
-from jitcore.ir.symbol import BoundSymbol, Symbol
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol
 
 _EXECUTORS: dict[str, Executor] = {}
 
@@ -40,6 +25,7 @@ def get_executor(name_or_ex) -> Executor:
     if isinstance(name_or_ex, Executor):
         return name_or_ex
     if name_or_ex in ("inductor", "inductor_ex", "nvfuser", "nvfuser_ex"):
+        # cycle with executors/__init__ (it imports this module); the fusion executors load on first use
         import executors
 
         return getattr(executors, name_or_ex if name_or_ex.endswith("_ex") else f"{name_or_ex}_ex")
@@ -61,6 +47,30 @@ class Executor:
 
     def can_execute(self, bsym: BoundSymbol) -> bool:
         return False
+
+    # -- the memory passes' questions (transforms/memory.py), asked of the executor that claimed a line ----------
+    # The defaults are always safe: an executor that says nothing has no line write into a buffer, makes no
+    # memory known to be fresh, reads nothing densely and views nothing, so the passes leave its lines alone.
+
+    def out_form(self, bsym: BoundSymbol):
+        """None, or `buffer -> the line computing bsym's single tensor result into buffer` (reuse_buffers)."""
+        return None
+
+    def makes_fresh(self, bsym: BoundSymbol) -> bool:
+        """Whether the line's tensor results are new memory that aliases none of its inputs (reuse_buffers)."""
+        return False
+
+    def reads_dense(self, bsym: BoundSymbol) -> bool:
+        """Whether the line's kernel copies a broadcast (stride-0) input into dense memory first (densify)."""
+        return False
+
+    def is_view_line(self, bsym: BoundSymbol) -> bool:
+        """Whether the line only makes a view of its one tensor input (densify follows inputs through it)."""
+        return False
+
+    def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol | None:
+        """None, or the line `output = dense copy of a when a is a broadcast, else a` run by this executor."""
+        return None
 
     def __repr__(self):
         return f"<executor {self.name}>"
@@ -88,7 +98,28 @@ class _ExecutorNamespace:
 
 
 class OperatorExecutor(Executor):
-    """Runs ops one at a time with its own kernels; `implmap` is its table: op id -> Implementation."""
+    """Runs ops one at a time with its own kernels; `implmap` is its table: op id -> Implementation.
+
+    Adding your own, in a few lines::
+
+        import torch, jitcore
+        from executors import OperatorExecutor
+        from jitcore.ops import ltorch
+
+        myex = OperatorExecutor("myex")
+
+        def my_gelu(a, approximate="none"):          # runs on real tensors
+            return torch.nn.functional.gelu(a, approximate=approximate)
+
+        # take ltorch.gelu, but only for float32 inputs; everything else falls through to the next executor
+        myex.register_implementation(ltorch.gelu, my_gelu,
+                                     checker=lambda a, approximate="none": a.dtype == torch.float32)
+
+        jfn = jitcore.jit(fn, executors=[myex])      # the trace prints `t1 = myex.my_gelu(t0)`
+
+    A new op of your own: `myop = myex.register_operator("myop", meta=..., fn=...)` gives a Symbol you can call in
+    jitted code (and `like=` an existing op reuses that op's meta).
+    """
 
     def __init__(self, name: str, namespace_name: str | None = None):
         super().__init__(name)
@@ -102,8 +133,6 @@ class OperatorExecutor(Executor):
         """A symbol that prints as `<path>(...)` (a public torch function) or `<executor>.<name>(...)`."""
         if path is not None:
             module, _, short = path.rpartition(".")
-            import torch
-
             return Symbol(f"{self.name}.{name}", short, meta=meta, module=module, namespace=torch)
         self.kernels[name] = fn
         alias = self.namespace_name
@@ -118,8 +147,6 @@ class OperatorExecutor(Executor):
             raise ValueError(f"register_operator({name!r}): give meta= or like= an op that has a meta")
         sym = self._kernel_symbol(name, fn, meta)
         sym.tags = frozenset(tags)
-        from jitcore.ir.symbol import EAGER_KERNELS
-
         EAGER_KERNELS[sym.id] = fn
         self.implmap[sym.id] = Implementation(sym)
         return sym

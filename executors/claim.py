@@ -1,9 +1,6 @@
-"""Executors: the claim pass, the only place that decides who runs each op.
-
-Each line of a trace is offered to the executors in priority order; the first whose implementation accepts it
-(checker on the actual proxies) claims it. A line no one claims is replaced by its subsymbols, which are offered
-in turn; an unclaimed prim is an error naming the op and the executors tried. Then each fusion executor (one
-with a `fuse` method) groups the lines it claimed into dependency-safe regions (executors/regions.py).
+"""Executors: the claim pass, the only place that decides who runs each op (first executor in priority order
+whose implementation accepts the line), then each fusion executor groups the lines it claimed into regions.
+Each claimed line records its executor in `extra["claimed_by"]`, which later passes ask (transforms/memory.py).
 """
 from __future__ import annotations
 
@@ -12,9 +9,15 @@ from jitcore.ir.trace import Timer, Trace, from_trace
 
 
 def claim_bsym(bsym, executors) -> list:
+    """The lines running bsym: the first executor whose implementation accepts it (checker on the actual proxies)
+    claims it; a line no one claims is replaced by its subsymbols, offered in turn; an unclaimed prim is an error
+    naming the op and the executors tried."""
     for ex in executors:
         if ex.can_execute(bsym):
-            return [ex.execute(bsym)]
+            line = ex.execute(bsym)
+            line = line.from_bsym() if line is bsym else line  # a line that runs as it prints: mark a copy
+            line.extra["claimed_by"] = ex
+            return [line]
     if bsym.subsymbols:
         out = []
         for sub in bsym.subsymbols:
@@ -26,7 +29,10 @@ def claim_bsym(bsym, executors) -> list:
 
 
 def claim(trace: Trace, executors, fn_name: str | None = None) -> Trace:
-    """A new trace where every line is a call of the executor that runs it."""
+    """A new trace where every line is a call of the executor that runs it (recorded in `extra["claimed_by"]`,
+    for later passes to ask it about the line through the Executor interface, executors/base.py). Then each
+    fusion executor (one with a `fuse` method) groups the lines it claimed into dependency-safe regions
+    (executors/regions.py); the region lines it makes name it too."""
     with Timer() as t:
         new = from_trace(trace, fn_name)
         for bsym in trace.bound_symbols:
@@ -34,6 +40,8 @@ def claim(trace: Trace, executors, fn_name: str | None = None) -> Trace:
         fusion = [ex for ex in executors if hasattr(ex, "fuse")]
         for ex in fusion:
             new = ex.fuse(new)
+            for b in new.bound_symbols:  # the region lines it made
+                b.extra.setdefault("claimed_by", ex)
     new.set_provenance("Transform for execution (claim)", t.seconds)
     return new
 

@@ -12,15 +12,14 @@ import warnings
 
 import torch
 
-from executors.base import FusionExecutor
 from executors.regions import Region, aten_effects, canonical_key, fuse_regions, has_side_effect
-from executors.torchex import torch_ex, traceable_line
+from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Tag
 from jitcore.ir.trace import Trace
 from jitcore.ops.registry import PRIMS
 
-_ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if s.meta.__module__ == "jitcore.ops.prims_elementwise")
+_ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if Tag.ELEMENTWISE in s.tags)
 # prims whose lines only move or view data: a region of these alone is not worth a compiled call
 SHAPE_PRIMS = frozenset(f"prims.{n}" for n in (
     "broadcast_in_dim", "reshape", "transpose", "squeeze", "slice", "cat", "pad", "flip", "stop_gradient"))
@@ -60,7 +59,7 @@ def is_pure_aten(fn) -> bool:
     return torch.Tag.dynamic_output_shape not in fn.tags and torch.Tag.data_dependent_output not in fn.tags
 
 
-class InductorExecutor(FusionExecutor):
+class InductorExecutor(TorchLinesFusionExecutor):
     """Fusion regions compiled by Inductor. fuse_matmul: whether matmul/linear join regions."""
 
     def __init__(self, name: str = "inductor", *, fuse_matmul: bool = True, min_compute_ops: int = 2):
@@ -88,12 +87,6 @@ class InductorExecutor(FusionExecutor):
         if not torch_ex.can_execute(bsym) or has_side_effect(bsym) or not _tensors_ok(bsym):
             return False
         return leaf_ids(bsym) <= self.fusible_ids()
-
-    def execute(self, bsym: BoundSymbol) -> BoundSymbol:
-        line = traceable_line(bsym)
-        line = line.from_bsym() if line is bsym else line  # an opaque line runs as it prints: mark a copy
-        line.extra["executor"] = self.name
-        return line
 
     def claimed(self, bsym: BoundSymbol) -> bool:
         return bsym.extra.get("executor") == self.name and "region_trace" not in bsym.extra

@@ -4,14 +4,17 @@ symbolic sizes are computed by the interpreter's own int/float operations at run
 from __future__ import annotations
 
 from executors.base import OperatorExecutor
-from jitcore.ir.symbol import Tag
-
-python_ex = OperatorExecutor("python", namespace_name="pythonex")
+from jitcore.ir.symbol import BoundSymbol, Tag
 
 
-def _can_execute(bsym) -> bool:
-    return Tag.PYTHON in bsym.sym.tags
+class PythonExecutor(OperatorExecutor):
+    """Claims every op tagged PYTHON; its lines print as the Python they run."""
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        return Tag.PYTHON in bsym.sym.tags
+
+    def execute(self, bsym: BoundSymbol) -> BoundSymbol:
+        return bsym
 
 
-python_ex.can_execute = _can_execute
-python_ex.execute = lambda bsym: bsym  # python ops print as the Python they run
+python_ex = PythonExecutor("python", namespace_name="pythonex")

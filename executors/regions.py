@@ -1,14 +1,6 @@
-"""Executors: dependency-safe fusion regions, shared by the fusion executors (inductor, nvFuser).
-
-Takes a claimed trace and a predicate "this line is fusible"; gives a new trace where maximal groups of fusible
-lines are one BoundSymbol each (`(t5, t9) = inductor_fusion0(t0, t1)`), whose subsymbols are the region's lines
-and whose `extra["region_trace"]` is the region as a printable, runnable sub-Trace.
-
-How regions are formed: the trace is cut at side-effecting lines (in-place writes, DONT_DCE, random draws),
-which never move. Inside each piece, lines are re-listed in a topological order that takes a ready fusible line
-whenever there is one (Kahn's algorithm, ties broken by original position); runs of consecutive fusible lines in
-that order are the regions. A region is contiguous in a valid order, so fusing it can never create a cycle: a
-non-fusible line that depends on region output and feeds the region cannot be inside the run.
+"""Executors: dependency-safe fusion regions, shared by the fusion executors (inductor, nvFuser). Takes a claimed
+trace and a predicate "this line is fusible"; gives a new trace where maximal groups of fusible lines are one line
+each (`(t5, t9) = inductor_fusion0(t0, t1)`), whose subsymbols are the region's lines (see `order_for_fusion`).
 """
 from __future__ import annotations
 
@@ -16,6 +8,8 @@ import heapq
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import torch
 
 from jitcore.ir.codegen import Printer, bsym_call, lhs
 from jitcore.ir.proxies import Proxy, TensorProxy
@@ -54,8 +48,6 @@ def has_side_effect(bsym: BoundSymbol) -> bool:
 def aten_effects(fn) -> bool | None:
     """For a torch operator overload (torch.ops.aten.x.default): whether it mutates or draws random numbers;
     None for other callables (their schema is unknown)."""
-    import torch
-
     if not isinstance(fn, torch._ops.OpOverload):
         return None
     return fn._schema.is_mutable or torch.Tag.nondeterministic_seeded in fn.tags
@@ -75,7 +67,14 @@ def _names(proxies) -> list[str]:
 
 
 def order_for_fusion(bsyms: list, fusible: Callable[[BoundSymbol], bool]) -> list:
-    """Items in execution order: a BoundSymbol (unfused) or a list of BoundSymbols (a candidate region)."""
+    """Items in execution order: a BoundSymbol (unfused) or a list of BoundSymbols (a candidate region).
+
+    The lines are cut at side-effecting lines (in-place writes, DONT_DCE, random draws), which never move. Inside
+    each piece, lines are re-listed in a topological order that takes a ready fusible line whenever there is one
+    (Kahn's algorithm, ties broken by original position); runs of consecutive fusible lines in that order are the
+    regions. A region is contiguous in a valid order, so fusing it can never create a cycle: a non-fusible line
+    that depends on region output and feeds the region cannot be inside the run.
+    """
     items: list = []
     segment: list = []
     for bsym in bsyms:
@@ -181,7 +180,8 @@ def _no_meta(*args, **kwargs):
 
 
 def region_bsym(name: str, executor_name: str, region: Region, sub: Trace, fn: Callable) -> BoundSymbol:
-    """One line running the whole region: prints as `(outs) = name(ins)`; the members stay as its subsymbols."""
+    """One line running the whole region: prints as `(outs) = name(ins)`; the members stay as its subsymbols, and
+    its `extra["region_trace"]` is the region as a printable, runnable sub-Trace."""
     sym = Symbol(f"{executor_name}.{name}", name, meta=_no_meta, module="", call_ctx={name: fn})
     output = region.outputs[0] if len(region.outputs) == 1 else tuple(region.outputs)
     bsym = BoundSymbol(sym, tuple(region.inputs), {}, output, tuple(region.members))

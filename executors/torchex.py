@@ -10,12 +10,82 @@ import math
 import torch
 
 import jitcore.ops  # noqa: F401  (registers every op)
-from executors.base import OperatorExecutor, no_meta
-from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol
+from executors.base import FusionExecutor, OperatorExecutor, no_meta
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Tag
+from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import LTORCH, PRIMS
 from jitcore.ops.torch_map import torch_path
 
-torch_ex = OperatorExecutor("torch", namespace_name="torchex")
+
+class TorchExecutor(OperatorExecutor):
+    """The torch executor: its table (implmap) is filled below from KERNELS, DIRECT_OVERRIDES and the torch-level
+    ops that name a torch function; it also runs every opaque op (a torch callable, which runs as it prints)."""
+
+    def can_execute(self, bsym: BoundSymbol) -> bool:
+        return _is_opaque(bsym) or (super().can_execute(bsym) and not _draws_in_own_order(bsym))
+
+    def traceable_line(self, bsym: BoundSymbol) -> BoundSymbol:
+        """The line running bsym with the op's one torch kernel: what a fusion executor's region body is made of
+        (the kernels chosen by input are tuned for eager execution, and graph compilers do better without them)."""
+        # an opaque op already is the torch call; it runs as it prints
+        return bsym if _is_opaque(bsym) else super().execute(bsym)
+
+    def execute(self, bsym: BoundSymbol) -> BoundSymbol:
+        choose = None if _is_opaque(bsym) else BY_INPUT.get(bsym.sym.id)
+        chosen = choose(bsym) if choose is not None else None
+        return chosen if chosen is not None else self.traceable_line(bsym)
+
+    # -- the memory passes' questions (see Executor and transforms/memory.py) -----------------------------------
+    def out_form(self, bsym: BoundSymbol):
+        return out_form(bsym)
+
+    def makes_fresh(self, bsym: BoundSymbol) -> bool:
+        return makes_fresh(bsym)
+
+    def reads_dense(self, bsym: BoundSymbol) -> bool:
+        return bsym.sym.id in DENSE_READERS
+
+    def is_view_line(self, bsym: BoundSymbol) -> bool:
+        return bsym.sym.id in VIEW_LINES
+
+    def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol:
+        line = densify.bind(a, output=output)
+        line.extra["claimed_by"] = self
+        return line
+
+
+torch_ex = TorchExecutor("torch", namespace_name="torchex")
+
+
+class TorchLinesFusionExecutor(FusionExecutor):
+    """A fusion executor whose claimed lines run the torch executor's kernels (inductor, nvFuser): a line of it
+    left unfused is a torch executor line, so the torch executor answers the memory passes' questions about it; a
+    fused region's line gets the Executor defaults (no reuse, nothing known fresh, no dense reads, no view)."""
+
+    def execute(self, bsym: BoundSymbol) -> BoundSymbol:
+        line = torch_ex.traceable_line(bsym)
+        line = line.from_bsym() if line is bsym else line  # an opaque line runs as it prints: mark a copy
+        line.extra["executor"] = self.name
+        return line
+
+    def _torch_line(self, bsym: BoundSymbol) -> bool:
+        return "region_trace" not in bsym.extra
+
+    def out_form(self, bsym: BoundSymbol):
+        return torch_ex.out_form(bsym) if self._torch_line(bsym) else None
+
+    def makes_fresh(self, bsym: BoundSymbol) -> bool:
+        return self._torch_line(bsym) and torch_ex.makes_fresh(bsym)
+
+    def reads_dense(self, bsym: BoundSymbol) -> bool:
+        return self._torch_line(bsym) and torch_ex.reads_dense(bsym)
+
+    def is_view_line(self, bsym: BoundSymbol) -> bool:
+        return self._torch_line(bsym) and torch_ex.is_view_line(bsym)
+
+    def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol:
+        return torch_ex.densify_line(a, output)
 
 
 # -- kernels that are not a torch function of the same signature -------------------------------------------------
@@ -288,16 +358,6 @@ def _register_all():
 _register_all()
 
 
-def _opaque_can_execute(bsym) -> bool:
-    from jitcore.ir.symbol import Tag
-
-    return Tag.OPAQUE in bsym.sym.tags
-
-
-_base_can_execute = torch_ex.can_execute
-_base_execute = torch_ex.execute
-
-
 # random ops that fill torch.empty_like(input): their decomposition draws in eager's memory order of the input (a
 # transpose after the draw) where that is not the contiguous order; the direct kernel would draw in the order of
 # the tensor jitcore computed, whose layout can differ from eager's (a fill_ result, a fused region's output)
@@ -312,25 +372,8 @@ def _draws_in_own_order(bsym) -> bool:
     return bsym.sym.id in _DRAWS_LIKE and _has_transpose(bsym)
 
 
-def _can_execute(bsym):
-    return _opaque_can_execute(bsym) or (_base_can_execute(bsym) and not _draws_in_own_order(bsym))
-
-
-def traceable_line(bsym):
-    """The line running bsym with the op's one torch kernel: what a fusion executor's region body is made of (the
-    kernels chosen by input below are tuned for eager execution, and graph compilers do better without them)."""
-    # an opaque op already is the torch call; it runs as it prints
-    return bsym if _opaque_can_execute(bsym) else _base_execute(bsym)
-
-
-def _execute(bsym):
-    choose = None if _opaque_can_execute(bsym) else BY_INPUT.get(bsym.sym.id)
-    chosen = choose(bsym) if choose is not None else None
-    return chosen if chosen is not None else traceable_line(bsym)
-
-
-torch_ex.can_execute = _can_execute
-torch_ex.execute = _execute
+def _is_opaque(bsym) -> bool:
+    return Tag.OPAQUE in bsym.sym.tags
 
 
 # -- kernels chosen by input: a faster sequence of torch calls where the line's inputs allow it -------------------
@@ -399,8 +442,6 @@ def makes_fresh(bsym) -> bool:
 
 def out_form(bsym):
     """None, or `buffer -> the line computing bsym's single tensor result into buffer` (see reuse_buffers)."""
-    from jitcore.ir.proxies import TensorProxy
-
     if not isinstance(bsym.output, TensorProxy) or "out" in bsym.kwargs:
         return None
     sym = bsym.sym
@@ -414,8 +455,6 @@ def out_form(bsym):
     found = _ATEN_OUT[fn]
     if found is None:
         return None
-    from jitcore.ops.opaque import opaque_symbol
-
     overload, name = found
     return lambda buffer: bsym.from_bsym(sym=opaque_symbol(overload), kwargs={**bsym.kwargs, name: buffer})
 
@@ -430,11 +469,3 @@ densify = torch_ex.register_operator("densify", meta=lambda a: a, fn=_densify)
 # lines whose kernel copies a broadcast input into dense memory first, and lines that only view their input
 DENSE_READERS = frozenset({"torch.matmul", "torch.linear"})
 VIEW_LINES = frozenset({"torch.permute", "torch.reshape", "torch.transpose", "torch.view", "torch.t"})
-
-
-def reads_dense(bsym) -> bool:
-    return bsym.sym.id in DENSE_READERS
-
-
-def is_view_line(bsym) -> bool:
-    return bsym.sym.id in VIEW_LINES

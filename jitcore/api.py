@@ -251,13 +251,12 @@ def _nograd_views(trace: Trace) -> tuple:
 def _after_claim(claimed) -> list:
     """[claimed, (inputs densified,) (buffers reused,) del-last-used]: the memory passes over an execution
     trace."""
-    from executors.torchex import densify, is_view_line, makes_fresh, out_form, reads_dense
-
     traces = [claimed]
-    dense = densify_broadcast_inputs(claimed, reads_dense, is_view_line, densify)
+    # the passes ask the executor that claimed each line (recorded by the claim pass) about its memory
+    dense = densify_broadcast_inputs(claimed)
     if dense is not claimed:
         traces.append(dense)
-    reused = reuse_buffers(traces[-1], out_form, makes_fresh)
+    reused = reuse_buffers(traces[-1])
     if reused is not claimed:
         traces.append(reused)
     return [*traces, del_last_used(traces[-1])]

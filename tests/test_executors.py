@@ -325,6 +325,28 @@ def test_inductor_takes_pure_aten_ops():
     assert not has_side_effect(tr.bound_symbols[0])
 
 
+def test_executors_are_subclasses_not_patched_instances():
+    from executors.inductorex import InductorExecutor, inductor_ex
+    from executors.nvfuserex import NvFuserExecutor, nvfuser_ex
+    from executors.pythonex import PythonExecutor
+    from executors.torchex import TorchExecutor
+
+    for ex, cls in ((torch_ex, TorchExecutor), (python_ex, PythonExecutor), (inductor_ex, InductorExecutor),
+                    (nvfuser_ex, NvFuserExecutor)):
+        assert type(ex) is cls
+        assert not {"can_execute", "execute", "fuse", "out_form", "makes_fresh"} & set(vars(ex)), ex
+
+
+def test_inductor_fuses_the_prims_tagged_elementwise():
+    from executors.inductorex import FUSIBLE_PRIMS
+    from jitcore.ir.symbol import Tag
+
+    elementwise = {s.id for s in PRIMS.values() if Tag.ELEMENTWISE in s.tags}
+    assert {"prims.add", "prims.sin", "prims.where", "prims.convert_element_type", "prims.eq"} <= elementwise
+    assert not elementwise & {"prims.sum", "prims.matmul", "prims.reshape", "prims.uniform"}
+    assert elementwise <= FUSIBLE_PRIMS
+
+
 def test_executor_names_resolve():
     from executors.base import get_executor
 

@@ -194,3 +194,29 @@ def test_broadcast_cotangent_is_made_dense_once_for_several_matmuls():
         dense.data_ptr()  # a transposed tensor is BLAS-ready: not copied
     expanded = torch.ones(()).expand(3, 4)
     assert _densify(expanded).is_contiguous() and _densify(expanded).stride() == (4, 1)
+
+
+def test_memory_questions_go_to_the_executor_that_claimed_each_line():
+    from executors import OperatorExecutor, python_ex, torch_ex
+    from executors.claim import claim
+    from jitcore.ops import ltorch
+    from tests.helpers import tensor_inputs, trace_fn
+    from transforms.memory import reuse_buffers
+
+    def f(x):
+        return ((x * 2.0).sin() + 1.0).exp()
+
+    x = torch.randn(16)
+    trace = trace_fn(f, x)
+    claimed = claim(trace, [torch_ex, python_ex])
+    assert all(b.extra["claimed_by"] in (torch_ex, python_ex) for b in claimed.bound_symbols)
+    reused = reuse_buffers(claimed)
+    assert "out=" in str(reused)
+    torch.testing.assert_close(reused.python_callable()(*tensor_inputs(x)), f(x))
+    # an executor that answers nothing about memory (the Executor defaults): its lines are left alone
+    quiet = OperatorExecutor("quiet_memory_ex")
+    for op, fn in ((ltorch.mul, torch.mul), (ltorch.sin, torch.sin), (ltorch.add, torch.add), (ltorch.exp, torch.exp)):
+        quiet.register_implementation(op, lambda *a, fn=fn, **k: fn(*a, **k), name=op.name)
+    claimed = claim(trace, [quiet, torch_ex, python_ex])
+    assert all(b.extra["claimed_by"] is quiet for b in claimed.bound_symbols)
+    assert reuse_buffers(claimed) is claimed

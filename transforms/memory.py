@@ -1,28 +1,63 @@
-"""Transforms: memory. Passes over an execution trace (after claim), run in this order:
-
-- `densify_broadcast_inputs`: an input read by two or more lines that would each copy it into dense memory when it
-  is a broadcast (stride-0) tensor -- matmul's BLAS call needs unit strides -- is made dense once, at the top. The
-  cotangent of `loss.sum().backward()` is such an expanded tensor; eager copies it once per matmul.
-
-- `reuse_buffers`: an elementwise line whose input tensor dies at that line, and was made by such a line, writes
-  its result into that input's memory (`t14 = torch.div(t13, 3.0, out=t13)`) instead of allocating. On CPU a fresh
-  large tensor costs page faults; a backward chain of elementwise ops then runs in the memory of a few buffers.
-- `del_last_used`: after the last use of each tensor, a `del` line frees it, so the generated program holds no
-  tensor longer than needed (the inputs' references are dropped too).
-
-Which lines can write into a buffer, and which make fresh memory, is the executors' business: `reuse_buffers`
-takes both questions as functions (executors/torchex.py answers them for the torch executor's lines).
+"""Transforms: memory. Passes over an execution trace (after claim), run in this order: `densify_broadcast_inputs`,
+`reuse_buffers`, `del_last_used`. Which lines write into a buffer, make fresh memory, read densely or only view is
+the executors' business: each pass asks the executor that claimed the line (`MemoryAnswers`); it imports none.
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from typing import Protocol
 
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves, tree_map
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace, from_trace
 from transforms.cse import rename_args
+
+
+class MemoryAnswers(Protocol):
+    """What the memory passes ask the executor that claimed a line (see executors/base.py's Executor).
+
+    The claim pass records that executor in the line's `extra["claimed_by"]`; executors/base.py's Executor gives
+    always-safe defaults (the pass leaves the line alone) and the torch executor answers for its lines. A line no
+    executor claimed (one a pass added) gets the same safe answers (`_Unclaimed`).
+    """
+
+    def out_form(self, bsym: BoundSymbol): ...  # None, or `buffer -> bsym computing into buffer`
+
+    def makes_fresh(self, bsym: BoundSymbol) -> bool: ...  # results are new memory aliasing no input
+
+    def reads_dense(self, bsym: BoundSymbol) -> bool: ...  # its kernel copies a broadcast input densely first
+
+    def is_view_line(self, bsym: BoundSymbol) -> bool: ...  # only makes a view of its one tensor input
+
+    def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol | None: ...  # output = dense a
+
+
+class _Unclaimed:
+    """The answers for a line no executor claimed: the safe ones (the passes leave it alone)."""
+
+    def out_form(self, bsym):
+        return None
+
+    def makes_fresh(self, bsym):
+        return False
+
+    def reads_dense(self, bsym):
+        return False
+
+    def is_view_line(self, bsym):
+        return False
+
+    def densify_line(self, a, output):
+        return None
+
+
+_UNCLAIMED = _Unclaimed()
+
+
+def claimed_by(bsym: BoundSymbol) -> MemoryAnswers:
+    """The executor that claimed the line (the claim pass records it), or the safe answers when none did."""
+    return bsym.extra.get("claimed_by") or _UNCLAIMED
 
 
 def _print_del(bsym, printer):
@@ -34,6 +69,8 @@ python_del = Symbol("python.del", "del", meta=lambda *args: None, tags=(Tag.PYTH
 
 
 def del_last_used(trace: Trace) -> Trace:
+    """A new trace with a `del` line after the last use of each tensor, so the generated program holds no tensor
+    longer than needed (the inputs' references are dropped too)."""
     with Timer() as t:
         keep = {p.name for p in tree_leaves(trace.output) if isinstance(p, Proxy)}
         seen = set(keep)
@@ -61,21 +98,23 @@ def _same_layout_type(a: TensorProxy, o: TensorProxy) -> bool:
     return all(x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a._shape, o._shape))
 
 
-def reuse_buffers(trace: Trace, out_form: Callable, makes_fresh: Callable) -> Trace:
-    """A new trace where elementwise lines write into the memory of an input that dies there.
+def reuse_buffers(trace: Trace) -> Trace:
+    """A new trace where elementwise lines write into the memory of an input that dies there and was made by such
+    a line (`t14 = torch.div(t13, 3.0, out=t13)`) instead of allocating. On CPU a fresh large tensor costs page
+    faults; a backward chain of elementwise ops then runs in the memory of a few buffers.
 
-    `out_form(bsym)`: None, or `buffer -> bsym computing into buffer` (an elementwise line that can);
-    `makes_fresh(bsym)`: whether bsym's tensor results are new memory that aliases none of its inputs (matmul,
-    an aten kernel whose schema returns no alias). A tensor's memory is reused only when nothing else can see it:
-    it was made by such a line of this program, no line that reads it can have made a view of it, the reading
-    line is its last use, it is neither an input nor an output of the program, and it has the result's dtype,
-    device and shape.
+    Asked of the executor that claimed each line: `out_form(bsym)`: None, or `buffer -> bsym computing into
+    buffer` (an elementwise line that can); `makes_fresh(bsym)`: whether bsym's tensor results are new memory that
+    aliases none of its inputs (matmul, an aten kernel whose schema returns no alias). A tensor's memory is reused
+    only when nothing else can see it: it was made by such a line of this program, no line that reads it can have
+    made a view of it, the reading line is its last use, it is neither an input nor an output of the program, and
+    it has the result's dtype, device and shape.
     """
     with Timer() as t:
         bsyms = trace.bound_symbols
         protected = {p.name for p in tree_leaves((trace.args, trace.output)) if isinstance(p, Proxy)}
-        forms = [out_form(b) for b in bsyms]
-        fresh_lines = [f is not None or makes_fresh(b) for f, b in zip(forms, bsyms)]
+        forms = [claimed_by(b).out_form(b) for b in bsyms]
+        fresh_lines = [f is not None or claimed_by(b).makes_fresh(b) for f, b in zip(forms, bsyms)]
         last_use: dict[str, int] = {}
         no_alias_readers: dict[str, bool] = {}
         for i, b in enumerate(bsyms):
@@ -103,30 +142,42 @@ def reuse_buffers(trace: Trace, out_form: Callable, makes_fresh: Callable) -> Tr
     return new.set_provenance(f"Reuse buffers ({reused} results written into dead inputs)", t.seconds)
 
 
-def densify_broadcast_inputs(trace: Trace, reads_dense: Callable, is_view: Callable, densify: Symbol) -> Trace:
-    """A new trace where each tensor input that two or more `reads_dense` lines read (directly or through `is_view`
-    lines) is first passed through `densify` (`t9 = torchex.densify(t4)`: a copy only when some stride is 0), and
-    later lines read the dense tensor; the trace itself when no input qualifies."""
+def densify_broadcast_inputs(trace: Trace) -> Trace:
+    """A new trace where each tensor input that two or more lines read densely (their executor's `reads_dense`;
+    directly or through lines its `is_view_line`) is first made dense by the line the first such reader's executor
+    gives (`densify_line`: `t9 = torchex.densify(t4)`, a copy only when some stride is 0), and later lines read
+    the dense tensor; the trace itself when no input qualifies. Matmul's BLAS call needs unit strides and copies a
+    broadcast input each time: the cotangent of `loss.sum().backward()` is such an expanded tensor, which eager
+    copies once per matmul."""
     with Timer() as t:
         root = {a.name: a.name for a in trace.args if isinstance(a, TensorProxy)}
         readers: Counter = Counter()
+        densifier: dict[str, MemoryAnswers] = {}  # input name -> the executor of its first dense reader
         for b in trace.bound_symbols:
             sources = {root[p.name] for p in b.flat_proxy_args() if p.name in root}
             if not sources:
                 continue
-            if is_view(b) and len(sources) == 1:
+            ex = claimed_by(b)
+            if ex.is_view_line(b) and len(sources) == 1:
                 root.update((o.name, next(iter(sources))) for o in b.flat_proxy_outs())
-            elif reads_dense(b):
+            elif ex.reads_dense(b):
                 readers.update(sources)
+                for name in sources:
+                    densifier.setdefault(name, ex)
         targets = [a for a in trace.args if isinstance(a, TensorProxy) and readers[a.name] >= 2]
         if not targets:
             return trace
         new = from_trace(trace)
-        names = {}
+        names, lines = {}, []
         for a in targets:
             dense = a.like(name=new.make_name("t"))
-            names[a.name] = dense
-            new.bound_symbols.append(densify.bind(a, output=dense))
+            line = densifier[a.name].densify_line(a, dense)
+            if line is not None:
+                names[a.name] = dense
+                lines.append(line)
+        if not lines:
+            return trace
+        new.bound_symbols += lines
         new.bound_symbols += [rename_args(b, names) for b in trace.bound_symbols]
         new.output = tree_map(lambda x: names.get(x.name, x) if isinstance(x, Proxy) else x, trace.output)
-    return new.set_provenance(f"Densify broadcast inputs ({len(targets)} read by several matmuls)", t.seconds)
+    return new.set_provenance(f"Densify broadcast inputs ({len(lines)} read by several matmuls)", t.seconds)

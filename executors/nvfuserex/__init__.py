@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from executors.base import FusionExecutor
 from executors.nvfuserex.text import TextDataType, TextFusion
 from executors.nvfuserex.translate import DTYPE_NAMES, TRANSLATORS, lower_region, tensor_signature, translatable
 from executors.regions import canonical_key, fuse_regions, has_side_effect
-from executors.torchex import torch_ex, traceable_line
+from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import BoundSymbol, Tag
@@ -27,7 +26,7 @@ def _import_nvfuser():
     return nvfuser
 
 
-class NvFuserExecutor(FusionExecutor):
+class NvFuserExecutor(TorchLinesFusionExecutor):
     """Fusion regions run by nvFuser. require_cuda=False claims CPU proxies too (to inspect lowerings on CPU)."""
 
     def __init__(self, name: str = "nvfuser", *, require_cuda: bool = True):
@@ -58,11 +57,6 @@ class NvFuserExecutor(FusionExecutor):
         if Tag.OPAQUE in bsym.sym.tags or not torch_ex.can_execute(bsym):
             return False  # a line left unfused runs the torch executor's kernel
         return not has_side_effect(bsym) and self._tensors_ok(bsym) and translatable(bsym)
-
-    def execute(self, bsym: BoundSymbol) -> BoundSymbol:
-        line = traceable_line(bsym)
-        line.extra["executor"] = self.name
-        return line
 
     def claimed(self, bsym: BoundSymbol) -> bool:
         return bsym.extra.get("executor") == self.name and "region_trace" not in bsym.extra

@@ -41,6 +41,7 @@ class Tag(enum.Enum):
     CREATION = "creation"  # makes a tensor from no tensor inputs
     PYTHON = "python"  # number or collection arithmetic; no tensor
     DONT_DCE = "dont_dce"  # kept even when its outputs are unused
+    ELEMENTWISE = "elementwise"  # each output element from the same-index element of each input (same shape)
 
 
 class Symbol:

@@ -15,6 +15,7 @@ from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_number, requires_grad, same_device, tensors_of
 
 ND = (Tag.NON_DIFFERENTIABLE,)
+EW = (Tag.ELEMENTWISE,)
 
 
 def _elementwise_meta(name, *args, out_dtype=None, allowed=None):
@@ -43,7 +44,7 @@ def _unary(name, allowed=ANY, out=None, tags=()):
         return _elementwise_meta(name, a, out_dtype=out, allowed=allowed)
 
     meta.__name__ = name
-    return prim(name, tags=tags)(meta)
+    return prim(name, tags=EW + tuple(tags))(meta)
 
 
 def _binary(name, allowed=ANY, out=None, tags=()):
@@ -51,7 +52,7 @@ def _binary(name, allowed=ANY, out=None, tags=()):
         return _elementwise_meta(name, a, b, out_dtype=out, allowed=allowed)
 
     meta.__name__ = name
-    return prim(name, tags=tags)(meta)
+    return prim(name, tags=EW + tuple(tags))(meta)
 
 
 # -- unary -----------------------------------------------------------------------------------------------------
@@ -121,7 +122,7 @@ ge = _binary("ge", (0, 1, 2), out=torch.bool, tags=ND)
 
 
 # -- ternary ---------------------------------------------------------------------------------------------------
-@prim("where")
+@prim("where", tags=EW)
 def where(pred, a, b):
     """pred ? a : b; pred is a bool tensor (or bool); a and b share pred's shape and one dtype."""
     check((isinstance(pred, TensorProxy) and pred.dtype is torch.bool) or isinstance(pred, bool),
@@ -138,7 +139,7 @@ def where(pred, a, b):
 
 
 # -- conversion ------------------------------------------------------------------------------------------------
-@prim("convert_element_type")
+@prim("convert_element_type", tags=EW)
 def convert_element_type(a, dtype: torch.dtype):
     """a cast to dtype (torch's .to(dtype) semantics: float->int truncates toward zero)."""
     check(isinstance(dtype, torch.dtype), lambda: f"prims.convert_element_type: expected a dtype, got {dtype!r}")
@@ -146,7 +147,7 @@ def convert_element_type(a, dtype: torch.dtype):
     return a.like(dtype=dtype, requires_grad=requires_grad(a) and dtypes.is_inexact(dtype))
 
 
-@prim("device_put")
+@prim("device_put", tags=EW)
 def device_put(a, device):
     """a moved to device."""
     check(isinstance(a, TensorProxy), lambda: f"prims.device_put: expected a tensor, got {a!r}")
