@@ -16,6 +16,7 @@ from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.symbol import Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
+from jitcore.ops import ltorch, prims
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import torch_elementwise as te
 from transforms.cse import rename_args
@@ -265,7 +266,7 @@ def drop_cotangents(bw: Trace, present: tuple) -> Trace:
 
 # ops whose tensor operands are summed: an operand computed from no cotangent is a gradient term of its own (zeros
 # for a path the loss reaches through an empty tensor), so the sum is not "zeros from missing cotangents" (None)
-_ADDITIVE = frozenset({"ltorch.add", "prims.add", "ltorch.sub", "prims.sub"})
+_ADDITIVE = frozenset({ltorch.add.id, prims.add.id, ltorch.sub.id, prims.sub.id})
 
 
 def _adds_uncarried(bsym, carries: set) -> bool:
@@ -285,7 +286,7 @@ def _surviving(x, names: dict, zero: set):
 def _accumulated_onto(bsym, zero: set):
     """The other operand of `add(z, g)` / `add(g, z)` when z is zeros (same shape and dtype as the sum, no alpha);
     None otherwise."""
-    if bsym.sym.id not in ("ltorch.add", "prims.add") or bsym.kwargs or len(bsym.args) != 2:
+    if bsym.sym.id not in (ltorch.add.id, prims.add.id) or bsym.kwargs or len(bsym.args) != 2:
         return None
     a, b = bsym.args
     for z, other in ((a, b), (b, a)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ops import ltorch
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
@@ -58,22 +59,30 @@ VJP_RULES["ltorch.bmm"] = matmul_vjp
 
 
 # -- softmax family and activations --------------------------------------------------------------------------------
-def _softmax_vjp(backward_op):
-    def rule(bsym, g):
-        input, dim, _stacklevel, dtype = bound_arguments(bsym)
-        out = bsym.output
-        if not isinstance(out, TensorProxy) or out.numel() == 0:
-            return NotImplemented
-        x = input if dtype is None else out
-        d = _softmax_dim(bsym.sym.name, x, dim)
-        gx = call(backward_op, g, out, d, out.dtype)
-        return te.to_dtype(gx, input.dtype) if gx.dtype != input.dtype else gx, None, None, None
-
-    return rule
+def _softmax_grads(backward_op, bsym, g):
+    """softmax and log_softmax: one aten backward kernel reading the output."""
+    input, dim, _stacklevel, dtype = bound_arguments(bsym)
+    out = bsym.output
+    if not isinstance(out, TensorProxy) or out.numel() == 0:
+        return NotImplemented
+    x = input if dtype is None else out
+    d = _softmax_dim(bsym.sym.name, x, dim)
+    gx = call(backward_op, g, out, d, out.dtype)
+    return te.to_dtype(gx, input.dtype) if gx.dtype != input.dtype else gx, None, None, None
 
 
-VJP_RULES["ltorch.softmax"] = _softmax_vjp(aten._softmax_backward_data.default)
-VJP_RULES["ltorch.log_softmax"] = _softmax_vjp(aten._log_softmax_backward_data.default)
+def softmax_vjp(bsym, g):
+    return _softmax_grads(aten._softmax_backward_data.default, bsym, g)
+
+
+VJP_RULES["ltorch.softmax"] = softmax_vjp
+
+
+def log_softmax_vjp(bsym, g):
+    return _softmax_grads(aten._log_softmax_backward_data.default, bsym, g)
+
+
+VJP_RULES["ltorch.log_softmax"] = log_softmax_vjp
 
 
 def gelu_vjp(bsym, g):
@@ -94,20 +103,26 @@ def silu_vjp(bsym, g):
 VJP_RULES["ltorch.silu"] = silu_vjp
 
 
-def _from_output(backward_op):
-    """A rule whose whole backward is one torch kernel reading the output (tanh, sigmoid): one kernel, not three."""
-
-    def rule(bsym, g):
-        out = bsym.output
-        if not (isinstance(out, TensorProxy) and out.dtype.is_floating_point and g.dtype == out.dtype):
-            return NotImplemented
-        return (call(backward_op, g, out),)
-
-    return rule
+def _from_output(backward_op, bsym, g):
+    """A backward that is one torch kernel reading the output (tanh, sigmoid): one kernel, not three."""
+    out = bsym.output
+    if not (isinstance(out, TensorProxy) and out.dtype.is_floating_point and g.dtype == out.dtype):
+        return NotImplemented
+    return (call(backward_op, g, out),)
 
 
-VJP_RULES["ltorch.tanh"] = _from_output(aten.tanh_backward.default)
-VJP_RULES["ltorch.sigmoid"] = _from_output(aten.sigmoid_backward.default)
+def tanh_vjp(bsym, g):
+    return _from_output(aten.tanh_backward.default, bsym, g)
+
+
+VJP_RULES["ltorch.tanh"] = tanh_vjp
+
+
+def sigmoid_vjp(bsym, g):
+    return _from_output(aten.sigmoid_backward.default, bsym, g)
+
+
+VJP_RULES["ltorch.sigmoid"] = sigmoid_vjp
 
 
 def relu_vjp(bsym, g):
@@ -206,7 +221,7 @@ VJP_RULES["ltorch.scaled_dot_product_attention"] = _with_augment(_sdpa_augment)
 # -- cross_entropy with class-index targets: the log_softmax made inside is saved (as eager saves it) ----------------
 def _log_softmax_inside(bsym):
     for sub in bsym.subsymbols:
-        if sub.sym.id == "ltorch.log_softmax":
+        if sub.sym.id == ltorch.log_softmax.id:
             return sub.output
     return None
 
@@ -280,7 +295,7 @@ def pieces_vjp(bsym, *gs):
     if not is_diff(a) or not pieces or not all(isinstance(p, TensorProxy) for p in pieces):
         return NotImplemented
     d = dim % a.ndim
-    unbound = bsym.sym.id == "ltorch.unbind"
+    unbound = bsym.sym.id == ltorch.unbind.id
     if sum(1 if unbound else p.shape[d] for p in pieces) != a.shape[d]:
         return NotImplemented
     grads = [g if g is not None else zeros_like(p) for p, g in zip(pieces, gs)]
