@@ -1,9 +1,8 @@
-"""Transforms: VJP rows for torch-level composites (linear, matmul/mm/bmm, softmax, log_softmax, layer_norm,
-rms_norm, scaled_dot_product_attention, cross_entropy, embedding, gelu, silu, relu). A composite with a row stays
-one torch call in the forward; a rule that returns NotImplemented (an argument form it does not cover) sends the
-walk through the composite's subsymbols instead. Heavy backwards call torch's own aten backward kernels (opaque
-ops: eager's numerics, one kernel each). layer_norm, rms_norm and sdpa have an `augment`: their forward line
-becomes the aten kernel that also returns the statistics the backward reads (mean/rstd, logsumexp), computed once.
+"""Transforms (autodiff): VJP rows for torch-level composites (linear, matmul, softmax, layer_norm, rms_norm, sdpa,
+cross_entropy, embedding, gelu, silu, relu, the split family). A composite with a row stays one torch call in the
+forward; a rule returning NotImplemented sends the walk through its subsymbols. Heavy backwards call torch's aten
+backward kernels (opaque ops); layer_norm, rms_norm and sdpa have an `augment`: their forward line becomes the aten
+kernel that also returns the statistics the backward reads (mean/rstd, logsumexp), computed once.
 """
 from __future__ import annotations
 
