@@ -21,6 +21,7 @@ from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import per_call, torch_map
+from jitcore.ops.sizes import define_sizes
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 
@@ -399,41 +400,6 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
                        ctx.aliases)
 
 
-def define_sizes(trace: Trace) -> Trace:
-    """Make every symbolic size the trace reads defined once at run time: `(i0, _) = prims.shape(t0)` at the top
-    for input tensors, and right after the line that makes an intermediate tensor whose size the program read
-    (`x.reshape(-1).shape[0]`: the size was computed inside a decomposition only).
-
-    Idempotent; run after tracing and again on the forward trace of the grad transform (the backward may read
-    sizes the forward did not, and they are saved for it)."""
-    from jitcore.ir.symbol import BoundSymbol
-    from jitcore.ops import prims
-
-    used = _names_used(trace.bound_symbols) | {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
-    inputs = {id(a) for a in trace.args}
-    body = [b for b in trace.bound_symbols if b.sym is not prims.shape or id(b.args[0]) not in inputs]
-    defined = {x.name for b in body for x in b.flat_proxy_outs()} | {a.name for a in trace.args}
-    missing = used - defined
-
-    def unpack(t):
-        out = tuple(s if isinstance(s, IntegerProxy) and s.name in missing else _unused(s) for s in t._shape)
-        if not any(isinstance(s, IntegerProxy) for s in out):
-            return []
-        missing.difference_update(s.name for s in out if isinstance(s, IntegerProxy))
-        return [BoundSymbol(prims.shape, (t,), {}, out)]
-
-    head = [u for a in trace.args if isinstance(a, TensorProxy) for u in unpack(a)]
-    new_body = []
-    for b in body:
-        new_body.append(b)
-        if missing:
-            for t in b.flat_proxy_outs():
-                if isinstance(t, TensorProxy):
-                    new_body += unpack(t)
-    trace.bound_symbols[:] = head + new_body
-    return trace
-
-
 def prune_sizes(trace: Trace) -> Trace:
     """Drop the size unpacks (`prims.shape`, as claimed by an executor) whose sizes no line that runs reads: after
     the claim pass, decompositions that were not taken are comments."""
@@ -447,18 +413,6 @@ def prune_sizes(trace: Trace) -> Trace:
     trace.bound_symbols[:] = [b for b in trace.bound_symbols
                               if not is_shape(b) or any(o.name in used for o in b.flat_proxy_outs())]
     return trace
-
-
-def _unused(size):
-    return size.value if isinstance(size, IntegerProxy) else size
-
-
-def _names_used(bsyms) -> set:
-    names = set()
-    for b in bsyms:
-        names.update(x.name for x in b.flat_args() if isinstance(x, Proxy))
-        names |= _names_used(b.subsymbols)
-    return names
 
 
 def _storage_address(t: torch.Tensor) -> int | None:

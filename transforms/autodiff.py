@@ -7,7 +7,6 @@ Saved-for-backward is exactly what the backward reads.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +16,12 @@ from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.symbol import Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
+from jitcore.ops import ltorch, prims
+from jitcore.ops import prims_creation as pc
+from jitcore.ops import torch_elementwise as te
+from transforms.cse import rename_args
 from transforms.dce import dce
+from transforms.vjp_helpers import bound_arguments
 from transforms.vjp_rules import VJP_RULES, opaque_vjp, random_opaque_vjp
 
 SKIP = frozenset({Tag.NON_DIFFERENTIABLE, Tag.CREATION})
@@ -45,8 +49,6 @@ class _Backprop:
     def accumulate(self, p, g):
         if g is None or not needs_grad(p):
             return
-        from jitcore.ops import torch_elementwise as te
-
         if tuple(g.shape) != tuple(p.shape):
             raise AssertionError(f"gradient of {p.name} has shape {tuple(g.shape)}, expected {tuple(p.shape)}")
         prev = self.cot.get(p.name)
@@ -77,7 +79,7 @@ class _Backprop:
             self._assign(bsym, opaque_vjp(bsym, gs), positional=True)
         else:
             raise UnsupportedError("autodiff", f"no VJP rule for {bsym.sym.id}",
-                                   hint="add a rule to transforms/vjp_rules.py or tag the op NON_DIFFERENTIABLE")
+                                   hint="add a rule to transforms/vjp_rules_*.py or tag the op NON_DIFFERENTIABLE")
 
     def _assign(self, bsym, grads, positional=False):
         """grads: one entry per parameter of the op's signature (for opaque ops: per positional argument, then one
@@ -100,20 +102,6 @@ class _Backprop:
                 self._assign_value(a, gi)
         else:
             self.accumulate(arg, g)
-
-
-_signatures: dict = {}
-
-
-def bound_arguments(bsym) -> list:
-    """The values of bsym's parameters in signature order (defaults filled in)."""
-    sym = bsym.sym
-    sig = _signatures.get(sym.id)
-    if sig is None:
-        sig = _signatures[sym.id] = inspect.signature(sym.meta or sym.fn)
-    ba = sig.bind(*bsym.args, **bsym.kwargs)
-    ba.apply_defaults()
-    return list(ba.arguments.values())
 
 
 def grad_transform(trace: Trace) -> Split:
@@ -236,9 +224,6 @@ def drop_cotangents(bw: Trace, present: tuple) -> Trace:
     line whose cotangent-carrying inputs are all missing computes zeros: it goes, and a gradient that is all such
     zeros is None, as in eager. An accumulation `add(zeros, g)` reads g alone; any other line that mixes zeros with
     a real cotangent reads zeros made once at the top. `present`: one bool per cotangent argument of bw."""
-    from jitcore.ops import prims_creation as pc
-    from transforms.cse import rename_args
-
     with Timer() as t:
         n_saved = dict(bw.extra["arg_groups"])["saved"]
         cts = bw.args[n_saved:]
@@ -281,7 +266,7 @@ def drop_cotangents(bw: Trace, present: tuple) -> Trace:
 
 # ops whose tensor operands are summed: an operand computed from no cotangent is a gradient term of its own (zeros
 # for a path the loss reaches through an empty tensor), so the sum is not "zeros from missing cotangents" (None)
-_ADDITIVE = frozenset({"ltorch.add", "prims.add", "ltorch.sub", "prims.sub"})
+_ADDITIVE = frozenset({ltorch.add.id, prims.add.id, ltorch.sub.id, prims.sub.id})
 
 
 def _adds_uncarried(bsym, carries: set) -> bool:
@@ -301,7 +286,7 @@ def _surviving(x, names: dict, zero: set):
 def _accumulated_onto(bsym, zero: set):
     """The other operand of `add(z, g)` / `add(g, z)` when z is zeros (same shape and dtype as the sum, no alpha);
     None otherwise."""
-    if bsym.sym.id not in ("ltorch.add", "prims.add") or bsym.kwargs or len(bsym.args) != 2:
+    if bsym.sym.id not in (ltorch.add.id, prims.add.id) or bsym.kwargs or len(bsym.args) != 2:
         return None
     a, b = bsym.args
     for z, other in ((a, b), (b, a)):

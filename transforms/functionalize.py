@@ -14,12 +14,18 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import define_sizes
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
+from jitcore.ops import ltorch
+from jitcore.ops import prims_elementwise as pe
+from jitcore.ops import prims_misc as pm
+from jitcore.ops import prims_shape as ps
+from jitcore.ops.sizes import define_sizes
+from jitcore.ops.torch_inplace import slice_scatter
+from jitcore.ops.torch_shape import slice_dim
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
@@ -70,8 +76,6 @@ def has_inplace(bsym) -> bool:
 
 def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trace, list[Writeback]]:
     """The functional trace and the inputs to write back; the trace itself when it writes nothing."""
-    from jitcore.ops import prims_misc as pm
-
     if not any(has_inplace(b) for b in trace.bound_symbols):
         return trace, []
     with Timer() as t:
@@ -136,9 +140,7 @@ def _uniform(st: _State, x) -> bool:
 
 
 def _is_size_unpack(bsym) -> bool:
-    from jitcore.ops import prims
-
-    return bsym.sym is prims.shape
+    return bsym.sym is pm.shape
 
 
 def _stale_size(bsym, args) -> bool:
@@ -369,9 +371,6 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
 
 # -- writes ---------------------------------------------------------------------------------------------------------
 def _write(st: _State, bsym: BoundSymbol):
-    from jitcore.ops import prims_elementwise as pe
-    from jitcore.ops import prims_misc as pm
-
     src, dst = bsym.args
     value = _read(st, src)
     if value.dtype != dst.dtype:
@@ -423,8 +422,6 @@ def _write(st: _State, bsym: BoundSymbol):
 def _overwritten(old, values):
     """`values` replacing all of `old` in a write autograd records: eager's result still requires grad (its
     grad_fn sends zeros to old), so it is where(True, values, old): values' values, zero gradient to old."""
-    from jitcore.ops import ltorch
-
     everywhere = ltorch.full(tuple(values.shape), True, dtype=torch.bool, device=values.device)
     return ltorch.where(everywhere, values, old)
 
@@ -496,8 +493,6 @@ def _expanded_dims(p: BoundSymbol, base) -> tuple:
 
 def _written_mask(chain, bases, value):
     """Where, in the first base of chain, a write of `value` through chain lands (a bool tensor)."""
-    from jitcore.ops import ltorch
-
     mask = ltorch.full(tuple(value.shape), True, dtype=torch.bool, device=value.device)
     for p, base in zip(reversed(chain), reversed(bases)):
         empty = ltorch.full(tuple(base.shape), False, dtype=torch.bool, device=base.device)
@@ -509,8 +504,6 @@ def _written_mask(chain, bases, value):
 def _unbroadcast(p, base, value, mask):
     """base after writing value into its expansion p at the places mask marks: each element of base takes the
     value written into one of its places (several places hold the same value, or eager refused the write)."""
-    from jitcore.ops import ltorch
-
     dims, shape = _expanded_dims(p, base), tuple(base.shape)
     written = ltorch.reshape(ltorch.any(mask, dims, True), shape)
     if value.dtype == torch.bool:
@@ -525,8 +518,6 @@ def _unbroadcast(p, base, value, mask):
 
 def _inverse(p: BoundSymbol, base, value):
     """base with p's view of it replaced by value."""
-    from jitcore.ops import prims_shape as ps
-
     pid, args = p.sym.id, p.args
     if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
         return value
@@ -546,9 +537,6 @@ def _inverse(p: BoundSymbol, base, value):
 
 
 def _scatter_dims(base, value, dims, starts, ends, steps):
-    from jitcore.ops.torch_inplace import slice_scatter
-    from jitcore.ops.torch_shape import slice_dim
-
     if not dims:
         return value
     d, rest = dims[0], dims[1:]
@@ -561,8 +549,6 @@ def _scatter_dims(base, value, dims, starts, ends, steps):
 def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) -> Trace:
     """The forward trace with each saved-for-backward value that is a written input, or a view of one, replaced by a
     copy: the epilogue overwrites those inputs after the forward, before any backward reads what it saved."""
-    from jitcore.ops import ltorch
-
     aliased = set(written)
     for b in forward.bound_symbols:
         tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]

@@ -9,8 +9,9 @@ from typing import Protocol
 
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves, tree_map
-from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
+from jitcore.ir.symbol import BoundSymbol
 from jitcore.ir.trace import Timer, Trace, from_trace
+from jitcore.ops.memory import python_del
 from transforms.cse import rename_args
 
 
@@ -58,14 +59,6 @@ _UNCLAIMED = _Unclaimed()
 def claimed_by(bsym: BoundSymbol) -> MemoryAnswers:
     """The executor that claimed the line (the claim pass records it), or the safe answers when none did."""
     return bsym.extra.get("claimed_by") or _UNCLAIMED
-
-
-def _print_del(bsym, printer):
-    return "del " + ", ".join(a.name for a in bsym.args)
-
-
-python_del = Symbol("python.del", "del", meta=lambda *args: None, tags=(Tag.PYTHON, Tag.DONT_DCE), module="",
-                    printer=_print_del)
 
 
 def del_last_used(trace: Trace) -> Trace:

@@ -14,17 +14,7 @@ from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.torch_reduction import _var_args, reduction_dims, restore_dims
-from transforms.vjp_rules_composite import sum_to
-
-
-def _args(bsym) -> list:
-    from transforms.autodiff import bound_arguments
-
-    return bound_arguments(bsym)
-
-
-def _diff(x) -> bool:
-    return isinstance(x, TensorProxy) and x.requires_grad
+from transforms.vjp_helpers import VJP_RULES, bound_arguments, is_diff, sum_to
 
 
 def _real_float(x) -> bool:
@@ -49,9 +39,9 @@ def _upcast(t):
 
 
 # -- std, std_mean: eager masks the gradient of the square root where std is 0 ------------------------------------
-def _std_rule(bsym, g_std, g_mean=None):
-    input, dim, unbiased, keepdim, correction = _args(bsym)
-    if not (_real_float(input) and _diff(input)):
+def std_vjp(bsym, g_std, g_mean=None):
+    input, dim, unbiased, keepdim, correction = bound_arguments(bsym)
+    if not (_real_float(input) and is_diff(input)):
         return NotImplemented
     dims, correction = _var_args(bsym.sym.name, input, dim, unbiased, correction)
     shape = tuple(input.shape)
@@ -78,6 +68,10 @@ def _std_rule(bsym, g_std, g_mean=None):
     return (te.to_dtype(gx, input.dtype), None, None, None, None)
 
 
+VJP_RULES["ltorch.std"] = std_vjp
+VJP_RULES["ltorch.std_mean"] = std_vjp
+
+
 # -- vector norms: eager's norm_backward, 0 where the norm is 0 -----------------------------------------------------
 def _norm_grad(x, p, norm, g):
     """d norm_p(x) pulled back (x, norm, g already broadcast to x's shape), as eager's norm_backward."""
@@ -91,33 +85,40 @@ def _norm_grad(x, p, norm, g):
     return te.mul(scaled, te.where(te.eq(norm, 0), 0.0, te.div(g, te.pow(norm, p - 1))))
 
 
-def _norm_rule_for(unpack):
-    def rule(bsym, g):
-        x, p, dim, keepdim, dtype = unpack(_args(bsym))
-        if isinstance(p, str) or p is None:
-            p = 2 if p in (None, "fro") else p
-        if not (_real_float(x) and _diff(x)) or isinstance(p, str) or p in (0, 1) or math.isinf(p) \
-                or (dtype is not None and dtype != x.dtype):
-            return NotImplemented  # p = 0, 1, inf: the decomposition's gradient is already eager's
-        shape = tuple(x.shape)
-        dims = reduction_dims(bsym.sym.name, x, dim)
-        xc = _upcast(x)
-        norm = _spread(_upcast(bsym.output), shape, dims, keepdim)
-        gx = _norm_grad(xc, float(p), norm, _spread(_upcast(g), shape, dims, keepdim))
-        return (te.to_dtype(gx, x.dtype),) + (None,) * (len(_args(bsym)) - 1)
-
-    return rule
+def _norm_grads(bsym, g, x, p, dim, keepdim, dtype):
+    if isinstance(p, str) or p is None:
+        p = 2 if p in (None, "fro") else p
+    if not (_real_float(x) and is_diff(x)) or isinstance(p, str) or p in (0, 1) or math.isinf(p) \
+            or (dtype is not None and dtype != x.dtype):
+        return NotImplemented  # p = 0, 1, inf: the decomposition's gradient is already eager's
+    shape = tuple(x.shape)
+    dims = reduction_dims(bsym.sym.name, x, dim)
+    xc = _upcast(x)
+    norm = _spread(_upcast(bsym.output), shape, dims, keepdim)
+    gx = _norm_grad(xc, float(p), norm, _spread(_upcast(g), shape, dims, keepdim))
+    return (te.to_dtype(gx, x.dtype),) + (None,) * (len(bound_arguments(bsym)) - 1)
 
 
-# vector_norm(x, ord, dim, keepdim, *, dtype); norm(input, p, dim, keepdim, out, dtype)
-_vector_norm_rule = _norm_rule_for(lambda a: (a[0], a[1], a[2], a[3], a[4]))
-_norm_rule = _norm_rule_for(lambda a: (a[0], a[1], a[2], a[3], a[5]))
+def vector_norm_vjp(bsym, g):
+    x, ord, dim, keepdim, dtype = bound_arguments(bsym)  # vector_norm(x, ord, dim, keepdim, *, dtype)
+    return _norm_grads(bsym, g, x, ord, dim, keepdim, dtype)
+
+
+VJP_RULES["ltorch.vector_norm"] = vector_norm_vjp
+
+
+def norm_vjp(bsym, g):
+    input, p, dim, keepdim, _out, dtype = bound_arguments(bsym)  # norm(input, p, dim, keepdim, out, dtype)
+    return _norm_grads(bsym, g, input, p, dim, keepdim, dtype)
+
+
+VJP_RULES["ltorch.norm"] = norm_vjp
 
 
 # -- max/min along a dim: the gradient goes to the index eager returned, not spread over ties -------------------------
-def _max_min_rule(bsym, g_values, g_indices=None):
-    input, dim, keepdim = _args(bsym)
-    if dim is None or isinstance(dim, TensorProxy) or not _diff(input) or g_values is None or input.ndim == 0:
+def max_min_vjp(bsym, g_values, g_indices=None):
+    input, dim, keepdim = bound_arguments(bsym)
+    if dim is None or isinstance(dim, TensorProxy) or not is_diff(input) or g_values is None or input.ndim == 0:
         return NotImplemented  # full reductions spread over ties as eager does; the binary form is elementwise
     _values, indices = bsym.output
     (d,) = reduction_dims(bsym.sym.name, input, dim)
@@ -127,39 +128,51 @@ def _max_min_rule(bsym, g_values, g_indices=None):
     return pi.scatter(zeros, indices, g_values, d), None, None
 
 
-# -- xlogy, xlog1py: eager's derivative, masked where x = 0 and the log is undefined --------------------------------
-def _xlog_rule_for(log_of, edge, grad_other):
-    def rule(bsym, g):
-        a, b = bsym.args[:2]
-        if not all(_real_float(t) or not isinstance(t, TensorProxy) for t in (a, b)):
-            return NotImplemented
-        ga = gb = None
-        if _diff(a):
-            ga = te.mul(g, log_of(b))
-            ga = te.where(te.logical_and(te.eq(g, 0), te.logical_not(te.isnan(b))) if _is_t(b) else te.eq(g, 0),
-                          0.0, ga)  # xlogy(g, b): 0 where g is 0
-            ga = te.where(te.logical_and(te.eq(a, 0), te.le(b, edge)), 0.0, ga) if _is_t(b) \
-                else (te.where(te.eq(a, 0), 0.0, ga) if b <= edge else ga)
-            ga = te.to_dtype(sum_to(te.expand_to(ga, tuple(bsym.output.shape)), tuple(a.shape)), a.dtype)
-        if _diff(b):
-            gb = te.mul(g, te.div(a, grad_other(b)))
-            gb = te.to_dtype(sum_to(te.expand_to(gb, tuple(bsym.output.shape)), tuple(b.shape)), b.dtype)
-        return ga, gb
+VJP_RULES["ltorch.max"] = max_min_vjp
+VJP_RULES["ltorch.min"] = max_min_vjp
 
-    return rule
+
+# -- xlogy, xlog1py: eager's derivative, masked where x = 0 and the log is undefined --------------------------------
+def _xlog_grads(bsym, g, log_of, edge, grad_other):
+    """x * log_of(y): log_of(y) for x (0 where x = 0 and y <= edge, and where g = 0), x / grad_other(y) for y."""
+    a, b = bsym.args[:2]
+    if not all(_real_float(t) or not isinstance(t, TensorProxy) for t in (a, b)):
+        return NotImplemented
+    ga = gb = None
+    if is_diff(a):
+        ga = te.mul(g, log_of(b))
+        ga = te.where(te.logical_and(te.eq(g, 0), te.logical_not(te.isnan(b))) if _is_t(b) else te.eq(g, 0),
+                      0.0, ga)  # xlogy(g, b): 0 where g is 0
+        ga = te.where(te.logical_and(te.eq(a, 0), te.le(b, edge)), 0.0, ga) if _is_t(b) \
+            else (te.where(te.eq(a, 0), 0.0, ga) if b <= edge else ga)
+        ga = te.to_dtype(sum_to(te.expand_to(ga, tuple(bsym.output.shape)), tuple(a.shape)), a.dtype)
+    if is_diff(b):
+        gb = te.mul(g, te.div(a, grad_other(b)))
+        gb = te.to_dtype(sum_to(te.expand_to(gb, tuple(bsym.output.shape)), tuple(b.shape)), b.dtype)
+    return ga, gb
 
 
 def _is_t(x) -> bool:
     return isinstance(x, TensorProxy)
 
 
-_xlogy_rule = _xlog_rule_for(lambda b: te.log(b) if _is_t(b) else te.log_number(b), 0.0, lambda b: b)
-_xlog1py_rule = _xlog_rule_for(lambda b: te.log1p(b) if _is_t(b) else te.log1p_number(b), -1.0,
-                               lambda b: te.add(b, 1) if _is_t(b) else b + 1)
+def xlogy_vjp(bsym, g):
+    return _xlog_grads(bsym, g, lambda b: te.log(b) if _is_t(b) else te.log_number(b), 0.0, lambda b: b)
+
+
+VJP_RULES["ltorch.xlogy"] = xlogy_vjp
+
+
+def xlog1py_vjp(bsym, g):
+    return _xlog_grads(bsym, g, lambda b: te.log1p(b) if _is_t(b) else te.log1p_number(b), -1.0,
+                       lambda b: te.add(b, 1) if _is_t(b) else b + 1)
+
+
+VJP_RULES["ltorch.xlog1py"] = xlog1py_vjp
 
 
 # -- logsigmoid: eager's log_sigmoid_backward (1 - sigmoid(x), computed from exp(-|x|)); 0.5 at 0 -------------------
-def _logsigmoid_rule(bsym, g):
+def logsigmoid_vjp(bsym, g):
     x = bsym.args[0]
     if not _real_float(x):
         return NotImplemented
@@ -169,14 +182,4 @@ def _logsigmoid_rule(bsym, g):
     return (te.to_dtype(te.mul(_upcast(g), te.where(te.lt(xc, 0), te.sub(1, s), s)), x.dtype),)
 
 
-def rules(VJP_RULES: dict):
-    """Fill VJP_RULES with this file's rows."""
-    VJP_RULES["ltorch.std"] = _std_rule
-    VJP_RULES["ltorch.std_mean"] = _std_rule
-    VJP_RULES["ltorch.vector_norm"] = _vector_norm_rule
-    VJP_RULES["ltorch.norm"] = _norm_rule
-    VJP_RULES["ltorch.max"] = _max_min_rule
-    VJP_RULES["ltorch.min"] = _max_min_rule
-    VJP_RULES["ltorch.xlogy"] = _xlogy_rule
-    VJP_RULES["ltorch.xlog1py"] = _xlog1py_rule
-    VJP_RULES["ltorch.logsigmoid"] = _logsigmoid_rule
+VJP_RULES["ltorch.logsigmoid"] = logsigmoid_vjp

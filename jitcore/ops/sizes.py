@@ -1,0 +1,55 @@
+"""Ops: size unpacks. `define_sizes` makes every symbolic size a trace reads defined once at run time, by
+`prims.shape` lines after the tensors that carry it; run by the frontend after tracing, by the pipeline on the
+forward of the grad transform, and by functionalization after inlining writes.
+"""
+from __future__ import annotations
+
+from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten
+from jitcore.ir.symbol import BoundSymbol
+from jitcore.ir.trace import Trace
+from jitcore.ops import prims_misc as pm
+
+
+def define_sizes(trace: Trace) -> Trace:
+    """Make every symbolic size the trace reads defined once at run time: `(i0, _) = prims.shape(t0)` at the top
+    for input tensors, and right after the line that makes an intermediate tensor whose size the program read
+    (`x.reshape(-1).shape[0]`: the size was computed inside a decomposition only).
+
+    Idempotent; run after tracing and again on the forward trace of the grad transform (the backward may read
+    sizes the forward did not, and they are saved for it)."""
+    used = _names_used(trace.bound_symbols) | {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
+    inputs = {id(a) for a in trace.args}
+    body = [b for b in trace.bound_symbols if b.sym is not pm.shape or id(b.args[0]) not in inputs]
+    defined = {x.name for b in body for x in b.flat_proxy_outs()} | {a.name for a in trace.args}
+    missing = used - defined
+
+    def unpack(t):
+        out = tuple(s if isinstance(s, IntegerProxy) and s.name in missing else _unused(s) for s in t._shape)
+        if not any(isinstance(s, IntegerProxy) for s in out):
+            return []
+        missing.difference_update(s.name for s in out if isinstance(s, IntegerProxy))
+        return [BoundSymbol(pm.shape, (t,), {}, out)]
+
+    head = [u for a in trace.args if isinstance(a, TensorProxy) for u in unpack(a)]
+    new_body = []
+    for b in body:
+        new_body.append(b)
+        if missing:
+            for t in b.flat_proxy_outs():
+                if isinstance(t, TensorProxy):
+                    new_body += unpack(t)
+    trace.bound_symbols[:] = head + new_body
+    return trace
+
+
+def _unused(size):
+    return size.value if isinstance(size, IntegerProxy) else size
+
+
+def _names_used(bsyms) -> set:
+    names = set()
+    for b in bsyms:
+        names.update(x.name for x in b.flat_args() if isinstance(x, Proxy))
+        names |= _names_used(b.subsymbols)
+    return names
