@@ -11,16 +11,20 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.epilogue import effect_proxies
-from jitcore.guards import module_state
+from jitcore.errors import UnsupportedError
+from jitcore.guards import data_guards, module_state
+from jitcore.guards.data_guards import DataGuard
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
+from jitcore.ir.symbol import BoundSymbol
 from jitcore.ir.trace import Timer, Trace, tracectx
 from jitcore.layouts import Layouts
-from jitcore.ops import per_call, torch_map
+from jitcore.ops import per_call, prims, torch_map
+from jitcore.ops.opaque import draws_random, opaque_symbol
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 
@@ -37,8 +41,6 @@ def _unbound_tensor_method(fn):
 
 
 def _draws_random(fn) -> bool:
-    from jitcore.ops.opaque import draws_random
-
     return torch_map.is_torch_callable(fn) and draws_random(fn)
 
 
@@ -46,7 +48,6 @@ def _tensorless_draw(fn):
     """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)) it is
     recorded as its opaque op, which the torch executor runs on every call; with tensors it runs natively, and
     their __torch_function__ records it as before."""
-    from jitcore.ops.opaque import opaque_symbol
 
     def call(*args, **kwargs):
         leaves = tree_flatten((args, kwargs))[0]
@@ -253,15 +254,11 @@ class JitContext(DefaultContext):
 
     def concrete_value(self, proxy, kind: str):
         """What Python needs of a tensor's data (`if mask.all():`), computed from this call's inputs and guarded."""
-        from jitcore.guards.data_guards import concrete_value
-
-        return concrete_value(self, proxy, kind)
+        return data_guards.concrete_value(self, proxy, kind)
 
     def leaf_input(self, proxy):
         """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
         None for proxies that are not inputs."""
-        from jitcore.guards.data_guards import DataGuard
-
         value = self.real_value(proxy)
         if not isinstance(value, torch.Tensor):
             return None
@@ -382,8 +379,6 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         leaves, spec = tree_flatten(result.output)
         for leaf in leaves:
             if not isinstance(leaf, (Proxy,) + GUARDED_SCALARS) and _contains_proxy(leaf):
-                from jitcore.errors import UnsupportedError
-
                 raise UnsupportedError("output", f"the function returned a {type(leaf).__name__} holding tensors",
                                        hint="return tensors in tuples, lists, dicts or namedtuples")
         trace.output = tuple(leaves) + tuple(effect_proxies(result.side_effects))
@@ -406,9 +401,6 @@ def define_sizes(trace: Trace) -> Trace:
 
     Idempotent; run after tracing and again on the forward trace of the grad transform (the backward may read
     sizes the forward did not, and they are saved for it)."""
-    from jitcore.ir.symbol import BoundSymbol
-    from jitcore.ops import prims
-
     used = _names_used(trace.bound_symbols) | {x.name for x in tree_flatten(trace.output)[0] if isinstance(x, Proxy)}
     inputs = {id(a) for a in trace.args}
     body = [b for b in trace.bound_symbols if b.sym is not prims.shape or id(b.args[0]) not in inputs]
@@ -437,8 +429,6 @@ def define_sizes(trace: Trace) -> Trace:
 def prune_sizes(trace: Trace) -> Trace:
     """Drop the size unpacks (`prims.shape`, as claimed by an executor) whose sizes no line that runs reads: after
     the claim pass, decompositions that were not taken are comments."""
-    from jitcore.ops import prims
-
     def is_shape(b):
         return b.sym is prims.shape or (len(b.subsymbols) == 1 and b.subsymbols[0].sym is prims.shape)
 
