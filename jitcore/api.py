@@ -56,6 +56,7 @@ def jit(fn, *, executors=None, cache: str = "constant values"):
         return JitModule(fn, options)
     return JitFunction(fn, options)
 
+
 def _resolve_executors(executors) -> tuple:
     chosen = [get_executor(e) for e in (executors or ())]
     for ex in chosen:
@@ -68,15 +69,7 @@ def _resolve_executors(executors) -> tuple:
     return tuple(chosen)
 
 
-
-_DELEGATED = (
-    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
-    "named_modules", "state_dict", "load_state_dict", "zero_grad", "requires_grad_", "get_submodule",
-    "get_parameter", "get_buffer", "extra_repr", "register_buffer", "register_parameter", "add_module",
-    "register_module", "get_extra_state", "set_extra_state",
-)
-
-
+# -- the jitted callables: a module wraps a JitFunction over the model ------------------------------------------
 class JitModule(torch.nn.Module):
     """The jitted nn.Module: wraps `model`; calls go through a JitFunction over `model.__call__` (hooks included).
 
@@ -149,6 +142,14 @@ class JitModule(torch.nn.Module):
         return sorted(set(super().__dir__()) | set(dir(self._model)))
 
 
+_DELEGATED = (
+    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
+    "named_modules", "state_dict", "load_state_dict", "zero_grad", "requires_grad_", "get_submodule",
+    "get_parameter", "get_buffer", "extra_repr", "register_buffer", "register_parameter", "add_module",
+    "register_module", "get_extra_state", "set_extra_state",
+)  # nn.Module methods that act on the wrapped model
+
+
 def _delegate(name):
     def method(self, *args, **kwargs):
         return getattr(self.__dict__["_model"], name)(*args, **kwargs)
@@ -161,7 +162,6 @@ def _delegate(name):
 for _name in _DELEGATED:
     setattr(JitModule, _name, _delegate(_name))
 del _name
-
 
 
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -267,7 +267,7 @@ def _stage(stats: dict, name: str):
 class Program:
     """The transforms stage's result: the computation as the transforms left it, before any executor claimed it."""
 
-    traces: list  # one per pass: interpreted, (functional,) dce, cse, (autodiff forward); the last one runs forward
+    traces: list  # one per pass: interpreted, (functional,) dce, cse, (autodiff forward); the last is claimed
     backward_traces: list  # [autodiff backward, its cse] ([] without autodiff)
     split: Split | None  # the autodiff split (saved values, outputs that carry gradients); None without autodiff
     writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
@@ -359,7 +359,6 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
-
 
 
 def _backward_without(backward: Trace, options: CompileOptions):
