@@ -11,7 +11,7 @@ from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedE
 # system binds a package attribute to a submodule when it first loads it: loaded here, once, then unbound, so that
 # `jitcore.examine` always resolves (through __getattr__) to the function, whichever module is imported first.
 importlib.import_module("jitcore.examine")
-del globals()["examine"]
+globals().pop("examine", None)
 
 _API = (
     "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
