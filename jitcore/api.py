@@ -1,10 +1,12 @@
-"""The pipeline, top to bottom: `jit(fn)` -> on each call, a cache lookup (prologue) -> on a miss, interpret
-the function into a computation trace, run the transforms, let the executors claim every op, generate code ->
-run the computation and replay the function's side effects (epilogue). Read this file first.
+"""The pipeline, top to bottom. `jit(fn)` -> on each call, a cache lookup (the prologue) -> on a miss,
+`compile_entry` runs the stages: interpret (the function into a computation trace) -> transforms (functionalize,
+dce, cse, autodiff) -> claim (executors take every op) -> memory (buffer reuse, del-last-used) -> codegen (callables,
+the autograd wrapper) -> guards (prologues, epilogue) -> run the computation, replay its side effects. Read this first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -14,11 +16,13 @@ from executors.claim import claim
 from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import define_sizes, prune_sizes, trace_function
+from jitcore.examine import ExamineReport, examine_call
+from jitcore.frontend import TraceResult, _storage_address, define_sizes, prune_sizes, trace_function
+from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.guards.predicates import Predicates, recording
-from jitcore.guards.prologue import build_prologues
+from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.interpreter.provenance import Roots
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
@@ -26,7 +30,7 @@ from jitcore.ir.symbol import recorded_without_grad
 from jitcore.ir.trace import Timer, Trace
 from jitcore.ir.views import VIEW_OPS
 from jitcore.ops.autocast import outside_autocast
-from transforms.autodiff import drop_cotangents, grad_transform
+from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
@@ -49,8 +53,6 @@ def jit(fn, *, executors=None, cache: str = "constant values"):
     options = CompileOptions(_resolve_executors(executors), cache)
     Cache(cache)  # validates the option now, not at the first call
     if isinstance(fn, torch.nn.Module):
-        from jitcore.module import JitModule
-
         return JitModule(fn, options)
     return JitFunction(fn, options)
 
@@ -65,6 +67,101 @@ def _resolve_executors(executors) -> tuple:
         if fallback not in chosen:
             chosen.append(fallback)
     return tuple(chosen)
+
+
+# -- the jitted callables: a module wraps a JitFunction over the model ------------------------------------------
+class JitModule(torch.nn.Module):
+    """The jitted nn.Module: wraps `model`; calls go through a JitFunction over `model.__call__` (hooks included).
+
+    Parameters and buffers stay the original's (they are inputs of the trace, never constants), so optimizers,
+    state_dict and train/eval work on the same tensors as before.
+    """
+
+    def __init__(self, model: torch.nn.Module, options):
+        module_state.install()  # the module state epoch: parameters are not re-checked on every call
+        super().__init__()
+
+        self.__dict__["_model"] = model  # not a registered submodule: state_dict keys stay the model's own
+        # the model's own parameter and buffer tables: what writes them through the wrapper (torch.func's
+        # functional_call, stateless reparametrization, `jm.weight = Parameter(...)`) changes the model it runs
+        self.__dict__["_parameters"] = model._parameters
+        self.__dict__["_buffers"] = model._buffers
+        self.__dict__["_jfn"] = JitFunction(model, options)
+
+    def forward(self, /, *args, **kwargs):
+        return self._jfn(*args, **kwargs)
+
+    def __call__(self, /, *args, **kwargs):  # straight to the cache: no nn.Module dispatch on the hot path
+        return self.__dict__["_jfn"](*args, **kwargs)
+
+    # inspection entry points read these, so jitcore.last_traces(jmodule) works like for functions
+    @property
+    def _last_entry(self):
+        return self._jfn._last_entry
+
+    @property
+    def _cache(self):
+        return self._jfn._cache
+
+    @property
+    def training(self):
+        return self._model.training
+
+    @training.setter
+    def training(self, value):
+        if "_model" in self.__dict__:
+            self._model.training = value
+
+    def train(self, mode: bool = True):
+        self._model.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def _apply(self, fn, recurse=True):
+        self._model._apply(fn, recurse)
+        return self
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_model"], name)
+
+    def __getitem__(self, index):  # Sequential / ModuleList / ModuleDict indexing reaches the model's children
+        return self._model[index]
+
+    def __iter__(self):
+        return iter(self._model)
+
+    def __repr__(self):
+        return f"JitModule({self._model!r})"
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._model)))
+
+
+_DELEGATED = (
+    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
+    "named_modules", "state_dict", "load_state_dict", "zero_grad", "requires_grad_", "get_submodule",
+    "get_parameter", "get_buffer", "extra_repr", "register_buffer", "register_parameter", "add_module",
+    "register_module", "get_extra_state", "set_extra_state",
+)  # nn.Module methods that act on the wrapped model
+
+
+def _delegate(name):
+    def method(self, *args, **kwargs):
+        return getattr(self.__dict__["_model"], name)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"The wrapped model's `{name}`."
+    return method
+
+
+for _name in _DELEGATED:
+    setattr(JitModule, _name, _delegate(_name))
+del _name
 
 
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -131,77 +228,137 @@ class JitFunction:
         return entry, inputs
 
 
+# -- the pipeline: compile_entry runs the stages in order, each timed under its name in last_compile_stats ---------
 def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
-    """Trace -> transforms -> claim -> codegen, for one call's inputs."""
-    predicates = Predicates()
-    with recording(predicates):  # symbolic values: every concrete answer Python needs becomes a predicate
-        return _compile_entry(fn, args, kwargs, options, predicates)
-
-
-def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> CacheEntry:
-    stats = {}
+    """One call's inputs -> a cache entry: interpret -> transforms -> claim -> memory -> codegen -> guards."""
     symbolic = options.cache == "symbolic values"
+    stats = {}
+    recorded = Predicates()
+    with recording(recorded):  # symbolic values: every concrete answer Python needs becomes a predicate
+        with _stage(stats, "interpret"):
+            traced = trace_function(fn, args, kwargs, symbolic=symbolic)
+        with _stage(stats, "transforms"):
+            program = transform(traced)
+        with _stage(stats, "claim"):
+            claimed = claim_program(program, options, symbolic)
+        with _stage(stats, "memory"):
+            executable = memory_passes(program, claimed)
+        with _stage(stats, "codegen"):
+            computation = codegen(traced, program, executable, options)
+        predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
+        with _stage(stats, "guards"):
+            guarded = guard(traced, program.writebacks, predicates, Roots(args, kwargs, fn), symbolic)
+    prologues, epilogue = guarded.prologues, guarded.epilogue
+    return CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, executable.traces,
+                      prologues.traces, prologues.explain, executable.backward_traces,
+                      epilogue=guarded.run_epilogue, epilogue_traces=[epilogue] if epilogue else [], stats=stats,
+                      mutated_inputs=tuple(w.arg_index for w in program.writebacks), check=prologues.full,
+                      module_state=prologues.state)
+
+
+@contextmanager
+def _stage(stats: dict, name: str):
     with Timer() as t:
-        traced = trace_function(fn, args, kwargs, symbolic=symbolic)
-    stats["interpret"] = t.seconds
+        yield
+    stats[name] = t.seconds
+
+
+@dataclass(frozen=True)
+class Program:
+    """The transforms stage's result: the computation as the transforms left it, before any executor claimed it."""
+
+    traces: list  # one per pass: interpreted, (functional,) dce, cse, (autodiff forward); the last is claimed
+    backward_traces: list  # [autodiff backward, its cse] ([] without autodiff)
+    split: Split | None  # the autodiff split (saved values, outputs that carry gradients); None without autodiff
+    writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
+
+
+def transform(traced: TraceResult) -> Program:
+    """Stage "transforms": functionalize (in-place writes become writebacks), dce, cse, and autodiff when a gradient
+    can flow (the joint trace splits into a forward and a backward)."""
     traces = [traced.trace]
-    with Timer() as t:
-        functional, writebacks = functionalize(traced.trace, traced.input_strides)
-        if functional is not traced.trace:
-            traces.append(functional)
-            _check_written_inputs(traced, writebacks)
-        traces.append(dce(traces[-1]))
-        traces.append(cse(traces[-1]))
-        split = grad_transform(traces[-1]) if _needs_autodiff(traces[-1]) else None
-        if split is not None and writebacks:  # the epilogue overwrites them before the backward runs
-            written = {traced.trace.args[w.arg_index].name for w in writebacks}
-            split.forward = save_written_inputs_by_copy(split.forward, split.n_outputs, written)
-    stats["transforms"] = t.seconds
-    backward_traces = []
-    with Timer() as t:
-        if split is not None:
-            traces.append(split.forward)
-        traces += _claim_forward(traces[-1], options, symbolic)
-        if split is not None:
-            backward_traces = [split.backward, cse(split.backward, distinct_outputs=False)]
-            backward_traces += _after_claim(claim(backward_traces[-1], options.executors))
-    stats["claim"] = t.seconds
-    with Timer() as t:
-        computation = outside_autocast(traces[-1].python_callable())
-        nograd_views = _nograd_views(traced.trace)
-        if split is not None:
-            computation = AutogradProgram(computation, outside_autocast(backward_traces[-1].python_callable()),
-                                          split.n_outputs,
-                                          split.output_requires_grad,
-                                          [isinstance(p, TensorProxy) for p in split.saved],
-                                          _backward_without(backward_traces[1], options))
-            computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
-            computation.nograd_views = nograd_views
-        elif nograd_views:
-            computation = WithoutHistory(computation, nograd_views)
-        traced.guards.predicates = list(predicates.items)
-        traced.trace.extra["predicates"] = traced.guards.predicates
-        prologues = build_prologues(traced.inputs, traced.guards, traced.aliases, Roots(args, kwargs, fn), symbolic)
-        index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
-        epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks))
-        entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, traces,
-                           prologues.traces, prologues.explain, backward_traces,
-                           epilogue=epilogue.python_callable() if epilogue else None,
-                           epilogue_traces=[epilogue] if epilogue else [], stats=stats,
-                           mutated_inputs=tuple(w.arg_index for w in writebacks), check=prologues.full,
-                           module_state=prologues.state)
-    stats["codegen"] = t.seconds
-    return entry
+    functional, writebacks = functionalize(traced.trace, traced.input_strides)
+    if functional is not traced.trace:
+        traces.append(functional)
+        _check_written_inputs(traced, writebacks)
+    traces.append(dce(traces[-1]))
+    traces.append(cse(traces[-1]))
+    if not _needs_autodiff(traces[-1]):
+        return Program(traces, [], None, writebacks)
+    split = grad_transform(traces[-1])
+    forward = split.forward
+    if writebacks:  # the epilogue overwrites them before the backward runs
+        written = {traced.trace.args[w.arg_index].name for w in writebacks}
+        forward = save_written_inputs_by_copy(forward, split.n_outputs, written)
+    return Program([*traces, forward], [split.backward, cse(split.backward, distinct_outputs=False)], split,
+                   writebacks)
 
 
-def _claim_forward(trace, options: CompileOptions, symbolic: bool) -> list:
-    """[claimed, del-last-used] traces of the program that runs forward."""
+@dataclass(frozen=True)
+class Claimed:
+    forward: Trace
+    backward: Trace | None
+
+
+def claim_program(program: Program, options: CompileOptions, symbolic: bool) -> Claimed:
+    """Stage "claim": each op of the forward (and backward) taken by the first executor that can run it."""
+    trace = program.traces[-1]
     if symbolic:  # sizes the claimed decompositions (or the backward) read: computed once, at the top
         define_sizes(trace)
-    claimed = claim(trace, options.executors)
+    forward = claim(trace, options.executors)
     if symbolic:
-        prune_sizes(claimed)
-    return _after_claim(claimed)
+        prune_sizes(forward)
+    backward = claim(program.backward_traces[-1], options.executors) if program.split is not None else None
+    return Claimed(forward, backward)
+
+
+@dataclass(frozen=True)
+class Executable:
+    """The memory stage's result: the full trace histories of the programs that run (the last trace of each)."""
+
+    traces: list  # the computation's passes, then [claimed, (densified,) (buffers reused,) del-last-used]
+    backward_traces: list  # likewise for the backward ([] without autodiff)
+
+
+def memory_passes(program: Program, claimed: Claimed) -> Executable:
+    """Stage "memory": the memory passes over the claimed traces (see `_after_claim`)."""
+    backward = [] if claimed.backward is None else [*program.backward_traces, *_after_claim(claimed.backward)]
+    return Executable([*program.traces, *_after_claim(claimed.forward)], backward)
+
+
+def codegen(traced: TraceResult, program: Program, executable: Executable, options: CompileOptions):
+    """Stage "codegen": the callable that runs a call's computation: the forward program as Python, inside the
+    torch.autograd.Function of jitcore/autograd.py when there is a backward."""
+    forward = outside_autocast(executable.traces[-1].python_callable())
+    nograd_views = _nograd_views(traced.trace)
+    split = program.split
+    if split is None:
+        return WithoutHistory(forward, nograd_views) if nograd_views else forward
+    computation = AutogradProgram(forward, outside_autocast(executable.backward_traces[-1].python_callable()),
+                                  split.n_outputs,
+                                  split.output_requires_grad,
+                                  [isinstance(p, TensorProxy) for p in split.saved],
+                                  _backward_without(program.backward_traces[-1], options))
+    computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
+    computation.nograd_views = nograd_views
+    return computation
+
+
+@dataclass(frozen=True)
+class Guarded:
+    prologues: Prologues  # the checks (and unpacking of inputs) a call passes to reuse the entry
+    epilogue: Trace | None  # the side effects replayed after each call; None when the function has none
+    run_epilogue: object  # the epilogue's callable (None likewise)
+
+
+def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool) -> Guarded:
+    """Stage "guards": the prologues (every guard of the trace, and the predicates the stages recorded) and the
+    epilogue (side effects and writebacks of inputs)."""
+    guards = replace(traced.guards, predicates=predicates)
+    prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
+    index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
+    epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks))
+    return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 
 def _backward_without(backward: Trace, options: CompileOptions):
@@ -284,8 +441,6 @@ def _check_written_inputs(traced, writebacks):
 
 def inputs_overlap(inputs, mutated) -> bool:
     """Whether a written input shares storage with another input of this call (the program assumed not)."""
-    from jitcore.frontend import _storage_address
-
     addresses = [_storage_address(t) if isinstance(t, torch.Tensor) else None for t in inputs]
     return any(addresses[i] is not None and addresses.count(addresses[i]) > 1 for i in mutated)
 
@@ -337,7 +492,10 @@ def last_epilogue_traces(jfn) -> list:
 
 
 def last_compile_stats(jfn) -> dict:
-    """Seconds spent per stage (interpret, transforms, claim, codegen) compiling the last call's entry."""
+    """Seconds spent per stage compiling the last call's entry, in pipeline order (see `compile_entry`): interpret
+    (bytecode -> computation trace), transforms (functionalize, dce, cse, autodiff), claim (executors take the ops),
+    memory (buffer reuse, del-last-used), codegen (the callables that run, the autograd wrapper), guards (prologues,
+    epilogue)."""
     return dict(_entry(jfn).stats)
 
 
@@ -360,8 +518,7 @@ def cache_miss_reasons(jfn) -> list[str]:
     return list(_cache_of(jfn).miss_reasons)
 
 
-def examine(fn, *args, **kwargs):
-    """Which ops fn uses, whether each is supported, which executor would run it, and what falls back to opaque."""
-    from jitcore.examine import examine as _examine
-
-    return _examine(fn, *args, **kwargs)
+def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
+    """Which ops fn(*args, **kwargs) uses, whether each is supported, which executor would run it (`executors` as
+    for `jit`), and what falls back to opaque. Traces once without running; prints nothing, returns the report."""
+    return examine_call(fn, args, kwargs, _resolve_executors(executors))

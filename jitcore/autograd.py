@@ -1,9 +1,8 @@
-"""Runtime: the torch.autograd.Function that runs a compiled forward program and, on backward, the compiled
-backward program, so jitted calls compose with eager autograd, optimizers and `loss.backward()`.
-The backward program is differentiable once: a backward with create_graph=True through a jitted function raises
-(its gradients would carry no graph, and a later second derivative would silently miss the jitted part).
-An output the loss does not reach gets no gradient (None, not zeros): such a backward runs a program without that
-cotangent (transforms/autodiff.drop_cotangents), built once per pattern of missing ones.
+"""The torch.autograd.Function wrapper (built by the codegen stage): runs a compiled forward program and, on backward,
+the compiled backward program, so jitted calls compose with eager autograd, optimizers and `loss.backward()`. The
+backward is differentiable once (create_graph=True through a jitted function raises, rather than a later second
+derivative silently missing the jitted part). An output the loss does not reach gets no gradient (None, not zeros):
+that backward runs a program without its cotangent (transforms/autodiff.drop_cotangents), built once per pattern.
 """
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""Side effects: the epilogue Trace. What the traced function wrote outside itself (attributes, globals, items
-of external containers, closure cells, mutating calls like list.append) is replayed after every call with that
-call's real values, so a jitted call has eager's effects. Tensors computed by the trace reach it as `outs[i]`.
+"""Epilogue stage: the epilogue Trace of side effects. What the traced function wrote outside itself (attributes,
+globals, items of external containers, closure cells, mutating calls like list.append) is replayed after every call
+with that call's real values, so a jitted call has eager's effects. Tensors computed by the trace reach it as
+`outs[i]`.
 """
 from __future__ import annotations
+
+import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
@@ -53,8 +56,6 @@ def _print_writeback(bsym, printer):
 
 
 def copy_no_grad(dst, src):
-    import torch
-
     with torch.no_grad():
         dst.copy_(src)
 

@@ -1,11 +1,13 @@
-"""Inspection: `examine(fn, *args)` traces fn once and reports, for each op it uses, whether it is supported,
-which executor would run it (or that it decomposes), and which torch calls fell back to opaque ops.
+"""Inspection stage: `jitcore.examine(fn, *args)` (jitcore/api.py resolves the executors) traces fn once without
+running it and reports, for each op it uses, whether it is supported, which executor would run it (or that it
+decomposes), and which torch calls fell back to opaque ops.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 
+from jitcore.frontend import trace_function
 from jitcore.ir.symbol import Tag
 
 
@@ -56,12 +58,8 @@ def _claimer(bsym, executors) -> str:
     return "decomposed" if bsym.subsymbols else "UNSUPPORTED"
 
 
-def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
-    """Trace fn(*args, **kwargs) and report each op and who would run it; prints nothing, returns the report."""
-    from jitcore.api import _resolve_executors
-    from jitcore.frontend import trace_function
-
-    exs = _resolve_executors(executors)
+def examine_call(fn, args: tuple, kwargs: dict, executors: tuple) -> ExamineReport:
+    """Trace fn(*args, **kwargs) and report each op and which of `executors` (in priority order) would run it."""
     report = ExamineReport()
     try:
         traced = trace_function(fn, args, kwargs)
@@ -72,6 +70,6 @@ def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
     info = {}
     for bsym in traced.trace.bound_symbols:
         counts[bsym.sym.id] += 1
-        info.setdefault(bsym.sym.id, (_claimer(bsym, exs), Tag.OPAQUE in bsym.sym.tags))
+        info.setdefault(bsym.sym.id, (_claimer(bsym, executors), Tag.OPAQUE in bsym.sym.tags))
     report.ops = [OpReport(op, n, *info[op]) for op, n in counts.most_common()]
     return report

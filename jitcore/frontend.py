@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.epilogue import effect_proxies
-from jitcore.guards import module_state
+from jitcore.errors import UnsupportedError
+from jitcore.guards import data_guards, module_state
+from jitcore.guards.data_guards import DataGuard
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
@@ -20,7 +22,8 @@ from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, Ten
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, tracectx
 from jitcore.layouts import Layouts
-from jitcore.ops import per_call, torch_map
+from jitcore.ops import per_call, prims, torch_map
+from jitcore.ops.opaque import draws_random, opaque_symbol
 from jitcore.ops.sizes import define_sizes
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
@@ -38,8 +41,6 @@ def _unbound_tensor_method(fn):
 
 
 def _draws_random(fn) -> bool:
-    from jitcore.ops.opaque import draws_random
-
     return torch_map.is_torch_callable(fn) and draws_random(fn)
 
 
@@ -47,7 +48,6 @@ def _tensorless_draw(fn):
     """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)) it is
     recorded as its opaque op, which the torch executor runs on every call; with tensors it runs natively, and
     their __torch_function__ records it as before."""
-    from jitcore.ops.opaque import opaque_symbol
 
     def call(*args, **kwargs):
         leaves = tree_flatten((args, kwargs))[0]
@@ -254,15 +254,11 @@ class JitContext(DefaultContext):
 
     def concrete_value(self, proxy, kind: str):
         """What Python needs of a tensor's data (`if mask.all():`), computed from this call's inputs and guarded."""
-        from jitcore.guards.data_guards import concrete_value
-
-        return concrete_value(self, proxy, kind)
+        return data_guards.concrete_value(self, proxy, kind)
 
     def leaf_input(self, proxy):
         """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
         None for proxies that are not inputs."""
-        from jitcore.guards.data_guards import DataGuard
-
         value = self.real_value(proxy)
         if not isinstance(value, torch.Tensor):
             return None
@@ -383,8 +379,6 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         leaves, spec = tree_flatten(result.output)
         for leaf in leaves:
             if not isinstance(leaf, (Proxy,) + GUARDED_SCALARS) and _contains_proxy(leaf):
-                from jitcore.errors import UnsupportedError
-
                 raise UnsupportedError("output", f"the function returned a {type(leaf).__name__} holding tensors",
                                        hint="return tensors in tuples, lists, dicts or namedtuples")
         trace.output = tuple(leaves) + tuple(effect_proxies(result.side_effects))
@@ -403,8 +397,6 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
 def prune_sizes(trace: Trace) -> Trace:
     """Drop the size unpacks (`prims.shape`, as claimed by an executor) whose sizes no line that runs reads: after
     the claim pass, decompositions that were not taken are comments."""
-    from jitcore.ops import prims
-
     def is_shape(b):
         return b.sym is prims.shape or (len(b.subsymbols) == 1 and b.subsymbols[0].sym is prims.shape)
 
