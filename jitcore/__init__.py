@@ -3,15 +3,7 @@
 The names below load jitcore.api on first use, so that `import executors` (which jitcore.api itself imports)
 does not pull the whole pipeline in while it initialises.
 """
-import importlib
-
 from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError
-
-# `jitcore.examine` is the public function api.examine, and also the name of the examine stage's module. The import
-# system binds a package attribute to a submodule when it first loads it: loaded here, once, then unbound, so that
-# `jitcore.examine` always resolves (through __getattr__) to the function, whichever module is imported first.
-importlib.import_module("jitcore.examine")
-globals().pop("examine", None)
 
 _API = (
     "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",

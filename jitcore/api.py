@@ -16,7 +16,7 @@ from executors.claim import claim
 from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
-from jitcore.examine import ExamineReport, examine_call
+from jitcore.inspection import ExamineReport, examine_call
 from jitcore.frontend import TraceResult, _storage_address, define_sizes, prune_sizes, trace_function
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
