@@ -16,13 +16,13 @@ from executors.claim import claim
 from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
-from jitcore.inspection import ExamineReport, examine_call
 from jitcore.frontend import TraceResult, _storage_address, define_sizes, prune_sizes, trace_function
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
+from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter.provenance import Roots
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
