@@ -12,6 +12,7 @@ import torch
 
 from jitcore.epilogue import effect_proxies
 from jitcore.guards import module_state
+from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
@@ -459,15 +460,6 @@ def _names_used(bsyms) -> set:
         names.update(x.name for x in b.flat_args() if isinstance(x, Proxy))
         names |= _names_used(b.subsymbols)
     return names
-
-
-def _storage_address(t: torch.Tensor) -> int | None:
-    if t.numel() == 0:
-        return None
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # tensors with no storage (meta, subclasses)
-        return id(t)
 
 
 def _contains_proxy(obj) -> bool:

@@ -1,7 +1,7 @@
-"""Guards: Python values that depend on tensor data (`if mask.all():`, `x.item()`). While tracing, jitcore has the
-call's real inputs, so it computes such a value from them with the part of the trace that produces it, bakes the
-value into the trace, and guards it: the prologue recomputes that small program on each call's inputs and a
-different value is a miss (the function is traced again and takes the other branch). Never a wrong answer.
+"""Guards stage: Python values that depend on tensor data (`if mask.all():`, `x.item()`). While tracing, jitcore
+has the call's real inputs, so it computes such a value from them with the part of the trace that produces it,
+bakes the value into the trace, and guards it: the prologue recomputes that small program on each call's inputs and
+a different value is a miss (the function is traced again and takes the other branch). Never a wrong answer.
 
 Refused (DataDependentError, quoting the user's line): values that come from random ops or in-place writes, or
 that need inputs other than the function's arguments, or anything when no real inputs are at hand (examine()).

@@ -1,4 +1,4 @@
-"""Guards: which of a jitted module's prologue guards are module-rooted, i.e. can only change together with the
+"""Guards stage: which of a jitted module's prologue guards are module-rooted, i.e. can only change together with the
 module state epoch (jitcore/guards/module_state.py), so a call may skip them while the epoch is unchanged.
 
 A provenance is module-rooted when it starts at Fn() (the jitted nn.Module) and every step reads a module's
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore.guards.module_state import watched_parameter_type
+from jitcore.guards import module_state
 from jitcore.interpreter import provenance as P
 
 _STORES = ("_parameters", "_buffers", "_modules")
@@ -61,7 +61,7 @@ class _Resolver:
         if prov not in self.memo:
             try:
                 self.memo[prov] = self._resolve(prov)
-            except Exception:
+            except (AttributeError, LookupError, TypeError):  # (a path that does not resolve is not module-rooted)
                 self.memo[prov] = _NOT
         return self.memo[prov]
 
@@ -121,8 +121,6 @@ def _kind(value, store: bool):
 def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
     """The module-rooted part of a prologue (inputs after jitcore.guards.prologue._direct), or None when there is none
     (not a module, or the module state patches are not installed)."""
-    from jitcore.guards import module_state
-
     if roots is None or not isinstance(roots.fn, torch.nn.Module) or not module_state.installed:
         return None
     resolve, split = _Resolver(roots.fn), ModuleSplit()
@@ -142,7 +140,7 @@ def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
             rest.append(inp.provenance)
             continue
         split.inputs[inp.proxy.name] = len(split.inputs)
-        if watched_parameter_type(type(r[1])):
+        if module_state.watched_parameter_type(type(r[1])):
             split.watched[inp.proxy.name] = type(r[1])
     for prov, name in aliases:
         if name in split.inputs and resolve(prov) is not _NOT:

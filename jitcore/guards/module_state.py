@@ -1,4 +1,4 @@
-"""Caching: the module state epoch. `epoch` is a process-wide integer bumped by every (covered) way a module
+"""Guards stage: the module state epoch. `epoch` is a process-wide integer bumped by every (covered) way a module
 tree, its parameters and buffers, or plain attributes stored on a module can change. A jitted module's cache
 entry remembers the epoch at which its module-rooted guards last passed (ModuleGuardState); while the epoch is
 unchanged, a call skips re-fetching and re-checking parameters, buffers and module attributes
@@ -34,6 +34,8 @@ import contextlib
 import functools
 
 import torch
+from torch import utils as torch_utils
+from torch.nn.utils import _named_member_accessor as accessor
 
 epoch = 0  # read by generated prologues as `module_state.epoch`
 installed = False
@@ -148,9 +150,6 @@ def install():
     for cls, name in ((nn.Sequential, "insert"), (nn.ModuleList, "insert"), (nn.ModuleDict, "__delitem__"),
                       (nn.ModuleDict, "clear")):
         _patch(cls, name, _bump_after)
-    from torch import utils as torch_utils
-    from torch.nn.utils import _named_member_accessor as accessor
-
     _patch(torch_utils, "swap_tensors", _bump_after)
     # every hook registration (forward, pre-forward, backward, state-dict...) makes a RemovableHandle
     _patch(torch_utils.hooks.RemovableHandle, "__init__", _bump_after)
