@@ -92,7 +92,11 @@ class JitFunction:
         found = self._cache.lookup(self.fn, args, kwargs)  # the prologues: (entry, inputs), or None on a miss
         entry, inputs = self._compile(args, kwargs) if found is None else found
         self._last_entry = entry
-        return run_entry(entry, self.fn, args, kwargs, inputs)
+        # run (inline: this is the hot path): the computation, the epilogue's side effects, the output structure
+        flat = entry.computation(*inputs)
+        if entry.epilogue is not None:
+            entry.epilogue(self.fn, args, kwargs, flat)
+        return entry.unflatten(flat)
 
     def _compile(self, args, kwargs):
         """A miss: eager's TypeError if the call does not bind; else record why, compile an entry for this call,
@@ -266,15 +270,6 @@ def _needs_autodiff(trace) -> bool:
     if torch.is_grad_enabled():
         return any(getattr(a, "requires_grad", False) for a in trace.args)
     return any(getattr(o, "requires_grad", False) for o in tree_leaves(trace.output))
-
-
-def run_entry(entry: CacheEntry, fn, args, kwargs, inputs):
-    """Run a call on an entry: the computation on the prologue's inputs, the epilogue's side effects, the user's
-    output structure."""
-    flat = entry.computation(*inputs)
-    if entry.epilogue is not None:
-        entry.epilogue(fn, args, kwargs, flat)
-    return entry.unflatten(flat)
 
 
 # -- inspection -------------------------------------------------------------------------------------------------

@@ -175,5 +175,5 @@ class Cache:
             warnings.warn(
                 f"jitcore: this function has been compiled {len(self.entries)} times (cache={self.mode!r}); the last "
                 f"miss: {self.miss_reasons[-1]}.{advice}",
-                stacklevel=3,
+                stacklevel=4,  # the user's call of the jitted function
             )
