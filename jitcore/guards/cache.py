@@ -1,14 +1,6 @@
 """Guards stage: the cache. CacheEntry (prologue, computation, backward, epilogue and their traces) and the
 per-function Cache, which owns the one lookup of a call (`Cache.lookup`), its hit/miss counters and readable miss
 reasons.
-
-A lookup first runs the full prologue of the most recently used entry (straight-line checks of everything: the
-common steady state costs one generated function call); otherwise it computes a cheap signature key from the call's
-arguments (per top-level argument: its type; for tensors dtype, device, requires_grad and sizes, or only the rank
-under "symbolic values"; the value of a scalar), which picks the candidate entries from a dict; each candidate's hot
-prologue (straight-line generated code that leaves out what the key checked) returns the inputs or None. An entry
-that writes into an input is used only when that input shares no storage with another input of the call. A miss
-is a None (the generated prologues return None for a value they can no longer fetch), never an exception.
 """
 from __future__ import annotations
 
@@ -99,7 +91,17 @@ def key_symbolic(args, kwargs):
 
 
 class Cache:
-    """The compiled entries of one jitted function (one per compile options: the JitFunction owns it)."""
+    """The compiled entries of one jitted function (one per compile options: the JitFunction owns it).
+
+    A lookup first runs the full prologue of the most recently used entry (straight-line checks of everything:
+    the common steady state costs one generated function call); otherwise it computes a cheap signature key from
+    the call's arguments (per top-level argument: its type; for tensors dtype, device, requires_grad and sizes,
+    or only the rank under "symbolic values"; the value of a scalar), which picks the candidate entries from a
+    dict; each candidate's hot prologue (straight-line generated code that leaves out what the key checked)
+    returns the inputs or None. An entry that writes into an input is used only when that input shares no
+    storage with another input of the call. A miss is a None (the generated prologues return None for a value
+    they can no longer fetch), never an exception.
+    """
 
     def __init__(self, mode: str):
         if mode not in CACHE_MODES:
