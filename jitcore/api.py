@@ -16,7 +16,7 @@ from executors.claim import claim
 from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import TraceResult, _storage_address, define_sizes, prune_sizes, trace_function
+from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
@@ -186,37 +186,18 @@ class JitFunction:
                 "backward has no per-transform rules",
                 hint="call the jitted function outside the transform (take gradients with loss.backward() or "
                      "torch.autograd.grad), or transform the original function")
-        cache = self._cache
-        entry = cache.mru
-        if entry is not None and not entry.mutated_inputs:  # the hot path: the last entry used, checked once
-            try:
-                inputs = entry.check(self.fn, args, kwargs)
-            except Exception:  # a provenance chain that no longer resolves is a miss
-                inputs = None
-            if inputs is not None:
-                cache.hits += 1
-                self._last_entry = entry
-                flat = entry.computation(*inputs)
-                if entry.epilogue is not None:
-                    entry.epilogue(self.fn, args, kwargs, flat)
-                return entry.unflatten(flat)
-        return self._call(args, kwargs)
-
-    def _call(self, args, kwargs):
-        found = self._cache.lookup(self.fn, args, kwargs)
-        if found is None:
-            entry, inputs = self._compile(args, kwargs)
-        else:
-            entry, inputs = found
-            if entry.mutated_inputs and inputs_overlap(inputs, entry.mutated_inputs):
-                self._cache.misses += 1  # this call aliases a tensor the program writes: trace it as it is
-                self._cache.miss_reasons.append("a written input shares storage with another input")
-                entry = compile_entry(self.fn, args, kwargs, self.options)
-                inputs = entry.prologue(self.fn, args, kwargs)
+        found = self._cache.lookup(self.fn, args, kwargs)  # the prologues: (entry, inputs), or None on a miss
+        entry, inputs = self._compile(args, kwargs) if found is None else found
         self._last_entry = entry
-        return run_entry(entry, self.fn, args, kwargs, inputs)
+        # run (inline: this is the hot path): the computation, the epilogue's side effects, the output structure
+        flat = entry.computation(*inputs)
+        if entry.epilogue is not None:
+            entry.epilogue(self.fn, args, kwargs, flat)
+        return entry.unflatten(flat)
 
     def _compile(self, args, kwargs):
+        """A miss: eager's TypeError if the call does not bind; else record why, compile an entry for this call,
+        cache it, and return it with the inputs its prologue fetched."""
         check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
         self._cache.record_miss(self.fn, args, kwargs)
         entry = compile_entry(self.fn, args, kwargs, self.options)
@@ -439,25 +420,12 @@ def _check_written_inputs(traced, writebacks):
                                    hint="pass one tensor and take the views inside the function, or clone() one")
 
 
-def inputs_overlap(inputs, mutated) -> bool:
-    """Whether a written input shares storage with another input of this call (the program assumed not)."""
-    addresses = [_storage_address(t) if isinstance(t, torch.Tensor) else None for t in inputs]
-    return any(addresses[i] is not None and addresses.count(addresses[i]) > 1 for i in mutated)
-
-
 def _needs_autodiff(trace) -> bool:
     """Inputs that require grad under grad mode, or outputs that require grad (made under torch.enable_grad()
     inside a call made with grad mode off)."""
     if torch.is_grad_enabled():
         return any(getattr(a, "requires_grad", False) for a in trace.args)
     return any(getattr(o, "requires_grad", False) for o in tree_leaves(trace.output))
-
-
-def run_entry(entry: CacheEntry, fn, args, kwargs, inputs):
-    flat = entry.computation(*inputs)
-    if entry.epilogue is not None:
-        entry.epilogue(fn, args, kwargs, flat)
-    return entry.unflatten(flat)
 
 
 # -- inspection -------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import torch
 from jitcore.epilogue import effect_proxies
 from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state
+from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
@@ -407,13 +408,6 @@ def prune_sizes(trace: Trace) -> Trace:
     return trace
 
 
-def _storage_address(t: torch.Tensor) -> int | None:
-    if t.numel() == 0:
-        return None
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # tensors with no storage (meta, subclasses)
-        return id(t)
 
 
 def _contains_proxy(obj) -> bool:

@@ -10,6 +10,7 @@ import inspect
 import types
 
 import torch
+from torch.nn.modules import module as nn_module
 
 from jitcore.interpreter.frame import binding_error
 
@@ -41,6 +42,4 @@ def _target(fn, args: tuple):
 
 
 def _pre_hooks(module) -> bool:
-    from torch.nn.modules import module as nn_module
-
     return bool(module._forward_pre_hooks or nn_module._global_forward_pre_hooks)

@@ -1,12 +1,6 @@
-"""Caching: CacheEntry (prologue, computation, backward, epilogue and their traces) and the per-function cache
-with hit/miss counters and readable miss reasons.
-
-A lookup first runs the full prologue of the most recently used entry (straight-line checks of everything: the
-common steady state costs one generated function call); otherwise it computes a cheap signature key from the call's
-arguments (per top-level argument: its type; for tensors dtype, device, requires_grad and sizes, or only the rank
-under "symbolic values"; the value of a scalar), which picks the candidate entries from a dict; each candidate's hot
-prologue (straight-line generated code that leaves out what the key checked) returns the inputs or None. A miss is
-a None, never an exception reaching the user.
+"""Guards stage: the cache. CacheEntry (prologue, computation, backward, epilogue and their traces) and the
+per-function Cache, which owns the one lookup of a call (`Cache.lookup`), its hit/miss counters and readable miss
+reasons.
 """
 from __future__ import annotations
 
@@ -55,6 +49,22 @@ def _first(flat):
     return flat[0]
 
 
+def storage_address(t: torch.Tensor) -> int | None:
+    """The address of a tensor's storage (None when it has no elements): what two aliasing inputs share."""
+    if t.numel() == 0:
+        return None
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # tensors with no storage (meta, subclasses)
+        return id(t)
+
+
+def inputs_overlap(inputs, mutated) -> bool:
+    """Whether a written input shares storage with another input of this call (the program assumed not)."""
+    addresses = [storage_address(t) if isinstance(t, torch.Tensor) else None for t in inputs]
+    return any(addresses[i] is not None and addresses.count(addresses[i]) > 1 for i in mutated)
+
+
 # -- the signature key -------------------------------------------------------------------------------------------
 _TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 KEY_VALUE_TYPES = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device})
@@ -81,7 +91,17 @@ def key_symbolic(args, kwargs):
 
 
 class Cache:
-    """The compiled entries of one jitted function (one per compile options: the JitFunction owns it)."""
+    """The compiled entries of one jitted function (one per compile options: the JitFunction owns it).
+
+    A lookup first runs the full prologue of the most recently used entry (straight-line checks of everything:
+    the common steady state costs one generated function call); otherwise it computes a cheap signature key from
+    the call's arguments (per top-level argument: its type; for tensors dtype, device, requires_grad and sizes,
+    or only the rank under "symbolic values"; the value of a scalar), which picks the candidate entries from a
+    dict; each candidate's hot prologue (straight-line generated code that leaves out what the key checked)
+    returns the inputs or None. An entry that writes into an input is used only when that input shares no
+    storage with another input of the call. A miss is a None (the generated prologues return None for a value
+    they can no longer fetch), never an exception.
+    """
 
     def __init__(self, mode: str):
         if mode not in CACHE_MODES:
@@ -102,33 +122,26 @@ class Cache:
         return sum(e.module_state.runs for e in self.entries if e.module_state is not None)
 
     def lookup(self, fn, args, kwargs):
-        """(entry, inputs) for the most recently used entry if its full prologue accepts this call, else for the
-        first entry under this call's key whose hot prologue does; else None."""
+        """The one lookup of a call: (entry, inputs) for the most recently used entry if its full prologue accepts
+        this call, else for the first entry under this call's signature key whose hot prologue does; else None (a
+        miss: the caller compiles, after record_miss). Counts the hit."""
         entry = self.mru
         if entry is not None:
-            try:
-                inputs = entry.check(fn, args, kwargs)
-            except Exception:
-                inputs = None
-            if inputs is not None:
+            inputs = entry.check(fn, args, kwargs)
+            if inputs is not None and not (entry.mutated_inputs and inputs_overlap(inputs, entry.mutated_inputs)):
                 self.hits += 1
                 return entry, inputs
-        return self.lookup_key(fn, args, kwargs, self.key(args, kwargs))
-
-    def lookup_key(self, fn, args, kwargs, key):
-        """(entry, inputs) for the first entry under `key` whose prologue accepts this call, else None."""
-        for entry in self.by_key.get(key, ()):
-            try:
-                inputs = entry.prologue(fn, args, kwargs)
-            except Exception:
-                inputs = None
-            if inputs is not None:
+        for entry in self.by_key.get(self.key(args, kwargs), ()):
+            inputs = entry.prologue(fn, args, kwargs)
+            if inputs is not None and not (entry.mutated_inputs and inputs_overlap(inputs, entry.mutated_inputs)):
                 self.hits += 1
                 self.mru = entry
                 return entry, inputs
         return None
 
     def record_miss(self, fn, args, kwargs):
+        """Count a miss (lookup returned None) and say why: the first failed check of the entry it came closest
+        to."""
         self.misses += 1
         if self.mode == "no caching":
             reason = "cache='no caching': every call is traced"
@@ -143,10 +156,11 @@ class Cache:
 
     @staticmethod
     def _explain(entry, fn, args, kwargs) -> str:
-        try:
-            why = entry.explain(fn, args, kwargs)
-        except Exception as e:
-            why = f"the inputs could not be fetched ({type(e).__name__}: {e})"
+        why = entry.explain(fn, args, kwargs)  # (a value it can no longer fetch is a reason too, not an exception)
+        if why is None and entry.mutated_inputs:
+            inputs = entry.check(fn, args, kwargs)
+            if inputs is not None and inputs_overlap(inputs, entry.mutated_inputs):
+                return "a written input shares storage with another input"
         return why or "no check failed (the signature key differs)"
 
     def add(self, entry: CacheEntry, args, kwargs):
@@ -163,5 +177,5 @@ class Cache:
             warnings.warn(
                 f"jitcore: this function has been compiled {len(self.entries)} times (cache={self.mode!r}); the last "
                 f"miss: {self.miss_reasons[-1]}.{advice}",
-                stacklevel=3,
+                stacklevel=4,  # the user's call of the jitted function
             )

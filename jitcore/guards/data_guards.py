@@ -1,10 +1,7 @@
-"""Guards: Python values that depend on tensor data (`if mask.all():`, `x.item()`). While tracing, jitcore has the
-call's real inputs, so it computes such a value from them with the part of the trace that produces it, bakes the
-value into the trace, and guards it: the prologue recomputes that small program on each call's inputs and a
-different value is a miss (the function is traced again and takes the other branch). Never a wrong answer.
-
-Refused (DataDependentError, quoting the user's line): values that come from random ops or in-place writes, or
-that need inputs other than the function's arguments, or anything when no real inputs are at hand (examine()).
+"""Guards stage: Python values that depend on tensor data (`if mask.all():`, `x.item()`). While tracing, jitcore
+has the call's real inputs, so it computes such a value from them with the part of the trace that produces it,
+bakes the value into the trace, and guards it: the prologue recomputes that small program on each call's inputs and
+a different value is a miss (the function is traced again and takes the other branch). Never a wrong answer.
 """
 from __future__ import annotations
 
@@ -48,7 +45,10 @@ def _refused_tags(bsym) -> bool:
 
 
 def concrete_value(ctx, proxy: TensorProxy, kind: str):
-    """The Python value `kind` ("bool", "int", "float", "index", "item") of `proxy` for this call, guarded."""
+    """The Python value `kind` ("bool", "int", "float", "index", "item") of `proxy` for this call, guarded.
+
+    Refused (DataDependentError, quoting the user's line): values that come from random ops or in-place writes, or
+    that need inputs other than the function's arguments, or anything when no real inputs are at hand (examine())."""
     what = {"bool": "a Python bool (e.g. `if tensor:`)", "item": "tensor.item()", "tolist": "tensor.tolist()"}.get(
         kind, f"a Python {kind}")
     if kind not in ("item", "tolist") and proxy.numel() != 1:

@@ -1,18 +1,6 @@
-"""Guards: which of a jitted module's prologue guards are module-rooted, i.e. can only change together with the
-module state epoch (jitcore/guards/module_state.py), so a call may skip them while the epoch is unchanged.
-
-A provenance is module-rooted when it starts at Fn() (the jitted nn.Module) and every step reads a module's
-instance storage: an attribute found in the module's `__dict__` (no class data descriptor shadowing it), a plain
-(non-descriptor) class attribute defined by torch itself (`_compiled_call_impl = None`: torch's namespaces are not
-guarded against monkeypatching anywhere in jitcore) or, through
-nn.Module.__getattr__, in its `_parameters`/`_buffers`/`_modules` dict (no class attribute of that name), or an
-item of one of those dicts (or of their views). Classes overriding `__getattribute__`, or `__getattr__` for the
-dict lookups, stop the chain. Module-rooted guards: object identities, scalar values, types, and lengths of the
-storage dicts (or of tuples: immutable). Module-rooted tensor inputs are fetched with them; the checks of those
-whose every metadata change bumps the epoch (nn.Parameter, see module_state.watched_parameter_type) are skipped
-too; others (buffers: plain tensors) keep their metadata checks per call, on the cached tensor objects. Every
-other guard stays per call; the deepest module-rooted object on its path (an "anchor": `model.config` for
-`model.config.scale`) is cached with the inputs, so the per-call check does not walk the module tree.
+"""Guards stage: which of a jitted module's prologue guards are module-rooted, i.e. can only change together with the
+module state epoch (jitcore/guards/module_state.py), so a call may skip them while the epoch is unchanged
+(module_split: the rules).
 """
 from __future__ import annotations
 
@@ -20,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore.guards.module_state import watched_parameter_type
+from jitcore.guards import module_state
 from jitcore.interpreter import provenance as P
 
 _STORES = ("_parameters", "_buffers", "_modules")
@@ -61,7 +49,7 @@ class _Resolver:
         if prov not in self.memo:
             try:
                 self.memo[prov] = self._resolve(prov)
-            except Exception:
+            except (AttributeError, LookupError, TypeError):  # (a path that does not resolve is not module-rooted)
                 self.memo[prov] = _NOT
         return self.memo[prov]
 
@@ -120,9 +108,22 @@ def _kind(value, store: bool):
 
 def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
     """The module-rooted part of a prologue (inputs after jitcore.guards.prologue._direct), or None when there is none
-    (not a module, or the module state patches are not installed)."""
-    from jitcore.guards import module_state
+    (not a module, or the module state patches are not installed).
 
+    A provenance is module-rooted when it starts at Fn() (the jitted nn.Module) and every step reads a module's
+    instance storage: an attribute found in the module's `__dict__` (no class data descriptor shadowing it), a
+    plain (non-descriptor) class attribute defined by torch itself (`_compiled_call_impl = None`: torch's
+    namespaces are not guarded against monkeypatching anywhere in jitcore) or, through nn.Module.__getattr__, in
+    its `_parameters`/`_buffers`/`_modules` dict (no class attribute of that name), or an item of one of those
+    dicts (or of their views). Classes overriding `__getattribute__`, or `__getattr__` for the dict lookups,
+    stop the chain. Module-rooted guards: object identities, scalar values, types, and lengths of the storage
+    dicts (or of tuples: immutable). Module-rooted tensor inputs are fetched with them; the checks of those
+    whose every metadata change bumps the epoch (nn.Parameter, see module_state.watched_parameter_type) are
+    skipped too; others (buffers: plain tensors) keep their metadata checks per call, on the cached tensor
+    objects. Every other guard stays per call; the deepest module-rooted object on its path (an "anchor":
+    `model.config` for `model.config.scale`) is cached with the inputs, so the per-call check does not walk the
+    module tree.
+    """
     if roots is None or not isinstance(roots.fn, torch.nn.Module) or not module_state.installed:
         return None
     resolve, split = _Resolver(roots.fn), ModuleSplit()
@@ -142,7 +143,7 @@ def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
             rest.append(inp.provenance)
             continue
         split.inputs[inp.proxy.name] = len(split.inputs)
-        if watched_parameter_type(type(r[1])):
+        if module_state.watched_parameter_type(type(r[1])):
             split.watched[inp.proxy.name] = type(r[1])
     for prov, name in aliases:
         if name in split.inputs and resolve(prov) is not _NOT:

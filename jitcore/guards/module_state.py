@@ -1,32 +1,8 @@
-"""Caching: the module state epoch. `epoch` is a process-wide integer bumped by every (covered) way a module
+"""Guards stage: the module state epoch. `epoch` is a process-wide integer bumped by every (covered) way a module
 tree, its parameters and buffers, or plain attributes stored on a module can change. A jitted module's cache
 entry remembers the epoch at which its module-rooted guards last passed (ModuleGuardState); while the epoch is
 unchanged, a call skips re-fetching and re-checking parameters, buffers and module attributes
 (jitcore/guards/prologue.py splits the guards into that part and the per-call rest).
-
-`install()` patches torch once, when the first JitModule is created (not on `import jitcore`); each patch bumps
-the epoch and then does what torch did:
-- `nn.Module.__setattr__` / `__delattr__`: `m.weight = Parameter(...)`, `m.training = ...` (train/eval),
-  `m.eps = ...`, `m.__class__ = ...` (parametrize), submodule/buffer assignment; subclasses reach them via super().
-- torch's global registration hooks for parameters, buffers and modules: `register_parameter`,
-  `register_buffer`, `add_module` / `register_module` called directly (they write the dicts, not via setattr).
-- `nn.Module._apply` (to/half/double/float/cuda/to_empty/share_memory...: in-place `.data` swaps or
-  `torch.utils.swap_tensors`); bumped before and after.
-- container methods that write `_modules` directly: `Sequential.insert`, `ModuleList.insert`,
-  `ModuleDict.__delitem__` (and so `pop`), `ModuleDict.clear`. The others go through setattr/add_module.
-- `torch.utils.swap_tensors` (swaps two tensors' contents and metadata in place) and the functions of
-  `torch.nn.utils._named_member_accessor` that write `_parameters`/`_buffers`/`_modules` directly
-  (`set_tensor`, `swap_tensor`, `swap_submodule`: torch.func.functional_call, stateless reparametrization).
-- on `nn.Parameter` (and so its subclasses), overriding descriptors that delegate to torch's own: the `data` and
-  `requires_grad` setters (the getters are torch's C getters, unchanged), and the in-place methods that change a
-  tensor's metadata: requires_grad_, detach_, set_, resize_, resize_as_, as_strided_, t_, transpose_, swapdims_,
-  swapaxes_, squeeze_, unsqueeze_.
-Not covered (so jitcore keeps checking it on every call): buffers and plain tensors stored on modules are
-ordinary tensors (no per-class hook), so their metadata (dtype, shape, device, requires_grad) is checked per call;
-values reached through non-module objects (`model.config.scale` on a dataclass), class attributes and properties
-of module classes, globals and closures are checked per call. Writes that bypass every patched path are not
-seen: `m.__dict__[k] = v`, `object.__setattr__(m, ...)`, `m._parameters[k] = p` by hand, `torch.Tensor.set_(p, x)`
-called on the base class, `out=` arguments resizing a parameter, assigning to a module class's attributes.
 """
 from __future__ import annotations
 
@@ -34,6 +10,8 @@ import contextlib
 import functools
 
 import torch
+from torch import utils as torch_utils
+from torch.nn.utils import _named_member_accessor as accessor
 
 epoch = 0  # read by generated prologues as `module_state.epoch`
 installed = False
@@ -133,7 +111,32 @@ PARAMETER_PATCHES: dict = {}  # name -> the object installed on nn.Parameter (th
 
 
 def install():
-    """Patch torch so that every covered module state change bumps `epoch` (idempotent)."""
+    """Patch torch so that every covered module state change bumps `epoch` (idempotent).
+
+    `install()` patches torch once, when the first JitModule is created (not on `import jitcore`); each patch bumps
+    the epoch and then does what torch did:
+    - `nn.Module.__setattr__` / `__delattr__`: `m.weight = Parameter(...)`, `m.training = ...` (train/eval),
+      `m.eps = ...`, `m.__class__ = ...` (parametrize), submodule/buffer assignment; subclasses reach them via super().
+    - torch's global registration hooks for parameters, buffers and modules: `register_parameter`,
+      `register_buffer`, `add_module` / `register_module` called directly (they write the dicts, not via setattr).
+    - `nn.Module._apply` (to/half/double/float/cuda/to_empty/share_memory...: in-place `.data` swaps or
+      `torch.utils.swap_tensors`); bumped before and after.
+    - container methods that write `_modules` directly: `Sequential.insert`, `ModuleList.insert`,
+      `ModuleDict.__delitem__` (and so `pop`), `ModuleDict.clear`. The others go through setattr/add_module.
+    - `torch.utils.swap_tensors` (swaps two tensors' contents and metadata in place) and the functions of
+      `torch.nn.utils._named_member_accessor` that write `_parameters`/`_buffers`/`_modules` directly
+      (`set_tensor`, `swap_tensor`, `swap_submodule`: torch.func.functional_call, stateless reparametrization).
+    - on `nn.Parameter` (and so its subclasses), overriding descriptors that delegate to torch's own: the `data` and
+      `requires_grad` setters (the getters are torch's C getters, unchanged), and the in-place methods that change a
+      tensor's metadata: requires_grad_, detach_, set_, resize_, resize_as_, as_strided_, t_, transpose_, swapdims_,
+      swapaxes_, squeeze_, unsqueeze_.
+    Not covered (so jitcore keeps checking it on every call): buffers and plain tensors stored on modules are
+    ordinary tensors (no per-class hook), so their metadata (dtype, shape, device, requires_grad) is checked per call;
+    values reached through non-module objects (`model.config.scale` on a dataclass), class attributes and properties
+    of module classes, globals and closures are checked per call. Writes that bypass every patched path are not
+    seen: `m.__dict__[k] = v`, `object.__setattr__(m, ...)`, `m._parameters[k] = p` by hand, `torch.Tensor.set_(p, x)`
+    called on the base class, `out=` arguments resizing a parameter, assigning to a module class's attributes.
+    """
     global installed
     if installed:
         return
@@ -148,9 +151,6 @@ def install():
     for cls, name in ((nn.Sequential, "insert"), (nn.ModuleList, "insert"), (nn.ModuleDict, "__delitem__"),
                       (nn.ModuleDict, "clear")):
         _patch(cls, name, _bump_after)
-    from torch import utils as torch_utils
-    from torch.nn.utils import _named_member_accessor as accessor
-
     _patch(torch_utils, "swap_tensors", _bump_after)
     # every hook registration (forward, pre-forward, backward, state-dict...) makes a RemovableHandle
     _patch(torch_utils.hooks.RemovableHandle, "__init__", _bump_after)

@@ -1,17 +1,22 @@
-"""Guards: the prologue Trace. From the inputs' provenance and what the computation assumed (jitcore.frontend.Guards:
-scalars, object identities, container lengths, symbolic predicates; global state), it builds a straight-line
-program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption; it returns the inputs,
-or None on a miss. The explain variant returns the failed check's text; the hot variant leaves out the checks the
-cache's signature key already made (jitcore/guards/cache.py).
+"""Guards stage: the prologue Trace. From the inputs' provenance and what the computation assumed
+(jitcore.frontend.Guards: scalars, object identities, container lengths, symbolic predicates; global state), it
+builds a straight-line program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption;
+it returns the inputs, or None on a miss (a value that can no longer be fetched included: never an exception).
+The explain variant returns the failed check's text; the hot variant leaves out what the cache's key checked.
 """
 from __future__ import annotations
 
 import dataclasses
 import reprlib
+import sys
 
 import torch
 
+from jitcore.guards import module_state
+from jitcore.guards.module_guards import module_split
+from jitcore.guards.module_state import ModuleGuardState
 from jitcore.interpreter import provenance as P
+from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace
@@ -39,14 +44,10 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
         parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
         return f"{provenance_expr(parent, printer, bound)}[{printer.value(prov.key)}]"
     if t is P.Global and prov.module != "builtins":
-        import sys
-
         mod = sys.modules.get(prov.module)
         if mod is not None:
             return f"{printer.const(mod.__dict__)}[{prov.name!r}]"
     if t is P.Module:
-        import sys
-
         return printer.const(sys.modules[prov.name])
     return f"{printer.const(prov)}.load({printer.const(P.Roots)}(args, kwargs, fn))"
 
@@ -96,10 +97,43 @@ def _kwargs_differ(names, printer) -> str:
     return " or ".join([f"len(kwargs) != {len(names)}"] + [f"{k!r} not in kwargs" for k in names])
 
 
+# What reading a provenance chain raises once it no longer resolves: an attribute gone (AttributeError), a dict key
+# missing (KeyError), a list shorter (IndexError), an object no longer subscriptable or sized (TypeError: `None[0]`,
+# `len(3)`), a closure cell emptied by `del` (ValueError). The prologue turns exactly these into a miss.
+FETCH_ERRORS = (AttributeError, KeyError, IndexError, TypeError, ValueError)
+_FETCH_ERRORS_TEXT = f"({', '.join(e.__name__ for e in FETCH_ERRORS)})"
+
+
+def _print_fetches(bsym, printer):
+    """args: (the lines that fetch values through provenance chains, and the checks between them): one try block;
+    a chain that no longer resolves returns None (explain: the reason)."""
+    lines, explain = bsym.args[0], bsym.kwargs.get("explain")
+    body = [f"  {line}" for inner in lines for text in bsym_lines(inner, 1, printer) for line in text.split("\n")]
+    handler = ("return 'a guarded value can no longer be fetched (' + type(e).__name__ + ': ' + str(e) + ')'"
+               if explain else "return None")
+    return "\n".join(["try:  # a provenance chain that no longer resolves is a miss (FETCH_ERRORS), not an error",
+                      *body, f"  except {_FETCH_ERRORS_TEXT}{' as e' if explain else ''}: {handler}"])
+
+
 bind = _sym("bind", _print_bind)
 check = _sym("check", _print_check)
 comment = _sym("comment", _print_comment)
 call_shape = _sym("call_shape", _print_call_shape)
+fetches = _sym("fetches", _print_fetches)
+
+
+def _fallible(bsym) -> bool:
+    """Whether a prologue line may raise FETCH_ERRORS: it reads an attribute, item, global or closure cell (an
+    argument, `fn` and an imported module are always there once the call's shape matched), or a length."""
+    if bsym.sym is bind:
+        return type(bsym.args[1]) not in (P.Arg, P.Kwarg, P.Fn, P.Module)
+    return bsym.extra.get("fallible", False)
+
+
+def _guard_fetches(b: list, start: int, kw: dict):
+    """Put b[start:] in one `fetches` block when one of its lines may raise FETCH_ERRORS."""
+    if any(_fallible(x) for x in b[start:]):
+        b[start:] = [BoundSymbol(fetches, (b[start:],), kw, None)]
 
 
 def _global_state() -> list:
@@ -192,7 +226,7 @@ def _direct(inp, roots):
         return inp
     try:
         owner = prov.parent.load(roots)
-    except Exception:
+    except FETCH_ERRORS:  # (the traced call's own objects: resolves unless a property raises)
         return inp
     if not isinstance(owner, torch.nn.Module) or prov.name in owner.__dict__:
         return inp
@@ -208,7 +242,7 @@ def _exact_type(inp, roots):
         return None
     try:
         return type(inp.provenance.load(roots))
-    except Exception:
+    except FETCH_ERRORS:  # (the traced call's own arguments: resolves)
         return None
 
 
@@ -274,6 +308,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         if not hot and roots is not None:  # the signature key has the call's shape: the hot variant leaves it out
             b.append(BoundSymbol(call_shape, (len(roots.args), tuple(roots.kwargs)), kw, None))
         b.append(BoundSymbol(check, (_global_state(),), kw, None))
+        start = len(b)  # what follows fetches values through provenance chains
         inputs = [_direct(i, roots) for i in inputs]
         items = _items(guards)
         if split is not None:
@@ -297,6 +332,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
             b.append(BoundSymbol(check, ([(f"not ({pred})", f"predicate {pred}")],), kw, None))
         for g in guards.data:  # values computed from tensor data (jitcore/guards/data_guards.py)
             b.append(BoundSymbol(check, ([(_data_condition(g), f"data: {g.text} was {g.value!r}")],), kw, None))
+        _guard_fetches(b, start, kw)
         trace.output = None if explain else _output(inputs, split)
     return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''}"
                                 f"{', per call: module-rooted guards skipped while unchanged' if split else ''})",
@@ -348,7 +384,8 @@ def _alias_check(prov, name, binder, kw):
     def cond(p, prov=prov, name=name):
         return f"{provenance_expr(prov, p, binder.bound)} is not {name}"
 
-    return BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None)
+    return BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None,
+                       extra={"fallible": type(prov) not in (P.Arg, P.Kwarg)})
 
 
 def _output(inputs, split):
@@ -373,7 +410,7 @@ def _output(inputs, split):
 
 def _print_module_state(bsym, printer):
     state, anchors = bsym.args
-    st, ms = printer.const(state), printer.const(_module_state())
+    st, ms = printer.const(state), printer.const(module_state)
     lines = ["# module-rooted guards (module_guards): skipped while no module state changed since they passed",
              f"if {ms}.epoch != {st}.epoch or fn is not {st}.fn:",
              f"  if not {st}.refresh(fn, args, kwargs): return None",
@@ -384,12 +421,6 @@ def _print_module_state(bsym, printer):
         names = ", ".join(f"a{i}" for i in range(len(anchors)))
         lines.append(f"{names}{',' if len(anchors) == 1 else ''} = {st}.anchors  # {', '.join(map(str, anchors))}")
     return "\n  ".join(lines)
-
-
-def _module_state():
-    from jitcore.guards import module_state
-
-    return module_state
 
 
 _module_state_lines = _sym("module_state", _print_module_state)
@@ -427,6 +458,7 @@ def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
             if prov not in binder.bound:
                 binder.bind(f"a{len(names)}", prov)
             names.append(binder.bound[prov])
+        _guard_fetches(b, 0, {})
         trace.output = (tuple(_Name(i.proxy.name) for i in inputs), tuple(_Name(n) for n in names))
     return trace.set_provenance("Prologue construction (module-rooted guards: run when the module state epoch "
                                 "changed)", t.seconds)
@@ -451,7 +483,7 @@ def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
         conds = [(_value_check(name, value), f"{where}: expected {value!r}")]
     out = binder.b[start:]
     del binder.b[start:]
-    return out + [BoundSymbol(check, (conds,), kw, None)]
+    return out + [BoundSymbol(check, (conds,), kw, None, extra={"fallible": kind == "length"})]
 
 
 class _CellProv(P.Provenance):
@@ -502,9 +534,6 @@ class Prologues:
 
 
 def build_prologues(inputs, guards, aliases, roots, symbolic: bool) -> Prologues:
-    from jitcore.guards.module_guards import module_split
-    from jitcore.guards.module_state import ModuleGuardState
-
     split = module_split([_direct(i, roots) for i in inputs], guards, aliases, roots)
     common = {"aliases": aliases, "roots": roots}
     explain = build_prologue(inputs, guards, explain=True, **common)
