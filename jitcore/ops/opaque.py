@@ -15,7 +15,7 @@ from jitcore.ir import proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
-from jitcore.ops.torch_map import torch_path
+from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
 OPAQUE_OPS: dict[str, Symbol] = {}  # id -> Symbol, for examine() and the registry
@@ -219,7 +219,8 @@ def _opaque_method(name: str):
     return call
 
 
-proxies.OPAQUE_METHOD_FACTORY = _opaque_method
+proxies.METHOD_FALLBACKS.register("opaque", _opaque_method)
+FUNCTION_FALLBACKS.register("opaque", opaque_symbol)
 
 
 # -- the backward of an opaque op: recompute it under torch.autograd at run time -----------------------------------
