@@ -1,6 +1,7 @@
 """Ops: opaque ops. A torch callable with no decomposition still runs: its output metadata comes from calling it
 on meta tensors (or fake tensors when it has no meta kernel), the torch executor calls it directly, and it
-prints as one line naming the torch function.
+prints as one line naming the torch function. Registered as the last "opaque" fallback for Tensor methods
+(proxies.METHOD_FALLBACKS) and torch callables (torch_map.FUNCTION_FALLBACKS) with no op.
 """
 from __future__ import annotations
 

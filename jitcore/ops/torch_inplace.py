@@ -1,7 +1,8 @@
 """Ops: in-place torch ops (`x.add_(y)`, `x += y`, `x[i] = v`, `x.zero_()`, `x.copy_(y)`, ...). Each is a composite
 tagged INPLACE whose body computes the functional result and writes it with `prims.copy_(value, x)`, the one
 in-place prim; transforms/functionalize.py turns those writes into renamings (and view scatters) so the trace the
-rest of the pipeline sees is functional. Also slice_scatter/select_scatter, the functional inverses of views.
+rest of the pipeline sees is functional. Also slice_scatter/select_scatter, the functional inverses of views, and the
+"inplace" fallbacks (asked before the opaque ones) for in-place Tensor methods and torch callables with no op.
 """
 from __future__ import annotations
 
