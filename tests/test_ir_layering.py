@@ -4,6 +4,8 @@ loudly, and fallback chains keep their declared order whatever order they are re
 """
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -102,3 +104,17 @@ def test_unmapped_inplace_method_goes_through_the_inplace_fallback():
     torch.testing.assert_close(jf(x), expected)
     ids = [b.sym.id for b in jitcore.last_traces(jf)[0].bound_symbols]
     assert f"opaque._opaque_{name}functional" in ids and "prims.copy_" in ids, ids  # functional form, then the write
+
+
+def test_importing_any_part_of_jitcore_completes_the_ir():
+    """Before this layering the IR imported the ops on first use; now the package imports them: a program importing
+    only the IR still records number arithmetic and torch calls on proxies."""
+    code = ("from jitcore.ir import proxies; from jitcore.ir.trace import Trace, tracectx\n"
+            "with tracectx(Trace()) as t:\n"
+            "    i = proxies.IntegerProxy(3) * 2\n"
+            "    x = proxies.TensorProxy((2,), __import__('torch').float32, 'cpu')\n"
+            "    __import__('torch').add(x, 1)\n"
+            "print(sorted(b.sym.id for b in t.bound_symbols))")
+    root = pathlib.Path(jitcore.__file__).parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['ltorch.add', 'python.mul']"
