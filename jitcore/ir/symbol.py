@@ -30,7 +30,6 @@ autocast_args = None
 _autocast_below = 0
 
 
-
 def register_autocast(ops, transparent, cast_args):
     """Install the autocast policy: `ops` (op ids) have their inputs cast by cast_args(sym, args, kwargs) ->
     (args, kwargs, listed); the composites in `transparent` record their body in place of themselves under autocast."""
@@ -217,10 +216,10 @@ class BoundSymbol:
         return BoundSymbol(**fields)
 
     def flat_args(self) -> list:
-            return tree_leaves((self.args, self.kwargs))
+        return tree_leaves((self.args, self.kwargs))
 
     def flat_outs(self) -> list:
-            return tree_leaves(self.output)
+        return tree_leaves(self.output)
 
     def flat_proxy_args(self) -> list:
         return [a for a in self.flat_args() if isinstance(a, Proxy)]
