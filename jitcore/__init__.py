@@ -3,6 +3,9 @@
 The names below load jitcore.api on first use, so that `import executors` (which jitcore.api itself imports)
 does not pull the whole pipeline in while it initialises.
 """
+# the ops register into the IR's tables (proxies.IR_OPS, TENSOR_METHODS, METHOD_FALLBACKS, the autocast policy) when
+# imported: importing any part of jitcore makes the IR complete, as it was when the IR imported the ops itself
+from jitcore import ops  # noqa: F401
 from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError
 
 _API = (

@@ -15,6 +15,7 @@ import sysconfig
 import types
 
 from jitcore.errors import JitError, UnsupportedError
+from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
 from jitcore.interpreter.provenance import Attr, Closure, Fn, Global, Item
 from jitcore.interpreter.side_effects import SideEffectLog
@@ -79,8 +80,6 @@ class Runtime:
         self.fallback_where: str | None = None
         self._tcache: dict = {}
         self._gprov: dict = {}
-        from jitcore.interpreter.context import DefaultContext
-
         default = DefaultContext()
         # the hooks, bound once (a ctx may omit any of them: the default is used)
         self.lookaside = getattr(ctx, "lookaside", default.lookaside)
@@ -256,7 +255,7 @@ class Runtime:
             self.depth -= 1
         if sig == RETURNED:
             return frame.retval
-        from jitcore.interpreter.generators import InterpGenerator
+        from jitcore.interpreter.generators import InterpGenerator  # cycle: generators.py runs frames with run_frame
 
         return InterpGenerator(self, frame)
 

@@ -11,6 +11,16 @@ from __future__ import annotations
 import contextvars
 import operator
 
+from jitcore.errors import DataDependentError, UnsupportedError
+from jitcore.ir.context import get_tracectx
+
+
+class SymbolicNumber:
+    """The base of jitcore.ir.proxies.NumberProxy: how this module, which proxies imports, tells a number proxy from
+    a plain number without importing proxies."""
+
+    __slots__ = ()
+
 # the active predicate sink (any object with .add(text)); jitcore/guards/predicates.py sets it while compiling
 SINK: contextvars.ContextVar = contextvars.ContextVar("jitcore_predicates", default=None)
 
@@ -35,14 +45,12 @@ _FLIP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 def implied(op: str, a, b):
     """The comparison's answer if the known lower bound of a bare input size decides it, else None."""
-    from jitcore.ir.proxies import NumberProxy
-
-    if isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.expr == b.expr:
+    if isinstance(a, SymbolicNumber) and isinstance(b, SymbolicNumber) and a.expr == b.expr:
         return op in ("==", "<=", ">=")  # the same expression: decided without looking at the inputs
-    if isinstance(b, NumberProxy) and not isinstance(a, NumberProxy):
+    if isinstance(b, SymbolicNumber) and not isinstance(a, SymbolicNumber):
         a, b, op = b, a, _FLIP[op]
     lo = getattr(a, "lower", None)
-    if lo is None or isinstance(b, NumberProxy) or type(b) not in (int, float, bool):
+    if lo is None or isinstance(b, SymbolicNumber) or type(b) not in (int, float, bool):
         return None
     return _IMPLIED[op](b, lo)
 
@@ -52,15 +60,13 @@ _IDENTITY = {"mul": 1, "add": 0, "sub": 0, "floordiv": 1}
 
 def identity(op: str, args):
     """The proxy operand itself when the op leaves it unchanged (`i0 * 1`, `i0 + 0`), else None."""
-    from jitcore.ir.proxies import NumberProxy
-
     unit = _IDENTITY.get(op)
     if unit is None or len(args) != 2:
         return None
     a, b = args
-    if type(b) is int and b == unit and isinstance(a, NumberProxy) and a.python_type is int:
+    if type(b) is int and b == unit and isinstance(a, SymbolicNumber) and a.python_type is int:
         return a
-    if op in ("mul", "add") and type(a) is int and a == unit and isinstance(b, NumberProxy) and b.python_type is int:
+    if op in ("mul", "add") and type(a) is int and a == unit and isinstance(b, SymbolicNumber) and b.python_type is int:
         return b
     return None
 
@@ -84,9 +90,7 @@ def _equality(a, b, op: str) -> str:
 
 
 def expr_of(x) -> str:
-    from jitcore.ir.proxies import NumberProxy
-
-    if isinstance(x, NumberProxy):
+    if isinstance(x, SymbolicNumber):
         if x.expr is None:
             refuse(x)
         return x.expr
@@ -95,8 +99,6 @@ def expr_of(x) -> str:
 
 def per_call_origin(x) -> str | None:
     """The per-call source (`random.random()`, `time.time()`) a number with no expression comes from, if any."""
-    from jitcore.ir.trace import get_tracectx
-
     trace = get_tracectx()
     return None if trace is None else trace.extra.get("per_call", {}).get(getattr(x, "name", None))
 
@@ -108,8 +110,6 @@ def unknown_expr(args) -> bool:
 
 def inherit_origin(out, args):
     """out (a number computed from a per-call value) remembers where that value came from, for refusals."""
-    from jitcore.ir.trace import get_tracectx
-
     origins = [per_call_origin(a) for a in args if getattr(a, "expr", "") is None]
     origin = next((o for o in origins if o is not None), None)
     if origin is not None and get_tracectx() is not None:
@@ -118,8 +118,6 @@ def inherit_origin(out, args):
 
 def refuse(x):
     """Python needed the concrete value of a number with no expression over the inputs."""
-    from jitcore.errors import DataDependentError, UnsupportedError
-
     origin = per_call_origin(x)
     if origin is None:
         raise DataDependentError(f"the number {x.name} has no expression over the inputs (a data-dependent value)")
@@ -131,9 +129,7 @@ def refuse(x):
 
 
 def value_of(x):
-    from jitcore.ir.proxies import NumberProxy
-
-    return x.value if isinstance(x, NumberProxy) else x
+    return x.value if isinstance(x, SymbolicNumber) else x
 
 
 def concretize(p, why: str = ""):

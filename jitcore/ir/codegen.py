@@ -12,6 +12,7 @@ import math
 import torch
 
 from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_leaves
 
 # namespace alias -> the line that imports it, for the printed header ("prims" -> "from jitcore.ops import prims")
 NAMESPACE_IMPORTS: dict[str, str] = {"torch": "import torch"}
@@ -78,8 +79,6 @@ class Printer:
 
 
 def _holds_proxy(x) -> bool:
-    from jitcore.ir.pytree import tree_leaves
-
     try:
         return any(isinstance(leaf, Proxy) for leaf in tree_leaves(x))
     except Exception:  # a container pytree cannot flatten holds no value of the trace
@@ -101,8 +100,6 @@ def lhs(output) -> str | None:
 
 
 def type_comment(output) -> str:
-    from jitcore.ir.pytree import tree_leaves
-
     ts = [o for o in tree_leaves(output) if isinstance(o, TensorProxy)]
     if not ts:
         return ""

@@ -2,7 +2,9 @@
 
 TensorProxy carries shape (ints or IntegerProxy), dtype and device (torch's own objects) and requires_grad;
 its methods and operators dispatch through TENSOR_METHODS, the table jitcore/ops/torch_map.py fills, so
-`x.unsqueeze(1)` on a proxy records the same op as `torch.unsqueeze(x, 1)`.
+`x.unsqueeze(1)` on a proxy records the same op as `torch.unsqueeze(x, 1)`. The IR imports nothing above it: the
+few ops it records itself (number arithmetic, __torch_function__, an alias) it finds in IR_OPS, which jitcore/ops
+fills at import like TENSOR_METHODS; Tensor methods with no op go to METHOD_FALLBACKS, an ordered chain.
 """
 from __future__ import annotations
 
@@ -11,21 +13,76 @@ import math
 import torch
 
 from jitcore.errors import DataDependentError, UnsupportedError
+from jitcore.ir import arith
 from jitcore.ir import devices as _devices
 from jitcore.ir import dtypes as _dtypes
+from jitcore.ir.context import get_tracectx
 
+
+class Fallbacks:
+    """An ordered chain of factories, asked in turn for a key (a Tensor method name, a torch callable): the first
+    answer that is not None wins. The order is fixed when the chain is made, so it does not depend on which module
+    registers first."""
+
+    def __init__(self, what: str, order: tuple[str, ...]):
+        self.what, self.order = what, tuple(order)
+        self.factories: dict = {}
+        self._chain: tuple = ()
+
+    def register(self, name: str, factory):
+        """factory(key) -> a callable for key, or None to leave it to the next fallback."""
+        if name not in self.order:
+            raise ValueError(f"{self.what}: unknown fallback {name!r} (the chain's order is {self.order})")
+        self.factories[name] = factory
+        self._chain = tuple(self.factories[n] for n in self.order if n in self.factories)
+        return factory
+
+    def __call__(self, key):
+        for factory in self._chain:
+            fn = factory(key)
+            if fn is not None:
+                return fn
+        return None
+
+
+# -- the tables jitcore/ops fills when it is imported ---------------------------------------------------------------
 # name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
 TENSOR_METHODS: dict = {}
 # property name -> callable(self) for tensor properties that are ops (x.T, x.mT); filled by jitcore.ops
 TENSOR_PROPERTIES: dict = {}
-# Tensor methods with no op: called through an opaque op; set by jitcore.ops.opaque
-OPAQUE_METHOD_FACTORY = None
+# Tensor methods with no entry in TENSOR_METHODS, asked in this order: "inplace" (jitcore/ops/torch_inplace.py: an
+# in-place method as its functional form over a clone plus the write; metadata in-place methods refused), then
+# "opaque" (jitcore/ops/opaque.py: any torch.Tensor method as an opaque op)
+METHOD_FALLBACKS = Fallbacks("Tensor methods with no op", ("inplace", "opaque"))
+
+# The ops the IR records through itself: role -> (how the IR calls it, the module that registers it at import)
+IR_OP_ROLES = {
+    "number_op": ("call(name, *args): Python arithmetic or a comparison on number proxies",
+                  "jitcore/ops/prims_python.py"),
+    "torch_function": ("dispatch(func, args, kwargs): a torch callable called on a proxy (__torch_function__)",
+                       "jitcore/ops/torch_map.py"),
+    "reshape": ("reshape(x, shape): the alias a no-grad self view records (jitcore/ir/symbol.py)",
+                "jitcore/ops/prims_shape.py"),
+}
+IR_OPS: dict = {}  # role -> the op; see register_ir_op
 
 
-def _current_trace():
-    from jitcore.ir.trace import get_tracectx
+def register_ir_op(role: str, fn):
+    """Register fn as the op the IR records through for `role` (one of IR_OP_ROLES)."""
+    if role not in IR_OP_ROLES:
+        raise ValueError(f"unknown IR op role {role!r}; the roles are {sorted(IR_OP_ROLES)}")
+    IR_OPS[role] = fn
+    return fn
 
-    return get_tracectx()
+
+def ir_op(role: str):
+    """The op registered for `role`; a clear error when none is (jitcore.ops was not imported)."""
+    fn = IR_OPS.get(role)
+    if fn is None:
+        what, owner = IR_OP_ROLES[role]
+        raise RuntimeError(f"the IR records {role!r} ({what}) through an op that is not registered: {owner} "
+                           "registers it when jitcore.ops is imported")
+    return fn
 
 
 class Proxy:
@@ -35,7 +92,7 @@ class Proxy:
     prefix = "p"
 
     def __init__(self, name: str | None = None):
-        trace = _current_trace()
+        trace = get_tracectx()
         if name is None:
             if trace is None:
                 raise RuntimeError("proxies are made inside a trace (jitcore.ir.trace.tracectx)")
@@ -52,13 +109,13 @@ class Proxy:
         raise NotImplementedError
 
 
-class NumberProxy(Proxy):
+class NumberProxy(Proxy, arith.SymbolicNumber):
     """A Python number whose value may change between calls (cache="symbolic values").
 
     `value` is the value seen while tracing; `expr` its expression over the prologue's input symbols; `lower`
     a lower bound the prologue checks (2 for symbolic sizes). Arithmetic and comparisons record PYTHON ops
-    (jitcore/ops/prims_python.py); a concrete answer (`if`, `range`, an index) records a predicate
-    (jitcore/ir/arith.py).
+    (the "number_op" IR op, jitcore/ops/prims_python.py); a concrete answer (`if`, `range`, an index) records a
+    predicate (jitcore/ir/arith.py).
     """
 
     __slots__ = ("expr", "lower", "python_type", "value")
@@ -81,48 +138,42 @@ class NumberProxy(Proxy):
         return bool(_py("ne", self, 0))
 
     def __int__(self):
-        return int(_symbolic().concretize(self))
+        return int(arith.concretize(self))
 
     def __float__(self):
-        return float(_symbolic().concretize(self))
+        return float(arith.concretize(self))
 
     def __complex__(self):
-        return complex(_symbolic().concretize(self))
+        return complex(arith.concretize(self))
 
     def __hash__(self):
-        return hash(_symbolic().concretize(self))
+        return hash(arith.concretize(self))
 
     def __str__(self):  # str() of a value drawn per call (random, clocks) needs that value: refused
         if self.expr is None:
-            _symbolic().refuse(self)
+            arith.refuse(self)
         return self.name
 
     def __format__(self, spec):
-        return format(_symbolic().concretize(self), spec)
+        return format(arith.concretize(self), spec)
 
     def __round__(self, ndigits=None):
-        return round(_symbolic().concretize(self), ndigits)
+        return round(arith.concretize(self), ndigits)
 
     def __trunc__(self):
-        return int(_symbolic().concretize(self))
+        return int(arith.concretize(self))
 
     def __floor__(self):
-        return math.floor(_symbolic().concretize(self))
+        return math.floor(arith.concretize(self))
 
     def __ceil__(self):
-        return math.ceil(_symbolic().concretize(self))
-
-
-def _symbolic():
-    from jitcore.ir import arith
-
-    return arith
+        return math.ceil(arith.concretize(self))
 
 
 def _py(name, *args):
-    from jitcore.ops.prims_python import call
-
-    return call(name, *args)
+    """Record Python number op `name` (add, lt, neg, ...) on number proxies: the "number_op" IR op."""
+    fn = IR_OPS.get("number_op") or ir_op("number_op")
+    return fn(name, *args)
 
 
 _NUMBER_TYPES = (int, float, bool, NumberProxy)
@@ -163,7 +214,7 @@ class IntegerProxy(NumberProxy):
         super().__init__(int(value), int, name)
 
     def __index__(self):
-        return _symbolic().concretize(self)
+        return arith.concretize(self)
 
 
 class FloatProxy(NumberProxy):
@@ -185,7 +236,7 @@ class BoolProxy(NumberProxy):
         self.cmp, self.implied = None, False
 
     def __bool__(self):
-        return _symbolic().truth(self)
+        return arith.truth(self)
 
     def __index__(self):
         return int(self.__bool__())
@@ -280,7 +331,7 @@ class TensorProxy(Proxy):
         the tensor it stands for is (asked to the trace's leaf oracle, which guards it)."""
         if not self.requires_grad:
             return True
-        trace = _current_trace()
+        trace = get_tracectx()
         oracle = trace.extra.get("leaf_oracle") if trace is not None else None
         if oracle is None:
             return True
@@ -322,8 +373,10 @@ class TensorProxy(Proxy):
         prop = TENSOR_PROPERTIES.get(name)
         if prop is not None:
             return prop(self)
-        if OPAQUE_METHOD_FACTORY is not None and callable(getattr(torch.Tensor, name, None)):
-            return _BoundMethod(OPAQUE_METHOD_FACTORY(name), self, name)
+        if callable(getattr(torch.Tensor, name, None)):
+            fn = METHOD_FALLBACKS(name)
+            if fn is not None:
+                return _BoundMethod(fn, self, name)
         raise AttributeError(f"'Tensor' object has no attribute '{name}'")
 
     def __hash__(self):
@@ -332,14 +385,12 @@ class TensorProxy(Proxy):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         """torch.* called on a proxy from code we run natively records the mapped op (or an opaque op)."""
-        from jitcore.ops.torch_map import dispatch
-
-        return dispatch(func, args, kwargs or {})
+        return ir_op("torch_function")(func, args, kwargs or {})
 
     def _concrete(self, kind: str, what: str):
         """The value Python needs now, from the data oracle of the trace being recorded (jitcore/guards/data_guards.py:
         computed from the call's real inputs and guarded), or a DataDependentError when there is none."""
-        trace = _current_trace()
+        trace = get_tracectx()
         oracle = trace.extra.get("data_oracle") if trace is not None else None
         if oracle is None:
             raise DataDependentError(f"{what} needs its value")
@@ -370,7 +421,7 @@ class TensorProxy(Proxy):
     # -- layout: eager's strides, from the layout oracle of the trace being recorded (jitcore/layouts.py) ---------
     def eager_layout(self, level: str = "contiguous"):
         """A meta tensor with the sizes and strides eager's value would have (its inputs guarded), or None."""
-        trace = _current_trace()
+        trace = get_tracectx()
         oracle = trace.extra.get("layout_oracle") if trace is not None else None
         return oracle(self, level) if oracle is not None else None
 

@@ -14,16 +14,28 @@ from typing import Any
 
 import torch
 
-from jitcore.ir.trace import get_tracectx
+from jitcore.ir.codegen import bsym_lines
+from jitcore.ir.context import get_tracectx
+from jitcore.ir.proxies import Proxy, TensorProxy, ir_op
+from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.views import VIEW_OPS
 
-# set by jitcore.ops.autocast: the op ids whose inputs torch's autocast casts, the function that casts them, and the
-# composites whose bodies autocast reaches (eager decomposes them above its dispatcher's autocast layer)
+# the autocast policy, registered by jitcore.ops.autocast (register_autocast): the op ids whose inputs torch's autocast
+# casts, the function that casts them, and the composites whose bodies autocast reaches (eager decomposes them above
+# its dispatcher's autocast layer). Empty until registered: no op is cast.
 AUTOCAST_OPS: frozenset = frozenset()
 AUTOCAST_TRANSPARENT: frozenset = frozenset()
 autocast_args = None
 # how many enclosing op bodies autocast does not reach (an op autocast handled, or an eager kernel of its own)
 _autocast_below = 0
+
+
+def register_autocast(ops, transparent, cast_args):
+    """Install the autocast policy: `ops` (op ids) have their inputs cast by cast_args(sym, args, kwargs) ->
+    (args, kwargs, listed); the composites in `transparent` record their body in place of themselves under autocast."""
+    global AUTOCAST_OPS, AUTOCAST_TRANSPARENT, autocast_args
+    AUTOCAST_OPS, AUTOCAST_TRANSPARENT, autocast_args = frozenset(ops), frozenset(transparent), cast_args
+
 
 # op id -> callable running the op on real tensors; the torch executor fills it (see executors/torchex.py)
 EAGER_KERNELS: dict[str, Callable] = {}
@@ -150,9 +162,6 @@ def _is_passthrough(out, args, subs) -> bool:
     `unbind` of an empty dim)."""
     if subs:
         return False
-    from jitcore.ir.proxies import Proxy
-    from jitcore.ir.pytree import tree_leaves
-
     inputs = {id(a) for a in tree_leaves((args,)) if isinstance(a, Proxy)}
     return all(id(o) in inputs for o in tree_leaves(out) if isinstance(o, Proxy))
 
@@ -160,16 +169,13 @@ def _is_passthrough(out, args, subs) -> bool:
 def _nograd_self_view(sym, out) -> bool:
     """A view op that gave back its input (`x.view(x.shape)`) under no_grad, of a tensor that requires grad: eager's
     result is another tensor than its input (it requires grad with no grad_fn, and no gradient reaches the input)."""
-    from jitcore.ir.proxies import TensorProxy
-
     return (not torch.is_grad_enabled() and sym.id in VIEW_OPS and isinstance(out, TensorProxy)
             and out.requires_grad)
 
 
 def _alias(x):
-    from jitcore.ops import prims
-
-    return prims.reshape(x, tuple(x.shape))
+    """x as a new tensor of its own: prims.reshape to its own shape (the "reshape" IR op)."""
+    return ir_op("reshape")(x, tuple(x.shape))
 
 
 def _prune_number_ops(subs, out) -> tuple:
@@ -177,8 +183,6 @@ def _prune_number_ops(subs, out) -> tuple:
     decided a branch are guards (the prologue holds them), not computation."""
     if not any(Tag.PYTHON in b.sym.tags for b in subs):
         return tuple(subs)
-    from jitcore.ir.pytree import tree_leaves
-
     used = {id(o) for o in tree_leaves(out)}
     kept = []
     for b in reversed(subs):
@@ -213,26 +217,16 @@ class BoundSymbol:
         return BoundSymbol(**fields)
 
     def flat_args(self) -> list:
-        from jitcore.ir.pytree import tree_leaves
-
         return tree_leaves((self.args, self.kwargs))
 
     def flat_outs(self) -> list:
-        from jitcore.ir.pytree import tree_leaves
-
         return tree_leaves(self.output)
 
     def flat_proxy_args(self) -> list:
-        from jitcore.ir.proxies import Proxy
-
         return [a for a in self.flat_args() if isinstance(a, Proxy)]
 
     def flat_proxy_outs(self) -> list:
-        from jitcore.ir.proxies import Proxy
-
         return [o for o in self.flat_outs() if isinstance(o, Proxy)]
 
     def __repr__(self) -> str:
-        from jitcore.ir.codegen import bsym_lines
-
         return "\n".join(bsym_lines(self, indent=0))

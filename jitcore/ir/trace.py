@@ -1,39 +1,18 @@
 """IR programs: a Trace is a list of BoundSymbols over proxies with a signature and a provenance header.
 
 `str(trace)` is runnable Python (see jitcore/ir/codegen.py) and `trace.python_callable()` compiles that same text.
-Traces are values: passes make new traces with `from_trace(old)` and leave the old one untouched.
+Traces are values: passes make new traces with `from_trace(old)` and leave the old one untouched. The active-trace
+context (get_tracectx, tracectx, detached) lives in jitcore/ir/context.py and is re-exported here.
 """
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import time
 
-_tracectx: contextvars.ContextVar = contextvars.ContextVar("jitcore_trace", default=None)
+from jitcore.ir.codegen import compile_trace, trace_source
+from jitcore.ir.context import detached, get_tracectx, tracectx
 
-
-def get_tracectx():
-    return _tracectx.get()
-
-
-@contextlib.contextmanager
-def tracectx(trace):
-    """Make `trace` the active trace: ops called inside record into it."""
-    token = _tracectx.set(trace)
-    try:
-        yield trace
-    finally:
-        _tracectx.reset(token)
-
-
-@contextlib.contextmanager
-def detached():
-    """No active trace inside (run symbols eagerly, e.g. to compute metadata)."""
-    token = _tracectx.set(None)
-    try:
-        yield
-    finally:
-        _tracectx.reset(token)
+__all__ = ["Timer", "Trace", "detached", "from_trace", "get_tracectx", "snapshot", "source_html", "tracectx"]
 
 
 class Trace:
@@ -93,8 +72,6 @@ class Trace:
         return self
 
     def __str__(self) -> str:
-        from jitcore.ir.codegen import trace_source
-
         return trace_source(self)
 
     def __repr__(self) -> str:
@@ -110,8 +87,6 @@ class Trace:
     def python_callable(self):
         """The program as a Python function, compiled from exactly the text str(self) shows."""
         if self._callable is None:
-            from jitcore.ir.codegen import compile_trace
-
             self._callable = compile_trace(self)
         return self._callable
 
@@ -121,7 +96,7 @@ class Trace:
 
 def source_html(text: str) -> str:
     """Python source as HTML: highlighted by pygments (inline styles, no stylesheet needed) or escaped in <pre>."""
-    try:
+    try:  # optional dependency
         from pygments import highlight
         from pygments.formatters import HtmlFormatter
         from pygments.lexers import PythonLexer

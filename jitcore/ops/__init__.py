@@ -1,8 +1,7 @@
 """Ops: every op defined exactly once. Prims in prims_*.py, torch-level ops in torch_*.py; `prims` and `ltorch`
 are the namespaces traces print (`prims.add`, `ltorch.gelu`); torch_map.py maps torch callables to ops.
 """
-# the families register their ops on import; torch_inplace derives the in-place variants of their ops, and
-# autocast's policy table names ops of every family: both come after them
+# the families register their ops on import
 from jitcore.ops import (  # noqa: F401
     opaque,
     prims_creation,
@@ -29,17 +28,12 @@ from jitcore.ops import (  # noqa: F401
     torch_reduction,
     torch_shape,
 )
+
+# isort: split
+# derived from the families above, so imported after them: torch_inplace derives the in-place variants of their ops
+# (and registers the "inplace" fallbacks), autocast's policy table names ops of every family
+from jitcore.ops import autocast, torch_inplace  # noqa: F401
 from jitcore.ops.registry import ltorch_ns as ltorch
 from jitcore.ops.registry import prims_ns as prims
-
-
-def _load_derived():
-    import importlib
-
-    for name in ("torch_inplace", "autocast"):  # derived from the families above, so loaded after them
-        importlib.import_module(f"jitcore.ops.{name}")
-
-
-_load_derived()
 
 __all__ = ["ltorch", "prims", "registry"]

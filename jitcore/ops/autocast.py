@@ -6,7 +6,8 @@ see the casts.
 
 POLICY maps (device type, op name) to "lower" (floating inputs other than float64 cast to the autocast dtype),
 "fp32" (such inputs cast to float32) or "promote" (floating inputs cast to their widest dtype); the lists follow
-torch's autocast op reference for CPU and CUDA.
+torch's autocast op reference for CPU and CUDA. The policy is installed into the IR (jitcore/ir/symbol.py, whose
+Symbol.__call__ applies it) with symbol.register_autocast when this module is imported.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import torch
 
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.symbol import register_autocast
+from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import check
 
 _LOWER = {
@@ -69,8 +72,6 @@ def autocast_args(sym, args, kwargs):
     target = _target(policy, dev, tensors)
     if target is None:
         return args, kwargs, True
-    from jitcore.ops.torch_elementwise import to_dtype
-
     cast = [to_dtype(x, target) if _eligible(x) and x.dtype != target else x for x in leaves]
     return (*tree_unflatten(spec, cast), True)
 
@@ -116,10 +117,4 @@ def outside_autocast(program):
     return run
 
 
-def _install():
-    from jitcore.ir import symbol
-
-    symbol.AUTOCAST_OPS, symbol.AUTOCAST_TRANSPARENT, symbol.autocast_args = AUTOCAST_OPS, TRANSPARENT, autocast_args
-
-
-_install()
+register_autocast(AUTOCAST_OPS, TRANSPARENT, autocast_args)

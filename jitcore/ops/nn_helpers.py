@@ -8,6 +8,8 @@ import torch
 
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ops import prims_creation as pc
+from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.torch_elementwise import broadcast, div, expand_to, to_dtype
@@ -102,14 +104,10 @@ def slice_dim(a, dim: int, start: int, end: int, step: int = 1):
 
 
 def full(shape, value, like, dtype=None):
-    from jitcore.ops import prims_creation as pc
-
     return pc.full(tuple(shape), value, device=like.device, dtype=dtype or like.dtype)
 
 
 def iota(n: int, like, dtype=torch.int64, start=0, step=1):
-    from jitcore.ops import prims_creation as pc
-
     return pc.iota(n, start=start, step=step, device=like.device, dtype=dtype)
 
 
@@ -162,8 +160,6 @@ def maybe_inplace(input, out, inplace: bool):
     """`inplace=True`: out is written into input at run time (prims.copy_) and input's new value is returned."""
     if not inplace:
         return out
-    from jitcore.ops import prims_misc as pm
-
     return pm.copy_(to_dtype(expand_to(out, input.shape), input.dtype), input)
 
 

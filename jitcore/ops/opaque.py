@@ -1,6 +1,7 @@
 """Ops: opaque ops. A torch callable with no decomposition still runs: its output metadata comes from calling it
 on meta tensors (or fake tensors when it has no meta kernel), the torch executor calls it directly, and it
-prints as one line naming the torch function.
+prints as one line naming the torch function. Registered as the last "opaque" fallback for Tensor methods
+(proxies.METHOD_FALLBACKS) and torch callables (torch_map.FUNCTION_FALLBACKS) with no op.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from jitcore.ir import proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
-from jitcore.ops.torch_map import torch_path
+from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
 OPAQUE_OPS: dict[str, Symbol] = {}  # id -> Symbol, for examine() and the registry
@@ -219,7 +220,8 @@ def _opaque_method(name: str):
     return call
 
 
-proxies.OPAQUE_METHOD_FACTORY = _opaque_method
+proxies.METHOD_FALLBACKS.register("opaque", _opaque_method)
+FUNCTION_FALLBACKS.register("opaque", opaque_symbol)
 
 
 # -- the backward of an opaque op: recompute it under torch.autograd at run time -----------------------------------

@@ -16,7 +16,11 @@ import uuid
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.ir.arith import value_of
+from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
+from jitcore.ir.pytree import tree_map
+from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
+from jitcore.ir.trace import get_tracectx
 
 _TAGS = (Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE)
 _NUMBERS = (int, float, bool)
@@ -175,8 +179,6 @@ def source_name(fn) -> str | None:
 
 
 def _plain_args(obj) -> bool:
-    from jitcore.ir.proxies import NumberProxy, TensorProxy
-
     if isinstance(obj, (tuple, list)):
         return all(_plain_args(x) for x in obj)
     if isinstance(obj, dict):
@@ -187,9 +189,6 @@ def _plain_args(obj) -> bool:
 
 def _sample(fn, args, kwargs):
     """What fn returns now, leaving its generator's state as it was: the trace draws nothing itself."""
-    from jitcore.ir.arith import value_of
-    from jitcore.ir.pytree import tree_map
-
     owner = _MODULE_OWNERS.get(id(fn), lambda: getattr(fn, "__self__", None))()
     state = _owner_state(owner) if owner is not None else None
     saved = state[0]() if state is not None else None
@@ -211,10 +210,6 @@ def _number_type(value):
 
 def call_source(fn, name: str, args: tuple, kwargs: dict):
     """Record `fn(*args, **kwargs)` as a line that runs on every call; its number result as a proxy."""
-    from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy
-    from jitcore.ir.symbol import BoundSymbol
-    from jitcore.ir.trace import get_tracectx
-
     what = f"{name}()"
     if name in _REFUSED or not _plain_args((args, kwargs)):
         raise UnsupportedError("per-call value", f"{what} changes on every call and its arguments or result are "
@@ -278,8 +273,6 @@ def lookaside(fn, from_user=lambda: True):
 
 def _holds_proxy(obj) -> bool:
     """An object other than a proxy or a builtin container whose attributes hold proxies."""
-    from jitcore.ir.proxies import Proxy
-
     if isinstance(obj, (tuple, list)):
         return any(_holds_proxy(x) for x in obj)
     if isinstance(obj, dict):

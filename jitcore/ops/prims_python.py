@@ -1,10 +1,13 @@
 """Ops: number arithmetic and comparisons on NumberProxy (cache="symbolic values"). Each op prints as the
 Python it runs (`i2 = i0 * i1`, `b0 = i0 > 2`), is run by the python executor, and returns a proxy carrying the
-concrete value and its expression over the input symbols (for the prologue's predicates).
+concrete value and its expression over the input symbols (for the prologue's predicates). `call` is the IR's
+"number_op" (jitcore/ir/proxies.py IR_OPS): number proxies' operators record through it.
 """
 from __future__ import annotations
 
 from jitcore.ir import arith
+from jitcore.ir.context import get_tracectx
+from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, register_ir_op
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 
 PYTHON_OPS: dict[str, Symbol] = {}
@@ -12,8 +15,6 @@ _TAGS = (Tag.PYTHON, Tag.NON_DIFFERENTIABLE)
 
 
 def _result_proxy(value, expr, cmp=None):
-    from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy
-
     if type(value) is bool:
         p = BoolProxy(value)
         p.cmp = cmp
@@ -67,8 +68,6 @@ del _name, _fn, _fmt, _sym
 
 def call(name: str, *args):
     """Run python op `name` on args: recorded in the active trace, or computed directly when none is active."""
-    from jitcore.ir.trace import get_tracectx
-
     sym = PYTHON_OPS[name]
     same = arith.identity(name, args)
     if same is not None:
@@ -76,3 +75,6 @@ def call(name: str, *args):
     if get_tracectx() is None:  # outside tracing: a plain value, pinned down by specialisation
         return EAGER_KERNELS[sym.id](*(arith.concretize(a) if hasattr(a, "expr") else a for a in args))
     return sym(*args)
+
+
+register_ir_op("number_op", call)

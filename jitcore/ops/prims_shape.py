@@ -4,7 +4,7 @@ metadata and layout, never values; they are strict (ltorch resolves -1, negative
 from __future__ import annotations
 
 from jitcore.errors import MetaError
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy, register_ir_op
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device
 
@@ -31,6 +31,9 @@ def reshape(a, shape):
     check(all(is_int(s) and s >= 0 for s in shape), lambda: f"prims.reshape: invalid shape {shape}")
     check(numel(shape) == a.numel(), lambda: f"shape '{list(shape)}' is invalid for input of size {a.numel()}")
     return a.like(shape=shape, requires_grad=requires_grad(a))
+
+
+register_ir_op("reshape", reshape)  # the alias a no-grad self view records (jitcore/ir/symbol.py)
 
 
 def _check_tensor(op, a):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from jitcore.ir.codegen import NAMESPACE_IMPORTS
 from jitcore.ir.symbol import Symbol, Tag
+from jitcore.ops import torch_map
 
 
 class OpNamespace:
@@ -65,8 +66,6 @@ def torchsymbol(*torch_fns, name: str | None = None, method: str | tuple = (), t
     torch executor's direct kernel, so the body's signature must match that callable's signature.
     method: Tensor method names (and dunders, e.g. "__add__") that call it with the tensor as first argument.
     """
-    from jitcore.ops import torch_map
-
     methods = (method,) if isinstance(method, str) else tuple(method)
 
     def wrap(fn):

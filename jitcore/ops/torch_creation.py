@@ -9,16 +9,19 @@ import math
 
 import torch
 
+from jitcore.errors import UnsupportedError
 from jitcore.ir import devices, dtypes
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
+from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
-from jitcore.ops.torch_shape import copy, shape_arg
+from jitcore.ops.torch_map import TORCH_MAP
+from jitcore.ops.torch_shape import copy, shape_arg, stack
 from jitcore.ops.utils import check, is_int, is_number
 
 T = torch.Tensor
@@ -364,14 +367,10 @@ def _from_data(op, data, dtype, device, requires_grad):
         out = pm.stop_gradient(data) if data.requires_grad else data
         out = to_dtype(out, dtype or data.dtype)
         if device is not None and devices.to_device(device) != out.device:
-            from jitcore.ops import prims_elementwise as pe
-
             out = pe.device_put(out, devices.to_device(device))
         return _grad(copy(out) if out is data else out, requires_grad)
     leaves = list(_leaves(data))
     if leaves and all(isinstance(v, TensorProxy) for v in leaves):
-        from jitcore.ops.torch_shape import stack
-
         dtype = dtype or leaves[0].dtype
         return _grad(stack([_from_data(op, d, dtype, device, False) for d in data]), requires_grad)
     check(all(is_number(v) for v in leaves), lambda: f"{op}(): could not infer dtype of "
@@ -392,8 +391,6 @@ def as_tensor(data, dtype=None, device=None):
     if isinstance(data, TensorProxy):
         out = to_dtype(data, dtype or data.dtype)
         if device is not None and devices.to_device(device) != out.device:
-            from jitcore.ops import prims_elementwise as pe
-
             out = pe.device_put(out, devices.to_device(device))
         return out
     return _from_data("as_tensor", data, dtype, device, False)
@@ -409,8 +406,6 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layo
 # -- the global generator's state: refused inside a jitted function ------------------------------------------------
 def _generator_state_call(name: str):
     def refuse(*args, **kwargs):
-        from jitcore.errors import UnsupportedError
-
         raise UnsupportedError(
             "random generator state", f"{name}() inside a jitted function: it would run once, while tracing, and "
                                       "the compiled program's draws (in eager's order) would not see it on later calls",
@@ -421,8 +416,6 @@ def _generator_state_call(name: str):
 
 
 def _register_generator_state_calls():
-    from jitcore.ops.torch_map import TORCH_MAP
-
     names = ["manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state"]
     for name in names:
         TORCH_MAP[getattr(torch.random, name)] = _generator_state_call(f"torch.{name}")

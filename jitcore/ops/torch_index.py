@@ -17,8 +17,10 @@ from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
+from jitcore.ops.torch_reduction import cumsum
 from jitcore.ops.torch_shape import _permute, dim_of, slice_dim
 from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
 
@@ -216,8 +218,6 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None):
     src = value if src is None else src
     check(src is not None, "scatter(): expected src (a tensor) or value (a number)")
     if reduce is not None:
-        from jitcore.ops.opaque import opaque_symbol
-
         return opaque_symbol(torch.scatter)(input, dim, index, src, reduce=reduce)
     return pi.scatter(input, index, _src_like("scatter", input, src), dim)
 
@@ -324,8 +324,6 @@ def masked_scatter(input, mask, source):
                                                f"{input.dtype} and {source.dtype}")
     input, mask = te.broadcast(input, mask, op="masked_scatter")
     n = mask.numel()
-    from jitcore.ops.torch_reduction import cumsum
-
     pos = te.sub(cumsum(ps.reshape(mask, (n,)), 0), 1)
     pos = te.where(te.lt(pos, 0), to_dtype(0, pos.dtype), pos)
     src = ps.reshape(source, (source.numel(),))

@@ -1,7 +1,8 @@
 """Ops: in-place torch ops (`x.add_(y)`, `x += y`, `x[i] = v`, `x.zero_()`, `x.copy_(y)`, ...). Each is a composite
 tagged INPLACE whose body computes the functional result and writes it with `prims.copy_(value, x)`, the one
 in-place prim; transforms/functionalize.py turns those writes into renamings (and view scatters) so the trace the
-rest of the pipeline sees is functional. Also slice_scatter/select_scatter, the functional inverses of views.
+rest of the pipeline sees is functional. Also slice_scatter/select_scatter, the functional inverses of views, and the
+"inplace" fallbacks (asked before the opaque ones) for in-place Tensor methods and torch callables with no op.
 """
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_map
+from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import LTORCH, torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
+from jitcore.ops.torch_index import getitem, setitem
 from jitcore.ops.utils import check, is_number
 
 T = torch.Tensor
@@ -192,8 +195,6 @@ def _basic_key(key) -> bool:
 @torchsymbol(T.__setitem__, name="setitem_", method="__setitem__", tags=INPLACE)
 def setitem_(self, indices, value):
     """`self[indices] = value`: a write into the view self[indices] for basic keys, else the functional setitem."""
-    from jitcore.ops.torch_index import getitem, setitem
-
     if _basic_key(indices):
         view = getitem(self, indices)
         if isinstance(value, TensorProxy):
@@ -315,36 +316,33 @@ def _metadata_unchanged(name, method, self, args, kwargs) -> bool:
 _SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_"})
 
 
-def _opaque_inplace_factory(previous):
-    def factory(name: str):
-        if name in _METADATA_REFUSED:
-            return _metadata_inplace(name)
-        if not name.endswith("_") or name.startswith("_") or name in _METADATA_INPLACE:
-            return previous(name)
-        if name in _OPAQUE_INPLACE:
-            return _OPAQUE_INPLACE[name]
-        method = getattr(T, name)
+def _inplace_method(name: str):
+    """The "inplace" Tensor-method fallback (proxies.METHOD_FALLBACKS, asked before the opaque one): a metadata
+    in-place method refused, an in-place method as the opaque method over a clone plus the write; None for any other
+    method (the opaque fallback takes it)."""
+    if name in _METADATA_REFUSED:
+        return _metadata_inplace(name)
+    if not name.endswith("_") or name.startswith("_") or name in _METADATA_INPLACE:
+        return None
+    if name in _OPAQUE_INPLACE:
+        return _OPAQUE_INPLACE[name]
+    method = getattr(T, name)
 
-        def functional(x, *args, **kwargs):
-            return method(x.clone(), *args, **kwargs)
+    def functional(x, *args, **kwargs):
+        return method(x.clone(), *args, **kwargs)
 
-        functional.__name__ = f"{name}functional"
-        functional.stands_for = method  # the torch method it runs (opaque.draws_random asks it)
-        from jitcore.ops.opaque import opaque_symbol
+    functional.__name__ = f"{name}functional"
+    functional.stands_for = method  # the torch method it runs (opaque.draws_random asks it)
+    op = opaque_symbol(functional)
 
-        op = opaque_symbol(functional)
+    def call(self, *args, **kwargs):
+        return write(name, self, op(self, *args, **kwargs))
 
-        def call(self, *args, **kwargs):
-            return write(name, self, op(self, *args, **kwargs))
-
-        _OPAQUE_INPLACE[name] = call
-        return call
-
-    return factory
+    _OPAQUE_INPLACE[name] = call
+    return call
 
 
-if proxies.OPAQUE_METHOD_FACTORY is not None:
-    proxies.OPAQUE_METHOD_FACTORY = _opaque_inplace_factory(proxies.OPAQUE_METHOD_FACTORY)
+proxies.METHOD_FALLBACKS.register("inplace", _inplace_method)
 
 
 # -- torch functions with no op that write into arguments (torch.i0_, torch._foreach_mul_, native_batch_norm's running
@@ -427,8 +425,6 @@ def opaque_inplace_call(fn):
 
     functional.__name__ = f"{name}functional".replace(".", "_")
     functional.stands_for = fn
-    from jitcore.ops.opaque import opaque_symbol
-
     op = opaque_symbol(functional)
 
     def call(*args, **kwargs):
@@ -447,4 +443,4 @@ def opaque_inplace_call(fn):
     return call
 
 
-torch_map.OPAQUE_INPLACE = opaque_inplace_call
+torch_map.FUNCTION_FALLBACKS.register("inplace", opaque_inplace_call)

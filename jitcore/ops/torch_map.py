@@ -1,10 +1,11 @@
 """Ops: THE table from torch callables to jitcore ops (TORCH_MAP) and from Tensor method names to ops
 (proxies.TENSOR_METHODS). Both are filled by `@torchsymbol(...)` next to each op's definition; a torch callable
-missing here becomes an opaque op (jitcore/ops/opaque.py) so it still runs.
+missing here goes to FUNCTION_FALLBACKS (an in-place call recording its writes, else an opaque op) so it still runs.
+`dispatch` is the IR's "torch_function" op: TensorProxy.__torch_function__ records through it.
 """
 from __future__ import annotations
 
-from jitcore.ir.proxies import TENSOR_METHODS
+from jitcore.ir.proxies import TENSOR_METHODS, Fallbacks, register_ir_op
 
 # torch callable -> Symbol (or a plain function over proxies for a few adapters)
 TORCH_MAP: dict = {}
@@ -27,8 +28,10 @@ def lookup(fn):
         return None
 
 
-# torch callable -> a call recording its writes, or None (set by jitcore.ops.torch_inplace)
-OPAQUE_INPLACE = None
+# torch callables with no op, asked in this order: "inplace" (jitcore/ops/torch_inplace.py: a callable writing into
+# its arguments, torch.i0_(x), torch._foreach_mul_(xs, 2), as its functional form plus the writes), then "opaque"
+# (jitcore/ops/opaque.py: any torch callable as an opaque op)
+FUNCTION_FALLBACKS = Fallbacks("torch callables with no op", ("inplace", "opaque"))
 
 
 def dispatch(func, args, kwargs):
@@ -38,13 +41,15 @@ def dispatch(func, args, kwargs):
         name = getattr(func, "__name__", None)
         if name is not None and getattr(func, "__objclass__", None) is not None:  # torch.Tensor.foo descriptors
             op = TENSOR_METHODS.get(name)
-        if op is None and OPAQUE_INPLACE is not None:
-            op = OPAQUE_INPLACE(func)  # torch.i0_(x), torch._foreach_mul_(xs, 2): the writes are recorded
         if op is None:
-            from jitcore.ops.opaque import opaque_symbol
-
-            op = opaque_symbol(func)
+            op = FUNCTION_FALLBACKS(func)
+        if op is None:
+            raise RuntimeError(f"no op and no fallback for torch callable {func!r}: jitcore/ops/opaque.py registers "
+                               "the opaque fallback when jitcore.ops is imported")
     return op(*args, **kwargs)
+
+
+register_ir_op("torch_function", dispatch)
 
 
 def is_torch_callable(fn) -> bool:

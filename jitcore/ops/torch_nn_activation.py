@@ -13,9 +13,11 @@ import torch
 from jitcore.ir import dtypes
 from jitcore.ir.symbol import Tag
 from jitcore.ops import nn_helpers as nh
+from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
+from jitcore.ops.torch_creation import draw_like
 from jitcore.ops.torch_elementwise import (
     abs,
     add,
@@ -310,9 +312,6 @@ def _dropout_with_mask_shape(input, p, mask_shape):
     """Eager's CPU dropout (aten's _dropout_impl): noise = empty(mask_shape).bernoulli_(1 - p) in the input's dtype,
     noise / (1 - p), input * noise; the same draw, in the same order, so values and the generator match eager's.
     The noise broadcasts over the dims it leaves at 1 (feature dropout)."""
-    from jitcore.ops import prims_creation as pc
-    from jitcore.ops.torch_creation import draw_like
-
     if p == 1.0:
         return mul(input, 0)
     if input.numel() == 0:

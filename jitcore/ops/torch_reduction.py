@@ -13,9 +13,11 @@ from jitcore.errors import MetaError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
+from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import canonical_dims, check, is_int
@@ -234,8 +236,6 @@ def _bool_reduce(op, input, dim, keepdim, *, is_any):
     result = torch.uint8 if input.dtype is torch.uint8 else torch.bool
     b = input if input.dtype is torch.bool else te.ne(input, 0)
     if _reduced_numel(input, dims) == 0:
-        from jitcore.ops import prims_creation as pc
-
         shape = tuple(s for i, s in enumerate(input.shape) if i not in dims)
         out = pc.full(shape, not is_any, device=input.device, dtype=torch.bool)
     else:
@@ -314,8 +314,6 @@ def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
         check(dims is None or len(dims) <= 2, lambda: f"norm: 'fro' takes at most 2 dims, got {dim}")
         p = 2
     if isinstance(p, str):  # 'nuc': a matrix norm (singular values), run by torch as an opaque op
-        from jitcore.ops.opaque import opaque_symbol
-
         return opaque_symbol(torch.norm)(input, p, dim, keepdim, dtype=dtype)
     return _vector_norm("norm", input, p, dim, keepdim, dtype)
 

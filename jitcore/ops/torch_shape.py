@@ -17,6 +17,7 @@ from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
@@ -118,8 +119,6 @@ method_adapter("reshape", lambda self, *shape: reshape(self, shape_arg(shape)), 
 @torchsymbol(T.view, method="view")
 def view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
-        from jitcore.ops.opaque import opaque_symbol
-
         return opaque_symbol(T.view)(self, shape[0])
     shape = infer_size("view", shape_arg(shape), self.numel())
     check_view(self, shape)
