@@ -20,6 +20,7 @@ from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import build_prologues
 from jitcore.interpreter.provenance import Roots
+from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import recorded_without_grad
@@ -135,7 +136,10 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
     """Trace -> transforms -> claim -> codegen, for one call's inputs."""
     predicates = Predicates()
     with recording(predicates):  # symbolic values: every concrete answer Python needs becomes a predicate
-        return _compile_entry(fn, args, kwargs, options, predicates)
+        entry = _compile_entry(fn, args, kwargs, options, predicates)
+    if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
+        ir_lint.lint_traces(entry.traces, entry.backward_traces, entry.prologue_traces, entry.epilogue_traces)
+    return entry
 
 
 def _compile_entry(fn, args, kwargs, options: CompileOptions, predicates) -> CacheEntry:
@@ -216,7 +220,10 @@ def _backward_without(backward: Trace, options: CompileOptions):
         if symbolic and _reads_undefined(define_sizes(dropped)):  # zeros of a symbolic size no value gives
             dropped.extra["zeros from runtime"] = True
             return [dropped]
-        return [dropped, *_after_claim(claim(dropped, options.executors))]
+        traces = [dropped, *_after_claim(claim(dropped, options.executors))]
+        if ir_lint.CHECK:  # the trace checker (on in the tests), over the traces built on first use
+            ir_lint.lint_traces(traces)
+        return traces
 
     build.needs_shapes = symbolic  # a pattern it cannot build: the runtime passes zeros shaped like the outputs
     return build

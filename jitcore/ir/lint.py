@@ -1,0 +1,230 @@
+"""IR checks: `lint(trace)` verifies a trace's naming invariants, in the style of FX's `graph.lint()`.
+
+The pipeline lints every trace it keeps when `CHECK` is on (the test suite turns it on in tests/conftest.py; the
+environment variable JITCORE_LINT=1 turns it on in any process). Off by default: it costs nothing on the hot path.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+
+from jitcore.ir.codegen import Printer, _namespaces, bsym_call, bsym_lines, lhs, trace_source
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_leaves
+
+# whether the pipeline lints the traces it keeps (read at compile time only)
+CHECK: bool = os.environ.get("JITCORE_LINT", "") not in ("", "0")
+
+# the op id of the `del` lines transforms/memory.py's del_last_used writes (an op id, not an import: the IR does not
+# import transforms)
+DEL_OP = "python.del"
+
+
+class TraceLintError(AssertionError):
+    """A trace breaks an invariant of the IR: the message names the trace's pass, the line and the name."""
+
+
+def lint(trace) -> None:
+    """Raise TraceLintError unless `trace` keeps these invariants (returns None when it does):
+
+    1. Each name is defined once: by an argument or by the output of a top-level line, never both or twice.
+    2. Each top-level line reads only names defined above it (arguments, earlier outputs); the output reads only
+       defined names.
+    3. `del` lines delete names that are defined and not yet deleted, and no line (nor the output) reads a name
+       after its `del`.
+    4. Subsymbols, recursively (a composite's decomposition, a fusion region's members, a claimed line's original):
+       each reads only its parent's inputs, the outputs of its earlier siblings, or a size (number proxy) in the
+       shape of a tensor it may read; siblings define each name at most once and none redefines a parent input;
+       every output of the parent is an output of one of its subsymbols or one of the parent's inputs.
+       The sizes clause is what holds today: a composite's decomposition reads the sizes of its input tensors
+       directly (`prims.reshape(t0, (i0, 1, i1))` under `ltorch.unsqueeze(t0, 1)`) even where no top-level line
+       defines them (the decomposition is printed as comments; claim() defines the sizes before a decomposition
+       is run, see jitcore/frontend.py's define_sizes).
+
+    5. Its printed text (what runs) is valid Python in which every name read is a parameter, assigned by an
+       earlier statement and not deleted since, a global the generated code is given, or a builtin.
+
+    Traces whose arguments are not proxies (the prologue, the epilogue: `fn, args, kwargs`) hold their names as
+    text (their "proxies" are bare names, `outs[2]`): for them check 5 is the check.
+    """
+    where = _where(trace)
+    _check_source(trace, where)
+    if not all(isinstance(a, Proxy) for a in trace.args):
+        return  # names as text (prologue, epilogue): the check of its source above is the check
+    defined: set[str] = set()
+    for a in trace.args:
+        if a.name in defined:
+            raise TraceLintError(f"{where}: the argument {a.name} appears twice in the signature")
+        defined.add(a.name)
+    deleted: dict[str, int] = {}  # name -> index of the line that deleted it
+    for i, bsym in enumerate(trace.bound_symbols):
+        line = f"{where}, line {i} ({_text(bsym)})"
+        if bsym.sym.id == DEL_OP:
+            for a in bsym.flat_args():
+                if not isinstance(a, Proxy):
+                    raise TraceLintError(f"{line}: deletes {a!r}, which is not a proxy")
+                if a.name in deleted:
+                    raise TraceLintError(f"{line}: deletes {a.name} a second time (line {deleted[a.name]} did)")
+                if a.name not in defined:
+                    raise TraceLintError(f"{line}: deletes {a.name}, which is not defined")
+                deleted[a.name] = i
+            continue
+        for a in bsym.flat_proxy_args():
+            _check_read(a.name, defined, deleted, line)
+        _check_subsymbols(bsym, line)
+        for o in bsym.flat_proxy_outs():
+            if o.name in defined:
+                raise TraceLintError(f"{line}: defines {o.name}, which is already defined")
+            defined.add(o.name)
+    for o in tree_leaves(trace.output):
+        if isinstance(o, Proxy):
+            _check_read(o.name, defined, deleted, f"{where}, the output")
+
+
+def _check_read(name, defined, deleted, line):
+    if name in deleted:
+        raise TraceLintError(f"{line}: reads {name} after its del (line {deleted[name]})")
+    if name not in defined:
+        raise TraceLintError(f"{line}: reads {name}, which is not defined above")
+
+
+def _sizes(p) -> list:
+    """The number proxies in a tensor proxy's shape (read without recording anything)."""
+    if not isinstance(p, TensorProxy):
+        return []
+    return [d.name for d in p._shape if isinstance(d, Proxy)]
+
+
+def _check_subsymbols(bsym, line):
+    if not bsym.subsymbols:
+        return
+    inputs = bsym.flat_proxy_args()
+    readable = {a.name for a in inputs}
+    readable.update(s for a in inputs for s in _sizes(a))
+    made: set[str] = set()
+    for j, sub in enumerate(bsym.subsymbols):
+        at = f"{line}, subsymbol {j} ({_text(sub)})"
+        if sub.sym.id == DEL_OP:
+            raise TraceLintError(f"{at}: a del line among subsymbols")
+        for a in sub.flat_proxy_args():
+            if a.name not in readable:
+                raise TraceLintError(f"{at}: reads {a.name}, which is neither an input of the line nor an output "
+                                     f"of an earlier subsymbol")
+        _check_subsymbols(sub, at)
+        for o in sub.flat_proxy_outs():
+            if o.name in made:
+                raise TraceLintError(f"{at}: defines {o.name}, which an earlier subsymbol defines")
+            if o.name in {a.name for a in inputs}:
+                raise TraceLintError(f"{at}: defines {o.name}, which is an input of the line")
+            made.add(o.name)
+            readable.add(o.name)
+            readable.update(_sizes(o))
+    for o in bsym.flat_proxy_outs():
+        if o.name not in made and o.name not in readable:
+            raise TraceLintError(f"{line}: outputs {o.name}, which no subsymbol produces")
+
+
+def _check_source(trace, where):
+    """Every name the generated function reads is a parameter, assigned by an earlier statement and not deleted
+    since, a global the generated code is given (namespaces and constants, see jitcore/ir/codegen.py) or a
+    builtin."""
+    source = trace_source(trace)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise TraceLintError(f"{where}: its text is not valid Python ({e.msg}, line {e.lineno}: {e.text!r})") from None
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    printer = Printer()
+    for bsym in trace.bound_symbols:
+        bsym_lines(bsym, 1, printer)
+    printer.value(trace.output)
+    known = set(_namespaces(trace)) | set(printer.consts) | set(dir(builtins))
+    defined = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    if fn.args.vararg:
+        defined.add(fn.args.vararg.arg)
+    if fn.args.kwarg:
+        defined.add(fn.args.kwarg.arg)
+    _walk(fn.body, defined, {}, known, where)
+
+
+def _walk(statements, defined: set, deleted: dict, known: set, where: str):
+    for st in statements:
+        text = ast.unparse(st).splitlines()[0]
+        text = text if len(text) <= 100 else text[:97] + "..."
+        at = f"{where}, the statement `{text}`"
+        if isinstance(st, ast.Delete):
+            for target in st.targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        if n.id in deleted:
+                            raise TraceLintError(f"{at}: deletes {n.id} a second time")
+                        if n.id not in defined:
+                            raise TraceLintError(f"{at}: deletes {n.id}, which is not defined")
+                        deleted[n.id] = text
+                        defined.discard(n.id)
+            continue
+        body = []
+        if isinstance(st, (ast.If, ast.While)):
+            reads, body = [st.test], [*st.body, *st.orelse]
+        elif isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            reads = [st.value] if st.value is not None else []
+        else:
+            reads = [st]
+        for expr in reads:
+            for name in _loads(expr):
+                if name in deleted:
+                    raise TraceLintError(f"{at}: reads {name} after its del (`{deleted[name]}`)")
+                if name not in defined and name not in known:
+                    raise TraceLintError(f"{at}: reads {name}, which is not defined above")
+        if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            for target in targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        defined.add(n.id)
+                        deleted.pop(n.id, None)
+                    elif isinstance(n, (ast.Subscript, ast.Attribute)):  # `args[0].x = v` reads args
+                        for name in _loads(n.value):
+                            if name not in defined and name not in known:
+                                raise TraceLintError(f"{at}: reads {name}, which is not defined above")
+        if body:
+            _walk(body, defined, deleted, known, where)  # what a branch assigns counts as defined after it
+
+
+def _loads(node) -> set:
+    """Names `node` reads, less those bound inside it (lambda parameters, comprehension targets)."""
+    bound, loads = set(), set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Lambda):
+            bound.update(a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs))
+        elif isinstance(n, ast.comprehension):
+            bound.update(t.id for t in ast.walk(n.target) if isinstance(t, ast.Name))
+        elif isinstance(n, ast.NamedExpr):
+            bound.add(n.target.id)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            loads.add(n.id)
+    return loads - bound
+
+
+def _where(trace) -> str:
+    return f"trace {trace.fn_name!r} [{trace.provenance or 'no provenance'}]"
+
+
+def _text(bsym) -> str:
+    """The line's first printed line (no subsymbols), for messages."""
+    try:
+        call = bsym_call(bsym, Printer())
+        target = None if bsym.sym.printer is not None else lhs(bsym.output)
+        text = f"{target} = {call}" if target else call
+    except Exception:  # a line that cannot print is still reported, by its op id
+        text = f"<{bsym.sym.id}>"
+    text = text.splitlines()[0] if text else text
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def lint_traces(*groups) -> None:
+    """lint() every trace of every group (lists of traces: a history, the backward's, the prologues...)."""
+    for group in groups:
+        for trace in group:
+            lint(trace)
