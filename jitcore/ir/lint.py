@@ -10,7 +10,7 @@ import builtins
 import os
 
 from jitcore.ir.codegen import Printer, _namespaces, bsym_call, bsym_lines, lhs, trace_source
-from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 
 # whether the pipeline lints the traces it keeps (read at compile time only)
@@ -58,6 +58,7 @@ def lint(trace) -> None:
             raise TraceLintError(f"{where}: the argument {a.name} appears twice in the signature")
         defined.add(a.name)
     deleted: dict[str, int] = {}  # name -> index of the line that deleted it
+    makers: dict = {}  # name -> the first top-level line that defines it
     for i, bsym in enumerate(trace.bound_symbols):
         line = f"{where}, line {i} ({_text(bsym)})"
         if bsym.sym.id == DEL_OP:
@@ -74,12 +75,23 @@ def lint(trace) -> None:
             _check_read(a.name, defined, deleted, line)
         _check_subsymbols(bsym, line)
         for o in bsym.flat_proxy_outs():
-            if o.name in defined:
+            if o.name in defined and not _same_number(o, bsym, makers.get(o.name)):
                 raise TraceLintError(f"{line}: defines {o.name}, which is already defined")
             defined.add(o.name)
+            makers.setdefault(o.name, bsym)
     for o in tree_leaves(trace.output):
         if isinstance(o, Proxy):
             _check_read(o.name, defined, deleted, f"{where}, the output")
+
+
+def _same_number(o, bsym, first) -> bool:
+    """The one redefinition allowed: a number computed again by the very same line (same printed text).
+
+    It happens today: functionalization hoists the number lines a view's decomposition reads to the top level
+    (transforms/functionalize.py's _define_numbers: `i3 = 2 % i1` of `ltorch.select(t1, 1, 2)`, keeping the
+    proxy), and a pass that inlines that decomposition later (the grad transform, claim) defines it a second
+    time, with the same value. Anything else defined twice is an error."""
+    return isinstance(o, NumberProxy) and first is not None and _text(bsym) == _text(first)
 
 
 def _check_read(name, defined, deleted, line):
