@@ -28,7 +28,8 @@ class TraceLintError(AssertionError):
 def lint(trace) -> None:
     """Raise TraceLintError unless `trace` keeps these invariants (returns None when it does):
 
-    1. Each name is defined once: by an argument or by the output of a top-level line, never both or twice.
+    1. Each name is defined once: by an argument or by the output of a top-level line, never both or twice
+       (one exception, see _same_number: a number computed again by the very same line).
     2. Each top-level line reads only names defined above it (arguments, earlier outputs); the output reads only
        defined names.
     3. `del` lines delete names that are defined and not yet deleted, and no line (nor the output) reads a name
@@ -41,7 +42,6 @@ def lint(trace) -> None:
        directly (`prims.reshape(t0, (i0, 1, i1))` under `ltorch.unsqueeze(t0, 1)`) even where no top-level line
        defines them (the decomposition is printed as comments; claim() defines the sizes before a decomposition
        is run, see jitcore/frontend.py's define_sizes).
-
     5. Its printed text (what runs) is valid Python in which every name read is a parameter, assigned by an
        earlier statement and not deleted since, a global the generated code is given, or a builtin.
 
@@ -49,9 +49,12 @@ def lint(trace) -> None:
     text (their "proxies" are bare names, `outs[2]`): for them check 5 is the check.
     """
     where = _where(trace)
-    _check_source(trace, where)
-    if not all(isinstance(a, Proxy) for a in trace.args):
-        return  # names as text (prologue, epilogue): the check of its source above is the check
+    if all(isinstance(a, Proxy) for a in trace.args):
+        _check_proxies(trace, where)
+    _check_source(trace, where)  # the only check of a trace whose names are text (prologue, epilogue)
+
+
+def _check_proxies(trace, where):
     defined: set[str] = set()
     for a in trace.args:
         if a.name in defined:
@@ -91,7 +94,7 @@ def _same_number(o, bsym, first) -> bool:
     (transforms/functionalize.py's _define_numbers: `i3 = 2 % i1` of `ltorch.select(t1, 1, 2)`, keeping the
     proxy), and a pass that inlines that decomposition later (the grad transform, claim) defines it a second
     time, with the same value. Anything else defined twice is an error."""
-    return isinstance(o, NumberProxy) and first is not None and _text(bsym) == _text(first)
+    return isinstance(o, NumberProxy) and first is not None and _full_text(bsym) == _full_text(first)
 
 
 def _check_read(name, defined, deleted, line):
@@ -223,14 +226,19 @@ def _where(trace) -> str:
     return f"trace {trace.fn_name!r} [{trace.provenance or 'no provenance'}]"
 
 
-def _text(bsym) -> str:
-    """The line's first printed line (no subsymbols), for messages."""
+def _full_text(bsym) -> str:
+    """The line as printed (no subsymbols)."""
     try:
         call = bsym_call(bsym, Printer())
-        target = None if bsym.sym.printer is not None else lhs(bsym.output)
-        text = f"{target} = {call}" if target else call
     except Exception:  # a line that cannot print is still reported, by its op id
-        text = f"<{bsym.sym.id}>"
+        return f"<{bsym.sym.id}>"
+    target = None if bsym.sym.printer is not None else lhs(bsym.output)
+    return f"{target} = {call}" if target else call
+
+
+def _text(bsym) -> str:
+    """The line's first printed line, shortened, for messages."""
+    text = _full_text(bsym)
     text = text.splitlines()[0] if text else text
     return text if len(text) <= 100 else text[:97] + "..."
 
