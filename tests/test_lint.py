@@ -158,13 +158,20 @@ def test_subsymbols_read_the_sizes_of_their_inputs():
     _rejects(_trace([t0], [bad], (t1,)), "subsymbol 0", "reads i2")
 
 
-def test_a_number_recomputed_by_the_same_line_is_allowed_once_anything_else_is_not():
+def test_numbers_computed_twice_by_the_same_line_or_a_size_unpack_are_allowed_nothing_else():
     i0, i1 = IntegerProxy(3, name="i0"), IntegerProxy(4, name="i1")
     i2 = IntegerProxy(7, name="i2")
     add, mul = PYTHON_OPS["add"], PYTHON_OPS["mul"]
     lint(_trace([i0, i1], [add.bind(i0, i1, output=i2), add.bind(i0, i1, output=i2)], (i2,)))
     _rejects(_trace([i0, i1], [add.bind(i0, i1, output=i2), mul.bind(i0, i1, output=i2)], (i2,)),
              "line 1 (i2 = i0 * i1)", "defines i2, which is already defined")
+    # a size unpacked from a tensor whose size an earlier line computed (fuzz seed 272)
+    t0, t1 = _t("t0", (i0, i1)), _t("t1", (i2,))
+    lines = [mul.bind(i0, i1, output=i2), prims.reshape.bind(t0, (i2,), output=t1), prims.shape.bind(t1, output=(i2,))]
+    lint(_trace([t0, i0, i1], lines, (t1,)))
+    # ... but a tensor is never defined twice, even by the same line
+    t2 = _t("t2")
+    _rejects(_trace([t2], [prims.neg.bind(t2, output=t1), prims.neg.bind(t2, output=t1)], (t1,)), "defines t1")
 
 
 def _text_sym(text):

@@ -19,6 +19,8 @@ CHECK: bool = os.environ.get("JITCORE_LINT", "") not in ("", "0")
 # the op id of the `del` lines transforms/memory.py's del_last_used writes (an op id, not an import: the IR does not
 # import transforms)
 DEL_OP = "python.del"
+# the op id of a size unpack, `(i0, i1) = prims.shape(t0)` (jitcore/ops/prims_shape.py)
+SHAPE_OP = "prims.shape"
 
 
 class TraceLintError(AssertionError):
@@ -29,7 +31,7 @@ def lint(trace) -> None:
     """Raise TraceLintError unless `trace` keeps these invariants (returns None when it does):
 
     1. Each name is defined once: by an argument or by the output of a top-level line, never both or twice
-       (one exception, see _same_number: a number computed again by the very same line).
+       (the exceptions, see _same_number: a number computed again by the very same line, or by a size unpack).
     2. Each top-level line reads only names defined above it (arguments, earlier outputs); the output reads only
        defined names.
     3. `del` lines delete names that are defined and not yet deleted, and no line (nor the output) reads a name
@@ -38,10 +40,14 @@ def lint(trace) -> None:
        each reads only its parent's inputs, the outputs of its earlier siblings, or a size (number proxy) in the
        shape of a tensor it may read; siblings define each name at most once and none redefines a parent input;
        every output of the parent is an output of one of its subsymbols or one of the parent's inputs.
-       The sizes clause is what holds today: a composite's decomposition reads the sizes of its input tensors
-       directly (`prims.reshape(t0, (i0, 1, i1))` under `ltorch.unsqueeze(t0, 1)`) even where no top-level line
-       defines them (the decomposition is printed as comments; claim() defines the sizes before a decomposition
-       is run, see jitcore/frontend.py's define_sizes).
+       A subsymbol may also read a number (a NumberProxy, never a tensor) defined at the top level above the line.
+       Both number clauses are what holds today (symbolic values): a composite's decomposition reads the sizes of
+       its input tensors directly (`prims.reshape(t0, (i0, 1, i1))` under `ltorch.unsqueeze(t0, 1)`) even where
+       no top-level line defines them (the decomposition prints as comments; claim() defines the sizes before a
+       decomposition runs, see jitcore/frontend.py's define_sizes); and after functionalization or CSE renamed a
+       line's input tensor, its decomposition still reads the sizes under their first names, which the top level
+       computes above it (`ltorch.slice_scatter(t2, t25, 0, i3, i4, 1)` whose `prims.full((i21, i9), True, ...)`
+       reads i9, a size of the input t25 whose shape now prints as `[i21, i23]`).
     5. Its printed text (what runs) is valid Python in which every name read is a parameter, assigned by an
        earlier statement and not deleted since, a global the generated code is given, or a builtin.
 
@@ -62,6 +68,7 @@ def _check_proxies(trace, where):
         defined.add(a.name)
     deleted: dict[str, int] = {}  # name -> index of the line that deleted it
     makers: dict = {}  # name -> the first top-level line that defines it
+    numbers = {a.name for a in trace.args if isinstance(a, NumberProxy)}  # numbers a subsymbol may read
     for i, bsym in enumerate(trace.bound_symbols):
         line = f"{where}, line {i} ({_text(bsym)})"
         if bsym.sym.id == DEL_OP:
@@ -76,25 +83,42 @@ def _check_proxies(trace, where):
             continue
         for a in bsym.flat_proxy_args():
             _check_read(a.name, defined, deleted, line)
-        _check_subsymbols(bsym, line)
+        _check_subsymbols(bsym, line, numbers)
         for o in bsym.flat_proxy_outs():
             if o.name in defined and not _same_number(o, bsym, makers.get(o.name)):
                 raise TraceLintError(f"{line}: defines {o.name}, which is already defined")
             defined.add(o.name)
             makers.setdefault(o.name, bsym)
+            if isinstance(o, NumberProxy):
+                numbers.add(o.name)
     for o in tree_leaves(trace.output):
         if isinstance(o, Proxy):
             _check_read(o.name, defined, deleted, f"{where}, the output")
 
 
 def _same_number(o, bsym, first) -> bool:
-    """The one redefinition allowed: a number computed again by the very same line (same printed text).
+    """The redefinitions allowed: a number computed again by the very same line (same printed text), or a number
+    that one of the two lines reads off a tensor's shape (a size unpack, `(i3,) = prims.shape(t1)`).
 
-    It happens today: functionalization hoists the number lines a view's decomposition reads to the top level
-    (transforms/functionalize.py's _define_numbers: `i3 = 2 % i1` of `ltorch.select(t1, 1, 2)`, keeping the
-    proxy), and a pass that inlines that decomposition later (the grad transform, claim) defines it a second
-    time, with the same value. Anything else defined twice is an error."""
-    return isinstance(o, NumberProxy) and first is not None and _full_text(bsym) == _full_text(first)
+    Both happen today, with the same value each time (symbolic values). Functionalization hoists the number lines
+    a view's decomposition reads to the top level (transforms/functionalize.py's _define_numbers: `i3 = 2 % i1`
+    of `ltorch.select(t1, 1, 2)`, keeping the proxy), and a pass that inlines that decomposition later (the grad
+    transform, claim) defines it a second time. The interpreter unpacks the size of a composite's output
+    (`(i3,) = prims.shape(t1)` after `t1 = ltorch.flatten(t0)`, whose decomposition computes `i3 = i0 * i1`), and
+    the grad transform's forward inlines the decomposition above the unpack (fuzz seed 272). Anything else
+    defined twice is an error."""
+    if not isinstance(o, NumberProxy) or first is None:
+        return False
+    return _is_size_unpack(bsym) or _is_size_unpack(first) or _full_text(bsym) == _full_text(first)
+
+
+def _is_size_unpack(bsym) -> bool:
+    """prims.shape, or an executor's line whose one subsymbol is (`torchex._shape`)."""
+    while bsym.sym.id != SHAPE_OP:
+        if len(bsym.subsymbols) != 1:
+            return False
+        bsym = bsym.subsymbols[0]
+    return True
 
 
 def _check_read(name, defined, deleted, line):
@@ -111,12 +135,13 @@ def _sizes(p) -> list:
     return [d.name for d in p._shape if isinstance(d, Proxy)]
 
 
-def _check_subsymbols(bsym, line):
+def _check_subsymbols(bsym, line, numbers: set):
     if not bsym.subsymbols:
         return
     inputs = bsym.flat_proxy_args()
-    readable = {a.name for a in inputs}
-    readable.update(s for a in inputs for s in _sizes(a))
+    given = {a.name for a in inputs}
+    given.update(s for a in inputs for s in _sizes(a))
+    readable = given | numbers
     made: set[str] = set()
     for j, sub in enumerate(bsym.subsymbols):
         at = f"{line}, subsymbol {j} ({_text(sub)})"
@@ -126,7 +151,7 @@ def _check_subsymbols(bsym, line):
             if a.name not in readable:
                 raise TraceLintError(f"{at}: reads {a.name}, which is neither an input of the line nor an output "
                                      f"of an earlier subsymbol")
-        _check_subsymbols(sub, at)
+        _check_subsymbols(sub, at, numbers)
         for o in sub.flat_proxy_outs():
             if o.name in made:
                 raise TraceLintError(f"{at}: defines {o.name}, which an earlier subsymbol defines")
@@ -136,7 +161,7 @@ def _check_subsymbols(bsym, line):
             readable.add(o.name)
             readable.update(_sizes(o))
     for o in bsym.flat_proxy_outs():
-        if o.name not in made and o.name not in readable:
+        if o.name not in made and o.name not in given:
             raise TraceLintError(f"{line}: outputs {o.name}, which no subsymbol produces")
 
 
