@@ -8,8 +8,9 @@ from __future__ import annotations
 import ast
 import builtins
 import os
+import re
 
-from jitcore.ir.codegen import Printer, _namespaces, bsym_call, bsym_lines, lhs, trace_source
+from jitcore.ir.codegen import Printer, bsym_call, lhs, trace_source
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 
@@ -19,6 +20,7 @@ CHECK: bool = os.environ.get("JITCORE_LINT", "") not in ("", "0")
 # the op id of the `del` lines transforms/memory.py's del_last_used writes (an op id, not an import: the IR does not
 # import transforms)
 DEL_OP = "python.del"
+_HEADER_NAME = re.compile(r"^# (\w+): ", re.M)
 # the op id of a size unpack, `(i0, i1) = prims.shape(t0)` (jitcore/ops/prims_shape.py)
 SHAPE_OP = "prims.shape"
 
@@ -70,7 +72,7 @@ def _check_proxies(trace, where):
     makers: dict = {}  # name -> the first top-level line that defines it
     numbers = {a.name for a in trace.args if isinstance(a, NumberProxy)}  # numbers a subsymbol may read
     for i, bsym in enumerate(trace.bound_symbols):
-        line = f"{where}, line {i} ({_text(bsym)})"
+        line = _Where(where, "line", i, bsym)  # printed only for a message
         if bsym.sym.id == DEL_OP:
             for a in bsym.flat_args():
                 if not isinstance(a, Proxy):
@@ -144,7 +146,7 @@ def _check_subsymbols(bsym, line, numbers: set):
     readable = given | numbers
     made: set[str] = set()
     for j, sub in enumerate(bsym.subsymbols):
-        at = f"{line}, subsymbol {j} ({_text(sub)})"
+        at = _Where(line, "subsymbol", j, sub)
         if sub.sym.id == DEL_OP:
             raise TraceLintError(f"{at}: a del line among subsymbols")
         for a in sub.flat_proxy_args():
@@ -175,11 +177,12 @@ def _check_source(trace, where):
     except SyntaxError as e:
         raise TraceLintError(f"{where}: its text is not valid Python ({e.msg}, line {e.lineno}: {e.text!r})") from None
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
-    printer = Printer()
-    for bsym in trace.bound_symbols:
-        bsym_lines(bsym, 1, printer)
-    printer.value(trace.output)
-    known = set(_namespaces(trace)) | set(printer.consts) | set(dir(builtins))
+    # the globals compile_trace gives it: the namespaces it imports, and the constants and namespaces its header
+    # lists (`# _c0: builtin_function_or_method is_grad_enabled`)
+    known = set(dir(builtins)) | {m.group(1) for m in _HEADER_NAME.finditer(source[:source.find("\ndef ")])}
+    for st in tree.body:
+        if isinstance(st, (ast.Import, ast.ImportFrom)):
+            known.update((a.asname or a.name).split(".")[0] for a in st.names)
     defined = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     if fn.args.vararg:
         defined.add(fn.args.vararg.arg)
@@ -190,9 +193,7 @@ def _check_source(trace, where):
 
 def _walk(statements, defined: set, deleted: dict, known: set, where: str):
     for st in statements:
-        text = ast.unparse(st).splitlines()[0]
-        text = text if len(text) <= 100 else text[:97] + "..."
-        at = f"{where}, the statement `{text}`"
+        at = _Statement(where, st)  # printed only for a message
         if isinstance(st, ast.Delete):
             for target in st.targets:
                 for n in ast.walk(target):
@@ -201,7 +202,7 @@ def _walk(statements, defined: set, deleted: dict, known: set, where: str):
                             raise TraceLintError(f"{at}: deletes {n.id} a second time")
                         if n.id not in defined:
                             raise TraceLintError(f"{at}: deletes {n.id}, which is not defined")
-                        deleted[n.id] = text
+                        deleted[n.id] = at
                         defined.discard(n.id)
             continue
         body = []
@@ -214,7 +215,7 @@ def _walk(statements, defined: set, deleted: dict, known: set, where: str):
         for expr in reads:
             for name in _loads(expr):
                 if name in deleted:
-                    raise TraceLintError(f"{at}: reads {name} after its del (`{deleted[name]}`)")
+                    raise TraceLintError(f"{at}: reads {name} after its del (`{deleted[name].text()}`)")
                 if name not in defined and name not in known:
                     raise TraceLintError(f"{at}: reads {name}, which is not defined above")
         if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -245,6 +246,34 @@ def _loads(node) -> set:
         elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
             loads.add(n.id)
     return loads - bound
+
+
+class _Statement:
+    """`{where}, the statement `del t0``: printed only when a check fails."""
+
+    __slots__ = ("statement", "where")
+
+    def __init__(self, where, statement):
+        self.where, self.statement = where, statement
+
+    def text(self) -> str:
+        text = ast.unparse(self.statement).splitlines()[0]
+        return text if len(text) <= 100 else text[:97] + "..."
+
+    def __str__(self) -> str:
+        return f"{self.where}, the statement `{self.text()}`"
+
+
+class _Where:
+    """`{outer}, line 3 (t1 = prims.neg(t0))`: made for every line, printed only when a check fails."""
+
+    __slots__ = ("bsym", "index", "kind", "outer")
+
+    def __init__(self, outer, kind, index, bsym):
+        self.outer, self.kind, self.index, self.bsym = outer, kind, index, bsym
+
+    def __str__(self) -> str:
+        return f"{self.outer}, {self.kind} {self.index} ({_text(self.bsym)})"
 
 
 def _where(trace) -> str:
