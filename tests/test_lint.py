@@ -139,6 +139,15 @@ def test_subsymbol_redefines_an_input():
     _rejects(_trace([t0], [line], (t1,)), "subsymbol 0", "defines t0, which is an input of the line")
 
 
+def test_a_composite_may_give_back_its_input_a_prim_may_not():
+    # `(t0, t3) = ltorch.broadcast_tensors(t0, t1)` when t0 has the broadcast shape already
+    t0, t1, t3 = _t("t0"), _t("t1", (3,)), _t("t3")
+    line = ltorch.broadcast_tensors.bind(t0, t1, output=(t0, t3),
+                                         subsymbols=[prims.broadcast_in_dim.bind(t1, (2, 3), (1,), output=t3)])
+    lint(_trace([t0, t1], [line], (t0, t3)))
+    _rejects(_trace([t0], [prims.neg.bind(t0, output=t0)], (t0,)), "line 0", "defines t0, which is already defined")
+
+
 def test_nested_subsymbols_are_checked():
     t0, t1, t2, t9 = _t("t0"), _t("t1"), _t("t2"), _t("t9")
     inner = ltorch.exp.bind(t0, output=t2, subsymbols=[prims.neg.bind(t9, output=t1), prims.exp.bind(t1, output=t2)])

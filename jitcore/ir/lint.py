@@ -33,7 +33,8 @@ def lint(trace) -> None:
     """Raise TraceLintError unless `trace` keeps these invariants (returns None when it does):
 
     1. Each name is defined once: by an argument or by the output of a top-level line, never both or twice
-       (the exceptions, see _same_number: a number computed again by the very same line, or by a size unpack).
+       (the exceptions: a number computed again by the very same line or by a size unpack, see _same_number; a
+       line giving back one of its own inputs, see _passes_through).
     2. Each top-level line reads only names defined above it (arguments, earlier outputs); the output reads only
        defined names.
     3. `del` lines delete names that are defined and not yet deleted, and no line (nor the output) reads a name
@@ -87,7 +88,7 @@ def _check_proxies(trace, where):
             _check_read(a.name, defined, deleted, line)
         _check_subsymbols(bsym, line, numbers)
         for o in bsym.flat_proxy_outs():
-            if o.name in defined and not _same_number(o, bsym, makers.get(o.name)):
+            if o.name in defined and not _same_number(o, bsym, makers.get(o.name)) and not _passes_through(o, bsym):
                 raise TraceLintError(f"{line}: defines {o.name}, which is already defined")
             defined.add(o.name)
             makers.setdefault(o.name, bsym)
@@ -112,6 +113,20 @@ def _same_number(o, bsym, first) -> bool:
     if not isinstance(o, NumberProxy) or first is None:
         return False
     return _is_size_unpack(bsym) or _is_size_unpack(first) or _full_text(bsym) == _full_text(first)
+
+
+def _passes_through(o, bsym) -> bool:
+    """A composite line may give back one of its own inputs (the same proxy) among its outputs: it rebinds the
+    name to the same value.
+
+    It happens today: `(t0, t3, t5) = ltorch.broadcast_tensors(t0, t1, t2)` when t0 has the broadcast shape already
+    (the composite returns its input; tests/test_containers.py's broadcast_tensors case)."""
+    if not any(a is o for a in bsym.flat_proxy_args()):
+        return False
+    if not bsym.sym.is_prim:  # a composite's body may return its input
+        return True
+    # a prim's meta makes new values; an executor's line gives the input back when its original (a subsymbol) does
+    return any(_passes_through(o, s) for s in bsym.subsymbols)
 
 
 def _is_size_unpack(bsym) -> bool:
@@ -155,9 +170,9 @@ def _check_subsymbols(bsym, line, numbers: set):
                                      f"of an earlier subsymbol")
         _check_subsymbols(sub, at, numbers)
         for o in sub.flat_proxy_outs():
-            if o.name in made:
+            if o.name in made and not _passes_through(o, sub):
                 raise TraceLintError(f"{at}: defines {o.name}, which an earlier subsymbol defines")
-            if o.name in {a.name for a in inputs}:
+            if o.name in {a.name for a in inputs} and not _passes_through(o, sub):
                 raise TraceLintError(f"{at}: defines {o.name}, which is an input of the line")
             made.add(o.name)
             readable.add(o.name)
