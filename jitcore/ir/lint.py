@@ -220,32 +220,46 @@ def _walk(statements, defined: set, deleted: dict, known: set, where: str):
                         deleted[n.id] = at
                         defined.discard(n.id)
             continue
-        body = []
-        if isinstance(st, (ast.If, ast.While)):
-            reads, body = [st.test], [*st.body, *st.orelse]
-        elif isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            reads = [st.value] if st.value is not None else []
-        else:
-            reads = [st]
+        reads, targets, body = _parts(st)
         for expr in reads:
             for name in _loads(expr):
                 if name in deleted:
                     raise TraceLintError(f"{at}: reads {name} after its del (`{deleted[name].text()}`)")
                 if name not in defined and name not in known:
                     raise TraceLintError(f"{at}: reads {name}, which is not defined above")
-        if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-            for target in targets:
-                for n in ast.walk(target):
-                    if isinstance(n, ast.Name):
-                        defined.add(n.id)
-                        deleted.pop(n.id, None)
-                    elif isinstance(n, (ast.Subscript, ast.Attribute)):  # `args[0].x = v` reads args
-                        for name in _loads(n.value):
-                            if name not in defined and name not in known:
-                                raise TraceLintError(f"{at}: reads {name}, which is not defined above")
+        for target in targets:
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name):
+                    defined.add(n.id)
+                    deleted.pop(n.id, None)
+                elif isinstance(n, (ast.Subscript, ast.Attribute)):  # `args[0].x = v` reads args
+                    for name in _loads(n.value):
+                        if name not in defined and name not in known:
+                            raise TraceLintError(f"{at}: reads {name}, which is not defined above")
         if body:
             _walk(body, defined, deleted, known, where)  # what a branch assigns counts as defined after it
+
+
+def _parts(st) -> tuple:
+    """(expressions a statement reads before its body, targets it assigns, its body's statements)."""
+    if isinstance(st, (ast.If, ast.While)):
+        return [st.test], [], [*st.body, *st.orelse]
+    if isinstance(st, ast.For):
+        return [st.iter], [st.target], [*st.body, *st.orelse]
+    if isinstance(st, ast.With):
+        return [i.context_expr for i in st.items], [i.optional_vars for i in st.items if i.optional_vars], st.body
+    if isinstance(st, ast.Try):
+        handlers = [s for h in st.handlers for s in h.body]
+        names = [ast.Name(h.name, ast.Store()) for h in st.handlers if h.name]
+        return [h.type for h in st.handlers if h.type], names, [*st.body, *handlers, *st.orelse, *st.finalbody]
+    if isinstance(st, ast.Assign):
+        return [st.value], st.targets, []
+    if isinstance(st, ast.AugAssign):  # `x += 1` reads x
+        read = ast.Name(st.target.id, ast.Load()) if isinstance(st.target, ast.Name) else st.target
+        return [st.value, read], [st.target], []
+    if isinstance(st, ast.AnnAssign):
+        return [st.value] if st.value is not None else [], [st.target], []
+    return [st], [], []
 
 
 def _loads(node) -> set:
