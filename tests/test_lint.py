@@ -194,6 +194,9 @@ def test_text_traces_have_their_source_checked():
     trace.bound_symbols = [_text_sym("x = args[0]").bind(output=None), _text_sym("x.copy_(outs[0])").bind(output=None)]
     trace.set_provenance("Hand-built epilogue")
     lint(trace)
+    trace.bound_symbols.append(_text_sym("with torch.no_grad():\n    z = outs[1]\n    z.zero_()").bind(output=None))
+    trace.bound_symbols.append(_text_sym("z += 1").bind(output=None))  # assigned inside a block, read after it
+    lint(trace)
     trace.bound_symbols.append(_text_sym("y.append(outs[1])").bind(output=None))
     _rejects(trace, "the statement `y.append(outs[1])`", "reads y, which is not defined above")
     trace.bound_symbols[-1] = _text_sym("del x").bind(output=None)
