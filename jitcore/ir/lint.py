@@ -51,16 +51,18 @@ def lint(trace) -> None:
        line's input tensor, its decomposition still reads the sizes under their first names, which the top level
        computes above it (`ltorch.slice_scatter(t2, t25, 0, i3, i4, 1)` whose `prims.full((i21, i9), True, ...)`
        reads i9, a size of the input t25 whose shape now prints as `[i21, i23]`).
-    5. Its printed text (what runs) is valid Python in which every name read is a parameter, assigned by an
-       earlier statement and not deleted since, a global the generated code is given, or a builtin.
-
-    Traces whose arguments are not proxies (the prologue, the epilogue: `fn, args, kwargs`) hold their names as
-    text (their "proxies" are bare names, `outs[2]`): for them check 5 is the check.
+    5. Its printed text is valid Python in which every name read is a parameter, assigned by an earlier statement
+       and not deleted since, a global the generated code is given, or a builtin. Checked for a trace compiled
+       already (the ones that run: its source is at hand) and for a trace whose names are text: the prologue and
+       the epilogue (`fn, args, kwargs`: their "proxies" are bare names, `outs[2]`), for which it is the check.
     """
     where = _where(trace)
-    if all(isinstance(a, Proxy) for a in trace.args):
+    proxies = all(isinstance(a, Proxy) for a in trace.args)
+    if proxies:
         _check_proxies(trace, where)
-    _check_source(trace, where)  # the only check of a trace whose names are text (prologue, epilogue)
+    compiled = getattr(trace, "_callable", None)
+    if compiled is not None or not proxies:  # printing every pass's trace again would double the tests' compile time
+        _check_source(getattr(compiled, "__jitcore_source__", None) or trace_source(trace), where)
 
 
 def _check_proxies(trace, where):
@@ -182,11 +184,10 @@ def _check_subsymbols(bsym, line, numbers: set):
             raise TraceLintError(f"{line}: outputs {o.name}, which no subsymbol produces")
 
 
-def _check_source(trace, where):
+def _check_source(source, where):
     """Every name the generated function reads is a parameter, assigned by an earlier statement and not deleted
     since, a global the generated code is given (namespaces and constants, see jitcore/ir/codegen.py) or a
     builtin."""
-    source = trace_source(trace)
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
