@@ -24,6 +24,7 @@ from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter.provenance import Roots
+from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import recorded_without_grad
@@ -230,11 +231,14 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
         with _stage(stats, "guards"):
             guarded = guard(traced, program.writebacks, predicates, Roots(args, kwargs, fn), symbolic)
     prologues, epilogue = guarded.prologues, guarded.epilogue
-    return CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, executable.traces,
-                      prologues.traces, prologues.explain, executable.backward_traces,
-                      epilogue=guarded.run_epilogue, epilogue_traces=[epilogue] if epilogue else [], stats=stats,
-                      mutated_inputs=tuple(w.arg_index for w in program.writebacks), check=prologues.full,
-                      module_state=prologues.state)
+    entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, executable.traces,
+                       prologues.traces, prologues.explain, executable.backward_traces,
+                       epilogue=guarded.run_epilogue, epilogue_traces=[epilogue] if epilogue else [], stats=stats,
+                       mutated_inputs=tuple(w.arg_index for w in program.writebacks), check=prologues.full,
+                       module_state=prologues.state)
+    if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
+        ir_lint.lint_traces(entry.traces, entry.backward_traces, entry.prologue_traces, entry.epilogue_traces)
+    return entry
 
 
 @contextmanager
@@ -354,7 +358,10 @@ def _backward_without(backward: Trace, options: CompileOptions):
         if symbolic and _reads_undefined(define_sizes(dropped)):  # zeros of a symbolic size no value gives
             dropped.extra["zeros from runtime"] = True
             return [dropped]
-        return [dropped, *_after_claim(claim(dropped, options.executors))]
+        traces = [dropped, *_after_claim(claim(dropped, options.executors))]
+        if ir_lint.CHECK:  # the trace checker (on in the tests), over the traces built on first use
+            ir_lint.lint_traces(traces)
+        return traces
 
     build.needs_shapes = symbolic  # a pattern it cannot build: the runtime passes zeros shaped like the outputs
     return build
