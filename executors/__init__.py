@@ -14,14 +14,14 @@ __all__ = [
 ]
 
 
+# fusion executors are imported on first use (module __getattr__): they pull in torch.compile / nvFuser machinery
 def __getattr__(name):
-    # fusion executors are imported on first use: they pull in torch.compile / nvFuser machinery
     if name == "inductor_ex":
-        from executors.inductorex import inductor_ex
+        from executors.inductorex import inductor_ex  # lazy: torch._inductor is slow to import
 
         return inductor_ex
     if name == "nvfuser_ex":
-        from executors.nvfuserex import nvfuser_ex
+        from executors.nvfuserex import nvfuser_ex  # lazy: nvFuser is optional (CUDA machines only)
 
         return nvfuser_ex
     raise AttributeError(name)

@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 
+# the public names load jitcore.api on first use (module __getattr__): see the docstring
 def __getattr__(name):
     if name in _API:
         from jitcore import api  # cycle with executors: api imports executors, which import jitcore's IR

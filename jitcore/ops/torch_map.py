@@ -75,6 +75,7 @@ def torch_path(fn) -> str | None:
 
         _paths = {}
         for modname in reversed(_PUBLIC_MODULES):
+            # torch's public modules by name (not project modules), read once on first use
             mod = torch.Tensor if modname == "torch.Tensor" else importlib.import_module(modname)
             for attr in dir(mod):
                 if attr.startswith("_") and not attr.startswith("__"):
