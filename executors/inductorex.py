@@ -12,11 +12,12 @@ import warnings
 
 import torch
 
-from executors.regions import Region, aten_effects, canonical_key, fuse_regions, has_side_effect
+from executors.regions import Region, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Tag
 from jitcore.ir.trace import Trace
+from jitcore.ops.opaque import aten_effects
 from jitcore.ops.registry import PRIMS
 
 _ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if Tag.ELEMENTWISE in s.tags)

@@ -9,17 +9,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
-
 from jitcore.ir.codegen import Printer, bsym_call, lhs
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Trace, from_trace
-
-# opaque torch callables with these names (or a trailing "_", torch's in-place convention) may have effects
-_EFFECTFUL_NAMES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "print",
-                    "sdpa", "attention")
 
 
 def has_side_effect(bsym: BoundSymbol) -> bool:
@@ -31,26 +25,11 @@ def has_side_effect(bsym: BoundSymbol) -> bool:
     tags = bsym.sym.tags
     if Tag.INPLACE in tags or Tag.DONT_DCE in tags:
         return True
-    if Tag.OPAQUE in tags:
-        schema_says = aten_effects(bsym.sym.torch_fn)
-        if schema_says is not None:
-            return schema_says
-        name = getattr(bsym.sym, "name", "")
-        if (name.endswith("_") and not name.endswith("__")) or any(w in name for w in _EFFECTFUL_NAMES):
-            return True
-        if "out" in bsym.kwargs:
-            return True
+    if Tag.OPAQUE in tags and (Tag.EFFECTS in tags or "out" in bsym.kwargs):
+        return True
     if bsym.subsymbols:
         return any(has_side_effect(s) for s in bsym.subsymbols)
     return Tag.RANDOM in tags
-
-
-def aten_effects(fn) -> bool | None:
-    """For a torch operator overload (torch.ops.aten.x.default): whether it mutates or draws random numbers;
-    None for other callables (their schema is unknown)."""
-    if not isinstance(fn, torch._ops.OpOverload):
-        return None
-    return fn._schema.is_mutable or torch.Tag.nondeterministic_seeded in fn.tags
 
 
 @dataclass

@@ -54,6 +54,7 @@ class Tag(enum.Enum):
     PYTHON = "python"  # number or collection arithmetic; no tensor
     DONT_DCE = "dont_dce"  # kept even when its outputs are unused
     ELEMENTWISE = "elementwise"  # each output element from the same-index element of each input (same shape)
+    EFFECTS = "effects"  # an opaque op that may write memory or draw random numbers: fusion never moves it
 
 
 class Symbol:

@@ -128,6 +128,29 @@ def draws_random(fn) -> bool:
     return any(seeded in getattr(packet, o).tags for o in packet.overloads())
 
 
+# torch callables with no aten schema and these names (or a trailing "_", torch's in-place convention) may have effects
+_EFFECTFUL_NAMES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "print",
+                    "sdpa", "attention")
+
+
+def aten_effects(fn) -> bool | None:
+    """For a torch operator overload (torch.ops.aten.x.default): whether it mutates or draws random numbers;
+    None for other callables (their schema is unknown)."""
+    if not isinstance(fn, torch._ops.OpOverload):
+        return None
+    return fn._schema.is_mutable or torch.Tag.nondeterministic_seeded in fn.tags
+
+
+def may_have_effects(fn) -> bool:
+    """Whether an opaque call of fn may write memory or draw random numbers: its schema says so for an aten
+    overload; any other callable is judged by its name, conservatively (it is then tagged EFFECTS)."""
+    schema_says = aten_effects(fn)
+    if schema_says is not None:
+        return schema_says
+    name = getattr(fn, "__name__", "") or ""
+    return (name.endswith("_") and not name.endswith("__")) or any(w in name for w in _EFFECTFUL_NAMES)
+
+
 class _Opaque(Symbol):
     """An opaque op. Called inside torch.autocast (enabled for its tensors' device, outside any other op, as torch's
     dispatcher applies it), it records the op run inside that autocast instead (AutocastCall): the torch kernels
@@ -199,7 +222,8 @@ def opaque_symbol(fn) -> Symbol:
         return sym
     module, name, namespace = _public_name(fn)
     qualname = f"{module}.{name}" if module else name
-    tags = (Tag.OPAQUE, Tag.RANDOM) if draws_random(fn) else (Tag.OPAQUE,)
+    tags = (Tag.OPAQUE,) + ((Tag.RANDOM,) if draws_random(fn) else ()) + ((Tag.EFFECTS,) if may_have_effects(fn)
+                                                                           else ())
     sym = _Opaque(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=tags, module=module,
                  namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn)
     EAGER_KERNELS[sym.id] = fn
