@@ -28,7 +28,7 @@ from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import recorded_without_grad
-from jitcore.ir.trace import Timer, Trace
+from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ir.views import VIEW_OPS
 from jitcore.ops.autocast import outside_autocast
 from transforms.autodiff import Split, drop_cotangents, grad_transform
@@ -220,7 +220,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
         with _stage(stats, "interpret"):
             traced = trace_function(fn, args, kwargs, symbolic=symbolic)
         with _stage(stats, "transforms"):
-            program = transform(traced)
+            program = transform(traced, symbolic)
         with _stage(stats, "claim"):
             claimed = claim_program(program, options, symbolic)
         with _stage(stats, "memory"):
@@ -258,7 +258,7 @@ class Program:
     writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
 
 
-def transform(traced: TraceResult) -> Program:
+def transform(traced: TraceResult, symbolic: bool) -> Program:
     """Stage "transforms": functionalize (in-place writes become writebacks), dce, cse, and autodiff when a gradient
     can flow (the joint trace splits into a forward and a backward)."""
     traces = [traced.trace]
@@ -269,14 +269,14 @@ def transform(traced: TraceResult) -> Program:
     traces.append(dce(traces[-1]))
     traces.append(cse(traces[-1]))
     if not _needs_autodiff(traces[-1]):
-        return Program(traces, [], None, writebacks)
+        return Program([*traces[:-1], _with_sizes(traces[-1])] if symbolic else traces, [], None, writebacks)
     split = grad_transform(traces[-1])
     forward = split.forward
     if writebacks:  # the epilogue overwrites them before the backward runs
         written = {traced.trace.args[w.arg_index].name for w in writebacks}
         forward = save_written_inputs_by_copy(forward, split.n_outputs, written)
-    return Program([*traces, forward], [split.backward, cse(split.backward, distinct_outputs=False)], split,
-                   writebacks)
+    backward = [split.backward, cse(split.backward, distinct_outputs=False)]
+    return Program([*traces, _with_sizes(forward) if symbolic else forward], backward, split, writebacks)
 
 
 @dataclass(frozen=True)
@@ -287,14 +287,20 @@ class Claimed:
 
 def claim_program(program: Program, options: CompileOptions, symbolic: bool) -> Claimed:
     """Stage "claim": each op of the forward (and backward) taken by the first executor that can run it."""
-    trace = program.traces[-1]
-    if symbolic:  # sizes the claimed decompositions (or the backward) read: computed once, at the top
-        define_sizes(trace)
-    forward = claim(trace, options.executors)
+    forward = claim(program.traces[-1], options.executors)
     if symbolic:
-        prune_sizes(forward)
+        prune_sizes(forward)  # (claim's new trace, before anything else sees it)
     backward = claim(program.backward_traces[-1], options.executors) if program.split is not None else None
     return Claimed(forward, backward)
+
+
+def _with_sizes(trace: Trace) -> Trace:
+    """The trace (same header) with every symbolic size its lines, its claimed decompositions or the backward read
+    computed once, at the top (define_sizes, on a copy: the trace it was given stays as it is)."""
+    new = from_trace(trace)
+    new.bound_symbols = list(trace.bound_symbols)
+    new.provenance = trace.provenance
+    return define_sizes(new)
 
 
 @dataclass(frozen=True)
