@@ -1,7 +1,8 @@
 """Ops: how an op is defined. `@prim` turns a meta function into a prim; `@torchsymbol` turns a Python body over
 other ops into a torch-level composite and enters the torch callables it stands for into jitcore/ops/torch_map.py.
 
-Every op is defined once, in one jitcore/ops/*.py file, with a stable id (`prims.add`, `ltorch.gelu`).
+Every op is defined once, in one jitcore/ops/*.py file, with a stable id (`prims.add`, `ltorch.gelu`) written out in
+full, as a string, where it is defined, so grepping the id finds the definition.
 """
 from __future__ import annotations
 
