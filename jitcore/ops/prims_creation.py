@@ -27,20 +27,20 @@ def _out(op, shape, device, dtype) -> TensorProxy:
     return TensorProxy(tuple(shape), dtype, devices.to_device(device), False)
 
 
-@prim("full", tags=CREATION)
+@prim("prims.full", tags=CREATION)
 def full(shape, fill_value, *, device, dtype):
     """A tensor of `shape` filled with fill_value."""
     check(is_number(fill_value), lambda: f"prims.full: fill_value must be a number, got {fill_value!r}")
     return _out("full", shape, device, dtype)
 
 
-@prim("empty", tags=CREATION)
+@prim("prims.empty", tags=CREATION)
 def empty(shape, *, device, dtype):
     """An uninitialized tensor of `shape`."""
     return _out("empty", shape, device, dtype)
 
 
-@prim("iota", tags=CREATION)
+@prim("prims.iota", tags=CREATION)
 def iota(length, *, start, step, device, dtype):
     """start + step * arange(length) (computed in float64/int64, then cast to dtype, like torch.arange on CPU)."""
     check(isinstance(length, int) and length >= 0, lambda: f"prims.iota: length must be an int >= 0, got {length!r}")
@@ -53,7 +53,7 @@ def _check_float(op, dtype):
           lambda: f"prims.{op}: expected a floating point dtype, got {dtype}")
 
 
-@prim("uniform", tags=RANDOM)
+@prim("prims.uniform", tags=RANDOM)
 def uniform(shape, minval, maxval, *, device, dtype):
     """Samples from U[minval, maxval) (torch's Tensor.uniform_)."""
     _check_float("uniform", dtype)
@@ -62,7 +62,7 @@ def uniform(shape, minval, maxval, *, device, dtype):
     return _out("uniform", shape, device, dtype)
 
 
-@prim("normal", tags=RANDOM)
+@prim("prims.normal", tags=RANDOM)
 def normal(shape, mean, std, *, device, dtype):
     """Samples from N(mean, std**2) (torch's Tensor.normal_)."""
     _check_float("normal", dtype)
@@ -71,7 +71,7 @@ def normal(shape, mean, std, *, device, dtype):
     return _out("normal", shape, device, dtype)
 
 
-@prim("normal_serial", tags=RANDOM)
+@prim("prims.normal_serial", tags=RANDOM)
 def normal_serial(shape, mean, std, *, device, dtype):
     """Samples from N(mean, std**2) drawn one element at a time, in order: eager's CPU normal_ on a tensor that is
     not contiguous (a contiguous one of 16 or more elements is drawn in batches, as prims.normal does)."""
@@ -81,7 +81,7 @@ def normal_serial(shape, mean, std, *, device, dtype):
     return _out("normal_serial", shape, device, dtype)
 
 
-@prim("randint", tags=RANDOM)
+@prim("prims.randint", tags=RANDOM)
 def randint(low, high, shape, *, device, dtype):
     """Integers drawn uniformly from [low, high) (torch.randint)."""
     check(isinstance(low, int) and isinstance(high, int) and low < high,
@@ -89,7 +89,7 @@ def randint(low, high, shape, *, device, dtype):
     return _out("randint", shape, device, dtype)
 
 
-@prim("bernoulli", tags=RANDOM)
+@prim("prims.bernoulli", tags=RANDOM)
 def bernoulli(shape, p, *, device, dtype):
     """1 with probability p (a number), else 0: torch.empty(shape).bernoulli_(p), the draw eager's dropout and
     torch.bernoulli(t, p) make."""
@@ -98,7 +98,7 @@ def bernoulli(shape, p, *, device, dtype):
     return _out("bernoulli", shape, device, dtype)
 
 
-@prim("bernoulli_tensor", tags=(Tag.RANDOM,))
+@prim("prims.bernoulli_tensor", tags=(Tag.RANDOM,))
 def bernoulli_tensor(prob, shape, *, dtype):
     """1 with the probabilities in prob (broadcast to shape), else 0: torch.empty(shape).bernoulli_(prob), the draw
     torch.bernoulli(prob) and Tensor.bernoulli_(prob) make."""
@@ -113,7 +113,7 @@ def bernoulli_tensor(prob, shape, *, dtype):
 SAMPLERS = ("exponential", "cauchy", "log_normal", "geometric")  # Tensor.<kind>_ draws that take only numbers
 
 
-@prim("sample", tags=RANDOM)
+@prim("prims.sample", tags=RANDOM)
 def sample(kind, shape, params, *, device, dtype):
     """torch.empty(shape).<kind>_(*params) for kind in SAMPLERS (Tensor.exponential_(lambd), cauchy_(median,
     sigma), log_normal_(mean, std), geometric_(p)): eager's own draw; the arguments are checked as eager checks them."""
@@ -145,7 +145,7 @@ def _sequence_shape(seq) -> tuple:
     return (len(seq),) + (shapes[0] if shapes else ())
 
 
-@prim("tensor_from_sequence", tags=CREATION)
+@prim("prims.tensor_from_sequence", tags=CREATION)
 def tensor_from_sequence(seq, *, dtype, device):
     """torch.tensor of a (nested) list of Python numbers."""
     return _out("tensor_from_sequence", _sequence_shape(seq), device, dtype)

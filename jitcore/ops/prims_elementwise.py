@@ -39,90 +39,94 @@ INEXACT, INTEGRAL, ANY = (2, 3), (0, 1), (0, 1, 2, 3)
 ANY_NUMBER = (1, 2, 3)
 
 
-def _unary(name, allowed=ANY, out=None, tags=()):
+def _unary(op_id, allowed=ANY, out=None, tags=()):
+    name = op_id.removeprefix("prims.")
+
     def meta(a):
         return _elementwise_meta(name, a, out_dtype=out, allowed=allowed)
 
     meta.__name__ = name
-    return prim(name, tags=EW + tuple(tags))(meta)
+    return prim(op_id, tags=EW + tuple(tags))(meta)
 
 
-def _binary(name, allowed=ANY, out=None, tags=()):
+def _binary(op_id, allowed=ANY, out=None, tags=()):
+    name = op_id.removeprefix("prims.")
+
     def meta(a, b):
         return _elementwise_meta(name, a, b, out_dtype=out, allowed=allowed)
 
     meta.__name__ = name
-    return prim(name, tags=EW + tuple(tags))(meta)
+    return prim(op_id, tags=EW + tuple(tags))(meta)
 
 
 # -- unary -----------------------------------------------------------------------------------------------------
-abs = _unary("abs", ANY_NUMBER)
-neg = _unary("neg", ANY_NUMBER)
-exp = _unary("exp", INEXACT)
-exp2 = _unary("exp2", INEXACT)
-expm1 = _unary("expm1", INEXACT)
-log = _unary("log", INEXACT)
-log1p = _unary("log1p", INEXACT)
-log2 = _unary("log2", INEXACT)
-log10 = _unary("log10", INEXACT)
-sin = _unary("sin", INEXACT)
-cos = _unary("cos", INEXACT)
-tan = _unary("tan", INEXACT)
-asin = _unary("asin", INEXACT)
-acos = _unary("acos", INEXACT)
-atan = _unary("atan", INEXACT)
-sinh = _unary("sinh", INEXACT)
-cosh = _unary("cosh", INEXACT)
-tanh = _unary("tanh", INEXACT)
-asinh = _unary("asinh", INEXACT)
-acosh = _unary("acosh", INEXACT)
-atanh = _unary("atanh", INEXACT)
-sqrt = _unary("sqrt", INEXACT)
-rsqrt = _unary("rsqrt", INEXACT)
-reciprocal = _unary("reciprocal", INEXACT)
-sigmoid = _unary("sigmoid", INEXACT)
-erf = _unary("erf", (2,))
-erfc = _unary("erfc", (2,))
-erfinv = _unary("erfinv", (2,))
-lgamma = _unary("lgamma", (2,))
-digamma = _unary("digamma", (2,))
-sign = _unary("sign", (0, 1, 2))
-floor = _unary("floor", (1, 2))
-ceil = _unary("ceil", (1, 2))
-round = _unary("round", (1, 2))
-trunc = _unary("trunc", (1, 2))
-bitwise_not = _unary("bitwise_not", INTEGRAL)
-signbit = _unary("signbit", (1, 2), out=torch.bool, tags=ND)
-isfinite = _unary("isfinite", ANY, out=torch.bool, tags=ND)
+abs = _unary("prims.abs", ANY_NUMBER)
+neg = _unary("prims.neg", ANY_NUMBER)
+exp = _unary("prims.exp", INEXACT)
+exp2 = _unary("prims.exp2", INEXACT)
+expm1 = _unary("prims.expm1", INEXACT)
+log = _unary("prims.log", INEXACT)
+log1p = _unary("prims.log1p", INEXACT)
+log2 = _unary("prims.log2", INEXACT)
+log10 = _unary("prims.log10", INEXACT)
+sin = _unary("prims.sin", INEXACT)
+cos = _unary("prims.cos", INEXACT)
+tan = _unary("prims.tan", INEXACT)
+asin = _unary("prims.asin", INEXACT)
+acos = _unary("prims.acos", INEXACT)
+atan = _unary("prims.atan", INEXACT)
+sinh = _unary("prims.sinh", INEXACT)
+cosh = _unary("prims.cosh", INEXACT)
+tanh = _unary("prims.tanh", INEXACT)
+asinh = _unary("prims.asinh", INEXACT)
+acosh = _unary("prims.acosh", INEXACT)
+atanh = _unary("prims.atanh", INEXACT)
+sqrt = _unary("prims.sqrt", INEXACT)
+rsqrt = _unary("prims.rsqrt", INEXACT)
+reciprocal = _unary("prims.reciprocal", INEXACT)
+sigmoid = _unary("prims.sigmoid", INEXACT)
+erf = _unary("prims.erf", (2,))
+erfc = _unary("prims.erfc", (2,))
+erfinv = _unary("prims.erfinv", (2,))
+lgamma = _unary("prims.lgamma", (2,))
+digamma = _unary("prims.digamma", (2,))
+sign = _unary("prims.sign", (0, 1, 2))
+floor = _unary("prims.floor", (1, 2))
+ceil = _unary("prims.ceil", (1, 2))
+round = _unary("prims.round", (1, 2))
+trunc = _unary("prims.trunc", (1, 2))
+bitwise_not = _unary("prims.bitwise_not", INTEGRAL)
+signbit = _unary("prims.signbit", (1, 2), out=torch.bool, tags=ND)
+isfinite = _unary("prims.isfinite", ANY, out=torch.bool, tags=ND)
 
 # -- binary ----------------------------------------------------------------------------------------------------
-add = _binary("add")
-sub = _binary("sub", ANY_NUMBER)
-mul = _binary("mul")
-div = _binary("div", ANY_NUMBER)  # true division for inexact dtypes, truncation for integers (like C)
-remainder = _binary("remainder", (1, 2))  # Python's sign convention (follows the divisor)
-fmod = _binary("fmod", (1, 2))  # C's sign convention (follows the dividend)
-pow = _binary("pow", ANY_NUMBER)
-atan2 = _binary("atan2", (2,))
-maximum = _binary("maximum", (0, 1, 2))
-minimum = _binary("minimum", (0, 1, 2))
-copysign = _binary("copysign", (2,))
-nextafter = _binary("nextafter", (2,))
-bitwise_and = _binary("bitwise_and", INTEGRAL)
-bitwise_or = _binary("bitwise_or", INTEGRAL)
-bitwise_xor = _binary("bitwise_xor", INTEGRAL)
-bitwise_left_shift = _binary("bitwise_left_shift", (1,))
-bitwise_right_shift = _binary("bitwise_right_shift", (1,))
-eq = _binary("eq", out=torch.bool, tags=ND)
-ne = _binary("ne", out=torch.bool, tags=ND)
-lt = _binary("lt", (0, 1, 2), out=torch.bool, tags=ND)
-le = _binary("le", (0, 1, 2), out=torch.bool, tags=ND)
-gt = _binary("gt", (0, 1, 2), out=torch.bool, tags=ND)
-ge = _binary("ge", (0, 1, 2), out=torch.bool, tags=ND)
+add = _binary("prims.add")
+sub = _binary("prims.sub", ANY_NUMBER)
+mul = _binary("prims.mul")
+div = _binary("prims.div", ANY_NUMBER)  # true division for inexact dtypes, truncation for integers (like C)
+remainder = _binary("prims.remainder", (1, 2))  # Python's sign convention (follows the divisor)
+fmod = _binary("prims.fmod", (1, 2))  # C's sign convention (follows the dividend)
+pow = _binary("prims.pow", ANY_NUMBER)
+atan2 = _binary("prims.atan2", (2,))
+maximum = _binary("prims.maximum", (0, 1, 2))
+minimum = _binary("prims.minimum", (0, 1, 2))
+copysign = _binary("prims.copysign", (2,))
+nextafter = _binary("prims.nextafter", (2,))
+bitwise_and = _binary("prims.bitwise_and", INTEGRAL)
+bitwise_or = _binary("prims.bitwise_or", INTEGRAL)
+bitwise_xor = _binary("prims.bitwise_xor", INTEGRAL)
+bitwise_left_shift = _binary("prims.bitwise_left_shift", (1,))
+bitwise_right_shift = _binary("prims.bitwise_right_shift", (1,))
+eq = _binary("prims.eq", out=torch.bool, tags=ND)
+ne = _binary("prims.ne", out=torch.bool, tags=ND)
+lt = _binary("prims.lt", (0, 1, 2), out=torch.bool, tags=ND)
+le = _binary("prims.le", (0, 1, 2), out=torch.bool, tags=ND)
+gt = _binary("prims.gt", (0, 1, 2), out=torch.bool, tags=ND)
+ge = _binary("prims.ge", (0, 1, 2), out=torch.bool, tags=ND)
 
 
 # -- ternary ---------------------------------------------------------------------------------------------------
-@prim("where", tags=EW)
+@prim("prims.where", tags=EW)
 def where(pred, a, b):
     """pred ? a : b; pred is a bool tensor (or bool); a and b share pred's shape and one dtype."""
     check((isinstance(pred, TensorProxy) and pred.dtype is torch.bool) or isinstance(pred, bool),
@@ -134,12 +138,12 @@ def where(pred, a, b):
               lambda: f"prims.where: shapes differ: {[tuple(x.shape) for x in tensors_of(pred, a, b)]}")
     check(len({t.dtype for t in vals}) <= 1, lambda: f"prims.where: dtypes differ: {[t.dtype for t in vals]}")
     dtype = vals[0].dtype if vals else dtypes.promote_dtypes(a, b)
-    device = same_device("prims.where", pred, *vals)
+    device = same_device(where.id, pred, *vals)
     return TensorProxy(shape_src.shape, dtype, device, requires_grad(a, b) and dtypes.is_inexact(dtype))
 
 
 # -- conversion ------------------------------------------------------------------------------------------------
-@prim("convert_element_type", tags=EW)
+@prim("prims.convert_element_type", tags=EW)
 def convert_element_type(a, dtype: torch.dtype):
     """a cast to dtype (torch's .to(dtype) semantics: float->int truncates toward zero)."""
     check(isinstance(dtype, torch.dtype), lambda: f"prims.convert_element_type: expected a dtype, got {dtype!r}")
@@ -147,7 +151,7 @@ def convert_element_type(a, dtype: torch.dtype):
     return a.like(dtype=dtype, requires_grad=requires_grad(a) and dtypes.is_inexact(dtype))
 
 
-@prim("device_put", tags=EW)
+@prim("prims.device_put", tags=EW)
 def device_put(a, device):
     """a moved to device."""
     check(isinstance(a, TensorProxy), lambda: f"prims.device_put: expected a tensor, got {a!r}")

@@ -39,14 +39,14 @@ def _size(a, d) -> int:
     return a.shape[d] if a.ndim else 1
 
 
-@prim("take")
+@prim("prims.take")
 def take(a, index, dim):
     """torch.index_select: the entries of a at the 1-D int `index` along dim."""
     _tensor("take", a)
     _index("take", index)
     d = _dim("take", a, dim)
     check(index.ndim <= 1, lambda: f"prims.take: index should have 1 dimension, got shape {_shape(index)}")
-    same_device("prims.take", a, index)
+    same_device(take.id, a, index)
     if a.ndim == 0:
         check(index.numel() == 1, lambda: f"prims.take: index to scalar can have only 1 value, got {index.numel()}")
         return a.like(requires_grad=requires_grad(a))
@@ -68,14 +68,14 @@ def _check_gather_like(op, a, index, d, src=None):
             raise MetaError(f"prims.{op}: size of index {_shape(index)} must not exceed src's {_shape(src)} in dim {i}")
 
 
-@prim("take_along_axis")
+@prim("prims.take_along_axis")
 def take_along_axis(a, index, dim):
     """torch.gather: out[..i..] = a[..index[..i..] at dim..]; output has index's shape."""
     _tensor("take_along_axis", a)
     _index("take_along_axis", index)
     d = _dim("take_along_axis", a, dim)
     _check_gather_like("take_along_axis", a, index, d)
-    same_device("prims.take_along_axis", a, index)
+    same_device(take_along_axis.id, a, index)
     return a.like(shape=_shape(index), requires_grad=requires_grad(a))
 
 
@@ -95,19 +95,19 @@ def _scatter_meta(op, a, index, src, dim, number_ok):
     return a.like(requires_grad=requires_grad(a, src))
 
 
-@prim("scatter")
+@prim("prims.scatter")
 def scatter(a, index, src, dim):
     """torch.scatter out of place: a copy of a with out[..index[..i..] at dim..] = src[..i..] (src may be a number)."""
     return _scatter_meta("scatter", a, index, src, dim, number_ok=True)
 
 
-@prim("scatter_add")
+@prim("prims.scatter_add")
 def scatter_add(a, index, src, dim):
     """torch.scatter_add out of place: a copy of a with src[..i..] added at out[..index[..i..] at dim..]."""
     return _scatter_meta("scatter_add", a, index, src, dim, number_ok=False)
 
 
-@prim("index_add")
+@prim("prims.index_add")
 def index_add(a, index, source, dim):
     """torch.index_add out of place: a copy of a with source's slices along dim added at the 1-D `index`."""
     _tensor("index_add", a)
@@ -122,7 +122,7 @@ def index_add(a, index, source, dim):
     check(_shape(source) == tuple(expected) or (a.ndim == 0 and source.numel() == 1 == index.numel()),
           lambda: f"prims.index_add: source {_shape(source)} must have the shape {tuple(expected)} of input "
                   f"{_shape(a)} with dim {d} replaced by the index's length {index.numel()}")
-    same_device("prims.index_add", a, index, source)
+    same_device(index_add.id, a, index, source)
     return a.like(requires_grad=requires_grad(a, source))
 
 
@@ -157,7 +157,7 @@ def _indexed_shape(op, a, indices) -> tuple:
     return tuple(kept[:at]) + tuple(bshape) + tuple(kept[at:])
 
 
-@prim("index_put")
+@prim("prims.index_put")
 def index_put(a, indices, values, accumulate):
     """torch.index_put out of place: a copy of a with a[indices] = values (or += when accumulate).
 
@@ -176,5 +176,5 @@ def index_put(a, indices, values, accumulate):
         v == 1 or t is None or v == t for v, t in zip(reversed(vshape), reversed(target)))
     check(ok, lambda: f"prims.index_put: shape mismatch: value tensor of shape {vshape} cannot be broadcast to "
                       f"indexing result of shape {tuple('?' if t is None else t for t in target)}")
-    same_device("prims.index_put", a, values, *[i for i in indices if i is not None])
+    same_device(index_put.id, a, values, *[i for i in indices if i is not None])
     return a.like(requires_grad=requires_grad(a, values))

@@ -14,14 +14,14 @@ def _tensor(op, a, what="a"):
     check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected {what} to be a tensor, got {a!r}")
 
 
-@prim("shape", tags=(Tag.NON_DIFFERENTIABLE, Tag.PYTHON))
+@prim("prims.shape", tags=(Tag.NON_DIFFERENTIABLE, Tag.PYTHON))
 def shape(a):
     """The sizes of a as a tuple (ints, or IntegerProxy under symbolic values)."""
     _tensor("shape", a)
     return tuple(a._shape)
 
 
-@prim("copy_", tags=(Tag.INPLACE, Tag.DONT_DCE))
+@prim("prims.copy_", tags=(Tag.INPLACE, Tag.DONT_DCE))
 def copy_(src, dst):
     """Writes src into dst when it runs (dst.copy_(src)); returns dst's new value. One shape; dtype, device convert."""
     _tensor("copy_", src, "src")
@@ -31,14 +31,14 @@ def copy_(src, dst):
     return dst.like(requires_grad=requires_grad(src, dst))
 
 
-@prim("stop_gradient", tags=(Tag.NON_DIFFERENTIABLE,))
+@prim("prims.stop_gradient", tags=(Tag.NON_DIFFERENTIABLE,))
 def stop_gradient(a):
     """a's value with no gradient flowing back (torch's detach)."""
     _tensor("stop_gradient", a)
     return a.like(requires_grad=False)
 
 
-@prim("no_grad_update")
+@prim("prims.no_grad_update")
 def no_grad_update(dst, values):
     """dst after a write autograd did not record (under no_grad, or through .data or detach()): values' values,
     dst's gradient path. Eager keeps the written tensor's autograd identity; its later uses send gradients to dst."""

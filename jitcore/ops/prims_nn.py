@@ -38,18 +38,18 @@ def _matmul_shape(a, b) -> tuple:
         return sa[:-1]
     if a.ndim == 1:
         return sb[:-2] + sb[-1:]
-    batch = broadcast_shapes("prims.matmul", sa[:-2], sb[:-2])
+    batch = broadcast_shapes(matmul.id, sa[:-2], sb[:-2])
     return tuple(batch) + (sa[-2], sb[-1])
 
 
-@prim("matmul")
+@prim("prims.matmul")
 def matmul(a, b):
     """torch.matmul: dot, matrix-vector, matrix-matrix and batched products with broadcast batch dims."""
     device = _tensors("matmul", ("a", a), ("b", b))
     return TensorProxy(_matmul_shape(a, b), a.dtype, device, requires_grad(a, b))
 
 
-@prim("linear")
+@prim("prims.linear")
 def linear(a, w, bias):
     """torch.nn.functional.linear: a @ w.T + bias; w is (out, in) or (in,); bias may be None."""
     named = [("input", a), ("weight", w)] + ([("bias", bias)] if bias is not None else [])
@@ -62,7 +62,7 @@ def linear(a, w, bias):
     shape = _shape(a)[:-1] + (_shape(w)[:1] if w.ndim == 2 else ())
     check(w.ndim == 2 or bias is None, "prims.linear: a 1-D weight takes no bias (add it after)")
     if bias is not None:
-        check(broadcast_shapes("prims.linear", shape, _shape(bias)) == tuple(shape),
+        check(broadcast_shapes(linear.id, shape, _shape(bias)) == tuple(shape),
               lambda: f"prims.linear: bias {_shape(bias)} does not broadcast to the output shape {shape}")
     return TensorProxy(shape, a.dtype, device, requires_grad(a, w, bias))
 
@@ -80,7 +80,7 @@ def _conv_out_size(n, k, s, p, d, op, transposed) -> int:
     return (n + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-@prim("convolution")
+@prim("prims.convolution")
 def convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """torch.convolution on batched input (N, C, *spatial); padding is ints (ltorch resolves 'same'/'valid')."""
     named = [("input", a), ("weight", weight)] + ([("bias", bias)] if bias is not None else [])
@@ -113,12 +113,12 @@ def convolution(a, weight, bias, stride, padding, dilation, transposed, output_p
     return TensorProxy((a.shape[0], c_out) + spatial, a.dtype, device, requires_grad(a, weight, bias))
 
 
-@prim("embedding")
+@prim("prims.embedding")
 def embedding(a, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
     """torch.nn.functional.embedding: rows of the 2-D weight at the integer indices a."""
     check(isinstance(a, TensorProxy) and dtypes.category(a.dtype) == 1,
           lambda: f"prims.embedding: expected integer indices, got {getattr(a, 'dtype', a)!r}")
     check(isinstance(weight, TensorProxy) and weight.ndim == 2,
           lambda: f"prims.embedding: weight must be 2-D, got {getattr(weight, 'shape', weight)!r}")
-    device = same_device("prims.embedding", a, weight)
+    device = same_device(embedding.id, a, weight)
     return TensorProxy(_shape(a) + (weight.shape[1],), weight.dtype, device, requires_grad(weight))

@@ -40,20 +40,22 @@ def _reduced(op, a, dims, *, nonempty=False) -> tuple:
     return tuple(s for i, s in enumerate(a.shape) if i not in dims)
 
 
-def _reduction(name, allowed, nonempty=False):
+def _reduction(op_id, allowed, nonempty=False):
+    name = op_id.removeprefix("prims.")
+
     def meta(a, dims):
         _tensor(name, a, allowed)
         return a.like(shape=_reduced(name, a, dims, nonempty=nonempty), requires_grad=requires_grad(a))
 
     meta.__name__ = name
     meta.__doc__ = f"{name} of a over dims (a tuple of canonical dims; () reduces nothing)."
-    return prim(name)(meta)
+    return prim(op_id)(meta)
 
 
-sum = _reduction("sum", (0, 1, 2, 3))
-prod = _reduction("prod", (0, 1, 2, 3))
-amax = _reduction("amax", (0, 1, 2), nonempty=True)
-amin = _reduction("amin", (0, 1, 2), nonempty=True)
+sum = _reduction("prims.sum", (0, 1, 2, 3))
+prod = _reduction("prims.prod", (0, 1, 2, 3))
+amax = _reduction("prims.amax", (0, 1, 2), nonempty=True)
+amin = _reduction("prims.amin", (0, 1, 2), nonempty=True)
 
 
 def _var_out(op, a, dims, correction):
@@ -64,20 +66,22 @@ def _var_out(op, a, dims, correction):
     return TensorProxy(shape, dtypes.to_real(a.dtype), a.device, requires_grad(a))
 
 
-@prim("var")
+@prim("prims.var")
 def var(a, dims, *, correction):
     """Variance over dims with `correction` (Bessel's is 1); inexact dtypes; real result for complex a."""
     return _var_out("var", a, dims, correction)
 
 
-@prim("var_mean")
+@prim("prims.var_mean")
 def var_mean(a, dims, *, correction):
     """(variance, mean) over dims, like torch.var_mean."""
     v = _var_out("var_mean", a, dims, correction)
     return v, a.like(shape=v.shape, requires_grad=requires_grad(a))
 
 
-def _arg_reduction(name):
+def _arg_reduction(op_id):
+    name = op_id.removeprefix("prims.")
+
     def meta(a, dim):
         _tensor(name, a, (1, 2))
         if dim is None:
@@ -90,14 +94,14 @@ def _arg_reduction(name):
 
     meta.__name__ = name
     meta.__doc__ = f"int64 index of the {name[3:]} along dim (None: of the flattened tensor); first on ties."
-    return prim(name, tags=ND)(meta)
+    return prim(op_id, tags=ND)(meta)
 
 
-argmax = _arg_reduction("argmax")
-argmin = _arg_reduction("argmin")
+argmax = _arg_reduction("prims.argmax")
+argmin = _arg_reduction("prims.argmin")
 
 
-@prim("topk")
+@prim("prims.topk")
 def topk(a, k, dim, largest, sorted):
     """(values, int64 indices) of the k largest (or smallest) entries along dim."""
     _tensor("topk", a, (1, 2))
@@ -111,7 +115,7 @@ def topk(a, k, dim, largest, sorted):
     return a.like(shape=tuple(shape), requires_grad=requires_grad(a)), TensorProxy(shape, torch.int64, a.device)
 
 
-@prim("sort")
+@prim("prims.sort")
 def sort(a, dim, descending, stable):
     """(values, int64 indices) of a sorted along dim."""
     _tensor("sort", a, (0, 1, 2))
@@ -119,7 +123,9 @@ def sort(a, dim, descending, stable):
     return a.like(requires_grad=requires_grad(a)), TensorProxy(a.shape, torch.int64, a.device)
 
 
-def _scan(name):
+def _scan(op_id):
+    name = op_id.removeprefix("prims.")
+
     def meta(a, dim):
         _tensor(name, a, (1, 2, 3))
         _dim(name, a, dim)
@@ -127,8 +133,8 @@ def _scan(name):
 
     meta.__name__ = name
     meta.__doc__ = f"inclusive {name} along dim, in a's dtype (bool is refused; ltorch converts first)."
-    return prim(name)(meta)
+    return prim(op_id)(meta)
 
 
-cumsum = _scan("cumsum")
-cumprod = _scan("cumprod")
+cumsum = _scan("prims.cumsum")
+cumprod = _scan("prims.cumprod")

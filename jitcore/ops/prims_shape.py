@@ -9,7 +9,7 @@ from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device
 
 
-@prim("broadcast_in_dim")
+@prim("prims.broadcast_in_dim")
 def broadcast_in_dim(a, shape, broadcast_dimensions):
     """a placed into `shape`: a's dim i becomes output dim broadcast_dimensions[i] (size equal or 1)."""
     check(isinstance(a, TensorProxy), lambda: f"prims.broadcast_in_dim: expected a tensor, got {a!r}")
@@ -23,7 +23,7 @@ def broadcast_in_dim(a, shape, broadcast_dimensions):
     return a.like(shape=shape, requires_grad=requires_grad(a))
 
 
-@prim("reshape")
+@prim("prims.reshape")
 def reshape(a, shape):
     """a with a new shape of the same number of elements (no -1 here; ltorch resolves it)."""
     check(isinstance(a, TensorProxy), lambda: f"prims.reshape: expected a tensor, got {a!r}")
@@ -40,7 +40,7 @@ def _check_tensor(op, a):
     check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected a tensor, got {a!r}")
 
 
-@prim("transpose")
+@prim("prims.transpose")
 def transpose(a, permutation):
     """a with its dims permuted: output dim i is a's dim permutation[i] (torch.permute)."""
     _check_tensor("transpose", a)
@@ -50,7 +50,7 @@ def transpose(a, permutation):
     return a.like(shape=tuple(a.shape[p] for p in perm), requires_grad=requires_grad(a))
 
 
-@prim("squeeze")
+@prim("prims.squeeze")
 def squeeze(a, dims):
     """a without the given dims, each of size 1."""
     _check_tensor("squeeze", a)
@@ -64,7 +64,7 @@ def squeeze(a, dims):
     return a.like(shape=shape, requires_grad=requires_grad(a))
 
 
-@prim("slice")
+@prim("prims.slice")
 def slice_prim(a, start_indices, end_indices, strides=None):
     """a[start:end:stride] in every dim; 0 <= start <= end <= size, stride >= 1."""
     _check_tensor("slice", a)
@@ -82,7 +82,7 @@ def slice_prim(a, start_indices, end_indices, strides=None):
     return a.like(shape=tuple(shape), requires_grad=requires_grad(a))
 
 
-@prim("cat")
+@prim("prims.cat")
 def cat(tensors, dim):
     """The tensors joined along dim: one dtype, one rank, equal sizes in the other dims."""
     check(isinstance(tensors, (tuple, list)) and len(tensors) > 0,
@@ -97,13 +97,13 @@ def cat(tensors, dim):
     for s in shapes:
         check(len(s) == first.ndim and all(s[i] == first.shape[i] for i in range(first.ndim) if i != d),
               lambda: f"prims.cat: sizes of tensors must match except in dimension {d}; shapes {shapes}")
-    device = same_device("prims.cat", *tensors)
+    device = same_device(cat.id, *tensors)
     shape = list(first.shape)
     shape[d] = sum(s[d] for s in shapes)
     return TensorProxy(tuple(shape), first.dtype, device, requires_grad(*tensors))
 
 
-@prim("pad")
+@prim("prims.pad")
 def pad(a, padding_value, padding_config):
     """a padded with padding_value: per dim (lo, hi, interior); negative lo/hi crop, interior goes between."""
     _check_tensor("pad", a)
@@ -123,7 +123,7 @@ def pad(a, padding_value, padding_config):
     return a.like(shape=tuple(shape), requires_grad=requires_grad(a))
 
 
-@prim("flip")
+@prim("prims.flip")
 def flip(a, dims):
     """a reversed along dims."""
     _check_tensor("flip", a)
@@ -131,7 +131,7 @@ def flip(a, dims):
     return a.like(requires_grad=requires_grad(a))
 
 
-@prim("unfold")
+@prim("prims.unfold")
 def unfold(a, dim, size, step):
     """Tensor.unfold: windows of `size` every `step` along dim, as a new last dim."""
     _check_tensor("unfold", a)

@@ -64,7 +64,9 @@ def number_dtype(*values) -> torch.dtype:
 
 
 # -- filled tensors --------------------------------------------------------------------------------------------------
-def _filled(name, value):
+def _filled(op_id, value):
+    name = op_id.removeprefix("ltorch.")
+
     def body(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False, **kwargs):
         check(out is None, lambda: f"{name}: out= is not supported")
         shape = _size(name, size, kwargs)
@@ -74,15 +76,15 @@ def _filled(name, value):
         return _fill(shape, value, dtype, _device(device), requires_grad)
 
     body.__name__ = name
-    return torchsymbol(getattr(torch, name), name=name, tags=CREATION)(body)
+    return torchsymbol(getattr(torch, name), id=op_id, tags=CREATION)(body)
 
 
-zeros = _filled("zeros", 0)
-ones = _filled("ones", 1)
-empty = _filled("empty", None)
+zeros = _filled("ltorch.zeros", 0)
+ones = _filled("ltorch.ones", 1)
+empty = _filled("ltorch.empty", None)
 
 
-@torchsymbol(torch.full, tags=CREATION)
+@torchsymbol(torch.full, tags=CREATION, id="ltorch.full")
 def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
     shape = _size("full", (size,))
     if isinstance(fill_value, TensorProxy):
@@ -92,12 +94,14 @@ def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, re
     return _fill(shape, fill_value, dtype or number_dtype(fill_value), _device(device), requires_grad)
 
 
-@torchsymbol(torch.scalar_tensor, tags=CREATION)
+@torchsymbol(torch.scalar_tensor, tags=CREATION, id="ltorch.scalar_tensor")
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
     return _fill((), s, dtype or torch.get_default_dtype(), _device(device), requires_grad)
 
 
-def _like(name, value):
+def _like(op_id, value):
+    name = op_id.removeprefix("ltorch.")
+
     def body(input, *, dtype=None, layout=None, device=None, requires_grad=False,
              memory_format=torch.preserve_format):
         dtype = dtype or input.dtype
@@ -106,21 +110,23 @@ def _like(name, value):
         return _fill(input.shape, value, dtype, _device(device, input), requires_grad)
 
     body.__name__ = name
-    return torchsymbol(getattr(torch, name), name=name, tags=CREATION)(body)
+    return torchsymbol(getattr(torch, name), id=op_id, tags=CREATION)(body)
 
 
-zeros_like = _like("zeros_like", 0)
-ones_like = _like("ones_like", 1)
-empty_like = _like("empty_like", None)
+zeros_like = _like("ltorch.zeros_like", 0)
+ones_like = _like("ltorch.ones_like", 1)
+empty_like = _like("ltorch.empty_like", None)
 
 
-@torchsymbol(torch.full_like, tags=CREATION)
+@torchsymbol(torch.full_like, tags=CREATION, id="ltorch.full_like")
 def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
               memory_format=torch.preserve_format):
     return _fill(input.shape, fill_value, dtype or input.dtype, _device(device, input), requires_grad)
 
 
-def _new(name, value):
+def _new(op_id, value):
+    name = op_id.removeprefix("ltorch.")
+
     def body(self, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False, **kwargs):
         shape = _size(name, size, kwargs)
         dtype = dtype or self.dtype
@@ -129,21 +135,21 @@ def _new(name, value):
         return _fill(shape, value, dtype, _device(device, self), requires_grad)
 
     body.__name__ = name
-    return torchsymbol(getattr(T, name), method=name, name=name, tags=CREATION)(body)
+    return torchsymbol(getattr(T, name), method=name, id=op_id, tags=CREATION)(body)
 
 
-new_zeros = _new("new_zeros", 0)
-new_ones = _new("new_ones", 1)
-new_empty = _new("new_empty", None)
+new_zeros = _new("ltorch.new_zeros", 0)
+new_ones = _new("ltorch.new_ones", 1)
+new_empty = _new("ltorch.new_empty", None)
 
 
-@torchsymbol(T.new_full, method="new_full", tags=CREATION)
+@torchsymbol(T.new_full, method="new_full", tags=CREATION, id="ltorch.new_full")
 def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
     return _fill(_size("new_full", (size,)), fill_value, dtype or self.dtype, _device(device, self), requires_grad)
 
 
 # -- ranges ---------------------------------------------------------------------------------------------------------
-@torchsymbol(torch.arange, tags=CREATION)
+@torchsymbol(torch.arange, tags=CREATION, id="ltorch.arange")
 def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, requires_grad=False,
            pin_memory=False):
     if end is None:
@@ -170,7 +176,7 @@ def _linspace_values(start, end, steps, dtype, device):
     return te.where(te.lt(idx, steps // 2), lo, hi)
 
 
-@torchsymbol(torch.linspace, tags=CREATION)
+@torchsymbol(torch.linspace, tags=CREATION, id="ltorch.linspace")
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
     check(isinstance(steps, int) and steps >= 0, "linspace(): number of steps must be non-negative")
     dtype, device = dtype or torch.get_default_dtype(), _device(device)
@@ -181,7 +187,7 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     return _grad(out, requires_grad)
 
 
-@torchsymbol(torch.logspace, tags=CREATION)
+@torchsymbol(torch.logspace, tags=CREATION, id="ltorch.logspace")
 def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
     check(isinstance(steps, int) and steps >= 0, "logspace(): number of steps must be non-negative")
     dtype, device = dtype or torch.get_default_dtype(), _device(device)
@@ -193,7 +199,7 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None,
     return _grad(out, requires_grad)
 
 
-@torchsymbol(torch.eye, tags=CREATION)
+@torchsymbol(torch.eye, tags=CREATION, id="ltorch.eye")
 def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
     m = n if m is None else m
     check(n >= 0 and m >= 0, lambda: f"n and m must be greater or equal to 0, got {n}, {m}")
@@ -209,12 +215,12 @@ def _tri_indices(op, row, col, offset, dtype, device, lower):
     return pc.tensor_from_sequence(data, dtype=dtype, device=_device(device))
 
 
-@torchsymbol(torch.tril_indices, tags=CREATION)
+@torchsymbol(torch.tril_indices, tags=CREATION, id="ltorch.tril_indices")
 def tril_indices(row, col, offset=0, *, dtype=torch.long, device=None, layout=None):
     return _tri_indices("tril_indices", row, col, offset, dtype, device, True)
 
 
-@torchsymbol(torch.triu_indices, tags=CREATION)
+@torchsymbol(torch.triu_indices, tags=CREATION, id="ltorch.triu_indices")
 def triu_indices(row, col, offset=0, *, dtype=torch.long, device=None, layout=None):
     return _tri_indices("triu_indices", row, col, offset, dtype, device, False)
 
@@ -224,7 +230,9 @@ def _no_generator(op, generator):
     check(generator is None, lambda: f"{op}: an explicit generator= is not supported; use torch.manual_seed")
 
 
-def _random(name, draw):
+def _random(op_id, draw):
+    name = op_id.removeprefix("ltorch.")
+
     def body(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
              pin_memory=False, **kwargs):
         _no_generator(name, generator)
@@ -232,7 +240,7 @@ def _random(name, draw):
         return _grad(draw(shape, dtype or torch.get_default_dtype(), _device(device)), requires_grad)
 
     body.__name__ = name
-    return torchsymbol(getattr(torch, name), name=name, tags=RANDOM)(body)
+    return torchsymbol(getattr(torch, name), id=op_id, tags=RANDOM)(body)
 
 
 def _uniform(shape, dtype, device):
@@ -248,8 +256,8 @@ def _serial_normal(shape, dtype, device):
     return pc.normal_serial(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
 
 
-rand = _random("rand", _uniform)
-randn = _random("randn", _normal)
+rand = _random("ltorch.rand", _uniform)
+randn = _random("ltorch.randn", _normal)
 
 
 def eager_memory_order(input):
@@ -279,7 +287,9 @@ def draw_like(input, draw, order=None):
     return ps.transpose(out, tuple(order.index(d) for d in range(input.ndim)))
 
 
-def _random_like(name, draw):
+def _random_like(op_id, draw):
+    name = op_id.removeprefix("ltorch.")
+
     def body(input, *, dtype=None, layout=None, device=None, requires_grad=False,
              memory_format=torch.preserve_format):
         dtype, device = dtype or input.dtype, _device(device, input)
@@ -288,14 +298,14 @@ def _random_like(name, draw):
         return _grad(draw_like(input, lambda shape: how(shape, dtype, device), order or ()), requires_grad)
 
     body.__name__ = name
-    return torchsymbol(getattr(torch, name), name=name, tags=RANDOM)(body)
+    return torchsymbol(getattr(torch, name), id=op_id, tags=RANDOM)(body)
 
 
-rand_like = _random_like("rand_like", _uniform)
-randn_like = _random_like("randn_like", _normal)
+rand_like = _random_like("ltorch.rand_like", _uniform)
+randn_like = _random_like("ltorch.randn_like", _normal)
 
 
-@torchsymbol(torch.randint, tags=RANDOM)
+@torchsymbol(torch.randint, tags=RANDOM, id="ltorch.randint")
 def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
             requires_grad=False, pin_memory=False):
     _no_generator("randint", generator)
@@ -306,7 +316,7 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
     return _grad(out, requires_grad)
 
 
-@torchsymbol(torch.randint_like, tags=RANDOM)
+@torchsymbol(torch.randint_like, tags=RANDOM, id="ltorch.randint_like")
 def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=None, requires_grad=False,
                  memory_format=torch.preserve_format):
     if high is None:
@@ -316,7 +326,8 @@ def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=Non
     return _grad(out, requires_grad)
 
 
-@torchsymbol(torch.bernoulli, T.bernoulli, method="bernoulli", tags=(Tag.RANDOM,))  # differentiable: zeros
+@torchsymbol(torch.bernoulli, T.bernoulli, method="bernoulli", tags=(Tag.RANDOM,),
+             id="ltorch.bernoulli")  # differentiable: zeros
 def bernoulli(input, p=None, *, generator=None):
     """1 with probability p (the input's values, or the float p), else 0; in the input's dtype. Eager's draws:
     empty_like(input).bernoulli_(input) or .bernoulli_(p)."""
@@ -327,7 +338,7 @@ def bernoulli(input, p=None, *, generator=None):
     return pc.bernoulli(tuple(input.shape), float(p), device=input.device, dtype=input.dtype)
 
 
-@torchsymbol(torch.normal, tags=RANDOM)
+@torchsymbol(torch.normal, tags=RANDOM, id="ltorch.normal")
 def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
            requires_grad=False, pin_memory=False):
     _no_generator("normal", generator)
@@ -381,12 +392,12 @@ def _from_data(op, data, dtype, device, requires_grad):
     return _grad(out, requires_grad)
 
 
-@torchsymbol(torch.tensor, tags=CREATION)
+@torchsymbol(torch.tensor, tags=CREATION, id="ltorch.tensor")
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     return _from_data("tensor", data, dtype, device, requires_grad)
 
 
-@torchsymbol(torch.as_tensor, tags=CREATION)
+@torchsymbol(torch.as_tensor, tags=CREATION, id="ltorch.as_tensor")
 def as_tensor(data, dtype=None, device=None):
     if isinstance(data, TensorProxy):
         out = to_dtype(data, dtype or data.dtype)
@@ -396,7 +407,7 @@ def as_tensor(data, dtype=None, device=None):
     return _from_data("as_tensor", data, dtype, device, False)
 
 
-@torchsymbol(T.new_tensor, method="new_tensor", tags=CREATION)
+@torchsymbol(T.new_tensor, method="new_tensor", tags=CREATION, id="ltorch.new_tensor")
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
     if isinstance(data, TensorProxy):
         return _from_data("new_tensor", data, dtype, device, requires_grad)

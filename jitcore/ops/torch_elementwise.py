@@ -78,21 +78,21 @@ def elementwise(prim_op, kind: Promotion, *args, op_name=None):
     return to_dtype(out, result)
 
 
-def _unary(prim_op, kind, torch_fns, methods=(), name=None, tags=()):
+def _unary(op_id, prim_op, kind, torch_fns, methods=(), tags=()):
     def body(input):
         return elementwise(prim_op, kind, input)
 
-    body.__name__ = name or prim_op.name
-    return torchsymbol(*torch_fns, method=methods, name=name or prim_op.name, tags=tags)(body)
+    body.__name__ = op_id.removeprefix("ltorch.")
+    return torchsymbol(*torch_fns, method=methods, id=op_id, tags=tags)(body)
 
 
-def _binary(prim_op, kind, torch_fns, methods=(), name=None, tags=()):
+def _binary(op_id, prim_op, kind, torch_fns, methods=(), tags=()):
     def body(input, other):
         _tensors_only(body.__name__, input, other)
         return elementwise(prim_op, kind, input, other)
 
-    body.__name__ = name or prim_op.name
-    return torchsymbol(*torch_fns, method=methods, name=name or prim_op.name, tags=tags)(body)
+    body.__name__ = op_id.removeprefix("ltorch.")
+    return torchsymbol(*torch_fns, method=methods, id=op_id, tags=tags)(body)
 
 
 F, D = Promotion.INT_TO_FLOAT, Promotion.DEFAULT
@@ -113,45 +113,47 @@ def _no_bool(name, input, what="operator"):
     check(input.dtype is not torch.bool, lambda: f"{name}: not implemented for 'Bool' tensors ({what})")
 
 # -- unary: int -> float ---------------------------------------------------------------------------------------
-exp = _unary(pe.exp, F, (torch.exp, T.exp), "exp")
-exp2 = _unary(pe.exp2, F, (torch.exp2, T.exp2, torch.special.exp2), "exp2")
-expm1 = _unary(pe.expm1, F, (torch.expm1, T.expm1, torch.special.expm1), "expm1")
-log = _unary(pe.log, F, (torch.log, T.log), "log")
-log1p = _unary(pe.log1p, F, (torch.log1p, T.log1p, torch.special.log1p), "log1p")
-log2 = _unary(pe.log2, F, (torch.log2, T.log2), "log2")
-log10 = _unary(pe.log10, F, (torch.log10, T.log10), "log10")
-sin = _unary(pe.sin, F, (torch.sin, T.sin), "sin")
-cos = _unary(pe.cos, F, (torch.cos, T.cos), "cos")
-tan = _unary(pe.tan, F, (torch.tan, T.tan), "tan")
-asin = _unary(pe.asin, F, (torch.asin, T.asin, torch.arcsin, T.arcsin), ("asin", "arcsin"))
-acos = _unary(pe.acos, F, (torch.acos, T.acos, torch.arccos, T.arccos), ("acos", "arccos"))
-atan = _unary(pe.atan, F, (torch.atan, T.atan, torch.arctan, T.arctan), ("atan", "arctan"))
-sinh = _unary(pe.sinh, F, (torch.sinh, T.sinh), "sinh")
-cosh = _unary(pe.cosh, F, (torch.cosh, T.cosh), "cosh")
-tanh = _unary(pe.tanh, F, (torch.tanh, T.tanh, torch.nn.functional.tanh), "tanh")
-asinh = _unary(pe.asinh, F, (torch.asinh, T.asinh, torch.arcsinh), ("asinh", "arcsinh"))
-acosh = _unary(pe.acosh, F, (torch.acosh, T.acosh, torch.arccosh), ("acosh", "arccosh"))
-atanh = _unary(pe.atanh, F, (torch.atanh, T.atanh, torch.arctanh), ("atanh", "arctanh"))
-sqrt = _unary(pe.sqrt, F, (torch.sqrt, T.sqrt), "sqrt")
-rsqrt = _unary(pe.rsqrt, F, (torch.rsqrt, T.rsqrt), "rsqrt")
-reciprocal = _unary(pe.reciprocal, F, (torch.reciprocal, T.reciprocal), "reciprocal")
-sigmoid = _unary(pe.sigmoid, F, (torch.sigmoid, T.sigmoid, torch.nn.functional.sigmoid, torch.special.expit),
-                 "sigmoid")
-erf = _unary(pe.erf, F, (torch.erf, T.erf, torch.special.erf), "erf")
-erfc = _unary(pe.erfc, F, (torch.erfc, T.erfc, torch.special.erfc), "erfc")
-erfinv = _unary(pe.erfinv, F, (torch.erfinv, T.erfinv, torch.special.erfinv), "erfinv")
-lgamma = _unary(pe.lgamma, F, (torch.lgamma, T.lgamma, torch.special.gammaln), "lgamma")
-digamma = _unary(pe.digamma, F, (torch.digamma, T.digamma, torch.special.digamma, torch.special.psi), "digamma")
+exp = _unary("ltorch.exp", pe.exp, F, (torch.exp, T.exp), "exp")
+exp2 = _unary("ltorch.exp2", pe.exp2, F, (torch.exp2, T.exp2, torch.special.exp2), "exp2")
+expm1 = _unary("ltorch.expm1", pe.expm1, F, (torch.expm1, T.expm1, torch.special.expm1), "expm1")
+log = _unary("ltorch.log", pe.log, F, (torch.log, T.log), "log")
+log1p = _unary("ltorch.log1p", pe.log1p, F, (torch.log1p, T.log1p, torch.special.log1p), "log1p")
+log2 = _unary("ltorch.log2", pe.log2, F, (torch.log2, T.log2), "log2")
+log10 = _unary("ltorch.log10", pe.log10, F, (torch.log10, T.log10), "log10")
+sin = _unary("ltorch.sin", pe.sin, F, (torch.sin, T.sin), "sin")
+cos = _unary("ltorch.cos", pe.cos, F, (torch.cos, T.cos), "cos")
+tan = _unary("ltorch.tan", pe.tan, F, (torch.tan, T.tan), "tan")
+asin = _unary("ltorch.asin", pe.asin, F, (torch.asin, T.asin, torch.arcsin, T.arcsin), ("asin", "arcsin"))
+acos = _unary("ltorch.acos", pe.acos, F, (torch.acos, T.acos, torch.arccos, T.arccos), ("acos", "arccos"))
+atan = _unary("ltorch.atan", pe.atan, F, (torch.atan, T.atan, torch.arctan, T.arctan), ("atan", "arctan"))
+sinh = _unary("ltorch.sinh", pe.sinh, F, (torch.sinh, T.sinh), "sinh")
+cosh = _unary("ltorch.cosh", pe.cosh, F, (torch.cosh, T.cosh), "cosh")
+tanh = _unary("ltorch.tanh", pe.tanh, F, (torch.tanh, T.tanh, torch.nn.functional.tanh), "tanh")
+asinh = _unary("ltorch.asinh", pe.asinh, F, (torch.asinh, T.asinh, torch.arcsinh), ("asinh", "arcsinh"))
+acosh = _unary("ltorch.acosh", pe.acosh, F, (torch.acosh, T.acosh, torch.arccosh), ("acosh", "arccosh"))
+atanh = _unary("ltorch.atanh", pe.atanh, F, (torch.atanh, T.atanh, torch.arctanh), ("atanh", "arctanh"))
+sqrt = _unary("ltorch.sqrt", pe.sqrt, F, (torch.sqrt, T.sqrt), "sqrt")
+rsqrt = _unary("ltorch.rsqrt", pe.rsqrt, F, (torch.rsqrt, T.rsqrt), "rsqrt")
+reciprocal = _unary("ltorch.reciprocal", pe.reciprocal, F, (torch.reciprocal, T.reciprocal), "reciprocal")
+sigmoid = _unary("ltorch.sigmoid", pe.sigmoid, F,
+                 (torch.sigmoid, T.sigmoid, torch.nn.functional.sigmoid, torch.special.expit), "sigmoid")
+erf = _unary("ltorch.erf", pe.erf, F, (torch.erf, T.erf, torch.special.erf), "erf")
+erfc = _unary("ltorch.erfc", pe.erfc, F, (torch.erfc, T.erfc, torch.special.erfc), "erfc")
+erfinv = _unary("ltorch.erfinv", pe.erfinv, F, (torch.erfinv, T.erfinv, torch.special.erfinv), "erfinv")
+lgamma = _unary("ltorch.lgamma", pe.lgamma, F, (torch.lgamma, T.lgamma, torch.special.gammaln), "lgamma")
+digamma = _unary("ltorch.digamma", pe.digamma, F, (torch.digamma, T.digamma, torch.special.digamma, torch.special.psi),
+                 "digamma")
 
 # -- unary: dtype-preserving -----------------------------------------------------------------------------------
-neg = _unary(pe.neg, D, (torch.neg, T.neg, torch.negative, T.__neg__), ("neg", "negative", "__neg__"))
-abs = _unary(pe.abs, Promotion.COMPLEX_TO_FLOAT, (torch.abs, T.abs, torch.absolute, T.__abs__),
+neg = _unary("ltorch.neg", pe.neg, D, (torch.neg, T.neg, torch.negative, T.__neg__), ("neg", "negative", "__neg__"))
+abs = _unary("ltorch.abs", pe.abs, Promotion.COMPLEX_TO_FLOAT, (torch.abs, T.abs, torch.absolute, T.__abs__),
              ("abs", "absolute", "__abs__"))
-sign = _unary(pe.sign, D, (torch.sign, T.sign), "sign")
-bitwise_not = _unary(pe.bitwise_not, D, (torch.bitwise_not, T.bitwise_not, T.__invert__), ("bitwise_not", "__invert__"))
+sign = _unary("ltorch.sign", pe.sign, D, (torch.sign, T.sign), "sign")
+bitwise_not = _unary("ltorch.bitwise_not", pe.bitwise_not, D, (torch.bitwise_not, T.bitwise_not, T.__invert__),
+                     ("bitwise_not", "__invert__"))
 
 
-@torchsymbol(torch.signbit, T.signbit, method="signbit", tags=ND)
+@torchsymbol(torch.signbit, T.signbit, method="signbit", tags=ND, id="ltorch.signbit")
 def signbit(input):
     if input.dtype is torch.bool:
         return ne(input, input)  # all False
@@ -160,10 +162,13 @@ def signbit(input):
     return elementwise(pe.signbit, Promotion.ALWAYS_BOOL, input)
 
 
-isfinite = _unary(pe.isfinite, Promotion.ALWAYS_BOOL, (torch.isfinite, T.isfinite), "isfinite", tags=ND)
+isfinite = _unary("ltorch.isfinite", pe.isfinite, Promotion.ALWAYS_BOOL, (torch.isfinite, T.isfinite), "isfinite",
+                  tags=ND)
 
 
-def _integer_identity(prim_op, name, torch_fns):
+def _integer_identity(prim_op, op_id, torch_fns):
+    name = op_id.removeprefix("ltorch.")
+
     def body(input):
         _no_bool(name, input, "eager has no bool kernel")
         if dtypes.category(input.dtype) < 2:
@@ -171,15 +176,15 @@ def _integer_identity(prim_op, name, torch_fns):
         return elementwise(prim_op, D, input)
 
     body.__name__ = name
-    return torchsymbol(*torch_fns, method=name, name=name)(body)
+    return torchsymbol(*torch_fns, method=name, id=op_id)(body)
 
 
-floor = _integer_identity(pe.floor, "floor", (torch.floor, T.floor))
-ceil = _integer_identity(pe.ceil, "ceil", (torch.ceil, T.ceil))
-trunc = _integer_identity(pe.trunc, "trunc", (torch.trunc, T.trunc, torch.fix, T.fix))
+floor = _integer_identity(pe.floor, "ltorch.floor", (torch.floor, T.floor))
+ceil = _integer_identity(pe.ceil, "ltorch.ceil", (torch.ceil, T.ceil))
+trunc = _integer_identity(pe.trunc, "ltorch.trunc", (torch.trunc, T.trunc, torch.fix, T.fix))
 
 
-@torchsymbol(torch.round, T.round, method="round")
+@torchsymbol(torch.round, T.round, method="round", id="ltorch.round")
 def round(input, *, decimals=0):
     _no_bool("round", input, "eager has no bool kernel")
     if dtypes.category(input.dtype) < 2:
@@ -190,43 +195,43 @@ def round(input, *, decimals=0):
     return div(elementwise(pe.round, D, mul(input, scale)), scale)
 
 
-@torchsymbol(torch.positive, T.positive, T.__pos__, method=("positive", "__pos__"))
+@torchsymbol(torch.positive, T.positive, T.__pos__, method=("positive", "__pos__"), id="ltorch.positive")
 def positive(input):
     _no_bool("positive", input, "the `+` operator on a bool tensor is not supported")
     return input
 
 
-@torchsymbol(torch.isnan, T.isnan, method="isnan", tags=ND)
+@torchsymbol(torch.isnan, T.isnan, method="isnan", tags=ND, id="ltorch.isnan")
 def isnan(input):
     if dtypes.category(input.dtype) < 2:
         return ne(input, input)
     return ne(input, input)
 
 
-@torchsymbol(torch.isinf, T.isinf, method="isinf", tags=ND)
+@torchsymbol(torch.isinf, T.isinf, method="isinf", tags=ND, id="ltorch.isinf")
 def isinf(input):
     if dtypes.category(input.dtype) < 2:
         return ne(input, input)  # all False, with input's shape
     return logical_and(logical_not(isfinite(input)), logical_not(isnan(input)))
 
 
-@torchsymbol(torch.logical_not, T.logical_not, method="logical_not", tags=ND)
+@torchsymbol(torch.logical_not, T.logical_not, method="logical_not", tags=ND, id="ltorch.logical_not")
 def logical_not(input):
     zero = False if input.dtype is torch.bool else 0
     return elementwise(pe.eq, Promotion.ALWAYS_BOOL, input, zero, op_name="logical_not")
 
 
-@torchsymbol(torch.square, T.square, method="square")
+@torchsymbol(torch.square, T.square, method="square", id="ltorch.square")
 def square(input):
     return pow(input, 2)  # x * x, except bool: int64 as in eager
 
 
-@torchsymbol(torch.frac, T.frac, method="frac")
+@torchsymbol(torch.frac, T.frac, method="frac", id="ltorch.frac")
 def frac(input):
     return sub(input, trunc(input))
 
 
-@torchsymbol(torch.nan_to_num, T.nan_to_num, method="nan_to_num")
+@torchsymbol(torch.nan_to_num, T.nan_to_num, method="nan_to_num", id="ltorch.nan_to_num")
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     if dtypes.category(input.dtype) < 2:
         return input
@@ -239,7 +244,7 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
 
 
 # -- binary ----------------------------------------------------------------------------------------------------
-@torchsymbol(torch.add, T.add, T.__add__, T.__radd__, method=("add", "__add__", "__radd__"))
+@torchsymbol(torch.add, T.add, T.__add__, T.__radd__, method=("add", "__add__", "__radd__"), id="ltorch.add")
 def add(input, other, *, alpha=1):
     if alpha != 1:
         other = mul(other, alpha)
@@ -248,7 +253,8 @@ def add(input, other, *, alpha=1):
     return elementwise(pe.add, D, input, other, op_name="add")
 
 
-@torchsymbol(torch.sub, T.sub, T.__sub__, torch.subtract, T.subtract, method=("sub", "__sub__", "subtract"))
+@torchsymbol(torch.sub, T.sub, T.__sub__, torch.subtract, T.subtract, method=("sub", "__sub__", "subtract"),
+             id="ltorch.sub")
 def sub(input, other, *, alpha=1):
     if alpha != 1:
         other = mul(other, alpha)
@@ -258,19 +264,19 @@ def sub(input, other, *, alpha=1):
     return elementwise(pe.sub, D, input, other, op_name="sub")
 
 
-@torchsymbol(torch.rsub, T.__rsub__, method="__rsub__")
+@torchsymbol(torch.rsub, T.__rsub__, method="__rsub__", id="ltorch.rsub")
 def rsub(input, other, *, alpha=1):
     return sub(other, mul(input, alpha) if alpha != 1 else input)
 
 
 @torchsymbol(torch.mul, T.mul, T.__mul__, T.__rmul__, torch.multiply, T.multiply,
-             method=("mul", "__mul__", "__rmul__", "multiply"))
+             method=("mul", "__mul__", "__rmul__", "multiply"), id="ltorch.mul")
 def mul(input, other):
     return elementwise(pe.mul, D, input, other, op_name="mul")
 
 
 @torchsymbol(torch.div, T.div, T.__truediv__, torch.divide, T.divide, torch.true_divide, T.true_divide,
-             method=("div", "__truediv__", "divide", "true_divide"))
+             method=("div", "__truediv__", "divide", "true_divide"), id="ltorch.div")
 def div(input, other, *, rounding_mode=None):
     if rounding_mode is None:
         return elementwise(pe.div, F, input, other, op_name="div")
@@ -282,12 +288,13 @@ def div(input, other, *, rounding_mode=None):
     return floor_divide(input, other)
 
 
-@torchsymbol(T.__rtruediv__, method="__rtruediv__")
+@torchsymbol(T.__rtruediv__, method="__rtruediv__", id="ltorch.rtruediv")
 def rtruediv(input, other):
     return div(other, input)
 
 
-@torchsymbol(torch.floor_divide, T.floor_divide, T.__floordiv__, method=("floor_divide", "__floordiv__"))
+@torchsymbol(torch.floor_divide, T.floor_divide, T.__floordiv__, method=("floor_divide", "__floordiv__"),
+             id="ltorch.floor_divide")
 def floor_divide(input, other):
     compute, _ = dtypes.result_dtypes(D, input, other)
     if dtypes.category(compute) < 2:
@@ -311,21 +318,22 @@ def _ne_bool(a, b):
     return a != b
 
 
-@torchsymbol(T.__rfloordiv__, method="__rfloordiv__")
+@torchsymbol(T.__rfloordiv__, method="__rfloordiv__", id="ltorch.rfloordiv")
 def rfloordiv(input, other):
     return floor_divide(other, input)
 
 
-remainder = _binary(pe.remainder, D, (torch.remainder, T.remainder, T.__mod__), ("remainder", "__mod__"))
-fmod = _binary(pe.fmod, D, (torch.fmod, T.fmod), "fmod")
+remainder = _binary("ltorch.remainder", pe.remainder, D, (torch.remainder, T.remainder, T.__mod__),
+                    ("remainder", "__mod__"))
+fmod = _binary("ltorch.fmod", pe.fmod, D, (torch.fmod, T.fmod), "fmod")
 
 
-@torchsymbol(T.__rmod__, method="__rmod__")
+@torchsymbol(T.__rmod__, method="__rmod__", id="ltorch.rmod")
 def rmod(input, other):
     return remainder(other, input)
 
 
-@torchsymbol(torch.pow, T.pow, T.__pow__, method=("pow", "__pow__"))
+@torchsymbol(torch.pow, T.pow, T.__pow__, method=("pow", "__pow__"), id="ltorch.pow")
 def pow(input, exponent):
     if is_number(exponent) and exponent == 2 and isinstance(input, TensorProxy) and \
             dtypes.promote_dtypes(input, exponent) == input.dtype:  # bool ** 2 is int64: no shortcut
@@ -333,36 +341,39 @@ def pow(input, exponent):
     return elementwise(pe.pow, D, input, exponent, op_name="pow")
 
 
-@torchsymbol(T.__rpow__, method="__rpow__")
+@torchsymbol(T.__rpow__, method="__rpow__", id="ltorch.rpow")
 def rpow(input, other):
     return pow(other, input)
 
 
-atan2 = _binary(pe.atan2, F, (torch.atan2, T.atan2, torch.arctan2), ("atan2", "arctan2"))
-maximum = _binary(pe.maximum, D, (torch.maximum, T.maximum), "maximum")
-minimum = _binary(pe.minimum, D, (torch.minimum, T.minimum), "minimum")
-copysign = _binary(pe.copysign, F, (torch.copysign, T.copysign), "copysign")
-nextafter = _binary(pe.nextafter, D, (torch.nextafter, T.nextafter), "nextafter")
-bitwise_and = _binary(pe.bitwise_and, D, (torch.bitwise_and, T.bitwise_and, T.__and__, T.__rand__),
-                      ("bitwise_and", "__and__", "__rand__"))
-bitwise_or = _binary(pe.bitwise_or, D, (torch.bitwise_or, T.bitwise_or, T.__or__, T.__ror__),
+atan2 = _binary("ltorch.atan2", pe.atan2, F, (torch.atan2, T.atan2, torch.arctan2), ("atan2", "arctan2"))
+maximum = _binary("ltorch.maximum", pe.maximum, D, (torch.maximum, T.maximum), "maximum")
+minimum = _binary("ltorch.minimum", pe.minimum, D, (torch.minimum, T.minimum), "minimum")
+copysign = _binary("ltorch.copysign", pe.copysign, F, (torch.copysign, T.copysign), "copysign")
+nextafter = _binary("ltorch.nextafter", pe.nextafter, D, (torch.nextafter, T.nextafter), "nextafter")
+bitwise_and = _binary("ltorch.bitwise_and", pe.bitwise_and, D,
+                      (torch.bitwise_and, T.bitwise_and, T.__and__, T.__rand__), ("bitwise_and", "__and__", "__rand__"))
+bitwise_or = _binary("ltorch.bitwise_or", pe.bitwise_or, D, (torch.bitwise_or, T.bitwise_or, T.__or__, T.__ror__),
                      ("bitwise_or", "__or__", "__ror__"))
-bitwise_xor = _binary(pe.bitwise_xor, D, (torch.bitwise_xor, T.bitwise_xor, T.__xor__, T.__rxor__),
-                      ("bitwise_xor", "__xor__", "__rxor__"))
-bitwise_left_shift = _binary(pe.bitwise_left_shift, D, (torch.bitwise_left_shift, T.bitwise_left_shift,
-                             T.__lshift__), ("bitwise_left_shift", "__lshift__"))
-bitwise_right_shift = _binary(pe.bitwise_right_shift, D, (torch.bitwise_right_shift, T.bitwise_right_shift,
-                              T.__rshift__), ("bitwise_right_shift", "__rshift__"))
+bitwise_xor = _binary("ltorch.bitwise_xor", pe.bitwise_xor, D,
+                      (torch.bitwise_xor, T.bitwise_xor, T.__xor__, T.__rxor__), ("bitwise_xor", "__xor__", "__rxor__"))
+bitwise_left_shift = _binary("ltorch.bitwise_left_shift", pe.bitwise_left_shift, D,
+                             (torch.bitwise_left_shift, T.bitwise_left_shift, T.__lshift__),
+                             ("bitwise_left_shift", "__lshift__"))
+bitwise_right_shift = _binary("ltorch.bitwise_right_shift", pe.bitwise_right_shift, D,
+                              (torch.bitwise_right_shift, T.bitwise_right_shift, T.__rshift__),
+                              ("bitwise_right_shift", "__rshift__"))
 
 _B = Promotion.ALWAYS_BOOL
-eq = _binary(pe.eq, _B, (torch.eq, T.eq, T.__eq__), ("eq", "__eq__"), tags=ND)
-ne = _binary(pe.ne, _B, (torch.ne, T.ne, T.__ne__, torch.not_equal, T.not_equal), ("ne", "__ne__", "not_equal"),
-             tags=ND)
-lt = _binary(pe.lt, _B, (torch.lt, T.lt, T.__lt__, torch.less, T.less), ("lt", "__lt__", "less"), tags=ND)
-le = _binary(pe.le, _B, (torch.le, T.le, T.__le__, torch.less_equal, T.less_equal),
+eq = _binary("ltorch.eq", pe.eq, _B, (torch.eq, T.eq, T.__eq__), ("eq", "__eq__"), tags=ND)
+ne = _binary("ltorch.ne", pe.ne, _B, (torch.ne, T.ne, T.__ne__, torch.not_equal, T.not_equal),
+             ("ne", "__ne__", "not_equal"), tags=ND)
+lt = _binary("ltorch.lt", pe.lt, _B, (torch.lt, T.lt, T.__lt__, torch.less, T.less), ("lt", "__lt__", "less"), tags=ND)
+le = _binary("ltorch.le", pe.le, _B, (torch.le, T.le, T.__le__, torch.less_equal, T.less_equal),
              ("le", "__le__", "less_equal"), tags=ND)
-gt = _binary(pe.gt, _B, (torch.gt, T.gt, T.__gt__, torch.greater, T.greater), ("gt", "__gt__", "greater"), tags=ND)
-ge = _binary(pe.ge, _B, (torch.ge, T.ge, T.__ge__, torch.greater_equal, T.greater_equal),
+gt = _binary("ltorch.gt", pe.gt, _B, (torch.gt, T.gt, T.__gt__, torch.greater, T.greater), ("gt", "__gt__", "greater"),
+             tags=ND)
+ge = _binary("ltorch.ge", pe.ge, _B, (torch.ge, T.ge, T.__ge__, torch.greater_equal, T.greater_equal),
              ("ge", "__ge__", "greater_equal"), tags=ND)
 
 
@@ -370,26 +381,26 @@ def _to_bool(a):
     return a if not isinstance(a, TensorProxy) or a.dtype is torch.bool else ne(a, 0)
 
 
-@torchsymbol(torch.logical_and, T.logical_and, method="logical_and", tags=ND)
+@torchsymbol(torch.logical_and, T.logical_and, method="logical_and", tags=ND, id="ltorch.logical_and")
 def logical_and(input, other):
     _tensors_only("logical_and", input, other)
     return elementwise(pe.bitwise_and, D, _to_bool(input), _to_bool(other), op_name="logical_and")
 
 
-@torchsymbol(torch.logical_or, T.logical_or, method="logical_or", tags=ND)
+@torchsymbol(torch.logical_or, T.logical_or, method="logical_or", tags=ND, id="ltorch.logical_or")
 def logical_or(input, other):
     _tensors_only("logical_or", input, other)
     return elementwise(pe.bitwise_or, D, _to_bool(input), _to_bool(other), op_name="logical_or")
 
 
-@torchsymbol(torch.logical_xor, T.logical_xor, method="logical_xor", tags=ND)
+@torchsymbol(torch.logical_xor, T.logical_xor, method="logical_xor", tags=ND, id="ltorch.logical_xor")
 def logical_xor(input, other):
     _tensors_only("logical_xor", input, other)
     return elementwise(pe.bitwise_xor, D, _to_bool(input), _to_bool(other), op_name="logical_xor")
 
 
 # -- ternary ---------------------------------------------------------------------------------------------------
-@torchsymbol(torch.where)
+@torchsymbol(torch.where, id="ltorch.where")
 def where(condition, input, other):
     check(isinstance(condition, TensorProxy) and condition.dtype is torch.bool,
           lambda: f"where expected condition to be a boolean tensor, but got {getattr(condition, 'dtype', condition)}")
@@ -409,7 +420,7 @@ register_method("where", _where_method)
 TORCH_MAP.setdefault(T.where, _where_method)
 
 
-@torchsymbol(torch.clamp, T.clamp, torch.clip, T.clip, method=("clamp", "clip"))
+@torchsymbol(torch.clamp, T.clamp, torch.clip, T.clip, method=("clamp", "clip"), id="ltorch.clamp")
 def clamp(input, min=None, max=None):
     check(min is not None or max is not None, "torch.clamp: At least one of 'min' or 'max' must not be None")
     out = input
@@ -422,27 +433,27 @@ def clamp(input, min=None, max=None):
     return to_dtype(out, dtypes.promote_dtypes(input, *[m for m in (min, max) if m is not None]))
 
 
-@torchsymbol(torch.clamp_min, T.clamp_min, method="clamp_min")
+@torchsymbol(torch.clamp_min, T.clamp_min, method="clamp_min", id="ltorch.clamp_min")
 def clamp_min(input, min):
     return clamp(input, min, None)
 
 
-@torchsymbol(torch.clamp_max, T.clamp_max, method="clamp_max")
+@torchsymbol(torch.clamp_max, T.clamp_max, method="clamp_max", id="ltorch.clamp_max")
 def clamp_max(input, max):
     return clamp(input, None, max)
 
 
-@torchsymbol(torch.lerp, T.lerp, method="lerp")
+@torchsymbol(torch.lerp, T.lerp, method="lerp", id="ltorch.lerp")
 def lerp(input, end, weight):
     return add(input, mul(weight, sub(end, input)))
 
 
-@torchsymbol(torch.addcmul, T.addcmul, method="addcmul")
+@torchsymbol(torch.addcmul, T.addcmul, method="addcmul", id="ltorch.addcmul")
 def addcmul(input, tensor1, tensor2, *, value=1):
     return add(input, mul(mul(tensor1, tensor2), value) if value != 1 else mul(tensor1, tensor2))
 
 
-@torchsymbol(torch.addcdiv, T.addcdiv, method="addcdiv")
+@torchsymbol(torch.addcdiv, T.addcdiv, method="addcdiv", id="ltorch.addcdiv")
 def addcdiv(input, tensor1, tensor2, *, value=1):
     return add(input, mul(div(tensor1, tensor2), value) if value != 1 else div(tensor1, tensor2))
 
@@ -463,7 +474,7 @@ def _inexact_only(op, *args):
     check(dtypes.is_inexact(dt), lambda: f"{op}: not implemented for '{dt}' (floating point inputs only)")
 
 
-@torchsymbol(torch.hypot, T.hypot, method="hypot")
+@torchsymbol(torch.hypot, T.hypot, method="hypot", id="ltorch.hypot")
 def hypot(input, other):
     _tensors_only("hypot", input, other)
     _inexact_only("hypot", input, other)
@@ -483,7 +494,7 @@ def _logaddexp(a, b, log1p_of, scale):
     return where(logical_and(isinf(a), eq(a, b)), a, out)
 
 
-@torchsymbol(torch.logaddexp, T.logaddexp, method="logaddexp")
+@torchsymbol(torch.logaddexp, T.logaddexp, method="logaddexp", id="ltorch.logaddexp")
 def logaddexp(input, other):
     _tensors_only("logaddexp", input, other)
     _inexact_only("logaddexp", input, other)
@@ -491,7 +502,7 @@ def logaddexp(input, other):
     return _in_float(D, lambda a, b: _logaddexp(a, b, lambda d: log1p(exp(d)), 1), input, other)
 
 
-@torchsymbol(torch.logaddexp2, T.logaddexp2, method="logaddexp2")
+@torchsymbol(torch.logaddexp2, T.logaddexp2, method="logaddexp2", id="ltorch.logaddexp2")
 def logaddexp2(input, other):
     _tensors_only("logaddexp2", input, other)
     _inexact_only("logaddexp2", input, other)
@@ -515,17 +526,17 @@ def _xlog(f, f_number, a, b):
     return where(isnan(b), b, out)
 
 
-@torchsymbol(torch.xlogy, T.xlogy, torch.special.xlogy, method="xlogy")
+@torchsymbol(torch.xlogy, T.xlogy, torch.special.xlogy, method="xlogy", id="ltorch.xlogy")
 def xlogy(input, other):
     return _in_float(F, lambda a, b: _xlog(log, log_number, a, b), input, other)
 
 
-@torchsymbol(torch.special.xlog1py)
+@torchsymbol(torch.special.xlog1py, id="ltorch.xlog1py")
 def xlog1py(input, other):
     return _in_float(F, lambda a, b: _xlog(log1p, log1p_number, a, b), input, other)
 
 
-@torchsymbol(torch.float_power, T.float_power, method="float_power")
+@torchsymbol(torch.float_power, T.float_power, method="float_power", id="ltorch.float_power")
 def float_power(input, exponent):
     dt = torch.complex128 if dtypes.category(dtypes.promote_dtypes(input, exponent)) == 3 else torch.float64
     return pow(to_dtype(input, dt), to_dtype(exponent, dt))
@@ -543,11 +554,11 @@ def _nan_aware(binary, name):
     return body
 
 
-fmax = torchsymbol(torch.fmax, T.fmax, method="fmax", name="fmax")(_nan_aware(maximum, "fmax"))
-fmin = torchsymbol(torch.fmin, T.fmin, method="fmin", name="fmin")(_nan_aware(minimum, "fmin"))
+fmax = torchsymbol(torch.fmax, T.fmax, method="fmax", id="ltorch.fmax")(_nan_aware(maximum, "fmax"))
+fmin = torchsymbol(torch.fmin, T.fmin, method="fmin", id="ltorch.fmin")(_nan_aware(minimum, "fmin"))
 
 
-@torchsymbol(torch.heaviside, T.heaviside, method="heaviside")
+@torchsymbol(torch.heaviside, T.heaviside, method="heaviside", id="ltorch.heaviside")
 def heaviside(input, values):
     _tensors_only("heaviside", input, values)
     check(input.dtype == values.dtype, "heaviside is not yet implemented for tensors with different dtypes")
@@ -555,17 +566,17 @@ def heaviside(input, values):
     return where(eq(input, 0), values, step)
 
 
-@torchsymbol(torch.deg2rad, T.deg2rad, method="deg2rad")
+@torchsymbol(torch.deg2rad, T.deg2rad, method="deg2rad", id="ltorch.deg2rad")
 def deg2rad(input):
     return _in_float(F, lambda a: mul(a, math.pi / 180), input)
 
 
-@torchsymbol(torch.rad2deg, T.rad2deg, method="rad2deg")
+@torchsymbol(torch.rad2deg, T.rad2deg, method="rad2deg", id="ltorch.rad2deg")
 def rad2deg(input):
     return _in_float(F, lambda a: mul(a, 180 / math.pi), input)
 
 
-@torchsymbol(torch.sinc, T.sinc, torch.special.sinc, method="sinc")
+@torchsymbol(torch.sinc, T.sinc, torch.special.sinc, method="sinc", id="ltorch.sinc")
 def sinc(input):
     def f(a):
         x = mul(a, math.pi)
@@ -574,7 +585,7 @@ def sinc(input):
     return _in_float(F, f, input)
 
 
-@torchsymbol(torch.logit, T.logit, torch.special.logit, method="logit")
+@torchsymbol(torch.logit, T.logit, torch.special.logit, method="logit", id="ltorch.logit")
 def logit(input, eps=None):
     def f(a):
         if eps is not None:
@@ -584,12 +595,12 @@ def logit(input, eps=None):
     return _in_float(F, f, input)
 
 
-@torchsymbol(torch.special.ndtr)
+@torchsymbol(torch.special.ndtr, id="ltorch.ndtr")
 def ndtr(input):
     return _in_float(F, lambda a: mul(erfc(mul(a, -1 / math.sqrt(2))), 0.5), input)
 
 
-@torchsymbol(torch.special.entr)
+@torchsymbol(torch.special.entr, id="ltorch.entr")
 def entr(input):
     def f(a):
         out = where(gt(a, 0), neg(mul(a, log(a))), where(eq(a, 0), to_dtype(0, a.dtype), to_dtype(-float("inf"),
@@ -599,23 +610,23 @@ def entr(input):
     return _in_float(F, f, input)
 
 
-@torchsymbol(torch.isposinf, T.isposinf, method="isposinf", tags=ND)
+@torchsymbol(torch.isposinf, T.isposinf, method="isposinf", tags=ND, id="ltorch.isposinf")
 def isposinf(input):
     return logical_and(isinf(input), gt(input, 0))
 
 
-@torchsymbol(torch.isneginf, T.isneginf, method="isneginf", tags=ND)
+@torchsymbol(torch.isneginf, T.isneginf, method="isneginf", tags=ND, id="ltorch.isneginf")
 def isneginf(input):
     return logical_and(isinf(input), lt(input, 0))
 
 
-@torchsymbol(torch.isreal, T.isreal, method="isreal", tags=ND)
+@torchsymbol(torch.isreal, T.isreal, method="isreal", tags=ND, id="ltorch.isreal")
 def isreal(input):
     check(not input.dtype.is_complex, "isreal: complex tensors are not decomposed")
     return logical_or(eq(input, input), isnan(input))
 
 
-@torchsymbol(torch.sgn, T.sgn, method="sgn")
+@torchsymbol(torch.sgn, T.sgn, method="sgn", id="ltorch.sgn")
 def sgn(input):
     if not input.dtype.is_complex:
         return sign(input)
@@ -623,7 +634,7 @@ def sgn(input):
     return where(eq(magnitude, 0), to_dtype(0, input.dtype), div(input, magnitude))
 
 
-@torchsymbol(torch.isclose, T.isclose, method="isclose", tags=ND)
+@torchsymbol(torch.isclose, T.isclose, method="isclose", tags=ND, id="ltorch.isclose")
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     _tensors_only("isclose", input, other)
     check(input.dtype == other.dtype, lambda: f"isclose: {input.dtype} did not match {other.dtype}")

@@ -135,7 +135,7 @@ def _advanced(x, advanced):
     return out
 
 
-@torchsymbol(T.__getitem__, method="__getitem__")
+@torchsymbol(T.__getitem__, method="__getitem__", id="ltorch.getitem")
 def getitem(self, indices):
     """x[indices] with torch's indexing rules; boolean tensor masks are data-dependent (DataDependentError)."""
     x, advanced = _basic(self, _expand_key(self, indices))
@@ -151,7 +151,7 @@ def _value_for(a, value, shape):
     return te.expand_to(v, tuple(shape))
 
 
-@torchsymbol(name="setitem", method="__setitem__")
+@torchsymbol(id="ltorch.setitem", method="__setitem__")
 def setitem(self, indices, value):
     """The functional `x[indices] = value`: returns a NEW tensor equal to x with the indexed region replaced.
 
@@ -181,12 +181,12 @@ def setitem(self, indices, value):
 
 
 # -- gather / scatter -------------------------------------------------------------------------------------------------
-@torchsymbol(torch.gather, T.gather, method="gather")
+@torchsymbol(torch.gather, T.gather, method="gather", id="ltorch.gather")
 def gather(input, dim, index, *, sparse_grad=False):
     return pi.take_along_axis(input, index, dim)
 
 
-@torchsymbol(torch.take_along_dim, T.take_along_dim, method="take_along_dim")
+@torchsymbol(torch.take_along_dim, T.take_along_dim, method="take_along_dim", id="ltorch.take_along_dim")
 def take_along_dim(input, indices, dim=None):
     if dim is None:
         flat = ps.reshape(input, (input.numel(),))
@@ -213,7 +213,7 @@ def _src_like(op, input, src):
     return to_dtype(src, input.dtype)
 
 
-@torchsymbol(torch.scatter, T.scatter, method="scatter")
+@torchsymbol(torch.scatter, T.scatter, method="scatter", id="ltorch.scatter")
 def scatter(input, dim, index, src=None, value=None, *, reduce=None):
     src = value if src is None else src
     check(src is not None, "scatter(): expected src (a tensor) or value (a number)")
@@ -222,17 +222,17 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None):
     return pi.scatter(input, index, _src_like("scatter", input, src), dim)
 
 
-@torchsymbol(torch.scatter_add, T.scatter_add, method="scatter_add")
+@torchsymbol(torch.scatter_add, T.scatter_add, method="scatter_add", id="ltorch.scatter_add")
 def scatter_add(input, dim, index, src):
     return pi.scatter_add(input, index, _src_like("scatter_add", input, src), dim)
 
 
-@torchsymbol(torch.index_select, T.index_select, method="index_select")
+@torchsymbol(torch.index_select, T.index_select, method="index_select", id="ltorch.index_select")
 def index_select(input, dim, index):
     return pi.take(input, index, dim)
 
 
-@torchsymbol(torch.take, T.take, method="take")
+@torchsymbol(torch.take, T.take, method="take", id="ltorch.take")
 def take(input, index):
     flat = ps.reshape(input, (input.numel(),))
     idx = _normalize_index(index, input.numel())
@@ -240,7 +240,7 @@ def take(input, index):
     return ps.reshape(out, tuple(index.shape))
 
 
-@torchsymbol(torch.index_add, T.index_add, method="index_add")
+@torchsymbol(torch.index_add, T.index_add, method="index_add", id="ltorch.index_add")
 def index_add(input, dim, index, source, *, alpha=1):
     check(source.dtype == input.dtype, lambda: f"index_add_(): self ({input.dtype}) and source ({source.dtype}) must "
                                                f"have the same scalar type")
@@ -265,14 +265,14 @@ def _along_dim_put(op, input, dim, index, values):
     return _permute(out, inv)
 
 
-@torchsymbol(torch.index_copy, T.index_copy, method="index_copy")
+@torchsymbol(torch.index_copy, T.index_copy, method="index_copy", id="ltorch.index_copy")
 def index_copy(input, dim, index, source):
     check(source.dtype == input.dtype, lambda: f"index_copy_(): self and source expected to have the same dtype, but "
                                                f"got (self) {input.dtype} and (source) {source.dtype}")
     return _along_dim_put("index_copy", input, dim, index, source)
 
 
-@torchsymbol(torch.index_fill, T.index_fill, method="index_fill")
+@torchsymbol(torch.index_fill, T.index_fill, method="index_fill", id="ltorch.index_fill")
 def index_fill(input, dim, index, value):
     if isinstance(value, TensorProxy):
         check(value.ndim == 0, lambda: f"index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
@@ -294,7 +294,7 @@ def index_fill(input, dim, index, value):
     return te.where(te.expand_to(mask, tuple(input.shape)), v, input)
 
 
-@torchsymbol(torch.index_put, T.index_put, method="index_put")
+@torchsymbol(torch.index_put, T.index_put, method="index_put", id="ltorch.index_put")
 def index_put(input, indices, values, accumulate=False):
     return pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)
 
@@ -305,7 +305,7 @@ def _check_mask(op, mask):
           lambda: f"{op} only supports boolean masks, but got mask with dtype {getattr(mask, 'dtype', type(mask))}")
 
 
-@torchsymbol(torch.masked_fill, T.masked_fill, method="masked_fill")
+@torchsymbol(torch.masked_fill, T.masked_fill, method="masked_fill", id="ltorch.masked_fill")
 def masked_fill(input, mask, value):
     _check_mask("masked_fill_", mask)
     if isinstance(value, TensorProxy):
@@ -316,7 +316,7 @@ def masked_fill(input, mask, value):
     return te.expand_to(out, shape)
 
 
-@torchsymbol(torch.masked_scatter, T.masked_scatter, method="masked_scatter")
+@torchsymbol(torch.masked_scatter, T.masked_scatter, method="masked_scatter", id="ltorch.masked_scatter")
 def masked_scatter(input, mask, source):
     """input where mask is False; source's leading elements, in order, where it is True."""
     _check_mask("masked_scatter_", mask)
@@ -341,10 +341,10 @@ def _data_dependent(name, what):
     return body
 
 
-masked_select = torchsymbol(torch.masked_select, T.masked_select, method="masked_select", name="masked_select")(
+masked_select = torchsymbol(torch.masked_select, T.masked_select, method="masked_select", id="ltorch.masked_select")(
     _data_dependent("masked_select", "the number of selected elements depends on the mask's values"))
-nonzero = torchsymbol(torch.nonzero, T.nonzero, method="nonzero", name="nonzero", tags=ND)(
+nonzero = torchsymbol(torch.nonzero, T.nonzero, method="nonzero", id="ltorch.nonzero", tags=ND)(
     _data_dependent("nonzero", "the number of nonzero elements depends on the tensor's values"))
-argwhere = torchsymbol(torch.argwhere, T.argwhere, method="argwhere", name="argwhere", tags=ND)(
+argwhere = torchsymbol(torch.argwhere, T.argwhere, method="argwhere", id="ltorch.argwhere", tags=ND)(
     _data_dependent("argwhere", "the number of nonzero elements depends on the tensor's values"))
 

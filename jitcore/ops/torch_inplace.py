@@ -19,7 +19,7 @@ from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_map
 from jitcore.ops.opaque import opaque_symbol
-from jitcore.ops.registry import LTORCH, torchsymbol
+from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_index import getitem, setitem
 from jitcore.ops.utils import check, is_number
@@ -65,7 +65,7 @@ def _broadcasts_to(shape, target) -> bool:
     return all(s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(target))))
 
 
-# -- generated: foo_ for every functional op foo in the table that torch has an in-place variant of ---------------
+# -- foo_ for each functional op foo that torch has an in-place variant of (the rows are below, after setitem_) -----
 # in-place variants whose result dtype must be self's exactly (eager refuses even a cast that can_cast allows)
 _EXACT_RESULT_DTYPE = frozenset({"float_power"})
 
@@ -92,21 +92,16 @@ def _torch_inplace_aliases(name: str) -> tuple:
     return tuple(fns)
 
 
-def _generate():
-    made = {}
-    for name, fn in list(TENSOR_METHODS.items()):
-        iname = f"{name}_"
-        if name.startswith("_") or name.endswith("_") or iname in _METADATA_INPLACE or iname in TENSOR_METHODS:
-            continue
-        if not callable(getattr(T, iname, None)) or iname in LTORCH:
-            continue
-        made[iname] = torchsymbol(*_torch_inplace_aliases(name), name=iname, method=iname, tags=INPLACE)(
-            _inplace_of(name, fn))
-    return made
+def _inplace(op_id: str):
+    """The op `self.foo_(...)` (op_id "ltorch.foo_"): the functional Tensor method foo's result written into self."""
+    iname = op_id.removeprefix("ltorch.")
+    name = iname.removesuffix("_")
+    return torchsymbol(*_torch_inplace_aliases(name), id=op_id, method=iname, tags=INPLACE)(
+        _inplace_of(name, TENSOR_METHODS[name]))
 
 
 # -- in-place ops with no functional twin in the table ------------------------------------------------------------
-@torchsymbol(T.copy_, method="copy_", tags=INPLACE)
+@torchsymbol(T.copy_, method="copy_", tags=INPLACE, id="ltorch.copy_")
 def copy_(self, src, non_blocking=False):
     if not isinstance(src, TensorProxy):
         return write("copy_", self, src)
@@ -118,12 +113,12 @@ def copy_(self, src, non_blocking=False):
     return pm.copy_(to_dtype(value, self.dtype), self)
 
 
-@torchsymbol(T.zero_, torch.zero_, method="zero_", tags=INPLACE)
+@torchsymbol(T.zero_, torch.zero_, method="zero_", tags=INPLACE, id="ltorch.zero_")
 def zero_(self):
     return write("zero_", self, 0)
 
 
-@torchsymbol(T.fill_, torch.fill_, method="fill_", tags=INPLACE)
+@torchsymbol(T.fill_, torch.fill_, method="fill_", tags=INPLACE, id="ltorch.fill_")
 def fill_(self, value):
     if isinstance(value, TensorProxy):
         check(value.ndim == 0, lambda: f"fill_ only supports 0-dimension value tensor but got tensor with "
@@ -132,21 +127,21 @@ def fill_(self, value):
     return write("fill_", self, value)
 
 
-@torchsymbol(T.uniform_, method="uniform_", tags=INPLACE + (Tag.RANDOM,))
+@torchsymbol(T.uniform_, method="uniform_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.uniform_")
 def uniform_(self, from_=0, to=1, *, generator=None):
     check(generator is None, "uniform_: a generator argument is not supported under jitcore.jit")
     return write("uniform_", self, pc.uniform(tuple(self.shape), float(from_), float(to), device=self.device,
                                               dtype=self.dtype))
 
 
-@torchsymbol(T.normal_, method="normal_", tags=INPLACE + (Tag.RANDOM,))
+@torchsymbol(T.normal_, method="normal_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.normal_")
 def normal_(self, mean=0, std=1, *, generator=None):
     check(generator is None, "normal_: a generator argument is not supported under jitcore.jit")
     return write("normal_", self, pc.normal(tuple(self.shape), float(mean), float(std), device=self.device,
                                             dtype=self.dtype))
 
 
-@torchsymbol(T.bernoulli_, method="bernoulli_", tags=INPLACE + (Tag.RANDOM,))
+@torchsymbol(T.bernoulli_, method="bernoulli_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.bernoulli_")
 def bernoulli_(self, p=0.5, *, generator=None):
     check(generator is None, "bernoulli_: a generator argument is not supported under jitcore.jit")
     if isinstance(p, TensorProxy):  # eager's draws: bernoulli_(Tensor p) / bernoulli_(float p) on self's dtype
@@ -156,9 +151,6 @@ def bernoulli_(self, p=0.5, *, generator=None):
 
 
 _REQUIRED = object()
-# Tensor.<kind>_ -> its parameters (name, default), in order: eager's draw on self's shape and dtype (prims.sample)
-_SAMPLER_PARAMS = {"exponential": (("lambd", 1.0),), "cauchy": (("median", 0.0), ("sigma", 1.0)),
-                   "log_normal": (("mean", 1.0), ("std", 2.0)), "geometric": (("p", _REQUIRED),)}
 
 
 def _sampler_param(op, pname, value) -> float:
@@ -167,8 +159,11 @@ def _sampler_param(op, pname, value) -> float:
     return float(value)
 
 
-def _sampler(kind: str, spec: tuple):
-    name = kind + "_"
+def _sampler(op_id: str, spec: tuple):
+    """Tensor.<kind>_ (op_id "ltorch.<kind>_"): eager's draw on self's shape and dtype (prims.sample); spec: its
+    parameters (name, default), in order."""
+    name = op_id.removeprefix("ltorch.")
+    kind = name.removesuffix("_")
 
     def body(self, *args, generator=None, **kwargs):
         check(generator is None, lambda: f"{name}: a generator argument is not supported under jitcore.jit")
@@ -180,10 +175,13 @@ def _sampler(kind: str, spec: tuple):
                                            dtype=self.dtype))
 
     body.__name__ = name
-    return torchsymbol(getattr(T, name), method=name, tags=INPLACE + (Tag.RANDOM,))(body)
+    return torchsymbol(getattr(T, name), method=name, id=op_id, tags=INPLACE + (Tag.RANDOM,))(body)
 
 
-SAMPLER_OPS = {kind: _sampler(kind, spec) for kind, spec in _SAMPLER_PARAMS.items()}
+exponential_ = _sampler("ltorch.exponential_", (("lambd", 1.0),))
+cauchy_ = _sampler("ltorch.cauchy_", (("median", 0.0), ("sigma", 1.0)))
+log_normal_ = _sampler("ltorch.log_normal_", (("mean", 1.0), ("std", 2.0)))
+geometric_ = _sampler("ltorch.geometric_", (("p", _REQUIRED),))
 
 
 # -- x[key] = value ---------------------------------------------------------------------------------------------------
@@ -192,7 +190,7 @@ def _basic_key(key) -> bool:
     return all(k is None or k is Ellipsis or (isinstance(k, (int, slice)) and not isinstance(k, bool)) for k in items)
 
 
-@torchsymbol(T.__setitem__, name="setitem_", method="__setitem__", tags=INPLACE)
+@torchsymbol(T.__setitem__, id="ltorch.setitem_", method="__setitem__", tags=INPLACE)
 def setitem_(self, indices, value):
     """`self[indices] = value`: a write into the view self[indices] for basic keys, else the functional setitem."""
     if _basic_key(indices):
@@ -229,14 +227,14 @@ def _scatter_slice(input, src, dim, start, end, step):
     return te.where(mask, placed, input)
 
 
-@torchsymbol(torch.slice_scatter, T.slice_scatter, method="slice_scatter")
+@torchsymbol(torch.slice_scatter, T.slice_scatter, method="slice_scatter", id="ltorch.slice_scatter")
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     d = dim % max(input.ndim, 1)
     s, e, st = slice(start, end, step).indices(input.shape[d])
     return _scatter_slice(input, src, d, s, max(s, e), st)
 
 
-@torchsymbol(torch.select_scatter, T.select_scatter, method="select_scatter")
+@torchsymbol(torch.select_scatter, T.select_scatter, method="select_scatter", id="ltorch.select_scatter")
 def select_scatter(input, src, dim, index):
     d = dim % max(input.ndim, 1)
     i = index % input.shape[d]
@@ -245,7 +243,125 @@ def select_scatter(input, src, dim, index):
     return _scatter_slice(input, ps.reshape(src, tuple(shape)), d, i, i + 1, 1)
 
 
-GENERATED = _generate()
+# foo_ for each Tensor method foo with an op and an in-place twin in torch (tests/test_registry.py checks that none
+# is missing); made after setitem_ so the ops keep their order in the registry
+exp_ = _inplace("ltorch.exp_")
+exp2_ = _inplace("ltorch.exp2_")
+expm1_ = _inplace("ltorch.expm1_")
+log_ = _inplace("ltorch.log_")
+log1p_ = _inplace("ltorch.log1p_")
+log2_ = _inplace("ltorch.log2_")
+log10_ = _inplace("ltorch.log10_")
+sin_ = _inplace("ltorch.sin_")
+cos_ = _inplace("ltorch.cos_")
+tan_ = _inplace("ltorch.tan_")
+asin_ = _inplace("ltorch.asin_")
+arcsin_ = _inplace("ltorch.arcsin_")
+acos_ = _inplace("ltorch.acos_")
+arccos_ = _inplace("ltorch.arccos_")
+atan_ = _inplace("ltorch.atan_")
+arctan_ = _inplace("ltorch.arctan_")
+sinh_ = _inplace("ltorch.sinh_")
+cosh_ = _inplace("ltorch.cosh_")
+tanh_ = _inplace("ltorch.tanh_")
+asinh_ = _inplace("ltorch.asinh_")
+arcsinh_ = _inplace("ltorch.arcsinh_")
+acosh_ = _inplace("ltorch.acosh_")
+arccosh_ = _inplace("ltorch.arccosh_")
+atanh_ = _inplace("ltorch.atanh_")
+arctanh_ = _inplace("ltorch.arctanh_")
+sqrt_ = _inplace("ltorch.sqrt_")
+rsqrt_ = _inplace("ltorch.rsqrt_")
+reciprocal_ = _inplace("ltorch.reciprocal_")
+sigmoid_ = _inplace("ltorch.sigmoid_")
+erf_ = _inplace("ltorch.erf_")
+erfc_ = _inplace("ltorch.erfc_")
+erfinv_ = _inplace("ltorch.erfinv_")
+lgamma_ = _inplace("ltorch.lgamma_")
+digamma_ = _inplace("ltorch.digamma_")
+neg_ = _inplace("ltorch.neg_")
+negative_ = _inplace("ltorch.negative_")
+abs_ = _inplace("ltorch.abs_")
+absolute_ = _inplace("ltorch.absolute_")
+sign_ = _inplace("ltorch.sign_")
+bitwise_not_ = _inplace("ltorch.bitwise_not_")
+floor_ = _inplace("ltorch.floor_")
+ceil_ = _inplace("ltorch.ceil_")
+trunc_ = _inplace("ltorch.trunc_")
+round_ = _inplace("ltorch.round_")
+logical_not_ = _inplace("ltorch.logical_not_")
+square_ = _inplace("ltorch.square_")
+frac_ = _inplace("ltorch.frac_")
+nan_to_num_ = _inplace("ltorch.nan_to_num_")
+add_ = _inplace("ltorch.add_")
+sub_ = _inplace("ltorch.sub_")
+subtract_ = _inplace("ltorch.subtract_")
+mul_ = _inplace("ltorch.mul_")
+multiply_ = _inplace("ltorch.multiply_")
+div_ = _inplace("ltorch.div_")
+divide_ = _inplace("ltorch.divide_")
+true_divide_ = _inplace("ltorch.true_divide_")
+floor_divide_ = _inplace("ltorch.floor_divide_")
+remainder_ = _inplace("ltorch.remainder_")
+fmod_ = _inplace("ltorch.fmod_")
+pow_ = _inplace("ltorch.pow_")
+atan2_ = _inplace("ltorch.atan2_")
+arctan2_ = _inplace("ltorch.arctan2_")
+copysign_ = _inplace("ltorch.copysign_")
+nextafter_ = _inplace("ltorch.nextafter_")
+bitwise_and_ = _inplace("ltorch.bitwise_and_")
+bitwise_or_ = _inplace("ltorch.bitwise_or_")
+bitwise_xor_ = _inplace("ltorch.bitwise_xor_")
+bitwise_left_shift_ = _inplace("ltorch.bitwise_left_shift_")
+bitwise_right_shift_ = _inplace("ltorch.bitwise_right_shift_")
+eq_ = _inplace("ltorch.eq_")
+ne_ = _inplace("ltorch.ne_")
+not_equal_ = _inplace("ltorch.not_equal_")
+lt_ = _inplace("ltorch.lt_")
+less_ = _inplace("ltorch.less_")
+le_ = _inplace("ltorch.le_")
+less_equal_ = _inplace("ltorch.less_equal_")
+gt_ = _inplace("ltorch.gt_")
+greater_ = _inplace("ltorch.greater_")
+ge_ = _inplace("ltorch.ge_")
+greater_equal_ = _inplace("ltorch.greater_equal_")
+logical_and_ = _inplace("ltorch.logical_and_")
+logical_or_ = _inplace("ltorch.logical_or_")
+logical_xor_ = _inplace("ltorch.logical_xor_")
+clamp_ = _inplace("ltorch.clamp_")
+clip_ = _inplace("ltorch.clip_")
+clamp_min_ = _inplace("ltorch.clamp_min_")
+clamp_max_ = _inplace("ltorch.clamp_max_")
+lerp_ = _inplace("ltorch.lerp_")
+addcmul_ = _inplace("ltorch.addcmul_")
+addcdiv_ = _inplace("ltorch.addcdiv_")
+hypot_ = _inplace("ltorch.hypot_")
+xlogy_ = _inplace("ltorch.xlogy_")
+float_power_ = _inplace("ltorch.float_power_")
+heaviside_ = _inplace("ltorch.heaviside_")
+deg2rad_ = _inplace("ltorch.deg2rad_")
+rad2deg_ = _inplace("ltorch.rad2deg_")
+sinc_ = _inplace("ltorch.sinc_")
+logit_ = _inplace("ltorch.logit_")
+sgn_ = _inplace("ltorch.sgn_")
+cumsum_ = _inplace("ltorch.cumsum_")
+cumprod_ = _inplace("ltorch.cumprod_")
+scatter_ = _inplace("ltorch.scatter_")
+scatter_add_ = _inplace("ltorch.scatter_add_")
+index_add_ = _inplace("ltorch.index_add_")
+index_copy_ = _inplace("ltorch.index_copy_")
+index_fill_ = _inplace("ltorch.index_fill_")
+index_put_ = _inplace("ltorch.index_put_")
+masked_fill_ = _inplace("ltorch.masked_fill_")
+masked_scatter_ = _inplace("ltorch.masked_scatter_")
+tril_ = _inplace("ltorch.tril_")
+triu_ = _inplace("ltorch.triu_")
+addmm_ = _inplace("ltorch.addmm_")
+addmv_ = _inplace("ltorch.addmv_")
+baddbmm_ = _inplace("ltorch.baddbmm_")
+addbmm_ = _inplace("ltorch.addbmm_")
+addr_ = _inplace("ltorch.addr_")
+relu_ = _inplace("ltorch.relu_")
 
 # augmented assignment on tensors is in place (x += y is x.add_(y), with x rebound to the result)
 _AUGMENTED = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",

@@ -24,7 +24,7 @@ T = torch.Tensor
 
 
 # -- flips and rotations --------------------------------------------------------------------------------------------
-@torchsymbol(torch.flip)
+@torchsymbol(torch.flip, id="ltorch.flip")
 def flip(input, dims):
     dims = (dims,) if is_int(dims) else tuple(dims)
     dims = tuple(dim_of("flip", d, input.ndim) for d in dims)
@@ -37,19 +37,19 @@ def flip(input, dims):
 method_adapter("flip", lambda self, *dims: flip(self, shape_arg(dims)), T.flip)
 
 
-@torchsymbol(torch.fliplr, T.fliplr, method="fliplr")
+@torchsymbol(torch.fliplr, T.fliplr, method="fliplr", id="ltorch.fliplr")
 def fliplr(input):
     check(input.ndim >= 2, "Input must be >= 2-d.")
     return ps.flip(input, (1,))
 
 
-@torchsymbol(torch.flipud, T.flipud, method="flipud")
+@torchsymbol(torch.flipud, T.flipud, method="flipud", id="ltorch.flipud")
 def flipud(input):
     check(input.ndim >= 1, "Input must be >= 1-d.")
     return ps.flip(input, (0,))
 
 
-@torchsymbol(torch.roll, T.roll, method="roll")
+@torchsymbol(torch.roll, T.roll, method="roll", id="ltorch.roll")
 def roll(input, shifts, dims=None):
     shifts = (shifts,) if is_int(shifts) else tuple(shifts)
     if dims is None or dims == () or dims == []:
@@ -71,7 +71,7 @@ def roll(input, shifts, dims=None):
     return copy(out) if out is input else out
 
 
-@torchsymbol(torch.rot90, T.rot90, method="rot90")
+@torchsymbol(torch.rot90, T.rot90, method="rot90", id="ltorch.rot90")
 def rot90(input, k=1, dims=(0, 1)):
     dims = tuple(dims)
     check(len(dims) == 2, lambda: f"expected total rotation dims == 2, but got dims = {len(dims)}")
@@ -99,17 +99,17 @@ def _tri_mask(op, input, diagonal, lower):
     return te.where(keep, input, to_dtype(0, input.dtype))
 
 
-@torchsymbol(torch.tril, T.tril, method="tril")
+@torchsymbol(torch.tril, T.tril, method="tril", id="ltorch.tril")
 def tril(input, diagonal=0):
     return _tri_mask("tril", input, diagonal, True)
 
 
-@torchsymbol(torch.triu, T.triu, method="triu")
+@torchsymbol(torch.triu, T.triu, method="triu", id="ltorch.triu")
 def triu(input, diagonal=0):
     return _tri_mask("triu", input, diagonal, False)
 
 
-@torchsymbol(torch.diagonal, T.diagonal, method="diagonal")
+@torchsymbol(torch.diagonal, T.diagonal, method="diagonal", id="ltorch.diagonal")
 def diagonal(input, offset=0, dim1=0, dim2=1):
     check(input.ndim >= 2, lambda: f"diagonal(): expected a tensor with at least 2 dims, got {input.ndim}")
     d1, d2 = dim_of("diagonal", dim1, input.ndim), dim_of("diagonal", dim2, input.ndim)
@@ -128,7 +128,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
 _diagonal = diagonal
 
 
-@torchsymbol(torch.diag, T.diag, method="diag")
+@torchsymbol(torch.diag, T.diag, method="diag", id="ltorch.diag")
 def diag(input, diagonal=0):
     check(input.ndim in (1, 2), lambda: f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
     if input.ndim == 2:
@@ -143,7 +143,8 @@ def diag(input, diagonal=0):
     return ps.reshape(flat, (size, size))
 
 
-@torchsymbol(torch.meshgrid, torch.functional._meshgrid, torch._C._VariableFunctionsClass.meshgrid)
+@torchsymbol(torch.meshgrid, torch.functional._meshgrid, torch._C._VariableFunctionsClass.meshgrid,
+             id="ltorch.meshgrid")
 def meshgrid(*tensors, indexing=None):
     if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)):
         tensors = tuple(tensors[0])
@@ -167,7 +168,7 @@ def meshgrid(*tensors, indexing=None):
 
 
 # -- copies, detach, conversion ---------------------------------------------------------------------------------------
-@torchsymbol(T.contiguous, method="contiguous")
+@torchsymbol(T.contiguous, method="contiguous", id="ltorch.contiguous")
 def contiguous(self, memory_format=torch.contiguous_format):
     """The input itself, or a copy where eager's layout of it is not contiguous (a later view() sees the copy's
     layout, as in eager)."""
@@ -177,12 +178,12 @@ def contiguous(self, memory_format=torch.contiguous_format):
     return copy(self)
 
 
-@torchsymbol(torch.clone, T.clone, method="clone")
+@torchsymbol(torch.clone, T.clone, method="clone", id="ltorch.clone")
 def clone(input, *, memory_format=torch.preserve_format):
     return copy(input)
 
 
-@torchsymbol(torch.detach, T.detach, method="detach")
+@torchsymbol(torch.detach, T.detach, method="detach", id="ltorch.detach")
 def detach(input):
     return pm.stop_gradient(input)
 
@@ -206,7 +207,7 @@ def _parse_to(args, kwargs):
     return dtype, device, copy_
 
 
-@torchsymbol(T.to, method="to")
+@torchsymbol(T.to, method="to", id="ltorch.to")
 def to(self, *args, **kwargs):
     dtype, device, copy_ = _parse_to(args, kwargs)
     out = self
@@ -217,39 +218,41 @@ def to(self, *args, **kwargs):
     return copy(out) if copy_ and out is self else out
 
 
-@torchsymbol(T.type_as, method="type_as")
+@torchsymbol(T.type_as, method="type_as", id="ltorch.type_as")
 def type_as(self, other):
     return to_dtype(self, other.dtype)
 
 
-def _shorthand(name, dtype):
+def _shorthand(op_id, dtype):
+    name = op_id.removeprefix("ltorch.")
+
     def body(self, memory_format=torch.preserve_format):
         return to_dtype(self, dtype)
 
     body.__name__ = name
-    return torchsymbol(getattr(T, name), method=name, name=name)(body)
+    return torchsymbol(getattr(T, name), method=name, id=op_id)(body)
 
 
-to_float = _shorthand("float", torch.float32)
-to_double = _shorthand("double", torch.float64)
-to_half = _shorthand("half", torch.float16)
-to_bfloat16 = _shorthand("bfloat16", torch.bfloat16)
-to_int = _shorthand("int", torch.int32)
-to_long = _shorthand("long", torch.int64)
-to_short = _shorthand("short", torch.int16)
-to_char = _shorthand("char", torch.int8)
-to_byte = _shorthand("byte", torch.uint8)
-to_bool = _shorthand("bool", torch.bool)
+to_float = _shorthand("ltorch.float", torch.float32)
+to_double = _shorthand("ltorch.double", torch.float64)
+to_half = _shorthand("ltorch.half", torch.float16)
+to_bfloat16 = _shorthand("ltorch.bfloat16", torch.bfloat16)
+to_int = _shorthand("ltorch.int", torch.int32)
+to_long = _shorthand("ltorch.long", torch.int64)
+to_short = _shorthand("ltorch.short", torch.int16)
+to_char = _shorthand("ltorch.char", torch.int8)
+to_byte = _shorthand("ltorch.byte", torch.uint8)
+to_bool = _shorthand("ltorch.bool", torch.bool)
 
 
 # -- properties: x.T, x.mT, x.H, x.mH --------------------------------------------------------------------------------
-@torchsymbol(name="T")
+@torchsymbol(id="ltorch.T")
 def permute_reversed(input):
     """x.T: every dim reversed."""
     return tsh._permute(input, tuple(reversed(range(input.ndim))))
 
 
-@torchsymbol(name="mT")
+@torchsymbol(id="ltorch.mT")
 def matrix_transpose(input):
     """x.mT (and x.mH for real tensors): the last two dims swapped (0-d: the identity, deprecated in torch)."""
     if input.ndim == 0:

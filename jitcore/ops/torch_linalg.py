@@ -41,13 +41,14 @@ def _same_dtype(op, a, b):
                                       f"{_DTNAME.get(a.dtype, a.dtype)} != {_DTNAME.get(b.dtype, b.dtype)}")
 
 
-@torchsymbol(torch.matmul, T.matmul, T.__matmul__, torch.linalg.matmul, method=("matmul", "__matmul__"))
+@torchsymbol(torch.matmul, T.matmul, T.__matmul__, torch.linalg.matmul, method=("matmul", "__matmul__"),
+             id="ltorch.matmul")
 def matmul(input, other):
     _same_dtype("matmul", input, other)
     return pn.matmul(input, other)
 
 
-@torchsymbol(T.__rmatmul__, method="__rmatmul__")
+@torchsymbol(T.__rmatmul__, method="__rmatmul__", id="ltorch.rmatmul")
 def rmatmul(input, other):
     return matmul(other, input)
 
@@ -58,7 +59,7 @@ def _ranks(op, expected, *named):
             check(False, f"{op}: {what} must be a {r}-D tensor, got shape {tuple(getattr(t, 'shape', ()))}")
 
 
-@torchsymbol(torch.mm, T.mm, method="mm")
+@torchsymbol(torch.mm, T.mm, method="mm", id="ltorch.mm")
 def mm(input, mat2):
     _ranks("mm", (2, 2), ("self", input), ("mat2", mat2))
     check(input.shape[1] == mat2.shape[0],
@@ -67,7 +68,7 @@ def mm(input, mat2):
     return matmul(input, mat2)
 
 
-@torchsymbol(torch.bmm, T.bmm, method="bmm")
+@torchsymbol(torch.bmm, T.bmm, method="bmm", id="ltorch.bmm")
 def bmm(input, mat2):
     _ranks("bmm", (3, 3), ("batch1", input), ("batch2", mat2))
     check(input.shape[0] == mat2.shape[0] and input.shape[2] == mat2.shape[1],
@@ -75,7 +76,7 @@ def bmm(input, mat2):
     return matmul(input, mat2)
 
 
-@torchsymbol(torch.mv, T.mv, method="mv")
+@torchsymbol(torch.mv, T.mv, method="mv", id="ltorch.mv")
 def mv(input, vec):
     _ranks("mv", (2, 1), ("self", input), ("vec", vec))
     check(input.shape[1] == vec.shape[0], lambda: f"mv: size mismatch, got input ({input.shape[0]}), mat "
@@ -83,7 +84,7 @@ def mv(input, vec):
     return matmul(input, vec)
 
 
-@torchsymbol(torch.dot, T.dot, method="dot")
+@torchsymbol(torch.dot, T.dot, method="dot", id="ltorch.dot")
 def dot(input, tensor):
     _ranks("dot", (1, 1), ("self", input), ("tensor", tensor))
     check(input.dtype == tensor.dtype, lambda: f"dot : expected both vectors to have same dtype, but found "
@@ -94,13 +95,13 @@ def dot(input, tensor):
     return matmul(input, tensor)
 
 
-@torchsymbol(torch.vdot, T.vdot, method="vdot")
+@torchsymbol(torch.vdot, T.vdot, method="vdot", id="ltorch.vdot")
 def vdot(input, other):
     check(not input.dtype.is_complex, "vdot: complex inputs are not supported by this decomposition")
     return dot(input, other)
 
 
-@torchsymbol(torch.outer, T.outer, torch.ger, T.ger, method=("outer", "ger"))
+@torchsymbol(torch.outer, T.outer, torch.ger, T.ger, method=("outer", "ger"), id="ltorch.outer")
 def outer(input, vec2):
     _ranks("outer", (1, 1), ("self", input), ("vec2", vec2))
     return mul(nh.unsqueeze(input, 1), nh.unsqueeze(vec2, 0))
@@ -117,27 +118,27 @@ def _scaled_sum(op, input, product, beta, alpha):
     return add(mul(input, beta) if beta != 1 else input, product)
 
 
-@torchsymbol(torch.addmm, T.addmm, method="addmm")
+@torchsymbol(torch.addmm, T.addmm, method="addmm", id="ltorch.addmm")
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     return _scaled_sum("addmm", input, mm(mat1, mat2), beta, alpha)
 
 
-@torchsymbol(torch.addmv, T.addmv, method="addmv")
+@torchsymbol(torch.addmv, T.addmv, method="addmv", id="ltorch.addmv")
 def addmv(input, mat, vec, *, beta=1, alpha=1):
     return _scaled_sum("addmv", input, mv(mat, vec), beta, alpha)
 
 
-@torchsymbol(torch.baddbmm, T.baddbmm, method="baddbmm")
+@torchsymbol(torch.baddbmm, T.baddbmm, method="baddbmm", id="ltorch.baddbmm")
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     return _scaled_sum("baddbmm", input, bmm(batch1, batch2), beta, alpha)
 
 
-@torchsymbol(torch.addbmm, T.addbmm, method="addbmm")
+@torchsymbol(torch.addbmm, T.addbmm, method="addbmm", id="ltorch.addbmm")
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     return _scaled_sum("addbmm", input, nh.sum_(bmm(batch1, batch2), 0), beta, alpha)
 
 
-@torchsymbol(torch.addr, T.addr, method="addr")
+@torchsymbol(torch.addr, T.addr, method="addr", id="ltorch.addr")
 def addr(input, vec1, vec2, *, beta=1, alpha=1):
     return _scaled_sum("addr", input, outer(vec1, vec2), beta, alpha)
 
@@ -229,7 +230,7 @@ def _contract(a, la, b, lb, needed, sizes):
     return ps.reshape(out, shape), batch + a_only + b_only
 
 
-@torchsymbol(torch.einsum)
+@torchsymbol(torch.einsum, id="ltorch.einsum")
 def einsum(*args):
     check(len(args) >= 1 and isinstance(args[0], str), "einsum(): must specify the equation string and at least one "
                                                        "operand, or at least one operand and its subscripts list")
@@ -257,7 +258,7 @@ def einsum(*args):
     return expand_to(a, tuple(sizes.get(x, 1) for x in out))
 
 
-@torchsymbol(torch.tensordot)
+@torchsymbol(torch.tensordot, id="ltorch.tensordot")
 def tensordot(a, b, dims=2, out=None):
     check(out is None, "tensordot: out= is not supported")
     if isinstance(dims, int):
@@ -280,7 +281,7 @@ def tensordot(a, b, dims=2, out=None):
 
 
 # -- norms and distances ----------------------------------------------------------------------------------------
-@torchsymbol(torch.linalg.matrix_norm)
+@torchsymbol(torch.linalg.matrix_norm, id="ltorch.matrix_norm")
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
     check(A.ndim >= 2, lambda: f"linalg.matrix_norm: The input tensor A must have at least 2 dimensions, got shape "
                                f"{tuple(A.shape)}")
@@ -299,7 +300,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     return to_dtype(m, dtypes.to_real(A.dtype))
 
 
-@torchsymbol(torch.linalg.norm)
+@torchsymbol(torch.linalg.norm, id="ltorch.linalg_norm")
 def linalg_norm(input, ord=None, dim=None, keepdim=False, *, out=None, dtype=None):
     check(out is None, "linalg.norm: out= is not supported")
     if isinstance(dim, int):
@@ -318,13 +319,13 @@ def linalg_norm(input, ord=None, dim=None, keepdim=False, *, out=None, dtype=Non
     return matrix_norm(input, ord, dim, keepdim, dtype=dtype)
 
 
-@torchsymbol(torch.dist, T.dist, method="dist")
+@torchsymbol(torch.dist, T.dist, method="dist", id="ltorch.dist")
 def dist(input, other, p=2):
     a, b = nh.float_pair(input, other, "dist")
     return vector_norm(sub(a, b), p)
 
 
-@torchsymbol(torch.cdist)
+@torchsymbol(torch.cdist, id="ltorch.cdist")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     check(x1.ndim >= 2 and x2.ndim >= 2, lambda: f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D and "
                                                  f"X2 got: {x2.ndim}D")
@@ -345,7 +346,7 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     return vector_norm(diff, p, -1)
 
 
-@torchsymbol(torch.kron, T.kron, method="kron")
+@torchsymbol(torch.kron, T.kron, method="kron", id="ltorch.kron")
 def kron(input, other):
     n = max(input.ndim, other.ndim)
     sa = (1,) * (n - input.ndim) + tuple(input.shape)
@@ -355,7 +356,7 @@ def kron(input, other):
     return ps.reshape(mul(a, b), tuple(x * y for x, y in zip(sa, sb)))
 
 
-@torchsymbol(torch.trace, T.trace, method="trace")
+@torchsymbol(torch.trace, T.trace, method="trace", id="ltorch.trace")
 def trace(input):
     check(input.ndim == 2, lambda: f"trace: expected a matrix, but got tensor with dim {input.ndim}")
     n, m = input.shape
@@ -367,7 +368,7 @@ def trace(input):
     return nh.sum_(diag)
 
 
-@torchsymbol(torch.linalg.cross, name="linalg_cross")
+@torchsymbol(torch.linalg.cross, id="ltorch.linalg_cross")
 def linalg_cross(input, other, *, dim=-1):
     check(input.ndim == other.ndim, lambda: f"linalg.cross: inputs must have the same number of dimensions, got "
                                             f"{input.ndim} and {other.ndim}")
@@ -381,7 +382,7 @@ def linalg_cross(input, other, *, dim=-1):
     return ps.cat(parts, d)
 
 
-@torchsymbol(torch.cross, T.cross, method="cross")
+@torchsymbol(torch.cross, T.cross, method="cross", id="ltorch.cross")
 def cross(input, other, dim=None):
     if dim is None:  # deprecated default: the first dim of size 3
         shape = torch.broadcast_shapes(input.shape, other.shape)
@@ -390,7 +391,7 @@ def cross(input, other, dim=None):
     return linalg_cross(input, other, dim=dim)
 
 
-@torchsymbol(torch.linalg.vecdot)
+@torchsymbol(torch.linalg.vecdot, id="ltorch.vecdot")
 def vecdot(x, y, *, dim=-1, out=None):
     check(not x.dtype.is_complex, "linalg.vecdot: complex inputs are not supported by this decomposition")
     check(out is None, "linalg.vecdot: out= is not supported")

@@ -21,7 +21,7 @@ from jitcore.ops.utils import check
 T = torch.Tensor
 
 
-@torchsymbol(torch.diff, T.diff, method="diff")
+@torchsymbol(torch.diff, T.diff, method="diff", id="ltorch.diff")
 def diff(input, n=1, dim=-1, prepend=None, append=None):
     check(input.ndim > 0, "diff expects input to be at least one-dimensional")
     check(n >= 0, lambda: f"order must be non-negative but got {n}")
@@ -44,7 +44,7 @@ def _with(shape, d, size):
     return tuple(size if i == d else s for i, s in enumerate(shape))
 
 
-@torchsymbol(torch.block_diag)
+@torchsymbol(torch.block_diag, id="ltorch.block_diag")
 def block_diag(*tensors):
     check(len(tensors) > 0, "block_diag: expected at least one tensor")
     mats = []
@@ -64,7 +64,7 @@ def block_diag(*tensors):
     return _cat("block_diag", rows, 0)
 
 
-@torchsymbol(T.sum_to_size, method="sum_to_size")
+@torchsymbol(T.sum_to_size, method="sum_to_size", id="ltorch.sum_to_size")
 def sum_to_size(self, *size):
     if not size:
         raise TypeError('sum_to_size() missing 1 required positional arguments: "size"')
@@ -107,10 +107,10 @@ def _data_dependent(name, what):
 
 
 unique = torchsymbol(torch.unique, T.unique, torch.unique_consecutive, T.unique_consecutive, method="unique",
-                     name="unique")(_data_dependent("unique", "the number of unique values depends on the data"))
-bincount = torchsymbol(torch.bincount, T.bincount, method="bincount", name="bincount")(
+                     id="ltorch.unique")(_data_dependent("unique", "the number of unique values depends on the data"))
+bincount = torchsymbol(torch.bincount, T.bincount, method="bincount", id="ltorch.bincount")(
     _data_dependent("bincount", "the output length is the largest value in the input"))
-is_nonzero = torchsymbol(torch.is_nonzero, T.is_nonzero, method="is_nonzero", name="is_nonzero")(
+is_nonzero = torchsymbol(torch.is_nonzero, T.is_nonzero, method="is_nonzero", id="ltorch.is_nonzero")(
     _data_dependent("is_nonzero", "the answer is a tensor's value"))
 
 

@@ -53,13 +53,13 @@ def _float_op(op, input, body):
     return to_dtype(body(nh.upcast(input)), input.dtype)
 
 
-@torchsymbol(F.relu, torch.relu, T.relu, method="relu")
+@torchsymbol(F.relu, torch.relu, T.relu, method="relu", id="ltorch.relu")
 def relu(input, inplace=False):
     check(input.dtype is not torch.bool, "relu: \"clamp_min_scalar_cpu\" not implemented for 'Bool'")
     return nh.maybe_inplace(input, where(le(input, 0), to_dtype(0, input.dtype), input), inplace)
 
 
-@torchsymbol(F.hardtanh, name="hardtanh")
+@torchsymbol(F.hardtanh, id="ltorch.hardtanh")
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     check(max_val >= min_val, "hardtanh: min_val cannot be greater than max_val")
     if dtypes.category(input.dtype) == 1:
@@ -69,12 +69,12 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     return nh.maybe_inplace(input, to_dtype(out, input.dtype), inplace)
 
 
-@torchsymbol(F.relu6)
+@torchsymbol(F.relu6, id="ltorch.relu6")
 def relu6(input, inplace=False):
     return hardtanh(input, 0.0, 6.0, inplace)
 
 
-@torchsymbol(F.leaky_relu)
+@torchsymbol(F.leaky_relu, id="ltorch.leaky_relu")
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     out = _float_op("leaky_relu", input, lambda x: where(gt(x, 0), x, mul(x, negative_slope)))
     return nh.maybe_inplace(input, out, inplace)
@@ -88,7 +88,7 @@ def _elu(op, input, alpha, scale, input_scale):
     return _float_op(op, input, body)
 
 
-@torchsymbol(F.elu)
+@torchsymbol(F.elu, id="ltorch.elu")
 def elu(input, alpha=1.0, inplace=False):
     return nh.maybe_inplace(input, _elu("elu", input, alpha, 1.0, 1.0), inplace)
 
@@ -96,18 +96,18 @@ def elu(input, alpha=1.0, inplace=False):
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
-@torchsymbol(F.selu, torch.selu)
+@torchsymbol(F.selu, torch.selu, id="ltorch.selu")
 def selu(input, inplace=False):
     return nh.maybe_inplace(input, _elu("selu", input, _SELU_ALPHA, _SELU_SCALE, 1.0), inplace)
 
 
-@torchsymbol(F.celu, torch.celu)
+@torchsymbol(F.celu, torch.celu, id="ltorch.celu")
 def celu(input, alpha=1.0, inplace=False):
     check(alpha != 0, "ZeroDivisionError in celu: alpha cannot be 0")
     return nh.maybe_inplace(input, _elu("celu", input, alpha, 1.0, 1.0 / alpha), inplace)
 
 
-@torchsymbol(F.gelu)
+@torchsymbol(F.gelu, id="ltorch.gelu")
 def gelu(input, approximate="none"):
     check(approximate in ("none", "tanh"), lambda: f"gelu: approximate argument must be either none or tanh, got "
                                                     f"{approximate!r}")
@@ -121,7 +121,7 @@ def gelu(input, approximate="none"):
     return _float_op("gelu", input, body)
 
 
-@torchsymbol(F.silu)
+@torchsymbol(F.silu, id="ltorch.silu")
 def silu(input, inplace=False):
     return nh.maybe_inplace(input, _float_op("silu", input, lambda x: mul(x, sigmoid(x))), inplace)
 
@@ -132,17 +132,17 @@ def _softplus(x, beta=1.0, threshold=20.0):
     return where(gt(bx, threshold), x, div(soft, beta) if beta != 1 else soft)
 
 
-@torchsymbol(F.mish)
+@torchsymbol(F.mish, id="ltorch.mish")
 def mish(input, inplace=False):
     return nh.maybe_inplace(input, _float_op("mish", input, lambda x: mul(x, tanh(_softplus(x)))), inplace)
 
 
-@torchsymbol(F.softplus)
+@torchsymbol(F.softplus, id="ltorch.softplus")
 def softplus(input, beta=1.0, threshold=20.0):
     return _float_op("softplus", input, lambda x: _softplus(x, beta, threshold))
 
 
-@torchsymbol(F.softsign)
+@torchsymbol(F.softsign, id="ltorch.softsign")
 def softsign(input):
     return div(input, add(abs(input), 1))
 
@@ -153,13 +153,13 @@ def _hard_pieces(x, low, high, middle):
     return where(le(x, -3.0), low, where(ge(x, 3.0), high, middle(x)))
 
 
-@torchsymbol(F.hardsigmoid)
+@torchsymbol(F.hardsigmoid, id="ltorch.hardsigmoid")
 def hardsigmoid(input, inplace=False):
     out = _float_op("hardsigmoid", input, lambda x: _hard_pieces(x, 0.0, 1.0, lambda x: div(add(x, 3.0), 6.0)))
     return nh.maybe_inplace(input, out, inplace)
 
 
-@torchsymbol(F.hardswish)
+@torchsymbol(F.hardswish, id="ltorch.hardswish")
 def hardswish(input, inplace=False):
     # x * 0 and x * 6 / 6 as eager computes them at the ends (NaN at -inf, rounding of large x)
     out = _float_op("hardswish", input, lambda x: _hard_pieces(x, mul(x, 0.0), div(mul(x, 6.0), 6.0),
@@ -167,12 +167,12 @@ def hardswish(input, inplace=False):
     return nh.maybe_inplace(input, out, inplace)
 
 
-@torchsymbol(F.hardshrink, torch.hardshrink, T.hardshrink, method="hardshrink")
+@torchsymbol(F.hardshrink, torch.hardshrink, T.hardshrink, method="hardshrink", id="ltorch.hardshrink")
 def hardshrink(input, lambd=0.5):
     return _float_op("hardshrink", input, lambda x: where(le(abs(x), lambd), 0.0, x))
 
 
-@torchsymbol(F.softshrink)
+@torchsymbol(F.softshrink, id="ltorch.softshrink")
 def softshrink(input, lambd=0.5):
     check(lambd >= 0, lambda: f"lambda must be greater or equal to 0, but found to be {lambd}.")
 
@@ -182,17 +182,17 @@ def softshrink(input, lambd=0.5):
     return _float_op("softshrink", input, body)
 
 
-@torchsymbol(F.tanhshrink)
+@torchsymbol(F.tanhshrink, id="ltorch.tanhshrink")
 def tanhshrink(input):
     return sub(input, tanh(input))
 
 
-@torchsymbol(F.logsigmoid)
+@torchsymbol(F.logsigmoid, id="ltorch.logsigmoid")
 def logsigmoid(input):
     return _float_op("log_sigmoid", input, lambda x: sub(clamp_max(x, 0.0), log1p(exp(neg(abs(x))))))
 
 
-@torchsymbol(F.glu)
+@torchsymbol(F.glu, id="ltorch.glu")
 def glu(input, dim=-1):
     check(input.ndim > 0, "glu does not support scalars because halving size must be even")
     d = nh.dims_of(input, dim)[0]
@@ -202,13 +202,13 @@ def glu(input, dim=-1):
     return _float_op("glu", input, lambda x: mul(nh.upcast(a), sigmoid(nh.upcast(b))))
 
 
-@torchsymbol(F.threshold, torch.threshold)
+@torchsymbol(F.threshold, torch.threshold, id="ltorch.threshold")
 def threshold(input, threshold, value, inplace=False):
     out = where(le(input, threshold), to_dtype(value, input.dtype), input)
     return nh.maybe_inplace(input, out, inplace)
 
 
-@torchsymbol(F.prelu, torch.prelu, T.prelu, method="prelu")
+@torchsymbol(F.prelu, torch.prelu, T.prelu, method="prelu", id="ltorch.prelu")
 def prelu(input, weight):
     nh.check_float("prelu", input)
     c = input.shape[1] if input.ndim >= 2 else 1
@@ -222,7 +222,7 @@ def prelu(input, weight):
     return where(gt(input, 0), input, mul(weight, input))
 
 
-@torchsymbol(F.rrelu, torch.rrelu, tags=(Tag.RANDOM,))
+@torchsymbol(F.rrelu, torch.rrelu, tags=(Tag.RANDOM,), id="ltorch.rrelu")
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     if training:  # a random slope per element: eager's own kernel (opaque)
         return opaque_symbol(torch.rrelu)(input, lower, upper, True)
@@ -268,19 +268,19 @@ def _log_softmax_core(x, d):
     return sub(shifted, log(nh.sum_(exp(shifted), d, keepdim=True)))
 
 
-@torchsymbol(F.softmax, torch.special.softmax)
+@torchsymbol(F.softmax, torch.special.softmax, id="ltorch.softmax")
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     input, d = _softmax_input("softmax", input, dim, dtype)
     return _along_dim(input, d, _softmax_core)
 
 
-@torchsymbol(F.log_softmax, torch.special.log_softmax)
+@torchsymbol(F.log_softmax, torch.special.log_softmax, id="ltorch.log_softmax")
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     input, d = _softmax_input("log_softmax", input, dim, dtype)
     return _along_dim(input, d, _log_softmax_core)
 
 
-@torchsymbol(F.softmin)
+@torchsymbol(F.softmin, id="ltorch.softmin")
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
     if dtype is not None:
         input = to_dtype(input, dtype)
@@ -331,7 +331,7 @@ def fused_in_eager(input, p) -> bool:
     return input.device.type not in ("cpu", "meta") and 0.0 < p < 1.0
 
 
-@torchsymbol(F.dropout, tags=(Tag.RANDOM,))
+@torchsymbol(F.dropout, tags=(Tag.RANDOM,), id="ltorch.dropout")
 def dropout(input, p=0.5, training=True, inplace=False):
     _check_p("dropout", p)
     if not training or p == 0.0:
@@ -361,22 +361,24 @@ def _feature_dropout(op, input, p, training, inplace, spatial: int, ranks: tuple
     return nh.maybe_inplace(input, _dropout_with_mask_shape(input, p, mask_shape), inplace)
 
 
-@torchsymbol(F.dropout1d, tags=(Tag.RANDOM,))
+@torchsymbol(F.dropout1d, tags=(Tag.RANDOM,), id="ltorch.dropout1d")
 def dropout1d(input, p=0.5, training=True, inplace=False):
     return _feature_dropout("dropout1d", input, p, training, inplace, 1, (2, 3))
 
 
-@torchsymbol(F.dropout2d, tags=(Tag.RANDOM,))
+@torchsymbol(F.dropout2d, tags=(Tag.RANDOM,), id="ltorch.dropout2d")
 def dropout2d(input, p=0.5, training=True, inplace=False):
     return _feature_dropout("dropout2d", input, p, training, inplace, max(input.ndim - 2, 1), (3, 4))
 
 
-@torchsymbol(F.dropout3d, tags=(Tag.RANDOM,))
+@torchsymbol(F.dropout3d, tags=(Tag.RANDOM,), id="ltorch.dropout3d")
 def dropout3d(input, p=0.5, training=True, inplace=False):
     return _feature_dropout("dropout3d", input, p, training, inplace, 3, (4, 5))
 
 
-def _alpha_like(name, torch_fn):
+def _alpha_like(op_id, torch_fn):
+    name = op_id.removeprefix("ltorch.")
+
     def body(input, p=0.5, training=False, inplace=False):
         _check_p(name, p)
         if not training or p == 0.0:
@@ -384,8 +386,8 @@ def _alpha_like(name, torch_fn):
         return opaque_symbol(torch_fn)(input, p, training, inplace)  # eager's own mask and affine correction
 
     body.__name__ = name
-    return torchsymbol(torch_fn, name=name, tags=(Tag.RANDOM,))(body)
+    return torchsymbol(torch_fn, id=op_id, tags=(Tag.RANDOM,))(body)
 
 
-alpha_dropout = _alpha_like("alpha_dropout", F.alpha_dropout)
-feature_alpha_dropout = _alpha_like("feature_alpha_dropout", F.feature_alpha_dropout)
+alpha_dropout = _alpha_like("ltorch.alpha_dropout", F.alpha_dropout)
+feature_alpha_dropout = _alpha_like("ltorch.feature_alpha_dropout", F.feature_alpha_dropout)

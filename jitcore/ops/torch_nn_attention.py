@@ -65,7 +65,7 @@ def _safe_softmax(scores):
     return div(e, where(all_masked, 1.0, nh.sum_(e, d, keepdim=True)))
 
 
-@torchsymbol(F.scaled_dot_product_attention, tags=(Tag.RANDOM,))
+@torchsymbol(F.scaled_dot_product_attention, tags=(Tag.RANDOM,), id="ltorch.scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     _check_sdpa(query, key, value, attn_mask, is_causal, enable_gqa)

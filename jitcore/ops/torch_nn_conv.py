@@ -21,7 +21,7 @@ from jitcore.ops.utils import check
 F = torch.nn.functional
 
 
-@torchsymbol(F.linear)
+@torchsymbol(F.linear, id="ltorch.linear")
 def linear(input, weight, bias=None):
     check(isinstance(input, TensorProxy) and isinstance(weight, TensorProxy),
           lambda: f"linear(): argument 'input' and 'weight' must be tensors, got {type(input).__name__} and "
@@ -31,7 +31,7 @@ def linear(input, weight, bias=None):
     return pn.linear(input, weight, bias)
 
 
-@torchsymbol(F.bilinear, torch.bilinear)
+@torchsymbol(F.bilinear, torch.bilinear, id="ltorch.bilinear")
 def bilinear(input1, input2, weight, bias=None):
     check(input1.ndim == input2.ndim and tuple(input1.shape[:-1]) == tuple(input2.shape[:-1]),
           lambda: f"bilinear(): input batch dimensions do not match: got {tuple(input1.shape)} and "
@@ -78,17 +78,17 @@ def _conv(op, n, input, weight, bias, stride, padding, dilation, groups):
     return nh.squeeze(out, 0) if unbatched else out
 
 
-@torchsymbol(F.conv1d, torch.conv1d)
+@torchsymbol(F.conv1d, torch.conv1d, id="ltorch.conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
-@torchsymbol(F.conv2d, torch.conv2d)
+@torchsymbol(F.conv2d, torch.conv2d, id="ltorch.conv2d")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
-@torchsymbol(F.conv3d, torch.conv3d)
+@torchsymbol(F.conv3d, torch.conv3d, id="ltorch.conv3d")
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
 
@@ -106,25 +106,25 @@ def _conv_transpose(op, n, input, weight, bias, stride, padding, output_padding,
     return nh.squeeze(out, 0) if unbatched else out
 
 
-@torchsymbol(F.conv_transpose1d, torch.conv_transpose1d)
+@torchsymbol(F.conv_transpose1d, torch.conv_transpose1d, id="ltorch.conv_transpose1d")
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
 
 
-@torchsymbol(F.conv_transpose2d, torch.conv_transpose2d)
+@torchsymbol(F.conv_transpose2d, torch.conv_transpose2d, id="ltorch.conv_transpose2d")
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
 
 
-@torchsymbol(F.conv_transpose3d, torch.conv_transpose3d)
+@torchsymbol(F.conv_transpose3d, torch.conv_transpose3d, id="ltorch.conv_transpose3d")
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
 
 
-@torchsymbol(F.embedding)
+@torchsymbol(F.embedding, id="ltorch.embedding")
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
     check(isinstance(weight, TensorProxy) and weight.ndim == 2,
           lambda: f"embedding: weight must be 2-D, got shape {tuple(getattr(weight, 'shape', ()))}")
@@ -146,7 +146,7 @@ def _torch_embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, 
 TORCH_MAP[torch.embedding] = _torch_embedding
 
 
-@torchsymbol(F.one_hot)
+@torchsymbol(F.one_hot, id="ltorch.one_hot")
 def one_hot(tensor, num_classes=-1):
     check(isinstance(tensor, TensorProxy) and tensor.dtype is torch.int64,
           "one_hot is only applicable to index tensor of type LongTensor.")
@@ -158,7 +158,7 @@ def one_hot(tensor, num_classes=-1):
     return to_dtype(eq(nh.unsqueeze(tensor, -1), classes), torch.int64)
 
 
-@torchsymbol(F.pixel_shuffle, torch.pixel_shuffle)
+@torchsymbol(F.pixel_shuffle, torch.pixel_shuffle, id="ltorch.pixel_shuffle")
 def pixel_shuffle(input, upscale_factor):
     r = upscale_factor
     check(input.ndim >= 3, lambda: f"pixel_shuffle expects input to have at least 3 dimensions, but got input with "
@@ -173,7 +173,7 @@ def pixel_shuffle(input, upscale_factor):
     return ps.reshape(x, (*batch, c // (r * r), h * r, w * r))
 
 
-@torchsymbol(F.pixel_unshuffle, torch.pixel_unshuffle)
+@torchsymbol(F.pixel_unshuffle, torch.pixel_unshuffle, id="ltorch.pixel_unshuffle")
 def pixel_unshuffle(input, downscale_factor):
     r = downscale_factor
     check(input.ndim >= 3, lambda: f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with "

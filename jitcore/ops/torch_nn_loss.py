@@ -91,7 +91,7 @@ def _nll(op, input, target, weight, ignore_index, reduction):
     return div(nh.sum_(loss), nh.sum_(w))
 
 
-@torchsymbol(F.nll_loss)
+@torchsymbol(F.nll_loss, id="ltorch.nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     reduction = nh.reduction_string(size_average, reduce, reduction)
     return _nll("nll_loss", input, target, weight, ignore_index, reduction)
@@ -130,7 +130,7 @@ def _prob_target_ce(lsm, target, weight, reduction, label_smoothing):
     return div(total, count) if count else mul(total, math.nan)
 
 
-@torchsymbol(F.cross_entropy)
+@torchsymbol(F.cross_entropy, id="ltorch.cross_entropy")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
     reduction = nh.reduction_string(size_average, reduce, reduction)
@@ -166,7 +166,7 @@ def _pointwise(op, input, target, weight, reduction, fn, weighted_mean_by_weight
     return nh.reduce_loss(op, loss, reduction)
 
 
-@torchsymbol(F.mse_loss)
+@torchsymbol(F.mse_loss, id="ltorch.mse_loss")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     reduction = nh.reduction_string(size_average, reduce, reduction)
     return _pointwise("mse_loss", input, target, weight, reduction, lambda x, t: _sq(sub(x, t)))
@@ -176,7 +176,7 @@ def _sq(d):
     return mul(d, d)
 
 
-@torchsymbol(F.l1_loss)
+@torchsymbol(F.l1_loss, id="ltorch.l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     reduction = nh.reduction_string(size_average, reduce, reduction)
     return _pointwise("l1_loss", input, target, weight, reduction, lambda x, t: abs(sub(x, t)))
@@ -189,7 +189,7 @@ def _smooth_l1(x, t, beta):
     return where(lt(d, beta), div(mul(_sq(d), 0.5), beta), sub(d, 0.5 * beta))
 
 
-@torchsymbol(F.smooth_l1_loss)
+@torchsymbol(F.smooth_l1_loss, id="ltorch.smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     check(beta >= 0, "smooth_l1_loss does not support negative values for beta.")
     reduction = nh.reduction_string(size_average, reduce, reduction)
@@ -201,7 +201,7 @@ def _huber(x, t, delta):
     return where(lt(d, delta), mul(_sq(d), 0.5), mul(sub(d, 0.5 * delta), delta))
 
 
-@torchsymbol(F.huber_loss)
+@torchsymbol(F.huber_loss, id="ltorch.huber_loss")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     check(delta > 0, "huber_loss does not support non-positive values for delta.")
     return _pointwise("huber_loss", input, target, weight, reduction, lambda x, t: _huber(x, t, delta), False)
@@ -212,7 +212,7 @@ def _bce(x, t):
     return sub(mul(sub(t, 1), clamp_min(log1p(neg(x)), -100.0)), mul(t, clamp_min(log(x), -100.0)))
 
 
-@torchsymbol(F.binary_cross_entropy)
+@torchsymbol(F.binary_cross_entropy, id="ltorch.binary_cross_entropy")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     reduction = nh.reduction_string(size_average, reduce, reduction)
     check(tuple(target.shape) == tuple(input.shape),
@@ -225,7 +225,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return nh.reduce_loss("binary_cross_entropy", loss, reduction)
 
 
-@torchsymbol(F.binary_cross_entropy_with_logits)
+@torchsymbol(F.binary_cross_entropy_with_logits, id="ltorch.binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     reduction = nh.reduction_string(size_average, reduce, reduction)
@@ -248,7 +248,7 @@ def _xlogy(t, y):
     return where(eq(t, 0), 0.0, mul(t, log(y)))
 
 
-@torchsymbol(F.kl_div)
+@torchsymbol(F.kl_div, id="ltorch.kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     if size_average is not None or reduce is not None:
         reduction = nh.reduction_string(size_average, reduce, reduction)
@@ -262,13 +262,13 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     return nh.reduce_loss("kl_div", loss, reduction)
 
 
-@torchsymbol(F.soft_margin_loss)
+@torchsymbol(F.soft_margin_loss, id="ltorch.soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     reduction = nh.reduction_string(size_average, reduce, reduction)
     return nh.reduce_loss("soft_margin_loss", log1p(exp(mul(neg(input), target))), reduction)
 
 
-@torchsymbol(F.margin_ranking_loss)
+@torchsymbol(F.margin_ranking_loss, id="ltorch.margin_ranking_loss")
 def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     reduction = nh.reduction_string(size_average, reduce, reduction)
     check(input1.ndim == input2.ndim == target.ndim,
@@ -279,7 +279,7 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
     return nh.reduce_loss("margin_ranking_loss", loss, reduction)
 
 
-@torchsymbol(F.cosine_embedding_loss)
+@torchsymbol(F.cosine_embedding_loss, id="ltorch.cosine_embedding_loss")
 def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     reduction = nh.reduction_string(size_average, reduce, reduction)
     check(input1.ndim in (1, 2) and input1.ndim == input2.ndim and target.ndim == input1.ndim - 1,
@@ -296,7 +296,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     return nh.reduce_loss("cosine_embedding_loss", add(pos, neg_part), reduction)
 
 
-@torchsymbol(F.poisson_nll_loss)
+@torchsymbol(F.poisson_nll_loss, id="ltorch.poisson_nll_loss")
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-08, reduce=None,
                      reduction="mean"):
     reduction = nh.reduction_string(size_average, reduce, reduction)
@@ -311,7 +311,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
     return nh.reduce_loss("poisson_nll_loss", loss, reduction)
 
 
-@torchsymbol(F.gaussian_nll_loss)
+@torchsymbol(F.gaussian_nll_loss, id="ltorch.gaussian_nll_loss")
 def gaussian_nll_loss(input, target, var, full=False, eps=1e-06, reduction="mean"):
     if not isinstance(var, TensorProxy):
         check(var >= 0, "var has negative entry/entries")

@@ -43,7 +43,7 @@ def _check_normalized_shape(op, input, normalized_shape, *params):
     return shape, tuple(range(input.ndim - k, input.ndim))
 
 
-@torchsymbol(F.layer_norm, torch.layer_norm)
+@torchsymbol(F.layer_norm, torch.layer_norm, id="ltorch.layer_norm")
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
     nh.check_float("layer_norm", input)
     shape, dims = _check_normalized_shape("layer_norm", input, normalized_shape, ("weight", weight), ("bias", bias))
@@ -53,7 +53,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-05):
     return to_dtype(_affine(out, weight, bias, shape), input.dtype)
 
 
-@torchsymbol(F.rms_norm, torch.rms_norm)
+@torchsymbol(F.rms_norm, torch.rms_norm, id="ltorch.rms_norm")
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     nh.check_float("rms_norm", input)
     shape, dims = _check_normalized_shape("rms_norm", input, normalized_shape, ("weight", weight))
@@ -63,7 +63,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     return to_dtype(_affine(out, weight, None, shape), input.dtype)
 
 
-@torchsymbol(F.group_norm, torch.group_norm)
+@torchsymbol(F.group_norm, torch.group_norm, id="ltorch.group_norm")
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
     nh.check_float("group_norm", input)
     check(input.ndim >= 2, lambda: f"group_norm: Expected at least 2 dimensions for input tensor but received "
@@ -89,7 +89,7 @@ def _update_running(buffer, new_stat, momentum):
     pm.copy_(to_dtype(value, buffer.dtype), buffer)
 
 
-@torchsymbol(F.batch_norm)
+@torchsymbol(F.batch_norm, id="ltorch.batch_norm")
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05):
     nh.check_float("batch_norm", input)
     check(input.ndim >= 2, lambda: f"batch_norm: expected 2D or more input (got {input.ndim}D input)")
@@ -127,7 +127,7 @@ def _torch_batch_norm(input, weight, bias, running_mean, running_var, training, 
 TORCH_MAP[torch.batch_norm] = _torch_batch_norm
 
 
-@torchsymbol(F.instance_norm)
+@torchsymbol(F.instance_norm, id="ltorch.instance_norm")
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-05):
     nh.check_float("instance_norm", input)
@@ -148,14 +148,14 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return to_dtype(_affine(out, weight, bias, (c,) + (1,) * (input.ndim - 2)), input.dtype)
 
 
-@torchsymbol(F.normalize)
+@torchsymbol(F.normalize, id="ltorch.normalize")
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     check(out is None, "normalize: out= is not supported")
     norm = vector_norm(input, p, dim, keepdim=True)
     return div(input, clamp_min(norm, eps))
 
 
-@torchsymbol(F.cosine_similarity, torch.cosine_similarity)
+@torchsymbol(F.cosine_similarity, torch.cosine_similarity, id="ltorch.cosine_similarity")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     check(isinstance(x1, TensorProxy) and isinstance(x2, TensorProxy), "cosine_similarity: expected two tensors")
     x1, x2 = nh.float_pair(x1, x2, "cosine_similarity")
@@ -165,7 +165,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     return nh.sum_(mul(div(x1, n1), div(x2, n2)), d)
 
 
-@torchsymbol(F.pairwise_distance, torch.pairwise_distance)
+@torchsymbol(F.pairwise_distance, torch.pairwise_distance, id="ltorch.pairwise_distance")
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     rank = max(x1.ndim, x2.ndim)
     diff = add(sub(x1, x2), eps)

@@ -72,7 +72,7 @@ def _pad_dim(x, d, lo, hi, mode):
     return ps.cat(parts, d) if len(parts) > 1 else x
 
 
-@torchsymbol(F.pad)
+@torchsymbol(F.pad, id="ltorch.pad")
 def pad(input, pad, mode="constant", value=None):
     pairs = _pad_pairs("pad", input, pad)
     if mode == "constant":
@@ -158,19 +158,19 @@ def _avg_pool(op, n, input, kernel_size, stride, padding, ceil_mode, count_inclu
     return to_dtype(div(sums, counts), input.dtype)
 
 
-@torchsymbol(F.avg_pool1d, torch.avg_pool1d)
+@torchsymbol(F.avg_pool1d, torch.avg_pool1d, id="ltorch.avg_pool1d")
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
 
 
-@torchsymbol(F.avg_pool2d)
+@torchsymbol(F.avg_pool2d, id="ltorch.avg_pool2d")
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                      divisor_override)
 
 
-@torchsymbol(F.avg_pool3d)
+@torchsymbol(F.avg_pool3d, id="ltorch.avg_pool3d")
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -187,8 +187,8 @@ def _max_pool(op, n, input, kernel_size, stride, padding, dilation, ceil_mode):
     return nh.amax(win, tuple(range(input.ndim, input.ndim + n)))
 
 
-def _max_pool_op(n, torch_fn, with_indices):
-    name = f"max_pool{n}d"
+def _max_pool_op(op_id, n, torch_fn, with_indices):
+    name = op_id.removeprefix("ltorch.")
 
     def body(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
         if return_indices:  # values and argmax positions: eager's own kernel
@@ -196,12 +196,12 @@ def _max_pool_op(n, torch_fn, with_indices):
         return _max_pool(name, n, input, kernel_size, stride, padding, dilation, ceil_mode)
 
     body.__name__ = name
-    return torchsymbol(torch_fn, name=name)(body)
+    return torchsymbol(torch_fn, id=op_id)(body)
 
 
-max_pool1d = _max_pool_op(1, F.max_pool1d, F.max_pool1d_with_indices)
-max_pool2d = _max_pool_op(2, F.max_pool2d, F.max_pool2d_with_indices)
-max_pool3d = _max_pool_op(3, F.max_pool3d, F.max_pool3d_with_indices)
+max_pool1d = _max_pool_op("ltorch.max_pool1d", 1, F.max_pool1d, F.max_pool1d_with_indices)
+max_pool2d = _max_pool_op("ltorch.max_pool2d", 2, F.max_pool2d, F.max_pool2d_with_indices)
+max_pool3d = _max_pool_op("ltorch.max_pool3d", 3, F.max_pool3d, F.max_pool3d_with_indices)
 
 
 def _torch_max_pool(op):
@@ -249,17 +249,17 @@ def _adaptive_avg(op, n, input, output_size):
     return to_dtype(x, input.dtype)
 
 
-@torchsymbol(F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d)
+@torchsymbol(F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d, id="ltorch.adaptive_avg_pool1d")
 def adaptive_avg_pool1d(input, output_size):
     return _adaptive_avg("adaptive_avg_pool1d", 1, input, output_size)
 
 
-@torchsymbol(F.adaptive_avg_pool2d)
+@torchsymbol(F.adaptive_avg_pool2d, id="ltorch.adaptive_avg_pool2d")
 def adaptive_avg_pool2d(input, output_size):
     return _adaptive_avg("adaptive_avg_pool2d", 2, input, output_size)
 
 
-@torchsymbol(F.adaptive_avg_pool3d)
+@torchsymbol(F.adaptive_avg_pool3d, id="ltorch.adaptive_avg_pool3d")
 def adaptive_avg_pool3d(input, output_size):
     return _adaptive_avg("adaptive_avg_pool3d", 3, input, output_size)
 
@@ -319,7 +319,7 @@ def _output_sizes(input, n, size, scale_factor):
     return tuple(math.floor(input.shape[2 + i] * scales[i]) for i in range(n)), scales
 
 
-@torchsymbol(F.interpolate, F.upsample)
+@torchsymbol(F.interpolate, F.upsample, id="ltorch.interpolate")
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
                 antialias=False):
     n = input.ndim - 2

@@ -70,17 +70,17 @@ def _reduced_numel(a, dims) -> int:
 
 
 # -- sums and products ----------------------------------------------------------------------------------------
-@torchsymbol(torch.sum, T.sum, method="sum")
+@torchsymbol(torch.sum, T.sum, method="sum", id="ltorch.sum")
 def sum(input, dim=None, keepdim=False, *, dtype=None):
     return _reduce(pr.sum, "sum", input, dim, keepdim, dtype, int_to_long=True)
 
 
-@torchsymbol(torch.prod, T.prod, method="prod")
+@torchsymbol(torch.prod, T.prod, method="prod", id="ltorch.prod")
 def prod(input, dim=None, keepdim=False, *, dtype=None):
     return _reduce(pr.prod, "prod", input, dim, keepdim, dtype, int_to_long=True)
 
 
-@torchsymbol(torch.nansum, T.nansum, method="nansum")
+@torchsymbol(torch.nansum, T.nansum, method="nansum", id="ltorch.nansum")
 def nansum(input, dim=None, keepdim=False, *, dtype=None):
     if dtypes.is_inexact(input.dtype):
         input = te.where(te.isnan(input), to_dtype(0, input.dtype), input)
@@ -92,7 +92,7 @@ def _check_mean_dtype(op, dtype):
                                             f"floating point or complex dtype. Got: {dtype}")
 
 
-@torchsymbol(torch.mean, T.mean, method="mean")
+@torchsymbol(torch.mean, T.mean, method="mean", id="ltorch.mean")
 def mean(input, dim=None, keepdim=False, *, dtype=None):
     result = dtype if dtype is not None else input.dtype
     _check_mean_dtype("mean", result)
@@ -102,7 +102,7 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     return restore_dims(out, input.shape, dims) if keepdim else out
 
 
-@torchsymbol(torch.nanmean, T.nanmean, method="nanmean")
+@torchsymbol(torch.nanmean, T.nanmean, method="nanmean", id="ltorch.nanmean")
 def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     result = dtype if dtype is not None else input.dtype
     _check_mean_dtype("nanmean", result)
@@ -118,12 +118,12 @@ def _extreme(prim_op, op, input, dim, keepdim):
     return restore_dims(out, input.shape, dims) if keepdim else out
 
 
-@torchsymbol(torch.amax, T.amax, method="amax")
+@torchsymbol(torch.amax, T.amax, method="amax", id="ltorch.amax")
 def amax(input, dim=(), keepdim=False):
     return _extreme(pr.amax, "amax", input, dim, keepdim)
 
 
-@torchsymbol(torch.amin, T.amin, method="amin")
+@torchsymbol(torch.amin, T.amin, method="amin", id="ltorch.amin")
 def amin(input, dim=(), keepdim=False):
     return _extreme(pr.amin, "amin", input, dim, keepdim)
 
@@ -140,12 +140,12 @@ def _arg(prim_op, op, input, dim, keepdim):
     return restore_dims(out, input.shape, (d,)) if keepdim else out
 
 
-@torchsymbol(torch.argmax, T.argmax, method="argmax", tags=ND)
+@torchsymbol(torch.argmax, T.argmax, method="argmax", tags=ND, id="ltorch.argmax")
 def argmax(input, dim=None, keepdim=False):
     return _arg(pr.argmax, "argmax", input, dim, keepdim)
 
 
-@torchsymbol(torch.argmin, T.argmin, method="argmin", tags=ND)
+@torchsymbol(torch.argmin, T.argmin, method="argmin", tags=ND, id="ltorch.argmin")
 def argmin(input, dim=None, keepdim=False):
     return _arg(pr.argmin, "argmin", input, dim, keepdim)
 
@@ -163,19 +163,19 @@ def _max_min(op, extreme, arg, binary, input, dim, keepdim):
     return getattr(torch.return_types, op)((values, arg(idx_input, dim, keepdim)))
 
 
-@torchsymbol(torch.max, T.max, method="max")
+@torchsymbol(torch.max, T.max, method="max", id="ltorch.max")
 def max(input, dim=None, keepdim=False):
     """Full max; (values, indices) along dim (torch.return_types.max); or, given a tensor, torch.maximum."""
     return _max_min("max", amax, argmax, te.maximum, input, dim, keepdim)
 
 
-@torchsymbol(torch.min, T.min, method="min")
+@torchsymbol(torch.min, T.min, method="min", id="ltorch.min")
 def min(input, dim=None, keepdim=False):
     """Full min; (values, indices) along dim; or, given a tensor, torch.minimum."""
     return _max_min("min", amin, argmin, te.minimum, input, dim, keepdim)
 
 
-@torchsymbol(torch.aminmax, T.aminmax, method="aminmax")
+@torchsymbol(torch.aminmax, T.aminmax, method="aminmax", id="ltorch.aminmax")
 def aminmax(input, *, dim=None, keepdim=False):
     dims = () if dim is None else dim
     return torch.return_types.aminmax((amin(input, dims, keepdim), amax(input, dims, keepdim)))
@@ -210,22 +210,22 @@ def _var_mean(op, input, dim, unbiased, keepdim, correction, *, with_mean, root)
     return tuple(outs) if with_mean else outs[0]
 
 
-@torchsymbol(torch.var, T.var, method="var")
+@torchsymbol(torch.var, T.var, method="var", id="ltorch.var")
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return _var_mean("var", input, dim, unbiased, keepdim, correction, with_mean=False, root=False)
 
 
-@torchsymbol(torch.std, T.std, method="std")
+@torchsymbol(torch.std, T.std, method="std", id="ltorch.std")
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return _var_mean("std", input, dim, unbiased, keepdim, correction, with_mean=False, root=True)
 
 
-@torchsymbol(torch.var_mean)
+@torchsymbol(torch.var_mean, id="ltorch.var_mean")
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return _var_mean("var_mean", input, dim, unbiased, keepdim, correction, with_mean=True, root=False)
 
 
-@torchsymbol(torch.std_mean)
+@torchsymbol(torch.std_mean, id="ltorch.std_mean")
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return _var_mean("std_mean", input, dim, unbiased, keepdim, correction, with_mean=True, root=True)
 
@@ -244,23 +244,23 @@ def _bool_reduce(op, input, dim, keepdim, *, is_any):
     return restore_dims(out, input.shape, dims) if keepdim else out
 
 
-@torchsymbol(torch.all, T.all, method="all", tags=ND)
+@torchsymbol(torch.all, T.all, method="all", tags=ND, id="ltorch.all")
 def all(input, dim=None, keepdim=False):
     return _bool_reduce("all", input, dim, keepdim, is_any=False)
 
 
-@torchsymbol(torch.any, T.any, method="any", tags=ND)
+@torchsymbol(torch.any, T.any, method="any", tags=ND, id="ltorch.any")
 def any(input, dim=None, keepdim=False):
     return _bool_reduce("any", input, dim, keepdim, is_any=True)
 
 
-@torchsymbol(torch.count_nonzero, T.count_nonzero, method="count_nonzero", tags=ND)
+@torchsymbol(torch.count_nonzero, T.count_nonzero, method="count_nonzero", tags=ND, id="ltorch.count_nonzero")
 def count_nonzero(input, dim=None):
     return sum(te.ne(input, 0), dim)
 
 
 # -- logsumexp and norms --------------------------------------------------------------------------------------
-@torchsymbol(torch.logsumexp, T.logsumexp, torch.special.logsumexp, method="logsumexp")
+@torchsymbol(torch.logsumexp, T.logsumexp, torch.special.logsumexp, method="logsumexp", id="ltorch.logsumexp")
 def logsumexp(input, dim, keepdim=False):
     dims = reduction_dims("logsumexp", input, dim)
     result = input.dtype if dtypes.is_inexact(input.dtype) else torch.get_default_dtype()
@@ -300,12 +300,12 @@ def _vector_norm(op, x, ord, dim, keepdim, dtype):
     return restore_dims(out, x.shape, dims) if keepdim else out
 
 
-@torchsymbol(torch.linalg.vector_norm)
+@torchsymbol(torch.linalg.vector_norm, id="ltorch.vector_norm")
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return _vector_norm("linalg.vector_norm", x, ord, dim, keepdim, dtype)
 
 
-@torchsymbol(torch.norm, T.norm, method="norm")
+@torchsymbol(torch.norm, T.norm, method="norm", id="ltorch.norm")
 def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     """torch.norm: vector norms (p a number, or 'fro' over at most 2 dims); 'nuc' runs as an opaque torch op."""
     check(out is None, "norm: out= is not supported")
@@ -326,32 +326,32 @@ def _scan(prim_op, op, input, dim, dtype):
     return to_dtype(out, result)
 
 
-@torchsymbol(torch.cumsum, T.cumsum, method="cumsum")
+@torchsymbol(torch.cumsum, T.cumsum, method="cumsum", id="ltorch.cumsum")
 def cumsum(input, dim, *, dtype=None):
     return _scan(pr.cumsum, "cumsum", input, dim, dtype)
 
 
-@torchsymbol(torch.cumprod, T.cumprod, method="cumprod")
+@torchsymbol(torch.cumprod, T.cumprod, method="cumprod", id="ltorch.cumprod")
 def cumprod(input, dim, *, dtype=None):
     return _scan(pr.cumprod, "cumprod", input, dim, dtype)
 
 
 # -- selection and sorting -----------------------------------------------------------------------------------
-@torchsymbol(torch.topk, T.topk, method="topk")
+@torchsymbol(torch.topk, T.topk, method="topk", id="ltorch.topk")
 def topk(input, k, dim=-1, largest=True, sorted=True):
     return torch.return_types.topk(pr.topk(input, k, -1 if dim is None else dim, largest, sorted))
 
 
-@torchsymbol(torch.sort, T.sort, method="sort")
+@torchsymbol(torch.sort, T.sort, method="sort", id="ltorch.sort")
 def sort(input, dim=-1, descending=False, *, stable=False):
     return torch.return_types.sort(pr.sort(input, dim, descending, builtins.bool(stable)))
 
 
-@torchsymbol(torch.argsort, T.argsort, method="argsort", tags=ND)
+@torchsymbol(torch.argsort, T.argsort, method="argsort", tags=ND, id="ltorch.argsort")
 def argsort(input, dim=-1, descending=False, stable=False):
     return pr.sort(input, dim, descending, builtins.bool(stable))[1]
 
 
-@torchsymbol(torch.msort, T.msort, method="msort")
+@torchsymbol(torch.msort, T.msort, method="msort", id="ltorch.msort")
 def msort(input):
     return pr.sort(input, 0, False, False)[0]

@@ -108,7 +108,7 @@ def fresh(outs, *inputs) -> tuple:
 
 
 # -- reshape and views -------------------------------------------------------------------------------------------
-@torchsymbol(torch.reshape)
+@torchsymbol(torch.reshape, id="ltorch.reshape")
 def reshape(input, shape):
     return _reshape_or_copy(input, infer_size("reshape", shape, input.numel()))
 
@@ -116,7 +116,7 @@ def reshape(input, shape):
 method_adapter("reshape", lambda self, *shape: reshape(self, shape_arg(shape)), T.reshape)
 
 
-@torchsymbol(T.view, method="view")
+@torchsymbol(T.view, method="view", id="ltorch.view")
 def view(self, *shape):
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
         return opaque_symbol(T.view)(self, shape[0])
@@ -133,18 +133,18 @@ def check_view(a, shape):
         meta.view(tuple(s.value if hasattr(s, "expr") else s for s in shape))
 
 
-@torchsymbol(T.view_as, method="view_as")
+@torchsymbol(T.view_as, method="view_as", id="ltorch.view_as")
 def view_as(self, other):
     check_view(self, other.shape)
     return _reshape(self, other.shape)
 
 
-@torchsymbol(T.reshape_as, method="reshape_as")
+@torchsymbol(T.reshape_as, method="reshape_as", id="ltorch.reshape_as")
 def reshape_as(self, other):
     return _reshape_or_copy(self, other.shape)
 
 
-@torchsymbol(torch.flatten, T.flatten, method="flatten")
+@torchsymbol(torch.flatten, T.flatten, method="flatten", id="ltorch.flatten")
 def flatten(input, start_dim=0, end_dim=-1):
     s, e = dim_of("flatten", start_dim, input.ndim), dim_of("flatten", end_dim, input.ndim)
     if input.ndim == 0:
@@ -154,12 +154,12 @@ def flatten(input, start_dim=0, end_dim=-1):
     return _reshape_or_copy(input, shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:])
 
 
-@torchsymbol(torch.ravel, T.ravel, method="ravel")
+@torchsymbol(torch.ravel, T.ravel, method="ravel", id="ltorch.ravel")
 def ravel(input):
     return _reshape_or_copy(input, (input.numel(),))
 
 
-@torchsymbol(torch.unflatten, T.unflatten, method="unflatten")
+@torchsymbol(torch.unflatten, T.unflatten, method="unflatten", id="ltorch.unflatten")
 def unflatten(input, dim, sizes):
     check(input.ndim > 0, "unflatten: Dimension specified as 0 but tensor has no dimensions")
     d = dim_of("unflatten", dim, input.ndim)
@@ -169,7 +169,7 @@ def unflatten(input, dim, sizes):
     return _reshape(input, shape[:d] + sizes + shape[d + 1:])
 
 
-@torchsymbol(torch.squeeze, T.squeeze, method="squeeze")
+@torchsymbol(torch.squeeze, T.squeeze, method="squeeze", id="ltorch.squeeze")
 def squeeze(input, dim=None):
     if dim is None:
         dims = tuple(i for i, s in enumerate(input.shape) if s == 1)
@@ -181,14 +181,14 @@ def squeeze(input, dim=None):
     return ps.squeeze(input, tuple(sorted(set(dims)))) if dims else input
 
 
-@torchsymbol(torch.unsqueeze, T.unsqueeze, method="unsqueeze")
+@torchsymbol(torch.unsqueeze, T.unsqueeze, method="unsqueeze", id="ltorch.unsqueeze")
 def unsqueeze(input, dim):
     d = dim_of("unsqueeze", dim, input.ndim, extra=1)
     shape = tuple(input.shape)
     return ps.reshape(input, shape[:d] + (1,) + shape[d:])
 
 
-@torchsymbol(torch.permute, method=())
+@torchsymbol(torch.permute, method=(), id="ltorch.permute")
 def permute(input, dims):
     dims = tuple(dims)
     check(len(dims) == input.ndim, lambda: f"permute(sparse_coo): number of dimensions in the tensor input does not "
@@ -218,22 +218,22 @@ def _swap(op, a, d0, d1):
     return _permute(a, perm)
 
 
-@torchsymbol(torch.transpose, T.transpose, method="transpose")
+@torchsymbol(torch.transpose, T.transpose, method="transpose", id="ltorch.transpose")
 def transpose(input, dim0, dim1):
     return _swap("transpose", input, dim0, dim1)
 
 
-@torchsymbol(torch.swapaxes, T.swapaxes, method="swapaxes")
+@torchsymbol(torch.swapaxes, T.swapaxes, method="swapaxes", id="ltorch.swapaxes")
 def swapaxes(input, axis0, axis1):
     return _swap("swapaxes", input, axis0, axis1)
 
 
-@torchsymbol(torch.swapdims, T.swapdims, method="swapdims")
+@torchsymbol(torch.swapdims, T.swapdims, method="swapdims", id="ltorch.swapdims")
 def swapdims(input, dim0, dim1):
     return _swap("swapdims", input, dim0, dim1)
 
 
-@torchsymbol(torch.t, T.t, method="t")
+@torchsymbol(torch.t, T.t, method="t", id="ltorch.t")
 def t(input):
     check(input.ndim <= 2, lambda: f"t() expects a tensor with <= 2 dimensions, but self is {input.ndim}D")
     return _swap("t", input, 0, -1) if input.ndim == 2 else input
@@ -243,7 +243,7 @@ def _real_only(op, a):
     check(not a.dtype.is_complex, lambda: f"{op}: complex tensors are not decomposed (conjugation)")
 
 
-@torchsymbol(torch.adjoint, T.adjoint, method="adjoint")
+@torchsymbol(torch.adjoint, T.adjoint, method="adjoint", id="ltorch.adjoint")
 def adjoint(input):
     _real_only("adjoint", input)
     if input.ndim == 0:
@@ -252,7 +252,7 @@ def adjoint(input):
     return _swap("adjoint", input, -2, -1)
 
 
-@torchsymbol(torch.movedim, T.movedim, torch.moveaxis, T.moveaxis, method=("movedim", "moveaxis"))
+@torchsymbol(torch.movedim, T.movedim, torch.moveaxis, T.moveaxis, method=("movedim", "moveaxis"), id="ltorch.movedim")
 def movedim(input, source, destination):
     src = (source,) if is_int(source) else tuple(source)
     dst = (destination,) if is_int(destination) else tuple(destination)
@@ -291,27 +291,27 @@ def _expand(op, a, sizes):
     return te.expand_to(a, tuple(shape))
 
 
-@torchsymbol(T.expand, method="expand")
+@torchsymbol(T.expand, method="expand", id="ltorch.expand")
 def expand(self, *sizes):
     return _expand("expand", self, shape_arg(sizes))
 
 
-@torchsymbol(T.expand_as, method="expand_as")
+@torchsymbol(T.expand_as, method="expand_as", id="ltorch.expand_as")
 def expand_as(self, other):
     return _expand("expand_as", self, other.shape)
 
 
-@torchsymbol(torch.broadcast_to, T.broadcast_to, method="broadcast_to")
+@torchsymbol(torch.broadcast_to, T.broadcast_to, method="broadcast_to", id="ltorch.broadcast_to")
 def broadcast_to(input, size):
     return _expand("broadcast_to", input, size)
 
 
-@torchsymbol(torch.broadcast_tensors)
+@torchsymbol(torch.broadcast_tensors, id="ltorch.broadcast_tensors")
 def broadcast_tensors(*tensors):
     return tuple(te.broadcast(*tensors, op="broadcast_tensors"))
 
 
-@torchsymbol(T.repeat, method="repeat")
+@torchsymbol(T.repeat, method="repeat", id="ltorch.repeat")
 def repeat(self, *sizes):
     sizes = shape_arg(sizes)
     check(len(sizes) >= self.ndim, "Number of dimensions of repeat dims can not be smaller than number of dimensions "
@@ -324,7 +324,7 @@ def repeat(self, *sizes):
     return ps.reshape(x, tuple(r * s for r, s in zip(sizes, shape)))
 
 
-@torchsymbol(torch.tile, T.tile, method="tile")
+@torchsymbol(torch.tile, T.tile, method="tile", id="ltorch.tile")
 def tile(input, dims):
     dims = tuple(dims)
     return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
@@ -360,17 +360,17 @@ def _promote_all(tensors):
     return out
 
 
-@torchsymbol(torch.cat, torch.concat)
+@torchsymbol(torch.cat, torch.concat, id="ltorch.cat")
 def cat(tensors, dim=0):
     return _cat("cat", tensors, dim)
 
 
-@torchsymbol(torch.concatenate)
+@torchsymbol(torch.concatenate, id="ltorch.concatenate")
 def concatenate(tensors, axis=0):
     return _cat("concatenate", tensors, axis)
 
 
-@torchsymbol(torch.stack)
+@torchsymbol(torch.stack, id="ltorch.stack")
 def stack(tensors, dim=0):
     tensors = list(tensors)
     check(len(tensors) > 0, "stack expects a non-empty TensorList")
@@ -397,38 +397,38 @@ def _atleast(op, n, tensors):
     return ps.reshape(x, shape)
 
 
-@torchsymbol(torch.atleast_1d, torch._C._VariableFunctionsClass.atleast_1d)
+@torchsymbol(torch.atleast_1d, torch._C._VariableFunctionsClass.atleast_1d, id="ltorch.atleast_1d")
 def atleast_1d(*tensors):
     return _atleast("atleast_1d", 1, tensors)
 
 
-@torchsymbol(torch.atleast_2d, torch._C._VariableFunctionsClass.atleast_2d)
+@torchsymbol(torch.atleast_2d, torch._C._VariableFunctionsClass.atleast_2d, id="ltorch.atleast_2d")
 def atleast_2d(*tensors):
     return _atleast("atleast_2d", 2, tensors)
 
 
-@torchsymbol(torch.atleast_3d, torch._C._VariableFunctionsClass.atleast_3d)
+@torchsymbol(torch.atleast_3d, torch._C._VariableFunctionsClass.atleast_3d, id="ltorch.atleast_3d")
 def atleast_3d(*tensors):
     return _atleast("atleast_3d", 3, tensors)
 
 
-@torchsymbol(torch.hstack)
+@torchsymbol(torch.hstack, id="ltorch.hstack")
 def hstack(tensors):
     ts = _atleast("hstack", 1, (list(tensors),))
     return _cat("hstack", ts, 0 if ts[0].ndim == 1 else 1)
 
 
-@torchsymbol(torch.vstack, torch.row_stack)
+@torchsymbol(torch.vstack, torch.row_stack, id="ltorch.vstack")
 def vstack(tensors):
     return _cat("vstack", _atleast("vstack", 2, (list(tensors),)), 0)
 
 
-@torchsymbol(torch.dstack)
+@torchsymbol(torch.dstack, id="ltorch.dstack")
 def dstack(tensors):
     return _cat("dstack", _atleast("dstack", 3, (list(tensors),)), 2)
 
 
-@torchsymbol(torch.column_stack)
+@torchsymbol(torch.column_stack, id="ltorch.column_stack")
 def column_stack(tensors):
     ts = [ps.reshape(x, (x.numel(), 1)) if x.ndim <= 1 else x for x in tensors]
     return _cat("column_stack", ts, 1)
@@ -447,7 +447,7 @@ def _split_sizes(op, a, d, sizes):
     return fresh(out, a)
 
 
-@torchsymbol(torch.split)
+@torchsymbol(torch.split, id="ltorch.split")
 def split(tensor, split_size_or_sections, dim=0):
     check(tensor.ndim > 0, "split(): dim 0 out of range: a 0-d tensor cannot be split")
     d = dim_of("split", dim, tensor.ndim)
@@ -467,13 +467,13 @@ def split(tensor, split_size_or_sections, dim=0):
 method_adapter("split", lambda self, split_size, dim=0: split(self, split_size, dim), T.split)
 
 
-@torchsymbol(T.split_with_sizes, torch.split_with_sizes, method="split_with_sizes")
+@torchsymbol(T.split_with_sizes, torch.split_with_sizes, method="split_with_sizes", id="ltorch.split_with_sizes")
 def split_with_sizes(self, split_sizes, dim=0):
     check(self.ndim > 0, "split_with_sizes(): a 0-d tensor cannot be split")
     return _split_sizes("split_with_sizes", self, dim_of("split_with_sizes", dim, self.ndim), list(split_sizes))
 
 
-@torchsymbol(torch.chunk, T.chunk, method="chunk")
+@torchsymbol(torch.chunk, T.chunk, method="chunk", id="ltorch.chunk")
 def chunk(input, chunks, dim=0):
     check(input.ndim > 0, "chunk expects at least a 1-dimensional tensor")
     check(chunks > 0, lambda: f"chunk expects `chunks` to be greater than 0, got: {chunks}")
@@ -485,7 +485,7 @@ def chunk(input, chunks, dim=0):
     return split(input, size, d)
 
 
-@torchsymbol(torch.tensor_split, T.tensor_split, method="tensor_split")
+@torchsymbol(torch.tensor_split, T.tensor_split, method="tensor_split", id="ltorch.tensor_split")
 def tensor_split(input, indices_or_sections, dim=0):
     check(input.ndim > 0, lambda: "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
     if isinstance(indices_or_sections, TensorProxy):
@@ -517,27 +517,27 @@ def _section_split(op, input, indices_or_sections, dim):
     return tensor_split(input, indices_or_sections, dim)
 
 
-@torchsymbol(torch.hsplit, T.hsplit, method="hsplit")
+@torchsymbol(torch.hsplit, T.hsplit, method="hsplit", id="ltorch.hsplit")
 def hsplit(input, indices_or_sections):
     check(input.ndim >= 1, "torch.hsplit requires a tensor with at least 1 dimension")
     return _section_split("hsplit", input, indices_or_sections, 1 if input.ndim > 1 else 0)
 
 
-@torchsymbol(torch.vsplit, T.vsplit, method="vsplit")
+@torchsymbol(torch.vsplit, T.vsplit, method="vsplit", id="ltorch.vsplit")
 def vsplit(input, indices_or_sections):
     check(input.ndim >= 2, lambda: f"torch.vsplit requires a tensor with at least 2 dimension, but got a tensor with "
                                    f"{input.ndim} dimensions!")
     return _section_split("vsplit", input, indices_or_sections, 0)
 
 
-@torchsymbol(torch.dsplit, T.dsplit, method="dsplit")
+@torchsymbol(torch.dsplit, T.dsplit, method="dsplit", id="ltorch.dsplit")
 def dsplit(input, indices_or_sections):
     check(input.ndim >= 3, lambda: f"torch.dsplit requires a tensor with at least 3 dimension, but got a tensor with "
                                    f"{input.ndim} dimensions!")
     return _section_split("dsplit", input, indices_or_sections, 2)
 
 
-@torchsymbol(torch.select, T.select, method="select")
+@torchsymbol(torch.select, T.select, method="select", id="ltorch.select")
 def select(input, dim, index):
     check(input.ndim > 0, "select() cannot be applied to a 0-dim tensor.")
     d = dim_of("select", dim, input.ndim)
@@ -548,14 +548,14 @@ def select(input, dim, index):
     return ps.squeeze(slice_dim(input, d, index, index + 1), (d,))
 
 
-@torchsymbol(torch.unbind, T.unbind, method="unbind")
+@torchsymbol(torch.unbind, T.unbind, method="unbind", id="ltorch.unbind")
 def unbind(input, dim=0):
     check(input.ndim > 0, "Dimension specified as 0 but tensor has no dimensions")
     d = dim_of("unbind", dim, input.ndim)
     return tuple(ps.squeeze(slice_dim(input, d, i, i + 1), (d,)) for i in range(input.shape[d]))
 
 
-@torchsymbol(torch.narrow, T.narrow, method="narrow")
+@torchsymbol(torch.narrow, T.narrow, method="narrow", id="ltorch.narrow")
 def narrow(input, dim, start, length):
     check(input.ndim > 0, "narrow() cannot be applied to a 0-dim tensor.")
     d = dim_of("narrow", dim, input.ndim)
@@ -574,12 +574,12 @@ def narrow(input, dim, start, length):
     return slice_dim(input, d, start, start + length)
 
 
-@torchsymbol(torch.narrow_copy, T.narrow_copy, method="narrow_copy")
+@torchsymbol(torch.narrow_copy, T.narrow_copy, method="narrow_copy", id="ltorch.narrow_copy")
 def narrow_copy(input, dim, start, length):
     out = narrow(input, dim, start, length)
     return copy(out) if out is input else out
 
 
-@torchsymbol(T.unfold, method="unfold")
+@torchsymbol(T.unfold, method="unfold", id="ltorch.unfold")
 def unfold(self, dimension, size, step):
     return ps.unfold(self, dimension, size, step)
