@@ -1,9 +1,9 @@
 """Transforms: the grad transform. From a computation trace whose inputs require grad, build a forward trace
 (outputs + saved-for-backward) and a backward trace (saved + cotangents -> input grads) by applying each op's VJP
 rule (transforms/vjp_rules.py) in reverse. Composites without a rule (or whose rule declines with NotImplemented)
-are differentiated through their subsymbols; opaque torch ops through torch.autograd at run time. A rule with an
-`augment` (layer_norm, sdpa) first swaps the forward line for a kernel that also returns what its backward needs.
-Saved-for-backward is exactly what the backward reads.
+are differentiated through their subsymbols; opaque torch ops through torch.autograd at run time. An op with an
+augmented forward (AUGMENTED_FORWARDS: layer_norm, rms_norm, sdpa; random opaque ops) first has its forward line
+swapped for a kernel that also returns what its backward needs. Saved-for-backward is exactly what the backward reads.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from jitcore.ops import torch_elementwise as te
 from transforms.cse import rename_args
 from transforms.dce import dce
 from transforms.vjp_helpers import bound_arguments
-from transforms.vjp_rules import VJP_RULES, opaque_vjp, random_opaque_vjp
+from transforms.vjp_rules import AUGMENTED_FORWARDS, VJP_RULES, opaque_vjp, random_opaque_augment
 
 SKIP = frozenset({Tag.NON_DIFFERENTIABLE, Tag.CREATION})
 
@@ -134,20 +134,21 @@ def grad_transform(trace: Trace) -> Split:
 
 
 def augment(bsyms) -> list:
-    """bsyms with each line whose VJP rule has an `augment` (and whose inputs need grad) swapped for the line that
-    rule records: same outputs plus residuals for its backward (nested inside composites without a rule too)."""
+    """bsyms with each line that has an augmented forward (AUGMENTED_FORWARDS; inputs that need grad) swapped for the
+    line it records: same outputs plus residuals for its backward (nested inside composites without a rule too)."""
     out = []
     for bsym in bsyms:
-        rule = VJP_RULES.get(bsym.sym.id)
-        if rule is None and Tag.OPAQUE in bsym.sym.tags and Tag.RANDOM in bsym.sym.tags:
-            rule = random_opaque_vjp
+        aug = AUGMENTED_FORWARDS.get(bsym.sym.id)
+        if aug is None and Tag.OPAQUE in bsym.sym.tags and Tag.RANDOM in bsym.sym.tags:
+            aug = random_opaque_augment
         wants = not recorded_without_grad(bsym) and any(needs_grad(a) for a in bsym.flat_proxy_args())
-        if wants and rule is not None and getattr(rule, "augment", None) is not None:
-            new = _augmented(bsym, rule)
+        if wants and aug is not None:
+            new = _augmented(bsym, aug)
             if new is not None:
                 out.append(new)
                 continue
-        if wants and rule is None and bsym.subsymbols and not bsym.sym.is_prim:
+        no_rule = aug is None and bsym.sym.id not in VJP_RULES
+        if wants and no_rule and bsym.subsymbols and not bsym.sym.is_prim:
             subs = augment(bsym.subsymbols)
             if any(a is not b for a, b in zip(subs, bsym.subsymbols)):
                 bsym = bsym.from_bsym(subsymbols=tuple(subs))
@@ -155,10 +156,10 @@ def augment(bsyms) -> list:
     return out
 
 
-def _augmented(bsym, rule):
-    """Record rule.augment(bsym) -> (symbol, args, kwargs, backward); the symbol's first outputs stand for bsym's
+def _augmented(bsym, augment_fn):
+    """Record augment_fn(bsym) -> (symbol, args, kwargs, backward); the symbol's first outputs stand for bsym's
     outputs (same metadata; they keep bsym's proxies) and the rest are residuals for `backward`."""
-    plan = rule.augment(bsym)
+    plan = augment_fn(bsym)
     if plan is None:
         return None
     sym, args, kwargs, backward = plan

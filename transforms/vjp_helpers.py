@@ -16,6 +16,10 @@ from jitcore.ops.opaque import opaque_symbol
 # op id -> rule(bsym, *output_cotangents) -> the cotangent of each parameter of the op (None where it has none), or
 # NotImplemented to send the grad transform through the op's subsymbols
 VJP_RULES: dict = {}
+# op id -> augment(bsym): the ops whose forward line the grad transform swaps, when a gradient flows, for a kernel
+# that also returns what their backward reads: (symbol, args, kwargs, backward(bsym, residuals, *cotangents)), or
+# None to decline (then the op is differentiated through its decomposition). One row per op, after its function.
+AUGMENTED_FORWARDS: dict = {}
 
 _signatures: dict = {}
 

@@ -9,9 +9,9 @@ from jitcore.ops.opaque import opaque_vjp_replay_sym, opaque_vjp_sym, with_rng_s
 
 # the family files add their rows to VJP_RULES when imported
 from transforms import vjp_rules_composite, vjp_rules_edges, vjp_rules_elementwise, vjp_rules_structural  # noqa: F401
-from transforms.vjp_helpers import VJP_RULES
+from transforms.vjp_helpers import AUGMENTED_FORWARDS, VJP_RULES
 
-__all__ = ["VJP_RULES", "opaque_vjp", "random_opaque_vjp"]
+__all__ = ["AUGMENTED_FORWARDS", "VJP_RULES", "opaque_vjp", "random_opaque_augment"]
 
 
 # -- opaque torch ops: torch.autograd at run time ----------------------------------------------------------------------
@@ -20,14 +20,11 @@ def opaque_vjp(bsym, gs):
     return opaque_vjp_sym(bsym.sym.torch_fn, tuple(bsym.args), dict(bsym.kwargs), list(gs))
 
 
-def random_opaque_vjp(bsym, *gs):
-    """An opaque op that draws random numbers: recomputing it in the backward would draw new numbers (another mask,
-    another slope) and advance the generator, so its forward line is always swapped (augment) for one that also
-    returns the generator state it started from, and the backward recomputes it from that state."""
-    return NotImplemented
-
-
-def _random_opaque_augment(bsym):
+def random_opaque_augment(bsym):
+    """The augmented forward of an opaque op that draws random numbers (any such op: no row by id): recomputing it
+    in the backward would draw new numbers (another mask, another slope) and advance the generator, so its forward
+    line is swapped for one that also returns the generator state it started from, and the backward recomputes it
+    from that state."""
     return with_rng_state_sym, (bsym.sym.torch_fn, tuple(bsym.args), dict(bsym.kwargs)), {}, _random_opaque_backward
 
 
@@ -35,5 +32,3 @@ def _random_opaque_backward(bsym, residuals, *gs):
     (state,) = residuals
     return opaque_vjp_replay_sym(bsym.sym.torch_fn, tuple(bsym.args), dict(bsym.kwargs), list(gs), state)
 
-
-random_opaque_vjp.augment = _random_opaque_augment

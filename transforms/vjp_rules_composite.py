@@ -20,7 +20,7 @@ from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.prims_grad import sdpa_flash_cpu, sdpa_flash_cpu_backward
 from jitcore.ops.torch_nn_activation import _softmax_dim
-from transforms.vjp_helpers import VJP_RULES, bound_arguments, call, is_diff, mT, sum_to, zeros_like
+from transforms.vjp_helpers import AUGMENTED_FORWARDS, VJP_RULES, bound_arguments, call, is_diff, mT, sum_to, zeros_like
 from transforms.vjp_rules_structural import linear_vjp
 
 aten = torch.ops.aten
@@ -135,17 +135,6 @@ VJP_RULES["ltorch.relu"] = relu_vjp
 
 
 # -- normalization: the forward kernel returns the statistics ------------------------------------------------------
-def _with_augment(augment):
-    """A rule whose forward is always swapped by `augment`; called on its own (augment declined) it defers to the
-    composite's subsymbols."""
-
-    def rule(bsym, *gs):
-        return NotImplemented
-
-    rule.augment = augment
-    return rule
-
-
 def _shape_list(normalized_shape) -> list:
     return [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
 
@@ -187,8 +176,8 @@ def _rms_norm_backward(bsym, residuals, g):
     return gx, None, gw, None
 
 
-VJP_RULES["ltorch.layer_norm"] = _with_augment(_layer_norm_augment)
-VJP_RULES["ltorch.rms_norm"] = _with_augment(_rms_norm_augment)
+AUGMENTED_FORWARDS["ltorch.layer_norm"] = _layer_norm_augment
+AUGMENTED_FORWARDS["ltorch.rms_norm"] = _rms_norm_augment
 
 
 # -- attention: torch's CPU flash kernels (out and logsumexp saved, like eager's autograd) -------------------------
@@ -214,7 +203,7 @@ def _sdpa_backward(bsym, residuals, g):
     return grads + (None,) * 5
 
 
-VJP_RULES["ltorch.scaled_dot_product_attention"] = _with_augment(_sdpa_augment)
+AUGMENTED_FORWARDS["ltorch.scaled_dot_product_attention"] = _sdpa_augment
 
 
 # -- cross_entropy with class-index targets: the log_softmax made inside is saved (as eager saves it) ----------------
