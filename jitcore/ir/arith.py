@@ -171,4 +171,4 @@ COMPARE = {  # name -> (python operator, symbol)
     "gt": (operator.gt, ">"), "ge": (operator.ge, ">="),
 }
 UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}"),
-         "float": (float, "float({})")}
+         "float": (float, "float({})"), "int": (int, "int({})")}

@@ -5,8 +5,6 @@ kernel eager calls (so torch.manual_seed reproduces eager's values and generator
 """
 from __future__ import annotations
 
-from numbers import Number
-
 import torch
 
 from jitcore.ir import devices
@@ -43,7 +41,7 @@ def empty(shape, *, device, dtype):
 @prim("prims.iota", tags=CREATION)
 def iota(length, *, start, step, device, dtype):
     """start + step * arange(length) (computed in float64/int64, then cast to dtype, like torch.arange on CPU)."""
-    check(isinstance(length, int) and length >= 0, lambda: f"prims.iota: length must be an int >= 0, got {length!r}")
+    check(is_int(length) and length >= 0, lambda: f"prims.iota: length must be an int >= 0, got {length!r}")
     check(is_number(start) and is_number(step), lambda: f"prims.iota: start and step must be numbers: {start}, {step}")
     return _out("iota", (length,), device, dtype)
 
@@ -136,7 +134,7 @@ def _sampler_problem(kind, params, dtype) -> str | None:
 
 
 def _sequence_shape(seq) -> tuple:
-    if isinstance(seq, Number) and not isinstance(seq, torch.Tensor):
+    if is_number(seq):  # a Python number or a number proxy (a symbolic value)
         return ()
     check(isinstance(seq, (list, tuple)), lambda: f"prims.tensor_from_sequence: expected numbers or lists, got {seq!r}")
     shapes = [_sequence_shape(s) for s in seq]

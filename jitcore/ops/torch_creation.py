@@ -11,11 +11,12 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir import devices, dtypes
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
+from jitcore.ops import prims_python
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
@@ -149,6 +150,16 @@ def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=F
 
 
 # -- ranges ---------------------------------------------------------------------------------------------------------
+def _arange_length(start, end, step, all_int):
+    """ceil((end - start) / step), as eager computes it; a recorded expression when an argument is symbolic."""
+    if not any(isinstance(v, NumberProxy) for v in (start, end, step)):
+        return -((start - end) // step) if all_int else math.ceil((end - start) / step)
+    if all_int:  # exact integer ceil; `(i1 - 0 + 0) // 1` simplifies to i1
+        return (end - start + (step - 1)) // step if step > 0 else (start - end + (-step - 1)) // -step
+    q = (end - start) / step  # eager: std::ceil(double(end - start) / step)
+    return prims_python.call("int", -(-q // 1))  # ceil of a float: -floor(-q) (exact), then int
+
+
 @torchsymbol(torch.arange, tags=CREATION, id="ltorch.arange")
 def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, requires_grad=False,
            pin_memory=False):
@@ -159,10 +170,10 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
     check(step != 0, "step must be nonzero")
     check((step > 0 and end >= start) or (step < 0 and end <= start),
           "upper bound and larger bound inconsistent with step sign")
-    all_int = all(isinstance(v, int) for v in (start, end, step))
+    all_int = all(is_int(v) for v in (start, end, step))  # an IntegerProxy (a symbolic size) counts as an int
     dtype = dtype or (torch.int64 if all_int else torch.get_default_dtype())
-    length = -((start - end) // step) if all_int else math.ceil((end - start) / step)
-    out = pc.iota(length, start=start, step=step, device=_device(device), dtype=dtype)
+    out = pc.iota(_arange_length(start, end, step, all_int), start=start, step=step, device=_device(device),
+                  dtype=dtype)
     return _grad(out, requires_grad)
 
 
@@ -178,7 +189,7 @@ def _linspace_values(start, end, steps, dtype, device):
 
 @torchsymbol(torch.linspace, tags=CREATION, id="ltorch.linspace")
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
-    check(isinstance(steps, int) and steps >= 0, "linspace(): number of steps must be non-negative")
+    check(is_int(steps) and steps >= 0, "linspace(): number of steps must be non-negative")
     dtype, device = dtype or torch.get_default_dtype(), _device(device)
     if steps <= 1:
         out = pc.full((steps,), to_dtype(start, dtype), device=device, dtype=dtype)
@@ -189,7 +200,7 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
 
 @torchsymbol(torch.logspace, tags=CREATION, id="ltorch.logspace")
 def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
-    check(isinstance(steps, int) and steps >= 0, "logspace(): number of steps must be non-negative")
+    check(is_int(steps) and steps >= 0, "logspace(): number of steps must be non-negative")
     dtype, device = dtype or torch.get_default_dtype(), _device(device)
     if steps <= 1:
         out = pc.full((steps,), to_dtype(base ** start, dtype), device=device, dtype=dtype)
