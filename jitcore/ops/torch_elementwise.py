@@ -43,7 +43,9 @@ def to_dtype(a, dtype):
 
 def expand_to(a, shape):
     """a broadcast to shape (torch's rules: align trailing dims)."""
-    if not isinstance(a, TensorProxy) or tuple(a.shape) == tuple(shape):
+    # ranks first: a tuple == compares the common prefix before the lengths, and with symbolic sizes that
+    # comparison (a.shape[0] against shape[0] of a longer shape) would record a predicate
+    if not isinstance(a, TensorProxy) or (a.ndim == len(shape) and tuple(a.shape) == tuple(shape)):
         return a
     offset = len(shape) - a.ndim
     check(offset >= 0, lambda: f"cannot broadcast {tuple(a.shape)} to {tuple(shape)}")

@@ -1,0 +1,174 @@
+"""cache="symbolic values" through the creation ops: arange (1, 2 and 3 arguments, int and float), linspace/logspace
+(steps=n), zeros/ones/full/empty (*sizes, a tuple, a list, a torch.Size), the _like and new_ forms, eye, tensor of
+sizes, and the causal masks models build (`torch.ones(T, T).tril()`, `torch.full((T, T), -inf).triu(1)`). Sizes
+drawn from the inputs (and Python int arguments) stay symbolic: one compile serves every size sequence, outputs and
+dtypes equal eager's. (Size ops: tests/test_symbolic_size_ops.py.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jitcore
+from jitcore.errors import MetaError
+
+# fn(x, n): x a [rows, cols] float32 tensor, n a Python int; every size below is valid for rows, cols, n >= 2
+CREATION = {
+    "arange_end": lambda x, n: torch.arange(x.shape[1]),
+    "arange_plus_x": lambda x, n: x + torch.arange(x.shape[1]),
+    "arange_start_end": lambda x, n: torch.arange(n, n + x.shape[1]),
+    "arange_position_ids": lambda x, n: torch.arange(n, n + x.shape[1], dtype=torch.long).unsqueeze(0),
+    "arange_step": lambda x, n: torch.arange(x.shape[0], 3 * x.shape[1] + x.shape[0], n),
+    "arange_negative_step": lambda x, n: torch.arange(x.shape[1] * n, 0, -n),
+    "arange_float_step": lambda x, n: torch.arange(0, x.shape[1], 0.5),
+    "arange_float_start": lambda x, n: torch.arange(0.1, x.shape[1] * 0.3, 0.3),
+    "arange_float_end": lambda x, n: torch.arange(x.shape[1] / n),
+    "arange_float_dtype": lambda x, n: torch.arange(n, x.shape[1] + n, dtype=torch.float64),
+    "linspace": lambda x, n: torch.linspace(0, 1, x.shape[1]),
+    "linspace_symbolic_ends": lambda x, n: torch.linspace(-n, x.shape[0], steps=x.shape[1] + 1),
+    "linspace_float64": lambda x, n: torch.linspace(-2.5, 3.0, x.shape[1] * n, dtype=torch.float64),
+    "logspace": lambda x, n: torch.logspace(0, 2, x.shape[1]),
+    "zeros_args": lambda x, n: torch.zeros(x.shape[0], x.shape[1] + n),
+    "zeros_torch_size": lambda x, n: torch.zeros(x.shape) + x,
+    "ones_tuple_int32": lambda x, n: torch.ones((x.shape[1], x.shape[0]), dtype=torch.int32),
+    "ones_size_kw": lambda x, n: torch.ones(size=(x.shape[1], n)),
+    "full_list": lambda x, n: torch.full([x.shape[0], n], 2.5),
+    "full_symbolic_fill": lambda x, n: torch.full((x.shape[1],), n),
+    "empty": lambda x, n: torch.empty(x.shape[1], n),
+    "empty_torch_size": lambda x, n: torch.empty(x.shape, dtype=torch.float16),
+    "zeros_like": lambda x, n: torch.zeros_like(x),
+    "ones_like_int64": lambda x, n: torch.ones_like(x, dtype=torch.int64),
+    "full_like": lambda x, n: torch.full_like(x, n),
+    "empty_like": lambda x, n: torch.empty_like(x, dtype=torch.int32),
+    "eye": lambda x, n: torch.eye(x.shape[1]),
+    "eye_n_m": lambda x, n: torch.eye(x.shape[0], x.shape[1] + n, dtype=torch.int32),
+    "tril_of_ones": lambda x, n: torch.ones(x.shape[1], x.shape[1]).tril(),
+    "triu_of_minus_inf": lambda x, n: torch.full((x.shape[1], x.shape[1]), float("-inf")).triu(1),
+    "causal_mask_fill": lambda x, n: x.masked_fill(torch.ones(x.shape[0], x.shape[1]).tril() == 0, 0.0),
+    "new_zeros": lambda x, n: x.new_zeros(x.shape[0], n),
+    "new_ones": lambda x, n: x.new_ones((x.shape[1],)),
+    "new_full": lambda x, n: x.new_full((x.shape[1], n), 7),
+    "new_empty": lambda x, n: x.new_empty((n, x.shape[0])),
+    "tensor_of_sizes": lambda x, n: torch.tensor(x.shape) * n,
+    "tensor_of_numbers": lambda x, n: torch.tensor([x.shape[1] * 0.5, n]),
+}
+
+SIZES = st.tuples(st.integers(2, 9), st.integers(2, 9), st.integers(2, 5))  # rows, cols, n
+
+
+def _check(name, fn, sizes):
+    jf = jitcore.jit(fn, cache="symbolic values")
+    for rows, cols, n in sizes:
+        x = torch.randn(rows, cols)
+        expected, got = fn(x, n), jf(x, n)
+        assert got.dtype == expected.dtype, (name, rows, cols, n, got.dtype, expected.dtype)
+        if "empty" in name:  # uninitialized values: the shape and dtype are what eager defines
+            assert got.shape == expected.shape, (name, rows, cols, n, got.shape, expected.shape)
+        else:
+            where = f"{name} {(rows, cols, n)}"
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=lambda m, where=where: f"{where}: {m}")
+    assert jitcore.cache_misses(jf) == 1, (name, sizes, jitcore.cache_miss_reasons(jf))
+
+
+@pytest.mark.parametrize("name", sorted(CREATION))
+@settings(max_examples=8, deadline=None)
+@given(sizes=st.lists(SIZES, min_size=2, max_size=4))
+def test_creation_one_compile_for_every_size(name, sizes):
+    _check(name, CREATION[name], sizes)
+
+
+@pytest.mark.parametrize("name", sorted(CREATION))
+def test_creation_fixed_sequence(name):
+    """The same table over a fixed sequence (the sizes grow, shrink and repeat)."""
+    _check(name, CREATION[name], [(3, 4, 2), (5, 9, 3), (2, 2, 2), (7, 3, 5), (3, 4, 2)])
+
+
+def test_reproducer_arange_of_a_size():
+    f = lambda x: x + torch.arange(x.shape[1])  # noqa: E731
+    jf = jitcore.jit(f, cache="symbolic values")
+    for n in (4, 6, 9):
+        x = torch.randn(3, n)
+        torch.testing.assert_close(jf(x), f(x), rtol=0, atol=0)
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+    trace = str(jitcore.last_traces(jf)[-1])
+    assert "i64[i1]" in trace, trace  # eager's int64, and the length is the input's size itself
+
+
+def test_gpt2_position_ids_reach_embedding_as_int64():
+    emb = torch.nn.Embedding(64, 8)
+
+    def f(x, past):
+        with_dtype = torch.arange(past, past + x.shape[1], dtype=torch.long).unsqueeze(0)
+        inferred = torch.arange(past, past + x.shape[1]).unsqueeze(0)
+        return emb(with_dtype) + emb(inferred) + x[..., None]
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for past, seq in [(0, 4), (3, 6), (5, 9), (2, 2), (11, 3)]:
+        x = torch.randn(1, seq)
+        torch.testing.assert_close(jf(x, past), f(x, past), rtol=0, atol=0)
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+
+
+@settings(max_examples=30, deadline=None)
+@given(start=st.floats(-5, 5), length=st.floats(0, 20), step=st.sampled_from([0.1, 0.3, 0.25, 1.0, 0.7, 2.5]))
+def test_arange_float_length_is_eager_ceil(start, length, step):
+    """Float arguments: the length ceil((end - start) / step) is a recorded expression, equal to eager's for every
+    value (one compile serves all; jf is shared over the examples)."""
+    end = start + length
+    got, expected = _FLOAT_ARANGE(start, end, step), torch.arange(start, end, step)
+    assert got.shape == expected.shape, (start, end, step)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+_FLOAT_ARANGE = jitcore.jit(lambda a, b, s: torch.arange(a, b, s), cache="symbolic values")
+
+
+def test_arange_float_arguments_one_compile():
+    jf = jitcore.jit(lambda a, b, s: torch.arange(a, b, s), cache="symbolic values")
+    for a, b, s in [(0.0, 3.0, 0.5), (0.1, 2.2, 0.3), (-1.5, 4.0, 0.25), (2.0, 2.0, 1.0), (0.0, 1.0, 0.1)]:
+        torch.testing.assert_close(jf(a, b, s), torch.arange(a, b, s), rtol=0, atol=0)
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+    assert "int(" in str(jitcore.last_traces(jf)[-1])  # the length: int of -floor(-(b - a) / s), recorded
+
+
+def test_arange_bad_bounds_never_reuse_an_entry():
+    """arange(n, cols) is valid only while n <= cols: the entry's predicate misses, and eager's error comes back."""
+    f = lambda x, n: torch.arange(n, x.shape[1])  # noqa: E731
+    jf = jitcore.jit(f, cache="symbolic values")
+    for cols, n in [(5, 2), (9, 4), (4, 4)]:
+        torch.testing.assert_close(jf(torch.randn(2, cols), n), f(torch.randn(2, cols), n), rtol=0, atol=0)
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+    with pytest.raises(RuntimeError):
+        f(torch.randn(2, 3), 5)
+    with pytest.raises(MetaError, match="upper bound and larger bound"):
+        jf(torch.randn(2, 3), 5)
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_linspace_steps_one_is_its_own_entry():
+    """linspace(steps=cols - 1) takes eager's steps <= 1 branch at cols == 2: a second compile, never a wrong one."""
+    f = lambda x: torch.linspace(-1.0, 2.0, x.shape[1] - 1)  # noqa: E731
+    jf = jitcore.jit(f, cache="symbolic values")
+    for cols in (4, 7, 9, 2, 5, 2):
+        x = torch.randn(3, cols)
+        torch.testing.assert_close(jf(x), f(x), rtol=0, atol=0)
+    assert jitcore.cache_misses(jf) == 2, jitcore.cache_miss_reasons(jf)
+
+
+def test_creation_gradients_with_symbolic_sizes():
+    def f(x, n):
+        scale = torch.linspace(0, 1, x.shape[1]) + torch.arange(x.shape[1]) * n
+        mask = torch.full((x.shape[0], x.shape[1]), float("-inf")).triu(1)
+        return (torch.softmax(x * scale + mask, dim=-1) * torch.eye(x.shape[0], x.shape[1])).sum()
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for rows, cols, n in [(3, 4, 2), (5, 6, 3), (4, 9, 2)]:
+        x = torch.randn(rows, cols, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_()
+        got, expected = jf(x, n), f(x2, n)
+        torch.testing.assert_close(got, expected)
+        got.backward()
+        expected.backward()
+        torch.testing.assert_close(x.grad, x2.grad)
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
