@@ -35,6 +35,8 @@ CREATION = {
     "ones_size_kw": lambda x, n: torch.ones(size=(x.shape[1], n)),
     "full_list": lambda x, n: torch.full([x.shape[0], n], 2.5),
     "full_symbolic_fill": lambda x, n: torch.full((x.shape[1],), n),
+    "full_float_into_int64": lambda x, n: torch.full((x.shape[0],), -x.shape[1] / n, dtype=torch.int64),
+    "zeros_requires_grad": lambda x, n: torch.zeros(x.shape[1], n, requires_grad=True) * 2,
     "empty": lambda x, n: torch.empty(x.shape[1], n),
     "empty_torch_size": lambda x, n: torch.empty(x.shape, dtype=torch.float16),
     "zeros_like": lambda x, n: torch.zeros_like(x),

@@ -56,6 +56,8 @@ def _grad(out, requires_grad):
 
 
 def _fill(shape, value, dtype, device, requires_grad):
+    if isinstance(value, NumberProxy) and value.python_type is float and dtypes.category(dtype) == 1:
+        value = prims_python.call("int", value)  # a symbolic float into an integer dtype: truncated, kept symbolic
     return _grad(pc.full(tuple(shape), to_dtype(value, dtype), device=device, dtype=dtype), requires_grad)
 
 
