@@ -174,3 +174,23 @@ def test_creation_gradients_with_symbolic_sizes():
         expected.backward()
         torch.testing.assert_close(x.grad, x2.grad)
     assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+
+
+def test_gpt2_like_block_one_compile():
+    """Position ids from arange, a causal mask from ones(T, T).tril(): one compile over sequence lengths and pasts."""
+    torch.manual_seed(0)
+    wte, wpe, qkv = torch.nn.Embedding(50, 16), torch.nn.Embedding(64, 16), torch.nn.Linear(16, 48)
+
+    def f(ids, past):
+        seq = ids.shape[1]
+        h = wte(ids) + wpe(torch.arange(past, past + seq).unsqueeze(0))
+        q, k, v = qkv(h).split(16, dim=-1)
+        att = q @ k.transpose(-1, -2) / 4.0
+        att = att.masked_fill(torch.ones(seq, seq).tril().view(1, seq, seq) == 0, float("-inf"))
+        return torch.softmax(att + torch.full((seq, seq), float("-inf")).triu(1 + seq), -1) @ v
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for past, seq in [(0, 5), (2, 7), (4, 12), (1, 3), (9, 5)]:
+        ids = torch.randint(0, 50, (2, seq))
+        torch.testing.assert_close(jf(ids, past), f(ids, past))
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
