@@ -89,13 +89,14 @@ def _decide(op: str, a, b):
     bounds = getattr(SINK.get(), "lower", None)
     if not bounds:
         return None
+    env = _Env(bounds)
     try:
-        d = _sub(_poly_of(a, bounds), _poly_of(b, bounds))
+        d = _sub(_poly_of(a, env), _poly_of(b, env))
     except (_Undecided, SyntaxError, RecursionError):
         return None
     if all(not m for m in d):
         return _COMPARE_FN[op](d.get((), 0), 0)
-    lo, hi = _range(d)
+    lo, hi = _range(d, env.caps)
     if op in ("==", "!="):
         differ = (lo is not None and lo > 0) or (hi is not None and hi < 0)
         return (op == "!=") if differ else None
@@ -109,23 +110,40 @@ def _decide(op: str, a, b):
     return None
 
 
-def _poly_of(x, bounds):
+class _Env:
+    """bounds: symbol -> lower bound; caps: variable -> its largest value (an atom bounded on both sides)."""
+
+    def __init__(self, bounds):
+        self.bounds, self.caps = bounds, {}
+
+
+def _poly_of(x, env):
     if isinstance(x, SymbolicNumber):
         if x.expr is None:
             raise _Undecided
-        return _poly(ast.parse(x.expr, mode="eval").body, bounds)
+        return _poly(ast.parse(x.expr, mode="eval").body, env)
     if type(x) not in (int, bool):
         raise _Undecided
     return {(): int(x)}
 
 
-def _range(p):
-    """(lo, hi) of a polynomial whose variables are >= 0 (None: unbounded), `~` variables of either sign."""
-    signs = {(c > 0) - (c < 0) for m, c in p.items() if m and c}
+def _range(p, caps):
+    """(lo, hi) of a polynomial whose variables are in [0, caps.get(v, inf)] (None: unbounded), `~` variables of
+    either sign."""
     if any(v.startswith("~") for m, c in p.items() if c for v in m):
         return None, None
-    const = p.get((), 0)
-    return (const if -1 not in signs else None), (const if 1 not in signs else None)
+    lo = hi = p.get((), 0)
+    for m, c in p.items():
+        if not m or not c:
+            continue
+        top = 1
+        for v in m:
+            top = None if top is None or v not in caps else top * caps[v]
+        if c < 0:  # the monomial lowers the bound by at most c * top
+            lo = None if lo is None or top is None else lo + c * top
+        else:
+            hi = None if hi is None or top is None else hi + c * top
+    return lo, hi
 
 
 def _add(p, q):
@@ -150,10 +168,12 @@ def _mul(p, q):
     return {m: c for m, c in out.items() if c or not m}
 
 
-def _atom(key: str, lo, hi):
+def _atom(key: str, lo, hi, env):
     if lo is not None and lo == hi:
         return {(): lo}
     if lo is not None:
+        if hi is not None:
+            env.caps[key] = hi - lo
         return {(key,): 1, (): lo}
     if hi is not None:
         return {(key,): -1, (): hi}
@@ -164,20 +184,20 @@ def _constant(p):
     return p.get(()) if all(not m for m in p) else None
 
 
-def _poly(node, bounds):
+def _poly(node, env):
     t = type(node)
     if t is ast.Constant:
         if type(node.value) not in (int, bool):
             raise _Undecided
         return {(): int(node.value)}
     if t is ast.Name:
-        return _atom(node.id, bounds.get(node.id), None)
+        return _atom(node.id, env.bounds.get(node.id), None, env)
     if t is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
-        p = _poly(node.operand, bounds)
+        p = _poly(node.operand, env)
         return p if type(node.op) is ast.UAdd else {m: -c for m, c in p.items()}
     if t is not ast.BinOp:
         raise _Undecided
-    p, q = _poly(node.left, bounds), _poly(node.right, bounds)
+    p, q = _poly(node.left, env), _poly(node.right, env)
     o = type(node.op)
     if o is ast.Add:
         return _add(p, q)
@@ -197,7 +217,7 @@ def _poly(node, bounds):
         raise _Undecided
     if cp is not None and cq is not None:
         return {(): cp // cq if o is ast.FloorDiv else cp % cq}
-    (plo, phi), (qlo, _) = _range(p), _range(q)
+    (plo, phi), (qlo, _) = _range(p, env.caps), _range(q, env.caps)
     lo = hi = None
     if o is ast.Mod:  # n % m with m >= 1 is in [0, m - 1]
         if qlo is not None and qlo >= 1:
@@ -207,7 +227,7 @@ def _poly(node, bounds):
         hi = None if phi is None else phi // cq
     elif plo is not None and plo >= 0 and qlo is not None and qlo >= 1:
         lo = 0
-    return _atom(ast.unparse(node), lo, hi)
+    return _atom(ast.unparse(node), lo, hi, env)
 
 
 _IDENTITY = {"mul": 1, "add": 0, "sub": 0, "floordiv": 1}
