@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextvars
+import functools
 import operator
 
 from jitcore.errors import DataDependentError, UnsupportedError
@@ -110,6 +111,11 @@ def _decide(op: str, a, b):
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse(expr: str):
+    return ast.parse(expr, mode="eval").body  # (read, never changed: shared between calls)
+
+
 class _Env:
     """bounds: symbol -> lower bound; caps: variable -> its largest value (an atom bounded on both sides)."""
 
@@ -121,7 +127,7 @@ def _poly_of(x, env):
     if isinstance(x, SymbolicNumber):
         if x.expr is None:
             raise _Undecided
-        return _poly(ast.parse(x.expr, mode="eval").body, env)
+        return _poly(_parse(x.expr), env)
     if type(x) not in (int, bool):
         raise _Undecided
     return {(): int(x)}
