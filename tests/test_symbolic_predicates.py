@@ -146,12 +146,14 @@ def test_trivially_true_size_checks_leave_the_prologue():
 
 
 def test_number_inputs_have_no_bound():
-    def f(x, n):  # n is any int: `n * n >= 0` holds, but `n > 0` must stay a predicate
-        return x * 2 if n > 0 else x - 1
+    def f(x, n, r):  # n is any int, r any float (nan: `r - r == 0` fails): both stay predicates
+        return x * 2 if n > 0 and r - r == 0 else x - 1
 
     jf = jitcore.jit(f, cache=SYM)
-    run_all(jf, f, [(torch.randn(4), 3), (torch.randn(4), 5), (torch.randn(4), -2)])
-    assert jitcore.cache_misses(jf) == 2
+    run_all(jf, f, [(torch.randn(4), 3, 1.5), (torch.randn(4), 5, 2.5), (torch.randn(4), 4, float("nan"))])
+    assert jitcore.cache_misses(jf) == 2, jitcore.cache_miss_reasons(jf)
+    run_all(jf, f, [(torch.randn(4), -2, 1.0)])
+    assert jitcore.cache_misses(jf) == 3
     assert "> 0" in jitcore.cache_miss_reasons(jf)[-1] and "=-2)" in jitcore.cache_miss_reasons(jf)[-1]
 
 

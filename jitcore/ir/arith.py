@@ -66,8 +66,9 @@ def implied(op: str, a, b):
 # -- bounds analysis: is `a op b` decided by the input sizes' lower bounds? -----------------------------------------
 # a - b is expanded into a polynomial over atoms, each shifted by its bound so it is >= 0 (`i0` with i0 >= 2 is
 # `2 + y`, y >= 0): when every non-constant coefficient has one sign, the constant term bounds a - b. Atoms are the
-# input symbols and the sub-expressions that are not polynomial (`a // b`, `a % b`, `a / b`), with the bounds that
-# follow from their operands'. Only ints: floats (a constant, `float(n)`, `/`) leave the comparison undecided.
+# size symbols and the sub-expressions that are not polynomial (`a // b`, `a % b`), with the bounds that follow
+# from their operands'. Only sizes and int constants: a number input, a float (`2.0`, `float(n)`, `/`) leaves the
+# comparison undecided.
 
 class _Undecided(Exception):
     pass
@@ -117,7 +118,8 @@ def _parse(expr: str):
 
 
 class _Env:
-    """bounds: symbol -> lower bound; caps: variable -> its largest value (an atom bounded on both sides)."""
+    """bounds: size symbol -> lower bound; caps: variable -> its largest value (an atom bounded on both sides,
+    shifted to start at 0)."""
 
     def __init__(self, bounds):
         self.bounds, self.caps = bounds, {}
@@ -196,8 +198,10 @@ def _poly(node, env):
         if type(node.value) not in (int, bool):
             raise _Undecided
         return {(): int(node.value)}
-    if t is ast.Name:
-        return _atom(node.id, env.bounds.get(node.id), None, env)
+    if t is ast.Name:  # a size symbol; a number input may be a float (nan, inf: `f0 - f0 == 0` fails): undecided
+        if node.id not in env.bounds:
+            raise _Undecided
+        return _atom(node.id, env.bounds[node.id], None, env)
     if t is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         p = _poly(node.operand, env)
         return p if type(node.op) is ast.UAdd else {m: -c for m, c in p.items()}
