@@ -19,6 +19,7 @@ from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
+from jitcore.ir import arith
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, tracectx
@@ -283,7 +284,8 @@ class JitContext(DefaultContext):
     def _size_symbol(self, size: int) -> IntegerProxy:
         with tracectx(self.trace):
             p = IntegerProxy(size)
-        p.lower = 2
+        p.lower = 2  # the prologue checks it (sizes 0 and 1 are specialised)
+        arith.declare_lower(p.name, p.lower)
         return p
 
     def _number_input(self, value, provenance):

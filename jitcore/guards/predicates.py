@@ -9,11 +9,14 @@ from jitcore.ir import arith
 
 
 class Predicates:
-    """The predicates recorded while compiling one entry, in order, without duplicates."""
+    """The predicates recorded while compiling one entry, in order, without duplicates; `lower`: symbol name ->
+    the lower bound the prologue checks (jitcore/ir/arith.py declare_lower), so comparisons those bounds decide
+    (`i0 * i1 >= 0`, `i0 != i0 * i1`) need no predicate."""
 
     def __init__(self):
         self.items: list[str] = []
         self._seen: set[str] = set()
+        self.lower: dict[str, int] = {}
 
     def add(self, text: str):
         if text not in self._seen:

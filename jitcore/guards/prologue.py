@@ -7,6 +7,7 @@ The explain variant returns the failed check's text; the hot variant leaves out 
 from __future__ import annotations
 
 import dataclasses
+import re
 import reprlib
 import sys
 
@@ -62,9 +63,29 @@ def _print_check(bsym, printer):
     """args: (conditions [(text or callable(printer) -> text, reason)], hot); one line, or one per reason."""
     conds, explain = bsym.args[0], bsym.kwargs.get("explain")
     texts = [(c(printer) if callable(c) else c, why) for c, why in conds]
-    if explain:
-        return "\n  ".join(f"if {c}: return {why!r}" for c, why in texts)
+    if explain:  # a reason is text, or a _Reason: an expression that builds it from this call's values
+        return "\n  ".join(f"if {c}: return {why.expr if isinstance(why, _Reason) else repr(why)}" for c, why in texts)
     return f"if {' or '.join(c for c, _ in texts)}: return None"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reason:
+    """A miss reason computed when the explain prologue runs: `expr` is a Python expression over its locals."""
+
+    expr: str
+
+
+_SYMBOL = re.compile(r"\b[if]\d+\b")
+
+
+def predicate_reason(pred: str):
+    """The miss reason of a failed predicate: its text and this call's values of the symbols in it
+    (`predicate 16 == i0 (i0=8)`), so the reason says which size broke it."""
+    names = list(dict.fromkeys(_SYMBOL.findall(pred)))
+    if not names:
+        return f"predicate {pred}"
+    values = " + ', ' + ".join(f"{n + '='!r} + repr({n})" for n in names)
+    return _Reason(f"{f'predicate {pred} ('!r} + {values} + ')'")
 
 
 def _print_comment(bsym, printer):
@@ -329,7 +350,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         for prov, name in aliases:
             b.append(_alias_check(prov, name, binder, kw))
         for pred in guards.predicates:
-            b.append(BoundSymbol(check, ([(f"not ({pred})", f"predicate {pred}")],), kw, None))
+            b.append(BoundSymbol(check, ([(f"not ({pred})", predicate_reason(pred))],), kw, None))
         for g in guards.data:  # values computed from tensor data (jitcore/guards/data_guards.py)
             b.append(BoundSymbol(check, ([(_data_condition(g), f"data: {g.text} was {g.value!r}")],), kw, None))
         _guard_fetches(b, start, kw)

@@ -8,7 +8,9 @@ never wrong.
 """
 from __future__ import annotations
 
+import ast
 import contextvars
+import functools
 import operator
 
 from jitcore.errors import DataDependentError, UnsupportedError
@@ -44,15 +46,198 @@ _FLIP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 
 def implied(op: str, a, b):
-    """The comparison's answer if the known lower bound of a bare input size decides it, else None."""
+    """The comparison's answer if the inputs' known lower bounds decide it (for every input the prologue lets
+    through), else None: a decided comparison needs no predicate."""
     if isinstance(a, SymbolicNumber) and isinstance(b, SymbolicNumber) and a.expr == b.expr:
         return op in ("==", "<=", ">=")  # the same expression: decided without looking at the inputs
     if isinstance(b, SymbolicNumber) and not isinstance(a, SymbolicNumber):
         a, b, op = b, a, _FLIP[op]
     lo = getattr(a, "lower", None)
-    if lo is None or isinstance(b, SymbolicNumber) or type(b) not in (int, float, bool):
+    if lo is not None and not isinstance(b, SymbolicNumber) and type(b) in (int, float, bool):
+        answer = _IMPLIED[op](b, lo)
+        if answer is not None:
+            return answer
+    answer = _decide(op, a, b)
+    if answer is not None and answer != _COMPARE_FN[op](value_of(a), value_of(b)):
+        return None  # (never expected: the bounds analysis is sound; the value seen is the last word)
+    return answer
+
+
+# -- bounds analysis: is `a op b` decided by the input sizes' lower bounds? -----------------------------------------
+# a - b is expanded into a polynomial over atoms, each shifted by its bound so it is >= 0 (`i0` with i0 >= 2 is
+# `2 + y`, y >= 0): when every non-constant coefficient has one sign, the constant term bounds a - b. Atoms are the
+# size symbols and the sub-expressions that are not polynomial (`a // b`, `a % b`), with the bounds that follow
+# from their operands'. Only sizes and int constants: a number input, a float (`2.0`, `float(n)`, `/`) leaves the
+# comparison undecided.
+
+class _Undecided(Exception):
+    pass
+
+
+_POLY_LIMIT = 64  # monomials; a larger expansion is left undecided
+_COMPARE_FN = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+               ">=": operator.ge}
+
+
+def declare_lower(name: str, lower: int):
+    """Symbol `name` is >= lower on every call the prologue lets through (it checks that): the bounds analysis
+    uses it while the active sink (jitcore/guards/predicates.py) records."""
+    bounds = getattr(SINK.get(), "lower", None)
+    if bounds is not None:
+        bounds[name] = lower
+
+
+def _decide(op: str, a, b):
+    bounds = getattr(SINK.get(), "lower", None)
+    if not bounds:
         return None
-    return _IMPLIED[op](b, lo)
+    env = _Env(bounds)
+    try:
+        d = _sub(_poly_of(a, env), _poly_of(b, env))
+    except (_Undecided, SyntaxError, RecursionError):
+        return None
+    if all(not m for m in d):
+        return _COMPARE_FN[op](d.get((), 0), 0)
+    lo, hi = _range(d, env.caps)
+    if op in ("==", "!="):
+        differ = (lo is not None and lo > 0) or (hi is not None and hi < 0)
+        return (op == "!=") if differ else None
+    if op in ("<", "<="):  # a < b is b > a: flip the difference
+        lo, hi, op = (None if hi is None else -hi), (None if lo is None else -lo), _FLIP[op]
+    strict = op == ">"
+    if lo is not None and (lo > 0 if strict else lo >= 0):
+        return True
+    if hi is not None and (hi <= 0 if strict else hi < 0):
+        return False
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(expr: str):
+    return ast.parse(expr, mode="eval").body  # (read, never changed: shared between calls)
+
+
+class _Env:
+    """bounds: size symbol -> lower bound; caps: variable -> its largest value (an atom bounded on both sides,
+    shifted to start at 0)."""
+
+    def __init__(self, bounds):
+        self.bounds, self.caps = bounds, {}
+
+
+def _poly_of(x, env):
+    if isinstance(x, SymbolicNumber):
+        if x.expr is None:
+            raise _Undecided
+        return _poly(_parse(x.expr), env)
+    if type(x) not in (int, bool):
+        raise _Undecided
+    return {(): int(x)}
+
+
+def _range(p, caps):
+    """(lo, hi) of a polynomial whose variables are in [0, caps.get(v, inf)] (None: unbounded), `~` variables of
+    either sign."""
+    if any(v.startswith("~") for m, c in p.items() if c for v in m):
+        return None, None
+    lo = hi = p.get((), 0)
+    for m, c in p.items():
+        if not m or not c:
+            continue
+        top = 1
+        for v in m:
+            top = None if top is None or v not in caps else top * caps[v]
+        if c < 0:  # the monomial lowers the bound by at most c * top
+            lo = None if lo is None or top is None else lo + c * top
+        else:
+            hi = None if hi is None or top is None else hi + c * top
+    return lo, hi
+
+
+def _add(p, q):
+    out = dict(p)
+    for m, c in q.items():
+        out[m] = out.get(m, 0) + c
+    return {m: c for m, c in out.items() if c or not m}
+
+
+def _sub(p, q):
+    return _add(p, {m: -c for m, c in q.items()})
+
+
+def _mul(p, q):
+    out: dict = {}
+    for m1, c1 in p.items():
+        for m2, c2 in q.items():
+            m = tuple(sorted(m1 + m2))
+            out[m] = out.get(m, 0) + c1 * c2
+    if len(out) > _POLY_LIMIT:
+        raise _Undecided
+    return {m: c for m, c in out.items() if c or not m}
+
+
+def _atom(key: str, lo, hi, env):
+    if lo is not None and lo == hi:
+        return {(): lo}
+    if lo is not None:
+        if hi is not None:
+            env.caps[key] = hi - lo
+        return {(key,): 1, (): lo}
+    if hi is not None:
+        return {(key,): -1, (): hi}
+    return {("~" + key,): 1}
+
+
+def _constant(p):
+    return p.get(()) if all(not m for m in p) else None
+
+
+def _poly(node, env):
+    t = type(node)
+    if t is ast.Constant:
+        if type(node.value) not in (int, bool):
+            raise _Undecided
+        return {(): int(node.value)}
+    if t is ast.Name:  # a size symbol; a number input may be a float (nan, inf: `f0 - f0 == 0` fails): undecided
+        if node.id not in env.bounds:
+            raise _Undecided
+        return _atom(node.id, env.bounds[node.id], None, env)
+    if t is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
+        p = _poly(node.operand, env)
+        return p if type(node.op) is ast.UAdd else {m: -c for m, c in p.items()}
+    if t is not ast.BinOp:
+        raise _Undecided
+    p, q = _poly(node.left, env), _poly(node.right, env)
+    o = type(node.op)
+    if o is ast.Add:
+        return _add(p, q)
+    if o is ast.Sub:
+        return _sub(p, q)
+    if o is ast.Mult:
+        return _mul(p, q)
+    cp, cq = _constant(p), _constant(q)
+    if o is ast.Pow and cq is not None and 0 <= cq <= 4:
+        out = {(): 1}
+        for _ in range(cq):
+            out = _mul(out, p)
+        return out
+    if o not in (ast.FloorDiv, ast.Mod):
+        raise _Undecided  # true division and the rest: floats
+    if cq == 0:
+        raise _Undecided
+    if cp is not None and cq is not None:
+        return {(): cp // cq if o is ast.FloorDiv else cp % cq}
+    (plo, phi), (qlo, _) = _range(p, env.caps), _range(q, env.caps)
+    lo = hi = None
+    if o is ast.Mod:  # n % m with m >= 1 is in [0, m - 1]
+        if qlo is not None and qlo >= 1:
+            lo, hi = 0, (cq - 1 if cq is not None else None)
+    elif cq is not None and cq > 0:  # floor(n / c) is monotone in n
+        lo = None if plo is None else plo // cq
+        hi = None if phi is None else phi // cq
+    elif plo is not None and plo >= 0 and qlo is not None and qlo >= 1:
+        lo = 0
+    return _atom(ast.unparse(node), lo, hi, env)
 
 
 _IDENTITY = {"mul": 1, "add": 0, "sub": 0, "floordiv": 1}
