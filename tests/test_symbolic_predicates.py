@@ -157,8 +157,6 @@ def test_number_inputs_have_no_bound():
     assert "> 0" in jitcore.cache_miss_reasons(jf)[-1] and "=-2)" in jitcore.cache_miss_reasons(jf)[-1]
 
 
-@pytest.mark.xfail(strict=True, reason="jitcore/ops/torch_elementwise.py expand_to compares tuple(a.shape) == "
-                                       "tuple(shape) before the ranks: (16,) vs (i0, 16) records `16 == i0`")
 def test_layer_norm_model_with_batch_equal_to_hidden_then_other_batches_hit():
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 16))
