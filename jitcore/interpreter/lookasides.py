@@ -23,6 +23,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access
 from jitcore.interpreter.frame import NULL, Frame, code_info
 from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
+from jitcore.ir.proxies import BoolProxy, NumberProxy
 
 _CellType = types.CellType
 _FUTURE_FLAGS = functools.reduce(
@@ -284,6 +285,27 @@ def _first_iterable(fn):
 
 for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumerate):
     LOOKASIDES[id(_fn)] = _first_iterable(_fn)
+
+
+def _symbolic_number(x) -> bool:
+    return isinstance(x, NumberProxy) and not isinstance(x, BoolProxy)  # a bool's int() is its truth: a predicate
+
+
+@lookaside(builtins.int)
+def _int(rt, args, kwargs):
+    """int() of a symbolic number stays symbolic (`int(i0 / 2)` is a recorded truncation, not a predicate)."""
+    if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
+        return args[0].__trunc__()
+    return int(*args, **kwargs)
+
+
+@lookaside(builtins.float)
+def _float(rt, args, kwargs):
+    """float() of a symbolic number stays symbolic (a recorded conversion)."""
+    if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
+        x = args[0]
+        return x if x.python_type is float else x.as_float()
+    return float(*args, **kwargs)
 
 
 @lookaside(builtins.reversed)

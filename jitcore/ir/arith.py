@@ -9,6 +9,7 @@ never wrong.
 from __future__ import annotations
 
 import contextvars
+import math
 import operator
 
 from jitcore.errors import DataDependentError, UnsupportedError
@@ -171,4 +172,7 @@ COMPARE = {  # name -> (python operator, symbol)
     "gt": (operator.gt, ">"), "ge": (operator.ge, ">="),
 }
 UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}"),
-         "float": (float, "float({})")}
+         "float": (float, "float({})"),
+         # float -> int roundings print with builtins only, so predicates over them run in the prologue as is
+         "ceil": (math.ceil, "int(-(-{} // 1))"), "floor": (math.floor, "int({} // 1)"), "trunc": (math.trunc, "int({})"),
+         "round": (round, "round({})")}

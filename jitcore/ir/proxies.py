@@ -8,7 +8,6 @@ fills at import like TENSOR_METHODS; Tensor methods with no op go to METHOD_FALL
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -157,17 +156,24 @@ class NumberProxy(Proxy, arith.SymbolicNumber):
     def __format__(self, spec):
         return format(arith.concretize(self), spec)
 
+    def as_float(self):
+        """float(self) as a number proxy (float() itself must return a float: the interpreter's float() calls this)."""
+        return _py("float", self)
+
+    # roundings of a float stay symbolic (an int proxy); of an int they are the number itself
     def __round__(self, ndigits=None):
-        return round(arith.concretize(self), ndigits)
+        if ndigits is not None:
+            return round(arith.concretize(self), ndigits)
+        return self if self.python_type is int else _py("round", self)
 
     def __trunc__(self):
-        return int(arith.concretize(self))
+        return self if self.python_type is int else _py("trunc", self)
 
     def __floor__(self):
-        return math.floor(arith.concretize(self))
+        return self if self.python_type is int else _py("floor", self)
 
     def __ceil__(self):
-        return math.ceil(arith.concretize(self))
+        return self if self.python_type is int else _py("ceil", self)
 
 
 def _py(name, *args):
