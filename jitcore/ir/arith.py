@@ -174,5 +174,6 @@ COMPARE = {  # name -> (python operator, symbol)
 UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}"),
          "float": (float, "float({})"),
          # float -> int roundings print with builtins only, so predicates over them run in the prologue as is
-         "ceil": (math.ceil, "int(-(-{} // 1))"), "floor": (math.floor, "int({} // 1)"), "trunc": (math.trunc, "int({})"),
+         "ceil": (math.ceil, "int(-(-{} // 1))"), "floor": (math.floor, "int({} // 1)"),
+         "trunc": (math.trunc, "int({})"),
          "round": (round, "round({})")}

@@ -8,7 +8,6 @@ fills at import like TENSOR_METHODS; Tensor methods with no op go to METHOD_FALL
 """
 from __future__ import annotations
 
-
 import torch
 
 from jitcore.errors import DataDependentError, UnsupportedError
