@@ -23,7 +23,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access
 from jitcore.interpreter.frame import NULL, Frame, code_info
 from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
-from jitcore.ir.proxies import BoolProxy, NumberProxy
+from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
 
 _CellType = types.CellType
 _FUTURE_FLAGS = functools.reduce(
@@ -285,6 +285,28 @@ def _first_iterable(fn):
 
 for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumerate):
     LOOKASIDES[id(_fn)] = _first_iterable(_fn)
+
+
+def _extreme(name, native):
+    """max()/min() of ints with a symbolic size among them is a recorded `max(i0, i1)`: no predicate on which won.
+    Other arguments (floats, a key, a default, other objects) go to the builtin, comparing as Python does."""
+    plain = _first_iterable(native)
+
+    def look(rt, args, kwargs):
+        items = list(_iterable(rt, args[0])) if len(args) == 1 and not kwargs else args
+        ints = all(type(v) is int or type(v) is IntegerProxy for v in items)
+        if kwargs or len(items) < 1 or not ints or not any(type(v) is IntegerProxy for v in items):
+            return plain(rt, (items,) if len(args) == 1 and not kwargs else args, kwargs)
+        out = items[0]
+        for v in items[1:]:
+            out = ir_op("number_op")(name, out, v)
+        return out
+
+    return look
+
+
+LOOKASIDES[id(max)] = _extreme("max", max)
+LOOKASIDES[id(min)] = _extreme("min", min)
 
 
 def _symbolic_number(x) -> bool:

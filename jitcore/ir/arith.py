@@ -166,6 +166,8 @@ BINARY = {  # name -> (python operator, format)
     "add": (operator.add, "{} + {}"), "sub": (operator.sub, "{} - {}"), "mul": (operator.mul, "{} * {}"),
     "floordiv": (operator.floordiv, "{} // {}"), "mod": (operator.mod, "{} % {}"),
     "truediv": (operator.truediv, "{} / {}"), "pow": (operator.pow, "{} ** {}"),
+    # of ints only (the interpreter's max()/min() of sizes): the result's type never depends on which one won
+    "max": (max, "max({}, {})"), "min": (min, "min({}, {})"),
 }
 COMPARE = {  # name -> (python operator, symbol)
     "eq": (operator.eq, "=="), "ne": (operator.ne, "!="), "lt": (operator.lt, "<"), "le": (operator.le, "<="),

@@ -204,6 +204,8 @@ def _unary_dunder(name):
 for _n in ("add", "sub", "mul", "floordiv", "mod", "truediv", "pow"):
     setattr(NumberProxy, f"__{_n}__", _number_dunder(_n))
     setattr(NumberProxy, f"__r{_n}__", _number_dunder(_n, reflected=True))
+NumberProxy.__divmod__ = lambda self, other: (self // other, self % other)
+NumberProxy.__rdivmod__ = lambda self, other: (other // self, other % self)
 for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(NumberProxy, f"__{_n}__", _number_dunder(_n))
 for _n in ("neg", "abs", "pos"):

@@ -11,7 +11,7 @@ import torch
 
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
@@ -61,7 +61,7 @@ def _expand_key(a, key):
             k = _python_index_list(a, k, a.device)
         if isinstance(k, TensorProxy) and k.dtype in (torch.bool, torch.uint8):
             raise DataDependentError(f"indexing with a boolean tensor mask of shape {tuple(k.shape)}: {_MASK_HINT}")
-        if not (k is None or k is Ellipsis or isinstance(k, (int, slice, TensorProxy))):
+        if not (k is None or k is Ellipsis or isinstance(k, (int, IntegerProxy, slice, TensorProxy))):
             raise MetaError(f"__getitem__: only integers, slices (`:`), ellipsis (`...`), None and long or byte "
                             f"Variables are valid indices (got {type(k).__name__})")
         items.append(k)
@@ -89,7 +89,7 @@ def _basic(a, items):
         elif k is False:
             x = ps.reshape(x, tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]))
             x, d = slice_dim(x, d, 0, 0), d + 1
-        elif isinstance(k, int):
+        elif isinstance(k, (int, IntegerProxy)):  # a symbolic int (x[:, n - 1]) stays symbolic: `(i0 - 1) % i0`
             n = x.shape[d]
             if not -n <= k < n:
                 raise MetaError(f"index {k} is out of bounds for dimension {src} with size {n}")

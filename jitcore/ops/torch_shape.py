@@ -21,7 +21,7 @@ from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
-from jitcore.ops.utils import check, is_int
+from jitcore.ops.utils import check, is_int, slice_indices
 
 T = torch.Tensor
 
@@ -496,14 +496,15 @@ def tensor_split(input, indices_or_sections, dim=0):
     if is_int(indices_or_sections):
         k = indices_or_sections
         check(k > 0, lambda: f"number of sections must be larger than 0, got {k}")
-        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        # piece i holds the j < n with j % k == i: (n - i + k - 1) // k of them (symbolic sizes stay symbolic)
+        sizes = [(n - i + k - 1) // k for i in range(k)]
         bounds = [sum(sizes[:i]) for i in range(k + 1)]
         pieces = list(itertools.pairwise(bounds))
     else:
         idx = [0] + list(indices_or_sections) + [n]
         pieces = []
         for lo, hi in itertools.pairwise(idx):  # Python slicing, like numpy.array_split
-            s, e, _ = slice(lo, hi).indices(n)
+            s, e, _ = slice_indices(slice(lo, hi), n)
             pieces.append((s, max(s, e)))
     return fresh([slice_dim(input, d, s, e) for s, e in pieces], input)
 
