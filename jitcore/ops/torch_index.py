@@ -21,7 +21,7 @@ from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_reduction import cumsum
-from jitcore.ops.torch_shape import _permute, dim_of, slice_dim
+from jitcore.ops.torch_shape import _permute, dim_of, size_max, slice_dim
 from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
 
 T = torch.Tensor
@@ -99,7 +99,7 @@ def _basic(a, items):
         elif isinstance(k, slice):
             check(k.step is None or k.step > 0, "step must be greater than zero")
             start, stop, step = slice_indices(k, x.shape[d])
-            x, d, src = slice_dim(x, d, start, max(start, stop), step), d + 1, src + 1
+            x, d, src = slice_dim(x, d, start, size_max(start, stop), step), d + 1, src + 1
         else:
             advanced.append((d, _normalize_index(k, x.shape[d])))
             d, src = d + 1, src + 1

@@ -11,10 +11,11 @@ import torch
 
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy, canonical_dim
+from jitcore.ir.proxies import NumberProxy, TensorProxy, canonical_dim
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_index as pi
+from jitcore.ops import prims_python as pp
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol
@@ -64,6 +65,13 @@ def infer_size(op, shape, numel) -> tuple:
         shape = shape[:holes[0]] + (numel // known,) + shape[holes[0] + 1:]
     check(math.prod(shape) == numel, lambda: f"shape '{list(shape)}' is invalid for input of size {numel}")
     return shape
+
+
+def size_max(a, b):
+    """max(a, b) of sizes/bounds: a recorded `max(a, b)` when one is symbolic (no predicate on which is larger)."""
+    if isinstance(a, NumberProxy) or isinstance(b, NumberProxy):
+        return pp.call("max", a, b)
+    return max(a, b)
 
 
 def slice_dim(a, dim, start, end, step=1):
@@ -505,7 +513,7 @@ def tensor_split(input, indices_or_sections, dim=0):
         pieces = []
         for lo, hi in itertools.pairwise(idx):  # Python slicing, like numpy.array_split
             s, e, _ = slice_indices(slice(lo, hi), n)
-            pieces.append((s, max(s, e)))
+            pieces.append((s, size_max(s, e)))
     return fresh([slice_dim(input, d, s, e) for s, e in pieces], input)
 
 
