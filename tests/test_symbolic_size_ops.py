@@ -207,3 +207,60 @@ def test_repeated_size_op_is_merged_with_its_sizes(view):
         x = torch.randn(3, n)
         assert torch.equal(jf(x), f(x))
     assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+
+
+class _CausalBlock(torch.nn.Module):
+    """An attention block whose causal mask is built with torch.arange(T) (it recompiled per T on `i1 / 1 == 8.0`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, 2, c // 2).transpose(1, 2) for z in self.qkv(x).split(c, dim=-1))
+        att = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(k.size(-1)))
+        i = torch.arange(t)
+        att = att.masked_fill(~(i[None, :] <= i[:, None]), float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, c)
+        return self.proj(F.pad(y, (0, 0, 0, max(0, 16 - t)))[:, :t])
+
+
+def test_causal_block_compiles_once_with_grads():
+    if not _symbolic_iota():
+        pytest.skip("prims.iota does not take a symbolic length on this branch")
+    torch.manual_seed(0)
+    m = _CausalBlock()
+    jm = jitcore.jit(m, cache="symbolic values")
+    for t in (5, 8, 11, 3, 20):
+        x = torch.randn(2, t, 8, requires_grad=True)
+        y = jm(x)
+        y.sum().backward()
+        got = (x.grad, m.qkv.weight.grad.clone())
+        x.grad = None
+        m.zero_grad()
+        want_y = m(x)
+        want_y.sum().backward()
+        torch.testing.assert_close(y, want_y)
+        torch.testing.assert_close(got[0], x.grad)
+        torch.testing.assert_close(got[1], m.qkv.weight.grad)
+        m.zero_grad()
+    assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
+
+
+@pytest.mark.parametrize("name", ["slice_half", "index_sym", "chunk2", "tensor_split3", "pad_reflect", "ceil_div",
+                                  "view_heads", "interp_linear", "interp_bilinear"])
+def test_size_op_gradients(name):
+    fn, make, _, _, iota = _row(name)
+    if iota and not _symbolic_iota():
+        pytest.skip("prims.iota does not take a symbolic length on this branch")
+    jf = jitcore.jit(fn, cache="symbolic values")
+    for n in (6, 9, 13):
+        args = make(n)
+        x = args[0].requires_grad_()
+        got = _flat(jf(*args))
+        seeds = [torch.randn_like(g) for g in got]
+        (gx,) = torch.autograd.grad(got, x, seeds)
+        (wx,) = torch.autograd.grad(_flat(fn(*args)), x, seeds)
+        torch.testing.assert_close(gx, wx)  # eager's backward kernels sum in their own order
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)

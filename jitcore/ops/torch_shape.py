@@ -76,15 +76,25 @@ def size_max(a, b):
 
 def slice_dim(a, dim, start, end, step=1):
     """a[..., start:end:step, ...] at dim (0 <= start <= end <= size); a itself when that is everything."""
-    if start == 0 and end == a.shape[dim] and step == 1:
+    if same_shape((start, end, step), (0, a.shape[dim], 1)):  # asked of the expressions: no predicate
         return a
     starts, ends, steps = [0] * a.ndim, list(a.shape), [1] * a.ndim
     starts[dim], ends[dim], steps[dim] = start, end, step
     return ps.slice_prim(a, starts, ends, steps)
 
 
+def same_shape(s, t) -> bool:
+    """Whether two shapes are the same expressions, asked without recording a predicate: a symbolic size equal to
+    another only for this call's values (i0 == i1 == 2) reads as different (a reshape to it is then a no-op view)."""
+    s, t = tuple(s), tuple(t)
+    return len(s) == len(t) and all(
+        a is b or (type(a) is int and type(b) is int and a == b)
+        or (isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.expr is not None and a.expr == b.expr)
+        for a, b in zip(s, t))
+
+
 def _reshape(a, shape):
-    return a if tuple(shape) == tuple(a.shape) else ps.reshape(a, tuple(shape))
+    return a if same_shape(shape, a.shape) else ps.reshape(a, tuple(shape))
 
 
 def _permute(a, perm):
@@ -99,7 +109,7 @@ def copy(a):
 def _reshape_or_copy(a, shape):
     """reshape/flatten/ravel: a view where eager's layout of `a` allows one, else a reshaped copy, as eager decides
     (a write into the result reaches `a` only in the first case; the layout's inputs are guarded)."""
-    if tuple(shape) != tuple(a.shape):
+    if not same_shape(shape, a.shape):
         meta = a.eager_layout()
         if meta is not None:
             try:
