@@ -294,7 +294,7 @@ def _extreme(name, native):
 
     def look(rt, args, kwargs):
         items = list(_iterable(rt, args[0])) if len(args) == 1 and not kwargs else args
-        ints = all(type(v) is int or type(v) is IntegerProxy for v in items)
+        ints = all(type(v) is int or (type(v) is IntegerProxy and v.expr is not None) for v in items)
         if kwargs or len(items) < 1 or not ints or not any(type(v) is IntegerProxy for v in items):
             return plain(rt, (items,) if len(args) == 1 and not kwargs else args, kwargs)
         out = items[0]
@@ -310,7 +310,8 @@ LOOKASIDES[id(min)] = _extreme("min", min)
 
 
 def _symbolic_number(x) -> bool:
-    return isinstance(x, NumberProxy) and not isinstance(x, BoolProxy)  # a bool's int() is its truth: a predicate
+    # a bool's int() is its truth (a predicate); a per-call value (no expression) converted is refused natively
+    return isinstance(x, NumberProxy) and not isinstance(x, BoolProxy) and x.expr is not None
 
 
 @lookaside(builtins.int)

@@ -157,22 +157,28 @@ class NumberProxy(Proxy, arith.SymbolicNumber):
 
     def as_float(self):
         """float(self) as a number proxy (float() itself must return a float: the interpreter's float() calls this)."""
-        return _py("float", self)
+        return _py("float", self._symbolic())
+
+    def _symbolic(self):
+        """self, if it has an expression over the inputs; a per-call value converted to a Python number is refused."""
+        if self.expr is None:
+            arith.refuse(self)
+        return self
 
     # roundings of a float stay symbolic (an int proxy); of an int they are the number itself
     def __round__(self, ndigits=None):
         if ndigits is not None:
             return round(arith.concretize(self), ndigits)
-        return self if self.python_type is int else _py("round", self)
+        return self._symbolic() if self.python_type is int else _py("round", self._symbolic())
 
     def __trunc__(self):
-        return self if self.python_type is int else _py("trunc", self)
+        return self._symbolic() if self.python_type is int else _py("trunc", self._symbolic())
 
     def __floor__(self):
-        return self if self.python_type is int else _py("floor", self)
+        return self._symbolic() if self.python_type is int else _py("floor", self._symbolic())
 
     def __ceil__(self):
-        return self if self.python_type is int else _py("ceil", self)
+        return self._symbolic() if self.python_type is int else _py("ceil", self._symbolic())
 
 
 def _py(name, *args):
