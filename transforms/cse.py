@@ -55,6 +55,18 @@ def rename_args(bsym, names: dict):
     return bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=tuple(rename_args(s, names) for s in bsym.subsymbols))
 
 
+def _symbolic_sizes(mine, theirs) -> dict:
+    """The dropped tensors' symbolic sizes (computed inside the dropped line: `reshape(x, (-1, 2))` names its own
+    `i5`) read as the surviving tensors' sizes, so later lines reading them through shapes stay defined."""
+    out = {}
+    for m, f in zip(mine, theirs):
+        if isinstance(m, TensorProxy) and isinstance(f, TensorProxy):
+            for a, b in zip(m.shape, f.shape):
+                if isinstance(a, Proxy) and getattr(b, "name", None) != a.name:
+                    out[a.name] = b
+    return out
+
+
 def cse(trace: Trace, distinct_outputs: bool = True) -> Trace:
     """distinct_outputs: keep every line whose tensor the trace returns (False for a backward, whose gradients
     autograd copies where two are one tensor)."""
@@ -81,6 +93,7 @@ def cse(trace: Trace, distinct_outputs: bool = True) -> Trace:
             mine, _ = tree_flatten(bsym.output)
             theirs, _ = tree_flatten(first.output)
             names.update({m.name: f for m, f in zip(mine, theirs) if isinstance(m, Proxy)})
+            names.update(_symbolic_sizes(mine, theirs))
         new = from_trace(trace)
         new.bound_symbols = kept
         new.output = tree_map(lambda x: names.get(x.name, x) if isinstance(x, Proxy) else x, trace.output)

@@ -16,6 +16,7 @@ from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, opaque_vjp_sym
+from jitcore.ops.torch_shape import size_max
 from transforms.vjp_helpers import VJP_RULES, bound_arguments, is_diff, mT, no_grad_vjp, numel, sum_to, zeros_like
 
 
@@ -101,10 +102,11 @@ VJP_RULES["prims.cat"] = cat_vjp
 
 def pad_vjp(bsym, g):
     a, config = bsym.args[0], bsym.args[2]
-    grow = tuple((max(-lo, 0), max(-hi, 0), 0) for lo, hi, _ in config)
+    # recorded max()es where a pad is symbolic: a pad that reaches 0 for some sizes is no new branch
+    grow = tuple((size_max(-lo, 0), size_max(-hi, 0), 0) for lo, hi, _ in config)
     if any(lo or hi for lo, hi, _ in grow):
         g = ps.pad(g, 0, grow)
-    start = [max(lo, 0) for lo, _, _ in config]
+    start = [size_max(lo, 0) for lo, _, _ in config]
     step = [interior + 1 for _, _, interior in config]
     end = [s + (n - 1) * st + 1 if n else s for s, n, st in zip(start, a.shape, step)]
     return ps.slice_prim(g, tuple(start), tuple(end), tuple(step)), None

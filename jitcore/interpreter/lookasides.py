@@ -23,6 +23,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access
 from jitcore.interpreter.frame import NULL, Frame, code_info
 from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
+from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
 
 _CellType = types.CellType
 _FUTURE_FLAGS = functools.reduce(
@@ -284,6 +285,50 @@ def _first_iterable(fn):
 
 for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumerate):
     LOOKASIDES[id(_fn)] = _first_iterable(_fn)
+
+
+def _extreme(name, native):
+    """max()/min() of ints with a symbolic size among them is a recorded `max(i0, i1)`: no predicate on which won.
+    Other arguments (floats, a key, a default, other objects) go to the builtin, comparing as Python does."""
+    plain = _first_iterable(native)
+
+    def look(rt, args, kwargs):
+        items = list(_iterable(rt, args[0])) if len(args) == 1 and not kwargs else args
+        ints = all(type(v) is int or (type(v) is IntegerProxy and v.expr is not None) for v in items)
+        if kwargs or len(items) < 1 or not ints or not any(type(v) is IntegerProxy for v in items):
+            return plain(rt, (items,) if len(args) == 1 and not kwargs else args, kwargs)
+        out = items[0]
+        for v in items[1:]:
+            out = ir_op("number_op")(name, out, v)
+        return out
+
+    return look
+
+
+LOOKASIDES[id(max)] = _extreme("max", max)
+LOOKASIDES[id(min)] = _extreme("min", min)
+
+
+def _symbolic_number(x) -> bool:
+    # a bool's int() is its truth (a predicate); a per-call value (no expression) converted is refused natively
+    return isinstance(x, NumberProxy) and not isinstance(x, BoolProxy) and x.expr is not None
+
+
+@lookaside(builtins.int)
+def _int(rt, args, kwargs):
+    """int() of a symbolic number stays symbolic (`int(i0 / 2)` is a recorded truncation, not a predicate)."""
+    if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
+        return args[0].__trunc__()
+    return int(*args, **kwargs)
+
+
+@lookaside(builtins.float)
+def _float(rt, args, kwargs):
+    """float() of a symbolic number stays symbolic (a recorded conversion)."""
+    if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
+        x = args[0]
+        return x if x.python_type is float else x.as_float()
+    return float(*args, **kwargs)
 
 
 @lookaside(builtins.reversed)

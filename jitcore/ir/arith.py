@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextvars
 import functools
+import math
 import operator
 
 from jitcore.errors import DataDependentError, UnsupportedError
@@ -350,10 +351,16 @@ BINARY = {  # name -> (python operator, format)
     "add": (operator.add, "{} + {}"), "sub": (operator.sub, "{} - {}"), "mul": (operator.mul, "{} * {}"),
     "floordiv": (operator.floordiv, "{} // {}"), "mod": (operator.mod, "{} % {}"),
     "truediv": (operator.truediv, "{} / {}"), "pow": (operator.pow, "{} ** {}"),
+    # of ints only (the interpreter's max()/min() of sizes): the result's type never depends on which one won
+    "max": (max, "max({}, {})"), "min": (min, "min({}, {})"),
 }
 COMPARE = {  # name -> (python operator, symbol)
     "eq": (operator.eq, "=="), "ne": (operator.ne, "!="), "lt": (operator.lt, "<"), "le": (operator.le, "<="),
     "gt": (operator.gt, ">"), "ge": (operator.ge, ">="),
 }
 UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}"),
-         "float": (float, "float({})"), "int": (int, "int({})")}
+         "float": (float, "float({})"), "int": (int, "int({})"),
+         # float -> int roundings print with builtins only, so predicates over them run in the prologue as is
+         "ceil": (math.ceil, "int(-(-{} // 1))"), "floor": (math.floor, "int({} // 1)"),
+         "trunc": (math.trunc, "int({})"),
+         "round": (round, "round({})")}

@@ -8,8 +8,6 @@ fills at import like TENSOR_METHODS; Tensor methods with no op go to METHOD_FALL
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from jitcore.errors import DataDependentError, UnsupportedError
@@ -157,17 +155,30 @@ class NumberProxy(Proxy, arith.SymbolicNumber):
     def __format__(self, spec):
         return format(arith.concretize(self), spec)
 
+    def as_float(self):
+        """float(self) as a number proxy (float() itself must return a float: the interpreter's float() calls this)."""
+        return _py("float", self._symbolic())
+
+    def _symbolic(self):
+        """self, if it has an expression over the inputs; a per-call value converted to a Python number is refused."""
+        if self.expr is None:
+            arith.refuse(self)
+        return self
+
+    # roundings of a float stay symbolic (an int proxy); of an int they are the number itself
     def __round__(self, ndigits=None):
-        return round(arith.concretize(self), ndigits)
+        if ndigits is not None:
+            return round(arith.concretize(self), ndigits)
+        return self._symbolic() if self.python_type is int else _py("round", self._symbolic())
 
     def __trunc__(self):
-        return int(arith.concretize(self))
+        return self._symbolic() if self.python_type is int else _py("trunc", self._symbolic())
 
     def __floor__(self):
-        return math.floor(arith.concretize(self))
+        return self._symbolic() if self.python_type is int else _py("floor", self._symbolic())
 
     def __ceil__(self):
-        return math.ceil(arith.concretize(self))
+        return self._symbolic() if self.python_type is int else _py("ceil", self._symbolic())
 
 
 def _py(name, *args):
@@ -199,6 +210,8 @@ def _unary_dunder(name):
 for _n in ("add", "sub", "mul", "floordiv", "mod", "truediv", "pow"):
     setattr(NumberProxy, f"__{_n}__", _number_dunder(_n))
     setattr(NumberProxy, f"__r{_n}__", _number_dunder(_n, reflected=True))
+NumberProxy.__divmod__ = lambda self, other: (self // other, self % other)
+NumberProxy.__rdivmod__ = lambda self, other: (other // self, other % self)
 for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(NumberProxy, f"__{_n}__", _number_dunder(_n))
 for _n in ("neg", "abs", "pos"):

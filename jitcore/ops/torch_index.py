@@ -11,7 +11,7 @@ import torch
 
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
@@ -21,7 +21,7 @@ from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_reduction import cumsum
-from jitcore.ops.torch_shape import _permute, dim_of, slice_dim
+from jitcore.ops.torch_shape import _permute, dim_of, size_max, slice_dim
 from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
 
 T = torch.Tensor
@@ -61,7 +61,7 @@ def _expand_key(a, key):
             k = _python_index_list(a, k, a.device)
         if isinstance(k, TensorProxy) and k.dtype in (torch.bool, torch.uint8):
             raise DataDependentError(f"indexing with a boolean tensor mask of shape {tuple(k.shape)}: {_MASK_HINT}")
-        if not (k is None or k is Ellipsis or isinstance(k, (int, slice, TensorProxy))):
+        if not (k is None or k is Ellipsis or isinstance(k, (int, IntegerProxy, slice, TensorProxy))):
             raise MetaError(f"__getitem__: only integers, slices (`:`), ellipsis (`...`), None and long or byte "
                             f"Variables are valid indices (got {type(k).__name__})")
         items.append(k)
@@ -89,7 +89,7 @@ def _basic(a, items):
         elif k is False:
             x = ps.reshape(x, tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]))
             x, d = slice_dim(x, d, 0, 0), d + 1
-        elif isinstance(k, int):
+        elif isinstance(k, (int, IntegerProxy)):  # a symbolic int (x[:, n - 1]) stays symbolic: `(i0 - 1) % i0`
             n = x.shape[d]
             if not -n <= k < n:
                 raise MetaError(f"index {k} is out of bounds for dimension {src} with size {n}")
@@ -99,7 +99,7 @@ def _basic(a, items):
         elif isinstance(k, slice):
             check(k.step is None or k.step > 0, "step must be greater than zero")
             start, stop, step = slice_indices(k, x.shape[d])
-            x, d, src = slice_dim(x, d, start, max(start, stop), step), d + 1, src + 1
+            x, d, src = slice_dim(x, d, start, size_max(start, stop), step), d + 1, src + 1
         else:
             advanced.append((d, _normalize_index(k, x.shape[d])))
             d, src = d + 1, src + 1

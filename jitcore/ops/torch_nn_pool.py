@@ -9,7 +9,9 @@ import math
 import torch
 
 from jitcore.ir import dtypes
+from jitcore.ir.proxies import IntegerProxy
 from jitcore.ops import nn_helpers as nh
+from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.opaque import opaque_symbol
@@ -270,14 +272,31 @@ def _f32(x: float) -> float:
     return float(torch.tensor(x, dtype=torch.float32))
 
 
-def _resample_scale(n_in, n_out, scale, align_corners, dtype=torch.float32):
-    """The source-per-destination step, held in `dtype` (float32 for nearest and for float32/half inputs)."""
+def _resample_scale(n_in, n_out, scale, align_corners, dtype=torch.float32, like=None):
+    """The source-per-destination step, held in `dtype` (float32 for nearest and for float32/half inputs). With a
+    symbolic size (cache="symbolic values") a float32 step is a 0-dim tensor computed by the program, so the step
+    is the kernel's float32 quotient for every size the entry serves."""
     rounded = _f32 if dtype != torch.float64 else float
     if align_corners:
+        if _symbolic(n_in, n_out):
+            return _step(n_in - 1, n_out - 1, dtype, like) if n_out > 1 else 0.0
         return rounded((n_in - 1) / (n_out - 1)) if n_out > 1 else 0.0
     if scale is not None and scale > 0:
         return rounded(1.0 / scale)
+    if _symbolic(n_in, n_out):
+        return _step(n_in, n_out, dtype, like)
     return float(torch.tensor(n_in, dtype=dtype) / n_out)
+
+
+def _symbolic(*sizes) -> bool:
+    return any(type(s) is not int for s in sizes)
+
+
+def _step(num, den, dtype, like):
+    """num / den held in dtype: a python float for float64 (exact), else a 0-dim tensor divided in dtype."""
+    if dtype == torch.float64:
+        return num / den
+    return div(pc.full((), num, device=like.device, dtype=dtype), den)
 
 
 def _nearest_dim(x, d, n_out, scale, exact):
@@ -310,7 +329,7 @@ _LINEAR = {"linear": 1, "bilinear": 2, "trilinear": 3}
 def _output_sizes(input, n, size, scale_factor):
     check((size is None) != (scale_factor is None), "only one of size or scale_factor should be defined")
     if size is not None:
-        sizes = nh.ntuple(size, n, "size", "interpolate")
+        sizes = (size,) * n if isinstance(size, IntegerProxy) else nh.ntuple(size, n, "size", "interpolate")
         return tuple(sizes), (None,) * n
     scales = tuple(float(s) for s in ((scale_factor,) * n if isinstance(scale_factor, (int, float)) else scale_factor))
     check(len(scales) == n, lambda: f"Input and scale_factor must have the same number of spatial dimensions, but got "
@@ -340,9 +359,10 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     for i in range(n):
         d, n_in = 2 + i, input.shape[2 + i]
         if nearest:
-            x = _nearest_dim(x, d, sizes[i], _resample_scale(n_in, sizes[i], scales[i], False), mode != "nearest")
+            x = _nearest_dim(x, d, sizes[i], _resample_scale(n_in, sizes[i], scales[i], False, like=x),
+                              mode != "nearest")
         else:
-            scale = _resample_scale(n_in, sizes[i], scales[i], bool(align_corners), x.dtype)
+            scale = _resample_scale(n_in, sizes[i], scales[i], bool(align_corners), x.dtype, like=x)
             x = _linear_dim(x, d, sizes[i], scale, bool(align_corners))
     return to_dtype(x, input.dtype)
 

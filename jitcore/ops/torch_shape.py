@@ -11,17 +11,18 @@ import torch
 
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy, canonical_dim
+from jitcore.ir.proxies import NumberProxy, TensorProxy, canonical_dim
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_index as pi
+from jitcore.ops import prims_python as pp
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
-from jitcore.ops.utils import check, is_int
+from jitcore.ops.utils import check, is_int, slice_indices
 
 T = torch.Tensor
 
@@ -66,17 +67,34 @@ def infer_size(op, shape, numel) -> tuple:
     return shape
 
 
+def size_max(a, b):
+    """max(a, b) of sizes/bounds: a recorded `max(a, b)` when one is symbolic (no predicate on which is larger)."""
+    if isinstance(a, NumberProxy) or isinstance(b, NumberProxy):
+        return pp.call("max", a, b)
+    return max(a, b)
+
+
 def slice_dim(a, dim, start, end, step=1):
     """a[..., start:end:step, ...] at dim (0 <= start <= end <= size); a itself when that is everything."""
-    if start == 0 and end == a.shape[dim] and step == 1:
+    if same_shape((start, end, step), (0, a.shape[dim], 1)):  # asked of the expressions: no predicate
         return a
     starts, ends, steps = [0] * a.ndim, list(a.shape), [1] * a.ndim
     starts[dim], ends[dim], steps[dim] = start, end, step
     return ps.slice_prim(a, starts, ends, steps)
 
 
+def same_shape(s, t) -> bool:
+    """Whether two shapes are the same expressions, asked without recording a predicate: a symbolic size equal to
+    another only for this call's values (i0 == i1 == 2) reads as different (a reshape to it is then a no-op view)."""
+    s, t = tuple(s), tuple(t)
+    return len(s) == len(t) and all(
+        a is b or (type(a) is int and type(b) is int and a == b)
+        or (isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.expr is not None and a.expr == b.expr)
+        for a, b in zip(s, t))
+
+
 def _reshape(a, shape):
-    return a if tuple(shape) == tuple(a.shape) else ps.reshape(a, tuple(shape))
+    return a if same_shape(shape, a.shape) else ps.reshape(a, tuple(shape))
 
 
 def _permute(a, perm):
@@ -91,7 +109,7 @@ def copy(a):
 def _reshape_or_copy(a, shape):
     """reshape/flatten/ravel: a view where eager's layout of `a` allows one, else a reshaped copy, as eager decides
     (a write into the result reaches `a` only in the first case; the layout's inputs are guarded)."""
-    if tuple(shape) != tuple(a.shape):
+    if not same_shape(shape, a.shape):
         meta = a.eager_layout()
         if meta is not None:
             try:
@@ -496,15 +514,16 @@ def tensor_split(input, indices_or_sections, dim=0):
     if is_int(indices_or_sections):
         k = indices_or_sections
         check(k > 0, lambda: f"number of sections must be larger than 0, got {k}")
-        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        # piece i holds the j < n with j % k == i: (n - i + k - 1) // k of them (symbolic sizes stay symbolic)
+        sizes = [(n - i + k - 1) // k for i in range(k)]
         bounds = [sum(sizes[:i]) for i in range(k + 1)]
         pieces = list(itertools.pairwise(bounds))
     else:
         idx = [0] + list(indices_or_sections) + [n]
         pieces = []
         for lo, hi in itertools.pairwise(idx):  # Python slicing, like numpy.array_split
-            s, e, _ = slice(lo, hi).indices(n)
-            pieces.append((s, max(s, e)))
+            s, e, _ = slice_indices(slice(lo, hi), n)
+            pieces.append((s, size_max(s, e)))
     return fresh([slice_dim(input, d, s, e) for s, e in pieces], input)
 
 

@@ -9,7 +9,7 @@ from numbers import Number
 import torch
 
 from jitcore.errors import MetaError
-from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy, _prod, canonical_dim
+from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy, _prod, canonical_dim, ir_op
 
 
 def check(cond: bool, msg):
@@ -80,15 +80,21 @@ def slice_indices(k: slice, n) -> tuple:
     if step <= 0 or not any(isinstance(v, NumberProxy) for v in (k.start, k.stop, n)):
         return k.indices(n)
 
-    def clamp(v, default):
+    def clamp(v, default):  # only the sign of a bound is a predicate; the clamps are recorded max()/min()
         if v is None:
             return default
         if v < 0:
             v = v + n
-            return max(v, 0)
-        return min(n, v)
+            return _extreme("max", v, 0)
+        return _extreme("min", n, v)
 
     return clamp(k.start, 0), clamp(k.stop, n), step
+
+
+def _extreme(name, a, b):
+    if isinstance(a, IntegerProxy) or isinstance(b, IntegerProxy):
+        return ir_op("number_op")(name, a, b)
+    return (max if name == "max" else min)(a, b)
 
 
 def is_int(x) -> bool:
