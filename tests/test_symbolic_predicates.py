@@ -166,8 +166,6 @@ def test_layer_norm_model_with_batch_equal_to_hidden_then_other_batches_hit():
     assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
 
 
-@pytest.mark.xfail(strict=True, reason="jitcore/ops/torch_shape.py _reshape compares tuple(shape) == tuple(a.shape) "
-                                       "before the ranks: (i0, 4, i1 // 4) vs (i0, i1) records `4 != i1`")
 def test_view_with_a_constant_and_minus_one_hits_when_the_last_size_is_the_constant():
     def f(x):
         return x.view(x.shape[0], 4, -1).sum(-1)

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitcore
-from jitcore.errors import MetaError
 
 _MASK = torch.tril(torch.ones(48, 48))
 
@@ -110,28 +109,12 @@ def _row(name):
     return fn, make, expected, pred, iota
 
 
-_IOTA = {}
-
-
-def _symbolic_iota() -> bool:
-    """Whether prims.iota takes a symbolic length (it is the creation ops' part of symbolic values)."""
-    if "ok" not in _IOTA:
-        try:
-            jitcore.jit(lambda x: torch.arange(x.shape[0]), cache="symbolic values")(torch.randn(3))
-            _IOTA["ok"] = True
-        except MetaError:
-            _IOTA["ok"] = False
-    return _IOTA["ok"]
-
-
 def _flat(r):
     return list(r) if isinstance(r, (tuple, list)) else [r]
 
 
 def _check_sequence(name, sizes):
-    fn, make, expected, pred, iota = _row(name)
-    if iota and not _symbolic_iota():
-        pytest.skip("prims.iota does not take a symbolic length on this branch")
+    fn, make, expected, pred, _ = _row(name)
     jf = jitcore.jit(fn, cache="symbolic values")
     for n in sizes:
         args = make(n)
@@ -227,8 +210,6 @@ class _CausalBlock(torch.nn.Module):
 
 
 def test_causal_block_compiles_once_with_grads():
-    if not _symbolic_iota():
-        pytest.skip("prims.iota does not take a symbolic length on this branch")
     torch.manual_seed(0)
     m = _CausalBlock()
     jm = jitcore.jit(m, cache="symbolic values")
@@ -251,9 +232,7 @@ def test_causal_block_compiles_once_with_grads():
 @pytest.mark.parametrize("name", ["slice_half", "index_sym", "chunk2", "tensor_split3", "pad_reflect", "ceil_div",
                                   "view_heads", "interp_linear", "interp_bilinear"])
 def test_size_op_gradients(name):
-    fn, make, _, _, iota = _row(name)
-    if iota and not _symbolic_iota():
-        pytest.skip("prims.iota does not take a symbolic length on this branch")
+    fn, make, _, _, _ = _row(name)
     jf = jitcore.jit(fn, cache="symbolic values")
     for n in (6, 9, 13):
         args = make(n)
