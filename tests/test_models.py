@@ -152,3 +152,19 @@ def test_attention_mask_as_tokenizers_give_it(name):
             want, _ = read(ref(*args, attention_mask=mask, **kwargs))
             torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
     assert jitcore.cache_misses(jm) == 2
+
+
+@pytest.mark.parametrize("name", ["nanogpt", "gpt2", "llama", "qwen2", "mistral", "bert"])
+def test_symbolic_values_compile_once_over_batch_and_sequence_lengths(name):
+    """cache="symbolic values", inference: one compile over a sequence of (batch, length) shapes, eager's logits."""
+    torch.manual_seed(0)
+    model, *_ = BUILDERS[name]()
+    model.eval()
+    jm = jitcore.jit(model, cache="symbolic values")
+    with torch.no_grad():
+        for b, t in [(2, 8), (3, 12), (2, 16), (4, 5)]:
+            ids = torch.randint(0, VOCAB, (b, t))
+            out, ref = jm(ids), model(ids)
+            out, ref = (out.logits, ref.logits) if hasattr(ref, "logits") else (out, ref)
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
