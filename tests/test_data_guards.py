@@ -61,3 +61,19 @@ def test_examine_traces_through_a_data_dependent_branch():
     report = jitcore.examine(branch_on_mask, torch.randn(4), torch.ones(4))
     assert report.error is None
     assert "ltorch.all" in [r.op for r in report.ops]
+
+
+def test_data_guard_reads_a_symbolic_size():
+    """Under symbolic values a tensor made from a size (transformers' masking code compares such tensors) is a data
+    guard over the size symbol: one compile per branch outcome, eager's results, never a stale branch."""
+    def f(x):
+        n = torch.tensor(x.shape[1])
+        if n > 3:
+            return x * 2
+        return x - 1
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for cols, misses in [(5, 1), (6, 1), (3, 2), (7, 2), (2, 2)]:
+        x = torch.randn(2, cols)
+        torch.testing.assert_close(jf(x), f(x))
+        assert jitcore.cache_misses(jf) == misses, jitcore.cache_miss_reasons(jf)

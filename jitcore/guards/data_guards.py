@@ -48,7 +48,8 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
     """The Python value `kind` ("bool", "int", "float", "index", "item") of `proxy` for this call, guarded.
 
     Refused (DataDependentError, quoting the user's line): values that come from random ops or in-place writes, or
-    that need inputs other than the function's arguments, or anything when no real inputs are at hand (examine())."""
+    that need inputs other than the function's arguments (or the symbols of their sizes and of number arguments, under
+    symbolic values), or anything when no real inputs are at hand (examine())."""
     what = {"bool": "a Python bool (e.g. `if tensor:`)", "item": "tensor.item()", "tolist": "tensor.tolist()"}.get(
         kind, f"a Python {kind}")
     if kind not in ("item", "tolist") and proxy.numel() != 1:
@@ -68,6 +69,8 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
     if proxy.name not in made:
         free = [proxy]
     for a in free:
+        if isinstance(a, NumberProxy) and a.expr == a.name:  # a symbol the prologue binds (an input's size, a number
+            continue  # argument): the check reads it by name, as predicates do
         entry = real.get(a.name)
         if isinstance(a, NumberProxy) or entry is None or not ctx.is_argument_input(entry[0]):
             raise DataDependentError(f"converting a tensor to {what} needs its value, which depends on something "
@@ -85,7 +88,7 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
     recompute.__qualname__ = recompute.__name__ = f"data_guard[{_describe(program, kind)}]"
     recompute.trace = program  # the program that recomputes the value, printable
     with detached():
-        value = recompute(*[real[a.name][1] for a in free])
+        value = recompute(*[a.value if isinstance(a, NumberProxy) else real[a.name][1] for a in free])
     ctx.guards.data.append(DataGuard(recompute, tuple(a.name for a in free), value, _describe(program, kind)))
     return value
 
