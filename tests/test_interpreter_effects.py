@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
+import jitcore
 from jitcore.interpreter import DefaultContext, Global, interpret
 
 COUNTER = 0
@@ -164,3 +166,31 @@ def test_module_setattr_side_effect_and_undo():
     assert res.output[0] == 3
     assert m.weight is old_w and "running" not in m._buffers and not hasattr(m, "step")
     assert res.side_effects, "writes to an external module are logged"
+
+
+class _Holder:
+    pass
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_reading_back_what_the_call_wrote_into_an_argument(cache):
+    """A value the call wrote into an argument's attribute or list item and reads back is the program's own (a KV
+    cache's `self.keys = torch.cat([self.keys, k])`, then `self.keys.sum()`): no guard on it, eager's results and
+    effects over a sequence of calls (before: an internal error, the prologue rejected its own call)."""
+    def f(x, c):
+        c.t = torch.cat([c.t, x], dim=1)
+        c.items[0] = c.items[0] + x.sum()
+        return c.t.sum(1) * c.t.shape[1] + c.items[0].exp()
+
+    def holder():
+        h = _Holder()
+        h.t, h.items = torch.ones(2, 3), [torch.zeros(())]
+        return h
+
+    mine, theirs = holder(), holder()
+    jf = jitcore.jit(f, cache=cache)
+    for _ in range(3):
+        x = torch.randn(2, 1)
+        torch.testing.assert_close(jf(x, mine), f(x, theirs))
+        torch.testing.assert_close(mine.t, theirs.t)
+        torch.testing.assert_close(mine.items[0], theirs.items[0])

@@ -39,7 +39,7 @@ def load_attr(rt, obj, name):
     """`obj.name` as LOAD_ATTR sees it, reporting the value if `obj` is external."""
     value = get_attr(rt, obj, name)
     prov = rt.external.get(id(obj))
-    if prov is not None and not _is_bound_to(value, obj):
+    if prov is not None and not _is_bound_to(value, obj) and (id(obj), name) not in rt.written:
         value = rt.report(value, Attr(prov, name))
     return value
 
@@ -59,6 +59,7 @@ def store_attr(rt, obj, name, value):
         return
     rt.effects.snapshot_attrs(obj, name)
     setattr(obj, name, value)
+    rt.written.add((id(obj), name))
     rt.effects.record(SideEffect("setattr", prov, obj, name, value))
 
 
@@ -99,7 +100,7 @@ def get_item(rt, container, key):
     prov = rt.external.get(id(container))
     if prov is not None:
         k = constant_key(key)
-        if k is not NOT_CONST:
+        if k is not NOT_CONST and (id(container), k) not in rt.written:
             value = rt.report(value, Item(prov, k))
     return value
 
@@ -122,6 +123,9 @@ def _write_item(rt, kind, container, key, value=NULL):
     else:
         container[key] = value
     if prov is not None and not _is_tensor(container):
+        k = constant_key(key) if type(key) is not slice else NOT_CONST
+        if k is not NOT_CONST and value is not NULL:
+            rt.written.add((id(container), k))
         rt.effects.record(SideEffect(kind, prov, container, key, None if value is NULL else value))
 
 
