@@ -194,3 +194,45 @@ def test_reading_back_what_the_call_wrote_into_an_argument(cache):
         torch.testing.assert_close(jf(x, mine), f(x, theirs))
         torch.testing.assert_close(mine.t, theirs.t)
         torch.testing.assert_close(mine.items[0], theirs.items[0])
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("move", ["pop", "insert", "del", "slice", "extend_then_pop"])
+def test_items_that_moved_into_a_written_position_come_from_outside(cache, move):
+    """After a write into an argument's list, a mutator, delete or slice write moves other items: what the call reads
+    at the written position may be the caller's tensor, which must stay an input (each call passes new values)."""
+    def f(x, items):
+        items[0] = x * 2
+        if move == "pop":
+            items.pop(0)
+        elif move == "insert":
+            items.insert(0, items[2])
+        elif move == "del":
+            del items[0]
+        elif move == "slice":
+            items[0:1] = []
+        else:
+            items.extend([x])
+            items.pop(0)
+        return items[0] + items[1]
+
+    jf = jitcore.jit(f, cache=cache)
+    for _ in range(3):
+        x, a, b, c = (torch.randn(3) for _ in range(4))
+        mine, theirs = [a, b, c], [a, b, c]
+        torch.testing.assert_close(jf(x, mine), f(x, theirs))
+        assert len(mine) == len(theirs) and all(m is t or torch.equal(m, t) for m, t in zip(mine, theirs))
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_a_moved_number_equal_to_another_item_is_guarded_where_it_came_from(cache):
+    """[1, 2, 1]: after pop(0) the call reads the last 1, which is the first 1 by identity too; both places are
+    guarded, so [1, 2, 5] is not a stale hit."""
+    def f(x, items):
+        first = items.pop(0)
+        return x * items[1] + first
+
+    jf = jitcore.jit(f, cache=cache)
+    for values in ([1, 2, 1], [1, 2, 5], [3, 2, 1], [1, 2, 1]):
+        x = torch.randn(3)
+        torch.testing.assert_close(jf(x, list(values)), f(x, list(values)))

@@ -11,7 +11,7 @@ import types
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
-from jitcore.interpreter.side_effects import SideEffect
+from jitcore.interpreter.side_effects import NOT_WRITTEN, SideEffect
 from jitcore.ir.proxies import TensorProxy
 
 _FunctionType = types.FunctionType
@@ -39,8 +39,10 @@ def load_attr(rt, obj, name):
     """`obj.name` as LOAD_ATTR sees it, reporting the value if `obj` is external."""
     value = get_attr(rt, obj, name)
     prov = rt.external.get(id(obj))
-    if prov is not None and not _is_bound_to(value, obj) and (id(obj), name) not in rt.written:
-        value = rt.report(value, Attr(prov, name))
+    if prov is not None and not _is_bound_to(value, obj):
+        before = rt.effects.attribute_before(obj, name)
+        if before is NOT_WRITTEN or before is value:  # else the call wrote it: the program's own value
+            value = rt.report(value, Attr(prov, name))
     return value
 
 
@@ -59,7 +61,6 @@ def store_attr(rt, obj, name, value):
         return
     rt.effects.snapshot_attrs(obj, name)
     setattr(obj, name, value)
-    rt.written.add((id(obj), name))
     rt.effects.record(SideEffect("setattr", prov, obj, name, value))
 
 
@@ -96,13 +97,28 @@ def get_item(rt, container, key):
         gi = rt.lookup(t, "__getitem__")
         if type(gi) is _FunctionType:
             return rt.call(gi, (container, key), {})
-    value = container[key]
+    return report_item(rt, container, key, container[key])
+
+
+def report_item(rt, container, key, value):
+    """value, read at `key` of container: reported with the position it held when the call began. In a container
+    the call wrote into, that is where the snapshot holds the same object (every such position, so values equal by
+    identity at several are all guarded); a value that was not there is the program's own (or reported already)."""
     prov = rt.external.get(id(container))
-    if prov is not None:
+    if prov is None:
+        return value
+    before = rt.effects.contents_before(container)
+    if before is None:
         k = constant_key(key)
-        if k is not NOT_CONST and (id(container), k) not in rt.written:
-            value = rt.report(value, Item(prov, k))
-    return value
+        return value if k is NOT_CONST else rt.report(value, Item(prov, k))
+    places = before.items() if isinstance(before, dict) else enumerate(before)
+    first = value
+    for k, v in list(places):
+        k = constant_key(k)
+        if v is value and k is not NOT_CONST:
+            reported = rt.report(value, Item(prov, k))
+            first = reported if first is value else first
+    return first
 
 
 def _write_item(rt, kind, container, key, value=NULL):
@@ -123,9 +139,6 @@ def _write_item(rt, kind, container, key, value=NULL):
     else:
         container[key] = value
     if prov is not None and not _is_tensor(container):
-        k = constant_key(key) if type(key) is not slice else NOT_CONST
-        if k is not NOT_CONST and value is not NULL:
-            rt.written.add((id(container), k))
         rt.effects.record(SideEffect(kind, prov, container, key, None if value is NULL else value))
 
 
@@ -160,7 +173,7 @@ class ExternalIter:
             if i >= len(seq):
                 raise StopIteration
             self.i = i + 1
-            return self.rt.report(seq[i], Item(self.prov, i))
+            return report_item(self.rt, seq, i, seq[i])
         k, v = next(self.seq)
         k2 = constant_key(k)
         if k2 is not NOT_CONST:
@@ -193,6 +206,10 @@ def _mutator(rt, fn, args, kwargs):
     rt.effects.snapshot_container(obj)
     rest = _contents_now(fn.__name__, args[1:])
     result = fn(obj, *rest, **kwargs)
+    if fn.__name__ in ("pop", "setdefault"):  # an item the container held (it is snapshotted: the key is not used)
+        result = report_item(rt, obj, None, result)
+    elif fn.__name__ == "popitem" and type(result) is tuple:
+        result = (result[0], report_item(rt, obj, None, result[1]))
     rt.effects.record(SideEffect("call", rt.external[id(obj)], obj, fn.__name__, None, rest, kwargs))
     return result
 
@@ -224,9 +241,8 @@ def _reader(rt, fn, args, kwargs):
     result = fn(*args, **kwargs)
     if len(args) >= 2:
         container, key = args[0], args[1]
-        k = constant_key(key)
-        if k is not NOT_CONST and (not isinstance(container, dict) or key in container):
-            result = rt.report(result, Item(rt.external[id(container)], k))
+        if not isinstance(container, dict) or key in container:
+            result = report_item(rt, container, key, result)
     return result
 
 

@@ -70,9 +70,6 @@ class Runtime:
         self.external: dict[int, object] = {}
         self.keepalive: list = []
         self.effects = SideEffectLog()
-        # (id(object), attribute name or item key) written during this call: reading there gives the program's own
-        # value, not one from outside (no provenance, no guard)
-        self.written: set = set()
         self.exc_stack: list[list] = [[None]]
         self.frame: Frame | None = None
         self.depth = 0

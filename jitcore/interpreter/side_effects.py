@@ -14,6 +14,7 @@ from typing import Any
 from jitcore.errors import UnsupportedError
 
 MISSING = type("MISSING", (), {"__repr__": lambda self: "<missing>"})()
+NOT_WRITTEN = type("NOT_WRITTEN", (), {"__repr__": lambda self: "<not written>"})()
 
 
 @dataclass
@@ -80,6 +81,8 @@ class SideEffectLog:
         self._undo: list = []
         self._snapshotted: set = set()
         self._keepalive: list = []
+        self._before: dict = {}  # id(container) -> its contents, or (id(obj), name) / id(obj) -> attributes, as
+        # they were before the call's first write (reads after writes find where a value came from)
 
     # -- snapshots (first write to a target wins: undo restores the state before interpretation) -------------
     def _once(self, key, obj) -> bool:
@@ -103,12 +106,13 @@ class SideEffectLog:
                 old = obj.__dict__.get(name, MISSING)
             else:
                 old = getattr(obj, name, MISSING)
+            self._before[(id(obj), name)] = old
             self._undo.append(lambda: _restore_attr(obj, name, old))
             return
         if not self._once(id(obj), obj):
             return
         # whole instance dict, plus the dicts it holds (nn.Module keeps _parameters/_buffers/_modules there)
-        saved = dict(d)
+        saved = self._before[id(obj)] = dict(d)
         subs = [(v, dict(v)) for v in d.values() if type(v) in (dict, OrderedDict)]
 
         def restore():
@@ -123,10 +127,10 @@ class SideEffectLog:
         if not self._once(id(c), c):
             return
         if isinstance(c, list):
-            old = list(c)
+            old = self._before[id(c)] = list(c)
             self._undo.append(lambda: c.__setitem__(slice(None), old))
         elif isinstance(c, dict):
-            old = dict(c)
+            old = self._before[id(c)] = dict(c)
             self._undo.append(lambda: _restore_dict(c, old))
         elif isinstance(c, (set, bytearray)):
             old = c.copy()
@@ -160,6 +164,18 @@ class SideEffectLog:
                     cell.cell_contents = old
 
             self._undo.append(restore)
+
+    def contents_before(self, c):
+        """The list or dict contents of c before this call's first write into it; None if it was not written."""
+        return self._before.get(id(c))
+
+    def attribute_before(self, obj, name):
+        """obj.name before this call's first attribute write on obj (MISSING if it had none); NOT_WRITTEN if the call
+        wrote no attribute of obj."""
+        saved = self._before.get(id(obj))
+        if isinstance(saved, dict):
+            return saved.get(name, MISSING)
+        return self._before.get((id(obj), name), NOT_WRITTEN)
 
     # -- the writes ------------------------------------------------------------------------------------------
     def record(self, effect: SideEffect):
