@@ -132,6 +132,8 @@ class Cache:
                 self.hits += 1
                 return entry, inputs
         for entry in self.by_key.get(self.key(args, kwargs), ()):
+            if entry is self.mru:  # its full prologue just said no
+                continue
             inputs = entry.prologue(fn, args, kwargs)
             if inputs is not None and not (entry.mutated_inputs and inputs_overlap(inputs, entry.mutated_inputs)):
                 self.hits += 1
