@@ -172,7 +172,7 @@ class _Holder:
     pass
 
 
-@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
 def test_reading_back_what_the_call_wrote_into_an_argument(cache):
     """A value the call wrote into an argument's attribute or list item and reads back is the program's own (a KV
     cache's `self.keys = torch.cat([self.keys, k])`, then `self.keys.sum()`): no guard on it, eager's results and
@@ -196,7 +196,7 @@ def test_reading_back_what_the_call_wrote_into_an_argument(cache):
         torch.testing.assert_close(mine.items[0], theirs.items[0])
 
 
-@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
 @pytest.mark.parametrize("move", ["pop", "insert", "del", "slice", "extend_then_pop"])
 def test_items_that_moved_into_a_written_position_come_from_outside(cache, move):
     """After a write into an argument's list, a mutator, delete or slice write moves other items: what the call reads
@@ -224,7 +224,7 @@ def test_items_that_moved_into_a_written_position_come_from_outside(cache, move)
         assert len(mine) == len(theirs) and all(m is t or torch.equal(m, t) for m, t in zip(mine, theirs))
 
 
-@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
 def test_a_moved_number_equal_to_another_item_is_guarded_where_it_came_from(cache):
     """[1, 2, 1]: after pop(0) the call reads the last 1, which is the first 1 by identity too; both places are
     guarded, so [1, 2, 5] is not a stale hit."""
