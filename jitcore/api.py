@@ -193,7 +193,7 @@ class JitFunction:
         # run (inline: this is the hot path): the computation, the epilogue's side effects, the output structure
         flat = entry.computation(*inputs)
         if entry.epilogue is not None:
-            entry.epilogue(self.fn, args, kwargs, flat)
+            flat = entry.epilogue(self.fn, args, kwargs, flat)
         return entry.unflatten(flat)
 
     def _compile(self, args, kwargs):
@@ -348,7 +348,7 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     guards = replace(traced.guards, predicates=predicates)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
-    epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks))
+    epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks), traced.escapes)
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

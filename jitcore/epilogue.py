@@ -1,9 +1,14 @@
-"""Epilogue stage: the epilogue Trace of side effects. What the traced function wrote outside itself (attributes,
-globals, items of external containers, closure cells, mutating calls like list.append) is replayed after every call
-with that call's real values, so a jitted call has eager's effects. Tensors computed by the trace reach it as
-`outs[i]`.
+"""Epilogue stage: the epilogue Trace of side effects and escaping objects. What the traced function wrote outside
+itself (attributes, globals, items of external containers, closure cells, mutating calls like list.append) is replayed
+after every call with that call's real values, so a jitted call has eager's effects. Tensors computed by the trace reach
+it as `outs[i]`. Objects the call hands back or stores that are not tensors or scalars escape the trace (`Escapes`):
+one the function created (a KV cache, a result object) is built afresh on every call around that call's tensors; one
+it was given (an argument returned, `return x, cache`) is fetched again from that call's arguments.
 """
 from __future__ import annotations
+
+import enum
+import types
 
 import torch
 
@@ -65,49 +70,187 @@ writeback = Symbol("epilogue.writeback", "writeback", meta=lambda *a: None, tags
                    module="", printer=_print_writeback)
 
 
-def effect_proxies(side_effects) -> list:
-    """The proxies the side effects store: the computation must return them too."""
+def effect_proxies(side_effects, escapes: Escapes) -> list:
+    """The proxies the side effects store (inside objects the call created too): the computation returns them."""
     out = []
     for e in side_effects:
         leaves, _ = tree_flatten((e.value, e.args, e.kwargs))
-        out += [x for x in leaves if isinstance(x, Proxy)]
         for leaf in leaves:
-            if not isinstance(leaf, Proxy) and _hides_proxy(leaf):
-                raise UnsupportedError("side effect", f"`{e}` stores a {type(leaf).__name__} holding tensors",
-                                       hint="store tensors directly, or in tuples, lists or dicts")
+            if isinstance(leaf, Proxy):
+                out.append(leaf)
+            else:
+                escapes.template(leaf, f"`{e}` stores")
     return out
 
 
-def _hides_proxy(obj) -> bool:
+# -- escaping objects: built afresh (made by the call) or fetched again (given to it) on every call -----------------
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.memory_format,
+          torch.layout, type(Ellipsis), slice, range)
+_NOT_REBUILT = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+                torch.nn.Module, enum.Enum, torch.Tensor, Proxy)
+
+
+def _rebuildable(obj) -> bool:
+    """A plain Python object whose whole state is its __dict__ (no slots, no C state): copied by
+    `cls.__new__(cls)` plus its attributes."""
+    cls = type(obj)
+    if isinstance(obj, _NOT_REBUILT) or cls.__module__ == "builtins" or not isinstance(getattr(obj, "__dict__", None),
+                                                                                          dict):
+        return False
+    if any(c.__dict__.get("__slots__") not in (None, (), []) for c in cls.__mro__ if c is not object):
+        return False
+    return cls.__new__ is object.__new__
+
+
+def _holds_proxy(obj, seen=None, depth=0) -> bool:
+    """Whether a value reaches a proxy through containers and attributes (a constant must not)."""
+    if isinstance(obj, Proxy):
+        return True
+    if depth > 8 or isinstance(obj, _PLAIN) or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+        return False
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return False
+    seen.add(id(obj))
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return any(_holds_proxy(x, seen, depth + 1) for x in obj)
+    if isinstance(obj, dict):
+        return any(_holds_proxy(x, seen, depth + 1) for x in obj.values())
+    if isinstance(obj, torch.nn.Module):
+        return False
     d = getattr(obj, "__dict__", None)
-    return isinstance(d, dict) and any(isinstance(v, Proxy) for v in d.values())
+    values = list(d.values()) if isinstance(d, dict) else []
+    for c in type(obj).__mro__:
+        slots = c.__dict__.get("__slots__", ())
+        values += [getattr(obj, n, None) for n in ((slots,) if isinstance(slots, str) else slots)
+                   if n not in ("__dict__", "__weakref__")]
+    return any(_holds_proxy(x, seen, depth + 1) for x in values)
 
 
-def build_epilogue(side_effects, output_index: dict, writebacks=()) -> Trace | None:
-    """The epilogue trace `epilogue(fn, args, kwargs, outs)`, or None when the function wrote nothing outside.
+class Escapes:
+    """The objects that leave a trace other than as tensors and scalars, and how each call gets them.
+
+    external: id -> provenance of every object the call was given (the interpreter's record, which keeps them
+    alive); pinned(provenance): whether the guards make a call's object there the traced one. An object the
+    function created is rebuilt on every call (`built`, in creation order, with the template of its attributes);
+    one it was given is fetched from the call's arguments (`fetched`), unless it is pinned (then a constant).
+    `proxies` are the values inside rebuilt objects: the computation returns them after the side effects' values.
+    """
+
+    def __init__(self, external: dict, pinned):
+        self.external, self.pinned = external, pinned
+        self.built: dict = {}  # id -> [local name, object, attribute template (filled after)]
+        self.fetched: dict = {}  # id -> (local name, provenance)
+        self.proxies: list = []
+        self.outputs: dict = {}  # position in the flat outputs -> the template it gets
+
+    def __bool__(self):
+        return bool(self.built or self.fetched or self.outputs)
+
+    def template(self, x, where: str):
+        """x as the epilogue builds it: proxies stay, made objects and given objects become locals of the epilogue
+        (`_Out`), plain lists/tuples/dicts are rebuilt around their items, anything else is a constant."""
+        if isinstance(x, Proxy):
+            if not isinstance(x, _Out):
+                self.proxies.append(x)
+            return x
+        if isinstance(x, _PLAIN):
+            return x
+        prov = self.external.get(id(x))
+        if prov is not None:
+            if self.pinned(prov):
+                return x
+            if id(x) not in self.fetched:
+                self.fetched[id(x)] = (f"f{len(self.fetched)}", prov)
+            return _Out(self.fetched[id(x)][0])
+        t = type(x)
+        if t is list or t is tuple:
+            return t(self.template(e, where) for e in x)
+        if t is dict:
+            return {k: self.template(v, where) for k, v in x.items()}
+        if _rebuildable(x):
+            entry = self.built.get(id(x))
+            if entry is None:
+                entry = self.built[id(x)] = [f"b{len(self.built)}", x, None]
+                entry[2] = {k: self.template(v, where) for k, v in vars(x).items()}
+            return _Out(entry[0])
+        if _holds_proxy(x):
+            raise UnsupportedError("output" if where == "output" else "side effect",
+                                   f"{where} a {t.__name__} holding tensors, and jitcore cannot build a "
+                                   f"{t.__name__} for every call (it is not a plain Python object)",
+                                   hint="return or store tensors in tuples, lists, dicts, dataclasses or plain objects")
+        return x
+
+    def output(self, position: int, leaf):
+        """The flat output at `position` is an escaping object: None in the computation, set by the epilogue."""
+        value = self.template(leaf, "output")
+        if isinstance(value, _Out):
+            self.outputs[position] = value
+            return None
+        return leaf
+
+
+def _print_local(bsym, printer):
+    kind, name, value = bsym.args
+    if kind == "fetch":
+        return f"{name} = {provenance_expr(value, printer)}"
+    if kind == "new":
+        cls = printer.const(value)
+        return f"{name} = {cls}.__new__({cls})"
+    if kind == "fill":
+        return f"{name}.__dict__.update({printer.value(value)})"
+    if kind == "list":
+        return "outs = list(outs)"
+    return f"outs[{name}] = {printer.value(value)}"
+
+
+# the epilogue's own locals: fetched arguments, objects built afresh, and the outputs they become
+local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON, Tag.DONT_DCE), module="",
+               printer=_print_local)
+
+
+def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None) -> Trace | None:
+    """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
+    and hands back no escaping object.
 
     output_index: proxy name -> its position in the computation's flat outputs. writebacks: (provenance of a
     mutated input tensor, its position in the flat outputs, whether to copy under no_grad), written back first.
+    escapes: the objects to fetch again and to build afresh (fetched before anything is written, so a given object
+    is the one the call read; built before the side effects that store them).
     """
-    if not side_effects and not writebacks:
+    if not side_effects and not writebacks and not escapes:
         return None
     with Timer() as t:
         trace = Trace("epilogue")
         trace.args = ["fn", "args", "kwargs", "outs"]
 
         def sub(x):
-            return _Out(f"outs[{output_index[x.name]}]") if isinstance(x, Proxy) else x
+            return _Out(f"outs[{output_index[x.name]}]") if isinstance(x, Proxy) and not isinstance(x, _Out) else x
 
+        def line(*args):
+            trace.bound_symbols.append(BoundSymbol(local, args, {}, None))
+
+        if escapes:
+            for name, prov in escapes.fetched.values():
+                line("fetch", name, prov)
+            for name, obj, _ in escapes.built.values():
+                line("new", name, type(obj))
+            for name, _, attrs in escapes.built.values():
+                line("fill", name, _map(attrs, sub))
+            if escapes.outputs:
+                line("list", None, None)
+            for position, value in escapes.outputs.items():
+                line("output", position, value)
         for prov, position, no_grad in writebacks:
             trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
         for e in side_effects:
             if e.kind == "call":
-                value = _map((e.args, e.kwargs), sub)
+                value = _map(escapes.template((e.args, e.kwargs), "") if escapes else (e.args, e.kwargs), sub)
             else:
-                value = _map(e.value, sub)
+                value = _map(escapes.template(e.value, "") if escapes else e.value, sub)
             trace.bound_symbols.append(BoundSymbol(replay, (e, value), {}, None))
-        trace.output = None
-    return trace.set_provenance("Epilogue construction (side effects)", t.seconds)
+        trace.output = _Out("outs")
+    return trace.set_provenance("Epilogue construction (side effects, escaping objects)", t.seconds)
 
 
 def _map(tree, fn):

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore.epilogue import effect_proxies
-from jitcore.errors import UnsupportedError
+from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.guards import data_guards, module_state
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
@@ -108,6 +107,7 @@ class TraceResult:
     input_strides: dict = field(default_factory=dict)  # tensor input name -> its strides when traced
     input_storages: list = field(default_factory=list)  # per input: storage address (None: numbers, empty tensors)
     aliases: list = field(default_factory=list)  # (provenance, input name): the same tensor found again elsewhere
+    escapes: Escapes | None = None  # objects handed back or stored: fetched again or built afresh by the epilogue
 
 
 class JitContext(DefaultContext):
@@ -130,6 +130,11 @@ class JitContext(DefaultContext):
         self._values: list = []  # per input, the real value it was traced with
         self._params: set[int] = set()
         self.aliases: list = []
+
+    def pinned(self, prov) -> bool:
+        """Whether a call's object at `prov` is the one this trace saw: its identity is guarded, or it is not
+        reached from the arguments (globals, closures, the function's own attributes)."""
+        return prov in self.guards.objects or type(prov.root()) not in (Arg, Kwarg)
 
     def lookaside(self, fn):
         op = torch_map.lookup(fn)
@@ -380,11 +385,11 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         leaves, spec = tree_flatten(result.output)
-        for leaf in leaves:
-            if not isinstance(leaf, (Proxy,) + GUARDED_SCALARS) and _contains_proxy(leaf):
-                raise UnsupportedError("output", f"the function returned a {type(leaf).__name__} holding tensors",
-                                       hint="return tensors in tuples, lists, dicts or namedtuples")
-        trace.output = tuple(leaves) + tuple(effect_proxies(result.side_effects))
+        escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
+        leaves = [x if isinstance(x, (Proxy,) + GUARDED_SCALARS) else escapes.output(i, x)
+                  for i, x in enumerate(leaves)]
+        stored = effect_proxies(result.side_effects, escapes)
+        trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic:
             define_sizes(trace)
     ctx.finish_guards()
@@ -394,7 +399,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     strides = {i.proxy.name: tuple(t.stride()) for i, t in pairs if isinstance(t, torch.Tensor)}
     storages = [_storage_address(t) if isinstance(t, torch.Tensor) else None for _, t in pairs]
     return TraceResult(trace, ctx.inputs, ctx.guards, result.side_effects, spec, len(leaves), strides, storages,
-                       ctx.aliases)
+                       ctx.aliases, escapes)
 
 
 def prune_sizes(trace: Trace) -> Trace:
@@ -408,10 +413,3 @@ def prune_sizes(trace: Trace) -> Trace:
     trace.bound_symbols[:] = [b for b in trace.bound_symbols
                               if not is_shape(b) or any(o.name in used for o in b.flat_proxy_outs())]
     return trace
-
-
-
-
-def _contains_proxy(obj) -> bool:
-    d = getattr(obj, "__dict__", None)
-    return bool(d) and any(isinstance(v, Proxy) for v in d.values())

@@ -77,3 +77,21 @@ def test_data_guard_reads_a_symbolic_size():
         x = torch.randn(2, cols)
         torch.testing.assert_close(jf(x), f(x))
         assert jitcore.cache_misses(jf) == misses, jitcore.cache_miss_reasons(jf)
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_data_guard_over_a_tensor_and_its_symbolic_numel(cache):
+    """transformers' `fast_all(mask)` is `mask.sum() == mask.numel()`: a data guard reading a tensor argument and a
+    size expression. Collecting its free values compared proxies with `==` (recording ops, then asking for the bool
+    of a mask) instead of by name."""
+    def f(x, mask):
+        if mask.sum() == mask.numel():
+            return x + 1
+        return x - 1
+
+    jf = jitcore.jit(f, cache=cache)
+    for rows, cols, hole in [(2, 6, False), (2, 6, True), (3, 4, False), (3, 5, True)]:
+        mask = torch.ones(rows, cols, dtype=torch.bool)
+        mask[0, 0] = not hole
+        x = torch.randn(2)
+        torch.testing.assert_close(jf(x, mask), f(x, mask))

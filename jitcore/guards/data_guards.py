@@ -61,10 +61,11 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
                                  "in-place ops here")
     real = {i.proxy.name: (i, v) for i, v in zip(ctx.inputs, ctx._values)}
     made = {o.name for b in lines for o in b.flat_proxy_outs()}
-    free = []
+    free, seen = [], set()  # by name: `==` on proxies records an op
     for b in lines:
         for a in b.flat_proxy_args():
-            if a.name not in made and a not in free:
+            if a.name not in made and a.name not in seen:
+                seen.add(a.name)
                 free.append(a)
     if proxy.name not in made:
         free = [proxy]
