@@ -50,7 +50,7 @@ def test_decode_loop_with_past_key_values(name, cache):
 @pytest.mark.parametrize("name", MODELS)
 def test_generate_compiles_prefill_and_decode_once(name):
     model = _model(name)
-    ids = torch.randint(0, 50, (2, 6))
+    ids = torch.randint(1, 50, (2, 6))  # no pad token (0): generate then passes no attention_mask, both times
     with torch.no_grad():
         ref = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)
         jitted = jitcore.jit(model.forward, cache="symbolic values")
@@ -58,6 +58,6 @@ def test_generate_compiles_prefill_and_decode_once(name):
         ours = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)
         assert torch.equal(ours, ref)
         assert jitcore.cache_misses(jitted) == 2, jitcore.cache_miss_reasons(jitted)
-        longer = model.generate(torch.randint(0, 50, (3, 4)), max_new_tokens=5, do_sample=False, pad_token_id=0)
+        longer = model.generate(torch.randint(1, 50, (3, 4)), max_new_tokens=5, do_sample=False, pad_token_id=0)
     assert longer.shape == (3, 9)
     assert jitcore.cache_misses(jitted) == 2  # another batch size and prompt length: still the same two programs

@@ -21,7 +21,8 @@ _CONVERT = {"bool": bool, "int": int, "float": float, "index": int, "item": lamb
 
 @dataclass
 class DataGuard:
-    """program(*inputs) recomputes the value; `inputs` are the computation's input names it reads."""
+    """program(*inputs) recomputes the value; `inputs` are the computation's input names it reads (or expressions
+    over the prologue's size symbols)."""
 
     program: object
     inputs: tuple
@@ -70,8 +71,8 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
     if proxy.name not in made:
         free = [proxy]
     for a in free:
-        if isinstance(a, NumberProxy) and a.expr == a.name:  # a symbol the prologue binds (an input's size, a number
-            continue  # argument): the check reads it by name, as predicates do
+        if isinstance(a, NumberProxy) and a.expr is not None:  # a symbol the prologue binds (an input's size, a
+            continue  # number argument) or an expression over them: the check reads it as predicates do
         entry = real.get(a.name)
         if isinstance(a, NumberProxy) or entry is None or not ctx.is_argument_input(entry[0]):
             raise DataDependentError(f"converting a tensor to {what} needs its value, which depends on something "
@@ -90,7 +91,8 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
     recompute.trace = program  # the program that recomputes the value, printable
     with detached():
         value = recompute(*[a.value if isinstance(a, NumberProxy) else real[a.name][1] for a in free])
-    ctx.guards.data.append(DataGuard(recompute, tuple(a.name for a in free), value, _describe(program, kind)))
+    reads = tuple(a.name if not isinstance(a, NumberProxy) or a.expr == a.name else f"({a.expr})" for a in free)
+    ctx.guards.data.append(DataGuard(recompute, reads, value, _describe(program, kind)))
     return value
 
 
