@@ -191,3 +191,71 @@ def test_a_growing_cache_decodes_like_eager_and_compiles_twice_under_symbolic_va
             torch.testing.assert_close(a.keys, b.keys)
     if cache == "symbolic values":
         assert jitcore.cache_misses(jf) == 2  # the prefill and the decode step
+
+
+# -- a generator for the class: random graphs of made and given objects, handed back and stored ----------------------
+OPS = (lambda x: x * 2, lambda x: x.sin(), lambda x: x.sum(), lambda x: x[:1] + 1)
+
+
+def _build(spec, x, given, made):
+    kind, body = spec
+    if kind == "tensor":
+        return OPS[body](x)
+    if kind == "given":
+        return given[body]
+    if kind == "ref":
+        return made[body % len(made)] if made else x
+    if kind == "scalar":
+        return body
+    items = [_build(s, x, given, made) for s in body]
+    if kind == "made":
+        obj = Box()
+        made.append(obj)
+        for i, v in enumerate(items):
+            setattr(obj, f"a{i}", v)
+        return obj
+    if kind == "list":
+        return items
+    if kind == "tuple":
+        return tuple(items)
+    return {f"k{i}": v for i, v in enumerate(items)}
+
+
+def _specs():
+    from hypothesis import strategies as st
+
+    leaf = st.one_of(st.tuples(st.just("tensor"), st.integers(0, len(OPS) - 1)),
+                     st.tuples(st.just("given"), st.integers(0, 1)),
+                     st.tuples(st.just("ref"), st.integers(0, 3)),
+                     st.tuples(st.just("scalar"), st.sampled_from([0, 1.5, "s", None])))
+    return st.recursive(leaf, lambda inner: st.tuples(st.sampled_from(["made", "made", "list", "tuple", "dict"]),
+                                                      st.lists(inner, min_size=1, max_size=3)), max_leaves=8)
+
+
+def test_random_object_graphs_escape_like_eager():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=40, deadline=None, derandomize=True)
+    @given(spec=_specs(), store=st.booleans(), cache=st.sampled_from(CACHE_MODES))
+    def check(spec, store, cache):
+        def f(x, g0, g1):
+            out = _build(spec, x, [g0, g1], [])
+            if store:
+                g0.stored = out
+            return out, x
+
+        jf = jitcore.jit(f, cache=cache)
+        seen = []
+        for n in (3, 3, 4):
+            x = torch.randn(n)
+            ours_args, ref_args = (x, _box(v=1), _box(v=2)), (x, _box(v=1), _box(v=2))
+            ours, ref = jf(*ours_args), f(*ref_args)
+            _compare(ours, ref, ours_args, ref_args)
+            _compare(ours_args[1:], ref_args[1:], (), ())
+            made = [o for o in jitcore.ir.pytree.tree_leaves(ours) if isinstance(o, Box) and
+                    all(o is not a for a in ours_args)]
+            assert all(o is not old for o in made for old in seen)
+            seen += made
+
+    check()
