@@ -181,9 +181,28 @@ class Escapes:
                                    hint="return or store tensors in tuples, lists, dicts, dataclasses or plain objects")
         return x
 
+    @staticmethod
+    def is_local(x) -> bool:
+        return isinstance(x, _Out)
+
+    def given_containers(self, tree):
+        """The output with each list, tuple or dict the call was given (and not pinned) replaced by the epilogue's
+        local that fetches it: eager hands back the caller's own container, with what the call wrote into it."""
+        t = type(tree)
+        if t is not list and t is not tuple and t is not dict:
+            return tree
+        prov = self.external.get(id(tree))
+        if prov is not None and not self.pinned(prov):
+            return self.template(tree, "output")
+        items = tree.items() if t is dict else enumerate(tree)
+        new = {k: self.given_containers(v) for k, v in items}
+        if all(new[k] is v for k, v in (tree.items() if t is dict else enumerate(tree))):
+            return tree
+        return new if t is dict else t(new[i] for i in range(len(tree)))
+
     def output(self, position: int, leaf):
         """The flat output at `position` is an escaping object: None in the computation, set by the epilogue."""
-        value = self.template(leaf, "output")
+        value = leaf if isinstance(leaf, _Out) else self.template(leaf, "output")
         if isinstance(value, _Out):
             self.outputs[position] = value
             return None

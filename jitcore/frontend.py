@@ -384,10 +384,10 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
             del trace.extra["data_oracle"], trace.extra["layout_oracle"], trace.extra["leaf_oracle"]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
-        leaves, spec = tree_flatten(result.output)
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
-        leaves = [x if isinstance(x, (Proxy,) + GUARDED_SCALARS) else escapes.output(i, x)
-                  for i, x in enumerate(leaves)]
+        leaves, spec = tree_flatten(escapes.given_containers(result.output))
+        leaves = [x if isinstance(x, GUARDED_SCALARS) or (isinstance(x, Proxy) and not escapes.is_local(x))
+                  else escapes.output(i, x) for i, x in enumerate(leaves)]
         stored = effect_proxies(result.side_effects, escapes)
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic:

@@ -63,6 +63,12 @@ def _made_around_given(x, holder):
     return _box(parent=holder, t=x * holder.scale)
 
 
+def _given_containers(x, lst, d):
+    lst.append(x * 2)
+    d["n"] = x + 1
+    return lst, [d, x], (lst,)
+
+
 CASES = {  # name -> (function, make the extra arguments from the call index)
     "new_box": (_new_box, lambda i: ()),
     "shared_and_cycle": (_shared, lambda i: ()),
@@ -70,6 +76,7 @@ CASES = {  # name -> (function, make the extra arguments from the call index)
     "given_child": (_given_child, lambda i: (_box(child=_box(t=torch.full((2,), float(i)))),)),
     "stored": (_stored, lambda i: (_box(), [])),
     "made_around_given": (_made_around_given, lambda i: (_box(scale=2.0),)),
+    "given_containers": (_given_containers, lambda i: ([torch.ones(1)], {})),
 }
 
 
