@@ -7,8 +7,10 @@ it was given (an argument returned, `return x, cache`) is fetched again from tha
 """
 from __future__ import annotations
 
+import collections
 import enum
 import types
+from dataclasses import dataclass, field
 
 import torch
 
@@ -90,16 +92,35 @@ _NOT_REBUILT = (type, types.FunctionType, types.BuiltinFunctionType, types.Metho
                 torch.nn.Module, enum.Enum, torch.Tensor, Proxy)
 
 
-def _rebuildable(obj) -> bool:
-    """A plain Python object whose whole state is its __dict__ (no slots, no C state): copied by
-    `cls.__new__(cls)` plus its attributes."""
+_BASES = (collections.OrderedDict, dict, list, tuple, object)  # what a rebuilt object's state is kept in
+
+
+def _rebuild_base(obj):
+    """The builtin base whose state (with the instance __dict__) is an object's whole state, or None when it cannot
+    be copied that way: a plain Python object (`object`), or a user subclass of dict, OrderedDict, list or tuple."""
     cls = type(obj)
-    if isinstance(obj, _NOT_REBUILT) or cls.__module__ == "builtins" or not isinstance(getattr(obj, "__dict__", None),
-                                                                                          dict):
-        return False
+    if isinstance(obj, _NOT_REBUILT) or cls.__module__ == "builtins" or cls in _BASES:
+        return None
     if any(c.__dict__.get("__slots__") not in (None, (), []) for c in cls.__mro__ if c is not object):
-        return False
-    return cls.__new__ is object.__new__
+        return None
+    base = next((b for b in cls.__mro__ if b in _BASES), None)
+    if base is object and (cls.__new__ is not object.__new__ or not isinstance(getattr(obj, "__dict__", None), dict)):
+        return None
+    if any(c.__module__ == "builtins" and c not in _BASES for c in cls.__mro__):
+        return None  # another C type's state (set, bytearray, ...) would be lost
+    return base
+
+
+@dataclass
+class _Built:
+    """An object the function made, as the epilogue builds it: `base.__new__(cls)`, then its items (container
+    subclasses; a tuple's are given to __new__) and its attributes."""
+
+    name: str
+    cls: type
+    base: type
+    attrs: dict = field(default_factory=dict)
+    items: object = None
 
 
 def _holds_proxy(obj, seen=None, depth=0) -> bool:
@@ -139,7 +160,7 @@ class Escapes:
 
     def __init__(self, external: dict, pinned):
         self.external, self.pinned = external, pinned
-        self.built: dict = {}  # id -> [local name, object, attribute template (filled after)]
+        self.built: dict = {}  # id -> _Built, in the order the epilogue makes them
         self.fetched: dict = {}  # id -> (local name, provenance)
         self.proxies: list = []
         self.outputs: dict = {}  # position in the flat outputs -> the template it gets
@@ -168,12 +189,20 @@ class Escapes:
             return t(self.template(e, where) for e in x)
         if t is dict:
             return {k: self.template(v, where) for k, v in x.items()}
-        if _rebuildable(x):
-            entry = self.built.get(id(x))
-            if entry is None:
-                entry = self.built[id(x)] = [f"b{len(self.built)}", x, None]
-                entry[2] = {k: self.template(v, where) for k, v in vars(x).items()}
-            return _Out(entry[0])
+        base = _rebuild_base(x)
+        if base is not None:
+            built = self.built.get(id(x))
+            if built is None:
+                built = _Built(f"b{len(self.built)}", t, base)
+                if base is not tuple:  # made before its items: they may refer back to it
+                    self.built[id(x)] = built
+                if base in (dict, collections.OrderedDict):
+                    built.items = {k: self.template(v, where) for k, v in base.items(x)}
+                elif base is not object:
+                    built.items = [self.template(v, where) for v in base.__iter__(x)]
+                built.attrs = {k: self.template(v, where) for k, v in getattr(x, "__dict__", {}).items()}
+                self.built[id(x)] = built
+            return _Out(built.name)
         if _holds_proxy(x):
             raise UnsupportedError("output" if where == "output" else "side effect",
                                    f"{where} a {t.__name__} holding tensors, and jitcore cannot build a "
@@ -214,13 +243,22 @@ def _print_local(bsym, printer):
     if kind == "fetch":
         return f"{name} = {provenance_expr(value, printer)}"
     if kind == "new":
-        cls = printer.const(value)
-        return f"{name} = {cls}.__new__({cls})"
+        base, cls, items = value
+        new = f"{_base_name(base, printer)}.__new__({printer.const(cls)}"
+        return f"{name} = {new})" if items is None else f"{name} = {new}, {printer.value(items)})"
+    if kind == "items":
+        base, items = value
+        return f"{_base_name(base, printer)}.{'update' if isinstance(items, dict) else 'extend'}({name}, " \
+               f"{printer.value(items)})"
     if kind == "fill":
         return f"{name}.__dict__.update({printer.value(value)})"
     if kind == "list":
         return "outs = list(outs)"
     return f"outs[{name}] = {printer.value(value)}"
+
+
+def _base_name(base, printer) -> str:
+    return base.__name__ if base.__module__ == "builtins" else printer.const(base)
 
 
 # the epilogue's own locals: fetched arguments, objects built afresh, and the outputs they become
@@ -252,10 +290,13 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if escapes:
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
-            for name, obj, _ in escapes.built.values():
-                line("new", name, type(obj))
-            for name, _, attrs in escapes.built.values():
-                line("fill", name, _map(attrs, sub))
+            for b in escapes.built.values():
+                line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
+            for b in escapes.built.values():
+                if b.base is not tuple and b.base is not object:
+                    line("items", b.name, (b.base, _map(b.items, sub)))
+                if b.attrs:
+                    line("fill", b.name, _map(b.attrs, sub))
             if escapes.outputs:
                 line("list", None, None)
             for position, value in escapes.outputs.items():

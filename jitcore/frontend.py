@@ -196,7 +196,7 @@ class JitContext(DefaultContext):
 
     def should_inline(self, fn) -> bool:
         mod = getattr(fn, "__module__", None) or ""
-        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz")):
+        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions")):
             return True
         return not (mod == "torch" or mod.startswith("torch."))
 

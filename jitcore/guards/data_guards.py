@@ -61,13 +61,14 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
         raise DataDependentError(f"converting a tensor to {what} needs its value, which comes from random or "
                                  "in-place ops here")
     real = {i.proxy.name: (i, v) for i, v in zip(ctx.inputs, ctx._values)}
-    made = {o.name for b in lines for o in b.flat_proxy_outs()}
-    free, seen = [], set()  # by name: `==` on proxies records an op
-    for b in lines:
-        for a in b.flat_proxy_args():
+    made, free, seen = set(), [], set()  # by name: `==` on proxies records an op
+    for b in lines:  # in order: a line that hands back its input (broadcast_tensors) does not make it
+        args = b.flat_proxy_args()
+        for a in args:
             if a.name not in made and a.name not in seen:
                 seen.add(a.name)
                 free.append(a)
+        made.update(o.name for o in b.flat_proxy_outs())
     if proxy.name not in made:
         free = [proxy]
     for a in free:

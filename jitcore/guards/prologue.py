@@ -44,6 +44,8 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
     if t is P.Item and not isinstance(prov.key, P.SliceKey):
         parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
         return f"{provenance_expr(parent, printer, bound)}[{printer.value(prov.key)}]"
+    if t is P.Global and prov.namespace is not None:
+        return f"{printer.const(prov.namespace)}[{prov.name!r}]"
     if t is P.Global and prov.module != "builtins":
         mod = sys.modules.get(prov.module)
         if mod is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -71,10 +71,13 @@ class Fn(Provenance):
 
 @dataclass(frozen=True)
 class Global(Provenance):
-    """`module.name` read by LOAD_GLOBAL (module 'builtins' for builtins)."""
+    """`module.name` read by LOAD_GLOBAL (module 'builtins' for builtins). namespace: the globals dict itself when it
+    is not a module's (code made by exec, e.g. a namedtuple's __new__); `space` tells such namespaces apart."""
 
     module: str
     name: str
+    space: int = 0
+    namespace: Any = field(default=None, compare=False, hash=False, repr=False)
 
     def __str__(self):
         if self.module == "builtins":
@@ -85,7 +88,10 @@ class Global(Provenance):
         if self.module == "builtins":
             return builtins.__dict__[self.name]
         mod = sys.modules.get(self.module)
-        namespace = mod.__dict__ if mod is not None else getattr(roots.fn, "__globals__", {})
+        if self.namespace is not None:
+            namespace = self.namespace
+        else:
+            namespace = mod.__dict__ if mod is not None else getattr(roots.fn, "__globals__", {})
         if self.name in namespace:
             return namespace[self.name]
         return builtins.__dict__[self.name]

@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import inspect
 import os
+import sys
 import sysconfig
 import types
 
@@ -116,7 +117,13 @@ class Runtime:
         key = (id(globals_), name, builtin)
         p = self._gprov.get(key)
         if p is None:
-            p = self._gprov[key] = Global("builtins" if builtin else globals_.get("__name__", "?"), name)
+            module = "builtins" if builtin else globals_.get("__name__", "?")
+            mod = sys.modules.get(module)
+            if builtin or (mod is not None and getattr(mod, "__dict__", None) is globals_):
+                p = Global(module, name)
+            else:  # a namespace that is no module's (exec'd code): the prologue reads that dict itself
+                p = Global(module, name, id(globals_), globals_)
+            self._gprov[key] = p
         return p
 
     def lookup(self, t, name):
@@ -162,6 +169,12 @@ class Runtime:
             return self.instantiate(fn, args, kwargs)
         if _is_jitcore_obj(fn):
             return self.call_native(fn, args, kwargs)
+        inline = getattr(fn, "_torchdynamo_inline", None) if t.__module__ == "torch.jit" else None
+        if type(inline) is _FunctionType:  # a torch.jit.script function: its Python source, interpreted
+            prov = self.external.get(id(fn))
+            if prov is not None:
+                self.register(inline, Attr(prov, "_torchdynamo_inline"))
+            return self.call_function(inline, args, kwargs)
         call = self.lookup(t, "__call__")
         if type(call) is _FunctionType:
             return self.call(call, (fn, *args), kwargs)

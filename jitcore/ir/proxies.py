@@ -260,6 +260,7 @@ class TensorProxy(Proxy):
 
     __slots__ = ("__weakref__", "_shape", "_size", "device", "dtype", "requires_grad")
     prefix = "t"
+    __array_priority__ = 1000  # as torch.Tensor's: `np.float32(2) - x` defers to x.__rsub__ instead of converting x
 
     def __init__(self, shape, dtype: torch.dtype, device, requires_grad: bool = False, name: str | None = None):
         super().__init__(name)

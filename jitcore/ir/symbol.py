@@ -57,6 +57,22 @@ class Tag(enum.Enum):
     EFFECTS = "effects"  # an opaque op that may write memory or draw random numbers: fusion never moves it
 
 
+# ops whose data argument keeps a NumPy scalar's dtype (torch.tensor(np.float64(1)) is float64)
+KEEPS_NUMPY_DTYPE = {"ltorch.tensor", "ltorch.as_tensor", "ltorch.asarray", "ltorch.scalar_tensor"}
+
+
+def _numpy_scalars(sym, args, kwargs):
+    """NumPy scalars passed to an op are the Python numbers torch takes them as (`x * np.float32(2)` promotes like
+    `x * 2.0`); ops that make a tensor from data keep the scalar's dtype."""
+    def scalar(a) -> bool:
+        return type(a).__module__ == "numpy" and hasattr(a, "item") and getattr(a, "shape", None) == ()
+
+    if sym.id in KEEPS_NUMPY_DTYPE and args and scalar(args[0]) and kwargs.get("dtype") is None:
+        kwargs = {**kwargs, "dtype": torch.from_numpy(args[0].reshape(1)).dtype}
+    return tuple(a.item() if scalar(a) else a for a in args), {k: v.item() if scalar(v) else v
+                                                              for k, v in kwargs.items()}
+
+
 class Symbol:
     """An op. `meta` for prims (outputs from inputs' metadata), `fn` for composites (body over other ops).
 
@@ -110,6 +126,8 @@ class Symbol:
             _autocast_below -= 1
 
     def _record(self, trace, args, kwargs):
+        if any(type(a).__module__ == "numpy" for a in (*args, *kwargs.values())):
+            args, kwargs = _numpy_scalars(self, args, kwargs)
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
             trace.record(_in_context(BoundSymbol(self, args, kwargs, out)))

@@ -33,10 +33,11 @@ def _public_name(fn) -> tuple[str, str, object]:
     return "", f"_opaque_{name}", None
 
 
-def _to_meta(x):
+def _to_meta(x, qualname="an opaque torch op"):
     if isinstance(x, proxies.TensorProxy):
         if any(not isinstance(s, int) for s in x.shape):
-            raise UnsupportedError("opaque op", "symbolic sizes reached an opaque torch op")
+            raise UnsupportedError("opaque op", f"symbolic sizes reached {qualname}, which has no jitcore op",
+                                   hint='cache="constant values" compiles it per size')
         return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
     if isinstance(x, proxies.NumberProxy):
         return x.value
@@ -70,7 +71,7 @@ def _make_meta(fn, qualname):
 
     def meta(*args, **kwargs):
         flat, spec = tree_flatten((args, kwargs))
-        margs, mkwargs = tree_unflatten(spec, [_to_meta(a) for a in flat])
+        margs, mkwargs = tree_unflatten(spec, [_to_meta(a, qualname) for a in flat])
         if not any(isinstance(a, proxies.TensorProxy) for a in flat) and draws_random(fn):
             mkwargs = {**mkwargs, "device": "meta"}  # torch.randperm(n): shapes without a real draw now
         try:

@@ -387,6 +387,9 @@ def _leaves(data):
 
 
 def _from_data(op, data, dtype, device, requires_grad):
+    if isinstance(data, range):  # torch.tensor(range(n)): eager's int64 values start, start + step, ...
+        out = arange(data.start, data.stop, data.step, dtype=dtype or torch.int64, device=device)
+        return _grad(out, requires_grad)
     if isinstance(data, TensorProxy):
         out = pm.stop_gradient(data) if data.requires_grad else data
         out = to_dtype(out, dtype or data.dtype)

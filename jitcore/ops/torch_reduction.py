@@ -254,6 +254,19 @@ def any(input, dim=None, keepdim=False):
     return _bool_reduce("any", input, dim, keepdim, is_any=True)
 
 
+# torch.distributions validates arguments with these (`constraint.check(value).all()` becomes torch._is_all_true)
+@torchsymbol(torch._is_all_true, tags=ND, id="ltorch._is_all_true")
+def _is_all_true(input):
+    check(input.dtype is torch.bool, lambda: f"_is_all_true(): expected a bool tensor, got {input.dtype}")
+    return all(input)
+
+
+@torchsymbol(torch._is_any_true, tags=ND, id="ltorch._is_any_true")
+def _is_any_true(input):
+    check(input.dtype is torch.bool, lambda: f"_is_any_true(): expected a bool tensor, got {input.dtype}")
+    return any(input)
+
+
 @torchsymbol(torch.count_nonzero, T.count_nonzero, method="count_nonzero", tags=ND, id="ltorch.count_nonzero")
 def count_nonzero(input, dim=None):
     return sum(te.ne(input, 0), dim)
