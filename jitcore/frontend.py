@@ -263,6 +263,13 @@ class JitContext(DefaultContext):
         """What Python needs of a tensor's data (`if mask.all():`), computed from this call's inputs and guarded."""
         return data_guards.concrete_value(self, proxy, kind)
 
+    def real_values(self, proxies, guard=None):
+        """This call's values of some tensors of the trace (for an op with no meta kernel), or None. guard: (convert,
+        text): instead, convert(*values), guarded by the prologue (what an op's output sizes depend on)."""
+        if guard is not None:
+            return data_guards.guarded_value(self, list(proxies), guard[0], "sizes", guard[1])
+        return data_guards.real_values(self, proxies)
+
     def leaf_input(self, proxy):
         """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
         None for proxies that are not inputs."""
@@ -375,13 +382,15 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     ctx = JitContext(trace, symbolic)
     with Timer() as t:
         trace.extra["data_oracle"] = ctx.concrete_value
+        trace.extra["value_oracle"] = ctx.real_values
         trace.extra["layout_oracle"] = Layouts(ctx)
         trace.extra["leaf_oracle"] = ctx.leaf_input
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
         finally:
-            del trace.extra["data_oracle"], trace.extra["layout_oracle"], trace.extra["leaf_oracle"]
+            for oracle in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle"):
+                del trace.extra[oracle]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call

@@ -8,11 +8,13 @@ from __future__ import annotations
 import copy
 import itertools
 import re
+import typing
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from jitcore.errors import UnsupportedError
-from jitcore.ir import proxies
+from jitcore.errors import DataDependentError, UnsupportedError
+from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
@@ -71,16 +73,14 @@ def _make_meta(fn, qualname):
 
     def meta(*args, **kwargs):
         flat, spec = tree_flatten((args, kwargs))
-        margs, mkwargs = tree_unflatten(spec, [_to_meta(a, qualname) for a in flat])
-        if not any(isinstance(a, proxies.TensorProxy) for a in flat) and draws_random(fn):
-            mkwargs = {**mkwargs, "device": "meta"}  # torch.randperm(n): shapes without a real draw now
         try:
+            margs, mkwargs = tree_unflatten(spec, [_to_meta(a, qualname) for a in flat])
+            if not any(isinstance(a, proxies.TensorProxy) for a in flat) and draws_random(fn):
+                mkwargs = {**mkwargs, "device": "meta"}  # torch.randperm(n): shapes without a real draw now
             with torch.no_grad():
                 out = fn(*margs, **mkwargs)
-        except Exception as e:  # no meta kernel or a real error in the call: name the callable either way
-            raise UnsupportedError(
-                "torch callable", f"{qualname} could not be run on meta tensors to infer its outputs: {e}",
-                hint="add an op for it in jitcore/ops (a decomposition or a prim with a meta)") from e
+        except Exception as e:  # no meta kernel (or symbolic sizes): learn the outputs from a real run
+            out = _from_real_run(fn, qualname, flat, spec, e)
         device = kwargs.get("device") or _first_device(flat)
         rg = proxies_require_grad(flat)
 
@@ -93,6 +93,114 @@ def _make_meta(fn, qualname):
         return tree_map(to_proxy, out)
 
     return meta
+
+
+class _ValueDependentShapes(TorchDispatchMode):
+    """Notes whether an aten op whose output sizes depend on its inputs' values ran (nonzero, unique, ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.found is None and torch.Tag.dynamic_output_shape in getattr(func, "tags", ()):
+            self.found = func
+        return func(*args, **(kwargs or {}))
+
+
+class PythonResult(Exception):
+    """The op hands back a Python number (torch.equal, torch.allclose): recorded as a tensor of it and guarded."""
+
+    def __init__(self, value):
+        super().__init__(repr(value))
+        self.value = value
+
+
+def _from_real_run(fn, qualname, flat, spec, error):
+    """An op with no meta kernel: its outputs' metadata from running it on this call's values (computed from clones
+    of the real inputs; the RNG state restored). Sizes this depends on are pinned (symbolic sizes record their
+    predicates); outputs whose sizes depend on values, and calls with no real inputs at hand, are refused."""
+    trace = get_tracectx()
+    oracle = trace.extra.get("value_oracle") if trace is not None else None
+    refuse = UnsupportedError("torch callable", f"{qualname} could not be run on meta tensors to infer its outputs, "
+                              f"nor on this call's values: {error}",
+                              hint="add an op for it in jitcore/ops (a decomposition or a prim with a meta)")
+    if oracle is None or may_have_effects(fn) or draws_random(fn):
+        raise refuse from error
+    tensors = [a for a in flat if isinstance(a, proxies.TensorProxy)]
+    for t in tensors:  # the outputs' sizes are learnt for these sizes only
+        for size in t.shape:
+            if not isinstance(size, int):
+                arith.concretize(size)
+    values = oracle(tensors)
+    if values is None:
+        raise refuse from error
+    real = iter(values)
+    rargs, rkwargs = tree_unflatten(spec, [next(real) if isinstance(a, proxies.TensorProxy) else
+                                           arith.concretize(a) if isinstance(a, proxies.NumberProxy) else a
+                                           for a in flat])
+    state = torch.get_rng_state()
+    try:
+        with _ValueDependentShapes() as watch, torch.no_grad():
+            out = fn(*rargs, **rkwargs)
+    except Exception as e:
+        raise refuse from e
+    finally:
+        torch.set_rng_state(state)
+    leaves = tree_flatten(out)[0]
+    if any(isinstance(o, (bool, int, float, complex)) for o in leaves):
+        if len(leaves) == 1:
+            raise PythonResult(leaves[0])
+        raise refuse from error
+    if watch.found is not None:  # its output sizes depend on values: guarded, the op recomputed in the prologue
+        def sizes(*values):
+            return _output_sizes(fn, spec, flat, values)
+
+        if oracle(tensors, guard=(sizes, f"the output sizes of {qualname}")) != _output_sizes(fn, spec, flat, values):
+            raise DataDependentError(f"{qualname}: its output sizes differ between runs on the same values")
+    return out
+
+
+def _output_sizes(fn, spec, flat, values) -> tuple:
+    real = iter(values)
+    args, kwargs = tree_unflatten(spec, [next(real) if isinstance(a, proxies.TensorProxy) else
+                                         a.value if isinstance(a, proxies.NumberProxy) else a for a in flat])
+    with torch.no_grad():
+        out = fn(*args, **kwargs)
+    return tuple(tuple(o.shape) for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor))
+
+
+class ScalarAsTensor:
+    """torch callable `stands_for`, whose result is a Python number, handing back a 0-dim tensor of it: the trace
+    records this, and Python gets the number through the data guards."""
+
+    DTYPES: typing.ClassVar[dict] = {bool: torch.bool, int: torch.int64, float: torch.float64,
+                                     complex: torch.complex128}
+
+    def __init__(self, fn, python_type: type):
+        self.stands_for, self.python_type = fn, python_type
+        self.__name__ = f"{getattr(fn, '__name__', 'op')}_as_tensor"
+        KNOWN_METAS.setdefault(self, self._meta)
+
+    def _meta(self, *args, **kwargs):
+        device = _first_device(tree_flatten((args, kwargs))[0])
+        return proxies.TensorProxy((), self.DTYPES[self.python_type], device)
+
+    def __call__(self, *args, **kwargs):
+        device = next((a.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)), None)
+        return torch.tensor(self.stands_for(*args, **kwargs), dtype=self.DTYPES[self.python_type], device=device)
+
+    def _key(self):
+        return self.stands_for, self.python_type
+
+    def __eq__(self, other):
+        return isinstance(other, ScalarAsTensor) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"ScalarAsTensor({getattr(self.stands_for, '__name__', self.stands_for)})"
 
 
 def proxies_require_grad(flat) -> bool:
@@ -164,7 +272,12 @@ class _Opaque(Symbol):
             if dev.type in ("cpu", "cuda") and torch.is_autocast_enabled(dev.type):
                 call = AutocastCall(self.torch_fn, dev.type, torch.get_autocast_dtype(dev.type))
                 return opaque_symbol(call)(*args, **kwargs)
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except PythonResult as r:  # torch.equal(a, b): a tensor of the result, read through the data guards
+            kind = type(r.value) if type(r.value) in ScalarAsTensor.DTYPES else float
+            t = opaque_symbol(ScalarAsTensor(self.torch_fn, kind))(*args, **kwargs)
+            return t._concrete("item", f"the Python value {self.name}() returns")
 
 
 class AutocastCall:
