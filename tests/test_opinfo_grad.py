@@ -29,10 +29,9 @@ DEFAULT_TOL = (1e-5, 1.3e-6)
 REFUSED: dict[str, str] = {}
 # ops jitcore refuses loudly, on every path (not a gradient mismatch): OpInfo name -> (the error, why)
 LOUD = {
-    **dict.fromkeys(("combinations", "corrcoef", "cov", "to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce",
-                     "linalg.lstsq", "linalg.lstsq.grad_oriented", "nn.functional.ctc_loss"),
-                    (UnsupportedError, "opaque op without a meta kernel for an aten op it calls (masked_select, "
-                                       "equal, _to_sparse, lstsq, ctc_loss...): output sizes cannot be inferred")),
+    **dict.fromkeys(("to_sparse", "sparse.sampled_addmm", "sparse.mm.reduce"),
+                    (UnsupportedError, "sparse tensors: an opaque op without a meta kernel is learnt from a run on "
+                                       "real values, which jitcore does for strided tensors only")),
     **dict.fromkeys(("_native_batch_norm_legit", "_batch_norm_with_update"),
                     (RuntimeError, "opaque op that writes its running stats: the backward recomputes it after the "
                                    "write-back, and torch's version counter refuses (jitcore/ops/opaque.py)")),

@@ -142,7 +142,8 @@ def real_values(ctx, wanted: list) -> list:
 
 def _describe(program: Trace, kind: str) -> str:
     ops = [b.sym.name for b in program.bound_symbols]
-    return f"{kind}({' -> '.join(ops) or program.output.name})"
+    outs = program.output if isinstance(program.output, tuple) else (program.output,)
+    return f"{kind}({' -> '.join(ops) or ', '.join(o.name for o in outs)})"
 
 
 __all__ = ["DataGuard", "Proxy", "concrete_value", "guarded_value", "real_values"]

@@ -133,7 +133,7 @@ def _from_real_run(fn, qualname, flat, spec, error):
             if not isinstance(size, int):
                 arith.concretize(size)
     values = oracle(tensors)
-    if values is None:
+    if values is None or any(v.layout != torch.strided for v in values):  # sparse tensors are not traced
         raise refuse from error
     real = iter(values)
     rargs, rkwargs = tree_unflatten(spec, [next(real) if isinstance(a, proxies.TensorProxy) else
@@ -148,6 +148,8 @@ def _from_real_run(fn, qualname, flat, spec, error):
     finally:
         torch.set_rng_state(state)
     leaves = tree_flatten(out)[0]
+    if any(isinstance(o, torch.Tensor) and o.layout != torch.strided for o in leaves):
+        raise refuse from error
     if any(isinstance(o, (bool, int, float, complex)) for o in leaves):
         if len(leaves) == 1:
             raise PythonResult(leaves[0])
