@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad
@@ -25,7 +26,7 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
-from jitcore.ops.torch_shape import slice_dim
+from jitcore.ops.torch_shape import same_shape, slice_dim
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
@@ -164,8 +165,14 @@ def _define_numbers(st: _State, p: BoundSymbol):
         st.seen = len(bsyms)
 
 
+def _values(xs) -> tuple:
+    """The example values of sizes and view arguments (a proxy's value seen while tracing): read without recording a
+    predicate; the one decision the metas feed (_check_write's overlap) records what it depends on."""
+    return tuple(value_of(x) for x in xs)
+
+
 def _meta(p: TensorProxy, strides=None) -> torch.Tensor:
-    shape = tuple(int(s) for s in p.shape)
+    shape = _values(p._shape)
     if strides is None:
         return torch.empty(shape, dtype=torch.uint8, device="meta")
     return torch.empty_strided(shape, tuple(strides), dtype=torch.uint8, device="meta")
@@ -350,16 +357,16 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
         if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
             return meta
         if pid == "prims.reshape":
-            return meta.view(tuple(args[1]))
+            return meta.view(_values(args[1]))
         if pid == "prims.transpose":
-            return meta.permute(tuple(args[1]))
+            return meta.permute(_values(args[1]))
         if pid == "prims.squeeze":
-            return meta.squeeze(tuple(args[1])) if args[1] else meta
+            return meta.squeeze(_values(args[1])) if args[1] else meta
         if pid == "prims.slice":
             steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * meta.ndim
-            return meta[tuple(slice(s, e, k) for s, e, k in zip(args[1], args[2], steps))]
+            return meta[tuple(slice(s, e, k) for s, e, k in zip(_values(args[1]), _values(args[2]), _values(steps)))]
         if pid == "prims.broadcast_in_dim":
-            shape, bdims = tuple(args[1]), tuple(args[2])
+            shape, bdims = _values(args[1]), _values(args[2])
             view = [1] * len(shape)
             for i, d in enumerate(bdims):
                 view[d] = meta.shape[i]
@@ -430,7 +437,7 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
-    if torch._debug_has_internal_overlap(al.meta) == 1 and not (st.writer in FILL_OPS and _uniform(st, src)):
+    if _overlaps(st, al, dst) and not (st.writer in FILL_OPS and _uniform(st, src)):
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
@@ -444,6 +451,24 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
         raise UnsupportedError("in-place op", f"{op}a write autograd records into a view made by {al.multi} (a "
                                "function that returns several views), like eager, which refuses it",
                                hint="clone() the piece before writing into it, or use an out-of-place op")
+
+
+def _overlaps(st: _State, al: Alias, dst: TensorProxy) -> bool:
+    """Whether elements of the view written share memory (an expand()). The metas hold the sizes' example values;
+    only a zero stride makes shared places, and only broadcast_in_dim makes one (or an input's own strides), so a
+    chain with neither overlaps for every size (the broadcasts' `size != 1` answers are the predicates this needs).
+    Where there is one, the answer may depend on the sizes: every size the meta was computed from is pinned."""
+    root = st.alias[al.root].meta
+    zero = any(s == 0 and n != 1 for s, n in zip(root.stride(), root.shape)) or any(
+        _expanded_dims(p, p.args[0]) for p in al.chain)
+    if not zero and torch._debug_has_internal_overlap(al.meta) != 1:
+        return False
+    numbers = (al.chain[0].args[0] if al.chain else dst)._shape + tuple(
+        x for p in al.chain for x in tree_flatten((p.args[1:], p.kwargs))[0])
+    for x in numbers:
+        if isinstance(x, NumberProxy):
+            concretize(x)
+    return torch._debug_has_internal_overlap(al.meta) == 1
 
 
 def _overlay(st: _State, al: Alias, k: int, new_root, value):
@@ -531,7 +556,8 @@ def _inverse(p: BoundSymbol, base, value):
     if pid == "prims.slice":
         starts, ends = args[1], args[2]
         steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim
-        dims = [d for d in range(base.ndim) if (starts[d], ends[d], steps[d]) != (0, base.shape[d], 1)]
+        # a dim is left out when it is whole for every size (asked of the expressions: no predicate)
+        dims = [d for d in range(base.ndim) if not same_shape((starts[d], ends[d], steps[d]), (0, base.shape[d], 1))]
         return _scatter_dims(base, value, dims, starts, ends, steps)
     raise AssertionError(f"functionalize: {pid} is not a view prim")
 

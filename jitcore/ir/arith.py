@@ -364,3 +364,9 @@ UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator
          "ceil": (math.ceil, "int(-(-{} // 1))"), "floor": (math.floor, "int({} // 1)"),
          "trunc": (math.trunc, "int({})"),
          "round": (round, "round({})")}
+# functions of the math module on numbers (an attention scale `1 / math.sqrt(d)`): name -> (function, format); they
+# print as the module's calls (traces and prologues that read one import math), so a value is computed exactly as
+# eager's Python computes it
+MATH = {"sqrt": (math.sqrt, "math.sqrt({})"), "exp": (math.exp, "math.exp({})"), "log": (math.log, "math.log({})"),
+        "log_base": (math.log, "math.log({}, {})"), "log2": (math.log2, "math.log2({})"),
+        "log10": (math.log10, "math.log10({})"), "math_pow": (math.pow, "math.pow({}, {})")}
