@@ -437,7 +437,7 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
-    if _overlaps(st, al, dst) and not (st.writer in FILL_OPS and _uniform(st, src)):
+    if not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst):
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
