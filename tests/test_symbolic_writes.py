@@ -280,3 +280,46 @@ def test_write_into_expanded_view_stays_guarded():
         xj = x.clone()
         torch.testing.assert_close(jf(xj, w), want)
         torch.testing.assert_close(xj, x + 1)
+
+
+# -- views eager makes that jitcore computes as new tensors: never a stale value ----------------------------------
+def _unfold_then_write_base(x, w):
+    y = w * 1
+    v, u = x.unfold(1, 2, 1), y.unfold(0, 3, 2)
+    x.add_(1)
+    y.mul_(2)
+    return v * 1, u.sum()
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_unfold_sees_a_later_write_into_its_base(cache):
+    """Tensor.unfold is a view in eager: a write into its base after it was made shows in it."""
+    jf = jitcore.jit(_unfold_then_write_base, cache=cache)
+    for n in (5, 7, 6):
+        args = (torch.randn(3, n), torch.randn(n + 2))
+        for e, j in zip(_call_write(_unfold_then_write_base, args, (1,)), _call_write(jf, args, (1,))):
+            for a, b in zip(e, j):
+                torch.testing.assert_close(b, a)
+    assert jitcore.cache_misses(jf) == (1 if cache == "symbolic values" else 3)
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_write_into_unfold_is_refused(cache):
+    def f(x):
+        x.unfold(1, 2, 2).add_(1)  # eager writes into x (the windows do not overlap); jitcore cannot follow it
+        return x
+
+    with pytest.raises(jitcore.UnsupportedError, match="unfold"):
+        jitcore.jit(f, cache=cache)(torch.randn(3, 6))
+
+
+def test_opaque_op_returning_its_input_is_an_alias():
+    """x.conj() of a real tensor is x itself in eager (an opaque op here): a later write into x reaches it, which
+    jitcore cannot follow, so it refuses (it returned the value before the write)."""
+    def f(x):
+        v = x.conj()
+        x.add_(1)
+        return v * 1
+
+    with pytest.raises(jitcore.UnsupportedError, match="shares memory"):
+        jitcore.jit(f)(torch.randn(3, 4))

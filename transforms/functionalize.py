@@ -30,6 +30,9 @@ from jitcore.ops.torch_shape import same_shape, slice_dim
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
+# ops that are views in eager which jitcore computes as new values (a prim that is no view prim): reads of them
+# after a write to their base are remade from it; a write into them cannot be followed (refused)
+COMPUTED_VIEW_OPS = {"ltorch.unfold": "prims.unfold"}
 # in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
 FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
 # view ops returning several views: eager refuses a write autograd records into them (or into views of them)
@@ -241,10 +244,10 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     """An opaque op whose result is a view of an input (as_strided, ...): writes to either cannot be followed."""
     flat, spec = tree_flatten((bsym.args, bsym.kwargs))
     tensors = [a for a in flat if isinstance(a, TensorProxy)]
-    if not tensors or any(not isinstance(d, int) for t in tensors for d in t.shape):
+    if not tensors:
         return
-    metas = [torch.empty(tuple(a.shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy) else a
-             for a in flat]
+    metas = [torch.empty(_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
+             else value_of(a) for a in flat]
     margs, mkwargs = tree_unflatten(spec, metas)
     try:
         with torch.no_grad():
@@ -252,7 +255,11 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     except Exception:  # no meta kernel (its metadata came from real inputs): assume a view
         out = None
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    if out is not None and not any(o._is_view() for o in outs):
+    # a view, or an input itself (x.conj() of a real x, resolve_conj(): eager returns the same tensor)
+    if out is not None and not any(o._is_view() or any(o is m for m in metas) for o in outs):
+        for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
+            if isinstance(x, NumberProxy):
+                concretize(x)
         return
     name = bsym.sym.id.removeprefix("opaque.")
     for t in tensors:
@@ -300,7 +307,7 @@ def _flat_prims(bsym) -> list:
 
 def _track_views(st: _State, bsym: BoundSymbol):
     """Record the outputs of a view op as aliases of its input's root (with the view prims that make them)."""
-    if bsym.sym.id not in VIEW_OPS:
+    if bsym.sym.id not in VIEW_OPS and bsym.sym.id not in COMPUTED_VIEW_OPS:
         return
     tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
     if bsym.sym.id in LIKE_OPS:
@@ -309,8 +316,10 @@ def _track_views(st: _State, bsym: BoundSymbol):
         return
     prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
     whole_pieces = bsym.sym.id in MULTI_VIEW_OPS  # (elsewhere a same-dtype copy is a copy: reshape of a layout
-    if any(p.sym.id not in VIEW_PRIMS and not (whole_pieces and _is_same_dtype_copy(p)) for p in prims):
-        return  # eager cannot view)
+    computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)  # eager cannot view)
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and _is_same_dtype_copy(p))
+           for p in prims):
+        return
     src = _alias_of(st, tensors[0])
     multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
     if bsym.sym.id == "ltorch.detach":
@@ -365,6 +374,8 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
         if pid == "prims.slice":
             steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * meta.ndim
             return meta[tuple(slice(s, e, k) for s, e, k in zip(_values(args[1]), _values(args[2]), _values(steps)))]
+        if pid == "prims.unfold":
+            return meta.unfold(*_values(args[1:4]))
         if pid == "prims.broadcast_in_dim":
             shape, bdims = _values(args[1]), _values(args[2])
             view = [1] * len(shape)
@@ -447,6 +458,12 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
                                "(an op jitcore runs as a whole): the write cannot be followed through it",
                                hint=f"clone() the result of {name}, or write with basic indexing or view ops "
                                     "(select, narrow, view, ...)")
+    computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p)), None)
+    if computed is not None:
+        name = next(k for k, v in COMPUTED_VIEW_OPS.items() if v == computed).removeprefix("ltorch.")
+        raise UnsupportedError("in-place op", f"{op}a write into the result of {name} (a view of its input in eager, "
+                               "which jitcore computes as a new tensor): the write cannot be followed into the input",
+                               hint=f"clone() the result of {name} before writing into it")
     if differentiable and al.multi:
         raise UnsupportedError("in-place op", f"{op}a write autograd records into a view made by {al.multi} (a "
                                "function that returns several views), like eager, which refuses it",
