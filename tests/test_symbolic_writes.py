@@ -19,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitcore
+from jitcore.guards.predicates import Predicates, recording
+from jitcore.ir import arith
 
 FIRST = {  # name -> a first write into x (the base changes, so later views of it are remade)
     "step": lambda x, w: x.__setitem__(slice(None, None, 2), w * 2),
@@ -323,3 +325,31 @@ def test_opaque_op_returning_its_input_is_an_alias():
 
     with pytest.raises(jitcore.UnsupportedError, match="shares memory"):
         jitcore.jit(f)(torch.randn(3, 4))
+
+
+# -- the clamps of slice bounds (`max(0, min(i1, i1 // 2))`) are decided by the sizes' lower bounds ------------------
+class _Expr(arith.SymbolicNumber):
+    __slots__ = ("expr", "lower", "value")
+
+    def __init__(self, expr, values):
+        self.expr, self.value, self.lower = expr, eval(expr, {}, dict(values)), None
+
+
+@pytest.mark.parametrize("expr, op, other, want", [
+    ("max(0, i0)", "==", "i0", True),
+    ("min(i0, 1)", "==", 1, True),
+    ("max(0, min(i1, i1 // 2))", ">=", 0, True),
+    ("max((i0 - 3), 0)", ">=", 0, True),
+    ("min(i0, i1)", ">=", 2, True),
+    ("min(i0, i1) - 1", "!=", 0, True),
+    ("max(i0, i1)", "==", "i0", None),  # depends on which is larger: a predicate
+    ("max((i0 - 3), 0)", "==", 0, None),
+    ("min(i0, 3)", "==", 3, None),
+])
+def test_clamps_decided_by_size_bounds(expr, op, other, want):
+    values = {"i0": 5, "i1": 7}
+    preds = Predicates()
+    preds.lower.update({"i0": 2, "i1": 2})
+    b = _Expr(other, values) if isinstance(other, str) else other
+    with recording(preds):
+        assert arith.implied(op, _Expr(expr, values), b) == want
