@@ -4,8 +4,10 @@ the new value. A write into a view scatters the new values back through the view
 views; slices become slice_scatter, expansions keep what was written at the places written); other views of that
 base are re-derived from the new base when next used. Writes eager refuses (into overlapping memory, into pieces of
 split/unbind under autograd) and writes it cannot follow (through opaque views like as_strided) raise
-UnsupportedError. Inputs whose values changed are returned as extra outputs, with their gradient, and the caller's
-tensors are written back (writebacks).
+UnsupportedError; a view eager makes that jitcore computes (unfold) is remade after its base is written, and a write
+into it is refused. Symbolic sizes stay symbolic: view tracking reads their example values, and pins them only where
+eager's answer (whether a written view overlaps itself) may depend on them. Inputs whose values changed are
+returned as extra outputs, with their gradient, and the caller's tensors are written back (writebacks).
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
 @dataclass
 class Alias:
     """A logical tensor that is a view: root's name and the view prims from the root to it; meta: a meta tensor with
-    the view's strides (to decide whether a reshape is a view, like eager does)."""
+    the view's strides, built from the sizes' example values (what _overlaps asks of it records its predicates)."""
 
     root: str
     chain: tuple
