@@ -154,7 +154,7 @@ def test_attention_mask_as_tokenizers_give_it(name):
     assert jitcore.cache_misses(jm) == 2
 
 
-@pytest.mark.parametrize("name", ["nanogpt", "gpt2", "llama", "qwen2", "mistral", "bert", "bart"])
+@pytest.mark.parametrize("name", ["nanogpt", "gpt2", "llama", "qwen2", "mistral", "bert", "bart", "t5"])
 def test_symbolic_values_compile_once_over_batch_and_sequence_lengths(name):
     """cache="symbolic values", inference: one compile over a sequence of (batch, length) shapes, eager's logits."""
     torch.manual_seed(0)
@@ -164,7 +164,7 @@ def test_symbolic_values_compile_once_over_batch_and_sequence_lengths(name):
     with torch.no_grad():
         for b, t in [(2, 8), (3, 12), (2, 16), (4, 5)]:
             ids = torch.randint(0, VOCAB, (b, t))
-            kw = {"decoder_input_ids": torch.randint(0, VOCAB, (b, t))} if name == "bart" else {}
+            kw = {"decoder_input_ids": torch.randint(0, VOCAB, (b, t))} if name in ("bart", "t5") else {}
             out, ref = jm(ids, **kw), model(ids, **kw)
             out, ref = (out.logits, ref.logits) if hasattr(ref, "logits") else (out, ref)
             torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)

@@ -4,8 +4,10 @@ the new value. A write into a view scatters the new values back through the view
 views; slices become slice_scatter, expansions keep what was written at the places written); other views of that
 base are re-derived from the new base when next used. Writes eager refuses (into overlapping memory, into pieces of
 split/unbind under autograd) and writes it cannot follow (through opaque views like as_strided) raise
-UnsupportedError. Inputs whose values changed are returned as extra outputs, with their gradient, and the caller's
-tensors are written back (writebacks).
+UnsupportedError; a view eager makes that jitcore computes (unfold) is remade after its base is written, and a write
+into it is refused. Symbolic sizes stay symbolic: view tracking reads their example values, and pins them only where
+eager's answer (whether a written view overlaps itself) may depend on them. Inputs whose values changed are
+returned as extra outputs, with their gradient, and the caller's tensors are written back (writebacks).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad
@@ -25,10 +28,13 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
-from jitcore.ops.torch_shape import slice_dim
+from jitcore.ops.torch_shape import same_shape, slice_dim
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
+# ops that are views in eager which jitcore computes as new values (a prim that is no view prim): reads of them
+# after a write to their base are remade from it; a write into them cannot be followed (refused)
+COMPUTED_VIEW_OPS = {"ltorch.unfold": "prims.unfold"}
 # in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
 FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
 # view ops returning several views: eager refuses a write autograd records into them (or into views of them)
@@ -39,7 +45,7 @@ MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
 @dataclass
 class Alias:
     """A logical tensor that is a view: root's name and the view prims from the root to it; meta: a meta tensor with
-    the view's strides (to decide whether a reshape is a view, like eager does)."""
+    the view's strides, built from the sizes' example values (what _overlaps asks of it records its predicates)."""
 
     root: str
     chain: tuple
@@ -164,8 +170,14 @@ def _define_numbers(st: _State, p: BoundSymbol):
         st.seen = len(bsyms)
 
 
+def _values(xs) -> tuple:
+    """The example values of sizes and view arguments (a proxy's value seen while tracing): read without recording a
+    predicate; the one decision the metas feed (_check_write's overlap) records what it depends on."""
+    return tuple(value_of(x) for x in xs)
+
+
 def _meta(p: TensorProxy, strides=None) -> torch.Tensor:
-    shape = tuple(int(s) for s in p.shape)
+    shape = _values(p._shape)
     if strides is None:
         return torch.empty(shape, dtype=torch.uint8, device="meta")
     return torch.empty_strided(shape, tuple(strides), dtype=torch.uint8, device="meta")
@@ -234,10 +246,10 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     """An opaque op whose result is a view of an input (as_strided, ...): writes to either cannot be followed."""
     flat, spec = tree_flatten((bsym.args, bsym.kwargs))
     tensors = [a for a in flat if isinstance(a, TensorProxy)]
-    if not tensors or any(not isinstance(d, int) for t in tensors for d in t.shape):
+    if not tensors:
         return
-    metas = [torch.empty(tuple(a.shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy) else a
-             for a in flat]
+    metas = [torch.empty(_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
+             else value_of(a) for a in flat]
     margs, mkwargs = tree_unflatten(spec, metas)
     try:
         with torch.no_grad():
@@ -245,7 +257,11 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     except Exception:  # no meta kernel (its metadata came from real inputs): assume a view
         out = None
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    if out is not None and not any(o._is_view() for o in outs):
+    # a view, or an input itself (x.conj() of a real x, resolve_conj(): eager returns the same tensor)
+    if out is not None and not any(o._is_view() or any(o is m for m in metas) for o in outs):
+        for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
+            if isinstance(x, NumberProxy):
+                concretize(x)
         return
     name = bsym.sym.id.removeprefix("opaque.")
     for t in tensors:
@@ -293,7 +309,7 @@ def _flat_prims(bsym) -> list:
 
 def _track_views(st: _State, bsym: BoundSymbol):
     """Record the outputs of a view op as aliases of its input's root (with the view prims that make them)."""
-    if bsym.sym.id not in VIEW_OPS:
+    if bsym.sym.id not in VIEW_OPS and bsym.sym.id not in COMPUTED_VIEW_OPS:
         return
     tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
     if bsym.sym.id in LIKE_OPS:
@@ -302,8 +318,10 @@ def _track_views(st: _State, bsym: BoundSymbol):
         return
     prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
     whole_pieces = bsym.sym.id in MULTI_VIEW_OPS  # (elsewhere a same-dtype copy is a copy: reshape of a layout
-    if any(p.sym.id not in VIEW_PRIMS and not (whole_pieces and _is_same_dtype_copy(p)) for p in prims):
-        return  # eager cannot view)
+    computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)  # eager cannot view)
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and _is_same_dtype_copy(p))
+           for p in prims):
+        return
     src = _alias_of(st, tensors[0])
     multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
     if bsym.sym.id == "ltorch.detach":
@@ -350,16 +368,18 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
         if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
             return meta
         if pid == "prims.reshape":
-            return meta.view(tuple(args[1]))
+            return meta.view(_values(args[1]))
         if pid == "prims.transpose":
-            return meta.permute(tuple(args[1]))
+            return meta.permute(_values(args[1]))
         if pid == "prims.squeeze":
-            return meta.squeeze(tuple(args[1])) if args[1] else meta
+            return meta.squeeze(_values(args[1])) if args[1] else meta
         if pid == "prims.slice":
             steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * meta.ndim
-            return meta[tuple(slice(s, e, k) for s, e, k in zip(args[1], args[2], steps))]
+            return meta[tuple(slice(s, e, k) for s, e, k in zip(_values(args[1]), _values(args[2]), _values(steps)))]
+        if pid == "prims.unfold":
+            return meta.unfold(*_values(args[1:4]))
         if pid == "prims.broadcast_in_dim":
-            shape, bdims = tuple(args[1]), tuple(args[2])
+            shape, bdims = _values(args[1]), _values(args[2])
             view = [1] * len(shape)
             for i, d in enumerate(bdims):
                 view[d] = meta.shape[i]
@@ -430,7 +450,7 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
-    if torch._debug_has_internal_overlap(al.meta) == 1 and not (st.writer in FILL_OPS and _uniform(st, src)):
+    if not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst):
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
@@ -440,10 +460,34 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
                                "(an op jitcore runs as a whole): the write cannot be followed through it",
                                hint=f"clone() the result of {name}, or write with basic indexing or view ops "
                                     "(select, narrow, view, ...)")
+    computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p)), None)
+    if computed is not None:
+        name = next(k for k, v in COMPUTED_VIEW_OPS.items() if v == computed).removeprefix("ltorch.")
+        raise UnsupportedError("in-place op", f"{op}a write into the result of {name} (a view of its input in eager, "
+                               "which jitcore computes as a new tensor): the write cannot be followed into the input",
+                               hint=f"clone() the result of {name} before writing into it")
     if differentiable and al.multi:
         raise UnsupportedError("in-place op", f"{op}a write autograd records into a view made by {al.multi} (a "
                                "function that returns several views), like eager, which refuses it",
                                hint="clone() the piece before writing into it, or use an out-of-place op")
+
+
+def _overlaps(st: _State, al: Alias, dst: TensorProxy) -> bool:
+    """Whether elements of the view written share memory (an expand()). The metas hold the sizes' example values;
+    only a zero stride makes shared places, and only broadcast_in_dim makes one (or an input's own strides), so a
+    chain with neither overlaps for every size (the broadcasts' `size != 1` answers are the predicates this needs).
+    Where there is one, the answer may depend on the sizes: every size the meta was computed from is pinned."""
+    root = st.alias[al.root].meta
+    zero = any(s == 0 and n != 1 for s, n in zip(root.stride(), root.shape)) or any(
+        _expanded_dims(p, p.args[0]) for p in al.chain)
+    if not zero and torch._debug_has_internal_overlap(al.meta) != 1:
+        return False
+    numbers = (al.chain[0].args[0] if al.chain else dst)._shape + tuple(
+        x for p in al.chain for x in tree_flatten((p.args[1:], p.kwargs))[0])
+    for x in numbers:
+        if isinstance(x, NumberProxy):
+            concretize(x)
+    return torch._debug_has_internal_overlap(al.meta) == 1
 
 
 def _overlay(st: _State, al: Alias, k: int, new_root, value):
@@ -531,7 +575,8 @@ def _inverse(p: BoundSymbol, base, value):
     if pid == "prims.slice":
         starts, ends = args[1], args[2]
         steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim
-        dims = [d for d in range(base.ndim) if (starts[d], ends[d], steps[d]) != (0, base.shape[d], 1)]
+        # a dim is left out when it is whole for every size (asked of the expressions: no predicate)
+        dims = [d for d in range(base.ndim) if not same_shape((starts[d], ends[d], steps[d]), (0, base.shape[d], 1))]
         return _scatter_dims(base, value, dims, starts, ends, steps)
     raise AssertionError(f"functionalize: {pid} is not a view prim")
 

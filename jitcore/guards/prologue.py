@@ -7,6 +7,7 @@ The explain variant returns the failed check's text; the hot variant leaves out 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import reprlib
 import sys
@@ -94,9 +95,9 @@ def _print_comment(bsym, printer):
     return f"# {bsym.args[0]}"
 
 
-def _sym(name, printer):
+def _sym(name, printer, call_ctx=None):
     return Symbol(f"prologue.{name}", name, meta=lambda *a, **k: None, tags=(Tag.PYTHON, Tag.DONT_DCE), module="",
-                  printer=printer)
+                  printer=printer, call_ctx=call_ctx)
 
 
 def _print_call_shape(bsym, printer):
@@ -140,6 +141,7 @@ def _print_fetches(bsym, printer):
 
 bind = _sym("bind", _print_bind)
 check = _sym("check", _print_check)
+check_math = _sym("check", _print_check, call_ctx={"math": math})  # a predicate over math.sqrt(i2), ...
 comment = _sym("comment", _print_comment)
 call_shape = _sym("call_shape", _print_call_shape)
 fetches = _sym("fetches", _print_fetches)
@@ -352,7 +354,8 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         for prov, name in aliases:
             b.append(_alias_check(prov, name, binder, kw))
         for pred in guards.predicates:
-            b.append(BoundSymbol(check, ([(f"not ({pred})", predicate_reason(pred))],), kw, None))
+            b.append(BoundSymbol(check_math if "math." in pred else check,
+                                 ([(f"not ({pred})", predicate_reason(pred))],), kw, None))
         for g in guards.data:  # values computed from tensor data (jitcore/guards/data_guards.py)
             b.append(BoundSymbol(check, ([(_data_condition(g), f"data: {g.text} was {g.value!r}")],), kw, None))
         _guard_fetches(b, start, kw)

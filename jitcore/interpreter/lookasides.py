@@ -14,6 +14,7 @@ import __future__
 import builtins
 import functools
 import inspect
+import math
 import operator
 import sys
 import traceback
@@ -329,6 +330,25 @@ def _float(rt, args, kwargs):
         x = args[0]
         return x if x.python_type is float else x.as_float()
     return float(*args, **kwargs)
+
+
+def _math(name, native):
+    """A math-module function of a symbolic number is a recorded op (`math.sqrt(i2)`), not a specialisation of it
+    (native, the function would call __float__); other arguments go to the function."""
+    def look(rt, args, kwargs):
+        if kwargs or not any(_symbolic_number(a) for a in args) or not all(
+                type(a) in (int, float) or _symbolic_number(a) for a in args):
+            return native(*args, **kwargs)
+        op = name if name != "log" or len(args) == 1 else "log_base"
+        return ir_op("number_op")(op, *args)
+
+    return look
+
+
+for _name, _native in (("sqrt", math.sqrt), ("exp", math.exp), ("log", math.log), ("log2", math.log2),
+                       ("log10", math.log10), ("math_pow", math.pow)):
+    LOOKASIDES[id(_native)] = _math(_name, _native)
+del _name, _native
 
 
 @lookaside(builtins.reversed)

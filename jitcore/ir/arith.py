@@ -206,6 +206,9 @@ def _poly(node, env):
     if t is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         p = _poly(node.operand, env)
         return p if type(node.op) is ast.UAdd else {m: -c for m, c in p.items()}
+    if (t is ast.Call and type(node.func) is ast.Name and node.func.id in ("max", "min") and len(node.args) == 2
+            and not node.keywords):
+        return _extreme(node, env)
     if t is not ast.BinOp:
         raise _Undecided
     p, q = _poly(node.left, env), _poly(node.right, env)
@@ -238,6 +241,26 @@ def _poly(node, env):
         hi = None if phi is None else phi // cq
     elif plo is not None and plo >= 0 and qlo is not None and qlo >= 1:
         lo = 0
+    return _atom(ast.unparse(node), lo, hi, env)
+
+
+def _extreme(node, env):
+    """max(a, b) / min(a, b) (the interpreter's, and slice bounds' clamps): the operand that wins for every value
+    the bounds allow, else an atom bounded by its operands' bounds."""
+    p, q = (_poly(a, env) for a in node.args)
+    largest = node.func.id == "max"
+    lo, hi = _range(_sub(p, q), env.caps)
+    if lo is not None and lo >= 0:  # p >= q everywhere
+        return p if largest else q
+    if hi is not None and hi <= 0:
+        return q if largest else p
+    (plo, phi), (qlo, qhi) = _range(p, env.caps), _range(q, env.caps)
+    if largest:  # max is at least either operand's lower bound, at most the larger upper bound
+        lo = max((b for b in (plo, qlo) if b is not None), default=None)
+        hi = None if phi is None or qhi is None else max(phi, qhi)
+    else:
+        lo = None if plo is None or qlo is None else min(plo, qlo)
+        hi = min((b for b in (phi, qhi) if b is not None), default=None)
     return _atom(ast.unparse(node), lo, hi, env)
 
 
@@ -364,3 +387,9 @@ UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator
          "ceil": (math.ceil, "int(-(-{} // 1))"), "floor": (math.floor, "int({} // 1)"),
          "trunc": (math.trunc, "int({})"),
          "round": (round, "round({})")}
+# functions of the math module on numbers (an attention scale `1 / math.sqrt(d)`): name -> (function, format); they
+# print as the module's calls (traces and prologues that read one import math), so a value is computed exactly as
+# eager's Python computes it
+MATH = {"sqrt": (math.sqrt, "math.sqrt({})"), "exp": (math.exp, "math.exp({})"), "log": (math.log, "math.log({})"),
+        "log_base": (math.log, "math.log({}, {})"), "log2": (math.log2, "math.log2({})"),
+        "log10": (math.log10, "math.log10({})"), "math_pow": (math.pow, "math.pow({}, {})")}

@@ -5,7 +5,10 @@ concrete value and its expression over the input symbols (for the prologue's pre
 """
 from __future__ import annotations
 
+import math
+
 from jitcore.ir import arith
+from jitcore.ir.codegen import NAMESPACE_IMPORTS
 from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, register_ir_op
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
@@ -28,7 +31,7 @@ def _result_proxy(value, expr, cmp=None):
     return p
 
 
-def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None):
+def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None, call_ctx=None):
     def meta(*args):
         same = arith.identity(name, args)
         if same is not None:
@@ -51,7 +54,7 @@ def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None):
         out = bsym.output
         return f"{out.name} = {text}" if hasattr(out, "name") else text
 
-    sym = Symbol(f"python.{name}", name, meta=meta, tags=_TAGS, module="", printer=printer)
+    sym = Symbol(f"python.{name}", name, meta=meta, tags=_TAGS, module="", printer=printer, call_ctx=call_ctx)
     PYTHON_OPS[name] = sym
     EAGER_KERNELS[sym.id] = fn
     return sym
@@ -63,7 +66,10 @@ for _name, (_fn, _sym) in arith.COMPARE.items():
     _make(_name, _fn, "{} " + _sym + " {}", 2, compare=_sym)
 for _name, (_fn, _fmt) in arith.UNARY.items():
     _make(_name, _fn, _fmt, 1)
+for _name, (_fn, _fmt) in arith.MATH.items():
+    _make(_name, _fn, _fmt, _fmt.count("{}"), call_ctx={"math": math})
 del _name, _fn, _fmt, _sym
+NAMESPACE_IMPORTS.setdefault("math", "import math")
 
 
 def call(name: str, *args):
@@ -78,3 +84,15 @@ def call(name: str, *args):
 
 
 register_ir_op("number_op", call)
+
+
+def math_call(name: str, *args):
+    """A math-module function (arith.MATH) of numbers: a recorded op when a symbolic number flows in (`1 / math.sqrt(d)`
+    of a symbolic head size stays symbolic instead of pinning d), else the function itself."""
+    if any(isinstance(a, arith.SymbolicNumber) and not isinstance(a, bool) for a in args):
+        return call(name, *args)
+    return arith.MATH[name][0](*args)
+
+
+def sqrt(x):
+    return math_call("sqrt", x)

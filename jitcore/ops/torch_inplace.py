@@ -22,7 +22,8 @@ from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_index import getitem, setitem
-from jitcore.ops.utils import check, is_number
+from jitcore.ops.torch_shape import size_max
+from jitcore.ops.utils import check, is_number, slice_indices
 
 T = torch.Tensor
 INPLACE = (Tag.INPLACE,)
@@ -230,8 +231,8 @@ def _scatter_slice(input, src, dim, start, end, step):
 @torchsymbol(torch.slice_scatter, T.slice_scatter, method="slice_scatter", id="ltorch.slice_scatter")
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     d = dim % max(input.ndim, 1)
-    s, e, st = slice(start, end, step).indices(input.shape[d])
-    return _scatter_slice(input, src, d, s, max(s, e), st)
+    s, e, st = slice_indices(slice(start, end, step), input.shape[d])  # symbolic bounds stay symbolic
+    return _scatter_slice(input, src, d, s, size_max(s, e), st)
 
 
 @torchsymbol(torch.select_scatter, T.select_scatter, method="select_scatter", id="ltorch.select_scatter")

@@ -12,6 +12,7 @@ from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_nn as pn
+from jitcore.ops import prims_python as pp
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import add, div, eq, exp, expand_to, ge, mul, sub, to_dtype, where
@@ -73,9 +74,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if enable_gqa and query.ndim >= 3:
         k = _repeat_heads(k, query.shape[-3] // key.shape[-3])
         v = _repeat_heads(v, query.shape[-3] // value.shape[-3])
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    root = math.sqrt(abs(scale))
-    q = mul(q, root if scale >= 0 else -root)
+    if scale is None:  # 1 / sqrt(E), recorded when E is symbolic (not pinned); positive: no predicate on its sign
+        scale, negative = 1.0 / pp.sqrt(query.shape[-1]), False
+    else:
+        negative = scale < 0
+    root = pp.sqrt(abs(scale))
+    q = mul(q, -root if negative else root)
     scores = pn.matmul(q, nh.swap(mul(k, root), k.ndim - 2, k.ndim - 1))
     if is_causal:
         scores = add(scores, _causal_bias(query.shape[-2], key.shape[-2], scores))
