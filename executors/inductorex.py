@@ -222,7 +222,10 @@ def compile_symbolic(fn, args, dims):
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import (
-        SYMPY_INTERP, DimDynamic, ShapeEnv, StatelessSymbolicContext,
+        SYMPY_INTERP,
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
     )
 
     env = ShapeEnv(duck_shape=False)
@@ -251,7 +254,7 @@ def compile_symbolic(fn, args, dims):
         return _always, run
     params = ", ".join(f"t{i}" for i in range(len(args)))
     body = _ARG.sub(r"\1", " and ".join(f"({c})" for c in checks))
-    guard = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))  # noqa: S307 (torch's own guard text)
+    guard = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))
     guard.text = body
     return guard, run
 
