@@ -10,11 +10,19 @@ import pytest
 import torch
 
 import jitcore
-from executors import inductor_ex, torch_ex
+from executors import inductor_ex, inductorex, torch_ex
 from executors.inductorex import CompiledRegion
 
 pytestmark = pytest.mark.skipif(not inductor_ex.is_available()[0], reason="inductor is not available here")
 EXECUTORS = [inductor_ex, torch_ex]
+
+
+@pytest.fixture(autouse=True)
+def _no_region_falls_back_to_eager():
+    """A region whose compile failed runs eagerly (right answer, with a warning): here that is a failure."""
+    before = inductorex.STATS["fallbacks"]
+    yield
+    assert inductorex.STATS["fallbacks"] == before, "a fusion region failed to compile (see the warning)"
 
 
 def _regions(trace) -> list[CompiledRegion]:
@@ -106,23 +114,35 @@ def test_regions_reused_across_functions_are_counted():
     assert _region_counts(jg) == (0, 1)  # the same region text: the compiled code of jf's call
 
 
-@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-def test_nanogpt_compiles_once_with_no_region_compile_after_the_first_shape(train):
+MODELS = [pytest.param(name, train, id=f"{name}-{'training' if train else 'inference'}",
+                       marks=() if (name, train) == ("nanogpt", False) else pytest.mark.slow)
+          for name in ("nanogpt", "gpt2", "llama", "bert") for train in (False, True)]
+
+
+@pytest.mark.parametrize("name, train", MODELS)
+def test_models_compile_once_with_no_region_compile_after_the_first_shape(name, train):
+    """tests/test_models.py's models under [inductor, torch]: one jitcore compile and no region compile after the
+    first (batch, length) shape; eager's logits, loss and every parameter's gradient at each step."""
     from tests.test_models import BUILDERS, VOCAB
 
     torch.manual_seed(0)
-    model, *_ = BUILDERS["nanogpt"]()
+    model, *_ = BUILDERS[name]()
     model.train(train)
     ref = copy.deepcopy(model)
     jm = jitcore.jit(model, executors=EXECUTORS, cache="symbolic values")
     for i, (b, t) in enumerate([(2, 8), (3, 12), (2, 16)]):
         ids = torch.randint(0, VOCAB, (b, t))
+        kw = {"labels": ids} if train and name != "nanogpt" else {}
         with torch.set_grad_enabled(train):
-            out, want = jm(ids), ref(ids)
-        torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+            out, want = jm(ids, **kw), ref(ids, **kw)
+        logits, want_logits = (out.logits, want.logits) if hasattr(want, "logits") else (out, want)
+        torch.testing.assert_close(logits, want_logits, atol=1e-4, rtol=1e-4)
         if train:
-            out.float().pow(2).mean().backward()
-            want.float().pow(2).mean().backward()
+            loss = out.loss if kw else out.float().pow(2).mean()
+            want_loss = want.loss if kw else want.float().pow(2).mean()
+            torch.testing.assert_close(loss, want_loss, atol=1e-4, rtol=1e-4)
+            loss.backward()
+            want_loss.backward()
             for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
                 torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=n)
             model.zero_grad()
