@@ -123,8 +123,8 @@ def _quiet():
         yield
 
 
-def _never(*args):
-    return False
+def _always(*args):
+    return True
 
 
 class CompiledRegion:
@@ -170,12 +170,12 @@ class CompiledRegion:
         return run
 
     def _compile_dynamic(self, args):
-        COMPILE_EVENTS[0] += 1
         if len(self.guarded) >= MAX_DYNAMIC_VARIANTS:
             warnings.warn(f"inductor: a dynamic fusion region was compiled {MAX_DYNAMIC_VARIANTS} times; further "
                           "calls its guards reject run eagerly", stacklevel=4)
             guard, run = _always, self.eager_fn
         else:
+            COMPILE_EVENTS[0] += 1
             try:
                 with _quiet():
                     guard, run = compile_symbolic(self.eager_fn, args, self.dims)
@@ -204,10 +204,6 @@ class CompiledRegion:
             if run is None:
                 run = self._compile(args, strides)
             return run(*args)
-
-
-def _always(*args):
-    return True
 
 
 _ARG = re.compile(r"L\['(t\d+)'\]")

@@ -100,6 +100,25 @@ def test_a_call_the_region_guards_reject_compiles_a_variant_with_eagers_answer()
     assert _region_counts(jfn)[0] == 0  # a contiguous input of a new size: the first variant
 
 
+def test_past_the_variant_limit_a_dynamic_region_runs_eagerly(monkeypatch):
+    monkeypatch.setattr(inductorex, "MAX_DYNAMIC_VARIANTS", 1)
+
+    def f(x, y):
+        return (x * 3 - y).sigmoid() + x.shape[1]
+
+    jfn = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    x, y = torch.randn(5, 5), torch.randn(5, 5)
+    torch.testing.assert_close(jfn(x, y), f(x, y))
+    xt, y6 = torch.randn(6, 6).t(), torch.randn(6, 6)
+    with pytest.warns(UserWarning, match="run eagerly"):
+        torch.testing.assert_close(jfn(xt, y6), f(xt, y6))
+    region = _regions(jitcore.last_traces(jfn)[-1])[0]
+    assert region.guarded[-1][1] is region.eager_fn and _region_counts(jfn)[0] == 0
+    x7, y7 = torch.randn(7, 7), torch.randn(7, 7)
+    torch.testing.assert_close(jfn(x7, y7), f(x7, y7))  # the compiled variant still serves what its guards accept
+    assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
+
+
 def test_regions_reused_across_functions_are_counted():
     def f(x):
         return (x.sin() * 2).exp().sum(-1)
