@@ -7,6 +7,7 @@ cached by their canonical text, so the same region in another function or cache 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import warnings
@@ -61,6 +62,20 @@ def is_pure_aten(fn) -> bool:
     return torch.Tag.dynamic_output_shape not in fn.tags and torch.Tag.data_dependent_output not in fn.tags
 
 
+def _settle_environment():
+    """Set now the environment variables Inductor sets when it first compiles (its cache folder; the pointer its
+    C++ kernels read), to the values it would set. `jit` asks is_available before anything is traced, so a program
+    that reads os.environ (transformers does) sees at its first call the environment its later calls see: the
+    regions compiled lazily during the first call would otherwise change it, and the next call miss its guard."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    with contextlib.suppress(OSError):  # (a folder it cannot make: its compiles will say so)
+        cache_dir()  # sets TORCHINDUCTOR_CACHE_DIR
+    pointer = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+    if pointer is not None:  # (torch releases that have it set this variable at every kernel load)
+        os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
+
+
 class InductorExecutor(TorchLinesFusionExecutor):
     """Fusion regions compiled by Inductor. fuse_matmul: whether matmul/linear join regions."""
 
@@ -75,6 +90,7 @@ class InductorExecutor(TorchLinesFusionExecutor):
             return False, f"torch._inductor cannot be imported ({e})"
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
+        _settle_environment()
         return True, ""
 
     def fusible_ids(self) -> frozenset:

@@ -169,3 +169,21 @@ def test_models_compile_once_with_no_region_compile_after_the_first_shape(name, 
         compiles, _ = _region_counts(jm)
         assert (compiles > 0) if i == 0 else (compiles == 0), (b, t, compiles)
     assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
+
+
+def test_inductors_environment_variables_do_not_change_what_the_program_read(monkeypatch):
+    # Inductor sets environment variables at its first compile; a program that read os.environ (transformers does)
+    # must not see the environment change under it between its first and second call
+    import os
+
+    monkeypatch.delenv("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", raising=False)
+
+    def f(x):
+        scale = 2.0 if os.environ.get("JITCORE_TEST_UNSET_FLAG") is None else 3.0
+        return (x * scale).sin().exp()
+
+    jfn = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    for n in (3, 4):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(jfn(x), f(x))
+    assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
