@@ -1,7 +1,8 @@
 """Executors: the inductor executor. Claims the lines whose whole decomposition is made of prims Inductor can
 fuse (elementwise, reductions, shape ops, gathers; matmul/linear optionally), groups them into dependency-safe
 regions (executors/regions.py), and runs each region's program -- plain torch calls, the torch executor's
-kernels -- compiled by Inductor (`torch._inductor.compile` of the region's aten graph). Compiled regions are
+kernels -- compiled by Inductor (`torch._inductor.compile` of the region's aten graph; under symbolic values, of
+its graph over symbolic sizes, guarded by the shape environment's guards: see CompiledRegion). Compiled regions are
 cached by their canonical text, so the same region in another function or cache entry reuses the compiled code.
 """
 from __future__ import annotations
