@@ -1,18 +1,21 @@
 """Executors: the inductor executor. Claims the lines whose whole decomposition is made of prims Inductor can
 fuse (elementwise, reductions, shape ops, gathers; matmul/linear optionally), groups them into dependency-safe
 regions (executors/regions.py), and runs each region's program -- plain torch calls, the torch executor's
-kernels -- compiled by Inductor (`torch._inductor.compile` of the region's aten graph). Compiled regions are
+kernels -- compiled by Inductor (`torch._inductor.compile` of the region's aten graph; under symbolic values, of
+its graph over symbolic sizes, guarded by the shape environment's guards: see CompiledRegion). Compiled regions are
 cached by their canonical text, so the same region in another function or cache entry reuses the compiled code.
 """
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
 import warnings
 
 import torch
 
-from executors.regions import Region, canonical_key, fuse_regions, has_side_effect
+from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Tag
@@ -60,6 +63,20 @@ def is_pure_aten(fn) -> bool:
     return torch.Tag.dynamic_output_shape not in fn.tags and torch.Tag.data_dependent_output not in fn.tags
 
 
+def _settle_environment():
+    """Set now the environment variables Inductor sets when it first compiles (its cache folder; the pointer its
+    C++ kernels read), to the values it would set. `jit` asks is_available before anything is traced, so a program
+    that reads os.environ (transformers does) sees at its first call the environment its later calls see: the
+    regions compiled lazily during the first call would otherwise change it, and the next call miss its guard."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    with contextlib.suppress(OSError):  # (a folder it cannot make: its compiles will say so)
+        cache_dir()  # sets TORCHINDUCTOR_CACHE_DIR
+    pointer = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+    if pointer is not None:  # (torch releases that have it set this variable at every kernel load)
+        os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
+
+
 class InductorExecutor(TorchLinesFusionExecutor):
     """Fusion regions compiled by Inductor. fuse_matmul: whether matmul/linear join regions."""
 
@@ -74,6 +91,7 @@ class InductorExecutor(TorchLinesFusionExecutor):
             return False, f"torch._inductor cannot be imported ({e})"
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
+        _settle_environment()
         return True, ""
 
     def fusible_ids(self) -> frozenset:
@@ -107,7 +125,10 @@ COMPILED: dict = {}  # canonical key -> CompiledRegion
 # eager's numerics: a value the program rounds to half precision is rounded inside fused kernels too (Inductor's
 # default keeps it in float32 across fused ops, so results drift from eager's)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
+# compiled: CompiledRegions made, reused: taken from COMPILED, fallbacks: compiles that failed (the region runs
+# eagerly); the compiles themselves are counted in executors.regions.COMPILE_EVENTS
 STATS = {"compiled": 0, "reused": 0, "fallbacks": 0}
+MAX_DYNAMIC_VARIANTS = 8  # past this many guarded variants a dynamic region runs eagerly (as Dynamo's limit)
 
 
 @contextlib.contextmanager
@@ -119,23 +140,32 @@ def _quiet():
         yield
 
 
+def _always(*args):
+    return True
+
+
 class CompiledRegion:
     """Runs a region's program compiled by Inductor; falls back to eager (with a warning) if compiling fails.
 
     Static regions (every size a number in the region's text, part of its cache key): the program is traced to an
     aten FX graph (make_fx over fake tensors) and compiled with `torch._inductor.compile`, not through
     torch.compile's frame evaluation: a call then costs a few microseconds instead of Dynamo's guard checks
-    (~50 us), which matters with several regions per step. The compiled code also assumes the inputs' strides, so
+    (~25 us), which matters with several regions per step. The compiled code also assumes the inputs' strides, so
     each stride pattern met gets its own compiled variant (the only guard, checked per call).
 
-    Dynamic regions (symbolic sizes, under cache="symbolic values"): compiled by torch.compile with
-    dynamic=True, whose guards decide when a new size needs new code (sizes 0 and 1, say); other sizes reuse it.
+    Dynamic regions (symbolic sizes, under cache="symbolic values"): compiled the same way, over fake tensors whose
+    sizes are symbols exactly where the region's text has a symbolic size (`dims`; a number stays a number), with
+    no duck sizing (two sizes equal at the first call are not assumed equal later). Everything the trace and
+    Inductor assumed of the symbols (sizes 0 and 1 specialized, equalities, strides and storage offsets) is the
+    shape environment's guard expression, compiled to a Python function and checked on every call; a call it
+    rejects compiles another guarded variant. Sizes that only change value reuse the compiled code.
     """
 
-    def __init__(self, fn, key, dynamic: bool = False):
-        self.eager_fn, self.key, self.dynamic = fn, key, dynamic
+    def __init__(self, fn, key, dims=None):
+        self.eager_fn, self.key, self.dims = fn, key, dims
+        self.dynamic = dims is not None
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
-        self.compiled_dynamic = None
+        self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
 
     def _failed(self, e: Exception):
         warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
@@ -144,6 +174,7 @@ class CompiledRegion:
         return self.eager_fn
 
     def _compile(self, args, strides):
+        COMPILE_EVENTS[0] += 1
         try:
             from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -155,16 +186,30 @@ class CompiledRegion:
         self.variants[strides] = run
         return run
 
+    def _compile_dynamic(self, args):
+        if len(self.guarded) >= MAX_DYNAMIC_VARIANTS:
+            warnings.warn(f"inductor: a dynamic fusion region was compiled {MAX_DYNAMIC_VARIANTS} times; further "
+                          "calls its guards reject run eagerly", stacklevel=4)
+            guard, run = _always, self.eager_fn
+        else:
+            COMPILE_EVENTS[0] += 1
+            try:
+                with _quiet():
+                    guard, run = compile_symbolic(self.eager_fn, args, self.dims)
+            except Exception as e:
+                guard, run = _always, self._failed(e)
+        self.guarded.append((guard, run))
+        return run
+
     def _call_dynamic(self, args):
-        if self.compiled_dynamic is None:
-            self.compiled_dynamic = torch.compile(self.eager_fn, dynamic=True, fullgraph=True,
-                                                  options=COMPILE_OPTIONS)
-        try:
-            with _quiet():
-                return self.compiled_dynamic(*args)
-        except Exception as e:  # a compile error surfaces at the call that compiles
-            self.compiled_dynamic = self._failed(e)
-            return self.compiled_dynamic(*args)
+        for guard, run in self.guarded:
+            try:
+                ok = guard(*args)
+            except Exception:  # a guard reading what this call's inputs lack (a view's base, say) rejects it
+                ok = False
+            if ok:
+                return run(*args)
+        return self._compile_dynamic(args)(*args)
 
     def __call__(self, *args):
         # regions run inside the forward/backward of an autograd.Function (or with no autodiff): never record
@@ -178,10 +223,68 @@ class CompiledRegion:
             return run(*args)
 
 
+_ARG = re.compile(r"L\['(t\d+)'\]")
+
+
+def compile_symbolic(fn, args, dims):
+    """(guard, compiled): fn compiled by Inductor for symbolic sizes where `dims` says (per argument: a tuple of
+    bools per tensor dimension, None for an integer, which is a symbol), and the shape environment's guards as a
+    function of the same arguments (True: the compiled code is right for them)."""
+    from torch._dynamo.source import LocalSource
+    from torch._inductor.compile_fx import compile_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import (
+        SYMPY_INTERP,
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    env = ShapeEnv(duck_shape=False)
+    mode = FakeTensorMode(shape_env=env)
+    fakes, checks = [], []
+    for i, (a, d) in enumerate(zip(args, dims)):
+        source = LocalSource(f"t{i}")
+        if d is None:  # an integer: a symbol, or (0 and 1 are specialized) a number the guard checks
+            symbol = env.create_symbol(a, source, dynamic_dim=DimDynamic.DYNAMIC)
+            fakes.append(env.create_symintnode(symbol, hint=a, source=source))
+            if type(fakes[-1]) is int:
+                checks.append(f"t{i} == {a}")
+        else:
+            sizes = [DimDynamic.DYNAMIC if s else DimDynamic.STATIC for s in d]
+            fakes.append(mode.from_tensor(a, source=source,
+                                          symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+    graph = make_fx(fn, tracing_mode="symbolic")(*fakes)
+    with torch._guards.tracing(torch._guards.TracingContext(mode)):
+        # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which
+        # are not these: it fails on a hit, so a dynamic region is compiled without it)
+        run = compile_fx(graph, fakes, config_patches={**COMPILE_OPTIONS, "fx_graph_cache": False})
+    # after compiling, so Inductor's own assumptions are in it too
+    placed = [(f, LocalSource(f"t{i}")) for i, f in enumerate(fakes) if type(f) is not int]
+    checks += env.produce_guards([f for f, _ in placed], [s for _, s in placed], ignore_static=False)
+    if not checks:
+        return _always, run
+    params = ", ".join(f"t{i}" for i in range(len(args)))
+    body = _ARG.sub(r"\1", " and ".join(f"({c})" for c in checks))
+    guard = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))
+    guard.text = body
+    return guard, run
+
+
+def region_dims(sub: Trace):
+    """Per argument of a region, which tensor dimensions are symbolic (None for an integer argument); None when
+    the region has no symbolic value at all (a static region)."""
+    proxies = list(sub.args) + [o for b in sub.bound_symbols for o in b.flat_proxy_outs()]
+    if all(isinstance(p, TensorProxy) and all(isinstance(d, int) for d in p._shape) for p in proxies):
+        return None
+    return tuple(tuple(not isinstance(d, int) for d in a._shape) if isinstance(a, TensorProxy) else None
+                 for a in sub.args)
+
+
 def is_dynamic(sub: Trace) -> bool:
     """Whether a region takes symbolic values or has tensors whose sizes are symbolic."""
-    proxies = list(sub.args) + [o for b in sub.bound_symbols for o in b.flat_proxy_outs()]
-    return any(not isinstance(p, TensorProxy) or not all(isinstance(d, int) for d in p._shape) for p in proxies)
+    return region_dims(sub) is not None
 
 
 def compile_region(sub: Trace):
@@ -189,9 +292,10 @@ def compile_region(sub: Trace):
     found = COMPILED.get(key)
     if found is not None:
         STATS["reused"] += 1
+        COMPILE_EVENTS[1] += 1
         return found
     STATS["compiled"] += 1
-    region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dynamic=is_dynamic(sub))
+    region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub))
     return region
 
 

@@ -15,6 +15,11 @@ from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Trace, from_trace
 
+# fusion-region compile events, process-wide, for jitcore.last_compile_stats: [compiles, regions reused]. A
+# fusion executor adds 1 to [0] for every compile it runs (a region's first, a variant for new strides, a dynamic
+# region's variant for a call its guards reject) and to [1] for every region taken from its compiled-region cache.
+COMPILE_EVENTS = [0, 0]
+
 
 def has_side_effect(bsym: BoundSymbol) -> bool:
     """Whether a line writes memory, must not be removed, or draws random numbers (recursively).

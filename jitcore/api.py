@@ -13,6 +13,7 @@ import torch
 from executors import python_ex, torch_ex
 from executors.base import get_executor
 from executors.claim import claim
+from executors.regions import COMPILE_EVENTS
 from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
@@ -175,6 +176,7 @@ class JitFunction:
         self.fn, self.options = fn, options
         self._cache = Cache(options.cache)
         self._last_entry: CacheEntry | None = None
+        self._events_at_call = (0, 0)  # executors.regions.COMPILE_EVENTS when the last call began
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -187,6 +189,7 @@ class JitFunction:
                 "backward has no per-transform rules",
                 hint="call the jitted function outside the transform (take gradients with loss.backward() or "
                      "torch.autograd.grad), or transform the original function")
+        self._events_at_call = tuple(COMPILE_EVENTS)  # last_compile_stats' region counts start here
         found = self._cache.lookup(self.fn, args, kwargs)  # the prologues: (entry, inputs), or None on a miss
         entry, inputs = self._compile(args, kwargs) if found is None else found
         self._last_entry = entry
@@ -476,8 +479,20 @@ def last_compile_stats(jfn) -> dict:
     """Seconds spent per stage compiling the last call's entry, in pipeline order (see `compile_entry`): interpret
     (bytecode -> computation trace), transforms (functionalize, dce, cse, autodiff), claim (executors take the ops),
     memory (buffer reuse, del-last-used), codegen (the callables that run, the autograd wrapper), guards (prologues,
-    epilogue)."""
-    return dict(_entry(jfn).stats)
+    epilogue). The stage seconds are the entry's (a cache hit reports the compile that made it).
+
+    Then two counts of the last call itself, from its start until now (read them after the backward to include
+    the backward's): "region_compiles", the fusion regions (Inductor's) compiled: a region compiles lazily at its
+    first run, a static region again for new input strides, a dynamic region again for a call its guards reject
+    (a new size that only changes a symbol's value reuses the code: 0); and "regions_reused", the regions the
+    call's compile took ready-made from the cross-function cache of compiled regions (the same region text in this
+    or another function). Both count process-wide: compiles of another jitted function called in between count too.
+    """
+    stats = dict(_entry(jfn).stats)
+    start = getattr(jfn, "_jfn", jfn)._events_at_call
+    stats["region_compiles"] = COMPILE_EVENTS[0] - start[0]
+    stats["regions_reused"] = COMPILE_EVENTS[1] - start[1]
+    return stats
 
 
 def _cache_of(jfn) -> Cache:

@@ -392,7 +392,8 @@ def test_inductor_fuses_under_symbolic_values_without_a_compile_per_size():
     fwd, bwd = jitcore.last_traces(jfn)[-1], jitcore.last_backward_traces(jfn)[-1]
     assert "inductor_fusion0" in str(fwd) and "inductor_fusion0" in str(bwd)
     region = next(b for b in fwd.bound_symbols if "region_trace" in b.extra).sym.call_ctx["inductor_fusion0"]
-    assert region.dynamic and region.compiled_dynamic is not region.eager_fn  # compiled, not fallen back
+    assert region.dynamic and len(region.guarded) == 1  # one compiled variant for every size
+    assert region.guarded[0][1] is not region.eager_fn  # compiled, not fallen back
 
 
 # -- kernels chosen by input (executors/torchex.BY_INPUT) ----------------------------------------------------------

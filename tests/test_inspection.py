@@ -109,9 +109,11 @@ def test_compile_stats_breakdown():
     jfn = jitcore.jit(chain)
     jfn(torch.randn(4, 5), torch.randn(4, 5))
     stats = jitcore.last_compile_stats(jfn)
-    assert list(stats) == ["interpret", "transforms", "claim", "memory", "codegen", "guards"]  # in pipeline order
-    assert all(isinstance(v, float) and v >= 0 for v in stats.values())
-    assert sum(stats.values()) > 0
+    stages = ["interpret", "transforms", "claim", "memory", "codegen", "guards"]  # in pipeline order
+    assert list(stats) == [*stages, "region_compiles", "regions_reused"]
+    assert all(isinstance(stats[k], float) and stats[k] >= 0 for k in stages)
+    assert sum(stats[k] for k in stages) > 0
+    assert stats["region_compiles"] == stats["regions_reused"] == 0  # the torch executor: no fusion regions
 
 
 def test_examine_lists_ops_executors_and_opaque_calls():

@@ -1,0 +1,189 @@
+"""Executors (inductor) under cache="symbolic values": fusion regions with symbolic sizes compile once for dynamic
+shapes (executors/inductorex.py, `compile_symbolic`), a call their guards reject compiles a guarded variant, and
+`jitcore.last_compile_stats` counts the region compiles each call caused. Eager is the oracle: outputs, gradients.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import jitcore
+from executors import inductor_ex, inductorex, torch_ex
+from executors.inductorex import CompiledRegion
+
+pytestmark = pytest.mark.skipif(not inductor_ex.is_available()[0], reason="inductor is not available here")
+EXECUTORS = [inductor_ex, torch_ex]
+
+
+@pytest.fixture(autouse=True)
+def _no_region_falls_back_to_eager():
+    """A region whose compile failed runs eagerly (right answer, with a warning): here that is a failure."""
+    before = inductorex.STATS["fallbacks"]
+    yield
+    assert inductorex.STATS["fallbacks"] == before, "a fusion region failed to compile (see the warning)"
+
+
+def _regions(trace) -> list[CompiledRegion]:
+    return [b.sym.call_ctx[b.sym.name] for b in trace.bound_symbols if "region_trace" in b.extra]
+
+
+def _region_counts(jfn) -> tuple[int, int]:
+    stats = jitcore.last_compile_stats(jfn)
+    return stats["region_compiles"], stats["regions_reused"]
+
+
+def _grads(fn, *args):
+    leaves = [a.detach().clone().requires_grad_(True) for a in args]
+    out = fn(*leaves)
+    outs = out if isinstance(out, tuple) else (out,)
+    sum(o.float().pow(2).sum() for o in outs).backward()
+    return outs, [a.grad for a in leaves]
+
+
+def test_dynamic_region_compiles_once_over_sizes_and_counts_its_compiles():
+    def f(x, w):
+        h = torch.nn.functional.gelu(x @ w) * 2 + x.shape[0]
+        return torch.softmax(h, -1).reshape(x.shape[0] * x.shape[1], -1) - 1
+
+    jfn = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    w = torch.randn(8, 8)
+    counts = []
+    for b, t in [(2, 5), (3, 7), (4, 2), (6, 9)]:
+        x = torch.randn(b, t, 8)
+        got, got_grads = _grads(jfn, x, w)
+        want, want_grads = _grads(f, x, w)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_grads, want_grads, atol=1e-4, rtol=1e-4)
+        counts.append(_region_counts(jfn))  # read after the backward: its regions count too
+    assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
+    assert counts[0][0] >= 2, counts  # forward and backward regions, compiled lazily at their first run
+    assert [c for c, _ in counts[1:]] == [0, 0, 0], counts
+    fwd = _regions(jitcore.last_traces(jfn)[-1])
+    bwd = _regions(jitcore.last_backward_traces(jfn)[-1])
+    assert fwd and bwd and all(r.dynamic and len(r.guarded) == 1 for r in fwd + bwd)
+    assert all(r.guarded[0][1] is not r.eager_fn for r in fwd + bwd)  # compiled, not fallen back to eager
+
+
+def test_sizes_equal_at_the_first_call_are_not_assumed_equal_later():
+    # batch == length == heads at the first call: no duck sizing, so the sizes stay separate symbols
+    def f(x, y):
+        return (x.transpose(0, 1) * 3 + y).sin().sum(0), (x + 1).exp()
+
+    jfn = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    counts = []
+    for a, b in [(4, 4), (3, 5), (6, 2)]:
+        x, y = torch.randn(a, b, 4), torch.randn(b, a, 4)
+        torch.testing.assert_close(jfn(x, y), f(x, y))
+        counts.append(_region_counts(jfn)[0])
+    assert counts[0] > 0 and counts[1:] == [0, 0], counts
+    assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
+
+
+def test_a_call_the_region_guards_reject_compiles_a_variant_with_eagers_answer():
+    # the compiled code assumes its inputs' strides: a transposed input of the same sizes needs another variant
+    def f(x, y):
+        return (x * 2 + y).tanh() * x.shape[0]
+
+    jfn = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    x, y = torch.randn(6, 6), torch.randn(6, 6)
+    torch.testing.assert_close(jfn(x, y), f(x, y))
+    region = _regions(jitcore.last_traces(jfn)[-1])[0]
+    assert region.dynamic and len(region.guarded) == 1
+    xt, y7 = torch.randn(7, 7).t(), torch.randn(7, 7)
+    torch.testing.assert_close(jfn(xt, y7), f(xt, y7))
+    assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
+    assert _region_counts(jfn)[0] == 1 and len(region.guarded) == 2  # the region's guards rejected the strides
+    x9, y9 = torch.randn(9, 9), torch.randn(9, 9)
+    torch.testing.assert_close(jfn(x9, y9), f(x9, y9))
+    assert _region_counts(jfn)[0] == 0  # a contiguous input of a new size: the first variant
+
+
+def test_past_the_variant_limit_a_dynamic_region_runs_eagerly(monkeypatch):
+    monkeypatch.setattr(inductorex, "MAX_DYNAMIC_VARIANTS", 1)
+
+    def f(x, y):
+        return (x * 3 - y).sigmoid() + x.shape[1]
+
+    jfn = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    x, y = torch.randn(5, 5), torch.randn(5, 5)
+    torch.testing.assert_close(jfn(x, y), f(x, y))
+    xt, y6 = torch.randn(6, 6).t(), torch.randn(6, 6)
+    with pytest.warns(UserWarning, match="run eagerly"):
+        torch.testing.assert_close(jfn(xt, y6), f(xt, y6))
+    region = _regions(jitcore.last_traces(jfn)[-1])[0]
+    assert region.guarded[-1][1] is region.eager_fn and _region_counts(jfn)[0] == 0
+    x7, y7 = torch.randn(7, 7), torch.randn(7, 7)
+    torch.testing.assert_close(jfn(x7, y7), f(x7, y7))  # the compiled variant still serves what its guards accept
+    assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
+
+
+def test_regions_reused_across_functions_are_counted():
+    def f(x):
+        return (x.sin() * 2).exp().sum(-1)
+
+    def g(x):
+        return f(x)
+
+    jf, jg = (jitcore.jit(fn, executors=EXECUTORS, cache="symbolic values") for fn in (f, g))
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(jf(x), f(x))
+    torch.testing.assert_close(jg(x), f(x))
+    assert _region_counts(jg) == (0, 1)  # the same region text: the compiled code of jf's call
+
+
+MODELS = [pytest.param(name, train, id=f"{name}-{'training' if train else 'inference'}",
+                       marks=() if (name, train) == ("nanogpt", False) else pytest.mark.slow)
+          for name in ("nanogpt", "gpt2", "llama", "bert") for train in (False, True)]
+
+
+@pytest.mark.parametrize("name, train", MODELS)
+def test_models_compile_once_with_no_region_compile_after_the_first_shape(name, train):
+    """tests/test_models.py's models under [inductor, torch]: one jitcore compile and no region compile after the
+    first (batch, length) shape; eager's logits, loss and every parameter's gradient at each step."""
+    from tests.test_models import BUILDERS, VOCAB
+
+    torch.manual_seed(0)
+    model, *_ = BUILDERS[name]()
+    model.train(train)
+    ref = copy.deepcopy(model)
+    jm = jitcore.jit(model, executors=EXECUTORS, cache="symbolic values")
+    for i, (b, t) in enumerate([(2, 8), (3, 12), (2, 16)]):
+        ids = torch.randint(0, VOCAB, (b, t))
+        kw = {"labels": ids} if train and name != "nanogpt" else {}
+        with torch.set_grad_enabled(train):
+            out, want = jm(ids, **kw), ref(ids, **kw)
+        logits, want_logits = (out.logits, want.logits) if hasattr(want, "logits") else (out, want)
+        torch.testing.assert_close(logits, want_logits, atol=1e-4, rtol=1e-4)
+        if train:
+            loss = out.loss if kw else out.float().pow(2).mean()
+            want_loss = want.loss if kw else want.float().pow(2).mean()
+            torch.testing.assert_close(loss, want_loss, atol=1e-4, rtol=1e-4)
+            loss.backward()
+            want_loss.backward()
+            for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=n)
+            model.zero_grad()
+            ref.zero_grad()
+        compiles, _ = _region_counts(jm)
+        assert (compiles > 0) if i == 0 else (compiles == 0), (b, t, compiles)
+    assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
+
+
+def test_inductors_environment_variables_do_not_change_what_the_program_read(monkeypatch):
+    # Inductor sets environment variables at its first compile; a program that read os.environ (transformers does)
+    # must not see the environment change under it between its first and second call
+    import os
+
+    monkeypatch.delenv("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", raising=False)
+
+    def f(x):
+        scale = 2.0 if os.environ.get("JITCORE_TEST_UNSET_FLAG") is None else 3.0
+        return (x * scale).sin().exp()
+
+    jfn = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    for n in (3, 4):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(jfn(x), f(x))
+    assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
