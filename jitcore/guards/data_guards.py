@@ -5,6 +5,7 @@ a different value is a miss (the function is traced again and takes the other br
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import torch
@@ -61,36 +62,72 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
                                  "in-place ops here")
     real = {i.proxy.name: (i, v) for i, v in zip(ctx.inputs, ctx._values)}
     made = {o.name for b in lines for o in b.flat_proxy_outs()}
-    free = []
+    free, seen = [], set()
     for b in lines:
         for a in b.flat_proxy_args():
-            if a.name not in made and a not in free:
+            if a.name not in made and a.name not in seen:  # by name: `in` on number proxies would compare values
                 free.append(a)
+                seen.add(a.name)
     if proxy.name not in made:
         free = [proxy]
+    symbols = _symbol_values(ctx)
+    reads = {}  # free number -> its expression over the prologue's symbols, compiled
     for a in free:
-        if isinstance(a, NumberProxy) and a.expr == a.name:  # a symbol the prologue binds (an input's size, a number
-            continue  # argument): the check reads it by name, as predicates do
+        if isinstance(a, NumberProxy):  # a size or number argument, or arithmetic on them: the check computes it
+            names = _names_in(a.expr)  # from the symbols the prologue binds (by name, as predicates read them)
+            if names is None or any(n not in symbols for n in names):
+                raise DataDependentError(f"converting a tensor to {what} needs its value, which depends on "
+                                         f"something other than the function's tensor arguments ({a.name})")
+            reads[a.name] = compile(a.expr, f"<size {a.name}>", "eval")
+            continue
         entry = real.get(a.name)
-        if isinstance(a, NumberProxy) or entry is None or not ctx.is_argument_input(entry[0]):
+        if entry is None or not ctx.is_argument_input(entry[0]):
             raise DataDependentError(f"converting a tensor to {what} needs its value, which depends on something "
                                      f"other than the function's tensor arguments ({a.name})")
+    inputs = [a.name for a in free if a.name not in reads]
+    inputs += sorted({n for a in free if a.name in reads for n in _names_in(a.expr)} - set(inputs))
     program = Trace("data_guard")
     program.args, program.bound_symbols, program.output = free, lines, proxy
     program.names = set(ctx.trace.names)
     convert = _CONVERT[kind]
     fn = program.python_callable()
 
-    def recompute(*tensors):
+    def recompute(*values):
+        env = dict(zip(inputs, values))
+        args = [eval(reads[a.name], _BUILTINS, env) if a.name in reads else env[a.name] for a in free]
         with torch.no_grad():
-            return convert(fn(*tensors))
+            return convert(fn(*args))
 
     recompute.__qualname__ = recompute.__name__ = f"data_guard[{_describe(program, kind)}]"
     recompute.trace = program  # the program that recomputes the value, printable
     with detached():
-        value = recompute(*[a.value if isinstance(a, NumberProxy) else real[a.name][1] for a in free])
-    ctx.guards.data.append(DataGuard(recompute, tuple(a.name for a in free), value, _describe(program, kind)))
+        value = recompute(*[real[n][1] if n in real and n not in symbols else symbols[n] for n in inputs])
+    ctx.guards.data.append(DataGuard(recompute, tuple(inputs), value, _describe(program, kind)))
     return value
+
+
+# what number expressions call (jitcore/ir/arith.py prints max, min, abs, int, float, round): nothing else
+_BUILTINS = {"__builtins__": {}, "max": max, "min": min, "abs": abs, "int": int, "float": float, "round": round}
+
+
+def _names_in(expr: str | None) -> set | None:
+    """The symbols a number's expression reads (None: it has none, a value computed from data or drawn per call)."""
+    if expr is None:
+        return None
+    return {n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)} - set(_BUILTINS)
+
+
+def _symbol_values(ctx) -> dict:
+    """The symbols the prologue binds (the inputs' symbolic sizes, number arguments) and their values in this call."""
+    values = {}
+    for i, v in zip(ctx.inputs, ctx._values):
+        if isinstance(i.proxy, NumberProxy) and i.proxy.expr == i.proxy.name:
+            values.setdefault(i.proxy.name, v)
+        elif isinstance(i.proxy, TensorProxy) and isinstance(v, torch.Tensor):
+            for s, n in zip(i.proxy.shape, v.shape):
+                if isinstance(s, NumberProxy) and s.expr == s.name:
+                    values.setdefault(s.name, int(n))
+    return values
 
 
 def _describe(program: Trace, kind: str) -> str:
