@@ -35,7 +35,9 @@ def _models(name: str, train: bool):
 
 
 def _call(model, name, ids):
-    out = model(ids) if name == "nanogpt" else model(ids, labels=ids)
+    # use_cache=False, as training loops pass it: transformers then checks positions for packed sequences (a data
+    # guard over sizes computed from the symbols)
+    out = model(ids) if name == "nanogpt" else model(ids, labels=ids, use_cache=False)
     if name == "nanogpt":
         return out, out.float().pow(2).mean()
     return out.logits, out.loss
