@@ -128,13 +128,15 @@ def _shapes_section(results) -> list[str]:
             "misses, Dynamo's compiled frames for torch.compile (a graph break's frames count too), thunder's cache "
             "misses; later: those after the first shape. Compiling calls: the wall time of the calls that compiled. "
             "Total: every call of the sequence, first calls included. Steady: median per call on the last shape. "
-            "Ratios: this variant's time / eager's (or torch.compile's); below 1 is faster. Dynamo frames: frames "
-            "Dynamo compiled in the process (for jitcore [inductor, torch], its dynamic fusion regions)."), ""]
+            "Ratios: this variant's time / eager's (or torch.compile's); below 1 is faster. Dynamo graphs: graphs "
+            "Dynamo captured over the sequence (for jitcore [inductor, torch], its dynamic fusion regions)."), ""]
     for shapes in _ordered(tuple(map(tuple, r["extra"].get("shapes", []))) for r in rows):
         names = _ordered(r["workload"] for r in rows if tuple(map(tuple, r["extra"].get("shapes", []))) == shapes)
+        if not shapes:
+            continue
         out.append(f"- {', '.join(names)}: {', '.join('x'.join(map(str, s)) for s in shapes)}")
     out += ["", "| workload | variant | status | compiles | later compiles | compiling calls (s) | total (s) | "
-            "steady ms/call | steady vs eager | total vs eager | total vs torch.compile | Dynamo frames |",
+            "steady ms/call | steady vs eager | total vs eager | total vs torch.compile | Dynamo graphs |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         x = r["extra"]
@@ -146,7 +148,7 @@ def _shapes_section(results) -> list[str]:
                    f"{_fmt(_s(x.get('total_ms')), '.2f')} | {_fmt(x.get('steady_ms'), '.3f')} | "
                    f"{_fmt(x.get('steady_vs_eager'), '.3g')} | {_fmt(x.get('total_vs_eager'), '.3g')} | "
                    f"{_fmt(x.get('total_vs_torch_compile'), '.3g')} | "
-                   f"{_fmt(x.get('dynamo_frames'), 'd')} |")
+                   f"{_fmt(x.get('dynamo_graphs'), 'd')} |")
     return out
 
 
@@ -155,6 +157,8 @@ def _s(ms):
 
 
 def _detail_section(results) -> list[str]:
+    if all(r["suite"] in ("cache", "shapes") for r in results):
+        return []
     out = ["", "## Per workload", "",
            "| suite | workload | variant | status | first call ms | fwd ms | fwd+bwd ms | peak MiB | note |",
            "|---|---|---|---|---|---|---|---|---|"]

@@ -161,11 +161,18 @@ def make_variant(name: str, fn):
 
 
 def dynamo_frames() -> int:
-    """Frames Dynamo compiled in this process (torch.compile's compiles, recompiles and graph breaks' frames; also
-    the dynamic fusion regions of jitcore's Inductor executor)."""
+    """Frames Dynamo compiled in this process (torch.compile's compiles and recompiles, graph breaks' frames)."""
     from torch._dynamo.utils import counters
 
     return int(counters["frames"]["ok"])
+
+
+def dynamo_graphs() -> int:
+    """Graphs Dynamo captured in this process: torch.compile's (a graph break makes two), and the dynamic fusion
+    regions jitcore's Inductor executor compiles with torch.compile(fullgraph=True), which count no frames."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def compiles(variant: str, run) -> int:
@@ -224,7 +231,7 @@ def measure_one(w: ShapeWorkload, variant: str, repeat: int) -> Result:
     total = compiling = 0.0
     shape = w.shapes[0]
     try:
-        frames_before = dynamo_frames()
+        graphs_before = dynamo_graphs()
         for i, (shape, args) in enumerate(zip(w.shapes, calls)):
             before = compiles(variant, run)
             start = time.perf_counter()
@@ -239,7 +246,7 @@ def measure_one(w: ShapeWorkload, variant: str, repeat: int) -> Result:
             check(got, expected[i], w.tol, f"shape {tuple(shape)}")
         res.compiles = compiles(variant, run)
         res.extra.update(total_ms=total * 1e3, compiling_ms=compiling * 1e3,
-                         dynamo_frames=dynamo_frames() - frames_before)
+                         dynamo_graphs=dynamo_graphs() - graphs_before)
         last = calls[-1]
         steady = median_time(lambda: step(run, params, w.train, last, keep=False), warmup=2, repeat=repeat) * 1e3
         res.extra["steady_ms"] = steady
