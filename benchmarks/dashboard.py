@@ -149,7 +149,9 @@ def _shapes_section(results) -> list[str]:
                    f"{_fmt(x.get('steady_vs_eager'), '.3g')} | {_fmt(x.get('total_vs_eager'), '.3g')} | "
                    f"{_fmt(x.get('total_vs_torch_compile'), '.3g')} | "
                    f"{_fmt(x.get('dynamo_graphs'), 'd')} |")
-    return out
+    again = [f"- {r['workload']}, {r['variant']}: {'; '.join(r['extra']['miss_reasons'])}" for r in rows
+             if r["extra"].get("miss_reasons")]
+    return out + (["", "Why jitcore compiled again (its cache miss reasons):", "", *again] if again else [])
 
 
 def _s(ms):

@@ -245,6 +245,10 @@ def measure_one(w: ShapeWorkload, variant: str, repeat: int) -> Result:
                 res.extra["first_shape_compiles"] = compiles(variant, run)
             check(got, expected[i], w.tol, f"shape {tuple(shape)}")
         res.compiles = compiles(variant, run)
+        if variant.startswith("jitcore") and res.compiles > 1:  # why it compiled again (the predicate that failed)
+            import jitcore
+
+            res.extra["miss_reasons"] = [str(m)[:300] for m in jitcore.cache_miss_reasons(run)[1:]]
         res.extra.update(total_ms=total * 1e3, compiling_ms=compiling * 1e3,
                          dynamo_graphs=dynamo_graphs() - graphs_before)
         last = calls[-1]
