@@ -1,6 +1,7 @@
 """Benchmarks: the dashboard. Aggregates the runner's per-workload results into a weekly-report style summary
 per suite and variant (pass rate, geometric-mean speedup over eager forward and forward+backward, first-call time,
-memory ratio), the per-call overhead, the cache behaviour and the details, as markdown and as a PNG chart.
+memory ratio), the per-call overhead, the cache behaviour, the shape sequences (benchmarks/shape_suite.py) and the
+details, as markdown and as a PNG chart.
 
     python -m benchmarks.dashboard benchmarks/results/results.json     # redraw from saved results
 """
@@ -41,7 +42,7 @@ def summarize(results: list[dict]) -> list[dict]:
                 "fwdbwd_speedup": geomean(ratio(lambda r: r["fwdbwd_ms"], invert=True)),
                 "first_call_ms": geomean(r["first_call_ms"] for r in ok),
                 "memory_ratio": geomean(ratio(lambda r: r["peak_mem_mb"])),
-                "compiles": sum(r["compiles"] or 0 for r in ok) if suite == "cache" else None,
+                "compiles": sum(r["compiles"] or 0 for r in ok) if suite in ("cache", "shapes") else None,
                 "na_reason": mine[0]["error"] if mine and not ran else ""})
     return rows
 
@@ -82,7 +83,7 @@ def markdown(results: list[dict], meta: dict) -> str:
         out.append(f"| {r['suite']} | {r['variant']} | {r['passed']}/{r['n']} ({100 * r['passed'] / r['n']:.0f}%) | "
                    f"{_fmt(r['fwd_speedup'], '.3g', 'x')} | {_fmt(r['fwdbwd_speedup'], '.3g', 'x')} | "
                    f"{_fmt(r['first_call_ms'], '.1f')} | {_fmt(r['memory_ratio'], '.2f')} |")
-    out += _overhead_section(results) + _cache_section(results) + _detail_section(results)
+    out += _overhead_section(results) + _cache_section(results) + _shapes_section(results) + _detail_section(results)
     na = _ordered(f"{r['variant']}: {r['na_reason']}" for r in rows if r["n"] == 0 and r["na_reason"])
     if na:
         out += ["", "## Not available here", ""] + [f"- {line}" for line in na]
@@ -117,12 +118,54 @@ def _cache_section(results) -> list[str]:
     return out
 
 
+def _shapes_section(results) -> list[str]:
+    rows = [r for r in results if r["suite"] == "shapes"]
+    if not rows:
+        return []
+    out = ["", "## Shape sequences (each variant in a fresh process, empty compiler caches)", "",
+           ("Each model called over its sequence of shapes (inference under no_grad, or training steps: forward, "
+            "loss, backward), outputs and gradients checked against eager at every call. Compiles: jitcore's cache "
+            "misses, Dynamo's compiled frames for torch.compile (a graph break's frames count too), thunder's cache "
+            "misses; later: those after the first shape. Compiling calls: the wall time of the calls that compiled. "
+            "Total: every call of the sequence, first calls included. Steady: median per call on the last shape. "
+            "Ratios: this variant's time / eager's (or torch.compile's); below 1 is faster. Dynamo graphs: graphs "
+            "Dynamo captured over the sequence (for jitcore [inductor, torch], its dynamic fusion regions)."), ""]
+    for shapes in _ordered(tuple(map(tuple, r["extra"].get("shapes", []))) for r in rows):
+        names = _ordered(r["workload"] for r in rows if tuple(map(tuple, r["extra"].get("shapes", []))) == shapes)
+        if not shapes:
+            continue
+        out.append(f"- {', '.join(names)}: {', '.join('x'.join(map(str, s)) for s in shapes)}")
+    out += ["", "| workload | variant | status | compiles | later compiles | compiling calls (s) | total (s) | "
+            "steady ms/call | steady vs eager | total vs eager | total vs torch.compile | Dynamo graphs |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        x = r["extra"]
+        later = None if r["compiles"] is None or "first_shape_compiles" not in x else \
+            r["compiles"] - x["first_shape_compiles"]
+        note = f" {r['error'][:100]}".replace("|", "\\|") if r["error"] else ""
+        out.append(f"| {r['workload']} | {r['variant']} | {r['status']}{note} | {_fmt(r['compiles'], 'd')} | "
+                   f"{_fmt(later, 'd')} | {_fmt(_s(x.get('compiling_ms')), '.2f')} | "
+                   f"{_fmt(_s(x.get('total_ms')), '.2f')} | {_fmt(x.get('steady_ms'), '.3f')} | "
+                   f"{_fmt(x.get('steady_vs_eager'), '.3g')} | {_fmt(x.get('total_vs_eager'), '.3g')} | "
+                   f"{_fmt(x.get('total_vs_torch_compile'), '.3g')} | "
+                   f"{_fmt(x.get('dynamo_graphs'), 'd')} |")
+    again = [f"- {r['workload']}, {r['variant']}: {'; '.join(r['extra']['miss_reasons'])}" for r in rows
+             if r["extra"].get("miss_reasons")]
+    return out + (["", "Why jitcore compiled again (its cache miss reasons):", "", *again] if again else [])
+
+
+def _s(ms):
+    return None if ms is None else ms / 1e3
+
+
 def _detail_section(results) -> list[str]:
+    if all(r["suite"] in ("cache", "shapes") for r in results):
+        return []
     out = ["", "## Per workload", "",
            "| suite | workload | variant | status | first call ms | fwd ms | fwd+bwd ms | peak MiB | note |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        if r["suite"] == "cache":
+        if r["suite"] in ("cache", "shapes"):
             continue
         note = r["error"].replace("|", "\\|")[:140]
         out.append(f"| {r['suite']} | {r['workload']} | {r['variant']} | {r['status']} | "

@@ -6,6 +6,8 @@ and writes the dashboard (markdown, PNG, raw JSON) into the results folder.
     python -m benchmarks.run --quick --threads 1         # steadier on a shared machine (no OpenMP stalls)
     python -m benchmarks.run --out benchmarks/results    # the full set (several minutes: compilers compile)
     python -m benchmarks.run --suites mlp,cache --variants eager,"jitcore [torch]"
+    python -m benchmarks.run --quick --suites shapes     # models over shape sequences, each variant in a fresh
+                                                         # process (benchmarks/shape_suite.py; in full runs by default)
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import dashboard, thunder_adapter
+from benchmarks import dashboard, shape_suite, thunder_adapter
 from benchmarks.measure import SYMBOLIC, SYMBOLIC_INDUCTOR, VARIANTS, measure, measure_shapes
 from benchmarks.suites import cache_workloads, core_workloads, hf_workloads
 
@@ -103,6 +105,13 @@ def run(args) -> list[dict]:
                   f"{'  ' + r.error if r.error else ''}", flush=True)
             results.append(asdict(r))
             gc.collect()  # the variant's compiled objects go before the next one is measured
+    if (suites is None and not quick) or (suites and shape_suite.SUITE in suites):
+        results += shape_suite.run_suite(
+            quick=quick, variants=variants if args.variants else None, threads=args.threads or 1,
+            timeout=args.limit * 5, repeat=args.repeat, log=lambda line: print(line, flush=True))
+    elif suites is None:
+        print(f"{shape_suite.SUITE} suite skipped in --quick runs: add --suites {shape_suite.SUITE} (fresh processes, "
+              "compiles: minutes)")
     return results
 
 
@@ -112,13 +121,17 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes, fewer repeats, fewer workloads")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="results folder")
     parser.add_argument("--suites", default="", help="comma-separated suite names (default: all)")
-    parser.add_argument("--variants", default="", help=f"comma-separated, from: {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default="",
+                        help=f"comma-separated, from: {', '.join(VARIANTS)}; the {shape_suite.SUITE} suite's: "
+                             f"{', '.join(shape_suite.SHAPE_VARIANTS)}")
     parser.add_argument("--repeat", type=int, default=0, help="timed samples per measurement (the best is kept)")
     parser.add_argument("--limit", type=float, default=None,
                         help="seconds one stage of one variant may take before it counts as failed "
-                             "(default 60 with --quick, 300 otherwise)")
+                             f"(default 60 with --quick, 300 otherwise; five times that for one process of the "
+                             f"{shape_suite.SUITE} suite)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="torch.set_num_threads (1 gives steadier numbers on a shared or busy machine)")
+                        help="torch.set_num_threads (1 gives steadier numbers on a shared or busy machine; the "
+                             f"{shape_suite.SUITE} suite's processes use 1 unless this says otherwise)")
     parser.add_argument("--no-memory", action="store_true", help="skip the profiler's peak-memory measurement")
     args = parser.parse_args(argv)
     args.limit = args.limit or (60.0 if args.quick else 300.0)

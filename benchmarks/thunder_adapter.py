@@ -53,9 +53,10 @@ def version() -> str | None:
     return what if ok else None
 
 
-def jit(fn):
-    """thunder.jit with its defaults (its torch executor plus whatever fusion executors it enables on CPU)."""
-    return load().jit(fn)
+def jit(fn, **options):
+    """thunder.jit with its defaults (its torch executor plus whatever fusion executors it enables on CPU), and
+    `options` (cache="symbolic values" for the shape suite)."""
+    return load().jit(fn, **options)
 
 
 def cache_misses(jfn) -> int | None:

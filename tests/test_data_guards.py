@@ -95,3 +95,46 @@ def test_data_guard_over_a_tensor_and_its_symbolic_numel(cache):
         mask[0, 0] = not hole
         x = torch.randn(2)
         torch.testing.assert_close(jf(x, mask), f(x, mask))
+
+
+def packed_positions(x):
+    """transformers' packed-sequence check (masking_utils, `use_cache=False`): positions from arange over the length,
+    expanded to a batch size read back from a reshape (a size computed from the symbols), tested with `.all()`."""
+    t = x.shape[1]
+    n = x.reshape(-1, t).shape[0]
+    pos = torch.arange(t).unsqueeze(0).expand(n, -1)
+    starts = (pos[:, 1:] - pos[:, :-1] != 1).cumsum(-1)[:, -1]
+    if (starts == 0).all():
+        return x * 2 + pos
+    return x - 1
+
+
+@pytest.mark.parametrize("sizes", [[(2, 5), (3, 4), (4, 4), (6, 3)], [(4, 4), (2, 5), (3, 3), (5, 7)]],
+                         ids=["distinct-first", "equal-first"])
+def test_data_guard_reads_sizes_computed_from_the_symbols(sizes):
+    """Under symbolic values a data guard reads the numbers its program needs by their expressions over the size
+    symbols, and names them apart without comparing their values: batch == length (4x4, first or later) is no
+    predicate and no recompile, and every call gives eager's result."""
+    jf = jitcore.jit(packed_positions, cache="symbolic values")
+    for shape in sizes:
+        x = torch.randn(shape)
+        torch.testing.assert_close(jf(x), packed_positions(x))
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+    prologue = str(jitcore.last_prologue_traces(jf)[-1])
+    assert "i0 != i1" not in prologue and "i0 == i1" not in prologue, prologue
+
+
+def test_data_guard_over_a_computed_size_retraces_when_its_value_changes():
+    """The guard's program recomputes its value from this call's sizes: a branch decided by a size computed from the
+    symbols (`b * t // t`) follows the call, one compile per outcome."""
+    def f(x):
+        n = x.reshape(-1, x.shape[1]).shape[0]
+        if torch.ones(n).expand(x.shape[1], -1).sum() > 4 * x.shape[1]:
+            return x * 2
+        return x - 1
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for rows, misses in [(2, 1), (3, 1), (5, 2), (6, 2), (4, 2), (7, 2)]:
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(jf(x), f(x))
+        assert jitcore.cache_misses(jf) == misses, jitcore.cache_miss_reasons(jf)

@@ -44,7 +44,8 @@ def _cnn():
 # training-mode dropout draws different random numbers than eager: the training comparisons turn it off
 # (tests/test_random.py checks dropout's distribution, seeding and mask reuse under jit)
 NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
-              "bert": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}}
+              "bert": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+              "vit": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}}
 
 
 def _hf(kind):
@@ -78,8 +79,26 @@ def _hf(kind):
     return model, (ids,), {"labels": labels}, lambda r: (r.logits, r.loss)
 
 
+VIT_CLASSES = 10
+
+
+def _vit_config(tr, image_size=32):
+    return tr.ViTConfig(image_size=image_size, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, num_labels=VIT_CLASSES, **NO_DROPOUT["vit"],
+                        problem_type="single_label_classification")  # else the first call with labels sets it
+
+
+def _vit():
+    """A ViT image classifier (32x32 images in 8x8 patches): called with pixel_values and labels."""
+    tr = pytest.importorskip("transformers")
+    tr.logging.set_verbosity_error()
+    model = tr.ViTForImageClassification(_vit_config(tr))
+    pixels, labels = torch.randn(2, 3, 32, 32), torch.randint(0, VIT_CLASSES, (2,))
+    return model, (pixels,), {"labels": labels}, lambda r: (r.logits, r.loss)
+
+
 BUILDERS = {
-    "nanogpt": _nanogpt, "cnn_batchnorm": _cnn,
+    "nanogpt": _nanogpt, "cnn_batchnorm": _cnn, "vit": _vit,
     **{k: (lambda k=k: _hf(k)) for k in ("gpt2", "llama", "qwen2", "mistral", "bert", "t5", "bart")},
 }
 
@@ -193,4 +212,26 @@ def test_symbolic_values_training_steps_compile_once(name):
             torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=n)
         model.zero_grad()
         ref.zero_grad()
+    assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_symbolic_values_vit_compiles_once_over_batch_sizes(train):
+    """cache="symbolic values" on ViT: the batch is the variable size (images stay 32x32); one compile, eager's
+    logits, and in training eager's loss and every parameter's gradient."""
+    model, ref, _, _, read = _pair("vit", train=train)
+    jm = jitcore.jit(model, cache="symbolic values")
+    for b in (2, 5, 3, 8):
+        pixels, labels = torch.randn(b, 3, 32, 32), torch.randint(0, VIT_CLASSES, (b,))
+        with torch.set_grad_enabled(train):
+            (out, loss), (want, want_loss) = read(jm(pixels, labels=labels)), read(ref(pixels, labels=labels))
+        torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(loss, want_loss, atol=1e-5, rtol=1e-4)
+        if train:
+            loss.backward()
+            want_loss.backward()
+            for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=lambda m, n=n: f"{n}: {m}")
+            model.zero_grad()
+            ref.zero_grad()
     assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)

@@ -501,6 +501,14 @@ def _unfold_backward_meta(g, input_sizes, dim, size, step):
     return _like(g, shape=tuple(input_sizes))
 
 
+def _convolution_backward_meta(g, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                               mask):
+    """Gradients shaped like the input and the weight, and the bias's sizes; None where mask leaves one out (symbolic
+    batch and image sizes pass through, as the input's)."""
+    return (_like(x) if mask[0] else None, _like(w) if mask[1] else None,
+            _like(g, shape=tuple(bias_sizes)) if mask[2] and bias_sizes is not None else None)
+
+
 _aten = torch.ops.aten
 for _fn, _meta in (
     (_aten.native_layer_norm.default, _native_layer_norm_meta),
@@ -515,6 +523,7 @@ for _fn, _meta in (
     (_aten.embedding_dense_backward.default, _embedding_dense_backward_meta),
     (_aten.nll_loss_backward.default, _nll_loss_backward_meta),
     (_aten.unfold_backward.default, _unfold_backward_meta),
+    (_aten.convolution_backward.default, _convolution_backward_meta),
 ):
     register_opaque_meta(_fn, _meta)
 del _fn, _meta
