@@ -190,7 +190,7 @@ def test_symbolic_values_compile_once_over_batch_and_sequence_lengths(name):
     assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
 
 
-@pytest.mark.parametrize("name", ["nanogpt", "gpt2", "llama", "bert"])
+@pytest.mark.parametrize("name", ["nanogpt", "gpt2", "llama", "qwen2", "mistral", "bert", "bart", "t5"])
 def test_symbolic_values_training_steps_compile_once(name):
     """cache="symbolic values", training: one compile over (batch, length) shapes; loss and every parameter's
     gradient equal eager's at each step."""
@@ -202,6 +202,8 @@ def test_symbolic_values_training_steps_compile_once(name):
     for b, t in [(2, 8), (3, 12), (2, 16)]:
         ids = torch.randint(0, VOCAB, (b, t))
         kw = {} if name == "nanogpt" else {"labels": ids}
+        if name in ("bart", "t5"):
+            kw["decoder_input_ids"] = ids
         out, expected = jm(ids, **kw), ref(ids, **kw)
         loss = out.loss if hasattr(out, "loss") else out.float().pow(2).mean()
         ref_loss = expected.loss if hasattr(expected, "loss") else expected.float().pow(2).mean()
