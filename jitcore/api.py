@@ -26,6 +26,7 @@ from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter.provenance import Roots
+from jitcore.interpreter.user_traceback import user_frames_first
 from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
@@ -227,7 +228,11 @@ class JitFunction:
         cache it, and return it with the inputs its prologue fetched."""
         check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
         self._cache.record_miss(self.fn, args, kwargs)
-        entry = compile_entry(self.fn, args, kwargs, self.options)
+        try:
+            entry = compile_entry(self.fn, args, kwargs, self.options)
+        except Exception as e:  # raised in the user's code while tracing: the traceback shows the user's frames
+            user_frames_first(e)
+            raise
         self._cache.add(entry, args, kwargs)
         inputs = entry.prologue(self.fn, args, kwargs)
         if inputs is None:

@@ -21,6 +21,7 @@ from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode
     ops_generators,
     ops_load_store,
     ops_stack,
+    user_traceback,
 )
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.generators import InterpGenerator
@@ -96,6 +97,10 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
     except JitError as e:
         if getattr(e, "where", "") is None and rt.fallback_where is not None:
             e.with_where(rt.fallback_where)
+        user_traceback.rebuild(rt, e)
+        raise
+    except Exception as e:  # the user's frames in its traceback, as eager's would show them
+        user_traceback.rebuild(rt, e)
         raise
     finally:
         try:

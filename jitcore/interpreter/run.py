@@ -14,7 +14,8 @@ import os
 import sysconfig
 import types
 
-from jitcore.errors import JitError, UnsupportedError
+from jitcore.errors import JitError, MetaError, UnsupportedError
+from jitcore.interpreter import eager_errors, user_traceback
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
 from jitcore.interpreter.provenance import Arg, Attr, Closure, Fn, Global, Item, Kwarg
@@ -78,6 +79,7 @@ class Runtime:
         self.ext_cells: dict[int, object] = {}
         self.views: dict[int, tuple] = {}
         self.fallback_where: str | None = None
+        self.unwound: dict[int, tuple] = {}  # id(exception) -> (exception, where it left interpreted frames)
         self._tcache: dict = {}
         self._gprov: dict = {}
         default = DefaultContext()
@@ -380,13 +382,16 @@ def run_frame(frame, throw=None):
         if not handle_exception(frame, throw, idx):
             if isinstance(throw, JitError):
                 annotate(frame, throw, insts[idx])
+            user_traceback.arrived(frame, insts[idx], throw)
+            user_traceback.record(frame.rt, frame, throw)
             raise throw
     while True:
         inst = insts[frame.ip]
         frame.ip += 1
         try:
             sig = inst.fn(frame, inst)
-        except BaseException as e:
+        except BaseException as exc:
+            e = eager_errors.as_eager(exc) if type(exc) is MetaError else exc  # eager's exception type
             rt = frame.rt
             if e.__context__ is None:
                 handled = rt.topmost_exc()
@@ -394,8 +399,12 @@ def run_frame(frame, throw=None):
                     _set_context(e, handled)
             if isinstance(e, JitError):  # where it was raised, before a with/finally cleanup re-raises it
                 annotate(frame, e, inst)
+            user_traceback.arrived(frame, inst, e)
             if handle_exception(frame, e, inst.idx):
                 continue
+            user_traceback.record(rt, frame, e)
+            if e is not exc:
+                raise e from exc.__cause__
             raise
         if sig is not None:
             return sig
