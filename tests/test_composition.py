@@ -8,7 +8,7 @@ import jitcore
 from executors import OperatorExecutor
 from jitcore.errors import UnsupportedError
 from jitcore.guards.cache import CACHE_MODES
-from jitcore.ops import ltorch
+from jitcore.ops import ltorch, prims
 
 
 def _grads(fn, *inputs):
@@ -249,3 +249,33 @@ def test_callables_passed_as_arguments_are_guarded_by_what_runs():
 class _Halver(_Scaler):
     def times(self, x):
         return x / self.k
+
+
+def test_operator_with_a_lambda_kernel_and_an_odd_name():
+    ex = OperatorExecutor("comp-test ops")
+    twice = ex.register_operator("twice plus-one", like=prims.sin, fn=lambda a: a * 2 + 1)
+
+    def f(x):
+        return twice(x).cos()
+
+    x = torch.randn(3)
+    jf = jitcore.jit(f, executors=[ex])
+    torch.testing.assert_close(jf(x), (x * 2 + 1).cos())
+    assert "comp_test_ops.twice_plus_one(" in str(jitcore.last_traces(jf)[-1])
+
+
+def test_error_inside_an_inlined_jitted_function_shows_its_frames():
+    import traceback
+
+    def inner(x):
+        return x.view(7)
+
+    jinner = jitcore.jit(inner)
+
+    def outer(x):
+        return jinner(x) + 1
+
+    with pytest.raises(RuntimeError, match="invalid for input of size 3") as info:
+        jitcore.jit(outer)(torch.randn(3))
+    names = [f.name for f in traceback.extract_tb(info.value.__traceback__) if f.filename == __file__]
+    assert names[-2:] == ["outer", "inner"]
