@@ -279,3 +279,57 @@ def test_error_inside_an_inlined_jitted_function_shows_its_frames():
         jitcore.jit(outer)(torch.randn(3))
     names = [f.name for f in traceback.extract_tb(info.value.__traceback__) if f.filename == __file__]
     assert names[-2:] == ["outer", "inner"]
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        return self.block(x) + 1
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_changes_inside_an_inlined_submodule_are_seen(cache):
+    """The outer program read the jitted submodule's model through it: replacing its layers, its attributes, or the
+    jitted submodule itself gives eager's answer on the next call."""
+    block = _Scaled()
+    model = _Outer(jitcore.jit(block, cache=cache))
+    jmodel = jitcore.jit(model, cache=cache)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(jmodel(x), block(x) + 1)
+    block.lin = torch.nn.Linear(3, 3)
+    torch.testing.assert_close(jmodel(x), block(x) + 1)
+    block.scale = 5.0
+    torch.testing.assert_close(jmodel(x), block(x) + 1)
+    other = _Scaled()
+    model.block = jitcore.jit(other, cache=cache)
+    torch.testing.assert_close(jmodel(x), other(x) + 1)
+    other.lin = torch.nn.Identity()
+    torch.testing.assert_close(jmodel(x), x * 2 + 1)
+
+
+def test_jit_of_a_jitted_function_and_module():
+    def f(x):
+        return x.sin() * 2
+
+    x = torch.randn(3, requires_grad=True)
+    jj = jitcore.jit(jitcore.jit(f))
+    torch.testing.assert_close(jj(x), f(x))
+    lin = torch.nn.Linear(3, 2)
+    jm = jitcore.jit(jitcore.jit(lin))
+    out = jm(torch.ones(2, 3))
+    out.sum().backward()
+    torch.testing.assert_close(out, lin(torch.ones(2, 3)))
+    torch.testing.assert_close(lin.bias.grad, torch.full((2,), 2.0))
