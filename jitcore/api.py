@@ -50,9 +50,10 @@ class CompileOptions:
 def jit(fn, *, executors=None, cache: str = "constant values"):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
-    executors: a priority list of executors (objects or names: "inductor", "torch", ...); the torch and python
-    executors always come last as the fallback. cache: "constant values" (default), "symbolic values" or
-    "no caching".
+    executors: a priority list of executors (objects or names: "inductor", "torch", ...; one alone needs no list);
+    the torch and python executors always come last as the fallback. cache: "constant values" (default),
+    "symbolic values" or "no caching". A jitted function or module called inside another jitted program is part of
+    that program (inlined; its own cache is untouched). Generator functions are refused: jit the loop body.
     """
     options = CompileOptions(_resolve_executors(executors), cache)
     Cache(cache)  # validates the option now, not at the first call
