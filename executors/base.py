@@ -4,6 +4,8 @@ answers the memory passes' questions about its lines (safe defaults here). A wor
 """
 from __future__ import annotations
 
+import keyword
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,7 +34,8 @@ def get_executor(name_or_ex) -> Executor:
     try:
         return _EXECUTORS[name_or_ex]
     except KeyError:
-        raise ValueError(f"unknown executor {name_or_ex!r}; known: {sorted(_EXECUTORS)}") from None
+        known = sorted({*_EXECUTORS, "inductor", "nvfuser"})
+        raise ValueError(f"unknown executor {name_or_ex!r}; known: {known} (or an Executor object)") from None
 
 
 class Executor:
@@ -124,7 +127,7 @@ class OperatorExecutor(Executor):
     def __init__(self, name: str, namespace_name: str | None = None):
         super().__init__(name)
         # the alias kernels print under; "torch" itself is taken by the torch module
-        self.namespace_name = namespace_name or name
+        self.namespace_name = _identifier(namespace_name or name)
         self.implmap: dict[str, Implementation] = {}
         self.kernels: dict[str, Callable] = {}
         self.namespace = _ExecutorNamespace(self)
@@ -134,6 +137,7 @@ class OperatorExecutor(Executor):
         if path is not None:
             module, _, short = path.rpartition(".")
             return Symbol(f"{self.name}.{name}", short, meta=meta, module=module, namespace=torch)
+        name = _unique_name(name, self.kernels, fn)
         self.kernels[name] = fn
         alias = self.namespace_name
         NAMESPACE_IMPORTS.setdefault(alias, f"# {alias}: the kernels of executor {self.name!r}")
@@ -177,6 +181,26 @@ class OperatorExecutor(Executor):
         """The line that runs `bsym` with this executor's kernel; the original stays visible as a subsymbol."""
         impl = self.implmap[bsym.sym.id]
         return BoundSymbol(impl.symbol, bsym.args, bsym.kwargs, bsym.output, (bsym,))
+
+
+def _identifier(name: str) -> str:
+    """`name` as a Python identifier the printed trace can call: a lambda's "<lambda>" becomes "lambda_"."""
+    out = re.sub(r"\W", "_", name).strip("_") or "kernel"
+    if out[0].isdigit() or keyword.iskeyword(out) or out in ("lambda", "kernel"):
+        out += "_"
+    return out
+
+
+def _unique_name(name: str, kernels: dict, fn) -> str:
+    """An identifier for the kernel `fn` that names no other kernel of the executor: two closures both called
+    `impl` (or two lambdas) each print, and run, as themselves."""
+    base = _identifier(name)
+    if base.startswith("_"):  # `<executor>._ex` and dunders are the namespace object's own attributes
+        base = "k" + base
+    out, i = base, 1
+    while out in kernels and kernels[out] is not fn:
+        out, i = f"{base}_{i}", i + 1
+    return out
 
 
 def no_meta(op):

@@ -5,13 +5,15 @@ the autograd wrapper) -> guards (prologues, epilogue) -> run the computation, re
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
 
 from executors import python_ex, torch_ex
-from executors.base import get_executor
+from executors.base import Executor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
 from jitcore.autograd import AutogradProgram, WithoutHistory
@@ -25,6 +27,7 @@ from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter.provenance import Roots
+from jitcore.interpreter.user_traceback import user_frames_first
 from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
@@ -48,18 +51,39 @@ class CompileOptions:
 def jit(fn, *, executors=None, cache: str = "constant values"):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
-    executors: a priority list of executors (objects or names: "inductor", "torch", ...); the torch and python
-    executors always come last as the fallback. cache: "constant values" (default), "symbolic values" or
-    "no caching".
+    executors: a priority list of executors (objects or names: "inductor", "torch", ...; one alone needs no list);
+    the torch and python executors always come last as the fallback. cache: "constant values" (default),
+    "symbolic values" or "no caching". A jitted function or module called inside another jitted program is part of
+    that program (inlined; its own cache is untouched). Generator functions are refused: jit the loop body.
     """
     options = CompileOptions(_resolve_executors(executors), cache)
     Cache(cache)  # validates the option now, not at the first call
+    _check_callable(fn)
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, options)
     return JitFunction(fn, options)
 
 
+def _check_callable(fn):
+    """Generator and coroutine functions are refused at jit(): a call's result is an iterator whose steps run later,
+    one at a time, which one traced program cannot be."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    if not inspect.isroutine(target) and not isinstance(target, (type, functools.partial)):
+        target = inspect.getattr_static(type(target), "__call__", target)  # a callable object: its __call__
+    kinds = ((inspect.isgeneratorfunction, "a generator function"), (inspect.isasyncgenfunction, "an async generator "
+             "function"), (inspect.iscoroutinefunction, "a coroutine function"))
+    for test, kind in kinds:
+        if test(target):
+            name = getattr(target, "__qualname__", type(target).__name__)
+            raise UnsupportedError("callable", f"jit() was given {kind}, {name}: each step of the iterator it returns "
+                                   "runs when the caller asks for it, outside any one traced call",
+                                   hint="jit the work of one step (the loop body) and call it from the generator; "
+                                        "a generator used inside a jitted function is fine")
+
+
 def _resolve_executors(executors) -> tuple:
+    if isinstance(executors, (str, Executor)):  # executors="inductor": one executor
+        executors = [executors]
     chosen = [get_executor(e) for e in (executors or ())]
     for ex in chosen:
         ok, why = ex.is_available()
@@ -78,6 +102,8 @@ class JitModule(torch.nn.Module):
     Parameters and buffers stay the original's (they are inputs of the trace, never constants), so optimizers,
     state_dict and train/eval work on the same tensors as before.
     """
+
+    __jitcore_inline__ = "_model"  # called inside a jitted program, the model is interpreted there (run.py)
 
     def __init__(self, model: torch.nn.Module, options):
         module_state.install()  # the module state epoch: parameters are not re-checked on every call
@@ -172,6 +198,8 @@ _functorch_active = torch._C._are_functorch_transforms_active
 class JitFunction:
     """The jitted callable: its cache of compiled entries and the last entry used (for inspection)."""
 
+    __jitcore_inline__ = "fn"  # called inside a jitted program, `fn` is interpreted there (interpreter/run.py)
+
     def __init__(self, fn, options: CompileOptions):
         self.fn, self.options = fn, options
         self._cache = Cache(options.cache)
@@ -204,7 +232,11 @@ class JitFunction:
         cache it, and return it with the inputs its prologue fetched."""
         check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
         self._cache.record_miss(self.fn, args, kwargs)
-        entry = compile_entry(self.fn, args, kwargs, self.options)
+        try:
+            entry = compile_entry(self.fn, args, kwargs, self.options)
+        except Exception as e:  # raised in the user's code while tracing: the traceback shows the user's frames
+            user_frames_first(e)
+            raise
         self._cache.add(entry, args, kwargs)
         inputs = entry.prologue(self.fn, args, kwargs)
         if inputs is None:

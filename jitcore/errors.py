@@ -4,6 +4,8 @@ Each error says what went wrong, where (the user's source line when the interpre
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class JitError(Exception):
     """Base of every jitcore error. The interpreter adds the user's source line with `with_where`."""
@@ -59,8 +61,25 @@ class DataDependentError(UnsupportedError):
         )
 
 
-class MetaError(JitError, ValueError):
-    """An op was called with inputs it cannot take (shape mismatch, bad dtype); raised while tracing."""
+class MetaError(JitError):
+    """An op was called with inputs it cannot take (shape mismatch, bad dtype); raised while tracing.
+
+    The interpreter turns it into `MetaError.like(T)`, an instance of eager's exception type T too (RuntimeError,
+    IndexError, TypeError, ValueError: what torch raises for the same call), so the user's `except` clauses see what
+    they see in eager. `op_call`: (symbol, args, kwargs) of the outermost op call it left, when known.
+    """
+
+    op_call = None
+    _kinds: ClassVar[dict] = {}
+
+    @classmethod
+    def like(cls, eager_type: type) -> type:
+        """The MetaError class that is also an `eager_type` (a builtin exception class)."""
+        kind = cls._kinds.get(eager_type)
+        if kind is None:
+            kind = cls._kinds[eager_type] = type(f"Meta{eager_type.__name__}", (MetaError, eager_type),
+                                                 {"__module__": __name__, "eager_type": eager_type})
+        return kind
 
 
 class GuardFailure(JitError):

@@ -66,6 +66,11 @@ _LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "
 _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.values()), type({}.items()),
                 type({}.keys()))
 
+# values handed in whose type does not say what calling them does (two functions, two builtins, two classes): an
+# argument among them is guarded by identity, not by type
+_CALLED_BY_IDENTITY = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+                       types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType, type)
+
 
 @dataclass
 class TracedInput:
@@ -116,6 +121,8 @@ class JitContext(DefaultContext):
     symbolic: cache="symbolic values": sizes of argument tensors (other than 0 and 1) and int/float arguments
     become number proxies; state tensors (parameters, buffers, globals) keep constant sizes.
     """
+
+    returns_generators = False  # a returned generator would run after the trace: refused by interpret()
 
     def __init__(self, trace: Trace, symbolic: bool = False):
         self.trace, self.symbolic = trace, symbolic
@@ -226,7 +233,7 @@ class JitContext(DefaultContext):
             self._library.setdefault(provenance, value.__name__.startswith(_LIBRARIES))
         elif not isinstance(value, _NO_IDENTITY) and not isinstance(value, Proxy):
             root = provenance.root()
-            if type(root) in (Arg, Kwarg):
+            if type(root) in (Arg, Kwarg) and not isinstance(value, _CALLED_BY_IDENTITY):
                 g.types.setdefault(provenance, t)
             elif (provenance != root or type(root) is not Fn) and not self._from_library(provenance):
                 g.objects.setdefault(provenance, value)

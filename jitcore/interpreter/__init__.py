@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from jitcore.errors import JitError
+from jitcore.errors import JitError, UnsupportedError
 from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode handlers)  # noqa: F401
     access,
     lookasides,
@@ -21,6 +21,7 @@ from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode
     ops_generators,
     ops_load_store,
     ops_stack,
+    user_traceback,
 )
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.generators import InterpGenerator
@@ -91,9 +92,15 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
         fn = rt.report(fn, Fn())
         rt.set_root(fn)
         output = rt.call(fn, args, kwargs)
+        if not getattr(ctx, "returns_generators", True):
+            _refuse_generators(output, fn)
     except JitError as e:
         if getattr(e, "where", "") is None and rt.fallback_where is not None:
             e.with_where(rt.fallback_where)
+        user_traceback.rebuild(rt, e)
+        raise
+    except Exception as e:  # the user's frames in its traceback, as eager's would show them
+        user_traceback.rebuild(rt, e)
         raise
     finally:
         try:
@@ -101,3 +108,16 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
         finally:
             sys.setrecursionlimit(old_limit)
     return InterpreterResult(output, rt.effects.log, rt.external)
+
+
+def _refuse_generators(output, fn, depth: int = 0):
+    """A generator the function returns (or returns inside a tuple, list or dict) would run its steps after the
+    trace is over: refused clearly."""
+    if isinstance(output, InterpGenerator):
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise UnsupportedError("output", f"{name} returned a generator: its steps would run after the traced call, "
+                               "outside the compiled program",
+                               hint="return a tuple or list of the values (e.g. `tuple(x * i for i in range(n))`)")
+    if depth < 8 and type(output) in (tuple, list, dict):
+        for v in (output.values() if type(output) is dict else output):
+            _refuse_generators(v, fn, depth + 1)

@@ -10,6 +10,10 @@ from __future__ import annotations
 class DefaultContext:
     """The hooks of the interpreter, with defaults that change nothing."""
 
+    # whether interpret() may return a generator (its steps then run later, when the caller iterates it); a context
+    # whose result is one traced program sets False: such an output is refused (UnsupportedError)
+    returns_generators = True
+
     def lookaside(self, fn):
         """A replacement callable for `fn`, called natively instead of `fn` (not interpreted), or None.
 

@@ -192,6 +192,7 @@ class Frame:
     """One activation of a code object inside the interpreter."""
 
     __slots__ = (
+        "arrival",
         "builtins",
         "code",
         "f_locals",
@@ -225,6 +226,7 @@ class Frame:
         self.retval = None
         self.yielded = None
         self.parent = None
+        self.arrival = None  # (exception, instruction): where the exception being handled arrived here
 
     def lineno(self, inst=None) -> int:
         if inst is None:

@@ -15,10 +15,11 @@ import sys
 import sysconfig
 import types
 
-from jitcore.errors import JitError, UnsupportedError
+from jitcore.errors import JitError, MetaError, UnsupportedError
+from jitcore.interpreter import eager_errors, user_traceback
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
-from jitcore.interpreter.provenance import Attr, Closure, Fn, Global, Item
+from jitcore.interpreter.provenance import Arg, Attr, Closure, Fn, Global, Item, Kwarg
 from jitcore.interpreter.side_effects import SideEffectLog
 
 RETURNED, YIELDED, GENERATOR = 1, 2, 3
@@ -79,6 +80,7 @@ class Runtime:
         self.ext_cells: dict[int, object] = {}
         self.views: dict[int, tuple] = {}
         self.fallback_where: str | None = None
+        self.unwound: dict[int, tuple] = {}  # id(exception) -> (exception, where it left interpreted frames)
         self._tcache: dict = {}
         self._gprov: dict = {}
         default = DefaultContext()
@@ -143,6 +145,9 @@ class Runtime:
     # -- calls ------------------------------------------------------------------------------------------------
     def call(self, fn, args: tuple, kwargs: dict):
         """Call `fn(*args, **kwargs)` from interpreted code, following the call policy (see module docs)."""
+        inline = getattr(type(fn), "__jitcore_inline__", None)
+        if inline is not None:  # a jitted function or module called inside: its source is one program with ours
+            return self.call_inlined(fn, inline, args, kwargs)
         repl = self.lookaside(fn)
         if repl is not None:
             return repl(*args, **kwargs)
@@ -157,14 +162,26 @@ class Runtime:
             prov = self.external.get(id(fn))
             owner = fn.__self__
             if prov is not None:
-                self.register(func, Attr(prov, "__func__"))
+                if type(prov.root()) in (Arg, Kwarg):  # a bound method handed in: which function runs is read
+                    func = self.report(func, Attr(prov, "__func__"))
+                else:
+                    self.register(func, Attr(prov, "__func__"))
                 if id(owner) not in self.external:  # `jit(obj.method)`: the object is external too
                     owner = self.report(owner, Attr(prov, "__self__"))
             return self.call(func, (owner, *args), kwargs)
         if t in _NATIVE_TYPES:
             return self.call_native(fn, args, kwargs)
         if t is _partial:
-            return self.call(fn.func, fn.args + args, {**fn.keywords, **kwargs})
+            prov = self.external.get(id(fn))
+            if prov is None:
+                return self.call(fn.func, fn.args + args, {**fn.keywords, **kwargs})
+            # a partial from outside: its function and bound arguments are read from it (guarded, or inputs)
+            func = self.report(fn.func, Attr(prov, "func"))
+            bound = self.report(fn.args, Attr(prov, "args"))
+            bound = tuple(self.report(a, Item(Attr(prov, "args"), i)) for i, a in enumerate(bound))
+            kw = self.report(fn.keywords, Attr(prov, "keywords"))
+            kw = {k: self.report(v, Item(Attr(prov, "keywords"), k)) for k, v in kw.items()}
+            return self.call(func, bound + args, {**kw, **kwargs})
         if isinstance(fn, type):
             return self.instantiate(fn, args, kwargs)
         if _is_jitcore_obj(fn):
@@ -179,6 +196,15 @@ class Runtime:
         if type(call) is _FunctionType:
             return self.call(call, (fn, *args), kwargs)
         return self.call_native(fn, args, kwargs)
+
+    def call_inlined(self, jitted, name: str, args, kwargs):
+        """`jitted(*args)` where `jitted` is a jitcore.jit function or module: what it wraps (its attribute `name`)
+        is interpreted in this program, read through `jitted` like any attribute; its own cache is not used."""
+        inner = jitted.__dict__[name]
+        prov = self.external.get(id(jitted))
+        if prov is not None:
+            inner = self.report(inner, Attr(prov, name))
+        return self.call(inner, args, kwargs)
 
     def call_native(self, fn, args, kwargs):
         if self.notify_native:
@@ -369,13 +395,16 @@ def run_frame(frame, throw=None):
         if not handle_exception(frame, throw, idx):
             if isinstance(throw, JitError):
                 annotate(frame, throw, insts[idx])
+            user_traceback.arrived(frame, insts[idx], throw)
+            user_traceback.record(frame.rt, frame, throw)
             raise throw
     while True:
         inst = insts[frame.ip]
         frame.ip += 1
         try:
             sig = inst.fn(frame, inst)
-        except BaseException as e:
+        except BaseException as exc:
+            e = eager_errors.as_eager(exc) if type(exc) is MetaError else exc  # eager's exception type
             rt = frame.rt
             if e.__context__ is None:
                 handled = rt.topmost_exc()
@@ -383,8 +412,12 @@ def run_frame(frame, throw=None):
                     _set_context(e, handled)
             if isinstance(e, JitError):  # where it was raised, before a with/finally cleanup re-raises it
                 annotate(frame, e, inst)
+            user_traceback.arrived(frame, inst, e)
             if handle_exception(frame, e, inst.idx):
                 continue
+            user_traceback.record(rt, frame, e)
+            if e is not exc:
+                raise e from exc.__cause__
             raise
         if sig is not None:
             return sig

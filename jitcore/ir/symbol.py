@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from jitcore.errors import MetaError
 from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import Proxy, TensorProxy, ir_op
@@ -104,9 +105,13 @@ class Symbol:
         trace = get_tracectx()
         if trace is None:
             return self.eager(*args, **kwargs)
-        if _autocast_below == 0 and torch._C._is_any_autocast_enabled() and _records_user_code(trace):
-            return self._call_under_autocast(trace, args, kwargs)
-        return self._record(trace, args, kwargs)
+        try:
+            if _autocast_below == 0 and torch._C._is_any_autocast_enabled() and _records_user_code(trace):
+                return self._call_under_autocast(trace, args, kwargs)
+            return self._record(trace, args, kwargs)
+        except MetaError as e:  # the outermost op call it leaves: what the interpreter asks torch about (eager's type)
+            e.op_call = (self, args, kwargs)
+            raise
 
     def _call_under_autocast(self, trace, args, kwargs):
         """As torch's dispatcher: a listed op's inputs are cast and its body runs below autocast; so does the body
