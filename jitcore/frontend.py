@@ -191,7 +191,7 @@ class JitContext(DefaultContext):
 
     def should_inline(self, fn) -> bool:
         mod = getattr(fn, "__module__", None) or ""
-        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz")):
+        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz")) or _private_helper(fn, mod):
             return True
         return not (mod == "torch" or mod.startswith("torch."))
 
@@ -269,6 +269,16 @@ class JitContext(DefaultContext):
                                                for g in self.guards.data):
             self.guards.data.append(DataGuard(_is_leaf, (proxy.name,), value.is_leaf, f"{proxy.name}.is_leaf"))
         return value.is_leaf
+
+    def input_attribute(self, proxy, name: str, default):
+        """`x.grad` (and other autograd attributes) of an input: read from the tensor it stands for and reported as
+        a value read from that input (a tensor becomes an input, None or a flag a guard); `default` for proxies that
+        are not inputs (tensors the function computed)."""
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor):
+            return default
+        inp = next(i for i in self.inputs if i.proxy is proxy)
+        return self.on_external_value(getattr(value, name), Attr(inp.provenance, name))
 
     def real_value(self, proxy):
         """The real value an input proxy was traced with (None for proxies that are not inputs)."""
@@ -358,6 +368,14 @@ def _refetchable(prov) -> bool:
     return True
 
 
+def _private_helper(fn, mod: str) -> bool:
+    """A private helper of torch.nn.functional that never hands itself to __torch_function__ (F._canonical_mask,
+    F._none_or_dtype, called by modules): run natively it would see proxies as non-tensors, so it is interpreted."""
+    code = getattr(fn, "__code__", None)
+    return mod == "torch.nn.functional" and fn.__name__.startswith("_") and code is not None and \
+        not any(n.startswith("has_torch_function") for n in code.co_names)
+
+
 def _scalar_tuple(t) -> bool:
     return all(isinstance(x, GUARDED_SCALARS) for x in t)
 
@@ -372,11 +390,13 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["data_oracle"] = ctx.concrete_value
         trace.extra["layout_oracle"] = Layouts(ctx)
         trace.extra["leaf_oracle"] = ctx.leaf_input
+        trace.extra["input_attr_oracle"] = ctx.input_attribute
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
         finally:
-            del trace.extra["data_oracle"], trace.extra["layout_oracle"], trace.extra["leaf_oracle"]
+            for key in ("data_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle"):
+                del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         leaves, spec = tree_flatten(result.output)
