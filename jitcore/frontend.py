@@ -370,10 +370,17 @@ def _refetchable(prov) -> bool:
 
 def _private_helper(fn, mod: str) -> bool:
     """A private helper of torch.nn.functional that never hands itself to __torch_function__ (F._canonical_mask,
-    F._none_or_dtype, called by modules): run natively it would see proxies as non-tensors, so it is interpreted."""
+    F._none_or_dtype, called by modules): run natively it would see proxies as non-tensors, so it is interpreted.
+    So is F.multi_head_attention_forward, Python over ops jitcore has (its has_torch_function check answers as in
+    eager: jitcore/ops/torch_misc.py), so symbolic sizes and fusion reach inside it."""
+    if fn is _MHA_FORWARD:
+        return True
     code = getattr(fn, "__code__", None)
     return mod == "torch.nn.functional" and fn.__name__.startswith("_") and code is not None and \
         not any(n.startswith("has_torch_function") for n in code.co_names)
+
+
+_MHA_FORWARD = torch.nn.functional.multi_head_attention_forward
 
 
 def _scalar_tuple(t) -> bool:

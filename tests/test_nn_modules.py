@@ -327,7 +327,8 @@ TRANSFORMER_CASES = {
                                           average_attn_weights=False)),
     "mha_kdim": (lambda bf: nn.MultiheadAttention(8, 2, kdim=6, vdim=5, bias=False, add_bias_kv=True,
                                                   add_zero_attn=True, batch_first=bf),
-                 lambda m, x, y, am, kpm, c: m(x, y[..., :6], y[..., :5], key_padding_mask=kpm, need_weights=False)),
+                 lambda m, x, y, am, kpm, c: m(x, y[..., :6].contiguous(), y[..., :5].contiguous(),
+                                                   key_padding_mask=kpm, need_weights=False)),
     "encoder_layer": (lambda bf: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.2, batch_first=bf),
                       lambda m, x, y, am, kpm, c: m(x, src_mask=am, src_key_padding_mask=kpm, is_causal=c)),
     "encoder_layer_norm_first": (lambda bf: nn.TransformerEncoderLayer(8, 2, 16, activation="gelu", norm_first=True,
@@ -378,3 +379,28 @@ def test_attention_modules_against_eager(case, masks, batch_first):
             _transformer_case(case, batch_first, masks)
         return
     _transformer_case(case, batch_first, masks)
+
+
+@pytest.mark.parametrize("padding", [False, True])
+@pytest.mark.parametrize("case", sorted(TRANSFORMER_CASES))
+def test_attention_modules_symbolic_lengths(case, padding):
+    """cache="symbolic values": eager's outputs and gradients over sequence lengths, train mode with dropout
+    (F.multi_head_attention_forward is interpreted, so its sizes stay symbolic): one compile without a padding mask.
+    With one, the masked_fill_ of F._canonical_mask makes functionalization specialise the sizes today (guarded:
+    a compile per length)."""
+    make, call = TRANSFORMER_CASES[case]
+    torch.manual_seed(0)
+    base = make(True)
+    eager_m, jit_m = copy.deepcopy(base), copy.deepcopy(base)
+    jm = jitcore.jit(jit_m, cache="symbolic values")
+    for i, length in enumerate((3, 5, 6)):
+        x, y = R(2, length, 8), R(2, length + 1, 8)
+        kpm = torch.zeros(2, length if case.startswith("encoder") else length + 1, dtype=torch.bool)
+        kpm[1, 0] = True
+        kw = {"am": None, "kpm": kpm if padding else None, "c": False}
+        want = _run(eager_m, (x, y), lambda a, b: call(eager_m, a, b, **kw), seed=30 + i)  # noqa: B023
+        got = _run(jit_m, (x, y), lambda a, b: call(jm, a, b, **kw), seed=30 + i)  # noqa: B023
+        _compare(f"{case} symbolic length={length}", want, got)
+        _zero_grads(eager_m, jit_m)
+    if not padding:
+        assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)

@@ -1,5 +1,6 @@
 """Ops: torch-level ops that fit no other family: torch.diff, block_diag, Tensor.sum_to_size, Tensor.type, and the
-Python-valued helpers the interpreter maps (torch.numel, torch.is_tensor, torch.is_floating_point, result_type).
+Python-valued helpers the interpreter maps (torch.numel, torch.is_tensor, torch.is_floating_point, result_type,
+has_torch_function, torch._check on symbolic conditions).
 Ops whose output shape depends on tensor values (unique, bincount, is_nonzero) raise DataDependentError.
 """
 from __future__ import annotations
@@ -8,7 +9,7 @@ import torch
 
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
@@ -130,6 +131,25 @@ def _has_torch_function(has):
         return False if not args or args == ((),) else has(*args)
 
     return answer
+
+
+def _check_with(error_type, cond, message=None):
+    """torch._check_with (and torch._check and its kin) on a symbolic condition (a comparison of sizes): the `if`
+    records the predicate that held, as any branch on sizes does; a False condition raises eager's error type and
+    message through torch's own function, which also answers a tensor or other object as eager does."""
+    if isinstance(cond, NumberProxy):
+        cond = bool(cond)
+    torch._check_with(error_type, cond, message)
+
+
+def _check_as(error_type):
+    return lambda cond, message=None: _check_with(error_type, cond, message)
+
+
+_TORCH_CHECKS = {RuntimeError: torch._check, IndexError: torch._check_index, ValueError: torch._check_value,
+                 TypeError: torch._check_type, NotImplementedError: torch._check_not_implemented}
+TORCH_MAP[torch._check_with] = _check_with
+TORCH_MAP.update({fn: _check_as(error) for error, fn in _TORCH_CHECKS.items()})
 
 
 TORCH_MAP.update({
