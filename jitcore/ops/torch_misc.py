@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.errors import DataDependentError, MetaError
+from jitcore.errors import DataDependentError, MetaError, UnsupportedError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ops import prims_shape as ps
@@ -150,6 +150,17 @@ _TORCH_CHECKS = {RuntimeError: torch._check, IndexError: torch._check_index, Val
                  TypeError: torch._check_type, NotImplementedError: torch._check_not_implemented}
 TORCH_MAP[torch._check_with] = _check_with
 TORCH_MAP.update({fn: _check_as(error) for error, fn in _TORCH_CHECKS.items()})
+
+
+def _nested_refused(*args, **kwargs):
+    raise UnsupportedError("nested tensors", "torch._nested_tensor_from_mask: nn.TransformerEncoder's fast path in "
+                           "eval mode without grad (a padding mask, batch_first) runs its layers on nested tensors, "
+                           "whose padded positions come out as zeros; jitcore does not model nested tensors",
+                           hint="build the encoder with enable_nested_tensor=False (the padded positions then hold "
+                                "computed values, as with grad enabled), or run that call eagerly")
+
+
+TORCH_MAP[torch._nested_tensor_from_mask] = _nested_refused
 
 
 TORCH_MAP.update({
