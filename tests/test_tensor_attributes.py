@@ -33,7 +33,8 @@ CHECKS = {
     "mT": [(lambda x: x.mT.sin(), lambda: (_x(2, 3, 4, grad=True),))],
     "mH": [(lambda x: x.mH.cos(), lambda: (_x(2, 3, 4),))],
     "data": [(lambda x: x.data * 2, lambda: (_x(3, 4, grad=True),)),
-             (lambda x: (x.data.mul_(2), x + 1)[1], lambda: (_x(3, 4),))],  # a write through .data is x's
+             (lambda x: (x.data.mul_(2), x + 1)[1], lambda: (_x(3, 4),)),  # a write through .data is x's
+             (lambda x: (x.data.mul_(2), x * 3)[1], lambda: (_x(3, 4, grad=True),))],
     "device": [(lambda x: (x.device, x * 2 if x.device.type == "cpu" else x), lambda: (_x(3),))],
     "dtype": [(lambda x: (x.dtype, x.to(x.dtype) + 1), lambda: (_x(3),))],
     "grad": [(lambda x: x * 2 if x.grad is None else x.grad * 3, lambda: (_x(3, 4, grad=True),)),
