@@ -237,6 +237,7 @@ class JitContext(DefaultContext):
     def _tensor_input(self, t: torch.Tensor, provenance) -> TensorProxy:
         p = self._proxies.get(id(t))
         if p is None:
+            _refuse_unmodelled(t)
             shape = tuple(t.shape)
             if self.symbolic and type(provenance.root()) in (Arg, Kwarg):
                 shape = tuple(s if s < 2 else self._size_symbol(s) for s in shape)
@@ -366,6 +367,19 @@ def _refetchable(prov) -> bool:
             return False
         prov = getattr(prov, "parent", None)
     return True
+
+
+def _refuse_unmodelled(t: torch.Tensor):
+    """A proxy stands for a dense strided tensor (its is_sparse, layout, ... answer so): other inputs are refused."""
+    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+        raise UnsupportedError("tensor input", "an uninitialized parameter or buffer (a lazy module before its first "
+                               "call)", hint="call the module once eagerly (it then becomes the ordinary module), "
+                                             "then jit it")
+    kind = "nested" if t.is_nested else "quantized" if t.is_quantized else None if t.layout is torch.strided else \
+        str(t.layout).removeprefix("torch.")
+    if kind is not None:
+        raise UnsupportedError("tensor input", f"a {kind} tensor: jitcore traces dense, strided tensors",
+                               hint="convert it first (to_dense(), dequantize()), or run this call eagerly")
 
 
 def _private_helper(fn, mod: str) -> bool:

@@ -196,8 +196,8 @@ TABLE = {
 TARGETS = {"HingeEmbeddingLoss": {1}, "SoftMarginLoss": {1}, "CosineEmbeddingLoss": {2}, "MarginRankingLoss": {2},
            "MultiLabelSoftMarginLoss": {1}, "BCELoss": {1}, "BCEWithLogitsLoss": {1}, "PoissonNLLLoss": {1},
            "MaxUnpool1d": {1}, "MaxUnpool2d": {1}, "MaxUnpool3d": {1}}
-_LAZY = "lazy module: its first call materializes parameters and changes its class (run it once eagerly, then jit " \
-        "the ordinary module it became)"
+_LAZY = "lazy module: its first call materializes parameters and changes its class; jitted before it, refused " \
+        "clearly (test_lazy_module_refused_before_its_first_call); after it, the ordinary module in the table"
 # name -> why it is not run here
 SKIPPED = {
     "Module": "the base class (no forward)",
@@ -405,3 +405,12 @@ def test_attention_modules_symbolic_lengths(case, padding):
         _zero_grads(eager_m, jit_m)
     if not padding:
         assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
+
+
+def test_lazy_module_refused_before_its_first_call():
+    with pytest.raises(jitcore.errors.UnsupportedError, match="uninitialized parameter"):
+        jitcore.jit(nn.LazyLinear(3))(R(2, 5))
+    m = nn.LazyLinear(3)
+    x = R(2, 5)
+    m(x)  # materialized eagerly: now an ordinary Linear
+    torch.testing.assert_close(jitcore.jit(m)(x), m(x))

@@ -182,3 +182,13 @@ def test_nbytes_follows_symbolic_sizes():
     for n in (3, 5, 8):
         x = torch.randn(n, 4)
         torch.testing.assert_close(jf(x), x.sum() * x.nbytes)
+
+
+@pytest.mark.parametrize("make", [lambda: torch.eye(3).to_sparse(), lambda: torch.eye(3).to_sparse_csr(),
+                                  lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8),
+                                  lambda: torch.ones(2, 3).to_mkldnn()],
+                         ids=["sparse_coo", "sparse_csr", "quantized", "mkldnn"])
+def test_tensors_a_proxy_cannot_stand_for_are_refused(make):
+    """A proxy answers is_sparse, layout, is_quantized, ... as a dense strided tensor: other inputs are refused."""
+    with pytest.raises(UnsupportedError, match="tensor input"):
+        jitcore.jit(lambda x: (x.is_sparse, x.layout, x * 2))(make())
