@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jitcore.epilogue import Escapes, effect_proxies
+from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
@@ -203,7 +204,8 @@ class JitContext(DefaultContext):
 
     def should_inline(self, fn) -> bool:
         mod = getattr(fn, "__module__", None) or ""
-        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions")):
+        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions")) or \
+                _private_helper(fn, mod):
             return True
         return not (mod == "torch" or mod.startswith("torch."))
 
@@ -249,6 +251,7 @@ class JitContext(DefaultContext):
     def _tensor_input(self, t: torch.Tensor, provenance) -> TensorProxy:
         p = self._proxies.get(id(t))
         if p is None:
+            _refuse_unmodelled(t)
             shape = tuple(t.shape)
             if self.symbolic and type(provenance.root()) in (Arg, Kwarg):
                 shape = tuple(s if s < 2 else self._size_symbol(s) for s in shape)
@@ -288,6 +291,16 @@ class JitContext(DefaultContext):
                                                for g in self.guards.data):
             self.guards.data.append(DataGuard(_is_leaf, (proxy.name,), value.is_leaf, f"{proxy.name}.is_leaf"))
         return value.is_leaf
+
+    def input_attribute(self, proxy, name: str, default):
+        """`x.grad` (and other autograd attributes) of an input: read from the tensor it stands for and reported as
+        a value read from that input (a tensor becomes an input, None or a flag a guard); `default` for proxies that
+        are not inputs (tensors the function computed)."""
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor):
+            return default
+        inp = next(i for i in self.inputs if i.proxy is proxy)
+        return self.on_external_value(getattr(value, name), Attr(inp.provenance, name))
 
     def real_value(self, proxy):
         """The real value an input proxy was traced with (None for proxies that are not inputs)."""
@@ -377,6 +390,34 @@ def _refetchable(prov) -> bool:
     return True
 
 
+def _refuse_unmodelled(t: torch.Tensor):
+    """A proxy stands for a dense strided tensor (its is_sparse, layout, ... answer so): other inputs are refused."""
+    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+        raise UnsupportedError("tensor input", "an uninitialized parameter or buffer (a lazy module before its first "
+                               "call)", hint="call the module once eagerly (it then becomes the ordinary module), "
+                                             "then jit it")
+    kind = "nested" if t.is_nested else "quantized" if t.is_quantized else None if t.layout is torch.strided else \
+        str(t.layout).removeprefix("torch.")
+    if kind is not None:
+        raise UnsupportedError("tensor input", f"a {kind} tensor: jitcore traces dense, strided tensors",
+                               hint="convert it first (to_dense(), dequantize()), or run this call eagerly")
+
+
+def _private_helper(fn, mod: str) -> bool:
+    """A private helper of torch.nn.functional that never hands itself to __torch_function__ (F._canonical_mask,
+    F._none_or_dtype, called by modules): run natively it would see proxies as non-tensors, so it is interpreted.
+    So is F.multi_head_attention_forward, Python over ops jitcore has (its has_torch_function check answers as in
+    eager: jitcore/ops/torch_misc.py), so symbolic sizes and fusion reach inside it."""
+    if fn is _MHA_FORWARD:
+        return True
+    code = getattr(fn, "__code__", None)
+    return mod == "torch.nn.functional" and fn.__name__.startswith("_") and code is not None and \
+        not any(n.startswith("has_torch_function") for n in code.co_names)
+
+
+_MHA_FORWARD = torch.nn.functional.multi_head_attention_forward
+
+
 def _scalar_tuple(t) -> bool:
     return all(isinstance(x, GUARDED_SCALARS) for x in t)
 
@@ -392,12 +433,13 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["value_oracle"] = ctx.real_values
         trace.extra["layout_oracle"] = Layouts(ctx)
         trace.extra["leaf_oracle"] = ctx.leaf_input
+        trace.extra["input_attr_oracle"] = ctx.input_attribute
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
         finally:
-            for oracle in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle"):
-                del trace.extra[oracle]
+            for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle"):
+                del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call

@@ -188,8 +188,9 @@ def _run_on_meta(line, metas: dict):
             out = fn(*args, **kwargs)
         except Exception:  # an op with no meta kernel, or a device the meta tensors cannot reach
             return None
-    outs = tree_flatten(out)[0]
-    return outs if all(isinstance(m, torch.Tensor) and m.device.type == "meta" for m in outs) else None
+    outs = tree_flatten(out)[0]  # an absent output (None: F.multi_head_attention_forward's weights) stays absent
+    known = all(m is None or (isinstance(m, torch.Tensor) and m.device.type == "meta") for m in outs)
+    return outs if known and any(m is not None for m in outs) else None
 
 
 # prims that only re-index their input: a composite made of these alone (x.mT, x.T, which have no torch callable to

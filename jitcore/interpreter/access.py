@@ -12,7 +12,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
 from jitcore.interpreter.side_effects import NOT_WRITTEN, SideEffect
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import SHADOWED_TENSOR_ATTRS, TensorProxy
 
 _FunctionType = types.FunctionType
 _BOUND_TYPES = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
@@ -28,6 +28,8 @@ def _is_bound_to(value, obj) -> bool:
 def get_attr(rt, obj, name):
     """getattr(obj, name), interpreting a property getter written in Python."""
     t = type(obj)
+    if t is TensorProxy and name in SHADOWED_TENSOR_ATTRS:
+        return SHADOWED_TENSOR_ATTRS[name](obj)
     if t not in _PLAIN and not isinstance(obj, type):
         d = rt.lookup(t, name)
         if type(d) is property and type(d.fget) is _FunctionType and t.__getattribute__ is object.__getattribute__:

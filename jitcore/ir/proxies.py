@@ -48,6 +48,9 @@ class Fallbacks:
 TENSOR_METHODS: dict = {}
 # property name -> callable(self) for tensor properties that are ops (x.T, x.mT); filled by jitcore.ops
 TENSOR_PROPERTIES: dict = {}
+# torch.Tensor attributes a proxy's own attributes shadow (a proxy's `name` is its name in the trace): name -> what
+# the user's code reads instead, callable(proxy); the interpreter's attribute load asks this table first
+SHADOWED_TENSOR_ATTRS: dict = {"name": lambda proxy: None}  # eager: None (torch sets it for no user tensor)
 # Tensor methods with no entry in TENSOR_METHODS, asked in this order: "inplace" (jitcore/ops/torch_inplace.py: an
 # in-place method as its functional form over a clone plus the write; metadata in-place methods refused), then
 # "opaque" (jitcore/ops/opaque.py: any torch.Tensor method as an opaque op)
@@ -315,29 +318,58 @@ class TensorProxy(Proxy):
     def get_device(self) -> int:
         return -1 if self.device.type == "cpu" else self.device.index
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
+    # x.is_cuda, x.is_cpu, x.is_meta, ...: the device's type (filled in below the class)
 
-    @property
-    def is_cpu(self) -> bool:
-        return self.device.type == "cpu"
-
-    @property
-    def is_meta(self) -> bool:
-        return self.device.type == "meta"
 
     @property
     def layout(self):
         return torch.strided
 
+    # a proxy stands for a dense, strided, unquantized, non-nested tensor (inputs of other layouts are refused)
+    is_sparse = is_sparse_csr = is_quantized = is_nested = is_mkldnn = property(lambda self: False)
+
     @property
-    def is_sparse(self) -> bool:
+    def volatile(self) -> bool:  # removed from torch: always False (eager warns)
         return False
 
     @property
-    def is_quantized(self) -> bool:
-        return False
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        """numel * itemsize, as eager (a view counts its own elements): recorded arithmetic under symbolic sizes."""
+        return self.numel() * self.dtype.itemsize
+
+    # -- autograd state of the tensor a proxy stands for ---------------------------------------------------------
+    def _input_attr(self, name: str, default):
+        """An input's attribute read from the tensor it stands for (the trace's input-attribute oracle reports it
+        as a value read from that input, so it is an input or a guard of its own); `default` for computed tensors."""
+        trace = get_tracectx()
+        oracle = trace.extra.get("input_attr_oracle") if trace is not None else None
+        return default if oracle is None else oracle(self, name, default)
+
+    @property
+    def grad(self):
+        """An input's current .grad (a tensor input read through `.grad`, or None, guarded); None for a tensor the
+        function computed (eager: a non-leaf's or a new leaf's .grad is None)."""
+        return self._input_attr("grad", None)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._input_attr("retains_grad", False)
+
+    @property
+    def grad_dtype(self):
+        if not self.is_leaf:
+            raise RuntimeError("grad_dtype can only be accessed on leaf tensors.")
+        return self._input_attr("grad_dtype", self.dtype)
+
+    @property
+    def output_nr(self) -> int:
+        if self.is_leaf:
+            return 0
+        self.grad_fn  # noqa: B018  (refused with the reason)
 
     @property
     def is_leaf(self) -> bool:
@@ -487,6 +519,15 @@ class TensorProxy(Proxy):
 
     def __array__(self, *args, **kwargs):
         raise DataDependentError("converting a tensor to numpy needs its data")
+
+
+def _device_flag(kind: str):
+    return property(lambda self: self.device.type == kind, doc=f"x.is_{kind}: whether the tensor is on a {kind} device")
+
+
+for _kind in ("cpu", "cuda", "meta", "xpu", "mps", "ipu", "maia", "mtia", "xla", "vulkan"):
+    setattr(TensorProxy, f"is_{_kind}", _device_flag(_kind))
+del _kind
 
 
 class _BoundMethod:

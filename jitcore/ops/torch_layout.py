@@ -1,12 +1,13 @@
 """Ops: torch-level rearranging and conversion ops: flip/roll/rot90, tril/triu/diagonal/diag, meshgrid, clone/detach/
-contiguous, Tensor.to and the dtype shorthands (x.float(), ...), and the x.T / x.mT / x.H / x.mH properties.
+contiguous, Tensor.to and the dtype shorthands (x.float(), ...), and the x.T / x.mT / x.H / x.mH / x.real / x.imag
+properties.
 Written over the shape, creation and elementwise prims (a triangle is an iota comparison and a where).
 """
 from __future__ import annotations
 
 import torch
 
-from jitcore.errors import MetaError
+from jitcore.errors import MetaError, UnsupportedError
 from jitcore.ir import devices
 from jitcore.ir.proxies import TENSOR_PROPERTIES, TensorProxy
 from jitcore.ops import prims_creation as pc
@@ -273,4 +274,22 @@ def _prop_mH(a):
     return matrix_transpose(a)
 
 
-TENSOR_PROPERTIES.update(T=permute_reversed, mT=matrix_transpose, H=_prop_H, mH=_prop_mH, data=detach)
+def _complex_refused(what):
+    raise UnsupportedError("complex tensors", f"{what} of a complex tensor inside a jitted function (a view into the "
+                           "complex tensor's real or imaginary parts, which jitcore does not model)",
+                           hint="compute it outside the jitted function, or use torch.view_as_real there")
+
+
+def _prop_real(a):
+    """x.real: a real tensor itself (eager gives the same tensor object)."""
+    return _complex_refused("x.real") if a.dtype.is_complex else a
+
+
+def _prop_imag(a):
+    if not a.dtype.is_complex:
+        raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")  # eager's error
+    return _complex_refused("x.imag")
+
+
+TENSOR_PROPERTIES.update(T=permute_reversed, mT=matrix_transpose, H=_prop_H, mH=_prop_mH, data=detach,
+                         real=_prop_real, imag=_prop_imag)

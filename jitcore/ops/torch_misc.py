@@ -1,14 +1,15 @@
 """Ops: torch-level ops that fit no other family: torch.diff, block_diag, Tensor.sum_to_size, Tensor.type, and the
-Python-valued helpers the interpreter maps (torch.numel, torch.is_tensor, torch.is_floating_point, result_type).
+Python-valued helpers the interpreter maps (torch.numel, torch.is_tensor, torch.is_floating_point, result_type,
+has_torch_function, torch._check on symbolic conditions).
 Ops whose output shape depends on tensor values (unique, bincount, is_nonzero) raise DataDependentError.
 """
 from __future__ import annotations
 
 import torch
 
-from jitcore.errors import DataDependentError, MetaError
+from jitcore.errors import DataDependentError, MetaError, UnsupportedError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
@@ -119,7 +120,53 @@ def _result_type(tensor1, tensor2):
     return dtypes.promote_dtypes(tensor1, tensor2)
 
 
+def _has_torch_function(has):
+    """torch.overrides.has_torch_function* as eager answers it for the tensors a proxy stands for (plain tensors:
+    False), asked by interpreted code (modules choosing their fast path); other objects are asked natively."""
+    def answer(*args):
+        if len(args) == 1 and isinstance(args[0], (tuple, list)):
+            args = (tuple(a for a in args[0] if not isinstance(a, TensorProxy)),)
+        else:
+            args = tuple(a for a in args if not isinstance(a, TensorProxy))
+        return False if not args or args == ((),) else has(*args)
+
+    return answer
+
+
+def _check_with(error_type, cond, message=None):
+    """torch._check_with (and torch._check and its kin) on a symbolic condition (a comparison of sizes): the `if`
+    records the predicate that held, as any branch on sizes does; a False condition raises eager's error type and
+    message through torch's own function, which also answers a tensor or other object as eager does."""
+    if isinstance(cond, NumberProxy):
+        cond = bool(cond)
+    torch._check_with(error_type, cond, message)
+
+
+def _check_as(error_type):
+    return lambda cond, message=None: _check_with(error_type, cond, message)
+
+
+_TORCH_CHECKS = {RuntimeError: torch._check, IndexError: torch._check_index, ValueError: torch._check_value,
+                 TypeError: torch._check_type, NotImplementedError: torch._check_not_implemented}
+TORCH_MAP[torch._check_with] = _check_with
+TORCH_MAP.update({fn: _check_as(error) for error, fn in _TORCH_CHECKS.items()})
+
+
+def _nested_refused(*args, **kwargs):
+    raise UnsupportedError("nested tensors", "torch._nested_tensor_from_mask: nn.TransformerEncoder's fast path in "
+                           "eval mode without grad (a padding mask, batch_first) runs its layers on nested tensors, "
+                           "whose padded positions come out as zeros; jitcore does not model nested tensors",
+                           hint="build the encoder with enable_nested_tensor=False (the padded positions then hold "
+                                "computed values, as with grad enabled), or run that call eagerly")
+
+
+TORCH_MAP[torch._nested_tensor_from_mask] = _nested_refused
+
+
 TORCH_MAP.update({
+    torch.overrides.has_torch_function: _has_torch_function(torch.overrides.has_torch_function),
+    torch.overrides.has_torch_function_unary: _has_torch_function(torch.overrides.has_torch_function_unary),
+    torch.overrides.has_torch_function_variadic: _has_torch_function(torch.overrides.has_torch_function_variadic),
     torch.numel: lambda input: input.numel(),
     torch.is_tensor: lambda obj: isinstance(obj, (TensorProxy, torch.Tensor)),
     torch.is_floating_point: lambda input: input.dtype.is_floating_point,
