@@ -8,6 +8,7 @@ their body.
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,33 @@ class Symbol:
         self.tags = frozenset(tags)
         self.module, self.namespace, self.printer = module, namespace, printer
         self.call_ctx, self.torch_fn = call_ctx, torch_fn
+        self._signature = None
+
+    @property
+    def signature(self) -> inspect.Signature | None:
+        """The signature of the op's meta (a prim) or body (a composite): the one its lines are bound by."""
+        if self._signature is None:
+            try:
+                self._signature = inspect.signature(self.meta or self.fn)
+            except (TypeError, ValueError):
+                self._signature = False
+        return self._signature or None
+
+    def canonical(self, args, kwargs) -> tuple[tuple, dict]:
+        """(args, kwargs) bound as the op's signature binds them: each argument that can be positional is positional,
+        in signature order, up to the first one left to its default; the rest are keywords. `F.linear(x, weight=w)`
+        and `F.linear(x, w)` are the same line, so VJP rules and executor rows read an argument the same way whether
+        the user gave it by position or by name. Arguments the signature does not bind are kept as given."""
+        if not kwargs:
+            return tuple(args), {}
+        sig = self.signature
+        if sig is None:
+            return tuple(args), dict(kwargs)
+        try:
+            ba = sig.bind(*args, **kwargs)
+        except TypeError:
+            return tuple(args), dict(kwargs)
+        return ba.args, ba.kwargs
 
     @property
     def is_prim(self) -> bool:
@@ -112,12 +140,13 @@ class Symbol:
     def _record(self, trace, args, kwargs):
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
-            trace.record(_in_context(BoundSymbol(self, args, kwargs, out)))
+            trace.record(_in_context(BoundSymbol(self, *self.canonical(args, kwargs), out)))
             return out
         with trace.subsymbol_scope() as subs:
             out = self.fn(*args, **kwargs)
+        args, kwargs = self.canonical(args, kwargs)
         subs = _prune_number_ops(subs, out)  # size checks that only decided a branch (symbolic values) go first
-        if _is_passthrough(out, args, subs):
+        if _is_passthrough(out, (args, kwargs), subs):
             if not _nograd_self_view(self, out):
                 return out
             with trace.subsymbol_scope() as subs:  # eager's view is a tensor of its own (requires grad, no history)
@@ -137,7 +166,7 @@ class Symbol:
 
     def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
         """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
-        return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
+        return BoundSymbol(self, *self.canonical(args, kwargs), output, tuple(subsymbols))
 
 
 def _records_user_code(trace) -> bool:

@@ -169,7 +169,7 @@ def meshgrid(*tensors, indexing=None):
 
 # -- copies, detach, conversion ---------------------------------------------------------------------------------------
 @torchsymbol(T.contiguous, method="contiguous", id="ltorch.contiguous")
-def contiguous(self, memory_format=torch.contiguous_format):
+def contiguous(self, *, memory_format=torch.contiguous_format):
     """The input itself, or a copy where eager's layout of it is not contiguous (a later view() sees the copy's
     layout, as in eager)."""
     meta = self.eager_layout()
