@@ -130,3 +130,84 @@ def test_keyword_arguments_match_eager(op):
             _check(op, sample, "constant values")
         except Exception as e:
             raise AssertionError(f"{_id(op)} sample {i} ({sample}): {type(e).__name__}: {e}") from e
+
+
+# -- the binding itself ------------------------------------------------------------------------------------------------
+F = torch.nn.functional
+KEYWORD_CALLS = {  # name -> (fn called with keywords, input sizes for a batch of n)
+    "linear": (lambda x, w, b: F.linear(x, weight=w, bias=b), lambda n: [(n, 4), (5, 4), (5,)]),
+    "matmul": (lambda x, w: torch.matmul(input=x, other=w), lambda n: [(n, 3, 4), (4, 2)]),
+    "softmax": (lambda x: F.softmax(input=x, dim=-1), lambda n: [(n, 5)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(input=x, normalized_shape=(4,), weight=w, bias=b, eps=1e-5),
+                   lambda n: [(n, 4), (4,), (4,)]),
+    "split": (lambda x: torch.split(x, split_size_or_sections=2, dim=1)[1] * 2, lambda n: [(n, 6)]),
+    "conv2d": (lambda x, w, b: F.conv2d(input=x, weight=w, bias=b, padding=1), lambda n: [(n, 2, 5, 5), (3, 2, 3, 3),
+                                                                                          (3,)]),
+    "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(query=q, key=k, value=v, is_causal=True, scale=0.3),
+             lambda n: [(n, 2, 4, 8)] * 3),
+    "gelu": (lambda x: F.gelu(input=x, approximate="tanh"), lambda n: [(n, 3)]),
+    "silu": (lambda x: F.silu(input=x), lambda n: [(n, 3)]),
+}
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("name", list(KEYWORD_CALLS))
+def test_keyword_calls_of_ops_with_rules_in_every_cache_mode(name, cache):
+    fn, sizes = KEYWORD_CALLS[name]
+    jfn = jitcore.jit(fn, cache=cache)
+    for n in (2, 3, 2):  # a symbolic entry serves the other size
+        tensors = [torch.randn(s, requires_grad=True) for s in sizes(n)]
+        (want, grads, _), diff = _run(fn, _copies(tensors))
+        (got, got_grads, _), _ = _run(jfn, _copies(tensors), diff)
+        for e, a in zip(want + grads, got + got_grads):
+            torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+
+
+def test_a_keyword_call_records_the_positional_line():
+    """F.linear(x, weight=w, bias=b) and F.linear(x, w, b) record the same line (the op's signature binds both)."""
+    def kw(x, w, b):
+        return F.linear(x, weight=w, bias=b)
+
+    def pos(x, w, b):
+        return F.linear(x, w, b)
+
+    args = (torch.randn(2, 3), torch.randn(4, 3), torch.randn(4))
+    lines = []
+    for fn in (kw, pos):
+        jfn = jitcore.jit(fn)
+        jfn(*args)
+        lines.append([ln for ln in str(jitcore.last_traces(jfn)[0]).splitlines() if "linear" in ln])
+    assert lines[0] == lines[1] and any("ltorch.linear(t0, t1, t2)" in ln for ln in lines[0]), lines
+
+
+def _torch_keyword_only(fn) -> set | None:
+    """Names torch takes only as keywords in every form of fn: from its Python signature, or its aten schemas."""
+    try:
+        params = inspect.signature(fn).parameters
+        return {n for n, p in params.items() if p.kind == inspect.Parameter.KEYWORD_ONLY}
+    except (TypeError, ValueError):
+        pass
+    schemas = torch._C._jit_get_schemas_for_operator(f"aten::{getattr(fn, '__name__', '')}")
+    if not schemas:
+        return None
+    flags: dict = {}
+    for s in schemas:
+        for a in s.arguments:
+            flags.setdefault(a.name, []).append(a.kwarg_only)
+    return {n for n, f in flags.items() if all(f)}
+
+
+def test_ops_take_keyword_only_what_torch_takes_keyword_only():
+    """A line's arguments are as positional as its op's signature allows, and its torch kernel is called with them:
+    an op must not take positionally what torch takes only by keyword (F.gelu's approximate)."""
+    from jitcore.ops.registry import LTORCH
+
+    wrong = []
+    for sym in LTORCH.values():
+        if sym.torch_fn is None or sym.fn is None or sym.signature is None:
+            continue
+        kw_only = _torch_keyword_only(sym.torch_fn)
+        for p in (sym.signature.parameters.values() if kw_only else ()):
+            if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD and p.name in kw_only:
+                wrong.append(f"{sym.id}: {p.name}")
+    assert not wrong, wrong
