@@ -1,7 +1,8 @@
 """Arguments as torch binds them: every OpInfo whose torch callable our ops table maps, called with each argument
 that torch accepts by name given as a keyword (`F.linear(x, weight=w, bias=b)`), runs forward and backward like
-eager. VJP rules and executor rows read an op's arguments through its binding (jitcore/ir/symbol.py
-`BoundSymbol.bound`), so a keyword argument is the same argument as a positional one.
+eager. A line records each required argument given by keyword at its position (jitcore/ir/symbol.py
+`Symbol.canonical`) and VJP rules read optional ones through the op's binding (transforms/vjp_helpers.py
+`bound_arguments`), so a keyword argument is the same argument as a positional one.
 """
 from __future__ import annotations
 
@@ -164,20 +165,23 @@ def test_keyword_calls_of_ops_with_rules_in_every_cache_mode(name, cache):
 
 
 def test_a_keyword_call_records_the_positional_line():
-    """F.linear(x, weight=w, bias=b) and F.linear(x, w, b) record the same line (the op's signature binds both)."""
+    """F.linear(input=x, weight=w) and F.linear(x, w) record the same line: required arguments at their positions
+    (an optional one given by keyword stays a keyword: torch takes some only so)."""
     def kw(x, w, b):
-        return F.linear(x, weight=w, bias=b)
+        return F.linear(input=x, weight=w), F.linear(x, weight=w, bias=b)
 
     def pos(x, w, b):
-        return F.linear(x, w, b)
+        return F.linear(x, w), F.linear(x, w, bias=b)
 
     args = (torch.randn(2, 3), torch.randn(4, 3), torch.randn(4))
     lines = []
     for fn in (kw, pos):
         jfn = jitcore.jit(fn)
         jfn(*args)
-        lines.append([ln for ln in str(jitcore.last_traces(jfn)[0]).splitlines() if "linear" in ln])
-    assert lines[0] == lines[1] and any("ltorch.linear(t0, t1, t2)" in ln for ln in lines[0]), lines
+        lines.append([ln.strip() for ln in str(jitcore.last_traces(jfn)[0]).splitlines() if "ltorch.linear" in ln])
+    assert lines[0] == lines[1], lines
+    assert [ln.split(" = ")[1].split("  #")[0] for ln in lines[0]] == ["ltorch.linear(t0, t1)",
+                                                                      "ltorch.linear(t0, t1, bias=t2)"], lines
 
 
 def _torch_keyword_only(fn) -> set | None:
@@ -198,8 +202,8 @@ def _torch_keyword_only(fn) -> set | None:
 
 
 def test_ops_take_keyword_only_what_torch_takes_keyword_only():
-    """A line's arguments are as positional as its op's signature allows, and its torch kernel is called with them:
-    an op must not take positionally what torch takes only by keyword (F.gelu's approximate)."""
+    """An op takes by keyword only what torch takes by keyword only (F.gelu's approximate): eager's TypeError for
+    `F.gelu(x, "tanh")`, and the binding rules read are torch's."""
     from jitcore.ops.registry import LTORCH
 
     wrong = []

@@ -86,20 +86,23 @@ class Symbol:
         return self._signature or None
 
     def canonical(self, args, kwargs) -> tuple[tuple, dict]:
-        """(args, kwargs) bound as the op's signature binds them: each argument that can be positional is positional,
-        in signature order, up to the first one left to its default; the rest are keywords. `F.linear(x, weight=w)`
-        and `F.linear(x, w)` are the same line, so VJP rules and executor rows read an argument the same way whether
-        the user gave it by position or by name. Arguments the signature does not bind are kept as given."""
+        """(args, kwargs) with each required parameter given by keyword moved to its position: `F.linear(x, weight=w)`
+        records the line `F.linear(x, w)`, so VJP rules and executor kernels find an op's inputs where its signature
+        puts them, however the user passed them. An argument with a default keeps how it was given (torch takes some
+        only by keyword: F.gelu's approximate, Tensor.half's memory_format); rules read those through the binding
+        (transforms/vjp_helpers.bound_arguments)."""
         if not kwargs:
             return tuple(args), {}
         sig = self.signature
+        args, kwargs = list(args), dict(kwargs)
         if sig is None:
-            return tuple(args), dict(kwargs)
-        try:
-            ba = sig.bind(*args, **kwargs)
-        except TypeError:
-            return tuple(args), dict(kwargs)
-        return ba.args, ba.kwargs
+            return tuple(args), kwargs
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for p in list(sig.parameters.values())[len(args):]:
+            if p.kind not in positional or p.default is not inspect.Parameter.empty or p.name not in kwargs:
+                break
+            args.append(kwargs.pop(p.name))
+        return tuple(args), kwargs
 
     @property
     def is_prim(self) -> bool:

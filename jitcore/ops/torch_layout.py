@@ -226,7 +226,7 @@ def type_as(self, other):
 def _shorthand(op_id, dtype):
     name = op_id.removeprefix("ltorch.")
 
-    def body(self, memory_format=torch.preserve_format):
+    def body(self, *, memory_format=torch.preserve_format):
         return to_dtype(self, dtype)
 
     body.__name__ = name
