@@ -215,3 +215,24 @@ def test_ops_take_keyword_only_what_torch_takes_keyword_only():
             if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD and p.name in kw_only:
                 wrong.append(f"{sym.id}: {p.name}")
     assert not wrong, wrong
+
+
+OVERLOADS = {  # torch calls whose keywords name another overload than the op's signature
+    "max other": lambda x, y: torch.max(x, other=y),
+    "min other": lambda x, y: torch.min(x, other=y),
+    "tensor_split sections": lambda x, y: torch.tensor_split(x, sections=2, dim=1)[0] * y[:, :3],
+    "hsplit sections": lambda x, y: torch.hsplit(x, sections=2)[1] + 1,
+    "matrix_norm input": lambda x, y: torch.linalg.matrix_norm(input=x * y),
+}
+
+
+@pytest.mark.parametrize("name", list(OVERLOADS))
+def test_keywords_of_another_torch_overload_run_like_eager(name):
+    """torch.max(x, other=y): the op's signature names its second parameter dim, eager takes `other` (another
+    overload); the call runs as torch's own callable (an opaque op), forward and backward, not a TypeError."""
+    fn = OVERLOADS[name]
+    tensors = [torch.randn(4, 6, requires_grad=True), torch.randn(4, 6, requires_grad=True)]
+    (want, grads, _), diff = _run(fn, _copies(tensors))
+    (got, got_grads, _), _ = _run(jitcore.jit(fn), _copies(tensors), diff)
+    for e, a in zip(want + grads, got + got_grads):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
