@@ -17,7 +17,7 @@ from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import Symbol, Tag
 from jitcore.ops import torch_elementwise
-from jitcore.ops.torch_map import lookup
+from jitcore.ops.torch_map import OverloadAware, lookup
 
 DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
           torch.float64, torch.complex64)
@@ -32,6 +32,7 @@ def _elementwise_ops() -> tuple[list[str], list[str]]:
     for name in sorted(dir(torch)):
         fn = getattr(torch, name, None)
         op = lookup(fn) if callable(fn) and not name.startswith("_") else None
+        op = op.op if isinstance(op, OverloadAware) else op
         if not isinstance(op, Symbol) or op.fn is None or op.fn.__module__ != torch_elementwise.__name__:
             continue
         if Tag.RANDOM in op.tags or Tag.INPLACE in op.tags or name.endswith("_"):

@@ -8,6 +8,7 @@ their body.
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,36 @@ class Symbol:
         self.tags = frozenset(tags)
         self.module, self.namespace, self.printer = module, namespace, printer
         self.call_ctx, self.torch_fn = call_ctx, torch_fn
+        self._signature = None
+
+    @property
+    def signature(self) -> inspect.Signature | None:
+        """The signature of the op's meta (a prim) or body (a composite): the one its lines are bound by."""
+        if self._signature is None:
+            try:
+                self._signature = inspect.signature(self.meta or self.fn)
+            except (TypeError, ValueError):
+                self._signature = False
+        return self._signature or None
+
+    def canonical(self, args, kwargs) -> tuple[tuple, dict]:
+        """(args, kwargs) with each required parameter given by keyword moved to its position: `F.linear(x, weight=w)`
+        records the line `F.linear(x, w)`, so VJP rules and executor kernels find an op's inputs where its signature
+        puts them, however the user passed them. An argument with a default keeps how it was given (torch takes some
+        only by keyword: F.gelu's approximate, Tensor.half's memory_format); rules read those through the binding
+        (transforms/vjp_helpers.bound_arguments)."""
+        if not kwargs:
+            return tuple(args), {}
+        sig = self.signature
+        args, kwargs = list(args), dict(kwargs)
+        if sig is None:
+            return tuple(args), kwargs
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for p in list(sig.parameters.values())[len(args):]:
+            if p.kind not in positional or p.default is not inspect.Parameter.empty or p.name not in kwargs:
+                break
+            args.append(kwargs.pop(p.name))
+        return tuple(args), kwargs
 
     @property
     def is_prim(self) -> bool:
@@ -135,12 +166,13 @@ class Symbol:
             args, kwargs = _numpy_scalars(self, args, kwargs)
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
-            trace.record(_in_context(BoundSymbol(self, args, kwargs, out)))
+            trace.record(_in_context(BoundSymbol(self, *self.canonical(args, kwargs), out)))
             return out
         with trace.subsymbol_scope() as subs:
             out = self.fn(*args, **kwargs)
+        args, kwargs = self.canonical(args, kwargs)
         subs = _prune_number_ops(subs, out)  # size checks that only decided a branch (symbolic values) go first
-        if _is_passthrough(out, args, subs):
+        if _is_passthrough(out, (args, kwargs), subs):
             if not _nograd_self_view(self, out):
                 return out
             with trace.subsymbol_scope() as subs:  # eager's view is a tensor of its own (requires grad, no history)
@@ -160,7 +192,7 @@ class Symbol:
 
     def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:
         """A BoundSymbol for this op without running anything (passes use it to build new lines)."""
-        return BoundSymbol(self, args, kwargs, output, tuple(subsymbols))
+        return BoundSymbol(self, *self.canonical(args, kwargs), output, tuple(subsymbols))
 
 
 def _records_user_code(trace) -> bool:

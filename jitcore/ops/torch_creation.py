@@ -414,7 +414,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
 
 
 @torchsymbol(torch.as_tensor, tags=CREATION, id="ltorch.as_tensor")
-def as_tensor(data, dtype=None, device=None):
+def as_tensor(data, *, dtype=None, device=None):
     if isinstance(data, TensorProxy):
         out = to_dtype(data, dtype or data.dtype)
         if device is not None and devices.to_device(device) != out.device:

@@ -170,7 +170,7 @@ def meshgrid(*tensors, indexing=None):
 
 # -- copies, detach, conversion ---------------------------------------------------------------------------------------
 @torchsymbol(T.contiguous, method="contiguous", id="ltorch.contiguous")
-def contiguous(self, memory_format=torch.contiguous_format):
+def contiguous(self, *, memory_format=torch.contiguous_format):
     """The input itself, or a copy where eager's layout of it is not contiguous (a later view() sees the copy's
     layout, as in eager)."""
     meta = self.eager_layout()
@@ -227,7 +227,7 @@ def type_as(self, other):
 def _shorthand(op_id, dtype):
     name = op_id.removeprefix("ltorch.")
 
-    def body(self, memory_format=torch.preserve_format):
+    def body(self, *, memory_format=torch.preserve_format):
         return to_dtype(self, dtype)
 
     body.__name__ = name

@@ -18,14 +18,42 @@ def register_method(name: str, fn):
 
 def lookup(fn):
     """The op for a torch callable, or None. A callable torch wrapped in another (functools.wraps: importing
-    torch._dynamo replaces torch.manual_seed by a wrapper) is the op of the one it wraps."""
+    torch._dynamo replaces torch.manual_seed by a wrapper) is the op of the one it wraps. An op with a signature
+    comes as a call that checks its keywords bind (see OverloadAware)."""
     try:
         op = TORCH_MAP.get(fn)
         if op is None and hasattr(fn, "__wrapped__"):
             op = TORCH_MAP.get(fn.__wrapped__)
-        return op
     except TypeError:  # unhashable callable
         return None
+    if op is None or getattr(op, "signature", None) is None:
+        return op
+    call = _AWARE.get(fn)
+    if call is None:
+        call = _AWARE[fn] = OverloadAware(op, fn)
+    return call
+
+
+class OverloadAware:
+    """A torch callable's op, called as torch would be: keywords its signature does not take belong to another of
+    torch's overloads (torch.max(x, other=y), torch.tensor_split(x, sections=2), linalg.matrix_norm(input=A)), and
+    that call runs as the torch callable itself (FUNCTION_FALLBACKS: an opaque op), not as a TypeError eager lacks."""
+
+    def __init__(self, op, fn):
+        self.op, self.fn = op, fn
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            try:
+                self.op.signature.bind(*args, **kwargs)
+            except TypeError:
+                fallback = FUNCTION_FALLBACKS(self.fn)
+                if fallback is not None:
+                    return fallback(*args, **kwargs)
+        return self.op(*args, **kwargs)
+
+
+_AWARE: dict = {}
 
 
 # torch callables with no op, asked in this order: "inplace" (jitcore/ops/torch_inplace.py: a callable writing into
@@ -47,6 +75,8 @@ def dispatch(func, args, kwargs):
             raise RuntimeError(f"no op and no fallback for torch callable {func!r}: jitcore/ops/opaque.py registers "
                                "the opaque fallback when jitcore.ops is imported")
     return op(*args, **kwargs)
+
+
 
 
 register_ir_op("torch_function", dispatch)

@@ -108,7 +108,7 @@ def celu(input, alpha=1.0, inplace=False):
 
 
 @torchsymbol(F.gelu, id="ltorch.gelu")
-def gelu(input, approximate="none"):
+def gelu(input, *, approximate="none"):
     check(approximate in ("none", "tanh"), lambda: f"gelu: approximate argument must be either none or tanh, got "
                                                     f"{approximate!r}")
 

@@ -67,8 +67,8 @@ def _safe_softmax(scores):
 
 
 @torchsymbol(F.scaled_dot_product_attention, tags=(Tag.RANDOM,), id="ltorch.scaled_dot_product_attention")
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False):
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+                                 scale=None, enable_gqa=False):
     _check_sdpa(query, key, value, attn_mask, is_causal, enable_gqa)
     q, k, v = nh.upcast(query), nh.upcast(key), nh.upcast(value)
     if enable_gqa and query.ndim >= 3:

@@ -361,7 +361,7 @@ def sort(input, dim=-1, descending=False, *, stable=False):
 
 
 @torchsymbol(torch.argsort, T.argsort, method="argsort", tags=ND, id="ltorch.argsort")
-def argsort(input, dim=-1, descending=False, stable=False):
+def argsort(input, dim=-1, descending=False, *, stable=False):
     return pr.sort(input, dim, descending, builtins.bool(stable))[1]
 
 
