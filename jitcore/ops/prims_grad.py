@@ -1,7 +1,7 @@
 """Ops: kernels only the grad transform records. torch's CPU flash-attention pair, which the VJP rule of
-scaled_dot_product_attention swaps in (its forward also returns the logsumexp the backward reads), and aten's
-convolution_backward. They are opaque ops: each runs as the torch call it wraps, with a meta over proxies registered
-here (so symbolic sizes reach them: a run on meta tensors needs concrete sizes).
+scaled_dot_product_attention swaps in (its forward also returns the logsumexp the backward reads). They are opaque
+ops: each runs as the torch call it wraps, with a meta over proxies registered here (so symbolic sizes reach them: a
+run on meta tensors needs concrete sizes). aten's other backward kernels have theirs in jitcore/ops/opaque.py.
 """
 from __future__ import annotations
 
@@ -41,17 +41,3 @@ def _sdpa_flash_cpu_backward_meta(grad_out, query, key, value, out, logsumexp, d
 
 register_opaque_meta(sdpa_flash_cpu, _sdpa_flash_cpu_meta)
 register_opaque_meta(sdpa_flash_cpu_backward, _sdpa_flash_cpu_backward_meta)
-
-
-
-# -- convolution: aten's backward kernel, its gradients shaped like the inputs they belong to ----------------------
-def _convolution_backward_meta(grad_out, input, weight, bias_sizes, stride, padding, dilation, transposed,
-                               output_padding, groups, output_mask):
-    def grad(like, shape=None):
-        return like.like(shape=tuple(like.shape) if shape is None else tuple(shape), requires_grad=False)
-
-    return (grad(input) if output_mask[0] else None, grad(weight) if output_mask[1] else None,
-            grad(grad_out, bias_sizes) if output_mask[2] and bias_sizes is not None else None)
-
-
-register_opaque_meta(aten.convolution_backward.default, _convolution_backward_meta)
