@@ -185,6 +185,8 @@ class OperatorExecutor(Executor):
 
 def _identifier(name: str) -> str:
     """`name` as a Python identifier the printed trace can call: a lambda's "<lambda>" becomes "lambda_"."""
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return name  # kernels keep their names (`torchex._sum`)
     out = re.sub(r"\W", "_", name).strip("_") or "kernel"
     if out[0].isdigit() or keyword.iskeyword(out) or out in ("lambda", "kernel"):
         out += "_"
@@ -195,7 +197,7 @@ def _unique_name(name: str, kernels: dict, fn) -> str:
     """An identifier for the kernel `fn` that names no other kernel of the executor: two closures both called
     `impl` (or two lambdas) each print, and run, as themselves."""
     base = _identifier(name)
-    if base.startswith("_"):  # `<executor>._ex` and dunders are the namespace object's own attributes
+    if base == "_ex" or base.startswith("__"):  # the namespace object's own attributes
         base = "k" + base
     out, i = base, 1
     while out in kernels and kernels[out] is not fn:
