@@ -294,8 +294,7 @@ BLOCKS = {
 }
 CACHES = ("constant values", "symbolic values")
 # blocks that compile once per batch size under symbolic values, and why
-RECOMPILES = {"densenet": "an in-place op (ReLU(inplace=True), batchnorm's running stats) pins every size under "
-                          "symbolic values: transforms/functionalize.py's _meta takes int() of each size"}
+RECOMPILES: dict = {}
 
 
 def _close(got, want, what):
