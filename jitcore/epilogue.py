@@ -104,7 +104,9 @@ def _rebuild_base(obj):
     if any(c.__dict__.get("__slots__") not in (None, (), []) for c in cls.__mro__ if c is not object):
         return None
     base = next((b for b in cls.__mro__ if b in _BASES), None)
-    if base is object and (cls.__new__ is not object.__new__ or not isinstance(getattr(obj, "__dict__", None), dict)):
+    if not isinstance(getattr(obj, "__dict__", None), dict):  # a class defined in C (torch.Size) or with slots
+        return None
+    if base is object and cls.__new__ is not object.__new__:
         return None
     if any(c.__module__ == "builtins" and c not in _BASES for c in cls.__mro__):
         return None  # another C type's state (set, bytearray, ...) would be lost
