@@ -246,10 +246,29 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
 
 
 # -- binary ----------------------------------------------------------------------------------------------------
+def _scaled(input, other, alpha):
+    """`alpha * other` as add/sub take it: alpha does not take part in type promotion, it is a number of the
+    result's dtype (bool tensors: alpha is a truth value, so True + 2 * True is True, not the int64 3)."""
+    if is_number(input) and is_number(other):
+        return other * alpha
+    result = dtypes.promote_dtypes(input, other)
+    if result is torch.bool:
+        check(not isinstance(alpha, float) or alpha.is_integer(),
+              "For integral input tensors, argument alpha must not be a floating point number.")
+        return other if bool(alpha) else mul(other, False)
+    if not result.is_floating_point and not result.is_complex:
+        check(not isinstance(alpha, (float, complex)) and not (isinstance(alpha, NumberProxy) and
+                                                               alpha.python_type is not int),
+              "For integral input tensors, argument alpha must not be a floating point number.")
+    if isinstance(alpha, bool):
+        check(False, "Boolean alpha only supported for Boolean results.")
+    return mul(to_dtype(other, result) if isinstance(other, TensorProxy) else other, alpha)
+
+
 @torchsymbol(torch.add, T.add, T.__add__, T.__radd__, method=("add", "__add__", "__radd__"), id="ltorch.add")
 def add(input, other, *, alpha=1):
     if alpha != 1:
-        other = mul(other, alpha)
+        other = _scaled(input, other, alpha)
     if is_number(input) and is_number(other):
         return input + other
     return elementwise(pe.add, D, input, other, op_name="add")
@@ -259,7 +278,7 @@ def add(input, other, *, alpha=1):
              id="ltorch.sub")
 def sub(input, other, *, alpha=1):
     if alpha != 1:
-        other = mul(other, alpha)
+        other = _scaled(input, other, alpha)
     check(not (isinstance(input, TensorProxy) and input.dtype is torch.bool),
           "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` "
           "operator instead.")

@@ -1,0 +1,36 @@
+"""add/sub with alpha: alpha takes no part in type promotion (bool tensors: `True + 2 * True` is True). The recorded
+program's dtypes must be eager's, not only the torch kernel's result: a fusion region runs the decomposition."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import jitcore
+
+DTYPES = [torch.bool, torch.int64, torch.float32, torch.float16]
+ALPHAS = [2, 0, -1, 1.5, True]
+
+
+@pytest.mark.parametrize("op", ["add", "sub"])
+def test_alpha_keeps_eager_dtypes_in_the_program(op):
+    fn = getattr(torch, op)
+    for da, db, alpha in itertools.product(DTYPES, DTYPES, ALPHAS):
+        a, b = (torch.tensor([[1, 0], [1, 1]]) * 3).to(da), torch.tensor([[1, 1], [0, 1]]).to(db)
+
+        def f(x, y):
+            return fn(x, y, alpha=alpha)
+
+        try:
+            want = f(a, b)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                jitcore.jit(f)(a, b)
+            continue
+        jf = jitcore.jit(f)
+        got = jf(a, b)
+        assert got.dtype == want.dtype and torch.equal(got, want), (da, db, alpha)
+        traced = jitcore.last_traces(jf)[0].output
+        traced = traced[0] if isinstance(traced, tuple) else traced
+        assert traced.dtype == want.dtype, (op, da, db, alpha, traced.dtype, want.dtype)
