@@ -19,7 +19,7 @@ def test_alpha_keeps_eager_dtypes_in_the_program(op):
     for da, db, alpha in itertools.product(DTYPES, DTYPES, ALPHAS):
         a, b = (torch.tensor([[1, 0], [1, 1]]) * 3).to(da), torch.tensor([[1, 1], [0, 1]]).to(db)
 
-        def f(x, y):
+        def f(x, y, alpha=alpha):
             return fn(x, y, alpha=alpha)
 
         try:
