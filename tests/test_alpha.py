@@ -8,13 +8,15 @@ import pytest
 import torch
 
 import jitcore
+from jitcore.guards.cache import CACHE_MODES
 
 DTYPES = [torch.bool, torch.int64, torch.float32, torch.float16]
 ALPHAS = [2, 0, -1, 1.5, True]
 
 
+@pytest.mark.parametrize("cache", CACHE_MODES)
 @pytest.mark.parametrize("op", ["add", "sub"])
-def test_alpha_keeps_eager_dtypes_in_the_program(op):
+def test_alpha_keeps_eager_dtypes_in_the_program(op, cache):
     fn = getattr(torch, op)
     for da, db, alpha in itertools.product(DTYPES, DTYPES, ALPHAS):
         a, b = (torch.tensor([[1, 0], [1, 1]]) * 3).to(da), torch.tensor([[1, 1], [0, 1]]).to(db)
@@ -26,11 +28,13 @@ def test_alpha_keeps_eager_dtypes_in_the_program(op):
             want = f(a, b)
         except RuntimeError:
             with pytest.raises(RuntimeError):
-                jitcore.jit(f)(a, b)
+                jitcore.jit(f, cache=cache)(a, b)
             continue
-        jf = jitcore.jit(f)
+        jf = jitcore.jit(f, cache=cache)
         got = jf(a, b)
         assert got.dtype == want.dtype and torch.equal(got, want), (da, db, alpha)
+        wide_a, wide_b = a.repeat(1, 2), b.repeat(1, 2)  # another shape: the same entry under symbolic values
+        assert torch.equal(jf(wide_a, wide_b), f(wide_a, wide_b)), (da, db, alpha)
         traced = jitcore.last_traces(jf)[0].output
         traced = traced[0] if isinstance(traced, tuple) else traced
         assert traced.dtype == want.dtype, (op, da, db, alpha, traced.dtype, want.dtype)

@@ -96,9 +96,12 @@ def guarded_value(ctx, wanted: list, convert, kind: str, what: str):
 
 def _lines_for(trace, wanted) -> list:
     """The recorded lines that produce any of `wanted`, in program order."""
-    lines = []
+    lines, seen = [], set()
     for p in wanted:
-        lines += [b for b in _needed(trace, p) if b not in lines]
+        for b in _needed(trace, p):
+            if id(b) not in seen:
+                seen.add(id(b))
+                lines.append(b)
     order = {id(b): i for i, b in enumerate(b for scope in trace._scopes for b in scope)}
     return sorted(lines, key=lambda b: order[id(b)])
 
