@@ -138,3 +138,60 @@ def test_data_guard_over_a_computed_size_retraces_when_its_value_changes():
         x = torch.randn(rows, 3)
         torch.testing.assert_close(jf(x), f(x))
         assert jitcore.cache_misses(jf) == misses, jitcore.cache_miss_reasons(jf)
+
+
+# -- values written in place before Python reads them: the guard's program replays the writes ---------------------
+# Each write puts data from x into a tensor the function made, by a route users take (an index, a slice, a view, a
+# method); a later branch reads that tensor. A guard that left the write out would see the tensor as it was made
+# and take the branch of another call (this happened: the guard recomputed zeros).
+_WRITES = [
+    lambda y, x: y.__setitem__(0, x.sum()),
+    lambda y, x: y[1:].copy_(x[:2]),
+    lambda y, x: y.view(3, 1)[2].add_(x.max()),
+    lambda y, x: y.narrow(0, 0, 2).mul_(x[0]),
+    lambda y, x: y.__setitem__(y < 0, x.min()),
+    lambda y, x: y.add_(x[:3]),
+    lambda y, x: y.T.sub_(x[1:]) if y.ndim == 2 else y.sub_(x[1:]),
+    lambda y, x: y.unsqueeze(0)[0, 1].fill_(x.mean()),
+]
+_READS = [
+    lambda y: y[0] > 0,
+    lambda y: y.sum() > 0,
+    lambda y: (y > 0).any(),
+    lambda y: y.max() > 0.5,
+]
+
+
+def _written_program(writes, read, start):
+    def f(x):
+        y = torch.zeros(3) if start == "zeros" else x[:3].clone()
+        for w in writes:
+            w(y, x)
+        if read(y):
+            return x * 2 + y.sum()
+        return x - 1
+
+    return f
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_data_guard_replays_writes_before_the_read(seed):
+    import random
+    rng = random.Random(seed)
+    writes = rng.sample(_WRITES, rng.randint(1, 3))
+    f = _written_program(writes, rng.choice(_READS), rng.choice(["zeros", "clone"]))
+    jf = jitcore.jit(f, cache=rng.choice(["constant values", "symbolic values"]))
+    for call in range(6):
+        torch.manual_seed(seed * 10 + call)
+        x = torch.randn(4) * (1 if call % 2 else -1)
+        torch.testing.assert_close(jf(x), f(x), msg=f"seed {seed}, call {call}")
+
+
+def test_data_guard_refuses_a_value_written_into_an_input():
+    """Recomputing it in the prologue would write into the caller's tensor: refused, never run twice."""
+    def f(x):
+        x.add_(1)
+        return x * 2 if x.sum() > 0 else x
+
+    with pytest.raises(jitcore.DataDependentError, match="in-place writes"):
+        jitcore.jit(f)(torch.randn(3))

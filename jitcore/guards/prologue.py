@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from jitcore.guards import module_state
+from jitcore.guards import data_guards, module_state
 from jitcore.guards.module_guards import module_split
 from jitcore.guards.module_state import ModuleGuardState
 from jitcore.interpreter import provenance as P
@@ -349,14 +349,19 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
             items = [it for it in items if not (it[1][1] == "value" and _key_covered(it[1][0]))]
         for n, (prov, kind, value) in items:
             b += _guard_lines(binder, prov, kind, value, n, kw, roots)
+        read = {n for g in guards.data for n in g.inputs}  # the inputs data guards recompute their values from
         for inp in inputs:
-            b += _input_lines(inp, binder, kw, hot, symbolic, roots, split)
+            b += _input_lines(inp, binder, kw, hot, symbolic, roots, split, read)
         for prov, name in aliases:
             b.append(_alias_check(prov, name, binder, kw))
         for pred in guards.predicates:
             b.append(BoundSymbol(check_math if "math." in pred else check,
                                  ([(f"not ({pred})", predicate_reason(pred))],), kw, None))
-        for g in guards.data:  # values computed from tensor data (jitcore/guards/data_guards.py)
+        programs = [g for g in guards.data if hasattr(g.program, "trace")]
+        data = guards.data if explain or len(programs) < 2 else \
+            [g for g in guards.data if not hasattr(g.program, "trace")] + [data_guards.merged(programs)]
+        for g in data:  # values computed from tensor data (jitcore/guards/data_guards.py); one program for all of
+            # them on a call (they share their lines), one each where a miss is explained
             b.append(BoundSymbol(check, ([(_data_condition(g), f"data: {g.text} was {g.value!r}")],), kw, None))
         _guard_fetches(b, start, kw)
         trace.output = None if explain else _output(inputs, split)
@@ -382,13 +387,15 @@ def _items(guards) -> list:
     return list(enumerate(items))
 
 
-def _input_lines(inp, binder, kw, hot, symbolic, roots, split) -> list:
+def _input_lines(inp, binder, kw, hot, symbolic, roots, split, read=frozenset()) -> list:
     start, b = len(binder.b), binder.b
     name, covered = inp.proxy.name, hot and _key_covered(inp.provenance)
     if split is not None and name in split.inputs:  # fetched by the module-rooted part
         if name not in split.watched:  # not an nn.Parameter: its metadata can change unseen, checked per call
             b.append(BoundSymbol(_assign, (name, f"m[{split.inputs[name]}]"), {}, None))
             b.append(BoundSymbol(check, (_tensor_checks(name, inp.proxy, False, str(inp.provenance)),), kw, None))
+        elif name in read:  # a parameter a data guard reads (its metadata is watched; its values are not)
+            b.append(BoundSymbol(_assign, (name, f"m[{split.inputs[name]}]"), {}, None))
         out = b[start:]
         del b[start:]
         return out
