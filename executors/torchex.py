@@ -206,6 +206,18 @@ def _scatter_add(a, index, src, dim):
     return torch.scatter_add(a, dim, index, src)
 
 
+def _nonzero(a):
+    rows = torch.nonzero(a)
+    return rows, rows.shape[0]
+
+
+def _item_as_size(a):
+    n = int(a.item())
+    if n < 0:
+        raise RuntimeError(f"a size computed from a tensor's value is negative ({n})")
+    return n
+
+
 def _index_add(a, index, source, dim):
     return torch.index_add(a, dim, index, source)
 
@@ -312,6 +324,7 @@ KERNELS: dict = {
     # indexing
     "prims.take": _take, "prims.take_along_axis": _take_along_axis, "prims.scatter": _scatter,
     "prims.scatter_add": _scatter_add, "prims.index_add": _index_add, "prims.index_put": _index_put,
+    "prims.nonzero": _nonzero,
     # nn
     "prims.matmul": torch.matmul, "prims.linear": torch.nn.functional.linear, "prims.convolution": torch.convolution,
     "prims.embedding": torch.nn.functional.embedding,
@@ -323,7 +336,7 @@ KERNELS: dict = {
     "prims.sample": _sample,
     # misc
     "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
-    "prims.no_grad_update": _no_grad_update,
+    "prims.no_grad_update": _no_grad_update, "prims.item_as_size": _item_as_size,
 }
 
 # torch-level ops whose direct torch call must differ from the torch callable they stand for: traces are

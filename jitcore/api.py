@@ -31,9 +31,9 @@ from jitcore.interpreter.user_traceback import user_frames_first
 from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
-from jitcore.ir.symbol import recorded_without_grad
+from jitcore.ir.symbol import Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace
-from jitcore.ir.views import VIEW_OPS
+from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.ops.autocast import outside_autocast
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
@@ -254,10 +254,11 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
     with recording(recorded):  # symbolic values: every concrete answer Python needs becomes a predicate
         with _stage(stats, "interpret"):
             traced = trace_function(fn, args, kwargs, symbolic=symbolic)
+        sized = symbolic or bool(traced.trace.extra.get("run_time_sizes"))  # sizes the program reads as values
         with _stage(stats, "transforms"):
-            program = transform(traced, symbolic)
+            program = transform(traced, sized)
         with _stage(stats, "claim"):
-            claimed = claim_program(program, options, symbolic)
+            claimed = claim_program(program, options, sized)
         with _stage(stats, "memory"):
             executable = memory_passes(program, claimed)
         with _stage(stats, "codegen"):
@@ -426,12 +427,20 @@ def _nograd_views(trace: Trace) -> tuple:
     out = []
     for i, o in enumerate(tree_leaves(trace.output)):
         b = makers.get(o.name) if isinstance(o, TensorProxy) else None
-        if b is None or b.sym.id not in VIEW_OPS or b.sym.id in ("ltorch.detach", "prims.stop_gradient"):
+        if b is None or b.sym.id not in VIEW_OPS or b.sym.id in ("ltorch.detach", "prims.stop_gradient") or \
+                not _views_only(b):  # (x[index_tensor] is a new tensor in eager: no view)
             continue
         viewed = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
         if recorded_without_grad(b) and viewed is not None and viewed.requires_grad:
             out.append(i)
     return tuple(out)
+
+
+def _views_only(bsym) -> bool:
+    """Whether a line's decomposition re-indexes its input only (view prims and number arithmetic)."""
+    if not bsym.subsymbols:
+        return bsym.sym.id in VIEW_PRIMS or bsym.sym.id in VIEW_OPS or Tag.PYTHON in bsym.sym.tags
+    return all(_views_only(s) for s in bsym.subsymbols)
 
 
 def _after_claim(claimed) -> list:

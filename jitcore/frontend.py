@@ -280,6 +280,11 @@ class JitContext(DefaultContext):
             return data_guards.guarded_value(self, list(proxies), guard[0], "sizes", guard[1])
         return data_guards.real_values(self, proxies)
 
+    def run_time_value(self, number, convert, what: str):
+        """What Python needs of a number that depends on a run-time size (`len(x[mask])`, `if n > 0:`): computed
+        from this call's inputs and guarded, like a tensor's data."""
+        return data_guards.guarded_value(self, [number], convert, "size", what)
+
     def leaf_input(self, proxy):
         """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
         None for proxies that are not inputs."""
@@ -434,11 +439,13 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["layout_oracle"] = Layouts(ctx)
         trace.extra["leaf_oracle"] = ctx.leaf_input
         trace.extra["input_attr_oracle"] = ctx.input_attribute
+        trace.extra["runtime_oracle"] = ctx.run_time_value
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
         finally:
-            for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle"):
+            for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
+                        "runtime_oracle"):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
@@ -448,7 +455,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
                   else escapes.output(i, x) for i, x in enumerate(leaves)]
         stored = effect_proxies(result.side_effects, escapes)
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
-        if symbolic:
+        if symbolic or trace.extra.get("run_time_sizes"):
             define_sizes(trace)
     ctx.finish_guards()
     _stable_identities(ctx.guards, Roots(tuple(args), dict(kwargs), fn))

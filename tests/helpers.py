@@ -12,6 +12,7 @@ from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import Trace, tracectx
+from jitcore.ops.sizes import define_sizes
 
 
 def trace_fn(fn, *args, **kwargs) -> Trace:
@@ -35,13 +36,13 @@ def tensor_inputs(*args, **kwargs) -> list:
 
 def run_ways(fn, *args, **kwargs) -> dict:
     """{"prims": ..., "torch_ex": ..., "text": ...}: fn's traced program run three ways on args' tensors."""
-    trace = trace_fn(fn, *args, **kwargs)
+    trace = define_sizes(trace_fn(fn, *args, **kwargs))  # (sizes known only at run time: read from their tensors)
     inputs = tensor_inputs(*args, **kwargs)
-    prim_trace = flatten_to_prims(trace)
+    prim_trace = define_sizes(flatten_to_prims(trace))
     for b in prim_trace.bound_symbols:
         assert b.sym.is_prim, f"{b.sym.id} is not a prim"
         assert b.sym.id.startswith("prims.") or Tag.OPAQUE in b.sym.tags, b.sym.id
-    exec_trace = claim(trace, [torch_ex])
+    exec_trace = define_sizes(claim(trace, [torch_ex]))
     text_ns: dict = {}
     exec(compile(str(exec_trace), "<test>", "exec"), {**exec_trace.python_callable().__globals__}, text_ns)
     return {

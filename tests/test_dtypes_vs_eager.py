@@ -95,13 +95,14 @@ def _check(fn, args, what):
     if jerr is not None and refused and isinstance(jerr, JitError):
         return
     assert jerr is None, f"{what}: eager worked, jit raised {type(jerr).__name__}: {jerr}"
-    for g, w in zip(got, want):
+    for g, w in zip(tree_leaves(got), tree_leaves(want)):  # (torch.where(x) hands back a tuple)
         _compare(g, w, what)
     # the trace's own metadata too: a kernel that happens to return the right dtype must not hide a wrong meta,
     # which later ops (and decompositions, fusion) would build on
     traced = [o for o in tree_leaves(jitcore.last_traces(jf)[0].output) if isinstance(o, TensorProxy)]
-    for p, w in zip(traced, want):
-        assert (p.dtype, tuple(p.shape)) == (w.dtype, tuple(w.shape)), \
+    for p, w in zip(traced, tree_leaves(want)):
+        shape = tuple(s if type(s) is int else s.value for s in p.shape)  # (a size known at run time: its value)
+        assert (p.dtype, shape) == (w.dtype, tuple(w.shape)), \
             f"{what}: traced as {p.dtype}{list(p.shape)}, eager {w.dtype}{list(w.shape)}"
 
 

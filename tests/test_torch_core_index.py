@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jitcore.errors import DataDependentError, MetaError
+from jitcore.errors import MetaError
 from jitcore.ops import ltorch
 from tests.core_ops_checks import check_op, sample
 from tests.helpers import assert_matches_torch, trace_fn
@@ -57,8 +57,8 @@ def test_getitem_tensor_indices():
 
 def test_getitem_errors():
     a = torch.randn(3, 4)
-    with pytest.raises(DataDependentError, match="boolean tensor mask"):
-        trace_fn(lambda x: x[x > 0], a)
+    with pytest.raises(MetaError, match="does not match the shape of the indexed tensor"):
+        trace_fn(lambda x: x[x[:2] > 0], a)
     with pytest.raises(MetaError, match="too many indices"):
         trace_fn(lambda x: x[0, 0, 0], a)
     with pytest.raises(MetaError, match="out of bounds"):
@@ -69,6 +69,11 @@ def test_getitem_errors():
         trace_fn(lambda x: x[::-1], a)
     with pytest.raises(MetaError, match="indices"):
         trace_fn(lambda x: x[x], a)
+
+
+def _same_mask(x):
+    m = x > 0
+    return x[m].reshape(-1, 1) * (x + 1)[m][:, None] + x[m].sum()
 
 
 def _eager_setitem(x, key, value):
@@ -154,10 +159,12 @@ def test_masks():
     check_op(lambda x: x.masked_scatter(x > 0, x * 10), a)
     check_op(lambda x: torch.masked_scatter(x, x[0] > 0, -x[:2].flatten()), a)
     check_op(lambda x: x.bool().masked_fill(x > 0, False), a)
+    # a data-dependent number of entries: the count is a size known only at run time (prims.nonzero)
     for fn in (lambda x: x.masked_select(x > 0), lambda x: torch.nonzero(x), lambda x: x.nonzero(as_tuple=True),
-               lambda x: torch.argwhere(x)):
-        with pytest.raises(DataDependentError):
-            trace_fn(fn, a)
+               lambda x: torch.argwhere(x), lambda x: x[x > 0], lambda x: x[:, x[0] > 0], lambda x: x[x[:, 0] > 0, 1:],
+               lambda x: torch.where(x > 0), lambda x: x.masked_select(x[0] > 0),
+               _same_mask):
+        check_op(fn, a)
     with pytest.raises(MetaError, match="boolean masks"):
         trace_fn(lambda x: x.masked_fill(x.long(), 1.0), a)
     with pytest.raises(MetaError, match="0-dimensional value"):

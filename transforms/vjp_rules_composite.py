@@ -284,6 +284,8 @@ def pieces_vjp(bsym, *gs):
         return NotImplemented
     d = dim % a.ndim
     unbound = bsym.sym.id == ltorch.unbind.id
+    if not unbound and any(getattr(p.shape[d], "runtime", False) for p in pieces):
+        return NotImplemented  # pieces of run-time lengths (split points in a tensor): through their decomposition
     if sum(1 if unbound else p.shape[d] for p in pieces) != a.shape[d]:
         return NotImplemented
     grads = [g if g is not None else zeros_like(p) for p, g in zip(pieces, gs)]

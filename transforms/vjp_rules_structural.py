@@ -17,6 +17,7 @@ from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, opaque_vjp_sym
 from jitcore.ops.torch_shape import size_max
+from jitcore.ops.utils import same_size
 from transforms.vjp_helpers import VJP_RULES, bound_arguments, is_diff, mT, no_grad_vjp, numel, sum_to, zeros_like
 
 
@@ -34,9 +35,11 @@ def torch_autograd_vjp(bsym, *gs):
 def broadcast_in_dim_vjp(bsym, g):
     a, shape, bdims = bsym.args[0], bsym.args[1], bsym.args[2]
     summed = [d for d in range(len(shape)) if d not in bdims]
-    summed += [d for i, d in enumerate(bdims) if a.shape[i] == 1 and shape[d] != 1]
+    summed += [d for i, d in enumerate(bdims)
+               if not same_size(a.shape[i], shape[d]) and a.shape[i] == 1 and shape[d] != 1]
     out = pr.sum(g, tuple(sorted(summed))) if summed else g
-    return (ps.reshape(out, tuple(a.shape)) if tuple(out.shape) != tuple(a.shape) else out),
+    same = len(out.shape) == a.ndim and all(same_size(x, y) for x, y in zip(out.shape, a.shape))
+    return (out if same or tuple(out.shape) == tuple(a.shape) else ps.reshape(out, tuple(a.shape))),
 
 
 VJP_RULES["prims.broadcast_in_dim"] = broadcast_in_dim_vjp

@@ -11,10 +11,11 @@ import torch
 
 from jitcore.errors import DataDependentError
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
-from jitcore.ir.symbol import Tag
+from jitcore.ir.symbol import BoundSymbol, Tag
 from jitcore.ir.trace import Trace, detached
+from jitcore.ir.views import VIEW_OPS
+from jitcore.ops import prims_misc as pm
 
-_REFUSED = frozenset({Tag.RANDOM, Tag.INPLACE})
 _CONVERT = {"bool": bool, "int": int, "float": float, "index": int, "item": lambda t: t.item(),
             "tolist": lambda t: t.tolist()}
 
@@ -30,27 +31,92 @@ class DataGuard:
     text: str  # the value's program, for reason strings and inspection
 
 
-def _needed(trace: Trace, target: TensorProxy) -> list:
-    """The recorded lines (including those of composites still being recorded) that produce `target`."""
+def _needed(trace: Trace, target) -> list:
+    """The recorded lines (including those of composites still being recorded) that produce `target`, with the
+    in-place writes into it or into any tensor it shares memory with (through views) made before it is read. A size
+    known only at run time (`u0`) is produced by the first line whose output tensor has it: a `prims.shape` line
+    that reads it from that tensor follows the line (no line of the trace makes it while tracing)."""
     lines = [b for scope in trace._scopes for b in scope]
+    carriers = _run_time_carriers(lines)
+    roots = _alias_roots(lines)
     needed, kept = {target.name}, []
+    needed_roots = {roots.get(target.name, target.name)}
     for bsym in reversed(lines):
-        if any(o.name in needed for o in bsym.flat_proxy_outs()):
+        sizes = [t for t in carriers.get(id(bsym), ()) if any(s.name in needed for s in _run_time_sizes(t))]
+        written = _written(bsym)
+        if any(o.name in needed for o in bsym.flat_proxy_outs()) or sizes or (
+                written is not None and roots.get(written.name, written.name) in needed_roots):
             kept.append(bsym)
-            needed.update(a.name for a in bsym.flat_proxy_args())
+            args = bsym.flat_proxy_args()
+            needed.update(a.name for a in args)
+            needed_roots.update(roots.get(a.name, a.name) for a in args if isinstance(a, TensorProxy))
+            kept[-1:-1] = [_read_sizes(t) for t in sizes]
     return kept[::-1]
 
 
-def _refused_tags(bsym) -> bool:
-    return bool(bsym.sym.tags & _REFUSED) or any(_refused_tags(s) for s in bsym.subsymbols)
+def _writes(bsym) -> bool:
+    return Tag.INPLACE in bsym.sym.tags or any(_writes(s) for s in bsym.subsymbols)
+
+
+def _written(bsym):
+    """The tensor an in-place line writes into (its first tensor; prims.copy_'s dst), or None."""
+    if not _writes(bsym):
+        return None
+    if bsym.sym is pm.copy_:
+        return bsym.args[1]
+    return next((a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+
+
+def _alias_roots(lines) -> dict:
+    """Tensor name -> the tensor whose memory it shares: outputs of views (jitcore/ir/views.py) and of in-place
+    writes share their first tensor's."""
+    roots = {}
+    for b in lines:
+        first = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        shares = first is not None and (b.sym.id in VIEW_OPS or _writes(b))
+        for o in b.flat_proxy_outs():
+            if isinstance(o, TensorProxy):
+                roots[o.name] = roots.get(first.name, first.name) if shares else o.name
+    return roots
+
+
+def _read_sizes(t: TensorProxy) -> BoundSymbol:
+    """`(u0, _) = prims.shape(t)`: t's run-time sizes read from it (the other sizes are not rebound)."""
+    out = tuple(s if isinstance(s, NumberProxy) and s.runtime else getattr(s, "value", s) for s in t._shape)
+    return BoundSymbol(pm.shape, (t,), {}, out)
+
+
+def _run_time_sizes(t: TensorProxy) -> list:
+    return [s for s in t._shape if isinstance(s, NumberProxy) and s.runtime]
+
+
+def _run_time_carriers(lines) -> dict:
+    """id(line) -> the tensors it makes that first carry a run-time size (that line produces the size)."""
+    seen, out = set(), {}
+    for b in lines:
+        for t in b.flat_proxy_outs():
+            if isinstance(t, TensorProxy):
+                new = [s for s in _run_time_sizes(t) if s.name not in seen]
+                if new:
+                    seen.update(s.name for s in new)
+                    out.setdefault(id(b), []).append(t)
+    return out
+
+
+def _random(bsym) -> bool:
+    """Whether the line draws: a composite tagged RANDOM whose decomposition draws nothing (sdpa or dropout with
+    p=0) does not."""
+    if bsym.subsymbols:
+        return any(_random(s) for s in bsym.subsymbols)
+    return Tag.RANDOM in bsym.sym.tags
 
 
 def concrete_value(ctx, proxy: TensorProxy, kind: str):
     """The Python value `kind` ("bool", "int", "float", "index", "item") of `proxy` for this call, guarded.
 
-    Refused (DataDependentError, quoting the user's line): values that come from random ops or in-place writes, or
-    that need inputs other than the function's arguments (or the symbols of their sizes and of number arguments, under
-    symbolic values), or anything when no real inputs are at hand (examine())."""
+    Refused (DataDependentError, quoting the user's line): values that come from random ops or from in-place writes
+    into the inputs, or that need inputs other than the function's arguments (or the symbols of their sizes and of
+    number arguments, under symbolic values), or anything when no real inputs are at hand (examine())."""
     what = {"bool": "a Python bool (e.g. `if tensor:`)", "item": "tensor.item()", "tolist": "tensor.tolist()"}.get(
         kind, f"a Python {kind}")
     if kind not in ("item", "tolist") and proxy.numel() != 1:
@@ -63,17 +129,25 @@ def guarded_value(ctx, wanted: list, convert, kind: str, what: str):
     """convert(*values of `wanted` in this call), computed from the call's real inputs and guarded: the prologue
     recomputes it on every call, and a different value is a miss. Refused as concrete_value says."""
     lines = _lines_for(ctx.trace, wanted)
-    if any(_refused_tags(b) for b in lines):
-        raise DataDependentError(f"{what} needs its value, which comes from random or in-place ops here")
+    drawn = next((b for b in lines if _random(b)), None)
+    if drawn is not None:
+        raise DataDependentError(f"{what} needs its value, which comes from random ops here ({drawn.sym.name})")
     real = {i.proxy.name: (i, v) for i, v in zip(ctx.inputs, ctx._values)}
     free = _free(lines, wanted)
+    roots, inputs = _alias_roots(lines), {a.name for a in free}
+    for b in lines:  # writes into tensors the program makes are its own; into its inputs, the prologue cannot
+        w = _written(b)
+        if w is not None and roots.get(w.name, w.name) in inputs:
+            raise DataDependentError(f"{what} needs its value, which comes from in-place writes into {w.name} here")
     for a in free:
+        if isinstance(a, NumberProxy) and a.runtime:
+            raise DataDependentError(f"{what} needs {a.name}, a size known only at run time, and no line makes it")
         if isinstance(a, NumberProxy) and a.expr is not None:  # a symbol the prologue binds (an input's size, a
             continue  # number argument) or an expression over them: the check reads it as predicates do
         entry = real.get(a.name)
-        if isinstance(a, NumberProxy) or entry is None or not ctx.is_argument_input(entry[0]):
+        if isinstance(a, NumberProxy) or entry is None:  # (any tensor input: an argument, a module's parameter or
             raise DataDependentError(f"{what} needs its value, which depends on something other than the function's "
-                                     f"tensor arguments ({a.name})")
+                                     f"tensor inputs ({a.name})")  # buffer, a global: the prologue binds each)
     program = Trace("data_guard")
     program.args, program.bound_symbols = free, lines
     program.output = wanted[0] if len(wanted) == 1 else tuple(wanted)
@@ -87,6 +161,7 @@ def guarded_value(ctx, wanted: list, convert, kind: str, what: str):
 
     recompute.__qualname__ = recompute.__name__ = f"data_guard[{_describe(program, kind)}]"
     recompute.trace = program  # the program that recomputes the value, printable
+    recompute.convert = (lambda v: convert(v)) if single else (lambda vs: convert(*vs))
     with detached():
         value = recompute(*[a.value if isinstance(a, NumberProxy) else real[a.name][1] for a in free])
     reads = tuple(a.name if not isinstance(a, NumberProxy) or a.expr == a.name else f"({a.expr})" for a in free)
@@ -94,15 +169,56 @@ def guarded_value(ctx, wanted: list, convert, kind: str, what: str):
     return value
 
 
+def merged(guards: list) -> DataGuard:
+    """One guard checking all of `guards` (a call's values, in order) with one program: their programs share the
+    lines that compute the same values (an MoE layer's routing, read by each of its experts' guards), which then run
+    once per call instead of once per guard. Each program is a prefix-closed part of the same trace, so running them
+    one after the other, skipping a line whose values an earlier one made, computes every value as each would."""
+    program = Trace("data_guards")
+    program.names = set().union(*(g.program.trace.names for g in guards))
+    args, reads, made = [], [], set()
+    for g in guards:
+        for a, r in zip(g.program.trace.args, g.inputs):
+            if a.name not in made:
+                made.add(a.name)
+                args.append(a)
+                reads.append(r)
+    lines = []
+    for g in guards:
+        for b in g.program.trace.bound_symbols:
+            outs = [o.name for o in b.flat_proxy_outs()]
+            if outs and all(o in made for o in outs):
+                continue
+            made.update(outs)
+            lines.append(b)
+    program.args, program.bound_symbols = args, lines
+    program.output = tuple(g.program.trace.output for g in guards)
+    fn = program.python_callable()
+    converts = [g.program.convert for g in guards]
+
+    def recompute(*tensors):
+        with torch.no_grad():
+            return tuple(c(v) for c, v in zip(converts, fn(*tensors)))
+
+    recompute.__qualname__ = recompute.__name__ = f"data_guards[{len(guards)} values]"
+    recompute.trace = program
+    recompute.convert = tuple
+    return DataGuard(recompute, tuple(reads), tuple(g.value for g in guards), f"{len(guards)} values: " +
+                     "; ".join(g.text for g in guards))
+
+
 def _lines_for(trace, wanted) -> list:
     """The recorded lines that produce any of `wanted`, in program order."""
-    lines, seen = [], set()
+    lines, seen, order = [], set(), {id(b): i for i, b in enumerate(b for scope in trace._scopes for b in scope)}
     for p in wanted:
-        for b in _needed(trace, p):
-            if id(b) not in seen:
-                seen.add(id(b))
+        needed = _needed(trace, p)
+        for i, b in enumerate(needed):
+            synthetic = id(b) not in order  # a run-time size's shape line: right after the line that makes its tensor
+            order.setdefault(id(b), order[id(needed[i - 1])] + 0.5 if i else -1)
+            key = ("shape", b.args[0].name) if synthetic else id(b)
+            if key not in seen:
+                seen.add(key)
                 lines.append(b)
-    order = {id(b): i for i, b in enumerate(b for scope in trace._scopes for b in scope)}
     return sorted(lines, key=lambda b: order[id(b)])
 
 
@@ -149,4 +265,4 @@ def _describe(program: Trace, kind: str) -> str:
     return f"{kind}({' -> '.join(ops) or ', '.join(o.name for o in outs)})"
 
 
-__all__ = ["DataGuard", "Proxy", "concrete_value", "guarded_value", "real_values"]
+__all__ = ["DataGuard", "Proxy", "concrete_value", "guarded_value", "merged", "real_values"]

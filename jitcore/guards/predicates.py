@@ -17,6 +17,8 @@ class Predicates:
         self.items: list[str] = []
         self._seen: set[str] = set()
         self.lower: dict[str, int] = {}
+        self.run_time: dict = {}  # expression over run-time sizes -> its value (guarded by a data guard)
+        self.same: dict[str, str] = {}  # run-time size -> the one a guarded equality says it equals
 
     def add(self, text: str):
         if text not in self._seen:

@@ -88,11 +88,20 @@ def declare_lower(name: str, lower: int):
         bounds[name] = lower
 
 
+def _bounds() -> dict:
+    """Lower bounds of the symbols: the inputs' (declared to the active sink) and the run-time sizes' (>= 0, kept
+    by the trace that made them: jitcore/ir/proxies.py run_time_size)."""
+    bounds = getattr(SINK.get(), "lower", None) or {}
+    trace = get_tracectx()
+    run_time = trace.extra.get("run_time_sizes") if trace is not None else None
+    return {**bounds, **run_time} if run_time else bounds
+
+
 def _decide(op: str, a, b):
-    bounds = getattr(SINK.get(), "lower", None)
+    bounds = _bounds()
     if not bounds:
         return None
-    env = _Env(bounds)
+    env = _Env(bounds, getattr(SINK.get(), "same", None) or {})
     try:
         d = _sub(_poly_of(a, env), _poly_of(b, env))
     except (_Undecided, SyntaxError, RecursionError):
@@ -120,10 +129,11 @@ def _parse(expr: str):
 
 class _Env:
     """bounds: size symbol -> lower bound; caps: variable -> its largest value (an atom bounded on both sides,
-    shifted to start at 0)."""
+    shifted to start at 0); same: run-time size -> the one it equals on every call the entry serves (a guarded
+    `u1 == u0`: two selections by equal masks), read as that one."""
 
-    def __init__(self, bounds):
-        self.bounds, self.caps = bounds, {}
+    def __init__(self, bounds, same=None):
+        self.bounds, self.caps, self.same = bounds, {}, same or {}
 
 
 def _poly_of(x, env):
@@ -200,9 +210,10 @@ def _poly(node, env):
             raise _Undecided
         return {(): int(node.value)}
     if t is ast.Name:  # a size symbol; a number input may be a float (nan, inf: `f0 - f0 == 0` fails): undecided
-        if node.id not in env.bounds:
+        name = env.same.get(node.id, node.id)
+        if name not in env.bounds:
             raise _Undecided
-        return _atom(node.id, env.bounds[node.id], None, env)
+        return _atom(name, env.bounds[name], None, env)
     if t is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
         p = _poly(node.operand, env)
         return p if type(node.op) is ast.UAdd else {m: -c for m, c in p.items()}
@@ -341,8 +352,60 @@ def value_of(x):
     return x.value if isinstance(x, SymbolicNumber) else x
 
 
+def run_time_answer(p, convert, what: str = ""):
+    """The value of a number that depends on a run-time size (`u0 > 0`, `int(u0)`): this call's, guarded by the
+    data guards (the prologue recomputes the part of the program it comes from), since no predicate over the
+    inputs' symbols can say it. DataDependentError where no guard can (no real inputs at hand: examine())."""
+    known = getattr(SINK.get(), "run_time", None)  # answered (and guarded) while tracing: later passes that ask
+    key, flip = _answer_key(p)  # again (functionalization, autodiff) get the same answer
+    if known is not None and key in known:
+        return (not known[key]) if flip else known[key]
+    trace = get_tracectx()
+    oracle = None if trace is None else trace.extra.get("runtime_oracle")
+    what = what or f"Python control flow (or a conversion to a Python value) on {_strip(p.expr)}"
+    if oracle is None:
+        raise DataDependentError(f"{what} needs the value of a size known only at run time (a data-dependent size)")
+    value = oracle(p, convert, what)
+    if known is not None:
+        known[key] = (not value) if flip else value
+        _note_same(key, known[key])
+    return value
+
+
+def _note_same(key, equal):
+    """`u1 == u0` (or `i1 - 1 == i3 - 1`) held and is guarded: later comparisons read one symbol as the other
+    (_Env.same), when the two sides differ by a multiple of `x - y` only."""
+    same = getattr(SINK.get(), "same", None)
+    if same is None or not equal or key[0] != "==":
+        return
+    try:
+        env = _Env(_bounds(), same)
+        d = _sub(_poly(_parse(key[1]), env), _poly(_parse(key[2]), env))
+    except (_Undecided, SyntaxError, RecursionError):
+        return
+    terms = {m: c for m, c in d.items() if m and c}
+    if d.get((), 0) or len(terms) != 2 or any(len(m) != 1 or m[0].startswith("~") for m in terms) or \
+            sum(terms.values()) or not all(m[0].isidentifier() for m in terms):
+        return
+    x, y = sorted(m[0] for m in terms)
+    same[y] = x
+    for k, v in same.items():
+        if v == y:
+            same[k] = x
+
+
+def _answer_key(p) -> tuple:
+    """(key, flip): an (in)equality is kept as the equality of its sorted sides (`u1 != u0` is `not (u0 == u1)`)."""
+    cmp = getattr(p, "cmp", None)
+    if cmp is None or cmp[0] not in ("==", "!="):
+        return p.expr, False
+    return ("==", *sorted(_strip(expr_of(x)) for x in cmp[1:])), cmp[0] == "!="
+
+
 def concretize(p, why: str = ""):
     """p's value, after recording `expr == value` (a specialisation: correct, never general)."""
+    if getattr(p, "runtime", False):
+        return run_time_answer(p, p.python_type, why)
     if p.expr is None:
         refuse(p)
     v = p.value
@@ -359,10 +422,13 @@ def truth(b) -> bool:
     v = bool(b.value)
     if b.implied:
         return v
+    if b.runtime:
+        return run_time_answer(b, bool)
     op = b.cmp[0] if b.cmp is not None else None
     if op in ("==", "!="):  # equalities read (and dedupe) best as `i0 == i3` / `i0 != i3`
         holds = "==" if (op == "==") == v else "!="
         record(_equality(b.cmp[1], b.cmp[2], holds))
+        _note_same(("==", *(_strip(expr_of(x)) for x in b.cmp[1:])), holds == "==")  # (the prologue checks it)
     elif op is not None and not v:
         record(f"not ({_strip(b.expr)})")
     else:

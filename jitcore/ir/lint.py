@@ -110,11 +110,20 @@ def _same_number(o, bsym, first) -> bool:
     of `ltorch.select(t1, 1, 2)`, keeping the proxy), and a pass that inlines that decomposition later (the grad
     transform, claim) defines it a second time. The interpreter unpacks the size of a composite's output
     (`(i3,) = prims.shape(t1)` after `t1 = ltorch.flatten(t0)`, whose decomposition computes `i3 = i0 * i1`), and
-    the grad transform's forward inlines the decomposition above the unpack (fuzz seed 272). Anything else
-    defined twice is an error."""
+    the grad transform's forward inlines the decomposition above the unpack (fuzz seed 272). A size known only at
+    run time (`u0`, o.runtime) is one count of one tensor: `prims.nonzero` of it defines the same u0 each time
+    (`x[m] * w[m]`: two selections by m). Anything else defined twice is an error."""
     if not isinstance(o, NumberProxy) or first is None:
         return False
+    if o.runtime and (_counts(bsym) or _is_size_unpack(bsym)) and (_counts(first) or _is_size_unpack(first)):
+        return True
     return _is_size_unpack(bsym) or _is_size_unpack(first) or _full_text(bsym) == _full_text(first)
+
+
+def _counts(bsym) -> bool:
+    """prims.nonzero (or an executor's line that runs it)."""
+    return bsym.sym.id == "prims.nonzero" or (len(bsym.subsymbols) == 1 and
+                                              bsym.subsymbols[0].sym.id == "prims.nonzero")
 
 
 def _passes_through(o, bsym) -> bool:

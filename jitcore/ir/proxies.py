@@ -114,24 +114,26 @@ class NumberProxy(Proxy, arith.SymbolicNumber):
     """A Python number whose value may change between calls (cache="symbolic values").
 
     `value` is the value seen while tracing; `expr` its expression over the prologue's input symbols; `lower`
-    a lower bound the prologue checks (2 for symbolic sizes). Arithmetic and comparisons record PYTHON ops
-    (the "number_op" IR op, jitcore/ops/prims_python.py); a concrete answer (`if`, `range`, an index) records a
-    predicate (jitcore/ir/arith.py).
+    a lower bound the prologue checks (2 for symbolic sizes). `runtime`: the number depends on a size known only
+    when the program runs (the row count of `nonzero`, see run_time_size): the prologue cannot compute it, so
+    Python's concrete answers about it go through the data guards instead of predicates. Arithmetic and
+    comparisons record PYTHON ops (the "number_op" IR op, jitcore/ops/prims_python.py); a concrete answer (`if`,
+    `range`, an index) records a predicate (jitcore/ir/arith.py).
     """
 
-    __slots__ = ("expr", "lower", "python_type", "value")
+    __slots__ = ("expr", "lower", "python_type", "runtime", "value")
 
     def __init__(self, value, python_type, name=None):
         super().__init__(name)
         self.value, self.python_type = value, python_type
-        self.expr, self.lower = self.name, None
+        self.expr, self.lower, self.runtime = self.name, None, False
 
     def type_string(self) -> str:
         return self.python_type.__name__
 
     def replace_name(self, name):
         p = type(self)(self.value, name=name)
-        p.expr, p.lower = self.expr, self.lower
+        p.expr, p.lower, p.runtime = self.expr, self.lower, self.runtime
         return p
 
     # -- a concrete answer records the predicate that held (jitcore/ir/arith.py) --------------------------------
@@ -231,6 +233,21 @@ class IntegerProxy(NumberProxy):
 
     def __index__(self):
         return arith.concretize(self)
+
+
+def run_time_size(value: int) -> IntegerProxy:
+    """A size known only when the program runs (the row count of `nonzero`, of a boolean-mask selection): named
+    `u0`, `u1`, ..., >= 0, never bound by the prologue. The program reads it from the tensor that has it
+    (jitcore/ops/sizes.py define_sizes); later ops use it symbolically, in every cache mode. `value` is this
+    call's (the data guards' answer when Python needs it: jitcore/guards/data_guards.py)."""
+    trace = get_tracectx()
+    name = trace.make_name("u")
+    trace.names.discard(name)  # (reserved by make_name; the proxy adds it back)
+    p = IntegerProxy(value, name=name)
+    p.lower, p.runtime = 0, True
+    trace.extra.setdefault("run_time_sizes", {})[name] = 0  # (its lower bound, for jitcore/ir/arith.py; and for
+    arith.declare_lower(name, 0)  # the passes after tracing, which ask in other traces)
+    return p
 
 
 class FloatProxy(NumberProxy):

@@ -27,6 +27,7 @@ from jitcore.ops import (  # noqa: F401
     torch_nn_pool,
     torch_reduction,
     torch_shape,
+    torch_value_sizes,
 )
 
 # isort: split

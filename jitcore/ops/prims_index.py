@@ -1,5 +1,5 @@
-"""Ops: indexing prims (take, take_along_axis, scatter, scatter_add, index_add, index_put). All are out of place:
-they return a new tensor. Index tensors are integer (index_put also takes bool masks); ltorch wraps negative
+"""Ops: indexing prims (take, take_along_axis, scatter, scatter_add, index_add, index_put, nonzero). All are out
+of place: they return a new tensor. Index tensors are integer (index_put also takes bool masks); ltorch wraps negative
 indices and builds getitem/setitem from these.
 """
 from __future__ import annotations
@@ -8,9 +8,11 @@ import torch
 
 from jitcore.errors import MetaError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy, run_time_size
+from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import get_tracectx
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import broadcast_shapes, canonical_dims, check, is_number, requires_grad, same_device
+from jitcore.ops.utils import broadcast_shapes, canonical_dims, check, is_number, requires_grad, same_device, same_size
 
 
 def _shape(t) -> tuple:
@@ -173,8 +175,32 @@ def index_put(a, indices, values, accumulate):
     target = _indexed_shape("index_put", a, tuple(indices))
     vshape = _shape(values)
     ok = len(vshape) <= len(target) and all(
-        v == 1 or t is None or v == t for v, t in zip(reversed(vshape), reversed(target)))
+        t is None or same_size(v, t) or v == 1 or v == t for v, t in zip(reversed(vshape), reversed(target)))
     check(ok, lambda: f"prims.index_put: shape mismatch: value tensor of shape {vshape} cannot be broadcast to "
                       f"indexing result of shape {tuple('?' if t is None else t for t in target)}")
     same_device(index_put.id, a, values, *[i for i in indices if i is not None])
     return a.like(requires_grad=requires_grad(a, values))
+
+
+@prim("prims.nonzero", tags=(Tag.NON_DIFFERENTIABLE,))
+def nonzero(a):
+    """torch.nonzero: the indices of a's nonzero entries, one row each, (u, a.ndim) int64, and their count u: a
+    size known only when the program runs (jitcore/ir/proxies.py run_time_size), defined by this line wherever it
+    runs. The same tensor has one count: a second nonzero of it defines the same u again (the same value). Every op
+    that selects a data-dependent number of entries (masks, masked_select, where) is built on it."""
+    _tensor("nonzero", a)
+    trace = get_tracectx()
+    counts = trace.extra.setdefault("nonzero_counts", {}) if trace is not None else {}
+    count = counts.get(a.name)  # the same tensor has the same count: one size, so `x[m] * w[m]` needs no check
+    if count is None:
+        count = counts[a.name] = run_time_size(_count_now(a))
+    return TensorProxy((count, a.ndim), torch.int64, a.device), count
+
+
+def _count_now(a) -> int:
+    """This call's number of nonzero entries of a (the trace's real values, when at hand), for the run-time size's
+    value; 0 where they are not (examine(): no real inputs)."""
+    trace = get_tracectx()
+    oracle = None if trace is None else trace.extra.get("value_oracle")
+    values = oracle([a]) if oracle is not None else None
+    return 0 if values is None else int(torch.count_nonzero(values[0]))

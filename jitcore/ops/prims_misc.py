@@ -1,11 +1,12 @@
 """Ops: miscellaneous prims: shape (a tensor's sizes as Python ints), copy_ (the one in-place write, into an
-existing tensor), stop_gradient (a tensor cut off from autodiff) and no_grad_update (a tensor after a write that
-autograd did not record).
+existing tensor), stop_gradient (a tensor cut off from autodiff), no_grad_update (a tensor after a write that
+autograd did not record) and item_as_size (a tensor's value as a size known only at run time).
 """
 from __future__ import annotations
 
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import TensorProxy, run_time_size
 from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import get_tracectx
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, requires_grad
 
@@ -47,3 +48,16 @@ def no_grad_update(dst, values):
     check(tuple(values.shape) == tuple(dst.shape),
           lambda: f"prims.no_grad_update: values shape {tuple(values.shape)} must equal dst shape {tuple(dst.shape)}")
     return values.like(requires_grad=dst.requires_grad)
+
+
+@prim("prims.item_as_size", tags=(Tag.NON_DIFFERENTIABLE,))
+def item_as_size(a):
+    """The value of a 0-dim integer tensor as a size known only at run time (the output length of bincount, of
+    repeat_interleave by a tensor): jitcore/ir/proxies.py run_time_size. Raises at run time if it is negative."""
+    _tensor("item_as_size", a)
+    check(a.ndim == 0 and not a.dtype.is_floating_point and not a.dtype.is_complex,
+          lambda: f"prims.item_as_size: expected a 0-dim integer tensor, got {a.dtype} of shape {tuple(a.shape)}")
+    trace = get_tracectx()
+    oracle = None if trace is None else trace.extra.get("value_oracle")
+    values = oracle([a]) if oracle is not None else None
+    return run_time_size(0 if values is None else max(int(values[0]), 0))

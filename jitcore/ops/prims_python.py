@@ -45,6 +45,8 @@ def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None, call_
             return out
         expr = "(" + fmt.format(*(arith.expr_of(a) for a in args)) + ")"
         out = _result_proxy(value, expr, (compare, *args) if compare else None)
+        if out is not value:
+            out.runtime = any(getattr(a, "runtime", False) for a in args)
         if compare is not None and out is not value:
             out.implied = arith.implied(compare, *args) is not None
         return out

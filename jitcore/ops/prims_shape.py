@@ -6,7 +6,7 @@ from __future__ import annotations
 from jitcore.errors import MetaError
 from jitcore.ir.proxies import TensorProxy, register_ir_op
 from jitcore.ops.registry import prim
-from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device
+from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device, same_size
 
 
 @prim("prims.broadcast_in_dim")
@@ -18,7 +18,7 @@ def broadcast_in_dim(a, shape, broadcast_dimensions):
     check(list(bdims) == sorted(set(bdims)) and all(0 <= d < len(shape) for d in bdims),
           lambda: f"prims.broadcast_in_dim: broadcast_dimensions {bdims} must be increasing dims of {shape}")
     for i, d in enumerate(bdims):
-        if not (a.shape[i] == 1 or a.shape[i] == shape[d]):
+        if not (same_size(a.shape[i], shape[d]) or a.shape[i] == 1 or a.shape[i] == shape[d]):
             raise MetaError(f"prims.broadcast_in_dim: cannot broadcast {tuple(a.shape)} to {shape} (dim {i})")
     return a.like(shape=shape, requires_grad=requires_grad(a))
 
@@ -78,7 +78,8 @@ def slice_prim(a, start_indices, end_indices, strides=None):
         if not (0 <= s <= e <= a.shape[d] and st >= 1):
             raise MetaError(f"prims.slice: invalid slice {s}:{e}:{st} of dim {d} (size {a.shape[d]}) of shape "
                             f"{tuple(a.shape)}; need 0 <= start <= end <= size and stride >= 1")
-        shape.append((e - s + st - 1) // st)
+        unit = type(st) is int and st == 1  # (the common case keeps the expression short: `u0`, `i0 - i1`)
+        shape.append((e if type(s) is int and s == 0 else e - s) if unit else (e - s + st - 1) // st)
     return a.like(shape=tuple(shape), requires_grad=requires_grad(a))
 
 

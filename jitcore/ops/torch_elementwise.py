@@ -422,7 +422,10 @@ def logical_xor(input, other):
 
 # -- ternary ---------------------------------------------------------------------------------------------------
 @torchsymbol(torch.where, id="ltorch.where")
-def where(condition, input, other):
+def where(condition, input=None, other=None):
+    if input is None and other is None:  # torch.where(condition): the indices of its True entries, per dim
+        from jitcore.ops.torch_value_sizes import nonzero  # (it builds on this module)
+        return nonzero(condition, as_tuple=True)
     check(isinstance(condition, TensorProxy) and condition.dtype is torch.bool,
           lambda: f"where expected condition to be a boolean tensor, but got {getattr(condition, 'dtype', condition)}")
     dtype = dtypes.promote_dtypes(input, other)

@@ -1,7 +1,8 @@
 """Ops: torch-level indexing: Tensor.__getitem__ (ints, slices, None, Ellipsis, Python bools, integer tensors and
 lists with torch's placement of advanced-index dims), setitem as a functional op, gather/scatter, index_select/
 index_add/index_copy/index_fill/index_put, take/take_along_dim, masked_fill/masked_scatter. Built on the index,
-shape and elementwise prims; ops whose output shape depends on tensor values raise DataDependentError.
+shape and elementwise prims; boolean masks, nonzero and masked_select select a number of entries known only at run
+time (prims.nonzero).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 
 import torch
 
-from jitcore.errors import DataDependentError, MetaError
+from jitcore.errors import MetaError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import Tag
@@ -26,8 +27,6 @@ from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
 
 T = torch.Tensor
 ND = (Tag.NON_DIFFERENTIABLE,)
-_MASK_HINT = ("a boolean mask selects a data-dependent number of elements; use torch.where(mask, x, other) or "
-              "masked_fill to keep the shape static")
 
 
 # -- getitem --------------------------------------------------------------------------------------------------------
@@ -53,25 +52,52 @@ def _leaves(seq):
 
 
 def _expand_key(a, key):
-    """key as a list of items, Ellipsis expanded to slices; lists become index tensors; bools become None (+ empty)."""
+    """key as a list of items, Ellipsis expanded to slices; lists become index tensors; bools become None (+ empty);
+    a boolean tensor mask becomes the index tensors of its nonzero entries (one per dim it covers), whose length is
+    a size known only at run time."""
     key = key if isinstance(key, tuple) else (key,)
     items = []
     for k in key:
         if isinstance(k, list):
             k = _python_index_list(a, k, a.device)
         if isinstance(k, TensorProxy) and k.dtype in (torch.bool, torch.uint8):
-            raise DataDependentError(f"indexing with a boolean tensor mask of shape {tuple(k.shape)}: {_MASK_HINT}")
-        if not (k is None or k is Ellipsis or isinstance(k, (int, IntegerProxy, slice, TensorProxy))):
+            k = _Mask(k) if k.ndim else bool(k)  # a 0-dim mask is a Python bool (its value guarded)
+        if not (k is None or k is Ellipsis or isinstance(k, (int, IntegerProxy, slice, TensorProxy, _Mask))):
             raise MetaError(f"__getitem__: only integers, slices (`:`), ellipsis (`...`), None and long or byte "
                             f"Variables are valid indices (got {type(k).__name__})")
         items.append(k)
-    consumed = sum(1 for k in items if k is not None and k is not Ellipsis and not isinstance(k, bool))
+    consumed = sum(k.ndim if isinstance(k, _Mask) else 1 for k in items
+                   if k is not None and k is not Ellipsis and not isinstance(k, bool))
     check(consumed <= a.ndim, lambda: f"too many indices for tensor of dimension {a.ndim}")
     check(sum(1 for k in items if k is Ellipsis) <= 1, "an index can only have a single ellipsis ('...')")
     at = next((i for i, k in enumerate(items) if k is Ellipsis), None)
     if at is not None:
         items[at:at + 1] = [slice(None)] * (a.ndim - consumed)
-    return items
+    return _masks_as_indices(a, items)
+
+
+class _Mask:
+    """A boolean tensor in an index key, until its dims are known (after the Ellipsis is expanded)."""
+
+    def __init__(self, mask):
+        self.mask, self.ndim = mask, mask.ndim
+
+
+def _masks_as_indices(a, items):
+    out, d = [], 0
+    for k in items:
+        if isinstance(k, _Mask):
+            covered = tuple(a.shape[d:d + k.ndim])
+            if tuple(k.mask.shape) != covered:
+                raise MetaError(f"The shape of the mask {list(k.mask.shape)} at index {d} does not match the shape "
+                                f"of the indexed tensor {list(a.shape)} at index {d}")
+            rows = pi.nonzero(k.mask)[0]
+            out += [ps.squeeze(slice_dim(rows, 1, j, j + 1), (1,)) for j in range(k.ndim)]
+            d += k.ndim
+        else:
+            out.append(k)
+            d += 0 if k is None or isinstance(k, bool) else 1
+    return out
 
 
 def _normalize_index(idx, size):
@@ -137,7 +163,7 @@ def _advanced(x, advanced):
 
 @torchsymbol(T.__getitem__, method="__getitem__", id="ltorch.getitem")
 def getitem(self, indices):
-    """x[indices] with torch's indexing rules; boolean tensor masks are data-dependent (DataDependentError)."""
+    """x[indices] with torch's indexing rules; a boolean tensor mask selects its nonzero entries (a run-time size)."""
     x, advanced = _basic(self, _expand_key(self, indices))
     return _advanced(x, advanced) if advanced else x
 
@@ -331,20 +357,3 @@ def masked_scatter(input, mask, source):
         return te.where(mask, to_dtype(0, input.dtype), input)
     picked = ps.reshape(pi.take(src, pos, 0), tuple(mask.shape))
     return te.where(mask, picked, input)
-
-
-def _data_dependent(name, what):
-    def body(*args, **kwargs):
-        raise DataDependentError(f"{name}: {what}; {_MASK_HINT}")
-
-    body.__name__ = name
-    return body
-
-
-masked_select = torchsymbol(torch.masked_select, T.masked_select, method="masked_select", id="ltorch.masked_select")(
-    _data_dependent("masked_select", "the number of selected elements depends on the mask's values"))
-nonzero = torchsymbol(torch.nonzero, T.nonzero, method="nonzero", id="ltorch.nonzero", tags=ND)(
-    _data_dependent("nonzero", "the number of nonzero elements depends on the tensor's values"))
-argwhere = torchsymbol(torch.argwhere, T.argwhere, method="argwhere", id="ltorch.argwhere", tags=ND)(
-    _data_dependent("argwhere", "the number of nonzero elements depends on the tensor's values"))
-

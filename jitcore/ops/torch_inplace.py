@@ -23,7 +23,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_index import getitem, setitem
 from jitcore.ops.torch_shape import size_max
-from jitcore.ops.utils import check, is_number, slice_indices
+from jitcore.ops.utils import check, is_number, same_size, slice_indices
 
 T = torch.Tensor
 INPLACE = (Tag.INPLACE,)
@@ -63,7 +63,7 @@ def _type_name(dtype) -> str:
 def _broadcasts_to(shape, target) -> bool:
     if len(shape) > len(target):
         return False
-    return all(s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(target))))
+    return all(same_size(s, t) or s == 1 or s == t for s, t in zip(reversed(tuple(shape)), reversed(tuple(target))))
 
 
 # -- foo_ for each functional op foo that torch has an in-place variant of (the rows are below, after setitem_) -----

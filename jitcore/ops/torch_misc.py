@@ -1,13 +1,13 @@
 """Ops: torch-level ops that fit no other family: torch.diff, block_diag, Tensor.sum_to_size, Tensor.type, and the
 Python-valued helpers the interpreter maps (torch.numel, torch.is_tensor, torch.is_floating_point, result_type,
 has_torch_function, torch._check on symbolic conditions).
-Ops whose output shape depends on tensor values (unique, bincount, is_nonzero) raise DataDependentError.
+Ops whose output sizes depend on tensor values (unique, bincount) are in torch_value_sizes.py.
 """
 from __future__ import annotations
 
 import torch
 
-from jitcore.errors import DataDependentError, MetaError, UnsupportedError
+from jitcore.errors import MetaError, UnsupportedError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ops import prims_shape as ps
@@ -17,7 +17,7 @@ from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
 from jitcore.ops.torch_reduction import sum as rsum
 from jitcore.ops.torch_shape import _cat, _promote_all, copy, dim_of, shape_arg, slice_dim
-from jitcore.ops.utils import check
+from jitcore.ops.utils import check, same_size
 
 T = torch.Tensor
 
@@ -70,11 +70,13 @@ def sum_to_size(self, *size):
     if not size:
         raise TypeError('sum_to_size() missing 1 required positional arguments: "size"')
     size = shape_arg(size)
-    check(len(size) <= self.ndim and all(s == 1 or s == d for s, d in zip(reversed(size), reversed(self.shape))),
+    check(len(size) <= self.ndim and all(same_size(s, d) or s == 1 or s == d
+                                          for s, d in zip(reversed(size), reversed(self.shape))),
           lambda: f"size {{{', '.join(map(str, size))}}} is not expandable to size "
                   f"{{{', '.join(map(str, self.shape))}}}.")
     lead = self.ndim - len(size)
-    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size) if s == 1 and self.shape[lead + i] != 1)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size) if not same_size(s, self.shape[lead + i])
+                                      and s == 1 and self.shape[lead + i] != 1)
     if not dims:
         return self
     out = rsum(self, dims, keepdim=True)
@@ -99,20 +101,13 @@ def _type(self, dtype=None, non_blocking=False, **kwargs):
 register_method("type", _type)
 
 
-def _data_dependent(name, what):
-    def body(*args, **kwargs):
-        raise DataDependentError(f"{name}: {what}")
-
-    body.__name__ = name
-    return body
+def _is_nonzero(input):
+    """A Python bool: the value of a one-element tensor, read through the data guards."""
+    return bool(input)
 
 
-unique = torchsymbol(torch.unique, T.unique, torch.unique_consecutive, T.unique_consecutive, method="unique",
-                     id="ltorch.unique")(_data_dependent("unique", "the number of unique values depends on the data"))
-bincount = torchsymbol(torch.bincount, T.bincount, method="bincount", id="ltorch.bincount")(
-    _data_dependent("bincount", "the output length is the largest value in the input"))
-is_nonzero = torchsymbol(torch.is_nonzero, T.is_nonzero, method="is_nonzero", id="ltorch.is_nonzero")(
-    _data_dependent("is_nonzero", "the answer is a tensor's value"))
+TORCH_MAP[torch.is_nonzero] = _is_nonzero
+register_method("is_nonzero", _is_nonzero)
 
 
 # -- Python-valued helpers: plain functions in the torch map (no op is recorded; the answer is metadata) -------------

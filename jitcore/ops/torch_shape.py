@@ -9,12 +9,13 @@ import math
 
 import torch
 
-from jitcore.errors import DataDependentError, MetaError
-from jitcore.ir import dtypes
+from jitcore.errors import MetaError
+from jitcore.ir import arith, dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy, canonical_dim
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_index as pi
+from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_python as pp
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
@@ -22,7 +23,7 @@ from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
-from jitcore.ops.utils import check, is_int, slice_indices
+from jitcore.ops.utils import check, is_int, same_size, slice_indices
 
 T = torch.Tensor
 
@@ -70,6 +71,10 @@ def infer_size(op, shape, numel) -> tuple:
 def size_max(a, b):
     """max(a, b) of sizes/bounds: a recorded `max(a, b)` when one is symbolic (no predicate on which is larger)."""
     if isinstance(a, NumberProxy) or isinstance(b, NumberProxy):
+        if arith.implied(">=", b, a):  # decided by the bounds (a run-time size is >= 0): no max to record
+            return b
+        if arith.implied(">=", a, b):
+            return a
         return pp.call("max", a, b)
     return max(a, b)
 
@@ -301,7 +306,7 @@ def _expand(op, a, sizes):
         if i >= offset:
             cur = a.shape[i - offset]
             s = cur if s == -1 else s
-            if cur != 1 and cur != s:
+            if not same_size(cur, s) and cur != 1 and cur != s:
                 raise MetaError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
                                 f"non-singleton dimension {i}.  Target sizes: {list(sizes)}.  Tensor sizes: "
                                 f"{list(a.shape)}")
@@ -506,11 +511,15 @@ def chunk(input, chunks, dim=0):
 @torchsymbol(torch.tensor_split, T.tensor_split, method="tensor_split", id="ltorch.tensor_split")
 def tensor_split(input, indices_or_sections, dim=0):
     check(input.ndim > 0, lambda: "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
-    if isinstance(indices_or_sections, TensorProxy):
-        raise DataDependentError("tensor_split: with a tensor of indices the piece sizes depend on its values; pass "
-                                 "a Python int or list")
     d = dim_of("tensor_split", dim, input.ndim)
     n = input.shape[d]
+    if isinstance(indices_or_sections, TensorProxy):
+        t = indices_or_sections
+        check(t.dtype is torch.int64 and t.ndim <= 1, lambda: "tensor_split expected tensor_indices_or_sections to be "
+              f"a zero-dimensional or one-dimensional tensor with dtype long, but got {t.dtype} of {t.ndim} dims")
+        if t.ndim == 0:  # a number of sections: its value (guarded) decides how many pieces there are
+            return tensor_split(input, int(t), dim)
+        return fresh(_split_at(input, d, t), input)
     if is_int(indices_or_sections):
         k = indices_or_sections
         check(k > 0, lambda: f"number of sections must be larger than 0, got {k}")
@@ -525,6 +534,26 @@ def tensor_split(input, indices_or_sections, dim=0):
             s, e, _ = slice_indices(slice(lo, hi), n)
             pieces.append((s, size_max(s, e)))
     return fresh([slice_dim(input, d, s, e) for s, e in pieces], input)
+
+
+def _split_at(input, d, indices):
+    """The pieces of input between the split points a tensor holds: each piece's length is known only at run time
+    (prims.item_as_size), its entries taken by index (Python slicing: negative points count from the end)."""
+    n = input.shape[d]
+    points = [ps.reshape(slice_dim(indices, 0, i, i + 1), ()) for i in range(indices.shape[0])]
+
+    def clamp(p):  # p (a 0-dim tensor) as a slice bound in [0, n]
+        return te.clamp(te.where(te.lt(p, 0), te.add(p, n), p), 0, n)
+
+    bounds = [None, *(clamp(p) for p in points), None]
+    pieces = []
+    for lo, hi in itertools.pairwise(bounds):
+        lo_t = lo if lo is not None else pc.full((), 0, device=input.device, dtype=torch.int64)
+        hi_t = hi if hi is not None else pc.full((), n, device=input.device, dtype=torch.int64)
+        length = pm.item_as_size(te.clamp(te.sub(hi_t, lo_t), 0, None))
+        where = te.add(pc.iota(length, start=0, step=1, device=input.device, dtype=torch.int64), lo_t)
+        pieces.append(pi.take(input, where, d))
+    return pieces
 
 
 def _section_split(op, input, indices_or_sections, dim):

@@ -54,9 +54,13 @@ def broadcast_shapes(op: str, *shapes) -> tuple:
         return tuple(shapes[0])
     rank = max((len(s) for s in shapes), default=0)
     out = [1] * rank
+    for i in range(rank):  # a dim where every size is 1 or one same size needs no comparison (a run-time size
+        sizes = _distinct(s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0)  # `u0` may be 1: then
+        if len(sizes) == 1:  # the result is u0 either way)
+            out[i] = sizes[0]
     for s in shapes:
         for i, d in enumerate(s, start=rank - len(s)):
-            if d == 1:
+            if same_size(out[i], d) or d == 1:
                 continue
             if out[i] == 1:
                 out[i] = d
@@ -66,6 +70,25 @@ def broadcast_shapes(op: str, *shapes) -> tuple:
                     f"dimension {i - rank}; shapes {[tuple(x) for x in shapes]}"
                 )
     return tuple(out)
+
+
+def _distinct(sizes) -> list:
+    """The sizes other than a literal 1, one of each (the same proxy, or the same expression, counts once)."""
+    out = []
+    for d in sizes:
+        if type(d) is int and d == 1:
+            continue
+        if not any(same_size(d, o) for o in out):
+            out.append(d)
+    return out
+
+
+def same_size(a, b) -> bool:
+    """The same size for every call: equal ints, or the same proxy or expression (no predicate needed)."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    return a is b or (isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.expr is not None
+                      and a.expr == b.expr)
 
 
 def numel(shape) -> int:
