@@ -96,6 +96,13 @@ def _resolve_executors(executors) -> tuple:
 
 
 # -- the jitted callables: a module wraps a JitFunction over the model ------------------------------------------
+def _model_method(model, name: str, value) -> bool:
+    """Whether `value` is a method of the model's own classes (not nn.Module's, not forward): `generate`."""
+    if not inspect.ismethod(value) or value.__self__ is not model or name in ("forward", "__call__"):
+        return False
+    return not hasattr(torch.nn.Module, name)
+
+
 class JitModule(torch.nn.Module):
     """The jitted nn.Module: wraps `model`; calls go through a JitFunction over `model.__call__` (hooks included).
 
@@ -155,7 +162,38 @@ class JitModule(torch.nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            return getattr(self.__dict__["_model"], name)
+            model = self.__dict__["_model"]
+            value = getattr(model, name)
+        if _model_method(model, name, value):  # `jm.generate(...)`: its calls of the model run compiled
+            return self._calling_jitted_forward(value)
+        return value
+
+    @property
+    def jitted_forward(self) -> JitFunction:
+        """The model's forward, jitted with this module's options: what the model's own methods (HF `generate`)
+        run when they call the model through `jm` (`jm.generate(...)`); its cache is its own (cache_misses(...))."""
+        jf = self.__dict__.get("_jitted_forward")
+        if jf is None:
+            model = self.__dict__["_model"]
+            jf = self.__dict__["_jitted_forward"] = JitFunction(type(model).forward.__get__(model),
+                                                                  self.__dict__["_jfn"].options)
+        return jf
+
+    def _calling_jitted_forward(self, method):
+        """method (of the model) run with the model's forward replaced by jitted_forward while it runs, so the
+        model calls it makes (`self(**inputs)` in a decode loop) run compiled code."""
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            model = self.__dict__["_model"]
+            if "forward" in model.__dict__:  # already redirected (a nested call), or the user's own forward
+                return method(*args, **kwargs)
+            model.forward = self.jitted_forward
+            try:
+                return method(*args, **kwargs)
+            finally:
+                model.__dict__.pop("forward", None)
+
+        return call
 
     def __getitem__(self, index):  # Sequential / ModuleList / ModuleDict indexing reaches the model's children
         return self._model[index]

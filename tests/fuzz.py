@@ -125,11 +125,16 @@ VIEWS = ("{v}[1]", "{v}[:, 1]", "{v}[1:]", "{v}[::2]", "{v}[:, :2]", "{v}[..., 0
          "{v}.view({v}.shape[0], -1)", "{v}.flatten()", "{v}[0, 1:]", "{v}.mT")
 INPLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.zero_()", "{t}.copy_({o})", "{t}.sub_({o}, alpha=2)",
            "{t}.clamp_(min=0)", "{t}.fill_(1)", "{t}.div_(2)")
-SETITEM = ("{v}[0] = {o}", "{v}[::2] = {o}", "{v}[:, 1] = {o}", "{v}[1:] = {o}", "{v}[..., 0] = {o}", "{v}[:] = {o}")
+SETITEM = ("{v}[0] = {o}", "{v}[::2] = {o}", "{v}[:, 1] = {o}", "{v}[1:] = {o}", "{v}[..., 0] = {o}", "{v}[:] = {o}",
+           "{v}[{v} > 0] = {o}", "{v}[{v} < 0] = 0")
 INDEXING = ("torch.index_select({v}, {d}, torch.tensor([0, 2, 1]))", "{v}.gather({d}, {v}.argsort({d}))",
             "{v}[torch.tensor([1, 0])]", "{v}[:, [0, 2]]",
             "torch.gather({v}, {d}, torch.zeros_like({v}, dtype=torch.long))",
-            "{v}[{v} > 0]", "{v}.masked_fill({v} > 0, 0.5)", "torch.take_along_dim({v}, {v}.argsort(0), dim=0)")
+            "{v}[{v} > 0]", "{v}.masked_fill({v} > 0, 0.5)", "torch.take_along_dim({v}, {v}.argsort(0), dim=0)",
+            # data-dependent sizes (known only at run time)
+            "torch.masked_select({v}, {v} < 0) * 2", "{v}.nonzero()", "{v}[({v} > 0).flatten(1).any(-1)]",
+            "torch.unique({v}.detach().round())", "{v}.flatten().repeat_interleave(({v}.flatten() > 0).long() + 1)",
+            "{v}[{v} > 0].sum()", "torch.where({v} > 0)[0].float()")
 RANDOM = ("torch.rand_like({v}) + {v}", "torch.nn.functional.dropout({v}, p=0.5, training=True)",
           "{v} * torch.randn({v}.shape)", "torch.randn_like({v}) * {v}", "{v} * random.random()",
           "{v} + random.randint(0, 9)", "torch.bernoulli(torch.full_like({v}, 0.5)) * {v}")

@@ -64,3 +64,20 @@ def test_generate_compiles_prefill_and_decode_once(name):
         longer = model.generate(torch.randint(1, 50, (3, 4)), max_new_tokens=5, do_sample=False, pad_token_id=0)
     assert longer.shape == (3, 9)
     assert jitcore.cache_misses(jitted) == 2  # another batch size and prompt length: still the same two programs
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_jitted_model_generate_runs_compiled(name):
+    """`jitcore.jit(model).generate(...)`: generate's own calls of the model run the jitted forward (prefill and
+    decode: two programs), with eager's tokens; the model is as before afterwards."""
+    model = _model(name)
+    jm = jitcore.jit(model, cache="symbolic values")
+    ids = torch.randint(1, 50, (2, 6))
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+        ours = jm.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+        again = jm.generate(torch.randint(1, 50, (3, 5)), max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(ours, ref)
+    assert again.shape == (3, 9)
+    assert jitcore.cache_misses(jm.jitted_forward) == 2, jitcore.cache_miss_reasons(jm.jitted_forward)
+    assert "forward" not in model.__dict__
