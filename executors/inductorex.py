@@ -56,6 +56,18 @@ def _tensors_ok(bsym: BoundSymbol) -> bool:
     return len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.dtype in _OK_DTYPES for p in tensors)
 
 
+_ARITHMETIC = frozenset({"prims.add", "prims.sub", "prims.mul", "prims.div"})
+
+
+def _bool_arithmetic(bsym) -> bool:
+    """Arithmetic on bool tensors (`a + 2 * b` of masks): Inductor's CPU code for it writes out of bounds (torch
+    2.13: `aten.add(gt, ne, alpha=2)` of bool tensors corrupts the heap, fuzz seed 494): the torch kernel runs it."""
+    if bsym.subsymbols:
+        return any(_bool_arithmetic(s) for s in bsym.subsymbols)
+    return bsym.sym.id in _ARITHMETIC and any(
+        isinstance(p, TensorProxy) and p.dtype is torch.bool for p in bsym.flat_proxy_args() + bsym.flat_proxy_outs())
+
+
 def is_pure_aten(fn) -> bool:
     """An aten operator overload with fixed output shapes, no mutation and no randomness."""
     if not isinstance(fn, torch._ops.OpOverload) or fn.namespace != "aten" or aten_effects(fn):
@@ -104,6 +116,8 @@ class InductorExecutor(TorchLinesFusionExecutor):
         if bsym.sym.id not in torch_ex.implmap:
             return False  # the region runs the torch executor's kernel for each line
         if not torch_ex.can_execute(bsym) or has_side_effect(bsym) or not _tensors_ok(bsym):
+            return False
+        if _bool_arithmetic(bsym):
             return False
         return leaf_ids(bsym) <= self.fusible_ids()
 

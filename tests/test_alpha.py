@@ -38,3 +38,20 @@ def test_alpha_keeps_eager_dtypes_in_the_program(op, cache):
         traced = jitcore.last_traces(jf)[0].output
         traced = traced[0] if isinstance(traced, tuple) else traced
         assert traced.dtype == want.dtype, (op, da, db, alpha, traced.dtype, want.dtype)
+
+
+def test_bool_arithmetic_stays_out_of_inductor_regions():
+    """Inductor's CPU code for `bool + 2 * bool` writes out of bounds (torch 2.13; fuzz seed 494 crashed the
+    process with a corrupted heap): the torch kernel runs it, the rest of the program fuses."""
+    from executors import inductor_ex, torch_ex
+
+    def f(x):
+        s = x.sum(0)
+        return torch.add(s > s, s.bool(), alpha=2), (x * 2).sin()
+
+    jf = jitcore.jit(f, executors=[inductor_ex, torch_ex])
+    for _ in range(3):
+        x = torch.randn(4, 5)
+        for got, want in zip(jf(x), f(x)):
+            torch.testing.assert_close(got, want)
+    assert "torch.add(" in str(jitcore.last_traces(jf)[-1])

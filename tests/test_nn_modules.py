@@ -412,3 +412,10 @@ def test_lazy_module_refused_before_its_first_call():
     x = R(2, 5)
     m(x)  # materialized eagerly: now an ordinary Linear
     torch.testing.assert_close(jitcore.jit(m)(x), m(x))
+
+
+@pytest.mark.parametrize("name", sorted(set(TABLE) - set(REFUSED)))
+def test_module_against_eager_symbolic(name):
+    """The same under cache="symbolic values": ops jitcore has no op for (torch.gru, alpha_dropout, ...) keep their
+    sizes symbolic where torch's fake tensors say how (jitcore/ops/opaque_symbolic.py), else pin them."""
+    check_module(name, cache="symbolic values")

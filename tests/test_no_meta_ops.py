@@ -30,7 +30,7 @@ def _allclose_branch(x, y):
     return x.sin() if torch.allclose(x, y, atol=1e-3) else x.cos()
 
 
-def _unique_sizes(x, y):  # an aten op whose output size depends on the values: guarded, not baked in
+def _unique_sizes(x, y):  # an aten op whose output size depends on the values: a size known only at run time
     values = torch.ops.aten._unique2.default(x)[0]
     return (values * 2).sum() + y.sum()
 
@@ -67,17 +67,18 @@ def test_ops_without_meta_kernels_run_like_eager(name, cache):
 
 
 @pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
-def test_python_results_and_value_dependent_sizes_are_guarded(cache):
+def test_python_results_are_guarded_and_value_dependent_sizes_known_at_run_time(cache):
     jf = jitcore.jit(_equal_branch, cache=cache)
     same, other = (torch.ones(3), torch.ones(3)), (torch.ones(3), torch.zeros(3))
     for inputs, misses in [(same, 1), (same, 1), (other, 2), (same, 2), (other, 2)]:
         torch.testing.assert_close(jf(*inputs), _equal_branch(*inputs))
         assert jitcore.cache_misses(jf) == misses
     ju = jitcore.jit(_unique_sizes, cache=cache)
-    for values, misses in [([1.0, 2, 2], 1), ([3.0, 4, 4], 1), ([1.0, 2, 3], 2), ([5.0, 5, 5], 3)]:
+    for values, misses in [([1.0, 2, 2], 1), ([3.0, 4, 4], 1), ([1.0, 2, 3], 1), ([5.0, 5, 5], 1)]:
         x = torch.tensor(values)
         torch.testing.assert_close(ju(x, torch.ones(2)), _unique_sizes(x, torch.ones(2)))
         assert jitcore.cache_misses(ju) == misses, jitcore.cache_miss_reasons(ju)
+    assert "u0" in str(jitcore.last_traces(ju)[-1])  # (torch's fake tensors said which size depends on values)
 
 
 def test_a_value_from_random_inputs_is_refused_loudly():

@@ -18,6 +18,7 @@ from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
+from jitcore.ops.opaque_symbolic import Untranslated, symbolic_outputs
 from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
@@ -36,11 +37,9 @@ def _public_name(fn) -> tuple[str, str, object]:
 
 
 def _to_meta(x, qualname="an opaque torch op"):
-    if isinstance(x, proxies.TensorProxy):
-        if any(not isinstance(s, int) for s in x.shape):
-            raise UnsupportedError("opaque op", f"symbolic sizes reached {qualname}, which has no jitcore op",
-                                   hint='cache="constant values" compiles it per size')
-        return torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
+    if isinstance(x, proxies.TensorProxy):  # a symbolic size is pinned here (a predicate: one compile per size):
+        return torch.empty(tuple(int(s) for s in x.shape), dtype=x.dtype, device="meta")  # the symbolic route
+        # (opaque_symbolic.py) did not translate this op's sizes
     if isinstance(x, proxies.NumberProxy):
         return x.value
     return x
@@ -73,6 +72,11 @@ def _make_meta(fn, qualname):
 
     def meta(*args, **kwargs):
         flat, spec = tree_flatten((args, kwargs))
+        if any(isinstance(a, proxies.TensorProxy) and not all(type(s) is int for s in a.shape) for a in flat):
+            try:  # symbolic sizes: kept symbolic where torch's fake tensors say how the outputs' follow
+                return symbolic_outputs(fn, flat, spec, proxies_require_grad(flat))
+            except Untranslated:
+                pass
         try:
             margs, mkwargs = tree_unflatten(spec, [_to_meta(a, qualname) for a in flat])
             if not any(isinstance(a, proxies.TensorProxy) for a in flat) and draws_random(fn):

@@ -1,0 +1,132 @@
+"""Ops: output metadata of an opaque op whose inputs have symbolic sizes (cache="symbolic values", or sizes known
+only at run time). torch's fake tensors run the op over a shape environment whose symbols stand for the proxies'
+sizes; the output sizes come back as expressions over those symbols and are recorded as number ops over the proxies
+(they stay symbolic), and every guard the environment recorded (a branch the op's meta took on a size) is asked of
+the proxies, so it becomes a predicate the prologue checks. Where an expression or a guard has no translation, the
+caller falls back to pinning the sizes (correct, per size).
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from jitcore.ir import proxies
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ops import prims_python as pp
+
+
+class Untranslated(Exception):
+    """A size expression or guard this module does not translate: the caller pins the sizes instead."""
+
+
+def symbolic_outputs(fn, flat, spec, rg: bool):
+    """fn's outputs as proxies with symbolic sizes, or raise Untranslated."""
+    import sympy
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv(duck_shape=False)
+    symbols: dict = {}  # sympy symbol -> the proxy it stands for
+    made: dict = {}  # proxy name -> SymInt
+
+    def symint(p):
+        if p.name not in made:
+            source = ConstantSource(p.name)
+            s = env.create_symbol(int(p.value), source, dynamic_dim=DimDynamic.DYNAMIC)
+            node = env.create_symintnode(s, hint=int(p.value), source=source)
+            if isinstance(node, int) or not isinstance(s, sympy.Symbol):  # (0 and 1 are specialized)
+                raise Untranslated(f"{p.name} is specialized")
+            symbols[s] = p
+            made[p.name] = node
+        return made[p.name]
+
+    def fake(a):
+        if isinstance(a, proxies.TensorProxy):
+            shape = [symint(s) if isinstance(s, proxies.IntegerProxy) else s for s in a.shape]
+            return torch.empty(shape, dtype=a.dtype, device=a.device)
+        if isinstance(a, proxies.IntegerProxy):
+            return symint(a)
+        if isinstance(a, proxies.NumberProxy):
+            raise Untranslated("a float or bool number argument")
+        return a
+
+    mode = FakeTensorMode(shape_env=env)
+    try:
+        with mode, torch.no_grad():
+            args, kwargs = tree_unflatten(spec, [fake(a) for a in flat])
+            out = fn(*args, **kwargs)
+    except Untranslated:
+        raise
+    except Exception as e:
+        raise Untranslated(str(e)) from e
+    for guard in env.guards:  # what the op's meta decided about the sizes: predicates over the proxies
+        answer = _translate(guard.expr, symbols)
+        if isinstance(answer, proxies.NumberProxy):
+            if not bool(answer):
+                raise Untranslated(f"the guard {guard.expr} does not hold")
+        elif not answer:
+            raise Untranslated(f"the guard {guard.expr} does not hold")
+    leaves, out_spec = tree_flatten(out)
+
+    def proxy(o):
+        if isinstance(o, torch.Tensor):
+            shape = tuple(_translate(s.node.expr, symbols) if isinstance(s, torch.SymInt) else s for s in o.shape)
+            if any(not isinstance(s, (int, proxies.IntegerProxy)) for s in shape):
+                raise Untranslated(f"an output size {shape}")
+            return proxies.TensorProxy(shape, o.dtype, o.device, rg and (o.dtype.is_floating_point or o.is_complex()))
+        if isinstance(o, torch.SymInt):
+            return _translate(o.node.expr, symbols)
+        return o
+
+    return tree_unflatten(out_spec, [proxy(o) for o in leaves])
+
+
+def _translate(expr, symbols):
+    """A sympy expression over the environment's symbols as Python number ops over the proxies (recorded)."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
+
+    if expr.is_Integer:
+        return int(expr)
+    if expr is sympy.true or expr is sympy.false:
+        return bool(expr)
+    if expr.is_Symbol:
+        if expr not in symbols:
+            raise Untranslated(f"the symbol {expr}")
+        return symbols[expr]
+    args = [_translate(a, symbols) for a in expr.args]
+    binary = {sympy.Add: operator.add, sympy.Mul: operator.mul, sympy.Max: max, sympy.Min: min}
+    if type(expr) in binary:
+        if type(expr) is sympy.Mul and any(a.is_Rational and not a.is_Integer for a in expr.args):
+            raise Untranslated(f"a fraction in {expr}")
+        fold = binary[type(expr)]
+        if fold in (max, min):
+            return _fold_extreme(fold.__name__, args)
+        out = args[0]
+        for a in args[1:]:
+            out = fold(out, a)
+        return out
+    if type(expr) is FloorDiv:
+        return args[0] // args[1]
+    if type(expr) in (Mod, PythonMod):
+        return args[0] % args[1]
+    if isinstance(expr, sympy.Pow) and expr.args[1].is_Integer and int(expr.args[1]) >= 0:
+        return args[0] ** int(expr.args[1])
+    relations = {sympy.Eq: operator.eq, sympy.Ne: operator.ne, sympy.Lt: operator.lt, sympy.Le: operator.le,
+                 sympy.Gt: operator.gt, sympy.Ge: operator.ge}
+    if type(expr) in relations:
+        return relations[type(expr)](args[0], args[1])
+    if type(expr) in (sympy.And, sympy.Or):
+        values = [bool(a) for a in args]
+        return all(values) if type(expr) is sympy.And else any(values)
+    raise Untranslated(f"{type(expr).__name__} in {expr}")
+
+
+def _fold_extreme(name, args):
+    out = args[0]
+    for a in args[1:]:
+        both_ints = isinstance(out, int) and isinstance(a, int)
+        out = (max if name == "max" else min)(out, a) if both_ints else pp.call(name, out, a)
+    return out
