@@ -163,8 +163,9 @@ def _define_numbers(st: _State, p: BoundSymbol):
     for a in tree_flatten((p.args, p.kwargs))[0]:
         producer = st.producers.get(a.name) if isinstance(a, NumberProxy) else None
         if producer is None or a.name in st.defined or _is_size_unpack(producer) or any(
-                isinstance(o, TensorProxy) for o in producer.flat_proxy_outs()):  # define_sizes does those (a
-            continue  # run-time size made with a tensor, prims.nonzero's, is read from a tensor that carries it)
+                isinstance(o, TensorProxy) for o in producer.flat_proxy_outs() + producer.flat_proxy_args()):
+            continue  # define_sizes does those (a run-time size a line makes from a tensor, prims.nonzero's or
+            # prims.item_as_size's, is read from a tensor that carries it)
         _define_numbers(st, producer)
         bsyms.append(producer)
         st.defined.update(o.name for o in producer.flat_proxy_outs())

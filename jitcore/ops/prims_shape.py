@@ -117,7 +117,10 @@ def pad(a, padding_value, padding_config):
         if interior < 0:
             raise MetaError(f"prims.pad: interior padding {interior} of dim {d} is negative")
         n = a.shape[d]
-        size = lo + hi + n + max(n - 1, 0) * interior
+        if type(lo) is int and type(hi) is int and lo == hi == interior == 0:  # (no question about n)
+            shape.append(n)
+            continue
+        size = lo + hi + n + (max(n - 1, 0) * interior if interior else 0)
         if size < 0:
             raise MetaError(f"prims.pad: padding {config[d]} of dim {d} (size {n}) gives a negative size")
         shape.append(size)

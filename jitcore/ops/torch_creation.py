@@ -194,10 +194,17 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     check(is_int(steps) and steps >= 0, "linspace(): number of steps must be non-negative")
     dtype, device = dtype or torch.get_default_dtype(), _device(device)
     if steps <= 1:
-        out = pc.full((steps,), to_dtype(start, dtype), device=device, dtype=dtype)
+        out = _filled(steps, start, dtype, device)
     else:
         out = to_dtype(_linspace_values(start, end, steps, dtype, device), dtype)
     return _grad(out, requires_grad)
+
+
+def _filled(steps, value, dtype, device):
+    """(steps,) of value, a number or a 0-dim tensor (linspace's start given as a tensor)."""
+    if not isinstance(value, TensorProxy):
+        return pc.full((steps,), to_dtype(value, dtype), device=device, dtype=dtype)
+    return te.expand_to(ps.reshape(to_dtype(value, dtype), (1,)), (steps,))
 
 
 @torchsymbol(torch.logspace, tags=CREATION, id="ltorch.logspace")
@@ -205,7 +212,8 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None,
     check(is_int(steps) and steps >= 0, "logspace(): number of steps must be non-negative")
     dtype, device = dtype or torch.get_default_dtype(), _device(device)
     if steps <= 1:
-        out = pc.full((steps,), to_dtype(base ** start, dtype), device=device, dtype=dtype)
+        out = _filled(steps, te.pow(float(base), start) if isinstance(start, TensorProxy) else base ** start, dtype,
+                      device)
     else:
         exps = _linspace_values(start, end, steps, torch.float64, device)
         out = to_dtype(te.pow(float(base), exps), dtype)

@@ -255,14 +255,16 @@ def _scaled(input, other, alpha):
     if result is torch.bool:
         check(not isinstance(alpha, float) or alpha.is_integer(),
               "For integral input tensors, argument alpha must not be a floating point number.")
-        return other if bool(alpha) else mul(other, False)
+        return other if bool(alpha) else (False if is_number(other) else mul(other, False))
     if not result.is_floating_point and not result.is_complex:
         check(not isinstance(alpha, (float, complex)) and not (isinstance(alpha, NumberProxy) and
                                                                alpha.python_type is not int),
               "For integral input tensors, argument alpha must not be a floating point number.")
     if isinstance(alpha, bool):
         check(False, "Boolean alpha only supported for Boolean results.")
-    return mul(to_dtype(other, result) if isinstance(other, TensorProxy) else other, alpha)
+    if is_number(other):  # a Python number scaled in Python: it stays a weak scalar of the promotion
+        return other * alpha
+    return mul(to_dtype(other, result), alpha)
 
 
 @torchsymbol(torch.add, T.add, T.__add__, T.__radd__, method=("add", "__add__", "__radd__"), id="ltorch.add")
