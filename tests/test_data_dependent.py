@@ -177,3 +177,15 @@ def test_mixtral_routing_counts_change_without_recompiles(implementation):
             if p.grad is not None:
                 torch.testing.assert_close(got[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)
     assert jitcore.cache_misses(jm) == 2, jitcore.cache_miss_reasons(jm)
+
+
+@pytest.mark.parametrize("implementation", ["grouped_mm", "eager"])
+def test_mixtral_symbolic_values_over_shapes(implementation):
+    """cache="symbolic values" over batch sizes and sequence lengths: one program for every shape and routing."""
+    model = _mixtral(implementation).eval()
+    jm = jitcore.jit(model, cache="symbolic values")
+    for b, t in [(2, 8), (3, 12), (2, 20), (4, 16)]:
+        ids = torch.randint(0, 96, (b, t))
+        with torch.no_grad():
+            torch.testing.assert_close(jm(ids).logits, model(ids).logits)
+    assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)

@@ -248,7 +248,7 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     """An opaque op whose result is a view of an input (as_strided, ...): writes to either cannot be followed."""
     flat, spec = tree_flatten((bsym.args, bsym.kwargs))
     tensors = [a for a in flat if isinstance(a, TensorProxy)]
-    if not tensors:
+    if not tensors or _returns_alias(bsym.sym.torch_fn) is False:  # (its schema says: never a view)
         return
     metas = [torch.empty(_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
              else value_of(a) for a in flat]
@@ -271,6 +271,21 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     for o in bsym.flat_proxy_outs():
         if isinstance(o, TensorProxy):
             st.opaque[_alias_of(st, o).root] = name
+
+
+def _returns_alias(fn) -> bool | None:
+    """Whether aten's schema of fn (an overload, or every overload of the aten op named like it) lets an output
+    alias an input; None when fn has no aten schema."""
+    fn = getattr(fn, "stands_for", fn)
+    if isinstance(fn, torch._ops.OpOverload):
+        overloads = [fn]
+    else:
+        name = getattr(fn, "__name__", "") or ""
+        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            return None
+        overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]  # (out= ones alias out=)
+    return any(r.alias_info is not None for o in overloads for r in o._schema.returns)
 
 
 def _gained_grad(bsym, new_args) -> bool:

@@ -562,8 +562,27 @@ def _convolution_backward_meta(g, x, w, bias_sizes, stride, padding, dilation, t
             _like(g, shape=tuple(bias_sizes)) if mask[2] and bias_sizes is not None else None)
 
 
+def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """torch._grouped_mm's sizes (its meta kernel takes bf16 only on CPU; eager takes float32 too): (m, n) for a 2-D
+    by 3-D product by groups of rows, (g, m, n) for 3-D by 3-D and for 2-D by 2-D groups along k."""
+    a, b = mat_a.shape, mat_b.shape
+    if mat_a.ndim == 2 and mat_b.ndim == 3:
+        shape = (a[0], b[2])
+    elif mat_a.ndim == 3 and mat_b.ndim == 3:
+        shape = (a[0], a[1], b[2])
+    elif mat_a.ndim == 2 and mat_b.ndim == 2 and offs is not None:
+        shape = (offs.shape[0], a[0], b[1])
+    elif mat_a.ndim == 3 and mat_b.ndim == 2:
+        shape = (a[1], b[1])
+    else:
+        raise UnsupportedError("torch._grouped_mm", f"inputs of {mat_a.ndim} and {mat_b.ndim} dims")
+    rg = proxies_require_grad([mat_a, mat_b] + ([bias] if bias is not None else []))
+    return proxies.TensorProxy(shape, out_dtype or mat_a.dtype, mat_a.device, rg)
+
+
 _aten = torch.ops.aten
 for _fn, _meta in (
+    (torch._grouped_mm, _grouped_mm_meta),
     (_aten.native_layer_norm.default, _native_layer_norm_meta),
     (_aten.native_layer_norm_backward.default, _native_layer_norm_backward_meta),
     (_aten._fused_rms_norm.default, _fused_rms_norm_meta),

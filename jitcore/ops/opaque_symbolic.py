@@ -7,6 +7,7 @@ caller falls back to pinning the sizes (correct, per size).
 """
 from __future__ import annotations
 
+import logging
 import operator
 
 import torch
@@ -53,6 +54,9 @@ def symbolic_outputs(fn, flat, spec, rg: bool):
         return a
 
     mode = FakeTensorMode(shape_env=env)
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")  # (it logs an op's failure as an error: this module
+    level = quiet.level  # falls back quietly instead)
+    quiet.setLevel(logging.CRITICAL)
     try:
         with mode, torch.no_grad():
             args, kwargs = tree_unflatten(spec, [fake(a) for a in flat])
@@ -61,6 +65,8 @@ def symbolic_outputs(fn, flat, spec, rg: bool):
         raise
     except Exception as e:
         raise Untranslated(str(e)) from e
+    finally:
+        quiet.setLevel(level)
     for guard in env.guards:  # what the op's meta decided about the sizes: predicates over the proxies
         answer = _translate(guard.expr, symbols)
         if isinstance(answer, proxies.NumberProxy):
