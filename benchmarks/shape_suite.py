@@ -72,13 +72,15 @@ def _seeded(make):
     return wrapped
 
 
-def _hf(config_cls: str, model_cls: str, **cfg):
+def _hf(config_cls: str, model_cls: str, experts: str | None = None, **cfg):
     def make():
         import transformers
 
         transformers.logging.set_verbosity_error()
         config = getattr(transformers, config_cls)(**cfg)
         config._attn_implementation = "sdpa"
+        if experts is not None:  # a mixture of experts: "eager" (a loop over the experts hit, selecting each one's
+            config._experts_implementation = experts  # tokens by a mask) or "grouped_mm" (one product by groups)
         model = LastHidden(getattr(transformers, model_cls)(config).eval())
         return model, list(model.parameters())
 
@@ -120,12 +122,18 @@ def shape_workloads(quick: bool) -> list[ShapeWorkload]:
     gpt2 = _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=512, n_embd=64, n_head=4, n_layer=2, n_positions=128,
                bos_token_id=0, eos_token_id=0)
     llama = _hf("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2, **hf_common)
+    moe = {"num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2, **hf_common}
+    mixtral_loop = _hf("MixtralConfig", "MixtralForCausalLM", experts="eager", **moe)
+    mixtral_grouped = _hf("MixtralConfig", "MixtralForCausalLM", experts="grouped_mm", **moe)
     work = [
         ShapeWorkload("gpt2 block over (b, t)", _seeded(block), hidden, bt, tol=1e-3),
         ShapeWorkload("gpt2 block over (b, t), train", _seeded(block), hidden, bt, train=True, tol=1e-3),
         ShapeWorkload("mlp over batch", _seeded(mlp_case), features(256), rows, tol=1e-3),
         ShapeWorkload("hf gpt2 over (b, t)", gpt2, ids, bt, tol=1e-3),
         ShapeWorkload("hf llama over (b, t)", llama, ids, bt, tol=1e-3),
+        # the routing sends a different number of tokens to each expert on every call: sizes known at run time
+        ShapeWorkload("hf mixtral (experts loop) over (b, t)", mixtral_loop, ids, bt, tol=1e-3),
+        ShapeWorkload("hf mixtral (grouped_mm) over (b, t)", mixtral_grouped, ids, bt, tol=1e-3),
         ShapeWorkload("tiny gelu mlp over batch, train", _seeded(tiny), features(32), rows[:3], train=True,
                       default=False),
     ]
