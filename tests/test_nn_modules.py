@@ -370,14 +370,25 @@ def _transformer_case(case, batch_first, masks, cache="constant values"):
                                                    ("causal", False), ("causal", True)])
 @pytest.mark.parametrize("case", sorted(TRANSFORMER_CASES))
 def test_attention_modules_against_eager(case, masks, batch_first):
-    if case == "transformer" and batch_first and masks in ("bool", "float"):
-        # nn.TransformerEncoder in eval with a padding mask asks torch._nested_tensor_from_mask_left_aligned (no
-        # meta kernel: issue 17 item 2) whether to take its nested-tensor fast path, and without grad takes it
-        # (torch._nested_tensor_from_mask: padded positions come out as zeros): both refused clearly for now
-        with pytest.raises(jitcore.errors.UnsupportedError, match="_nested_tensor_from_mask"):
-            _transformer_case(case, batch_first, masks)
-        return
+    # (nn.TransformerEncoder in eval with a padding mask, batch_first, without grad takes eager's nested-tensor
+    # fast path: padded positions come out as zeros; jitcore models it densely, jitcore/ops/torch_misc.py)
     _transformer_case(case, batch_first, masks)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_transformer_encoder_nested_fast_path(batch_first, norm_first):
+    """Eval without grad with a padding mask: eager runs the layers on a nested tensor of the valid rows (the padded
+    rows come out as zeros); jitcore keeps the batch dense and gives the same values, zeros included."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=batch_first, norm_first=norm_first)
+    enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True, norm=nn.LayerNorm(8)).eval()
+    jm = jitcore.jit(enc)
+    for lengths in ([5, 3, 4], [2, 5, 5], [5, 5, 1]):
+        x = R(3, 5, 8) if batch_first else R(5, 3, 8)
+        pad = torch.arange(5)[None, :] >= torch.tensor(lengths)[:, None]
+        with torch.no_grad():
+            torch.testing.assert_close(jm(x, src_key_padding_mask=pad), enc(x, src_key_padding_mask=pad))
 
 
 @pytest.mark.parametrize("padding", [False, True])

@@ -343,7 +343,10 @@ class TensorProxy(Proxy):
         return torch.strided
 
     # a proxy stands for a dense, strided, unquantized, non-nested tensor (inputs of other layouts are refused)
-    is_sparse = is_sparse_csr = is_quantized = is_nested = is_mkldnn = property(lambda self: False)
+    is_sparse = is_sparse_csr = is_quantized = is_mkldnn = property(lambda self: False)
+    # a dense stand-in for nn.TransformerEncoder's nested batch (jitcore/ops/torch_misc.py) answers True
+    is_nested = property(lambda self: self.name in (getattr(get_tracectx(), "extra", None) or {}).get(
+        "nested_masks", ()))
 
     @property
     def volatile(self) -> bool:  # removed from torch: always False (eager warns)

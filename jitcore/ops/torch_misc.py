@@ -10,8 +10,10 @@ import torch
 from jitcore.errors import MetaError, UnsupportedError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.trace import get_tracectx
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP, register_method
@@ -149,15 +151,54 @@ TORCH_MAP[torch._check_with] = _check_with
 TORCH_MAP.update({fn: _check_as(error) for error, fn in _TORCH_CHECKS.items()})
 
 
-def _nested_refused(*args, **kwargs):
-    raise UnsupportedError("nested tensors", "torch._nested_tensor_from_mask: nn.TransformerEncoder's fast path in "
-                           "eval mode without grad (a padding mask, batch_first) runs its layers on nested tensors, "
-                           "whose padded positions come out as zeros; jitcore does not model nested tensors",
-                           hint="build the encoder with enable_nested_tensor=False (the padded positions then hold "
-                                "computed values, as with grad enabled), or run that call eagerly")
+# -- nn.TransformerEncoder's nested fast path (eval, no grad, a padding mask), modelled on dense tensors --------------
+# Eager turns the padded batch into a nested tensor of the valid rows, runs each layer's fused kernel on it and pads
+# the result with zeros. Here the batch stays dense, its padded rows zero, and the proxy remembers which rows are
+# valid: `is_nested` answers True, the layer's fused kernel runs with that padding mask, and to_padded_tensor zeroes
+# the padded rows again. The valid rows are eager's (attention only reads valid keys); the padded rows are zeros.
+def _nested_masks() -> dict:
+    trace = get_tracectx()
+    return trace.extra.setdefault("nested_masks", {}) if trace is not None else {}
 
 
-TORCH_MAP[torch._nested_tensor_from_mask] = _nested_refused
+def _padded_rows_zero(t, valid):
+    return t.masked_fill(valid.logical_not().unsqueeze(-1), 0.0)
+
+
+def _nested_from_mask(t, mask, mask_check=True):
+    check(t.ndim == 3 and mask.ndim == 2 and tuple(mask.shape) == tuple(t.shape[:2]),
+          lambda: f"_nested_tensor_from_mask: expected a (batch, length, features) tensor and a (batch, length) "
+                  f"mask, got {tuple(t.shape)} and {tuple(mask.shape)}")
+    out = _padded_rows_zero(t, mask)
+    _nested_masks()[out.name] = mask
+    return out
+
+
+def _encoder_layer_fwd(src, *args, **kwargs):
+    op = opaque_symbol(torch._transformer_encoder_layer_fwd)
+    valid = _nested_masks().get(getattr(src, "name", None))
+    if valid is None:
+        return op(src, *args, **kwargs)
+    rest = (list(args) + [None, None])[17:19]  # (mask and mask_type come after the 17 others, or as keywords)
+    args, mask = args[:17], kwargs.get("mask", rest[0])
+    check(mask is None, "_transformer_encoder_layer_fwd: a mask with a nested input is not supported")
+    out = _padded_rows_zero(op(src, *args, mask=valid.logical_not(), mask_type=1), valid)
+    _nested_masks()[out.name] = valid
+    return out
+
+
+def _to_padded_tensor(self, padding, output_size=None):
+    valid = _nested_masks().get(self.name)
+    if valid is None:
+        raise UnsupportedError("nested tensors", "to_padded_tensor of a tensor jitcore does not know as nested")
+    check(output_size is None or tuple(output_size) == tuple(self.shape),
+          lambda: f"to_padded_tensor: output_size {tuple(output_size)} differs from {tuple(self.shape)}")
+    return self.masked_fill(valid.logical_not().unsqueeze(-1), padding)
+
+
+TORCH_MAP[torch._nested_tensor_from_mask] = _nested_from_mask
+TORCH_MAP[torch._transformer_encoder_layer_fwd] = _encoder_layer_fwd
+register_method("to_padded_tensor", _to_padded_tensor)
 
 
 TORCH_MAP.update({
