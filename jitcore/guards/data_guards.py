@@ -241,7 +241,9 @@ def real_values(ctx, wanted: list) -> list:
     outputs look like when it has no meta kernel (jitcore/ops/opaque.py): nothing is guarded here, so the caller
     uses only what does not depend on these values. None where an input is not at hand (examine(), or a value
     that comes from outside the arguments)."""
-    lines = _lines_for(ctx.trace, wanted)
+    # a value drawn per call (random.random()) is read as drawn while tracing, not drawn again: Python's generator
+    # state stays as eager leaves it (fuzz seed 601)
+    lines = [b for b in _lines_for(ctx.trace, wanted) if b.sym.id != "python.per_call_value"]
     real = {i.proxy.name: v for i, v in zip(ctx.inputs, ctx._values)}
     free = _free(lines, wanted)
     if any(not isinstance(a, NumberProxy) and a.name not in real for a in free):
