@@ -55,3 +55,15 @@ def test_bool_arithmetic_stays_out_of_inductor_regions():
         for got, want in zip(jf(x), f(x)):
             torch.testing.assert_close(got, want)
     assert "torch.add(" in str(jitcore.last_traces(jf)[-1])
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_alpha_scales_a_python_number(cache):
+    """`torch.add(x, 0.5, alpha=2)`: the number is scaled in Python (it stays a weak scalar of the promotion)."""
+    for fn in (lambda x: torch.add(x, 0.5, alpha=2), lambda x: torch.sub(x, 3, alpha=-2),
+               lambda x: torch.add(x.long(), 2, alpha=3), lambda x: torch.add(x > 0, True, alpha=2),
+               lambda x: x.add(-2, alpha=2)):
+        x = torch.randn(3)
+        got, want = jitcore.jit(fn, cache=cache)(x), fn(x)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
