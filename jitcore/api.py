@@ -27,7 +27,7 @@ from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter.provenance import Roots
-from jitcore.interpreter.user_traceback import user_frames_first
+from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
 from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
@@ -260,7 +260,11 @@ class JitFunction:
         entry, inputs = self._compile(args, kwargs) if found is None else found
         self._last_entry = entry
         # run (inline: this is the hot path): the computation, the epilogue's side effects, the output structure
-        flat = entry.computation(*inputs)
+        try:
+            flat = entry.computation(*inputs)
+        except Exception as e:  # a kernel failed on this call's values: the traceback shows the user's line
+            at_user_line(e, entry.traces[0])
+            raise
         if entry.epilogue is not None:
             flat = entry.epilogue(self.fn, args, kwargs, flat)
         return entry.unflatten(flat)

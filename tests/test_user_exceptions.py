@@ -241,3 +241,56 @@ def test_asking_torch_leaves_the_random_stream_alone():
     torch.manual_seed(1)
     got = jitcore.jit(f)(x)
     torch.testing.assert_close(got, want)
+
+
+# -- raised while a compiled program runs (a later call's values make a kernel fail) ------------------------------
+class _Embedder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return self.emb(ids).sum()
+
+
+def _gather_twice(x, i):
+    y = x.sin()
+    z = torch.gather(y, 0, i)
+    return z * 2
+
+
+def _index_after(x, i):
+    y = x * 2
+    return y[i] + 1
+
+
+RUN_TIME_CASES = {  # name -> (function, a call that compiles, a call whose values make a kernel fail)
+    "index": (_index_after, (torch.randn(5), torch.tensor([1, 2])), (torch.randn(5), torch.tensor([1, 7]))),
+    "gather with grad": (_gather_twice, (torch.randn(5, requires_grad=True), torch.tensor([1, 2])),
+                         (torch.randn(5, requires_grad=True), torch.tensor([1, 9]))),
+    "module": (_Embedder, (torch.tensor([1, 2]),), (torch.tensor([1, 12]),)),
+}
+
+
+def _frames(fn, args):
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 (compared with eager's)
+        return type(e), str(e).splitlines()[0], [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(
+            e.__traceback__) if "jitcore" not in f.filename and "test_user_exceptions" not in f.name]
+    raise AssertionError("no exception")
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+@pytest.mark.parametrize("name", sorted(RUN_TIME_CASES))
+def test_run_time_error_shows_the_user_line(name, cache):
+    """A cached program whose kernel fails on this call's values raises eager's exception, and its traceback shows
+    the user's frames of the line that failed (not the generated program's)."""
+    fn, good, bad = RUN_TIME_CASES[name]
+    if isinstance(fn, type):
+        fn = fn()
+    jf = jitcore.jit(fn, cache=cache)
+    jf(*good)
+    want, got = _frames(fn, bad), _frames(jf, bad)
+    assert got == want, f"jit {got}\neager {want}"
+    assert not any(f[0].startswith("<jitcore") for f in got[2])

@@ -41,6 +41,7 @@ from jitcore.interpreter.provenance import (
 )
 from jitcore.interpreter.run import CONTAINER_METHODS, MAX_DEPTH, RECURSION_LIMIT, Runtime
 from jitcore.interpreter.side_effects import SideEffect
+from jitcore.ir.context import get_tracectx
 
 access.install(CONTAINER_METHODS)
 
@@ -83,6 +84,9 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
     ctx = DefaultContext() if ctx is None else ctx
     kwargs = {} if kwargs is None else kwargs
     rt = Runtime(ctx)
+    trace = get_tracectx()
+    if trace is not None:  # each line records the user's frames it comes from (Trace.record)
+        trace.extra["user_stack"] = rt.user_stack
     old_limit = sys.getrecursionlimit()
     if old_limit < RECURSION_LIMIT:
         sys.setrecursionlimit(RECURSION_LIMIT)
@@ -103,6 +107,8 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
         user_traceback.rebuild(rt, e)
         raise
     finally:
+        if trace is not None:
+            trace.extra.pop("user_stack", None)
         try:
             rt.effects.undo()
         finally:

@@ -279,6 +279,15 @@ class Runtime:
             if names[j] not in kwargs and names[j] in kwdefaults:
                 ls[j] = self.report(kwdefaults[names[j]], Item(Attr(prov, "__kwdefaults__"), names[j]))
 
+    def user_stack(self) -> tuple:
+        """((code, instruction), ...) of the interpreted frames, outermost first: where a line being recorded comes
+        from (jitcore/interpreter/user_traceback.py at_user_line shows it when that line fails at run time)."""
+        out, frame = [], self.frame
+        while frame is not None:
+            out.append((frame.code, frame.insts[max(frame.ip - 1, 0)]))
+            frame = frame.parent
+        return tuple(reversed(out))
+
     def run(self, frame):
         """Run a fresh frame to its end; returns its value, or an interpreted generator for generator code."""
         if self.depth >= MAX_DEPTH:

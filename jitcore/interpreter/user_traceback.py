@@ -9,7 +9,10 @@ name and function name, run to the user's line.
 from __future__ import annotations
 
 import os
+import re
 import types
+
+from jitcore.ir.trace import USER_STACK
 
 _OWN = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), d) + os.sep
              for d in ("jitcore", "executors", "transforms"))
@@ -113,3 +116,43 @@ def user_frames_first(exc):
             exc.__traceback__ = tb
             return
         tb = tb.tb_next
+
+
+def at_user_line(exc, trace) -> None:
+    """`exc` was raised while a compiled program ran (an index out of range on a later call): give it, below the
+    caller's frames, the user's frames of the line of `trace` (the interpreter's, whose lines carry the frames they
+    were recorded in) that the failing line of the program computes, then the native frames it was raised in."""
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<jitcore "):
+        tb = tb.tb_next
+    if tb is None:
+        return
+    fn = tb.tb_frame.f_globals.get(tb.tb_frame.f_code.co_name)
+    source = getattr(fn, "__jitcore_source__", "").splitlines()
+    line = source[tb.tb_lineno - 1] if 0 < tb.tb_lineno <= len(source) else ""
+    names = re.findall(r"\w+", line.split("=", 1)[0]) if "=" in line else []
+    stacks = _stacks_by_name(trace)
+    stack = next((stacks[n] for n in names if n in stacks), None)
+    if stack is None:
+        return
+    new = _native_tail(tb.tb_next)
+    for code, inst in reversed(stack):  # innermost first: each frame goes in front of the ones it called
+        new = _stand_in(new, code.co_filename, inst.lineno, code.co_name, code.co_qualname, _columns(code, inst))
+    exc.__traceback__ = new
+
+
+def _stacks_by_name(trace) -> dict:
+    """Output name -> the user's frames of the top-level line that made it (its decomposition's outputs too)."""
+    out: dict = {}
+
+    def visit(bsym, stack):
+        for o in bsym.flat_proxy_outs():
+            out.setdefault(o.name, stack)
+        for sub in bsym.subsymbols:
+            visit(sub, stack)
+
+    for b in trace.bound_symbols:
+        stack = b.extra.get(USER_STACK)
+        if stack:
+            visit(b, stack)
+    return out

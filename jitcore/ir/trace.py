@@ -54,6 +54,9 @@ class Trace:
     def record(self, bsym):
         """Append bsym to the current scope, with a snapshot of its arguments and outputs (see `snapshot`)."""
         bsym.args, bsym.kwargs, bsym.output = snapshot(bsym.args), _snapshot_kwargs(bsym.kwargs), snapshot(bsym.output)
+        stack = self.extra.get("user_stack")
+        if stack is not None and len(self._scopes) == 1:  # the user's frames a line comes from (the interpreter's)
+            bsym.extra[USER_STACK] = stack()
         self._scopes[-1].append(bsym)
 
     @contextlib.contextmanager
@@ -92,6 +95,9 @@ class Trace:
 
     def __call__(self, *args):
         return self.python_callable()(*args)
+
+
+USER_STACK = "user_stack"  # BoundSymbol.extra key: ((code, instruction), ...) of the user's frames, outermost first
 
 
 def source_html(text: str) -> str:
