@@ -275,7 +275,7 @@ RUN_TIME_CASES = {  # name -> (function, a call that compiles, a call whose valu
 def _frames(fn, args):
     try:
         fn(*args)
-    except Exception as e:  # noqa: BLE001 (compared with eager's)
+    except Exception as e:  # (compared with eager's)
         return type(e), str(e).splitlines()[0], [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(
             e.__traceback__) if "jitcore" not in f.filename and "test_user_exceptions" not in f.name]
     raise AssertionError("no exception")
