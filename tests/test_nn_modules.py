@@ -366,8 +366,8 @@ def _transformer_case(case, batch_first, masks, cache="constant values"):
     _compare(f"{case} {masks} eval no_grad", (_tensors(want), [], []), (_tensors(got), [], []))
 
 
-@pytest.mark.parametrize(("masks", "batch_first"), [("none", True), ("bool", False), ("float", True),
-                                                   ("causal", False), ("causal", True)])
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("masks", ["none", "bool", "float", "causal"])
 @pytest.mark.parametrize("case", sorted(TRANSFORMER_CASES))
 def test_attention_modules_against_eager(case, masks, batch_first):
     # (nn.TransformerEncoder in eval with a padding mask, batch_first, without grad takes eager's nested-tensor
