@@ -109,8 +109,6 @@ def _is_nonzero(input):
 
 
 TORCH_MAP[torch.is_nonzero] = _is_nonzero
-# the Python-valued methods called as functions (`torch.Tensor.item(x)`): the proxy's own, through the data guards
-TORCH_MAP.update({T.item: lambda self: self.item(), T.tolist: lambda self: self.tolist()})
 register_method("is_nonzero", _is_nonzero)
 
 
