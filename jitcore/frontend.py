@@ -182,6 +182,15 @@ class JitContext(DefaultContext):
             return items if any(items[k] is not obj[k] for k in obj) else obj
         return obj
 
+    def referent(self, obj):
+        """`ref()` of a weak reference to a tensor the program reads (nn.RNNBase's refs to its weights): its input,
+        as `getattr(module, name)` gives it, so `ref() is weight` answers as in eager."""
+        if isinstance(obj, torch.Tensor):
+            proxy = self._proxies.get(id(obj))
+            if proxy is not None:
+                return proxy
+        return obj
+
     def _proxify_item(self, x, known, key):
         if isinstance(x, torch.Tensor):
             if known is not None:

@@ -430,3 +430,22 @@ def test_module_against_eager_symbolic(name):
     """The same under cache="symbolic values": ops jitcore has no op for (torch.gru, alpha_dropout, ...) keep their
     sizes symbolic where torch's fake tensors say how (jitcore/ops/opaque_symbolic.py), else pin them."""
     check_module(name, cache="symbolic values")
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("name", ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"])
+def test_recurrent_modules_compile_once(name, cache):
+    """nn.RNNBase checks its weak references to its weights on every call (`ref() is weight`): read as the inputs
+    they refer to, the check holds and the module's own weight list is not rebuilt, so a call is a cache hit (each
+    call recompiled before). Under symbolic values the recurrent kernels keep batch and length symbolic."""
+    torch.manual_seed(0)
+    cell = name.endswith("Cell")
+    m = getattr(nn, name)(4, 6)
+    jm = jitcore.jit(copy.deepcopy(m), cache=cache)
+    shapes = [(3, 5)] * 3 if cache == "constant values" else [(2, 5), (3, 7), (4, 6)]
+    for b, t in shapes:
+        x = R(b, 4) if cell else R(t, b, 4)
+        got, want = _tensors(jm(x)), _tensors(m(x))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+    assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)

@@ -349,7 +349,9 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
             items = [it for it in items if not (it[1][1] == "value" and _key_covered(it[1][0]))]
         for n, (prov, kind, value) in items:
             b += _guard_lines(binder, prov, kind, value, n, kw, roots)
-        read = {n for g in guards.data for n in g.inputs}  # the inputs data guards recompute their values from
+        # the inputs data guards recompute their values from, and those alias checks compare (a module's list of
+        # its own weights, nn.RNNBase's _flat_weights): bound by name even when the module-rooted part fetches them
+        read = {n for g in guards.data for n in g.inputs} | {name for _, name in aliases}
         for inp in inputs:
             b += _input_lines(inp, binder, kw, hot, symbolic, roots, split, read)
         for prov, name in aliases:

@@ -44,5 +44,10 @@ class DefaultContext:
     def on_call_native(self, fn, args, kwargs):
         """Notification: `fn(*args, **kwargs)` is about to be called natively (not interpreted)."""
 
+    def referent(self, obj):
+        """What a weak reference called inside the function hands back for `obj` (a tensor the program already reads
+        as an input: that input)."""
+        return obj
+
     def attach_runtime(self, rt):
         """Called once when an interpretation starts with its Runtime (`rt.frame` is the frame running now)."""

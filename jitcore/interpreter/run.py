@@ -14,6 +14,7 @@ import os
 import sys
 import sysconfig
 import types
+import weakref
 
 from jitcore.errors import JitError, MetaError, UnsupportedError
 from jitcore.interpreter import eager_errors, user_traceback
@@ -169,6 +170,8 @@ class Runtime:
                 if id(owner) not in self.external:  # `jit(obj.method)`: the object is external too
                     owner = self.report(owner, Attr(prov, "__self__"))
             return self.call(func, (owner, *args), kwargs)
+        if t is weakref.ReferenceType and not args and not kwargs:  # what a weak reference refers to, as the
+            return self.ctx.referent(fn())  # program reads it (a tensor input: its proxy)
         if t in _NATIVE_TYPES:
             return self.call_native(fn, args, kwargs)
         if t is _partial:

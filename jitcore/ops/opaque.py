@@ -18,7 +18,7 @@ from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
-from jitcore.ops.opaque_symbolic import Untranslated, symbolic_outputs
+from jitcore.ops.opaque_symbolic import Untranslated, shape_rule, symbolic_outputs
 from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
 
 _OPAQUE: dict = {}  # torch callable -> Symbol
@@ -73,7 +73,10 @@ def _make_meta(fn, qualname):
     def meta(*args, **kwargs):
         flat, spec = tree_flatten((args, kwargs))
         if any(isinstance(a, proxies.TensorProxy) and not all(type(s) is int for s in a.shape) for a in flat):
-            try:  # symbolic sizes: kept symbolic where torch's fake tensors say how the outputs' follow
+            ruled = shape_rule(fn, args, kwargs)  # symbolic sizes: kept symbolic by a rule, or where torch's fake
+            if ruled is not None:  # tensors say how the outputs' follow
+                return ruled
+            try:
                 return symbolic_outputs(fn, flat, spec, proxies_require_grad(flat))
             except Untranslated:
                 pass

@@ -136,3 +136,41 @@ def _fold_extreme(name, args):
         both_ints = isinstance(out, int) and isinstance(a, int)
         out = (max if name == "max" else min)(out, a) if both_ints else pp.call(name, out, a)
     return out
+
+
+# -- recurrent kernels: their fake kernels specialize the batch (or call numel() on symbolic sizes), so their sizes
+# are written out here: the output follows the input and the hidden state, the new hidden states are shaped as given
+def _recurrent(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """torch.gru / rnn_tanh / rnn_relu / lstm on a padded input (their packed form, batch_sizes second: None)."""
+    states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+    if not all(isinstance(h, proxies.TensorProxy) and h.ndim == 3 for h in states) or input.ndim != 3:
+        return None
+    width = states[0].shape[-1] * (2 if bidirectional else 1)
+    rg = any(t.requires_grad for t in [input, *states, *params] if isinstance(t, proxies.TensorProxy))
+    output = input.like(shape=(*input.shape[:2], width), requires_grad=rg)
+    return (output, *(h.like(requires_grad=rg) for h in states))
+
+
+def _cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """torch.gru_cell / rnn_tanh_cell / rnn_relu_cell / lstm_cell: new states shaped as the given ones."""
+    states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+    if not all(isinstance(h, proxies.TensorProxy) for h in states):
+        return None
+    rg = any(t.requires_grad for t in [input, *states, w_ih, w_hh, b_ih, b_hh] if isinstance(t, proxies.TensorProxy))
+    out = tuple(h.like(requires_grad=rg) for h in states)
+    return out if isinstance(hx, (list, tuple)) else out[0]
+
+
+SHAPE_RULES = {torch.gru: _recurrent, torch.rnn_tanh: _recurrent, torch.rnn_relu: _recurrent, torch.lstm: _recurrent,
+               torch.gru_cell: _cell, torch.rnn_tanh_cell: _cell, torch.rnn_relu_cell: _cell, torch.lstm_cell: _cell}
+
+
+def shape_rule(fn, args, kwargs):
+    """The outputs by a rule of this module (None where it has none, or the call is a form it does not cover)."""
+    rule = SHAPE_RULES.get(fn)
+    if rule is None:
+        return None
+    try:
+        return rule(*args, **kwargs)
+    except TypeError:  # another overload's arguments (the packed form)
+        return None
