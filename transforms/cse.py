@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
-from jitcore.ir.symbol import Tag, recorded_without_grad
+from jitcore.ir.symbol import Tag, recorded_without_grad, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace
 
 NEVER = frozenset({Tag.RANDOM, Tag.INPLACE, Tag.DONT_DCE})
@@ -37,10 +37,6 @@ def line_key(bsym) -> tuple:
 
 def _never(bsym) -> bool:
     return bool(bsym.sym.tags & NEVER) or any(_never(s) for s in bsym.subsymbols)
-
-
-def _writes(bsym) -> bool:
-    return Tag.INPLACE in bsym.sym.tags or any(_writes(s) for s in bsym.subsymbols)
 
 
 def rename_args(bsym, names: dict):
@@ -81,7 +77,7 @@ def cse(trace: Trace, distinct_outputs: bool = True) -> Trace:
             outs = bsym.flat_proxy_outs()
             if not outs or _never(bsym):
                 kept.append(bsym)
-                if _writes(bsym):  # a read after a write is a new value, even with the same arguments
+                if writes_in_place(bsym):  # a read after a write is a new value, even with the same arguments
                     seen.clear()
                 continue
             key = line_key(bsym)

@@ -19,7 +19,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
-from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad
+from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
@@ -76,13 +76,9 @@ class _State:
     opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
 
 
-def has_inplace(bsym) -> bool:
-    return Tag.INPLACE in bsym.sym.tags or any(has_inplace(s) for s in bsym.subsymbols)
-
-
 def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trace, list[Writeback]]:
     """The functional trace and the inputs to write back; the trace itself when it writes nothing."""
-    if not any(has_inplace(b) for b in trace.bound_symbols):
+    if not any(writes_in_place(b) for b in trace.bound_symbols):
         return trace, []
     with Timer() as t:
         new = from_trace(trace)
@@ -98,7 +94,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
                 bsym = work.pop()
                 if bsym.sym.id == "prims.copy_":
                     _write(st, bsym)
-                elif has_inplace(bsym):
+                elif writes_in_place(bsym):
                     st.writer = bsym.sym.id if id(bsym) in top else st.writer
                     work += reversed(bsym.subsymbols)
                 elif not _stale_size(bsym, trace.args):

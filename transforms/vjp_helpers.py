@@ -12,6 +12,7 @@ from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.opaque import opaque_symbol
+from jitcore.ops.torch_shape import same_shape
 from jitcore.ops.utils import same_size
 
 # op id -> rule(bsym, *output_cotangents) -> the cotangent of each parameter of the op (None where it has none), or
@@ -71,8 +72,7 @@ def sum_to(x, shape):
     dims = list(range(lead)) + [lead + i for i, s in enumerate(shape)
                                  if not same_size(s, x.shape[lead + i]) and s == 1 and x.shape[lead + i] != 1]
     out = pr.sum(x, tuple(dims)) if dims else x
-    same = len(out.shape) == len(shape) and all(same_size(a, b) for a, b in zip(out.shape, shape))
-    return out if same or tuple(out.shape) == tuple(shape) else ps.reshape(out, tuple(shape))
+    return out if same_shape(out.shape, shape) or tuple(out.shape) == tuple(shape) else ps.reshape(out, tuple(shape))
 
 
 # -- rules of common shapes (as JAX's ad.py builds its jvp rules from a formula) -------------------------------------

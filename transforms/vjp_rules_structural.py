@@ -16,7 +16,7 @@ from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol, opaque_vjp_sym
-from jitcore.ops.torch_shape import size_max
+from jitcore.ops.torch_shape import same_shape, size_max
 from jitcore.ops.utils import same_size
 from transforms.vjp_helpers import VJP_RULES, bound_arguments, is_diff, mT, no_grad_vjp, numel, sum_to, zeros_like
 
@@ -38,8 +38,8 @@ def broadcast_in_dim_vjp(bsym, g):
     summed += [d for i, d in enumerate(bdims)
                if not same_size(a.shape[i], shape[d]) and a.shape[i] == 1 and shape[d] != 1]
     out = pr.sum(g, tuple(sorted(summed))) if summed else g
-    same = len(out.shape) == a.ndim and all(same_size(x, y) for x, y in zip(out.shape, a.shape))
-    return (out if same or tuple(out.shape) == tuple(a.shape) else ps.reshape(out, tuple(a.shape))),
+    return (out if same_shape(out.shape, a.shape) or tuple(out.shape) == tuple(a.shape) else
+            ps.reshape(out, tuple(a.shape))),
 
 
 VJP_RULES["prims.broadcast_in_dim"] = broadcast_in_dim_vjp

@@ -11,7 +11,7 @@ import torch
 
 from jitcore.errors import DataDependentError
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
-from jitcore.ir.symbol import BoundSymbol, Tag
+from jitcore.ir.symbol import BoundSymbol, Tag, writes_in_place
 from jitcore.ir.trace import Trace, detached
 from jitcore.ir.views import VIEW_OPS
 from jitcore.ops import prims_misc as pm
@@ -54,13 +54,9 @@ def _needed(trace: Trace, target) -> list:
     return kept[::-1]
 
 
-def _writes(bsym) -> bool:
-    return Tag.INPLACE in bsym.sym.tags or any(_writes(s) for s in bsym.subsymbols)
-
-
 def _written(bsym):
     """The tensor an in-place line writes into (its first tensor; prims.copy_'s dst), or None."""
-    if not _writes(bsym):
+    if not writes_in_place(bsym):
         return None
     if bsym.sym is pm.copy_:
         return bsym.args[1]
@@ -73,7 +69,7 @@ def _alias_roots(lines) -> dict:
     roots = {}
     for b in lines:
         first = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
-        shares = first is not None and (b.sym.id in VIEW_OPS or _writes(b))
+        shares = first is not None and (b.sym.id in VIEW_OPS or writes_in_place(b))
         for o in b.flat_proxy_outs():
             if isinstance(o, TensorProxy):
                 roots[o.name] = roots.get(first.name, first.name) if shares else o.name

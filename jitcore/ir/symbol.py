@@ -213,6 +213,11 @@ def recorded_without_grad(bsym) -> bool:
     return bool(bsym.extra.get(NO_GRAD))
 
 
+def writes_in_place(bsym) -> bool:
+    """Whether the line (or a line of its decomposition) writes into a tensor (Tag.INPLACE)."""
+    return Tag.INPLACE in bsym.sym.tags or any(writes_in_place(s) for s in bsym.subsymbols)
+
+
 def _is_passthrough(out, args, subs) -> bool:
     """A composite that recorded nothing and made no new value records nothing itself (`x.contiguous()`,
     `unbind` of an empty dim)."""

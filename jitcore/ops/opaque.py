@@ -162,9 +162,10 @@ def _from_real_run(fn, qualname, flat, spec, error):
             raise PythonResult(leaves[0])
         raise refuse from error
     if watch.found is not None:  # its output sizes depend on values: sizes known only at run time where torch's
-        sized = _run_time_outputs(fn, flat, rargs, rkwargs, out)  # fake tensors say which they are; else guarded,
-        if sized is not None:  # the op recomputed in the prologue
-            return sized
+        try:  # fake tensors say which they are; else guarded, the op recomputed in the prologue
+            return symbolic_outputs(fn, flat, spec, proxies_require_grad(flat), real=out)
+        except Untranslated:
+            pass
 
         def sizes(*values):
             return _output_sizes(fn, spec, flat, values)
@@ -172,51 +173,6 @@ def _from_real_run(fn, qualname, flat, spec, error):
         if oracle(tensors, guard=(sizes, f"the output sizes of {qualname}")) != _output_sizes(fn, spec, flat, values):
             raise DataDependentError(f"{qualname}: its output sizes differ between runs on the same values")
     return out
-
-
-def _run_time_outputs(fn, flat, rargs, rkwargs, real_out):
-    """The outputs as proxies whose value-dependent sizes are sizes known only at run time (jitcore/ir/proxies.py
-    run_time_size, this call's values): torch's fake tensors, with a shape environment, give those sizes as unbacked
-    symbols (the same symbol for the same size: unique's values and counts). None where they cannot (no fake kernel,
-    or a size that is an expression of such symbols)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    def fake(t):
-        return torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device) \
-            if isinstance(t, torch.Tensor) else t
-
-    try:
-        with FakeTensorMode(shape_env=ShapeEnv()), torch.no_grad():
-            fargs, fkwargs = tree_map(fake, (rargs, rkwargs))
-            fout = fn(*fargs, **fkwargs)
-    except Exception:
-        return None
-    fleaves, fspec = tree_flatten(fout)
-    rleaves = tree_flatten(real_out)[0]
-    if len(fleaves) != len(rleaves):
-        return None
-    rg = proxies_require_grad(flat)
-    symbols: dict = {}
-    outs = []
-    for f, r in zip(fleaves, rleaves):
-        if not isinstance(f, torch.Tensor):
-            outs.append(r)
-            continue
-        shape = []
-        for size, value in zip(f.shape, r.shape):
-            if isinstance(size, int):
-                shape.append(size)
-                continue
-            node = size.node.expr
-            if not node.is_Symbol:
-                return None
-            if node not in symbols:
-                symbols[node] = proxies.run_time_size(int(value))
-            shape.append(symbols[node])
-        outs.append(proxies.TensorProxy(tuple(shape), r.dtype, r.device, rg and (r.dtype.is_floating_point or
-                                                                                 r.is_complex())))
-    return tree_unflatten(fspec, outs)
 
 
 def _output_sizes(fn, spec, flat, values) -> tuple:

@@ -21,8 +21,11 @@ class Untranslated(Exception):
     """A size expression or guard this module does not translate: the caller pins the sizes instead."""
 
 
-def symbolic_outputs(fn, flat, spec, rg: bool):
-    """fn's outputs as proxies with symbolic sizes, or raise Untranslated."""
+def symbolic_outputs(fn, flat, spec, rg: bool, real=None):
+    """fn's outputs as proxies with symbolic sizes, or raise Untranslated. real: this call's outputs (computed from
+    its values), for an op whose output sizes depend on values: a size the environment gives as an unbacked symbol
+    is a size known only at run time (jitcore/ir/proxies.py run_time_size) with that output's value; the same
+    symbol is the same size (unique's values and counts)."""
     import sympy
     from torch._dynamo.source import ConstantSource
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -75,6 +78,15 @@ def symbolic_outputs(fn, flat, spec, rg: bool):
         elif not answer:
             raise Untranslated(f"the guard {guard.expr} does not hold")
     leaves, out_spec = tree_flatten(out)
+    if real is not None:
+        real_leaves = tree_flatten(real)[0]
+        if len(real_leaves) != len(leaves):
+            raise Untranslated("the outputs differ from the real run's")
+        for o, r in zip(leaves, real_leaves):
+            for size, value in zip(getattr(o, "shape", ()), getattr(r, "shape", ())):
+                expr = size.node.expr if isinstance(size, torch.SymInt) else None
+                if expr is not None and expr.is_Symbol and expr not in symbols:
+                    symbols[expr] = proxies.run_time_size(int(value))
 
     def proxy(o):
         if isinstance(o, torch.Tensor):

@@ -159,15 +159,15 @@ def _nested_masks() -> dict:
     return trace.extra.setdefault("nested_masks", {}) if trace is not None else {}
 
 
-def _padded_rows_zero(t, valid):
-    return t.masked_fill(valid.logical_not().unsqueeze(-1), 0.0)
+def _fill_padded_rows(t, valid, padding=0.0):
+    return t.masked_fill(valid.logical_not().unsqueeze(-1), padding)
 
 
 def _nested_from_mask(t, mask, mask_check=True):
     check(t.ndim == 3 and mask.ndim == 2 and tuple(mask.shape) == tuple(t.shape[:2]),
           lambda: f"_nested_tensor_from_mask: expected a (batch, length, features) tensor and a (batch, length) "
                   f"mask, got {tuple(t.shape)} and {tuple(mask.shape)}")
-    out = _padded_rows_zero(t, mask)
+    out = _fill_padded_rows(t, mask)
     _nested_masks()[out.name] = mask
     return out
 
@@ -180,7 +180,7 @@ def _encoder_layer_fwd(src, *args, **kwargs):
     rest = (list(args) + [None, None])[17:19]  # (mask and mask_type come after the 17 others, or as keywords)
     args, mask = args[:17], kwargs.get("mask", rest[0])
     check(mask is None, "_transformer_encoder_layer_fwd: a mask with a nested input is not supported")
-    out = _padded_rows_zero(op(src, *args, mask=valid.logical_not(), mask_type=1), valid)
+    out = _fill_padded_rows(op(src, *args, mask=valid.logical_not(), mask_type=1), valid)
     _nested_masks()[out.name] = valid
     return out
 
@@ -191,7 +191,7 @@ def _to_padded_tensor(self, padding, output_size=None):
         raise UnsupportedError("nested tensors", "to_padded_tensor of a tensor jitcore does not know as nested")
     check(output_size is None or tuple(output_size) == tuple(self.shape),
           lambda: f"to_padded_tensor: output_size {tuple(output_size)} differs from {tuple(self.shape)}")
-    return self.masked_fill(valid.logical_not().unsqueeze(-1), padding)
+    return _fill_padded_rows(self, valid, padding)
 
 
 TORCH_MAP[torch._nested_tensor_from_mask] = _nested_from_mask

@@ -92,10 +92,7 @@ def same_shape(s, t) -> bool:
     """Whether two shapes are the same expressions, asked without recording a predicate: a symbolic size equal to
     another only for this call's values (i0 == i1 == 2) reads as different (a reshape to it is then a no-op view)."""
     s, t = tuple(s), tuple(t)
-    return len(s) == len(t) and all(
-        a is b or (type(a) is int and type(b) is int and a == b)
-        or (isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.expr is not None and a.expr == b.expr)
-        for a, b in zip(s, t))
+    return len(s) == len(t) and all(same_size(a, b) for a, b in zip(s, t))
 
 
 def _reshape(a, shape):
