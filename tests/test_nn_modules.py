@@ -375,15 +375,16 @@ def test_attention_modules_against_eager(case, masks, batch_first):
     _transformer_case(case, batch_first, masks)
 
 
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("batch_first", [True, False])
-def test_transformer_encoder_nested_fast_path(batch_first, norm_first):
+def test_transformer_encoder_nested_fast_path(batch_first, norm_first, cache):
     """Eval without grad with a padding mask: eager runs the layers on a nested tensor of the valid rows (the padded
     rows come out as zeros); jitcore keeps the batch dense and gives the same values, zeros included."""
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=batch_first, norm_first=norm_first)
     enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True, norm=nn.LayerNorm(8)).eval()
-    jm = jitcore.jit(enc)
+    jm = jitcore.jit(enc, cache=cache)
     for lengths in ([5, 3, 4], [2, 5, 5], [5, 5, 1]):
         x = R(3, 5, 8) if batch_first else R(5, 3, 8)
         pad = torch.arange(5)[None, :] >= torch.tensor(lengths)[:, None]
