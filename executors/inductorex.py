@@ -8,9 +8,11 @@ cached by their canonical text, so the same region in another function or cache 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import shutil
+import sys
 import warnings
 
 import torch
@@ -20,7 +22,7 @@ from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Tag
 from jitcore.ir.trace import Trace
-from jitcore.ops.opaque import aten_effects
+from jitcore.ops.opaque import aten_effects, is_pure_wrapper
 from jitcore.ops.registry import PRIMS
 
 _ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if Tag.ELEMENTWISE in s.tags)
@@ -69,7 +71,10 @@ def _bool_arithmetic(bsym) -> bool:
 
 
 def is_pure_aten(fn) -> bool:
-    """An aten operator overload with fixed output shapes, no mutation and no randomness."""
+    """An aten operator overload with fixed output shapes, no mutation and no randomness (or a Python function that
+    only calls such operators: PURE_WRAPPERS)."""
+    if is_pure_wrapper(fn):
+        return True
     if not isinstance(fn, torch._ops.OpOverload) or fn.namespace != "aten" or aten_effects(fn):
         return False
     return torch.Tag.dynamic_output_shape not in fn.tags and torch.Tag.data_dependent_output not in fn.tags
@@ -89,6 +94,44 @@ def _settle_environment():
         os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
 
 
+_ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_cpu_compiler
+
+
+def warm_cpu_compiler():
+    """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
+    for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
+    compiles, where Inductor runs them one after another). They run here side by side in threads, while the
+    program is traced and its regions are formed; the first compile waits for them (cpu_compiler_ready)."""
+    if _ISA_CHECKS:
+        return
+    _ISA_CHECKS.append(None)
+    try:
+        import platform
+        from concurrent.futures import ThreadPoolExecutor
+
+        from torch._inductor import cpu_vec_isa
+
+        if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
+            return
+        flags = cpu_vec_isa.x86_isa_checker()
+        todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+        pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
+        # (the compiler's own modules load meanwhile: seconds of imports the first compile would otherwise wait on)
+        _ISA_CHECKS.append(pool.submit(importlib.import_module, "torch._inductor.compile_fx"))
+        _ISA_CHECKS.extend(pool.submit(bool, isa) for isa in todo)
+        pool.shutdown(wait=False)
+    except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
+        return
+
+
+def cpu_compiler_ready():
+    """Wait for the checks warm_cpu_compiler started (their results are cached where Inductor looks them up)."""
+    for f in _ISA_CHECKS:
+        if f is not None:
+            with contextlib.suppress(Exception):
+                f.result()
+
+
 class InductorExecutor(TorchLinesFusionExecutor):
     """Fusion regions compiled by Inductor. fuse_matmul: whether matmul/linear join regions."""
 
@@ -98,12 +141,14 @@ class InductorExecutor(TorchLinesFusionExecutor):
 
     def is_available(self) -> tuple[bool, str]:
         try:
-            import torch._inductor  # noqa: F401
+            import torch._inductor
         except Exception as e:
             return False, f"torch._inductor cannot be imported ({e})"
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
         _settle_environment()
+        if not torch.cuda.is_available():  # (regions will be CPU regions: the checks run while the program is traced)
+            warm_cpu_compiler()
         return True, ""
 
     def fusible_ids(self) -> frozenset:
@@ -129,6 +174,8 @@ class InductorExecutor(TorchLinesFusionExecutor):
         return compute >= self.min_compute_ops
 
     def fuse(self, trace: Trace) -> Trace:
+        if any(self.claimed(b) and b.flat_proxy_outs()[0].device.type == "cpu" for b in trace.bound_symbols):
+            warm_cpu_compiler()
         return fuse_regions(trace, self.claimed, compile_region, prefix=f"{self.name}_fusion",
                             executor_name=self.name, keep=self.worth_fusing,
                             pass_name=f"Fusion ({self.name}: regions compiled by Inductor)")
@@ -194,6 +241,7 @@ class CompiledRegion:
 
             with _quiet():
                 graph = make_fx(self.eager_fn, tracing_mode="fake")(*args)
+                cpu_compiler_ready()
                 run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
         except Exception as e:
             run = self._failed(e)
@@ -270,6 +318,7 @@ def compile_symbolic(fn, args, dims):
             fakes.append(mode.from_tensor(a, source=source,
                                           symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
     graph = make_fx(fn, tracing_mode="symbolic")(*fakes)
+    cpu_compiler_ready()  # (the graph is traced while the compiler's checks finish)
     with torch._guards.tracing(torch._guards.TracingContext(mode)):
         # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which
         # are not these: it fails on a hit, so a dynamic region is compiled without it)

@@ -72,8 +72,18 @@ def order_for_fusion(bsyms: list, fusible: Callable[[BoundSymbol], bool]) -> lis
     return items
 
 
+def _number_line(bsym: BoundSymbol) -> bool:
+    """A line that only computes numbers (size arithmetic, a tensor's sizes): it never needs to split a region."""
+    outs = bsym.flat_proxy_outs()
+    return bool(outs) and not any(isinstance(o, TensorProxy) for o in outs)
+
+
 def _order_segment(bsyms: list, fusible) -> list:
-    """Kahn's algorithm preferring fusible lines: consecutive fusible lines form one candidate region."""
+    """Kahn's algorithm preferring fusible lines: consecutive fusible lines form one candidate region.
+
+    A ready line that only computes numbers (`i3 = i0 * i1`, a size the region's reshape needs) goes before the
+    region being formed when it reads nothing the region makes, so size arithmetic does not cut a region in two.
+    """
     if not bsyms:
         return []
     producer = {}
@@ -81,26 +91,38 @@ def _order_segment(bsyms: list, fusible) -> list:
         for o in b.flat_proxy_outs():
             producer.setdefault(o.name, i)
     users: list[list[int]] = [[] for _ in bsyms]
+    deps_of: list[set] = []
     indegree = [0] * len(bsyms)
     for i, b in enumerate(bsyms):
         deps = {producer[a.name] for a in b.flat_proxy_args() if producer.get(a.name, i) < i}
+        deps_of.append(deps)
         indegree[i] = len(deps)
         for d in deps:
             users[d].append(i)
-    is_fusible = [bool(fusible(b)) for b in bsyms]
-    ready: tuple[list, list] = ([], [])  # (fusible, other) heaps of indices
+    # 0: fusible, 1: other, 2: number lines
+    kind = [0 if fusible(b) else 2 if _number_line(b) else 1 for b in bsyms]
+    ready: tuple[list, list, list] = ([], [], [])  # heaps of indices, by kind
     for i in range(len(bsyms)):
         if indegree[i] == 0:
-            heapq.heappush(ready[0 if is_fusible[i] else 1], i)
+            heapq.heappush(ready[kind[i]], i)
     items: list = []
     current: list | None = None
-    while ready[0] or ready[1]:
-        if ready[0]:
+    in_current: set[int] = set()
+    while ready[0] or ready[1] or ready[2]:
+        if ready[2]:
+            i = heapq.heappop(ready[2])
+            if current is not None and deps_of[i] & in_current:
+                kind[i] = 1  # it reads the open region: it waits as any other line
+                heapq.heappush(ready[1], i)
+                continue
+            items.insert(len(items) - 1 if current is not None else len(items), bsyms[i])
+        elif ready[0]:
             i = heapq.heappop(ready[0])
             if current is None:
-                current = []
+                current, in_current = [], set()
                 items.append(current)
             current.append(bsyms[i])
+            in_current.add(i)
         else:
             i = heapq.heappop(ready[1])
             current = None
@@ -108,7 +130,7 @@ def _order_segment(bsyms: list, fusible) -> list:
         for u in users[i]:
             indegree[u] -= 1
             if indegree[u] == 0:
-                heapq.heappush(ready[0 if is_fusible[u] else 1], u)
+                heapq.heappush(ready[kind[u]], u)
     assert sum(len(x) if isinstance(x, list) else 1 for x in items) == len(bsyms), "cycle in a trace"
     return items
 

@@ -133,6 +133,32 @@ def test_regions_reused_across_functions_are_counted():
     assert _region_counts(jg) == (0, 1)  # the same region text: the compiled code of jf's call
 
 
+def test_attention_block_is_one_region_forward_and_one_backward():
+    """Size arithmetic (`B * T`, `C // n_head`) goes before the region that needs it instead of cutting it, and the
+    CPU flash-attention kernels the sdpa VJP swaps in are pure (jitcore.ops.opaque.PURE_WRAPPERS): Inductor compiles
+    them with their neighbours. A GPT-2 style block is one region each way (it was 2 forward, 5 backward)."""
+    from benchmarks.models import Block, GPTConfig
+
+    torch.manual_seed(0)
+    block = Block(GPTConfig(n_embd=32, n_head=4, block_size=32, vocab_size=64, n_layer=1))
+    ref = copy.deepcopy(block)
+    jm = jitcore.jit(block, executors=EXECUTORS, cache="symbolic values")
+    for b, t in [(2, 8), (3, 12)]:
+        x = torch.randn(b, t, 32)
+        out, want = jm(x), ref(x)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-4)
+        out.pow(2).mean().backward()
+        want.pow(2).mean().backward()
+        for (n, p), (_, q) in zip(block.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=n)
+    assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
+    fwd, bwd = jitcore.last_traces(jm)[-1], jitcore.last_backward_traces(jm)[-1]
+    assert len(_regions(fwd)) == 1 and len(_regions(bwd)) == 1, (str(fwd), str(bwd))
+    for trace in (fwd, bwd):
+        region = next(b for b in trace.bound_symbols if "region_trace" in b.extra)
+        assert any("sdpa_flash_cpu" in s.sym.id for s in region.subsymbols), str(trace)
+
+
 MODELS = [pytest.param(name, train, id=f"{name}-{'training' if train else 'inference'}",
                        marks=() if (name, train) == ("nanogpt", False) else pytest.mark.slow)
           for name in ("nanogpt", "gpt2", "llama", "bert") for train in (False, True)]

@@ -57,9 +57,25 @@ def _first_device(flat_args):
 KNOWN_METAS: dict = {}
 
 
-def register_opaque_meta(fn, meta):
-    """Give the opaque op of `fn` a meta over proxies instead of a run on meta tensors."""
+# Python functions that only call pure aten operators (fixed output shapes, no writes into their inputs, no random
+# draws): a graph compiler may trace them to aten and compile them with their neighbours (executors/inductorex.py)
+PURE_WRAPPERS: set = set()
+
+
+def is_pure_wrapper(fn) -> bool:
+    """Whether fn is in PURE_WRAPPERS."""
+    try:
+        return fn in PURE_WRAPPERS
+    except TypeError:  # (an unhashable callable)
+        return False
+
+
+def register_opaque_meta(fn, meta, *, pure: bool = False):
+    """Give the opaque op of `fn` a meta over proxies instead of a run on meta tensors; `pure`: fn only calls pure
+    aten operators (PURE_WRAPPERS)."""
     KNOWN_METAS[fn] = meta
+    if pure:
+        PURE_WRAPPERS.add(fn)
     sym = _OPAQUE.get(fn)
     if sym is not None:
         sym.meta = meta
@@ -350,8 +366,11 @@ def opaque_symbol(fn) -> Symbol:
         return sym
     module, name, namespace = _public_name(fn)
     qualname = f"{module}.{name}" if module else name
-    tags = (Tag.OPAQUE,) + ((Tag.RANDOM,) if draws_random(fn) else ()) + ((Tag.EFFECTS,) if may_have_effects(fn)
-                                                                           else ())
+    if is_pure_wrapper(fn):  # (its name or parameters may look like a draw's: it is known not to be one)
+        tags = (Tag.OPAQUE,)
+    else:
+        tags = (Tag.OPAQUE,) + ((Tag.RANDOM,) if draws_random(fn) else ()) + (
+            (Tag.EFFECTS,) if may_have_effects(fn) else ())
     sym = _Opaque(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=tags, module=module,
                  namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn)
     EAGER_KERNELS[sym.id] = fn

@@ -39,5 +39,5 @@ def _sdpa_flash_cpu_backward_meta(grad_out, query, key, value, out, logsumexp, d
     return tuple(t.like(requires_grad=False) for t in (query, key, value))
 
 
-register_opaque_meta(sdpa_flash_cpu, _sdpa_flash_cpu_meta)
-register_opaque_meta(sdpa_flash_cpu_backward, _sdpa_flash_cpu_backward_meta)
+register_opaque_meta(sdpa_flash_cpu, _sdpa_flash_cpu_meta, pure=True)
+register_opaque_meta(sdpa_flash_cpu_backward, _sdpa_flash_cpu_backward_meta, pure=True)
