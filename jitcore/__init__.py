@@ -11,7 +11,7 @@ from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedE
 _API = (
     "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
     "last_compile_stats", "cache_hits",
-    "cache_misses", "cache_miss_reasons", "examine",
+    "cache_misses", "cache_miss_reasons", "examine", "input_specs",
 )
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "cache_miss_reasons",
     "cache_misses",
     "examine",
+    "input_specs",
     "jit",
     "last_backward_traces",
     "last_compile_stats",

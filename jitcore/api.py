@@ -25,6 +25,7 @@ from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
+from jitcore.guards.input_storage import InputSpec, check_keep_inputs, describe, value_dependence
 from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter.provenance import Roots
 from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
@@ -46,18 +47,22 @@ from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buf
 class CompileOptions:
     executors: tuple
     cache: str
+    keep_inputs: str = "int"
 
 
-def jit(fn, *, executors=None, cache: str = "constant values"):
+def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int"):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
     executors: a priority list of executors (objects or names: "inductor", "torch", ...; one alone needs no list);
     the torch and python executors always come last as the fallback. cache: "constant values" (default),
     "symbolic values" or "no caching". A jitted function or module called inside another jitted program is part of
     that program (inlined; its own cache is untouched). Generator functions are refused: jit the loop body.
+    keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`): "int"
+    (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
     """
-    options = CompileOptions(_resolve_executors(executors), cache)
+    options = CompileOptions(_resolve_executors(executors), cache, keep_inputs)
     Cache(cache)  # validates the option now, not at the first call
+    check_keep_inputs(keep_inputs)
     _check_callable(fn)
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, options)
@@ -274,11 +279,14 @@ class JitFunction:
         cache it, and return it with the inputs its prologue fetched."""
         check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
         self._cache.record_miss(self.fn, args, kwargs)
+        spec = describe(args, kwargs, self.options.keep_inputs)  # (before the call: it may write into them)
         try:
             entry = compile_entry(self.fn, args, kwargs, self.options)
         except Exception as e:  # raised in the user's code while tracing: the traceback shows the user's frames
             user_frames_first(e)
             raise
+        spec.value_dependent = entry.value_dependent
+        entry.input_spec = spec
         self._cache.add(entry, args, kwargs)
         inputs = entry.prologue(self.fn, args, kwargs)
         if inputs is None:
@@ -313,7 +321,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
                        prologues.traces, prologues.explain, executable.backward_traces,
                        epilogue=guarded.run_epilogue, epilogue_traces=[epilogue] if epilogue else [], stats=stats,
                        mutated_inputs=tuple(w.arg_index for w in program.writebacks), check=prologues.full,
-                       module_state=prologues.state)
+                       module_state=prologues.state, value_dependent=value_dependence(traced))
     if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
         ir_lint.lint_traces(entry.traces, entry.backward_traces, entry.prologue_traces, entry.epilogue_traces)
     return entry
@@ -587,6 +595,20 @@ def _cache_of(jfn) -> Cache:
 
 def cache_hits(jfn) -> int:
     return _cache_of(jfn).hits
+
+
+def input_specs(jfn) -> list[InputSpec]:
+    """One description per cache entry (in the order they were compiled) of the call it was compiled for: tensors
+    as metadata and, per the jit option keep_inputs, values; other arguments as they were. `spec.materialize()`
+    rebuilds (args, kwargs) to call the function with, e.g. to compile ahead of a real call:
+
+        args, kwargs = jitcore.input_specs(jfn)[0].materialize()
+        jfn(*args, **kwargs)
+
+    Under cache="no caching" it is the last call's. See jitcore/guards/input_storage.py."""
+    cache = _cache_of(jfn)
+    entries = list(reversed(cache.entries)) or ([jfn._last_entry] if getattr(jfn, "_last_entry", None) else [])
+    return [e.input_spec for e in entries if e.input_spec is not None]
 
 
 def cache_misses(jfn) -> int:
