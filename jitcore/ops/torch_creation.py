@@ -394,10 +394,25 @@ def _leaves(data):
         yield data
 
 
+def _from_range(op, data, dtype, device, requires_grad):
+    """torch.tensor(range(...)): the values start, start + step, ... of the range's length, int64 as eager infers it,
+    or, for an empty range, the default float dtype."""
+    start, step = data.start, data.step
+    length = len(data)
+    dtype = dtype or (torch.int64 if length > 0 else torch.get_default_dtype())
+    narrow = not (dtype.is_floating_point or dtype.is_complex or dtype in (torch.bool, torch.int64))
+    if narrow and length > 0:  # narrower ints: eager refuses a value that overflows (unsigned ones wrap from -max)
+        info = torch.iinfo(dtype)
+        low = info.min if info.min < 0 else -info.max
+        for v in (start, start + (length - 1) * step):
+            check(low <= v <= info.max, lambda: f"value cannot be converted to type "
+                                                f"{str(dtype).removeprefix('torch.')} without overflow")
+    return _grad(pc.iota(length, start=start, step=step, device=_device(device), dtype=dtype), requires_grad)
+
+
 def _from_data(op, data, dtype, device, requires_grad):
-    if isinstance(data, range):  # torch.tensor(range(n)): eager's int64 values start, start + step, ...
-        out = arange(data.start, data.stop, data.step, dtype=dtype or torch.int64, device=device)
-        return _grad(out, requires_grad)
+    if isinstance(data, range):
+        return _from_range(op, data, dtype, device, requires_grad)
     if isinstance(data, TensorProxy):
         out = pm.stop_gradient(data) if data.requires_grad else data
         out = to_dtype(out, dtype or data.dtype)
