@@ -13,6 +13,7 @@ import torch
 
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
+from jitcore.ir.ranges import SymbolicRange
 
 # namespace alias -> the line that imports it, for the printed header ("prims" -> "from jitcore.ops import prims")
 NAMESPACE_IMPORTS: dict[str, str] = {"torch": "import torch"}
@@ -59,7 +60,7 @@ class Printer:
             return "{" + ", ".join(f"{self.value(k)}: {self.value(v)}" for k, v in x.items()) + "}"
         if t is slice:
             return f"slice({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
-        if t is range:
+        if t is range or t is SymbolicRange:  # (a range of symbolic sizes prints its bounds: `range(0, i0, 1)`)
             return f"range({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
         if x is Ellipsis:
             return "..."

@@ -12,6 +12,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.ir import devices, dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.ranges import range_length
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
@@ -395,10 +396,10 @@ def _leaves(data):
 
 
 def _from_range(op, data, dtype, device, requires_grad):
-    """torch.tensor(range(...)): the values start, start + step, ... of the range's length, int64 as eager infers it,
-    or, for an empty range, the default float dtype."""
+    """torch.tensor(range(...)): the values start, start + step, ... of the range's length (symbolic for a range of
+    sizes: jitcore/ir/ranges.py), int64 as eager infers it, or, for an empty range, the default float dtype."""
     start, step = data.start, data.step
-    length = len(data)
+    length = range_length(start, data.stop, step)
     dtype = dtype or (torch.int64 if length > 0 else torch.get_default_dtype())
     narrow = not (dtype.is_floating_point or dtype.is_complex or dtype in (torch.bool, torch.int64))
     if narrow and length > 0:  # narrower ints: eager refuses a value that overflows (unsigned ones wrap from -max)
@@ -411,7 +412,7 @@ def _from_range(op, data, dtype, device, requires_grad):
 
 
 def _from_data(op, data, dtype, device, requires_grad):
-    if isinstance(data, range):
+    if isinstance(data, range):  # a builtin range, or a SymbolicRange (jitcore/ir/ranges.py), whose class says range
         return _from_range(op, data, dtype, device, requires_grad)
     if isinstance(data, TensorProxy):
         out = pm.stop_gradient(data) if data.requires_grad else data
