@@ -18,7 +18,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
 from jitcore.ir.proxies import Proxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
-from jitcore.ir.ranges import SymbolicRange
+from jitcore.ir.ranges import RangeList, SymbolicRange
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace
 
@@ -192,6 +192,8 @@ class Escapes:
         t = type(x)
         if t is SymbolicRange:  # range(n) of a size: built from the call's sizes (the computation returns them)
             return SymbolicRange(*(self.template(v, where) for v in x.parts()))
+        if t is RangeList:  # list(range(n)) (pinned when the interpretation ended): a new list on every call
+            return [self.template(v, where) for v in x]
         if isinstance(x, _PLAIN):
             return x
         prov = self.external.get(id(x))

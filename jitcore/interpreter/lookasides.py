@@ -3,7 +3,7 @@
 Each entry is `fn(rt, args, kwargs)` and replaces a native call of the builtin: zero-arg super(), locals(),
 globals(), vars(), eval/exec (interpreted), iter, getattr/setattr/delattr/hasattr (provenance and side
 effects), isinstance/issubclass (asked to the context), sys.exc_info, builtins that iterate or call back
-(list, zip, map, sorted, ...: external items are reported, Python callbacks interpreted), range/len/type of
+(list, zip, map, sorted, ...: external items are reported, Python callbacks interpreted), range/list/len/type of
 symbolic sizes (jitcore/ir/ranges.py: `range(n)` keeps n symbolic); breakpoint() and
 input() are refused, and so are frame readers (sys._getframe, inspect.currentframe/stack, traceback's
 stack functions) called from user code. print() is not here: with jitcore's context it is an op that prints on
@@ -301,9 +301,21 @@ def _range(rt, args, kwargs):
     return range(*args, **kwargs)
 
 
+_plain_list = _first_iterable(list)
+
+
+@lookaside(builtins.list)
+def _list(rt, args, kwargs):
+    """list() of a symbolic range is a RangeList: this call's values, remembering the range until something reads
+    them."""
+    if len(args) == 1 and not kwargs and type(args[0]) is ranges.SymbolicRange:
+        return ranges.RangeList.of(args[0])
+    return _plain_list(rt, args, kwargs)
+
+
 @lookaside(builtins.len)
 def _len(rt, args, kwargs):
-    """len() of a symbolic range is its symbolic length, not a predicate on it."""
+    """len() of a symbolic range (or of list() of one, unread) is its symbolic length, not a predicate on it."""
     if len(args) == 1 and not kwargs:
         n = ranges.symbolic_len(args[0])
         if n is not None:
@@ -313,7 +325,7 @@ def _len(rt, args, kwargs):
 
 @lookaside(builtins.type)
 def _type(rt, args, kwargs):
-    """type(x): range for a symbolic range (jitcore/ir/ranges.py), as eager's range answers."""
+    """type(x): range and list for the symbolic stand-ins (jitcore/ir/ranges.py), as eager's objects answer."""
     if len(args) == 1 and not kwargs:
         return ranges.stands_for(args[0])
     return type(*args, **kwargs)

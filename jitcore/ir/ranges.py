@@ -1,16 +1,18 @@
 """IR values: Python ranges over symbolic sizes (cache="symbolic values"). The interpreter's `range(n)` of a size gives
-a SymbolicRange whose start, stop and step stay number proxies; torch.tensor of it records `prims.iota` of the range's
-symbolic length (jitcore/ops/torch_creation.py), so one compile serves every n.
+a SymbolicRange whose start, stop and step stay number proxies, and `list()` of it a RangeList; torch.tensor of either
+records `prims.iota` of the range's symbolic length (jitcore/ops/torch_creation.py), so one compile serves every n.
 Anything else Python does with them (iterate, index, `in`, compare, hash, print) concretizes the range first: the
 predicates that pin its bounds (`i0 == 5`) are recorded, as a builtin range of a size would have recorded them.
 """
 from __future__ import annotations
 
 import operator
+import weakref
 
 import optree
 
 from jitcore.ir import arith
+from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import IntegerProxy, ir_op
 from jitcore.ir.pytree import NAMESPACE
 
@@ -127,13 +129,134 @@ def make_range(*args) -> SymbolicRange:
     return SymbolicRange(start, stop, step)
 
 
-# -- what the interpreter asks ----------------------------------------------------------------------------------------
+# -- list(range(n)) ---------------------------------------------------------------------------------------------------
+_LIVE = "range_lists"  # trace.extra key: the RangeLists of the trace being recorded that nothing has read yet
+
+
+class RangeList(list):
+    """`list(r)` of a SymbolicRange: a real list holding this call's values, which also remembers its range while
+    nothing has read it (`source`), so torch.tensor(list(range(n))) records the symbolic range. Every read or write of
+    its contents pins it first (records the range's predicates, forgets the range); the frontend pins one handed to
+    native code or to an op that does not take ranges, and every one still alive when the interpretation ends (it may
+    escape). `type(l)` in interpreted code and `l.__class__` answer list."""
+
+    __slots__ = ("__weakref__", "source")
+
+    @classmethod
+    def of(cls, source: SymbolicRange) -> RangeList:
+        """list(source), remembering source (registered with the trace being recorded, which pins it at its end)."""
+        out = list.__new__(cls)
+        list.extend(out, source.values())
+        out.source = source
+        get_tracectx().extra.setdefault(_LIVE, weakref.WeakValueDictionary())[id(out)] = out
+        return out
+
+    @property
+    def __class__(self):
+        return list
+
+    def pin(self):
+        """Record the predicates of the range this list holds, and forget the range: its contents are now constants."""
+        source = getattr(self, "source", None)
+        if source is None:
+            return
+        self.source = None
+        trace = get_tracectx()
+        live = trace.extra.get(_LIVE) if trace is not None else None
+        if live is not None:
+            live.pop(id(self), None)
+        source.concrete()
+
+    def __bool__(self):
+        source = getattr(self, "source", None)
+        return bool(source) if source is not None else list.__len__(self) > 0
+
+    def __radd__(self, other):  # `[1] + l`: list concatenation then reads l's items directly
+        self.pin()
+        return NotImplemented
+
+    def __reduce_ex__(self, protocol):  # copy, deepcopy, pickle: a plain list
+        self.pin()
+        return list, (list.copy(self),)
+
+
+def _pinning(name: str):
+    base = getattr(list, name)
+
+    def method(self, *args, **kwargs):
+        self.pin()
+        return base(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+for _name in ("__init__", "__getitem__", "__setitem__", "__delitem__", "__iter__", "__reversed__", "__contains__",
+              "__len__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__iadd__", "__mul__",
+              "__rmul__", "__imul__", "__repr__", "__sizeof__", "append", "extend", "insert", "pop", "remove", "clear",
+              "sort", "reverse", "index", "count", "copy"):
+    setattr(RangeList, _name, _pinning(_name))
+del _name
+
+
+def _items(lst: RangeList):
+    lst.pin()  # (flattening reads every item)
+    return tuple(list.__iter__(lst)), None, None
+
+
+# flattened (an output, an argument) it is the list of its values, and a plain list when rebuilt
+optree.register_pytree_node(RangeList, _items, lambda _, items: list(items), namespace=NAMESPACE)
+
+
+# -- what the interpreter and the frontend ask ------------------------------------------------------------------------
 def symbolic_len(obj):
-    """len(obj) kept symbolic for a SymbolicRange, else None (the builtin answers)."""
-    return obj.length if type(obj) is SymbolicRange else None
+    """len(obj) kept symbolic for a SymbolicRange and a RangeList nothing has read, else None (the builtin answers)."""
+    t = type(obj)
+    if t is SymbolicRange:
+        return obj.length
+    source = getattr(obj, "source", None) if t is RangeList else None
+    return None if source is None else source.length
 
 
 def stands_for(obj) -> type:
-    """type(obj) as the interpreted program sees it: range for a SymbolicRange."""
+    """type(obj) as the interpreted program sees it: range and list for the stand-ins of this module."""
     t = type(obj)
-    return range if t is SymbolicRange else t
+    return range if t is SymbolicRange else list if t is RangeList else t
+
+
+def unread(trace) -> bool:
+    """Whether the trace being recorded has RangeLists nothing has read yet (they must be pinned before native code or
+    an op that does not take ranges sees them)."""
+    return bool(trace.extra.get(_LIVE))
+
+
+def pin_within(tree, depth: int = 0):
+    """Pin every RangeList inside lists, tuples and dicts (the arguments of a native call or of an op)."""
+    t = type(tree)
+    if t is RangeList:
+        tree.pin()
+    elif depth < 16 and (t is list or t is tuple):
+        for x in tree:
+            pin_within(x, depth + 1)
+    elif depth < 16 and t is dict:
+        for x in tree.values():
+            pin_within(x, depth + 1)
+
+
+def pin_live(trace):
+    """Pin the RangeLists of `trace` still alive: when the interpretation ends, what is alive may escape (an output, an
+    attribute set on a module) and be read later, when no predicate can be recorded any more."""
+    live = trace.extra.pop(_LIVE, None)
+    for lst in list(live.values()) if live is not None else ():
+        lst.pin()
+
+
+def range_data(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The data argument of an op that takes ranges (torch.tensor(list(range(n)))): a RangeList nothing has read is
+    read as its range, so the op records it symbolically."""
+    if args and type(args[0]) is RangeList and args[0].source is not None:
+        return (args[0].source, *args[1:]), kwargs
+    data = kwargs.get("data")
+    if type(data) is RangeList and data.source is not None:
+        return args, {**kwargs, "data": data.source}
+    return args, kwargs

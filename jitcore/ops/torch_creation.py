@@ -454,6 +454,15 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layo
     return _from_data("new_tensor", data, dtype or self.dtype, device or self.device, requires_grad)
 
 
+# the ops whose data argument may be list(range(n)) unread (jitcore/ir/ranges.py RangeList): the frontend hands them its
+# range (they record it symbolically); other ops get it pinned to this call's values
+TAKE_RANGES = frozenset({tensor, as_tensor})
+
+
+def takes_ranges(op) -> bool:
+    return getattr(op, "op", op) in TAKE_RANGES
+
+
 # -- the global generator's state: refused inside a jitted function ------------------------------------------------
 def _generator_state_call(name: str):
     def refuse(*args, **kwargs):
