@@ -454,9 +454,32 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layo
     return _from_data("new_tensor", data, dtype or self.dtype, device or self.device, requires_grad)
 
 
+# the legacy constructors (torch.Tensor(range(n)), torch.LongTensor(...)) and their dtypes: None is the default dtype
+_LEGACY = {torch.Tensor: None, torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64,
+           torch.HalfTensor: torch.float16, torch.BFloat16Tensor: torch.bfloat16, torch.ByteTensor: torch.uint8,
+           torch.CharTensor: torch.int8, torch.ShortTensor: torch.int16, torch.IntTensor: torch.int32,
+           torch.LongTensor: torch.int64, torch.BoolTensor: torch.bool}
+
+
+def _legacy_constructor(cls, dtype):
+    """torch.LongTensor(data) of a range, list or tuple is torch.tensor(data, dtype=torch.int64) (the default dtype for
+    torch.Tensor): a tensor made on every call, of a range of sizes too. Other calls of the constructor (sizes, a
+    torch.Size, another tensor) run it as before."""
+    def construct(*args, **kwargs):
+        if len(args) == 1 and (isinstance(args[0], range) or type(args[0]) in (list, tuple)) and \
+                set(kwargs) <= {"device"}:
+            return tensor(args[0], dtype=dtype or torch.get_default_dtype(), device=kwargs.get("device"))
+        return cls(*args, **kwargs)
+
+    return construct
+
+
+for _cls, _dtype in _LEGACY.items():
+    TORCH_MAP[_cls] = _legacy_constructor(_cls, _dtype)
+del _cls, _dtype
 # the ops whose data argument may be list(range(n)) unread (jitcore/ir/ranges.py RangeList): the frontend hands them its
 # range (they record it symbolically); other ops get it pinned to this call's values
-TAKE_RANGES = frozenset({tensor, as_tensor})
+TAKE_RANGES = frozenset({tensor, as_tensor, *(TORCH_MAP[c] for c in _LEGACY)})
 
 
 def takes_ranges(op) -> bool:
