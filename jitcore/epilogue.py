@@ -18,6 +18,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
 from jitcore.ir.proxies import Proxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.ranges import RangeList, SymbolicRange
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace
 
@@ -81,8 +82,19 @@ def effect_proxies(side_effects, escapes: Escapes) -> list:
             if isinstance(leaf, Proxy):
                 out.append(leaf)
             else:
-                escapes.template(leaf, f"`{e}` stores")
+                escapes.template(leaf, _Stores(e))
     return out
+
+
+class _Stores:
+    """"`<side effect>` stores", for the error that names it: formatted only then (formatting reads the values stored,
+    and a range of symbolic sizes printed for nothing would record the predicates that pin its bounds)."""
+
+    def __init__(self, effect):
+        self.effect = effect
+
+    def __str__(self):
+        return f"`{self.effect}` stores"
 
 
 # -- escaping objects: built afresh (made by the call) or fetched again (given to it) on every call -----------------
@@ -170,13 +182,18 @@ class Escapes:
     def __bool__(self):
         return bool(self.built or self.fetched or self.outputs)
 
-    def template(self, x, where: str):
+    def template(self, x, where):
         """x as the epilogue builds it: proxies stay, made objects and given objects become locals of the epilogue
         (`_Out`), plain lists/tuples/dicts are rebuilt around their items, anything else is a constant."""
         if isinstance(x, Proxy):
             if not isinstance(x, _Out):
                 self.proxies.append(x)
             return x
+        t = type(x)
+        if t is SymbolicRange:  # range(n) of a size: built from the call's sizes (the computation returns them)
+            return SymbolicRange(*(self.template(v, where) for v in x.parts()))
+        if t is RangeList:  # list(range(n)) (pinned when the interpretation ended): a new list on every call
+            return [self.template(v, where) for v in x]
         if isinstance(x, _PLAIN):
             return x
         prov = self.external.get(id(x))
@@ -186,7 +203,6 @@ class Escapes:
             if id(x) not in self.fetched:
                 self.fetched[id(x)] = (f"f{len(self.fetched)}", prov)
             return _Out(self.fetched[id(x)][0])
-        t = type(x)
         if t is list or t is tuple:
             return t(self.template(e, where) for e in x)
         if t is dict:

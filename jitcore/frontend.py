@@ -19,12 +19,12 @@ from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
-from jitcore.ir import arith
+from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, tracectx
 from jitcore.layouts import Layouts
-from jitcore.ops import per_call, prims, torch_map
+from jitcore.ops import per_call, prims, torch_creation, torch_map
 from jitcore.ops.opaque import draws_random, opaque_symbol
 from jitcore.ops.sizes import define_sizes
 
@@ -145,6 +145,17 @@ class JitContext(DefaultContext):
         return prov in self.guards.objects or type(prov.root()) not in (Arg, Kwarg)
 
     def lookaside(self, fn):
+        op = self._lookaside(fn)
+        if op is not None and ranges.unread(self.trace):  # list(range(n)) nothing has read yet (jitcore/ir/ranges.py)
+            return _range_lists_pinned(op, torch_creation.takes_ranges(torch_map.lookup(fn)))
+        return op
+
+    def on_call_native(self, fn, args, kwargs):
+        """Native code reads a list's items directly: a RangeList handed to it records its predicates first."""
+        if ranges.unread(self.trace):
+            ranges.pin_within((args, kwargs))
+
+    def _lookaside(self, fn):
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -377,6 +388,18 @@ class JitContext(DefaultContext):
         return g
 
 
+def _range_lists_pinned(op, takes_ranges: bool):
+    """op, called with the RangeLists among its arguments pinned; an op that takes ranges (torch.tensor) gets its data
+    argument's range instead, which it records symbolically."""
+    def call(*args, **kwargs):
+        if takes_ranges:
+            args, kwargs = ranges.range_data(args, kwargs)
+        ranges.pin_within((args, kwargs))
+        return op(*args, **kwargs)
+
+    return call
+
+
 def _is_leaf(t) -> bool:
     return t.is_leaf
 
@@ -452,6 +475,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
+                ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
                         "runtime_oracle"):

@@ -3,7 +3,8 @@
 Each entry is `fn(rt, args, kwargs)` and replaces a native call of the builtin: zero-arg super(), locals(),
 globals(), vars(), eval/exec (interpreted), iter, getattr/setattr/delattr/hasattr (provenance and side
 effects), isinstance/issubclass (asked to the context), sys.exc_info, builtins that iterate or call back
-(list, zip, map, sorted, ...: external items are reported, Python callbacks interpreted); breakpoint() and
+(list, zip, map, sorted, ...: external items are reported, Python callbacks interpreted), range/list/len/type of
+symbolic sizes (jitcore/ir/ranges.py: `range(n)` keeps n symbolic); breakpoint() and
 input() are refused, and so are frame readers (sys._getframe, inspect.currentframe/stack, traceback's
 stack functions) called from user code. print() is not here: with jitcore's context it is an op that prints on
 every call (jitcore/ops/per_call.py); with the default context it runs natively.
@@ -24,6 +25,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access
 from jitcore.interpreter.frame import NULL, Frame, code_info
 from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
+from jitcore.ir import ranges
 from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
 
 _CellType = types.CellType
@@ -286,6 +288,47 @@ def _first_iterable(fn):
 
 for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumerate):
     LOOKASIDES[id(_fn)] = _first_iterable(_fn)
+
+
+# -- ranges of symbolic sizes (jitcore/ir/ranges.py) -----------------------------------------------------------------
+@lookaside(builtins.range)
+def _range(rt, args, kwargs):
+    """range() of a symbolic size keeps its bounds symbolic (a SymbolicRange: torch.tensor of it is one op for every
+    size); anything else is the builtin range."""
+    if not kwargs and 1 <= len(args) <= 3 and any(ranges.is_symbolic_int(a) for a in args) and \
+            all(type(a) is int or ranges.is_symbolic_int(a) for a in args):
+        return ranges.make_range(*args)
+    return range(*args, **kwargs)
+
+
+_plain_list = _first_iterable(list)
+
+
+@lookaside(builtins.list)
+def _list(rt, args, kwargs):
+    """list() of a symbolic range is a RangeList: this call's values, remembering the range until something reads
+    them."""
+    if len(args) == 1 and not kwargs and type(args[0]) is ranges.SymbolicRange:
+        return ranges.RangeList.of(args[0])
+    return _plain_list(rt, args, kwargs)
+
+
+@lookaside(builtins.len)
+def _len(rt, args, kwargs):
+    """len() of a symbolic range (or of list() of one, unread) is its symbolic length, not a predicate on it."""
+    if len(args) == 1 and not kwargs:
+        n = ranges.symbolic_len(args[0])
+        if n is not None:
+            return n
+    return len(*args, **kwargs)
+
+
+@lookaside(builtins.type)
+def _type(rt, args, kwargs):
+    """type(x): range and list for the symbolic stand-ins (jitcore/ir/ranges.py), as eager's objects answer."""
+    if len(args) == 1 and not kwargs:
+        return ranges.stands_for(args[0])
+    return type(*args, **kwargs)
 
 
 def _extreme(name, native):

@@ -1,6 +1,6 @@
 """Codegen: Trace -> Python source -> callable. The text print() shows is exactly the text that runs.
 
-Values print as literals where Python has one (numbers, dtypes, devices, slices, nested collections); any
+Values print as literals where Python has one (numbers, dtypes, devices, slices, ranges, nested collections); any
 other object becomes a named constant (`_c0`) bound in the function's globals and listed in the header.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
+from jitcore.ir.ranges import SymbolicRange
 
 # namespace alias -> the line that imports it, for the printed header ("prims" -> "from jitcore.ops import prims")
 NAMESPACE_IMPORTS: dict[str, str] = {"torch": "import torch"}
@@ -59,6 +60,8 @@ class Printer:
             return "{" + ", ".join(f"{self.value(k)}: {self.value(v)}" for k, v in x.items()) + "}"
         if t is slice:
             return f"slice({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
+        if t is range or t is SymbolicRange:  # (a range of symbolic sizes prints its bounds: `range(0, i0, 1)`)
+            return f"range({self.value(x.start)}, {self.value(x.stop)}, {self.value(x.step)})"
         if x is Ellipsis:
             return "..."
         if t is torch.memory_format or t is torch.layout:

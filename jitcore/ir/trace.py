@@ -11,6 +11,7 @@ import time
 
 from jitcore.ir.codegen import compile_trace, trace_source
 from jitcore.ir.context import detached, get_tracectx, tracectx
+from jitcore.ir.ranges import RangeList
 
 __all__ = ["Timer", "Trace", "detached", "from_trace", "get_tracectx", "snapshot", "source_html", "tracectx"]
 
@@ -144,7 +145,7 @@ def snapshot(value):
     t = type(value)
     if t is tuple:
         return tuple([snapshot(v) for v in value]) if _holds_mutable(value) else value
-    if t is list:
+    if t is list or t is RangeList:  # (a RangeList an op reads is pinned already: a plain list of its values)
         return [snapshot(v) for v in value]
     if t is dict:
         return {k: snapshot(v) for k, v in value.items()}
@@ -154,7 +155,7 @@ def snapshot(value):
 def _holds_mutable(items) -> bool:
     for v in items:
         t = type(v)
-        if t is list or t is dict or (t is tuple and _holds_mutable(v)):
+        if t is list or t is dict or t is RangeList or (t is tuple and _holds_mutable(v)):
             return True
     return False
 

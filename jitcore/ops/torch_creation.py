@@ -12,6 +12,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.ir import devices, dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.ranges import range_length
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
@@ -394,10 +395,25 @@ def _leaves(data):
         yield data
 
 
+def _from_range(op, data, dtype, device, requires_grad):
+    """torch.tensor(range(...)): the values start, start + step, ... of the range's length (symbolic for a range of
+    sizes: jitcore/ir/ranges.py), int64 as eager infers it, or, for an empty range, the default float dtype."""
+    start, step = data.start, data.step
+    length = range_length(start, data.stop, step)
+    dtype = dtype or (torch.int64 if length > 0 else torch.get_default_dtype())
+    narrow = not (dtype.is_floating_point or dtype.is_complex or dtype in (torch.bool, torch.int64))
+    if narrow and length > 0:  # narrower ints: eager refuses a value that overflows (unsigned ones wrap from -max)
+        info = torch.iinfo(dtype)
+        low = info.min if info.min < 0 else -info.max
+        for v in (start, start + (length - 1) * step):
+            check(low <= v <= info.max, lambda: f"value cannot be converted to type "
+                                                f"{str(dtype).removeprefix('torch.')} without overflow")
+    return _grad(pc.iota(length, start=start, step=step, device=_device(device), dtype=dtype), requires_grad)
+
+
 def _from_data(op, data, dtype, device, requires_grad):
-    if isinstance(data, range):  # torch.tensor(range(n)): eager's int64 values start, start + step, ...
-        out = arange(data.start, data.stop, data.step, dtype=dtype or torch.int64, device=device)
-        return _grad(out, requires_grad)
+    if isinstance(data, range):  # a builtin range, or a SymbolicRange (jitcore/ir/ranges.py), whose class says range
+        return _from_range(op, data, dtype, device, requires_grad)
     if isinstance(data, TensorProxy):
         out = pm.stop_gradient(data) if data.requires_grad else data
         out = to_dtype(out, dtype or data.dtype)
@@ -436,6 +452,38 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layo
     if isinstance(data, TensorProxy):
         return _from_data("new_tensor", data, dtype, device, requires_grad)
     return _from_data("new_tensor", data, dtype or self.dtype, device or self.device, requires_grad)
+
+
+# the legacy constructors (torch.Tensor(range(n)), torch.LongTensor(...)) and their dtypes: None is the default dtype
+_LEGACY = {torch.Tensor: None, torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64,
+           torch.HalfTensor: torch.float16, torch.BFloat16Tensor: torch.bfloat16, torch.ByteTensor: torch.uint8,
+           torch.CharTensor: torch.int8, torch.ShortTensor: torch.int16, torch.IntTensor: torch.int32,
+           torch.LongTensor: torch.int64, torch.BoolTensor: torch.bool}
+
+
+def _legacy_constructor(cls, dtype):
+    """torch.LongTensor(data) of a range, list or tuple is torch.tensor(data, dtype=torch.int64) (the default dtype for
+    torch.Tensor): a tensor made on every call, of a range of sizes too. Other calls of the constructor (sizes, a
+    torch.Size, another tensor) run it as before."""
+    def construct(*args, **kwargs):
+        if len(args) == 1 and (isinstance(args[0], range) or type(args[0]) in (list, tuple)) and \
+                set(kwargs) <= {"device"}:
+            return tensor(args[0], dtype=dtype or torch.get_default_dtype(), device=kwargs.get("device"))
+        return cls(*args, **kwargs)
+
+    return construct
+
+
+for _cls, _dtype in _LEGACY.items():
+    TORCH_MAP[_cls] = _legacy_constructor(_cls, _dtype)
+del _cls, _dtype
+# the ops whose data argument may be list(range(n)) unread (jitcore/ir/ranges.py RangeList): the frontend hands them its
+# range (they record it symbolically); other ops get it pinned to this call's values
+TAKE_RANGES = frozenset({tensor, as_tensor, *(TORCH_MAP[c] for c in _LEGACY)})
+
+
+def takes_ranges(op) -> bool:
+    return getattr(op, "op", op) in TAKE_RANGES
 
 
 # -- the global generator's state: refused inside a jitted function ------------------------------------------------
