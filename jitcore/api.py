@@ -23,9 +23,9 @@ from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_funct
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
+from jitcore.guards.input_storage import InputSpec, check_keep_inputs, describe, value_dependence
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
-from jitcore.guards.input_storage import InputSpec, check_keep_inputs, describe, value_dependence
 from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter.provenance import Roots
 from jitcore.interpreter.user_traceback import at_user_line, user_frames_first

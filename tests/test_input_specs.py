@@ -1,6 +1,6 @@
-"""Input storage (jitcore/guards/input_storage.py): each cache entry describes the call it was compiled for, keeps integer
-and boolean tensor values by default, and `materialize()` rebuilds a call that the entry accepts (a cache hit) or
-that compiles the same entry in a fresh jitted function (warm-up). Eager is the oracle where values are kept."""
+"""Input storage (jitcore/guards/input_storage.py): each cache entry describes the call it was compiled for, keeps
+integer and boolean tensor values by default, and `materialize()` rebuilds a call that the entry accepts (a cache hit)
+or that compiles the same entry in a fresh jitted function (warm-up). Eager is the oracle where values are kept."""
 from __future__ import annotations
 
 import pytest

@@ -35,7 +35,7 @@ class CacheEntry:
     unflatten: Callable = None  # flat outputs -> the user's output structure
     check: Callable = None  # the full prologue (every check): tried first for the most recently used entry
     module_state: Any = None  # module_state.ModuleGuardState: when the module-rooted guards last passed (modules)
-    value_dependent: str = ""  # why the program depends on tensor values (jitcore/guards/input_storage.py), "" if it does not
+    value_dependent: str = ""  # why the program depends on tensor values ("" if it does not; guards/input_storage.py)
     input_spec: Any = None  # input_storage.InputSpec of the call it was compiled for
 
     def __post_init__(self):
