@@ -355,6 +355,16 @@ class JitContext(DefaultContext):
             self._values.append(value)
         return p
 
+    def type_hook(self, obj):
+        """The class eager's object has: torch.Tensor or nn.Parameter for a tensor proxy, int/float/bool for a
+        symbolic number, range and list for the stand-ins of jitcore/ir/ranges.py."""
+        if isinstance(obj, TensorProxy):
+            return torch.nn.Parameter if id(obj) in self._params else torch.Tensor
+        if isinstance(obj, NumberProxy):
+            return type(obj.value)
+        t = ranges.stands_for(obj)
+        return t if t is not type(obj) else NotImplemented
+
     def isinstance_hook(self, obj, cls):
         if isinstance(obj, TensorProxy):
             classes = cls if isinstance(cls, tuple) else (cls,)

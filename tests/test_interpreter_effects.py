@@ -236,3 +236,25 @@ def test_a_moved_number_equal_to_another_item_is_guarded_where_it_came_from(cach
     for values in ([1, 2, 1], [1, 2, 5], [3, 2, 1], [1, 2, 1]):
         x = torch.randn(3)
         torch.testing.assert_close(jf(x, list(values)), f(x, list(values)))
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_type_of_a_value_is_eagers_class(cache):
+    """type() inside jitted code answers as eager's objects do: torch.Tensor (nn.Parameter for parameters), int and
+    float for symbolic numbers; `type(x) is torch.Tensor` was False (the proxy's class), a silent wrong branch."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x, n):
+            facts = [type(x) is torch.Tensor, type(x).__name__ == "Tensor", type(self.lin.weight) is torch.nn.Parameter,
+                     type(x.shape[0]) is int, type(n) is float]
+            y = type(x).sum(self.lin(x), -1) + type(x).softmax(x, -1).sum(-1)
+            return y * sum(2 ** i for i, f in enumerate(facts) if f)
+
+    m = M()
+    jm = jitcore.jit(m, cache=cache)
+    for b in (3, 5):
+        x = torch.randn(b, 4)
+        torch.testing.assert_close(jm(x, 1.5), m(x, 1.5))

@@ -41,6 +41,11 @@ class DefaultContext:
         """`issubclass(cls, classinfo)`, or NotImplemented for the builtin."""
         return NotImplemented
 
+    def type_hook(self, obj):
+        """`type(obj)` as the interpreted program should see it (the class eager's object has, for a stand-in the
+        context made), or NotImplemented for the builtin."""
+        return NotImplemented
+
     def on_call_native(self, fn, args, kwargs):
         """Notification: `fn(*args, **kwargs)` is about to be called natively (not interpreted)."""
 

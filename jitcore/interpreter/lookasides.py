@@ -325,9 +325,12 @@ def _len(rt, args, kwargs):
 
 @lookaside(builtins.type)
 def _type(rt, args, kwargs):
-    """type(x): range and list for the symbolic stand-ins (jitcore/ir/ranges.py), as eager's objects answer."""
+    """type(x) asks the context (a tensor proxy is a torch.Tensor to the program, a symbolic size an int, a symbolic
+    range a range, as eager's objects answer)."""
     if len(args) == 1 and not kwargs:
-        return ranges.stands_for(args[0])
+        r = rt.type_hook(args[0])
+        if r is not NotImplemented:
+            return r
     return type(*args, **kwargs)
 
 

@@ -91,6 +91,7 @@ class Runtime:
         self.on_external_value = getattr(ctx, "on_external_value", default.on_external_value)
         self.isinstance_hook = getattr(ctx, "isinstance_hook", default.isinstance_hook)
         self.issubclass_hook = getattr(ctx, "issubclass_hook", default.issubclass_hook)
+        self.type_hook = getattr(ctx, "type_hook", default.type_hook)
         attach = getattr(ctx, "attach_runtime", None)
         if attach is not None:
             attach(self)
