@@ -18,6 +18,7 @@ __all__ = [
     "DataDependentError",
     "JitError",
     "MetaError",
+    "PackageError",
     "UnsupportedError",
     "cache_hits",
     "cache_miss_reasons",
@@ -30,11 +31,20 @@ __all__ = [
     "last_epilogue_traces",
     "last_prologue_traces",
     "last_traces",
+    "load",
+    "save",
 ]
+
+
+_PACKAGES = ("save", "load", "PackageError")
 
 
 # the public names load jitcore.api on first use (module __getattr__): see the docstring
 def __getattr__(name):
+    if name in _PACKAGES:
+        from jitcore import packages  # (imports jitcore.api: loaded on first use, as the names below)
+
+        return getattr(packages, name)
     if name in _API:
         from jitcore import api  # cycle with executors: api imports executors, which import jitcore's IR
 

@@ -274,6 +274,17 @@ class JitFunction:
             flat = entry.epilogue(self.fn, args, kwargs, flat)
         return entry.unflatten(flat)
 
+    def restore(self, args, kwargs):
+        """Compile and cache the entry for this call without running it and without counting a miss (jitcore.load
+        rebuilding a package's entries from their input descriptions)."""
+        check_binding(self.fn, args, kwargs)
+        spec = describe(args, kwargs, self.options.keep_inputs)
+        entry = compile_entry(self.fn, args, kwargs, self.options)
+        spec.value_dependent = entry.value_dependent
+        entry.input_spec = spec
+        self._cache.add(entry, args, kwargs)
+        return entry
+
     def _compile(self, args, kwargs):
         """A miss: eager's TypeError if the call does not bind; else record why, compile an entry for this call,
         cache it, and return it with the inputs its prologue fetched."""

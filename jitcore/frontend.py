@@ -491,6 +491,8 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
                         "runtime_oracle"):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
+        rt = getattr(ctx, "_runtime", None)
+        trace.extra["entered_code"] = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
         leaves, spec = tree_flatten(escapes.given_containers(result.output))

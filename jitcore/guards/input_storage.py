@@ -15,6 +15,7 @@ reason, since other values would make another program.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -91,6 +92,16 @@ class InputSpec:
     keep: str
     value_dependent: str = ""  # why the program depends on tensor values ("" when it does not)
     dropped: list = field(default_factory=list)  # the tensor arguments whose values were not kept
+    grad_enabled: bool = True  # the grad mode of the call (the entry's guards check it)
+    autocast: tuple = ()  # (device type, dtype) of each autocast region the call was made in
+
+    def modes(self):
+        """A context manager entering the grad mode and autocast regions the call was made in."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
+        for device_type, dtype in self.autocast:
+            stack.enter_context(torch.autocast(device_type, dtype=dtype))
+        return stack
 
     def tensors(self) -> list[TensorSpec]:
         leaves, _ = tree_flatten((self.args, self.kwargs))
@@ -130,7 +141,8 @@ def describe(args, kwargs, keep: str) -> InputSpec:
 
     args = tuple(spec_of(a, f"args[{i}]") for i, a in enumerate(args))
     kwargs = {k: spec_of(v, f"kwargs[{k!r}]") for k, v in kwargs.items()}
-    return InputSpec(args, kwargs, keep, "", dropped)
+    autocast = tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
+    return InputSpec(args, kwargs, keep, "", dropped, torch.is_grad_enabled(), autocast)
 
 
 def value_dependence(traced) -> str:

@@ -80,6 +80,8 @@ class Runtime:
         self.defaults_owners: dict = {}  # id(function) -> the provenance of its owner (set_root)
         self.ext_cells: dict[int, object] = {}
         self.views: dict[int, tuple] = {}
+        self.entered: dict = {}  # code objects of user files interpreted (in order): what a package's checks hash
+        self._seen_code: set = set()
         self.fallback_where: str | None = None
         self.unwound: dict[int, tuple] = {}  # id(exception) -> (exception, where it left interpreted frames)
         self._tcache: dict = {}
@@ -233,6 +235,10 @@ class Runtime:
         if (mod is not None and mod.startswith("jitcore.")) or not self.should_inline(fn):
             return self.call_native(fn, args, kwargs)
         code = fn.__code__
+        if code not in self._seen_code:
+            self._seen_code.add(code)
+            if is_user_file(code.co_filename):
+                self.entered[code] = None
         info = code_info(code)
         if info.flags & CO_ASYNC:
             raise UnsupportedError(

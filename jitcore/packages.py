@@ -1,0 +1,292 @@
+"""Packages: save what a jitted function compiled and load it in a new process (`jitcore.save`, `jitcore.load`).
+
+A package is a folder:
+- `manifest.json`: the package format, the versions of jitcore, torch and Python, the jit options (executor names,
+  cache mode, keep_inputs), the function's qualified name and signature, a digest of the code of every user function
+  the interpreter entered while tracing (the function itself and what it called, from user files and third-party
+  packages; not torch's), and one record per cache entry;
+- `entry<N>.pt`: the entry's input description (jitcore/guards/input_storage.py: tensor metadata, kept values, the
+  other arguments, the grad mode and autocast regions of the call);
+- `entry<N>.py`: the entry's programs as printed (prologue, forward, backward, epilogue), for reading;
+- `DIGEST`: a SHA-256 over the other files, which load verifies.
+
+Loading checks, before anything runs, that the package was written for this function (name, signature, the digests
+of the code it entered, unless `check_source=False`), by these versions of jitcore, torch and Python, with the jit
+options asked for (its own when none are given) and executors that are available here; any difference is an error
+naming it. It then rebuilds each cache entry from its input description: the call is traced, transformed and claimed
+under the entry's grad mode and autocast, and cached, without running it (no side effect happens at load). A later
+call that satisfies an entry's guards runs with no interpretation; others trace as usual. Modules, parameters,
+globals and closures are never stored: the entries bind them through the function or module given to load.
+
+An entry whose program depends on tensor values (data guards, nonzero, ...) is restored only if its input values
+were kept (`jit(..., keep_inputs="all")`); otherwise load skips it with a warning and the first call that needs it
+traces it.
+
+Safety: the `.pt` files are unpickled (torch.load with weights_only=False), which can run code, as unpickling does:
+load packages you trust. The digest is an integrity check against corruption and accidental edits, not a security
+boundary: whoever can edit the files can recompute it.
+
+Not stored yet: the compiled code of fusion regions (Inductor compiles them again at their first run after a load).
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import inspect
+import json
+import linecache
+import sys
+import types
+import warnings
+from importlib import metadata
+from pathlib import Path
+
+import torch
+from looseversion import LooseVersion
+
+from jitcore.api import CompileOptions, JitFunction, JitModule, _resolve_executors, jit
+from jitcore.errors import JitError
+
+FORMAT = 1
+_DIGEST = "DIGEST"
+_MANIFEST = "manifest.json"
+
+
+class PackageError(JitError):
+    """A package that does not belong to this function, these versions or these options, or that was altered."""
+
+
+# -- what a package records of the function and the environment ---------------------------------------------------
+def _versions() -> dict:
+    try:
+        own = metadata.version("jitcore")
+    except metadata.PackageNotFoundError:
+        own = "unknown"
+    return {"jitcore": own, "torch": torch.__version__, "python": ".".join(map(str, sys.version_info[:3]))}
+
+
+def _target(fn):
+    """(the callable whose signature and name identify the function, its qualified name)."""
+    if isinstance(fn, (JitFunction, JitModule)):
+        raise TypeError("pass the original function or module (jitcore.load jits it)")
+    if isinstance(fn, torch.nn.Module):
+        return type(fn).forward, f"{type(fn).__module__}.{type(fn).__qualname__}"
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return fn, f"{getattr(fn, '__module__', '')}.{name}"
+
+
+def _signature(fn) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(unknown)"
+
+
+def code_digest(code: types.CodeType) -> str:
+    """A digest of what a code object does, without its file name and line numbers (an edit elsewhere in the file
+    does not change it): bytecode, names, constants (nested code objects by their digests), argument counts, flags."""
+    h = hashlib.sha256()
+    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                 (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags)):
+        h.update(repr(part).encode())
+    for c in code.co_consts:
+        h.update((code_digest(c) if isinstance(c, types.CodeType) else repr(c)).encode())
+    return h.hexdigest()
+
+
+def _entered(jfn) -> list:
+    """[(file, qualified name, digest)] of the user code the interpreter entered for any of jfn's entries."""
+    seen: dict = {}
+    for entry in jfn._cache.entries or ([jfn._last_entry] if jfn._last_entry else []):
+        for code in entry.traces[0].extra.get("entered_code", ()):
+            seen[code] = None
+    return [(c.co_filename, c.co_qualname, code_digest(c)) for c in seen]
+
+
+def _codes_in_file(filename: str) -> list:
+    """Every code object the source file compiles to (nested ones included): read through linecache (which also
+    has the cells of a notebook), else the code of the live functions defined in that file (a file that cannot be
+    read, such as `<string>`)."""
+    tops = []
+    linecache.checkcache(filename)
+    source = "".join(linecache.getlines(filename))
+    if source:
+        try:
+            tops.append(compile(source, filename, "exec", dont_inherit=True))
+        except (SyntaxError, ValueError):
+            pass
+    if not tops:
+        tops = [f.__code__ for f in gc.get_objects()
+                if type(f) is types.FunctionType and f.__code__.co_filename == filename]
+    out, stack, seen = [], list(tops), set()
+    while stack:
+        code = stack.pop()
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        out.append(code)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return out
+
+
+def _source_changes(recorded: list, fn) -> list[str]:
+    """What differs between the code the package was traced through and the code here."""
+    target, _ = _target(fn)
+    live = getattr(getattr(target, "__func__", target), "__code__", None)
+    changes, files = [], {}
+    for filename, qualname, digest in recorded:
+        if live is not None and live.co_qualname == qualname and live.co_filename == filename:
+            if code_digest(live) != digest:
+                changes.append(f"{qualname} ({filename}) was edited")
+            continue
+        if filename not in files:
+            files[filename] = _codes_in_file(filename)
+        candidates = [code_digest(c) for c in files[filename] if c.co_qualname == qualname]
+        if not candidates:
+            changes.append(f"{qualname} is not in {filename} any more (or that code cannot be found)")
+        elif digest not in candidates:
+            changes.append(f"{qualname} ({filename}) was edited")
+    return changes
+
+
+# -- the digest ---------------------------------------------------------------------------------------------------
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.iterdir()):
+        if p.name != _DIGEST and p.is_file():
+            h.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+# -- save ---------------------------------------------------------------------------------------------------------
+def _jitted(jfn) -> JitFunction:
+    inner = jfn.__dict__.get("_jfn") if isinstance(jfn, JitModule) else jfn
+    if not isinstance(inner, JitFunction):
+        raise TypeError(f"jitcore.save takes a function or module made by jitcore.jit, not {type(jfn).__name__}")
+    return inner
+
+
+def _options_record(options: CompileOptions) -> dict:
+    return {"executors": [ex.name for ex in options.executors], "cache": options.cache,
+            "keep_inputs": options.keep_inputs}
+
+
+def _programs_text(entry) -> str:
+    parts = [("prologue", entry.prologue_traces[-1]), ("forward", entry.traces[-1])]
+    parts += [("backward", entry.backward_traces[-1])] if entry.backward_traces else []
+    parts += [("epilogue", entry.epilogue_traces[-1])] if entry.epilogue_traces else []
+    return "\n".join(f"# ---- {name} ----\n{trace}" for name, trace in parts)
+
+
+def save(jfn, path) -> Path:
+    """Write every cache entry `jfn` (a function or module made by jitcore.jit) has built to the folder `path`
+    (created; an existing package there is replaced). Returns the folder. See the module docstring for what it holds;
+    `jitcore.load(path, fn)` reads it back in another process."""
+    inner = _jitted(jfn)
+    entries = list(reversed(inner._cache.entries)) or ([inner._last_entry] if inner._last_entry else [])
+    if not entries:
+        raise ValueError("this function has not been called yet: there is nothing to save")
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():  # a package written here before (only its own files)
+        if old.is_file() and (old.name in (_DIGEST, _MANIFEST) or old.name.startswith("entry")):
+            old.unlink()
+    target, qualname = _target(inner.fn)
+    records = []
+    for i, entry in enumerate(entries):
+        spec = entry.input_spec
+        torch.save({"spec": spec}, folder / f"entry{i}.pt")
+        (folder / f"entry{i}.py").write_text(_programs_text(entry))
+        records.append({"file": f"entry{i}.pt", "programs": f"entry{i}.py",
+                        "value_dependent": spec.value_dependent, "dropped": list(spec.dropped)})
+    manifest = {"format": FORMAT, "versions": _versions(), "options": _options_record(inner.options),
+                "qualname": qualname, "signature": _signature(target), "sources": _entered(inner),
+                "entries": records}
+    (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
+    (folder / _DIGEST).write_text(_digest(folder))
+    return folder
+
+
+# -- load ---------------------------------------------------------------------------------------------------------
+def _check_versions(saved: dict):
+    here = _versions()
+    for name in ("jitcore", "torch"):
+        if LooseVersion(str(saved.get(name))) != LooseVersion(here[name]):
+            raise PackageError(f"the package was written with {name} {saved.get(name)}; this is {name} {here[name]}")
+    if saved.get("python", "").split(".")[:2] != here["python"].split(".")[:2]:
+        raise PackageError(f"the package was written with Python {saved.get('python')}; this is Python "
+                           f"{here['python']}")
+
+
+def _options(saved: dict, jit_options: dict) -> dict:
+    """The jit options to load with: the package's, and any the caller gave must equal them."""
+    unknown = set(jit_options) - {"executors", "cache", "keep_inputs"}
+    if unknown:
+        raise TypeError(f"unknown jit option(s) {', '.join(sorted(unknown))}")
+    given = {}
+    if "executors" in jit_options:
+        given["executors"] = [ex.name for ex in _resolve_executors(jit_options["executors"])]
+    for name in ("cache", "keep_inputs"):
+        if name in jit_options:
+            given[name] = jit_options[name]
+    diffs = [f"{k}: the package has {saved[k]!r}, load was given {v!r}" for k, v in given.items() if v != saved[k]]
+    if diffs:
+        raise PackageError("the package was saved with other jit options (" + "; ".join(diffs) + ")")
+    try:
+        executors = _resolve_executors(saved["executors"])
+    except Exception as e:
+        raise PackageError(f"an executor of the package is not available here: {e}") from None
+    for ex in executors:
+        ok, why = ex.is_available() if hasattr(ex, "is_available") else (True, "")
+        if not ok:
+            raise PackageError(f"the package's executor {ex.name!r} is not available here: {why}")
+    return {"executors": executors, "cache": saved["cache"], "keep_inputs": saved["keep_inputs"]}
+
+
+def load(path, fn, *, check_source: bool = True, **jit_options):
+    """The jitted function (or module) of `fn` with the cache entries of the package at `path` (made by
+    jitcore.save from a jitted `fn`, maybe in another process). Checks the package first (see the module
+    docstring): a package of another function, edited code (unless check_source=False), other versions, other jit
+    options or a changed file is a PackageError naming the difference. Loading unpickles the package's files, which
+    can run code: load only packages you trust."""
+    folder = Path(path)
+    try:
+        recorded = (folder / _DIGEST).read_text().strip()
+        manifest = json.loads((folder / _MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        raise PackageError(f"{folder} is not a jitcore package ({type(e).__name__}: {e})") from None
+    if recorded != _digest(folder):
+        raise PackageError(f"{folder}: the files do not match the package's digest (changed or corrupted)")
+    if manifest.get("format") != FORMAT:
+        raise PackageError(f"package format {manifest.get('format')}; this jitcore reads format {FORMAT}")
+    _check_versions(manifest["versions"])
+    target, qualname = _target(fn)
+    if manifest["qualname"] != qualname:
+        raise PackageError(f"the package was saved for {manifest['qualname']}, not {qualname}")
+    if manifest["signature"] != _signature(target):
+        raise PackageError(f"the signature of {qualname} changed: the package has {manifest['signature']}, the "
+                           f"function here is {_signature(target)}")
+    if check_source:
+        changes = _source_changes(manifest["sources"], fn)
+        if changes:
+            raise PackageError("the code the package was traced through changed: " + "; ".join(changes) +
+                               " (load with check_source=False to trace against the code as it is now)")
+    jfn = jit(fn, **_options(manifest["options"], jit_options))
+    inner = _jitted(jfn)
+    skipped = []
+    for record in manifest["entries"]:
+        spec = torch.load(folder / record["file"], weights_only=False)["spec"]
+        try:
+            args, kwargs = spec.materialize()
+        except JitError as e:
+            skipped.append(f"{record['file']}: {e}")
+            continue
+        with spec.modes():
+            inner.restore(args, kwargs)
+    if skipped:
+        warnings.warn("jitcore.load: entries not restored (the first call that needs one traces it): " +
+                      "; ".join(skipped), stacklevel=2)
+    return jfn
+
+
+__all__ = ["PackageError", "code_digest", "load", "save"]
