@@ -71,6 +71,13 @@ def declare_lower(name: str, lower: int):
         facts.lower[name] = lower
 
 
+def declare_int(name: str):
+    """Number input `name` is an int on every call the prologue lets through (it checks the type), of any value."""
+    facts = getattr(SINK.get(), "facts", None)
+    if facts is not None:
+        facts.ints.add(name)
+
+
 def _facts():
     """What the bounds analysis may assume: the active sink's facts (the inputs' lower bounds and what recorded
     predicates say), with the run-time sizes' bounds (>= 0, kept by the trace that made them: jitcore/ir/proxies.py
@@ -79,10 +86,10 @@ def _facts():
     trace = get_tracectx()
     run_time = trace.extra.get("run_time_sizes") if trace is not None else None
     if not run_time:
-        return facts if facts is not None and facts.lower else None
+        return facts if facts is not None and (facts.lower or facts.ints) else None
     if facts is None:
         return bounds.Facts(dict(run_time))
-    return bounds.Facts({**run_time, **facts.lower}, facts.upper, facts.same)
+    return bounds.Facts({**run_time, **facts.lower}, facts.upper, facts.same, facts.ints)
 
 
 def _operand(x):

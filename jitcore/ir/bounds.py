@@ -29,13 +29,15 @@ class Undecided(Exception):
 
 @dataclass
 class Facts:
-    """What every call an entry serves satisfies: lower[name] <= name (<= upper[name]) for the size symbols (input
-    sizes >= 2, run-time sizes >= 0, and what one-symbol predicates add), same[name]: the symbol or int a guarded
-    equality says it equals (read as that one)."""
+    """What every call an entry serves satisfies: lower[x] <= x (<= upper[x]) for the size symbols (input sizes
+    >= 2, run-time sizes >= 0) and what predicates over one variable add (of a symbol, or of a sub-expression by
+    its canonical text: `(i1 // 2) % 4`); `ints`: int number inputs (any int unless a predicate bounds them);
+    same[x]: the symbol or int a guarded equality says x equals (read as that)."""
 
     lower: dict = field(default_factory=dict)
     upper: dict = field(default_factory=dict)
     same: dict = field(default_factory=dict)
+    ints: set = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,18 @@ class _Var:
 
 
 class _Env:
+    """vars: key -> _Var; relations: key -> what else is known of the value a variable stands for, beyond its
+    bounds, as (kind, poly) over the other variables: ("ge", p) value >= p, ("le", p) value <= p, ("times", (c, p))
+    c * value == p (`max(a, b) >= a`, `min(n, k) <= n`, `2 * (n // 2) == n - n % 2`)."""
+
     def __init__(self, facts: Facts):
-        self.facts, self.vars = facts, {}
+        self.facts, self.vars, self.relations = facts, {}, {}
+
+    def relate(self, p, kind: str, q):
+        """Note (if p is a variable: the polynomial of a value that is not a number) that p `kind` q."""
+        keys = [m for m in p if m]
+        if len(keys) == 1 and len(keys[0]) == 1:
+            self.relations.setdefault(keys[0][0], {})[(kind, repr(q))] = (kind, q)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -119,7 +131,14 @@ def _range(p, env):
 
 
 def _variable(text: str, lo, hi, env):
-    """The shifted polynomial of a value known only to lie in [lo, hi] (either may be None)."""
+    """The shifted polynomial of a value known only to lie in [lo, hi] (either may be None); a sub-expression's
+    (not a name) also within what recorded predicates say of it (`learn`: its value, its bounds)."""
+    facts = env.facts
+    if not text.isidentifier():
+        if type(facts.same.get(text)) is int:
+            return {(): facts.same[text]}
+        lo = facts.lower.get(text) if lo is None else max(lo, facts.lower.get(text, lo))
+        hi = facts.upper.get(text) if hi is None else min(hi, facts.upper.get(text, hi))
     if lo is not None and lo == hi:
         return {(): lo}
     if lo is not None:
@@ -131,6 +150,75 @@ def _variable(text: str, lo, hi, env):
     key = text if var.sign else "~" + text
     env.vars[key] = var
     return {(key,): var.sign or 1, (): var.offset}
+
+
+# -- bounds through the relations: a variable replaced by what it is known to be >=, <= or equal to -------------
+_SUBSTITUTIONS = 48  # polynomials tried per bound; the rest is left to the variables' own bounds
+
+
+def _bounded(p, env):
+    """(lo, hi) of p: its range (_range), tightened by replacing variables by what their relations bound them by
+    (`max(a, b) - a >= 0`: max(a, b) >= a), each choice a valid bound, the best kept."""
+    lo, hi = _range(p, env)
+    if not any(v in env.relations for m in p for v in m):
+        return lo, hi
+    budget = [_SUBSTITUTIONS]
+    found = _search(p, env, True, frozenset(), budget)
+    lo = found if lo is None else lo if found is None else max(lo, found)
+    budget[0] = _SUBSTITUTIONS
+    found = _search(p, env, False, frozenset(), budget)
+    hi = found if hi is None else hi if found is None else min(hi, found)
+    return lo, hi
+
+
+def _search(p, env, lower: bool, done, budget):
+    """The best lower (or upper) bound of p over substitutions of the variables not yet in `done`."""
+    best = None
+    for key in sorted({v for m in p for v in m if v in env.relations and v not in done}):
+        for kind, q in env.relations[key].values():
+            if budget[0] <= 0:
+                return best
+            budget[0] -= 1
+            r = _substitute(p, key, kind, q, env, lower)
+            if r is None:
+                continue
+            lo, hi = _range(r, env)
+            here = lo if lower else hi
+            deeper = _search(r, env, lower, done | {key}, budget)
+            for b in (here, deeper):
+                if b is not None:
+                    best = b if best is None else max(best, b) if lower else min(best, b)
+    return best
+
+
+def _substitute(p, key, kind, q, env, lower: bool):
+    """p with the variable `key` replaced by what its relation says of it, where that bounds p from the side asked
+    (an equality: both sides); None where it does not (the variable twice in a term, terms of both signs)."""
+    var = env.vars[key]
+    s = var.sign or 1  # value = offset + s * y
+    if kind == "times":  # c * value == q: (c * s) * y == q - c * offset
+        c, q = q
+        c, q = c * s, _sub(q, {(): c * var.offset})
+    else:  # value >= q is y >= q - offset (s = 1) or y <= offset - q (s = -1)
+        c, q = 1, (_sub(q, {(): var.offset}) if s == 1 else _sub({(): var.offset}, q))
+        if s == -1:
+            kind = "le" if kind == "ge" else "ge"
+    out: dict = {}
+    signs = set()
+    for m, k in p.items():
+        n = m.count(key)
+        if n == 0:
+            out = _add(out, {m: k})
+            continue
+        rest = tuple(v for v in m if v != key)
+        if n > 1 or k % c or any(env.vars[v].sign == 0 for v in rest):
+            return None
+        signs.add(k > 0)
+        out = _add(out, _mul({rest: k // c}, q))
+    if kind != "times":  # k * rest * y >= k * rest * q where k > 0 and y >= q (rest >= 0), and so on
+        if len(signs) != 1 or ((kind == "ge") == signs.pop()) != lower:
+            return None
+    return out
 
 
 # -- exact text: a shifted polynomial back over the values it stands for, printed canonically --------------------
@@ -220,16 +308,16 @@ def _poly(node, env):
 
 
 def _name(name: str, env):
-    """A size symbol (read as the one, or the int, a guarded equality says it equals); a number input may be a
-    float (nan, inf: `f0 - f0 == 0` fails): undecided."""
+    """A size symbol or an int number input (read as the one, or the int, a guarded equality says it equals); a
+    float number input (nan, inf: `f0 - f0 == 0` fails) or any other name: undecided."""
     same = env.facts.same
     while name in same:
         name = same[name]
         if type(name) is int:
             return {(): name}
-    if name not in env.facts.lower:
+    if name not in env.facts.lower and name not in env.facts.ints:
         raise Undecided
-    return _variable(name, env.facts.lower[name], env.facts.upper.get(name), env)
+    return _variable(name, env.facts.lower.get(name), env.facts.upper.get(name), env)
 
 
 def _divmod(floor: bool, p, q, env):
@@ -267,7 +355,12 @@ def _divmod(floor: bool, p, q, env):
         hi = None if phi is None else phi // cq
     elif plo is not None and plo >= 0 and qlo is not None and qlo >= 1:
         lo, hi = 0, (None if phi is None else phi // qlo)
-    return _variable(f"({_operand(p, env)} {'//' if floor else '%'} {_operand(q, env)})", lo, hi, env)
+    out = _variable(f"({_operand(p, env)} {'//' if floor else '%'} {_operand(q, env)})", lo, hi, env)
+    if floor and cq is not None and cq > 0:  # c * (n // c) == n - n % c, with n % c in [0, c - 1]
+        env.relate(out, "times", (cq, _sub(p, _variable(f"({_operand(p, env)} % {cq})", 0, cq - 1, env))))
+    elif floor and plo is not None and plo >= 0 and qlo is not None and qlo >= 1:  # n // m <= n
+        env.relate(out, "le", p)
+    return out
 
 
 def _cancel(p, q, env):
@@ -336,7 +429,7 @@ def _extreme(name, args, env):
     the bounds allow, else a variable bounded by its operands' bounds."""
     p, q = args
     largest = name == "max"
-    lo, hi = _range(_sub(p, q), env)
+    lo, hi = _bounded(_sub(p, q), env)
     if lo is not None and lo >= 0:  # p >= q everywhere
         return p if largest else q
     if hi is not None and hi <= 0:
@@ -349,17 +442,23 @@ def _extreme(name, args, env):
         lo = None if plo is None or qlo is None else min(plo, qlo)
         hi = min((b for b in (phi, qhi) if b is not None), default=None)
     a, b = sorted((_text(_exact(p, env)), _text(_exact(q, env))))  # max(a, b) is max(b, a)
-    return _variable(f"{name}({a}, {b})", lo, hi, env)
+    out = _variable(f"{name}({a}, {b})", lo, hi, env)
+    for operand in (p, q):  # max(a, b) >= a, min(a, b) <= a
+        env.relate(out, "ge" if largest else "le", operand)
+    return out
 
 
 def _abs(name, args, env):
     (p,) = args
-    lo, hi = _range(p, env)
+    lo, hi = _bounded(p, env)
     if lo is not None and lo >= 0:
         return p
     if hi is not None and hi <= 0:
         return _scale(p, -1)
-    return _variable(f"abs({_text(_exact(p, env))})", 0, None if lo is None or hi is None else max(-lo, hi), env)
+    out = _variable(f"abs({_text(_exact(p, env))})", 0, None if lo is None or hi is None else max(-lo, hi), env)
+    env.relate(out, "ge", p)
+    env.relate(out, "ge", _scale(p, -1))
+    return out
 
 
 def _int(name, args, env):
@@ -386,7 +485,7 @@ def decide(op: str, a, b, facts: Facts):
         return None
     if all(not m for m in d):
         return COMPARE[op](d.get((), 0), 0)
-    lo, hi = _range(d, env)
+    lo, hi = _bounded(d, env)
     if op in ("==", "!="):
         differ = (lo is not None and lo > 0) or (hi is not None and hi < 0)
         return (op == "!=") if differ else None
@@ -414,21 +513,23 @@ def simplify(expr: str, facts: Facts):
 
 
 def linear(a, b, facts: Facts):
-    """a - b as `c * name + k` when it is linear in one size symbol: (name, c, k), else None."""
+    """a - b as `c * x + k` when it is linear in one variable x (a size symbol, an int number input, or a
+    sub-expression this analysis does not resolve, by its text): (x, c, k), else None."""
     d, env = _difference(a, b, facts)
     if d is None:
         return None
     e = _exact(d, env)
     terms = [(m, c) for m, c in e.items() if m and c]
-    if len(terms) != 1 or len(terms[0][0]) != 1 or not terms[0][0][0].isidentifier():
+    if len(terms) != 1 or len(terms[0][0]) != 1:
         return None
     (name,), c = terms[0]
     return name, c, e.get((), 0)
 
 
 def learn(op: str, a, b, facts: Facts, into: Facts):
-    """`a op b` held and the prologue checks it: where it says a size symbol is one number (`i1 + 1 == 10`) or is
-    bounded (`i0 > 3`), add that to `into` (the facts later comparisons and expressions read)."""
+    """`a op b` held and the prologue checks it: where it says a size symbol (or a sub-expression: `linear`) is one
+    number (`i1 + 1 == 10`) or is bounded (`i0 > 3`), add that to `into` (the facts later comparisons and
+    expressions read)."""
     if op == "!=":
         return
     if op == "==" and _unify(a, b, facts, into):
@@ -449,7 +550,7 @@ def learn(op: str, a, b, facts: Facts, into: Facts):
     if op == ">":  # c * name + k > 0  is  c * name + k - 1 >= 0
         k -= 1
     if c > 0:  # name >= ceil(-k / c)
-        into.lower[name] = max(facts.lower[name], -(k // c))
+        into.lower[name] = max(facts.lower.get(name, -(k // c)), -(k // c))
     else:  # name <= floor(k / -c)
         bound = k // -c
         into.upper[name] = min(facts.upper.get(name, bound), bound)
