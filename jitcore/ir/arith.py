@@ -127,13 +127,15 @@ def _learn(op: str, a, b):
 
 # -- new int expressions: the operand or the number they are on every call, else their simplified text ------------
 _INT_RESULT = frozenset({"add", "sub", "mul", "floordiv", "mod", "pow", "max", "min", "neg", "pos", "abs"})
-_recent: dict = {}  # raw expression -> the simplified text `fold` just found (read once by `expression`)
+# (the sink, raw expression, its simplified text) `fold` just found, read once by `expression` (per thread)
+_RECENT: contextvars.ContextVar = contextvars.ContextVar("jitcore_simplified", default=None)
 
 
 def fold(name: str, args, fmt: str, fn):
     """An int op of sizes whose result what the prologue checks decides: the operand it equals on every call
     (`min(i0 + 1, 1)` is 1, `max(i0, i0 - 1)` is i0: sizes are >= 2) or its one value (`(i0 * 48) // (i0 * 6)` is
     8); it then needs no line. Else None: the op is recorded, its expression simplified (`expression`)."""
+    _RECENT.set(None)
     if name not in _INT_RESULT or not any(isinstance(a, SymbolicNumber) for a in args) or not all(
             type(a) is int or (isinstance(a, SymbolicNumber) and a.python_type is int and a.expr is not None)
             for a in args):
@@ -147,14 +149,17 @@ def fold(name: str, args, fmt: str, fn):
     for a in args:
         if isinstance(a, SymbolicNumber) and _strip(a.expr) == _strip(text):
             return a
-    _recent.clear()
-    _recent[raw] = text
+    _RECENT.set((SINK.get(), raw, text))
     return None
 
 
 def expression(raw: str) -> str:
-    """The expression a new number proxy carries: the simplified text `fold` found for it, else raw."""
-    return _recent.pop(raw, raw)
+    """The expression a new number proxy carries: the simplified text `fold` just found for it, else raw."""
+    recent = _RECENT.get()
+    if recent is None or recent[0] is not SINK.get() or recent[1] != raw:
+        return raw
+    _RECENT.set(None)
+    return recent[2]
 
 
 _IDENTITY = {"mul": 1, "add": 0, "sub": 0, "floordiv": 1}
