@@ -179,7 +179,10 @@ def _search(p, env, lower: bool, done, budget):
             if budget[0] <= 0:
                 return best
             budget[0] -= 1
-            r = _substitute(p, key, kind, q, env, lower)
+            try:
+                r = _substitute(p, key, kind, q, env, lower)
+            except Undecided:  # (an expansion over POLY_LIMIT)
+                r = None
             if r is None:
                 continue
             lo, hi = _range(r, env)
