@@ -350,6 +350,8 @@ class JitContext(DefaultContext):
         if p is None:
             with tracectx(self.trace):
                 p = IntegerProxy(value) if type(value) is int else FloatProxy(value)
+            if type(value) is int:
+                arith.declare_int(p.name)  # (the prologue checks its type: the bounds analysis reads it as an int)
             self._numbers[provenance] = p
             self.inputs.append(TracedInput(p, provenance))
             self._values.append(value)

@@ -5,20 +5,30 @@ from __future__ import annotations
 
 import contextlib
 
-from jitcore.ir import arith
+from jitcore.ir import arith, bounds
 
 
 class Predicates:
-    """The predicates recorded while compiling one entry, in order, without duplicates; `lower`: symbol name ->
-    the lower bound the prologue checks (jitcore/ir/arith.py declare_lower), so comparisons those bounds decide
-    (`i0 * i1 >= 0`, `i0 != i0 * i1`) need no predicate."""
+    """The predicates recorded while compiling one entry, in order, without duplicates; `facts`: what the prologue
+    checks of the size symbols (jitcore/ir/bounds.py Facts: lower bounds from jitcore/ir/arith.py declare_lower,
+    and the values, bounds and equalities recorded predicates state), so comparisons they decide (`i0 * i1 >= 0`,
+    `i0 != i0 * i1`, `i1 + 1 == 10` after `i1 == 9`) need no predicate."""
 
     def __init__(self):
         self.items: list[str] = []
         self._seen: set[str] = set()
-        self.lower: dict[str, int] = {}
+        self.facts = bounds.Facts()
         self.run_time: dict = {}  # expression over run-time sizes -> its value (guarded by a data guard)
-        self.same: dict[str, str] = {}  # run-time size -> the one a guarded equality says it equals
+
+    @property
+    def lower(self) -> dict:
+        """symbol name -> the lower bound the prologue checks (facts.lower)."""
+        return self.facts.lower
+
+    @property
+    def same(self) -> dict:
+        """symbol name -> the symbol or int a guarded equality says it equals (facts.same)."""
+        return self.facts.same
 
     def add(self, text: str):
         if text not in self._seen:

@@ -8,13 +8,12 @@ never wrong.
 """
 from __future__ import annotations
 
-import ast
 import contextvars
-import functools
 import math
 import operator
 
 from jitcore.errors import DataDependentError, UnsupportedError
+from jitcore.ir import bounds
 from jitcore.ir.context import get_tracectx
 
 
@@ -43,236 +42,124 @@ _IMPLIED = {  # op -> (constant c, lower bound lo) -> the answer for every value
     "<": lambda c, lo: False if c <= lo else None,
     "<=": lambda c, lo: False if c < lo else None,
 }
-_FLIP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 
 def implied(op: str, a, b):
-    """The comparison's answer if the inputs' known lower bounds decide it (for every input the prologue lets
-    through), else None: a decided comparison needs no predicate."""
+    """The comparison's answer if what the prologue checks decides it (for every input it lets through: the sizes'
+    lower bounds, the predicates recorded so far; jitcore/ir/bounds.py), else None: a decided comparison needs no
+    predicate."""
     if isinstance(a, SymbolicNumber) and isinstance(b, SymbolicNumber) and a.expr == b.expr:
         return op in ("==", "<=", ">=")  # the same expression: decided without looking at the inputs
     if isinstance(b, SymbolicNumber) and not isinstance(a, SymbolicNumber):
-        a, b, op = b, a, _FLIP[op]
+        a, b, op = b, a, bounds.FLIP[op]
     lo = getattr(a, "lower", None)
     if lo is not None and not isinstance(b, SymbolicNumber) and type(b) in (int, float, bool):
         answer = _IMPLIED[op](b, lo)
         if answer is not None:
             return answer
     answer = _decide(op, a, b)
-    if answer is not None and answer != _COMPARE_FN[op](value_of(a), value_of(b)):
+    if answer is not None and answer != bounds.COMPARE[op](value_of(a), value_of(b)):
         return None  # (never expected: the bounds analysis is sound; the value seen is the last word)
     return answer
-
-
-# -- bounds analysis: is `a op b` decided by the input sizes' lower bounds? -----------------------------------------
-# a - b is expanded into a polynomial over atoms, each shifted by its bound so it is >= 0 (`i0` with i0 >= 2 is
-# `2 + y`, y >= 0): when every non-constant coefficient has one sign, the constant term bounds a - b. Atoms are the
-# size symbols and the sub-expressions that are not polynomial (`a // b`, `a % b`), with the bounds that follow
-# from their operands'. Only sizes and int constants: a number input, a float (`2.0`, `float(n)`, `/`) leaves the
-# comparison undecided.
-
-class _Undecided(Exception):
-    pass
-
-
-_POLY_LIMIT = 64  # monomials; a larger expansion is left undecided
-_COMPARE_FN = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
-               ">=": operator.ge}
 
 
 def declare_lower(name: str, lower: int):
     """Symbol `name` is >= lower on every call the prologue lets through (it checks that): the bounds analysis
     uses it while the active sink (jitcore/guards/predicates.py) records."""
-    bounds = getattr(SINK.get(), "lower", None)
-    if bounds is not None:
-        bounds[name] = lower
+    facts = getattr(SINK.get(), "facts", None)
+    if facts is not None:
+        facts.lower[name] = lower
 
 
-def _bounds() -> dict:
-    """Lower bounds of the symbols: the inputs' (declared to the active sink) and the run-time sizes' (>= 0, kept
-    by the trace that made them: jitcore/ir/proxies.py run_time_size)."""
-    bounds = getattr(SINK.get(), "lower", None) or {}
+def declare_int(name: str):
+    """Number input `name` is an int on every call the prologue lets through (it checks the type), of any value."""
+    facts = getattr(SINK.get(), "facts", None)
+    if facts is not None:
+        facts.ints.add(name)
+
+
+def _facts():
+    """What the bounds analysis may assume: the active sink's facts (the inputs' lower bounds and what recorded
+    predicates say), with the run-time sizes' bounds (>= 0, kept by the trace that made them: jitcore/ir/proxies.py
+    run_time_size); None when nothing is known."""
+    facts = getattr(SINK.get(), "facts", None)
     trace = get_tracectx()
     run_time = trace.extra.get("run_time_sizes") if trace is not None else None
-    return {**bounds, **run_time} if run_time else bounds
+    if not run_time:
+        return facts if facts is not None and (facts.lower or facts.ints) else None
+    if facts is None:
+        return bounds.Facts(dict(run_time))
+    return bounds.Facts({**run_time, **facts.lower}, facts.upper, facts.same, facts.ints)
+
+
+def _operand(x):
+    """An int expression's text (or the int) for the bounds analysis; None for anything else."""
+    if isinstance(x, SymbolicNumber):
+        return x.expr
+    return x if type(x) in (int, bool, str) else None
 
 
 def _decide(op: str, a, b):
-    bounds = _bounds()
-    if not bounds:
+    facts = _facts()
+    a, b = _operand(a), _operand(b)
+    if facts is None or a is None or b is None:
         return None
-    env = _Env(bounds, getattr(SINK.get(), "same", None) or {})
-    try:
-        d = _sub(_poly_of(a, env), _poly_of(b, env))
-    except (_Undecided, SyntaxError, RecursionError):
+    return bounds.decide(op, a, b, facts)
+
+
+def simplified(expr: str):
+    """(text, value) of a new int expression (jitcore/ir/bounds.py simplify) for every call the prologue lets
+    through; (None, None) outside recording or when the analysis does not read it."""
+    facts = _facts()
+    if facts is None:
+        return None, None
+    return bounds.simplify(expr, facts)
+
+
+def _learn(op: str, a, b):
+    """A recorded predicate `a op b` that held: what it says of one size symbol (its value, a bound) is a fact
+    for the comparisons and expressions that follow (the prologue checks it)."""
+    facts, sink = _facts(), getattr(SINK.get(), "facts", None)
+    a, b = _operand(a), _operand(b)
+    if facts is not None and sink is not None and a is not None and b is not None:
+        bounds.learn(op, a, b, facts, sink)
+
+
+# -- new int expressions: the operand or the number they are on every call, else their simplified text ------------
+_INT_RESULT = frozenset({"add", "sub", "mul", "floordiv", "mod", "pow", "max", "min", "neg", "pos", "abs"})
+# (the sink, raw expression, its simplified text) `fold` just found, read once by `expression` (per thread)
+_RECENT: contextvars.ContextVar = contextvars.ContextVar("jitcore_simplified", default=None)
+
+
+def fold(name: str, args, fmt: str, fn):
+    """An int op of sizes whose result what the prologue checks decides: the operand it equals on every call
+    (`min(i0 + 1, 1)` is 1, `max(i0, i0 - 1)` is i0: sizes are >= 2) or its one value (`(i0 * 48) // (i0 * 6)` is
+    8); it then needs no line. Else None: the op is recorded, its expression simplified (`expression`)."""
+    _RECENT.set(None)
+    if name not in _INT_RESULT or not any(isinstance(a, SymbolicNumber) for a in args) or not all(
+            type(a) is int or (isinstance(a, SymbolicNumber) and a.python_type is int and a.expr is not None)
+            for a in args):
         return None
-    if all(not m for m in d):
-        return _COMPARE_FN[op](d.get((), 0), 0)
-    lo, hi = _range(d, env.caps)
-    if op in ("==", "!="):
-        differ = (lo is not None and lo > 0) or (hi is not None and hi < 0)
-        return (op == "!=") if differ else None
-    if op in ("<", "<="):  # a < b is b > a: flip the difference
-        lo, hi, op = (None if hi is None else -hi), (None if lo is None else -lo), _FLIP[op]
-    strict = op == ">"
-    if lo is not None and (lo > 0 if strict else lo >= 0):
-        return True
-    if hi is not None and (hi <= 0 if strict else hi < 0):
-        return False
+    raw = "(" + fmt.format(*(a.expr if isinstance(a, SymbolicNumber) else repr(a) for a in args)) + ")"
+    text, value = simplified(raw)
+    if text is None:
+        return None
+    if value is not None:
+        return value if value == fn(*(value_of(a) for a in args)) else None
+    for a in args:
+        if isinstance(a, SymbolicNumber) and _strip(a.expr) == _strip(text):
+            return a
+    _RECENT.set((SINK.get(), raw, text))
     return None
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse(expr: str):
-    return ast.parse(expr, mode="eval").body  # (read, never changed: shared between calls)
-
-
-class _Env:
-    """bounds: size symbol -> lower bound; caps: variable -> its largest value (an atom bounded on both sides,
-    shifted to start at 0); same: run-time size -> the one it equals on every call the entry serves (a guarded
-    `u1 == u0`: two selections by equal masks), read as that one."""
-
-    def __init__(self, bounds, same=None):
-        self.bounds, self.caps, self.same = bounds, {}, same or {}
-
-
-def _poly_of(x, env):
-    if isinstance(x, SymbolicNumber):
-        if x.expr is None:
-            raise _Undecided
-        return _poly(_parse(x.expr), env)
-    if type(x) not in (int, bool):
-        raise _Undecided
-    return {(): int(x)}
-
-
-def _range(p, caps):
-    """(lo, hi) of a polynomial whose variables are in [0, caps.get(v, inf)] (None: unbounded), `~` variables of
-    either sign."""
-    if any(v.startswith("~") for m, c in p.items() if c for v in m):
-        return None, None
-    lo = hi = p.get((), 0)
-    for m, c in p.items():
-        if not m or not c:
-            continue
-        top = 1
-        for v in m:
-            top = None if top is None or v not in caps else top * caps[v]
-        if c < 0:  # the monomial lowers the bound by at most c * top
-            lo = None if lo is None or top is None else lo + c * top
-        else:
-            hi = None if hi is None or top is None else hi + c * top
-    return lo, hi
-
-
-def _add(p, q):
-    out = dict(p)
-    for m, c in q.items():
-        out[m] = out.get(m, 0) + c
-    return {m: c for m, c in out.items() if c or not m}
-
-
-def _sub(p, q):
-    return _add(p, {m: -c for m, c in q.items()})
-
-
-def _mul(p, q):
-    out: dict = {}
-    for m1, c1 in p.items():
-        for m2, c2 in q.items():
-            m = tuple(sorted(m1 + m2))
-            out[m] = out.get(m, 0) + c1 * c2
-    if len(out) > _POLY_LIMIT:
-        raise _Undecided
-    return {m: c for m, c in out.items() if c or not m}
-
-
-def _atom(key: str, lo, hi, env):
-    if lo is not None and lo == hi:
-        return {(): lo}
-    if lo is not None:
-        if hi is not None:
-            env.caps[key] = hi - lo
-        return {(key,): 1, (): lo}
-    if hi is not None:
-        return {(key,): -1, (): hi}
-    return {("~" + key,): 1}
-
-
-def _constant(p):
-    return p.get(()) if all(not m for m in p) else None
-
-
-def _poly(node, env):
-    t = type(node)
-    if t is ast.Constant:
-        if type(node.value) not in (int, bool):
-            raise _Undecided
-        return {(): int(node.value)}
-    if t is ast.Name:  # a size symbol; a number input may be a float (nan, inf: `f0 - f0 == 0` fails): undecided
-        name = env.same.get(node.id, node.id)
-        if name not in env.bounds:
-            raise _Undecided
-        return _atom(name, env.bounds[name], None, env)
-    if t is ast.UnaryOp and type(node.op) in (ast.USub, ast.UAdd):
-        p = _poly(node.operand, env)
-        return p if type(node.op) is ast.UAdd else {m: -c for m, c in p.items()}
-    if (t is ast.Call and type(node.func) is ast.Name and node.func.id in ("max", "min") and len(node.args) == 2
-            and not node.keywords):
-        return _extreme(node, env)
-    if t is not ast.BinOp:
-        raise _Undecided
-    p, q = _poly(node.left, env), _poly(node.right, env)
-    o = type(node.op)
-    if o is ast.Add:
-        return _add(p, q)
-    if o is ast.Sub:
-        return _sub(p, q)
-    if o is ast.Mult:
-        return _mul(p, q)
-    cp, cq = _constant(p), _constant(q)
-    if o is ast.Pow and cq is not None and 0 <= cq <= 4:
-        out = {(): 1}
-        for _ in range(cq):
-            out = _mul(out, p)
-        return out
-    if o not in (ast.FloorDiv, ast.Mod):
-        raise _Undecided  # true division and the rest: floats
-    if cq == 0:
-        raise _Undecided
-    if cp is not None and cq is not None:
-        return {(): cp // cq if o is ast.FloorDiv else cp % cq}
-    (plo, phi), (qlo, _) = _range(p, env.caps), _range(q, env.caps)
-    lo = hi = None
-    if o is ast.Mod:  # n % m with m >= 1 is in [0, m - 1]
-        if qlo is not None and qlo >= 1:
-            lo, hi = 0, (cq - 1 if cq is not None else None)
-    elif cq is not None and cq > 0:  # floor(n / c) is monotone in n
-        lo = None if plo is None else plo // cq
-        hi = None if phi is None else phi // cq
-    elif plo is not None and plo >= 0 and qlo is not None and qlo >= 1:
-        lo = 0
-    return _atom(ast.unparse(node), lo, hi, env)
-
-
-def _extreme(node, env):
-    """max(a, b) / min(a, b) (the interpreter's, and slice bounds' clamps): the operand that wins for every value
-    the bounds allow, else an atom bounded by its operands' bounds."""
-    p, q = (_poly(a, env) for a in node.args)
-    largest = node.func.id == "max"
-    lo, hi = _range(_sub(p, q), env.caps)
-    if lo is not None and lo >= 0:  # p >= q everywhere
-        return p if largest else q
-    if hi is not None and hi <= 0:
-        return q if largest else p
-    (plo, phi), (qlo, qhi) = _range(p, env.caps), _range(q, env.caps)
-    if largest:  # max is at least either operand's lower bound, at most the larger upper bound
-        lo = max((b for b in (plo, qlo) if b is not None), default=None)
-        hi = None if phi is None or qhi is None else max(phi, qhi)
-    else:
-        lo = None if plo is None or qlo is None else min(plo, qlo)
-        hi = min((b for b in (phi, qhi) if b is not None), default=None)
-    return _atom(ast.unparse(node), lo, hi, env)
+def expression(raw: str) -> str:
+    """The expression a new number proxy carries: the simplified text `fold` just found for it, else raw."""
+    recent = _RECENT.get()
+    if recent is None or recent[0] is not SINK.get() or recent[1] != raw:
+        return raw
+    _RECENT.set(None)
+    return recent[2]
 
 
 _IDENTITY = {"mul": 1, "add": 0, "sub": 0, "floordiv": 1}
@@ -373,25 +260,10 @@ def run_time_answer(p, convert, what: str = ""):
 
 
 def _note_same(key, equal):
-    """`u1 == u0` (or `i1 - 1 == i3 - 1`) held and is guarded: later comparisons read one symbol as the other
-    (_Env.same), when the two sides differ by a multiple of `x - y` only."""
-    same = getattr(SINK.get(), "same", None)
-    if same is None or not equal or key[0] != "==":
-        return
-    try:
-        env = _Env(_bounds(), same)
-        d = _sub(_poly(_parse(key[1]), env), _poly(_parse(key[2]), env))
-    except (_Undecided, SyntaxError, RecursionError):
-        return
-    terms = {m: c for m, c in d.items() if m and c}
-    if d.get((), 0) or len(terms) != 2 or any(len(m) != 1 or m[0].startswith("~") for m in terms) or \
-            sum(terms.values()) or not all(m[0].isidentifier() for m in terms):
-        return
-    x, y = sorted(m[0] for m in terms)
-    same[y] = x
-    for k, v in same.items():
-        if v == y:
-            same[k] = x
+    """`u1 == u0` (or `i1 - 1 == i3 - 1`, `u0 == 3`) held and is guarded: later comparisons read the one symbol as
+    the other, or as the number (jitcore/ir/bounds.py learn)."""
+    if equal and key[0] == "==":
+        _learn("==", *key[1:])
 
 
 def _answer_key(p) -> tuple:
@@ -412,6 +284,7 @@ def concretize(p, why: str = ""):
     implied_eq = implied("==", p, v)
     if implied_eq is None:
         record(f"{_strip(expr_of(p))} == {v!r}")
+        _learn("==", p, v)
     return v
 
 
@@ -431,9 +304,15 @@ def truth(b) -> bool:
         _note_same(("==", *(_strip(expr_of(x)) for x in b.cmp[1:])), holds == "==")  # (the prologue checks it)
     elif op is not None and not v:
         record(f"not ({_strip(b.expr)})")
+        _learn(_NEGATED[op], *b.cmp[1:])
     else:
         record(_strip(b.expr))
+        if op is not None:
+            _learn(op, *b.cmp[1:])
     return v
+
+
+_NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}  # (of ints: what the analysis learns from)
 
 
 BINARY = {  # name -> (python operator, format)

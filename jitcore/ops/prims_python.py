@@ -43,7 +43,7 @@ def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None, call_
                 arith.refuse(next(a for a in args if getattr(a, "expr", "") is None))
             arith.inherit_origin(out, args)
             return out
-        expr = "(" + fmt.format(*(arith.expr_of(a) for a in args)) + ")"
+        expr = arith.expression("(" + fmt.format(*(arith.expr_of(a) for a in args)) + ")")
         out = _result_proxy(value, expr, (compare, *args) if compare else None)
         if out is not value:
             out.runtime = any(getattr(a, "runtime", False) for a in args)
@@ -82,7 +82,9 @@ def call(name: str, *args):
         return same
     if get_tracectx() is None:  # outside tracing: a plain value, pinned down by specialisation
         return EAGER_KERNELS[sym.id](*(arith.concretize(a) if hasattr(a, "expr") else a for a in args))
-    return sym(*args)
+    fmt = (arith.BINARY.get(name) or arith.UNARY.get(name) or (None, None))[1]
+    folded = None if fmt is None else arith.fold(name, args, fmt, EAGER_KERNELS[sym.id])
+    return sym(*args) if folded is None else folded
 
 
 register_ir_op("number_op", call)
