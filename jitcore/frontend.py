@@ -314,7 +314,8 @@ class JitContext(DefaultContext):
         inp = next(i for i in self.inputs if i.proxy is proxy)
         if self.is_argument_input(inp) and all(g.program is not _is_leaf or g.inputs != (proxy.name,)
                                                for g in self.guards.data):
-            self.guards.data.append(DataGuard(_is_leaf, (proxy.name,), value.is_leaf, f"{proxy.name}.is_leaf"))
+            self.guards.data.append(DataGuard(_is_leaf, (proxy.name,), value.is_leaf, f"{proxy.name}.is_leaf",
+                                              on_values=False))
         return value.is_leaf
 
     def input_attribute(self, proxy, name: str, default):

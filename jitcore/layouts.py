@@ -123,7 +123,7 @@ class Layouts:
             return
         self._guarded.add((name, program))
         text = f"{name}.is_contiguous()" if program is _contiguous else f"({name}.stride(), {name}.storage_offset())"
-        self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text))
+        self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text, on_values=False))
 
 
 def _maker(line, name: str):

@@ -133,3 +133,20 @@ def test_no_caching_describes_the_last_call():
     jf(torch.randn(5))
     (spec,) = jitcore.input_specs(jf)
     assert spec.args[0].shape == (5,)
+
+
+def test_metadata_guards_do_not_make_a_program_value_dependent():
+    """Strides, contiguity and is_leaf are checked per call like data guards, but they read no tensor values: an
+    attention block (which has them) stays restorable from metadata alone."""
+    from benchmarks.models import Block, GPTConfig
+
+    torch.manual_seed(0)
+    jm = jitcore.jit(Block(GPTConfig(n_embd=32, n_head=4, block_size=16, vocab_size=64, n_layer=1)))
+    with torch.no_grad():
+        jm(torch.randn(2, 8, 32))
+    spec = jitcore.input_specs(jm)[0]
+    assert spec.value_dependent == "", spec.value_dependent
+    (x,), _ = spec.materialize()
+    with torch.no_grad():
+        jm(x)
+    assert (jitcore.cache_misses(jm), jitcore.cache_hits(jm)) == (1, 1)

@@ -29,6 +29,7 @@ class DataGuard:
     inputs: tuple
     value: object
     text: str  # the value's program, for reason strings and inspection
+    on_values: bool = True  # False: it reads metadata only (strides, contiguity, is_leaf), not tensor values
 
 
 def _needed(trace: Trace, target) -> list:

@@ -49,9 +49,12 @@ class TensorSpec:
     requires_grad: bool
     parameter: bool  # an nn.Parameter (rebuilt as one)
     value: torch.Tensor | None = None  # contiguous CPU copy of the values, or None (not kept)
+    layout: torch.layout = torch.strided  # (sparse and other layouts are described, never rebuilt)
 
     @staticmethod
     def of(t: torch.Tensor, keep: str) -> TensorSpec:
+        if t.layout is not torch.strided:  # no strides to describe (jitcore refuses such inputs when it traces)
+            return TensorSpec(tuple(t.shape), (), 0, t.dtype, t.device, t.requires_grad, False, None, t.layout)
         value = None
         if _keeps(t, keep):
             value = t.detach().to("cpu", copy=True).contiguous()
@@ -60,6 +63,8 @@ class TensorSpec:
 
     def materialize(self) -> torch.Tensor:
         """A tensor with this metadata on its device: the kept values, else ones (zeros for integer dtypes)."""
+        if self.layout is not torch.strided:
+            raise JitError(f"a {self.layout} tensor argument cannot be rebuilt from its description")
         extent = self.storage_offset + 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride) if n > 0)
         if any(n == 0 for n in self.shape):
             extent = self.storage_offset
@@ -148,7 +153,7 @@ def describe(args, kwargs, keep: str) -> InputSpec:
 def value_dependence(traced) -> str:
     """Why a traced program depends on tensor values ("" when it does not)."""
     reasons = []
-    if traced.guards.data:
+    if any(g.on_values for g in traced.guards.data):
         reasons.append("branches on tensor values (data guards)")
     if traced.trace.extra.get("run_time_sizes"):
         reasons.append("has sizes that depend on tensor values (nonzero, masked_select, ...)")
