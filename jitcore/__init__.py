@@ -32,11 +32,12 @@ __all__ = [
     "last_prologue_traces",
     "last_traces",
     "load",
+    "repro",
     "save",
 ]
 
 
-_PACKAGES = ("save", "load", "PackageError")
+_PACKAGES = ("save", "load", "repro", "PackageError")
 
 
 # the public names load jitcore.api on first use (module __getattr__): see the docstring

@@ -36,6 +36,7 @@ import inspect
 import json
 import linecache
 import sys
+import textwrap
 import types
 import warnings
 from importlib import metadata
@@ -289,4 +290,102 @@ def load(path, fn, *, check_source: bool = True, **jit_options):
     return jfn
 
 
-__all__ = ["PackageError", "code_digest", "load", "save"]
+
+
+# -- repro: a standalone script for a bug report -------------------------------------------------------------------
+_REPRO = '''"""Reproduces a call of {qualname} compiled by jitcore (written by jitcore.repro).
+
+Runs the function jitted with the options it had ({options}) on the call's inputs ({inputs}) and compares the
+outputs with eager's. programs.py holds the programs jitcore compiled for that call, as printed.
+"""
+import pathlib
+import sys
+
+import torch
+
+import jitcore
+
+HERE = pathlib.Path(__file__).resolve().parent
+{load_fn}
+args, kwargs = torch.load(HERE / "inputs.pt", weights_only=False)
+
+
+def clone(tree):
+    return torch.utils._pytree.tree_map(
+        lambda t: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t, tree)
+
+
+with torch.set_grad_enabled({grad}){autocast}:
+    jfn = jitcore.jit(fn, executors={executors!r}, cache={cache!r})
+    got = jfn(*clone(args), **clone(kwargs))
+    want = fn(*clone(args), **clone(kwargs))
+try:
+    torch.testing.assert_close(got, want)
+    print("jitcore agrees with eager on this call")
+except AssertionError as e:
+    print("jitcore differs from eager:", e)
+    sys.exit(1)
+finally:
+    print(jitcore.last_traces(jfn)[-1])
+'''
+
+
+def _import_line(fn) -> str | None:
+    """`from module import name` that gives fn back in a new process, or None."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        return None
+    try:
+        obj = sys.modules[module]
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (KeyError, AttributeError):
+        return None
+    if obj is not fn:
+        return None
+    head = qualname.split(".")[0]
+    return f"from {module} import {head}\nfn = {qualname}"
+
+
+def repro(jfn, path, entry: int = -1) -> Path:
+    """Write to the folder `path` a standalone script (repro.py) that reproduces the call cache entry `entry` (in
+    compile order; the last by default) of `jfn` was compiled for: the call's inputs (inputs.pt, rebuilt from the
+    entry's input description: jit with keep_inputs="all" to keep every value), the function (imported by name, or
+    its source when it cannot be imported; a module is pickled whole into model.pt), and the programs as printed
+    (programs.py). Run it with `python repro.py`. Returns the folder."""
+    inner = _jitted(jfn)
+    entries = list(reversed(inner._cache.entries)) or ([inner._last_entry] if inner._last_entry else [])
+    if not entries:
+        raise ValueError("this function has not been called yet: there is no call to reproduce")
+    chosen = entries[entry]
+    spec = chosen.input_spec
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(spec.materialize(), folder / "inputs.pt")
+    (folder / "programs.py").write_text(_programs_text(chosen))
+    fn = inner.fn
+    if isinstance(fn, torch.nn.Module):
+        torch.save(fn, folder / "model.pt")
+        load_fn = 'fn = torch.load(HERE / "model.pt", weights_only=False)'
+    else:
+        load_fn = _import_line(fn)
+        if load_fn is None:
+            try:
+                load_fn = textwrap.dedent(inspect.getsource(fn)) + f"\nfn = {fn.__name__}"
+            except (OSError, TypeError):
+                raise ValueError(f"{getattr(fn, '__qualname__', fn)} can be neither imported nor read as source: "
+                                 "the repro script could not call it") from None
+    options = _options_record(inner.options)
+    autocast = "".join(f", torch.autocast({d!r}, dtype={t})" for d, t in spec.autocast)
+    tensors = spec.tensors()
+    kept = sum(t.value is not None for t in tensors)
+    inputs = f"{len(tensors)} tensors, values kept for {kept}" + (", the others are ones" if kept < len(tensors)
+                                                                  else "")
+    (folder / "repro.py").write_text(_REPRO.format(
+        qualname=_target(fn)[1], options=", ".join(f"{k}={v!r}" for k, v in options.items()), inputs=inputs,
+        load_fn=load_fn, grad=spec.grad_enabled, autocast=autocast, executors=options["executors"],
+        cache=options["cache"]))
+    return folder
+
+
+__all__ = ["PackageError", "code_digest", "load", "repro", "save"]

@@ -240,3 +240,33 @@ def test_save_needs_a_call_and_a_jitted_function(tmp_path):
         jitcore.save(jitcore.jit(_double), tmp_path / "pkg")
     with pytest.raises(TypeError):
         jitcore.save(_double, tmp_path / "pkg")
+
+
+@pytest.mark.parametrize("what", ["module", "function", "function by source"])
+def test_repro_script_runs_standalone(tmp_path, what):
+    (tmp_path / "usermod.py").write_text(USER_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import usermod
+
+        if what == "module":
+            fn, args, kwargs = usermod.Net(), (torch.randn(2, 4),), {}
+        elif what == "function":
+            fn, args, kwargs = usermod.helper, (torch.randn(3, requires_grad=True),), {}
+        else:
+            def scaled(x, *, scale=2.0):  # nested: not importable, written into the script as source
+                return torch.tanh(x) * scale
+
+            fn, args, kwargs = scaled, (torch.randn(3),), {"scale": 3.0}
+        jf = jitcore.jit(fn, keep_inputs="all")
+        jf(*args, **kwargs)
+        folder = jitcore.repro(jf, tmp_path / "repro")
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert {"repro.py", "inputs.pt", "programs.py"} <= {p.name for p in folder.iterdir()}
+    text = (folder / "repro.py").read_text()
+    assert ("def scaled(x, *, scale=2.0):" in text) == (what == "function by source")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    out = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=tmp_path.parent, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "jitcore agrees with eager" in out.stdout, out.stdout + out.stderr
