@@ -24,12 +24,18 @@ def _call():
     return (x.requires_grad_(), idx), {"scale": 3.0, "mask": mask}
 
 
-@pytest.mark.parametrize("cache", CACHES)
-def test_spec_describes_the_call_and_keeps_integer_and_bool_values(cache):
+def _called(cache):
+    """(the jitted _f after one call, the call's args and kwargs, the entry's InputSpec)."""
     jf = jitcore.jit(_f, cache=cache)
     args, kwargs = _call()
     jf(*args, **kwargs)
     (spec,) = jitcore.input_specs(jf)
+    return jf, args, kwargs, spec
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_spec_describes_the_call_and_keeps_integer_and_bool_values(cache):
+    _, args, kwargs, spec = _called(cache)
     x, idx = spec.args
     assert isinstance(x, TensorSpec) and x.shape == (4, 6) and x.stride == (1, 4) and x.requires_grad
     assert x.value is None and x.dtype is torch.float32 and x.device == torch.device("cpu")
@@ -40,10 +46,7 @@ def test_spec_describes_the_call_and_keeps_integer_and_bool_values(cache):
 
 @pytest.mark.parametrize("cache", CACHES)
 def test_materialized_call_hits_the_entry_and_warms_a_fresh_function(cache):
-    jf = jitcore.jit(_f, cache=cache)
-    args, kwargs = _call()
-    jf(*args, **kwargs)
-    (spec,) = jitcore.input_specs(jf)
+    jf, args, kwargs, spec = _called(cache)
     m_args, m_kwargs = spec.materialize()
     assert m_args[0].stride() == args[0].stride() and m_args[0].requires_grad
     assert torch.equal(m_args[0], torch.ones(4, 6)) and torch.equal(m_args[1], args[1])
