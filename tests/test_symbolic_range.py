@@ -276,3 +276,25 @@ def test_positions_in_a_module(cache):
             torch.testing.assert_close(g, p.grad)
         m.zero_grad()
     assert jitcore.cache_misses(jm) == _expected_misses(SIZES, cache), jitcore.cache_miss_reasons(jm)
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_legacy_constructor_of_sizes_is_a_new_tensor_every_call(cache):
+    """torch.Tensor(n, 2) / torch.LongTensor(torch.Size(...)) are empty tensors of those sizes, made on every call
+    (they ran while tracing: one tensor that every call returned, or a failure once the program wrote into it)."""
+    def f(x):
+        buf = torch.Tensor(x.shape[0], 2)
+        buf.fill_(1.0)
+        buf[0] = x.sum()
+        ids = torch.LongTensor(torch.Size([3]))
+        ids.fill_(2)
+        return buf, ids, torch.Tensor().numel()
+
+    jf = jitcore.jit(f, cache=cache)
+    outs = []
+    for n, v in [(3, 1.0), (3, 2.0), (5, 1.0)]:
+        x = torch.full((n,), v)
+        got, want = jf(x), f(x)
+        torch.testing.assert_close(got, want)
+        outs.append(got[0])
+    assert outs[0] is not outs[1] and outs[0][0, 0] == 3.0

@@ -11,7 +11,7 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir import devices, dtypes
-from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy
 from jitcore.ir.ranges import range_length
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
@@ -463,12 +463,18 @@ _LEGACY = {torch.Tensor: None, torch.FloatTensor: torch.float32, torch.DoubleTen
 
 def _legacy_constructor(cls, dtype):
     """torch.LongTensor(data) of a range, list or tuple is torch.tensor(data, dtype=torch.int64) (the default dtype for
-    torch.Tensor): a tensor made on every call, of a range of sizes too. Other calls of the constructor (sizes, a
-    torch.Size, another tensor) run it as before."""
+    torch.Tensor): a tensor made on every call, of a range of sizes too; of sizes (`torch.Tensor(2, n)`, a
+    torch.Size, nothing) it is torch.empty of them, also a new tensor on every call (run while tracing, it was one
+    tensor every call returned). Another tensor runs the constructor as before."""
     def construct(*args, **kwargs):
-        if len(args) == 1 and (isinstance(args[0], range) or type(args[0]) in (list, tuple)) and \
-                set(kwargs) <= {"device"}:
-            return tensor(args[0], dtype=dtype or torch.get_default_dtype(), device=kwargs.get("device"))
+        if not set(kwargs) <= {"device"}:
+            return cls(*args, **kwargs)
+        make = {"dtype": dtype or torch.get_default_dtype(), "device": kwargs.get("device")}
+        if len(args) == 1 and (isinstance(args[0], range) or type(args[0]) in (list, tuple)):
+            return tensor(args[0], **make)
+        sizes = tuple(args[0]) if len(args) == 1 and type(args[0]) is torch.Size else args
+        if all(type(a) is int or isinstance(a, IntegerProxy) for a in sizes):
+            return empty(sizes if sizes else (0,), **make)
         return cls(*args, **kwargs)
 
     return construct
