@@ -8,7 +8,6 @@ cached by their canonical text, so the same region in another function or cache 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 import shutil
@@ -101,7 +100,8 @@ def warm_cpu_compiler():
     """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
     for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
     compiles, where Inductor runs them one after another). They run here side by side in threads, while the
-    program is traced and its regions are formed; the first compile waits for them (cpu_compiler_ready)."""
+    program is traced and its regions are formed; the first compile waits for them (cpu_compiler_ready). Nothing
+    else runs in those threads: an import there could race the program's own imports while it is traced."""
     if _ISA_CHECKS:
         return
     _ISA_CHECKS.append(None)
@@ -109,15 +109,16 @@ def warm_cpu_compiler():
         import platform
         from concurrent.futures import ThreadPoolExecutor
 
-        from torch._inductor import cpu_vec_isa
+        # what the checks import, loaded here in this thread: an import in the workers could race the program's own
+        # imports while it is traced
+        from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
+        from torch.utils import _filelock  # noqa: F401
 
         if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
             return
         flags = cpu_vec_isa.x86_isa_checker()
         todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
         pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
-        # (the compiler's own modules load meanwhile: seconds of imports the first compile would otherwise wait on)
-        _ISA_CHECKS.append(pool.submit(importlib.import_module, "torch._inductor.compile_fx"))
         _ISA_CHECKS.extend(pool.submit(bool, isa) for isa in todo)
         pool.shutdown(wait=False)
     except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
