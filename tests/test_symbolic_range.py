@@ -298,3 +298,30 @@ def test_legacy_constructor_of_sizes_is_a_new_tensor_every_call(cache):
         torch.testing.assert_close(got, want)
         outs.append(got[0])
     assert outs[0] is not outs[1] and outs[0][0, 0] == 3.0
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_len_of_a_tensor_is_its_symbolic_first_size(cache):
+    """len(x) is x.shape[0]: under symbolic values no predicate (one compile for every batch size) as long as it is
+    used as a size; a loop over range(len(x)) still compiles per size, naming the predicate."""
+    def sized(x):
+        n = len(x)
+        return x * n + torch.tensor(range(len(x)))[:, None], torch.zeros(len(x), 2)
+
+    def looped(x):
+        total = x[0] * 0
+        for i in range(len(x)):
+            total = total + x[i] * i
+        return total
+
+    for fn, sizes_once in ((sized, True), (looped, False)):
+        jf = jitcore.jit(fn, cache=cache)
+        for b in (2, 3, 5):
+            x = torch.randn(b, 4)
+            torch.testing.assert_close(jf(x), fn(x))
+        if cache == "symbolic values":
+            assert jitcore.cache_misses(jf) == (1 if sizes_once else 3), jitcore.cache_miss_reasons(jf)
+            if not sizes_once:
+                assert "i0 ==" in jitcore.cache_miss_reasons(jf)[1]
+    with pytest.raises(TypeError, match="0-d"):
+        jitcore.jit(lambda x: len(x), cache=cache)(torch.tensor(1.0))

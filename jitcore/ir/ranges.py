@@ -13,7 +13,7 @@ import optree
 
 from jitcore.ir import arith
 from jitcore.ir.context import get_tracectx
-from jitcore.ir.proxies import IntegerProxy, ir_op
+from jitcore.ir.proxies import IntegerProxy, TensorProxy, ir_op
 from jitcore.ir.pytree import NAMESPACE
 
 
@@ -210,8 +210,12 @@ optree.register_pytree_node(RangeList, _items, lambda _, items: list(items), nam
 
 # -- what the interpreter and the frontend ask ------------------------------------------------------------------------
 def symbolic_len(obj):
-    """len(obj) kept symbolic for a SymbolicRange and a RangeList nothing has read, else None (the builtin answers)."""
+    """len(obj) kept symbolic for a SymbolicRange, a RangeList nothing has read and a tensor whose first size is
+    symbolic (`len(x)` is `x.shape[0]`, no predicate), else None (the builtin answers)."""
     t = type(obj)
+    if isinstance(obj, TensorProxy):
+        first = obj._shape[0] if obj._shape else None
+        return first if isinstance(first, IntegerProxy) else None
     if t is SymbolicRange:
         return obj.length
     source = getattr(obj, "source", None) if t is RangeList else None
