@@ -69,6 +69,10 @@ def _bool_arithmetic(bsym) -> bool:
         isinstance(p, TensorProxy) and p.dtype is torch.bool for p in bsym.flat_proxy_args() + bsym.flat_proxy_outs())
 
 
+# aten operators Inductor's CPU code gets wrong (torch 2.13): the torch kernel runs them
+_MISCOMPILED = frozenset({torch.ops.aten.unfold_backward.default})
+
+
 def is_pure_aten(fn) -> bool:
     """An aten operator overload with fixed output shapes, no mutation and no randomness (or a Python function that
     only calls such operators: PURE_WRAPPERS)."""
@@ -158,7 +162,8 @@ class InductorExecutor(TorchLinesFusionExecutor):
     def can_execute(self, bsym: BoundSymbol) -> bool:
         if Tag.OPAQUE in bsym.sym.tags:
             # aten operators (the backward kernels autodiff calls) are Inductor's own input language
-            return is_pure_aten(bsym.sym.torch_fn) and not has_side_effect(bsym) and _tensors_ok(bsym)
+            return (is_pure_aten(bsym.sym.torch_fn) and bsym.sym.torch_fn not in _MISCOMPILED and
+                    not has_side_effect(bsym) and _tensors_ok(bsym))
         if bsym.sym.id not in torch_ex.implmap:
             return False  # the region runs the torch executor's kernel for each line
         if not torch_ex.can_execute(bsym) or has_side_effect(bsym) or not _tensors_ok(bsym):

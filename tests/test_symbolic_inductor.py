@@ -197,6 +197,31 @@ def test_models_compile_once_with_no_region_compile_after_the_first_shape(name, 
     assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
 
 
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_cnn_with_batchnorm_trains_like_eager(cache):
+    """tests/test_models.py's CNN (conv, BatchNorm in training mode, in-place ReLU, max-pool, adaptive pooling,
+    cross-entropy) under [inductor, torch]: eager's loss and every gradient over batch sizes. With max-pool's
+    backward (aten.unfold_backward) fused into an Inductor region, the backward crashed the process or gave wrong
+    convolution gradients; that operator now runs as the torch kernel (inductorex._MISCOMPILED)."""
+    from tests.test_models import SmallCNN
+
+    torch.manual_seed(0)
+    model = SmallCNN().train()
+    ref = copy.deepcopy(model)
+    jm = jitcore.jit(model, executors=EXECUTORS, cache=cache)
+    for b in (4, 5, 3):
+        x, y = torch.randn(b, 3, 16, 16), torch.randint(0, 10, (b,))
+        (logits, loss), (want_logits, want_loss) = jm(x, y), ref(x, y)
+        torch.testing.assert_close(logits, want_logits, atol=1e-4, rtol=1e-4)
+        loss.backward()
+        want_loss.backward()
+        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=n)
+        model.zero_grad()
+        ref.zero_grad()
+    assert jitcore.cache_misses(jm) == (1 if cache == "symbolic values" else 3), jitcore.cache_miss_reasons(jm)
+
+
 def test_inductors_environment_variables_do_not_change_what_the_program_read(monkeypatch):
     # Inductor sets environment variables at its first compile; a program that read os.environ (transformers does)
     # must not see the environment change under it between its first and second call
