@@ -274,11 +274,19 @@ class JitFunction:
             flat = entry.epilogue(self.fn, args, kwargs, flat)
         return entry.unflatten(flat)
 
+    def entries(self) -> list:
+        """The cache entries in the order they were compiled (under "no caching", the last call's)."""
+        return list(reversed(self._cache.entries)) or ([self._last_entry] if self._last_entry else [])
+
     def restore(self, args, kwargs):
         """Compile and cache the entry for this call without running it and without counting a miss (jitcore.load
         rebuilding a package's entries from their input descriptions)."""
         check_binding(self.fn, args, kwargs)
-        spec = describe(args, kwargs, self.options.keep_inputs)
+        return self._add_entry(args, kwargs)
+
+    def _add_entry(self, args, kwargs):
+        """Compile an entry for this call, with the description of its inputs, and cache it."""
+        spec = describe(args, kwargs, self.options.keep_inputs)  # (before the call: it may write into them)
         entry = compile_entry(self.fn, args, kwargs, self.options)
         spec.value_dependent = entry.value_dependent
         entry.input_spec = spec
@@ -290,15 +298,11 @@ class JitFunction:
         cache it, and return it with the inputs its prologue fetched."""
         check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
         self._cache.record_miss(self.fn, args, kwargs)
-        spec = describe(args, kwargs, self.options.keep_inputs)  # (before the call: it may write into them)
         try:
-            entry = compile_entry(self.fn, args, kwargs, self.options)
+            entry = self._add_entry(args, kwargs)
         except Exception as e:  # raised in the user's code while tracing: the traceback shows the user's frames
             user_frames_first(e)
             raise
-        spec.value_dependent = entry.value_dependent
-        entry.input_spec = spec
-        self._cache.add(entry, args, kwargs)
         inputs = entry.prologue(self.fn, args, kwargs)
         if inputs is None:
             why = entry.explain(self.fn, args, kwargs)
@@ -617,9 +621,9 @@ def input_specs(jfn) -> list[InputSpec]:
         jfn(*args, **kwargs)
 
     Under cache="no caching" it is the last call's. See jitcore/guards/input_storage.py."""
-    cache = _cache_of(jfn)
-    entries = list(reversed(cache.entries)) or ([jfn._last_entry] if getattr(jfn, "_last_entry", None) else [])
-    return [e.input_spec for e in entries if e.input_spec is not None]
+    _cache_of(jfn)  # (a clear error for what is not a jitted function)
+    inner = jfn.__dict__["_jfn"] if isinstance(jfn, JitModule) else jfn
+    return [e.input_spec for e in inner.entries() if e.input_spec is not None]
 
 
 def cache_misses(jfn) -> int:

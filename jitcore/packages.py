@@ -98,7 +98,7 @@ def code_digest(code: types.CodeType) -> str:
 def _entered(jfn) -> list:
     """[(file, qualified name, digest)] of the user code the interpreter entered for any of jfn's entries."""
     seen: dict = {}
-    for entry in jfn._cache.entries or ([jfn._last_entry] if jfn._last_entry else []):
+    for entry in jfn.entries():
         for code in entry.traces[0].extra.get("entered_code", ()):
             seen[code] = None
     return [(c.co_filename, c.co_qualname, code_digest(c)) for c in seen]
@@ -184,7 +184,7 @@ def save(jfn, path) -> Path:
     (created; an existing package there is replaced). Returns the folder. See the module docstring for what it holds;
     `jitcore.load(path, fn)` reads it back in another process."""
     inner = _jitted(jfn)
-    entries = list(reversed(inner._cache.entries)) or ([inner._last_entry] if inner._last_entry else [])
+    entries = inner.entries()
     if not entries:
         raise ValueError("this function has not been called yet: there is nothing to save")
     folder = Path(path)
@@ -354,7 +354,7 @@ def repro(jfn, path, entry: int = -1) -> Path:
     its source when it cannot be imported; a module is pickled whole into model.pt), and the programs as printed
     (programs.py). Run it with `python repro.py`. Returns the folder."""
     inner = _jitted(jfn)
-    entries = list(reversed(inner._cache.entries)) or ([inner._last_entry] if inner._last_entry else [])
+    entries = inner.entries()
     if not entries:
         raise ValueError("this function has not been called yet: there is no call to reproduce")
     chosen = entries[entry]

@@ -34,6 +34,16 @@ def _region_counts(jfn) -> tuple[int, int]:
     return stats["region_compiles"], stats["regions_reused"]
 
 
+def _backward_matches(loss, want_loss, model, ref, atol=1e-4, rtol=1e-3):
+    """Backward through both losses; every parameter's gradient equals eager's; the gradients are cleared."""
+    loss.backward()
+    want_loss.backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=atol, rtol=rtol, msg=n)
+    model.zero_grad()
+    ref.zero_grad()
+
+
 def _grads(fn, *args):
     leaves = [a.detach().clone().requires_grad_(True) for a in args]
     out = fn(*leaves)
@@ -186,12 +196,7 @@ def test_models_compile_once_with_no_region_compile_after_the_first_shape(name, 
             loss = out.loss if kw else out.float().pow(2).mean()
             want_loss = want.loss if kw else want.float().pow(2).mean()
             torch.testing.assert_close(loss, want_loss, atol=1e-4, rtol=1e-4)
-            loss.backward()
-            want_loss.backward()
-            for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
-                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=n)
-            model.zero_grad()
-            ref.zero_grad()
+            _backward_matches(loss, want_loss, model, ref)
         compiles, _ = _region_counts(jm)
         assert (compiles > 0) if i == 0 else (compiles == 0), (b, t, compiles)
     assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
@@ -213,12 +218,7 @@ def test_cnn_with_batchnorm_trains_like_eager(cache):
         x, y = torch.randn(b, 3, 16, 16), torch.randint(0, 10, (b,))
         (logits, loss), (want_logits, want_loss) = jm(x, y), ref(x, y)
         torch.testing.assert_close(logits, want_logits, atol=1e-4, rtol=1e-4)
-        loss.backward()
-        want_loss.backward()
-        for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
-            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=n)
-        model.zero_grad()
-        ref.zero_grad()
+        _backward_matches(loss, want_loss, model, ref)
     assert jitcore.cache_misses(jm) == (1 if cache == "symbolic values" else 3), jitcore.cache_miss_reasons(jm)
 
 
