@@ -7,6 +7,7 @@ cached by their canonical text, so the same region in another function or cache 
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import re
@@ -16,6 +17,7 @@ import warnings
 
 import torch
 
+from executors import inductor_kernels
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
@@ -130,7 +132,9 @@ def warm_cpu_compiler():
 
 
 def cpu_compiler_ready():
-    """Wait for the checks warm_cpu_compiler started (their results are cached where Inductor looks them up)."""
+    """Wait for the checks warm_cpu_compiler started (their results are cached where Inductor looks them up); start
+    them first if nothing has (a package's regions loaded without them, and then one that was not packaged)."""
+    warm_cpu_compiler()
     for f in _ISA_CHECKS:
         if f is not None:
             with contextlib.suppress(Exception):
@@ -145,6 +149,8 @@ class InductorExecutor(TorchLinesFusionExecutor):
         self.fuse_matmul, self.min_compute_ops = fuse_matmul, min_compute_ops
 
     def is_available(self) -> tuple[bool, str]:
+        if inductor_kernels.LOADING[0]:  # a package's compiled regions are being loaded: they need neither Inductor
+            return True, ""  # (seconds to import) nor a compiler; a region they lack imports it when it compiles
         try:
             import torch._inductor
         except Exception as e:
@@ -180,7 +186,8 @@ class InductorExecutor(TorchLinesFusionExecutor):
         return compute >= self.min_compute_ops
 
     def fuse(self, trace: Trace) -> Trace:
-        if any(self.claimed(b) and b.flat_proxy_outs()[0].device.type == "cpu" for b in trace.bound_symbols):
+        if not inductor_kernels.LOADING[0] and any(self.claimed(b) and b.flat_proxy_outs()[0].device.type == "cpu"
+                                                 for b in trace.bound_symbols):
             warm_cpu_compiler()
         return fuse_regions(trace, self.claimed, compile_region, prefix=f"{self.name}_fusion",
                             executor_name=self.name, keep=self.worth_fusing,
@@ -193,8 +200,9 @@ COMPILED: dict = {}  # canonical key -> CompiledRegion
 # default keeps it in float32 across fused ops, so results drift from eager's)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
 # compiled: CompiledRegions made, reused: taken from COMPILED, fallbacks: compiles that failed (the region runs
-# eagerly); the compiles themselves are counted in executors.regions.COMPILE_EVENTS
-STATS = {"compiled": 0, "reused": 0, "fallbacks": 0}
+# eagerly), loaded: variants taken from a package; the compiles themselves are counted in
+# executors.regions.COMPILE_EVENTS
+STATS = {"compiled": 0, "reused": 0, "fallbacks": 0, "loaded": 0}
 MAX_DYNAMIC_VARIANTS = 8  # past this many guarded variants a dynamic region runs eagerly (as Dynamo's limit)
 
 
@@ -228,11 +236,47 @@ class CompiledRegion:
     rejects compiles another guarded variant. Sizes that only change value reuse the compiled code.
     """
 
-    def __init__(self, fn, key, dims=None):
+    def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0):
         self.eager_fn, self.key, self.dims = fn, key, dims
         self.dynamic = dims is not None
+        self.single, self.n_args = single, n_args  # (one output, not a tuple; how many arguments)
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
+
+    def to_record(self) -> dict | None:
+        """The compiled variants as data for a package (executors/inductor_kernels.py), or None when the region
+        compiled none that can be recorded (its key holds objects by identity, or no variant round-trips)."""
+        if self.key[1]:
+            return None
+        if self.dynamic:
+            made = [(None, getattr(g, "text", None), run) for g, run in self.guarded if run is not self.eager_fn]
+        else:
+            made = [(strides, None, run) for strides, run in self.variants.items() if run is not self.eager_fn]
+        variants = []
+        for strides, guard, run in made:
+            record = inductor_kernels.export_variant(run, self.n_args)
+            if record is not None:
+                variants.append({**record, "strides": strides, "guard": guard})
+        if not variants:
+            return None
+        return {"text": self.key[0], "dynamic": self.dynamic, "single": self.single, "variants": variants}
+
+    def adopt(self, record: dict, libraries: dict):
+        """Take the compiled variants of a package's record of this region (no compile at their first run). A
+        variant that does not load is left out: it compiles when a call needs it."""
+        for v in record["variants"]:
+            try:
+                run = inductor_kernels.load_variant(v, libraries, self.single)
+                guard = _always if v["guard"] is None else guard_function(self.n_args, v["guard"])
+            except Exception as e:  # (a library that will not load here, say: that variant compiles again)
+                warnings.warn(f"inductor: a packaged region variant could not be loaded ({type(e).__name__}: {e}); "
+                              "it compiles again", stacklevel=2)
+                continue
+            STATS["loaded"] += 1
+            if self.dynamic:
+                self.guarded.append((guard, run))
+            else:
+                self.variants[tuple(tuple(s) for s in v["strides"])] = run
 
     def _failed(self, e: Exception):
         warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
@@ -302,12 +346,7 @@ def compile_symbolic(fn, args, dims):
     from torch._inductor.compile_fx import compile_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.fx.experimental.symbolic_shapes import (
-        SYMPY_INTERP,
-        DimDynamic,
-        ShapeEnv,
-        StatelessSymbolicContext,
-    )
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
     env = ShapeEnv(duck_shape=False)
     mode = FakeTensorMode(shape_env=env)
@@ -334,11 +373,25 @@ def compile_symbolic(fn, args, dims):
     checks += env.produce_guards([f for f, _ in placed], [s for _, s in placed], ignore_static=False)
     if not checks:
         return _always, run
-    params = ", ".join(f"t{i}" for i in range(len(args)))
-    body = _ARG.sub(r"\1", " and ".join(f"({c})" for c in checks))
-    guard = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))
+    return guard_function(len(args), _ARG.sub(r"\1", " and ".join(f"({c})" for c in checks))), run
+
+
+def guard_function(n_args: int, body: str):
+    """guard(t0, t1, ...) -> bool from the text of its condition (`guard.text`). The shape environment's helper
+    functions (sympy's names: Mod, FloorDiv, ...) are bound only when the text uses one."""
+    params = ", ".join(f"t{i}" for i in range(n_args))
+    env = {}
+    names = set(compile(body, "<guard>", "eval").co_names) - {f"t{i}" for i in range(n_args)}
+    if any(not hasattr(builtins, n) and n not in _METHODS for n in names):
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        env = dict(SYMPY_INTERP)
+    guard = eval(f"lambda {params}: {body}", env)
     guard.text = body
-    return guard, run
+    return guard
+
+
+_METHODS = frozenset({"size", "stride", "storage_offset", "dim", "numel"})  # attribute names a guard reads
 
 
 def region_dims(sub: Trace):
@@ -364,7 +417,11 @@ def compile_region(sub: Trace):
         COMPILE_EVENTS[1] += 1
         return found
     STATS["compiled"] += 1
-    region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub))
+    region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
+                                            single=not isinstance(sub.output, tuple), n_args=len(sub.args))
+    packaged = inductor_kernels.take(key[0]) if not key[1] else None
+    if packaged is not None:  # compiled in another process and loaded from a package (jitcore.load)
+        region.adopt(*packaged)
     return region
 
 

@@ -8,25 +8,29 @@ A package is a folder:
 - `entry<N>.pt`: the entry's input description (jitcore/guards/input_storage.py: tensor metadata, kept values, the
   other arguments, the grad mode and autocast regions of the call);
 - `entry<N>.py`: the entry's programs as printed (prologue, forward, backward, epilogue), for reading;
+- `regions.pt` and `kernel-<digest>.so`: the compiled fusion regions the programs call, as their executor records
+  them (executors/inductor_kernels.py: Inductor's generated wrapper and the shared library of each C++ kernel), with
+  the machine they were built for in the manifest;
+- `layouts.pt`: the answers torch's meta kernels gave while the entries were traced (jitcore/layouts.py
+  META_RESULTS), so the load's tracing does not run them again;
 - `DIGEST`: a SHA-256 over the other files, which load verifies.
 
 Loading checks, before anything runs, that the package was written for this function (name, signature, the digests
 of the code it entered, unless `check_source=False`), by these versions of jitcore, torch and Python, with the jit
 options asked for (its own when none are given) and executors that are available here; any difference is an error
 naming it. It then rebuilds each cache entry from its input description: the call is traced, transformed and claimed
-under the entry's grad mode and autocast, and cached, without running it (no side effect happens at load). A later
-call that satisfies an entry's guards runs with no interpretation; others trace as usual. Modules, parameters,
+under the entry's grad mode and autocast, and cached, without running it (no side effect happens at load); the fusion
+regions it makes take the packaged compiled code (kernels built on another machine compile again, with a warning).
+A later call that satisfies an entry's guards runs with no interpretation; others trace as usual. Modules, parameters,
 globals and closures are never stored: the entries bind them through the function or module given to load.
 
 An entry whose program depends on tensor values (data guards, nonzero, ...) is restored only if its input values
 were kept (`jit(..., keep_inputs="all")`); otherwise load skips it with a warning and the first call that needs it
 traces it.
 
-Safety: the `.pt` files are unpickled (torch.load with weights_only=False), which can run code, as unpickling does:
-load packages you trust. The digest is an integrity check against corruption and accidental edits, not a security
-boundary: whoever can edit the files can recompute it.
-
-Not stored yet: the compiled code of fusion regions (Inductor compiles them again at their first run after a load).
+Safety: the `.pt` files are unpickled (torch.load with weights_only=False) and the kernels' shared libraries are
+loaded, both of which can run code: load packages you trust. The digest is an integrity check against corruption and
+accidental edits, not a security boundary: whoever can edit the files can recompute it.
 """
 from __future__ import annotations
 
@@ -45,12 +49,16 @@ from pathlib import Path
 import torch
 from looseversion import LooseVersion
 
+from executors import inductor_kernels
+from jitcore import layouts
 from jitcore.api import CompileOptions, JitFunction, JitModule, _resolve_executors, jit
 from jitcore.errors import JitError
 
 FORMAT = 1
 _DIGEST = "DIGEST"
 _MANIFEST = "manifest.json"
+_REGIONS = "regions.pt"
+_LAYOUTS = "layouts.pt"
 
 
 class PackageError(JitError):
@@ -179,6 +187,58 @@ def _programs_text(entry) -> str:
     return "\n".join(f"# ---- {name} ----\n{trace}" for name, trace in parts)
 
 
+def _final_traces(entry) -> list:
+    """The programs of an entry that run: forward, backward, and the backwards built for calls whose loss reached
+    only some outputs."""
+    traces = [entry.traces[-1], *entry.backward_traces[-1:]]
+    for built in getattr(entry.computation, "_without", {}).values():
+        traces.extend(built[0][-1:])
+    return traces
+
+
+def _compiled_regions(entries) -> list:
+    """The records of the compiled fusion regions the entries' programs call (executors that can record theirs:
+    `to_record` on the region's callable), each once."""
+    records, seen = [], set()
+    for entry in entries:
+        for trace in _final_traces(entry):
+            for b in trace.bound_symbols:
+                for obj in (b.sym.call_ctx or {}).values():
+                    if id(obj) in seen or not hasattr(obj, "to_record"):
+                        continue
+                    seen.add(id(obj))
+                    record = obj.to_record()
+                    if record is not None:
+                        records.append(record)
+    return records
+
+
+def _meta_results(entries) -> dict:
+    """The replays on meta tensors the entries' traces asked (jitcore/layouts.py META_RESULTS), so a load re-traces
+    them without running torch's meta kernels."""
+    out = {}
+    for entry in entries:
+        for key in entry.traces[0].extra.get("meta_results", ()):
+            if key in layouts.META_RESULTS:
+                out[key] = layouts.META_RESULTS[key]
+    return out
+
+
+def _save_regions(records: list, folder: Path) -> int:
+    """regions.pt (the records, each kernel's library named by file) and one kernel-<digest>.so per kernel."""
+    written = set()
+    for region in records:
+        for variant in region["variants"]:
+            for k in variant["kernels"]:
+                k["file"] = f"kernel-{k['digest'][:32]}.so"
+                if k["file"] not in written:
+                    (folder / k["file"]).write_bytes(k.pop("library"))
+                    written.add(k["file"])
+                k.pop("library", None)
+    torch.save({"regions": records}, folder / _REGIONS)
+    return len(written)
+
+
 def save(jfn, path) -> Path:
     """Write every cache entry `jfn` (a function or module made by jitcore.jit) has built to the folder `path`
     (created; an existing package there is replaced). Returns the folder. See the module docstring for what it holds;
@@ -190,7 +250,8 @@ def save(jfn, path) -> Path:
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.iterdir():  # a package written here before (only its own files)
-        if old.is_file() and (old.name in (_DIGEST, _MANIFEST) or old.name.startswith("entry")):
+        if old.is_file() and (old.name in (_DIGEST, _MANIFEST, _REGIONS, _LAYOUTS) or
+                              old.name.startswith(("entry", "kernel-"))):
             old.unlink()
     target, qualname = _target(inner.fn)
     records = []
@@ -200,9 +261,14 @@ def save(jfn, path) -> Path:
         (folder / f"entry{i}.py").write_text(_programs_text(entry))
         records.append({"file": f"entry{i}.pt", "programs": f"entry{i}.py",
                         "value_dependent": spec.value_dependent, "dropped": list(spec.dropped)})
+    torch.save({"results": _meta_results(entries)}, folder / _LAYOUTS)
+    regions = _compiled_regions(entries)
+    kernels = _save_regions(regions, folder) if regions else 0
     manifest = {"format": FORMAT, "versions": _versions(), "options": _options_record(inner.options),
                 "qualname": qualname, "signature": _signature(target), "sources": _entered(inner),
-                "entries": records}
+                "entries": records, "machine": inductor_kernels.machine(),
+                "compiled": {"regions": len(regions), "variants": sum(len(r["variants"]) for r in regions),
+                             "kernels": kernels}}
     (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
     (folder / _DIGEST).write_text(_digest(folder))
     return folder
@@ -244,6 +310,20 @@ def _options(saved: dict, jit_options: dict) -> dict:
     return {"executors": executors, "cache": saved["cache"], "keep_inputs": saved["keep_inputs"]}
 
 
+def _load_regions(folder: Path, manifest: dict):
+    """Offer the package's compiled regions to the executors (taken when the entries' programs make them), if they
+    were built for this machine; else they compile again, with a warning saying why."""
+    if not (folder / _REGIONS).exists():
+        return
+    here, there = inductor_kernels.machine(), manifest.get("machine")
+    if here != there:
+        differs = ", ".join(f"{k} {there.get(k)!r} here {here[k]!r}" for k in here if there.get(k) != here[k])
+        warnings.warn(f"jitcore.load: the package's compiled kernels were built for another machine ({differs}); "
+                      "its fusion regions compile again at their first run", stacklevel=3)
+        return
+    inductor_kernels.install(torch.load(folder / _REGIONS, weights_only=False)["regions"], folder)
+
+
 def load(path, fn, *, check_source: bool = True, **jit_options):
     """The jitted function (or module) of `fn` with the cache entries of the package at `path` (made by
     jitcore.save from a jitted `fn`, maybe in another process). Checks the package first (see the module
@@ -272,8 +352,21 @@ def load(path, fn, *, check_source: bool = True, **jit_options):
         if changes:
             raise PackageError("the code the package was traced through changed: " + "; ".join(changes) +
                                " (load with check_source=False to trace against the code as it is now)")
-    jfn = jit(fn, **_options(manifest["options"], jit_options))
-    inner = _jitted(jfn)
+    if (folder / _LAYOUTS).exists():  # answers keyed by exactly what was asked: used only for the same question
+        known = torch.load(folder / _LAYOUTS, weights_only=False)["results"]
+        layouts.META_RESULTS.update(list(known.items())[:max(0, layouts.MAX_RESULTS - len(layouts.META_RESULTS))])
+    with inductor_kernels.loading():  # (no compiler is warmed up, unless a region is missing from the package)
+        _load_regions(folder, manifest)
+        jfn = jit(fn, **_options(manifest["options"], jit_options))
+        skipped = _restore_entries(_jitted(jfn), folder, manifest)
+    if skipped:
+        warnings.warn("jitcore.load: entries not restored (the first call that needs one traces it): " +
+                      "; ".join(skipped), stacklevel=2)
+    return jfn
+
+
+def _restore_entries(inner: JitFunction, folder: Path, manifest: dict) -> list:
+    """Rebuild each entry of the package from its input description; the ones that cannot be, with why."""
     skipped = []
     for record in manifest["entries"]:
         spec = torch.load(folder / record["file"], weights_only=False)["spec"]
@@ -284,10 +377,7 @@ def load(path, fn, *, check_source: bool = True, **jit_options):
             continue
         with spec.modes():
             inner.restore(args, kwargs)
-    if skipped:
-        warnings.warn("jitcore.load: entries not restored (the first call that needs one traces it): " +
-                      "; ".join(skipped), stacklevel=2)
-    return jfn
+    return skipped
 
 
 

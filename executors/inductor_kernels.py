@@ -1,0 +1,224 @@
+"""Executors: the compiled code of Inductor's regions as data, for packages (jitcore/packages.py).
+
+`export_variant` turns one compiled variant of a region (what `torch._inductor.compile` returned for it) into a
+record: the wrapper module Inductor generated, as text, and the shared library of each of its C++ kernels, as bytes.
+`load_variant` makes a record callable again in another process without compiling and without importing Inductor:
+the wrapper's source runs with its imports of Inductor's modules replaced by what it uses of them (an object that
+hands out the packaged kernels in the order the wrapper asks for them, each checked against the digest of its C++
+source; the extern kernels as the torch functions they are), and each library is loaded as the Python extension it
+is. `install` files the records of a package by region text; the inductor executor takes them when it makes a
+region of that text (`take`), so a loaded package's first call compiles nothing.
+
+Only what is known to round-trip is recorded: CPU C++ kernels (Triton kernels on a GPU, templates, wrappers with
+constants or in-place inputs are left out: such a variant compiles again at its first run after a load). The
+kernels were built for the CPU, the compiler flags and the thread count of the saving process: `machine()` says
+which, and a package made on another machine compiles again instead of loading them.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+_KERNEL_LINE = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.M)
+_KERNEL_SOURCE = re.compile(r"async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S)
+_OTHER_COMPILE = re.compile(r"async_compile\.(?!cpp_pybinding\(|wait\()")
+_INDUCTOR_IMPORT = re.compile(r"^from (torch\._inductor[\w.]*) import (\w+)(?: as (\w+))?$", re.M)
+_EXTERN = re.compile(r"\bextern_kernels\.(\w+)")
+_ARGS_LINE = re.compile(r"^        (.*) = args$", re.M)
+
+PACKAGED: dict = {}  # region text -> [loaded variant records] (installed by a package load, taken by compile_region)
+LOADING = [False]  # a package load is restoring its entries: its regions need no compiler (see `loading`)
+
+
+@contextlib.contextmanager
+def loading():
+    """While a package's entries are restored: the inductor executor neither imports Inductor (seconds) nor starts
+    its compiler's checks; a region the package lacks does both when it compiles."""
+    LOADING[0] = True
+    try:
+        yield
+    finally:
+        LOADING[0] = False
+
+
+def machine() -> dict:
+    """What the packaged kernels were built for: the CPU (architecture and instruction-set flags) and the number of
+    threads the generated code was specialized to."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1] for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
+    return {"arch": platform.machine(), "cpu_flags": digest, "threads": torch.get_num_threads()}
+
+
+def source_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- export -------------------------------------------------------------------------------------------------------
+def _compiled_graph(run):
+    """The CompiledFxGraph inside what torch._inductor.compile / compile_fx returned, or None."""
+    for _ in range(8):
+        if type(run).__name__ == "CompiledFxGraph":
+            return run
+        run = getattr(run, "__wrapped__", None)
+        if run is None:
+            return None
+    return None
+
+
+def _extern_paths(source: str) -> dict | None:
+    """extern_kernels.<name> the wrapper calls -> "torch.<name>" where it is that torch function; None when one is
+    not (it would need Inductor at load: the variant is not recorded)."""
+    names = set(_EXTERN.findall(source))
+    if not names:
+        return {}
+    from torch._inductor.select_algorithm import extern_kernels
+
+    out = {}
+    for name in names:
+        fn = getattr(extern_kernels, name, None)
+        if fn is None or getattr(torch, name, None) is not fn:
+            return None
+        out[name] = f"torch.{name}"
+    return out
+
+
+def export_variant(run, n_args: int) -> dict | None:
+    """A record of one compiled variant (`run`, called with `n_args` arguments), or None when it cannot be
+    recorded faithfully."""
+    graph = _compiled_graph(run)
+    if graph is None or graph.current_callable is None or graph.mutated_inputs or graph.constants or \
+            getattr(graph, "torchbind_constants", None) or getattr(graph, "partition_maps", None):
+        return None
+    source = graph.source_code
+    if not source or _OTHER_COMPILE.search(source):
+        return None
+    unpack = _ARGS_LINE.search(source)  # (AOTAutograd may have dropped duplicated inputs: then the arity differs)
+    if unpack is None or len([a for a in unpack.group(1).split(",") if a.strip()]) != n_args:
+        return None
+    externs = _extern_paths(source)
+    if externs is None:
+        return None
+    namespace = graph.current_callable.__globals__
+    kernels = []
+    for (name, kind), (_, code) in zip(_KERNEL_LINE.findall(source), _KERNEL_SOURCE.findall(source)):
+        fn = namespace.get(name)
+        library = getattr(getattr(fn, "__self__", None), "__file__", None)
+        if kind != "cpp_pybinding" or not library or not library.endswith(".so"):
+            return None
+        kernels.append({"name": name, "digest": source_digest(code), "library": Path(library).read_bytes()})
+    if len(kernels) != len(_KERNEL_LINE.findall(source)):
+        return None
+    return {"source": source, "kernels": kernels, "externs": externs}
+
+
+# -- load ---------------------------------------------------------------------------------------------------------
+class _Lazy:
+    """A name the wrapper imports from Inductor and calls only in unusual configurations: imported at first use."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def __call__(self, *args, **kwargs):
+        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
+
+
+class _Externs:
+    """extern_kernels as the torch functions the wrapper calls."""
+
+    def __init__(self, paths: dict):
+        for name, path in paths.items():
+            setattr(self, name, getattr(torch, path.split(".", 1)[1]))
+
+
+class _PackagedKernels:
+    """Stands for Inductor's AsyncCompile in a loaded wrapper: each cpp_pybinding call gets the next packaged
+    kernel, whose C++ source digest must match."""
+
+    def __init__(self, kernels: list):
+        self.kernels = list(kernels)
+        self.at = 0
+
+    def __call__(self):
+        return self
+
+    def cpp_pybinding(self, argtypes, source_code):
+        digest, fn = self.kernels[self.at]
+        if digest != source_digest(source_code):
+            raise ValueError("a packaged kernel does not match the wrapper's C++ source")
+        self.at += 1
+        return fn
+
+    def wait(self, scope):
+        if self.at != len(self.kernels):
+            raise ValueError("the wrapper asked for fewer kernels than the package has")
+
+
+def load_library(path: str, digest: str):
+    """The `kernel` function of a packaged C++ kernel (a Python extension module named `kernel`)."""
+    pointer = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+    if pointer is not None:  # (the kernels read tensors' data through this, as when Inductor loads them)
+        os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
+    name = f"jitcore_kernel_{digest[:40]}.kernel"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return module.kernel
+
+
+def load_variant(record: dict, libraries: dict, single: bool):
+    """run(*args) for a variant record; `libraries`: kernel digest -> path of its shared library on disk."""
+    kernels = [(k["digest"], load_library(libraries[k["digest"]], k["digest"])) for k in record["kernels"]]
+    shims = {"AsyncCompile": _PackagedKernels(kernels), "extern_kernels": _Externs(record["externs"])}
+
+    def replace(m):
+        module, name, alias = m.group(1), m.group(2), m.group(3) or m.group(2)
+        if name in shims:
+            return f"{alias} = __jitcore_shims__[{name!r}]"
+        return f"{alias} = __jitcore_lazy__({module!r}, {name!r})"
+
+    source = _INDUCTOR_IMPORT.sub(replace, record["source"])
+    namespace = {"__name__": f"jitcore_region_{source_digest(record['source'])[:16]}", "__builtins__": __builtins__,
+                 "__jitcore_shims__": shims, "__jitcore_lazy__": _Lazy}
+    exec(compile(source, f"<packaged Inductor region {namespace['__name__']}>", "exec"), namespace)
+    call = namespace["call"]
+    if single:
+        return lambda *args: call(list(args))[0]
+    return lambda *args: tuple(call(list(args)))
+
+
+def install(regions: list, folder: Path):
+    """File a package's region records (jitcore/packages.py) for the regions compile_region makes next."""
+    for region in regions:
+        libraries = {k["digest"]: str(folder / k["file"]) for v in region["variants"] for k in v["kernels"]}
+        PACKAGED.setdefault(region["text"], []).append((region, libraries))
+
+
+def take(text: str):
+    """(region record, library paths) filed for this region text, or None (each is taken once)."""
+    found = PACKAGED.get(text)
+    if not found:
+        return None
+    record = found.pop()
+    if not found:
+        del PACKAGED[text]
+    return record
+
+
+__all__ = ["LOADING", "PACKAGED", "export_variant", "install", "load_library", "load_variant", "loading", "machine",
+           "take"]

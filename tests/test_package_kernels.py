@@ -1,0 +1,137 @@
+"""Packages with Inductor regions (jitcore/packages.py, executors/inductor_kernels.py): the compiled kernels are
+saved with the programs and loaded in a new process, whose first call compiles nothing and gives bitwise the saving
+process's results (the same kernels), forward and training, in constant and symbolic values, without importing
+Inductor or Dynamo; a package made for another machine compiles again, with a warning."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from itertools import chain
+from pathlib import Path
+
+import pytest
+import torch
+
+import jitcore
+from executors import inductor_kernels
+from executors.inductorex import inductor_ex
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(not inductor_ex.is_available()[0],
+                                reason="Inductor cannot compile here")
+
+USER_MODULE = '''
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 8)
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.norm(self.a(x)))
+        return self.b(h * torch.sigmoid(h)).tanh()
+
+
+def inputs(n):
+    return torch.randn(n, 16, generator=torch.Generator().manual_seed(n))
+'''
+
+SCRIPT = '''
+import sys, torch, jitcore, usermod
+from executors import inductorex
+phase, folder, cache = sys.argv[1], sys.argv[2], sys.argv[3]
+net = usermod.Net()
+if phase == "save":
+    jn = jitcore.jit(net, executors=["inductor"], cache=cache)
+else:
+    jn = jitcore.load(folder + "/pkg", net)
+res = {"compiles": [], "outs": [], "grads": []}
+for n, train in ((4, True), (4, False), (6, True)):
+    net.zero_grad()
+    x = usermod.inputs(n)
+    if train:
+        y = jn(x)
+        y.pow(2).sum().backward()
+        res["grads"].append([p.grad.clone() for p in net.parameters()])
+    else:
+        with torch.no_grad():
+            y = jn(x)
+    res["outs"].append(y.detach())
+    res["compiles"].append(jitcore.last_compile_stats(jn)["region_compiles"])
+res["misses"], res["loaded"] = jitcore.cache_misses(jn), inductorex.STATS["loaded"]
+res["imported"] = sorted(m for m in ("torch._inductor", "torch._dynamo") if m in sys.modules)
+if phase == "save":
+    jitcore.save(jn, folder + "/pkg")
+torch.save(res, folder + f"/{phase}.pt")
+'''
+
+
+def _run(tmp_path: Path, phase: str, cache: str, inductor_cache: Path):
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, phase, str(tmp_path), cache], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(tmp_path / f"{phase}.pt", weights_only=False)
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_loaded_kernels_compile_nothing_and_match_bitwise(tmp_path, cache):
+    (tmp_path / "usermod.py").write_text(USER_MODULE)
+    saved = _run(tmp_path, "save", cache, tmp_path / "inductor-save")
+    manifest = (tmp_path / "pkg" / "manifest.json").read_text()
+    assert '"kernels": 0' not in manifest and list((tmp_path / "pkg").glob("kernel-*.so"))
+    # a fresh process with an empty Inductor cache: the kernels come from the package, not from a cache on disk
+    loaded = _run(tmp_path, "load", cache, tmp_path / "inductor-load")
+    assert sum(saved["compiles"]) > 0 and loaded["compiles"] == [0, 0, 0], (saved["compiles"], loaded["compiles"])
+    assert loaded["misses"] == 0 and loaded["loaded"] > 0
+    # the load traced with the package's meta-kernel answers and ran the packaged kernels: neither Inductor nor
+    # Dynamo (seconds to import) was needed
+    assert loaded["imported"] == [] and saved["imported"] == ["torch._dynamo", "torch._inductor"]
+    for a, b in zip([*saved["outs"], *chain(*saved["grads"])], [*loaded["outs"], *chain(*loaded["grads"])]):
+        assert torch.equal(a, b)
+    # and eager's numbers
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("usermod_eager", tmp_path / "usermod.py")
+    usermod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(usermod)
+    net = usermod.Net()
+    y = net(usermod.inputs(4))
+    y.pow(2).sum().backward()
+    torch.testing.assert_close(loaded["outs"][0], y.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(loaded["grads"][0], [p.grad for p in net.parameters()], atol=1e-5, rtol=1e-5)
+
+
+def _tanh_chain(x):
+    return (x.sin() * 2 + 1).tanh().sum(0)
+
+
+def test_kernels_of_another_machine_compile_again(tmp_path, monkeypatch):
+    jf = jitcore.jit(_tanh_chain, executors=["inductor"])
+    x = torch.randn(5, 7)
+    want = jf(x)
+    jitcore.save(jf, tmp_path / "pkg")
+    other = {**inductor_kernels.machine(), "cpu_flags": "another cpu"}
+    monkeypatch.setattr(inductor_kernels, "machine", lambda: other)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jl = jitcore.load(tmp_path / "pkg", _tanh_chain)
+    assert any("another machine" in str(w.message) and "cpu_flags" in str(w.message) for w in caught)
+    assert not inductor_kernels.PACKAGED  # nothing offered to the executors
+    torch.testing.assert_close(jl(x), want)
+
+
+def test_a_kernel_that_does_not_match_its_source_is_not_used():
+    """The loaded wrapper checks each kernel against the digest of the C++ source it asks for."""
+    kernels = inductor_kernels._PackagedKernels([(inductor_kernels.source_digest("int a;"), print)])
+    with pytest.raises(ValueError, match="does not match"):
+        kernels.cpp_pybinding([], "int b;")
+    assert kernels.cpp_pybinding([], "int a;") is print
