@@ -481,7 +481,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     with Timer() as t:
         trace.extra["data_oracle"] = ctx.concrete_value
         trace.extra["value_oracle"] = ctx.real_values
-        trace.extra["layout_oracle"] = Layouts(ctx)
+        trace.extra["layout_oracle"] = layouts = Layouts(ctx)
         trace.extra["leaf_oracle"] = ctx.leaf_input
         trace.extra["input_attr_oracle"] = ctx.input_attribute
         trace.extra["runtime_oracle"] = ctx.run_time_value
@@ -496,6 +496,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.args = [i.proxy for i in ctx.inputs]
         rt = getattr(ctx, "_runtime", None)
         trace.extra["entered_code"] = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
+        trace.extra["meta_results"] = list(layouts.used)  # (a package carries them: jitcore/layouts.py)
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
         leaves, spec = tree_flatten(escapes.given_containers(result.output))

@@ -38,6 +38,7 @@ class Layouts:
         self._metas: dict[str, tuple] = {}  # proxy name -> (meta tensor or None, names of the inputs it came from)
         self._lines: dict[str, object] = {}  # proxy name -> the line that made it
         self._guarded: set = set()
+        self.used: dict = {}  # the META_RESULTS keys this trace's replays asked (in order, each once)
 
     def __call__(self, proxy: TensorProxy, level: str = "contiguous"):
         """A meta tensor laid out as eager's value of `proxy` would be, or None when it cannot be known."""
@@ -101,7 +102,7 @@ class Layouts:
         given = {a.name: self._metas[a.name][0] for a in args}
         metas = _contiguous_results(line, given) if args else None
         if metas is None:
-            metas = _run_on_meta(line, given) if args else None
+            metas = _run_on_meta(line, given, self.used) if args else None
         if metas is None or len(metas) != len(outs):
             metas = [_fresh(o) if not args else None for o in outs]
         for o, m in zip(outs, metas):
@@ -164,8 +165,9 @@ def _fresh(p):
     return torch.empty(_sizes(p), dtype=p.dtype, device="meta") if isinstance(p, TensorProxy) else None
 
 
-def _run_on_meta(line, metas: dict):
-    """line's outputs computed on meta tensors by the torch function it stands for (or its prim's kernel)."""
+def _run_on_meta(line, metas: dict, used: dict | None = None):
+    """line's outputs computed on meta tensors by the torch function it stands for (or its prim's kernel); the key
+    of the answer in META_RESULTS goes into `used`."""
     sym = line.sym
     if Tag.PYTHON in sym.tags or Tag.CREATION in sym.tags:
         return None
@@ -181,8 +183,14 @@ def _run_on_meta(line, metas: dict):
         return x.value if isinstance(x, NumberProxy) else x
 
     args, kwargs = tree_map(to_meta, (line.args, line.kwargs))
-    if any(isinstance(x, Proxy) for x in tree_flatten((args, kwargs))[0]):
+    leaves, spec = tree_flatten((args, kwargs))
+    if any(isinstance(x, Proxy) for x in leaves):
         return None
+    key = _result_key(sym.id, leaves, spec)
+    if key is not None and used is not None:
+        used[key] = None
+    if key is not None and key in META_RESULTS:
+        return [None if d is None else _rebuild(d) for d in META_RESULTS[key]]
     with detached(), torch.no_grad():
         try:
             out = fn(*args, **kwargs)
@@ -190,7 +198,49 @@ def _run_on_meta(line, metas: dict):
             return None
     outs = tree_flatten(out)[0]  # an absent output (None: F.multi_head_attention_forward's weights) stays absent
     known = all(m is None or (isinstance(m, torch.Tensor) and m.device.type == "meta") for m in outs)
-    return outs if known and any(m is not None for m in outs) else None
+    if not (known and any(m is not None for m in outs)):
+        return None
+    if key is not None and len(META_RESULTS) < MAX_RESULTS:
+        META_RESULTS[key] = tuple(None if m is None else _described(m) for m in outs)
+    return outs
+
+
+# Replays of torch on meta tensors, by op and the exact description of what it was given (sizes, strides, offset,
+# dtype and storage size of each tensor; every other argument by type and value; the structure; the default dtype):
+# a later trace asking the same question gets the same answer without running torch again, and a package carries
+# them (jitcore/packages.py), so a load re-traces without running torch's Python meta kernels (the first of which
+# imports torch._dynamo: about a second). Not kept under autocast, whose state the answer could depend on.
+META_RESULTS: dict = {}
+MAX_RESULTS = 50_000
+_PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
+                    torch.layout})
+
+
+def _described(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.untyped_storage().nbytes())
+
+
+def _result_key(op: str, leaves: list, spec):
+    if torch._C._is_any_autocast_enabled():
+        return None
+    parts = [op, str(spec), torch.get_default_dtype()]
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            if x.device.type != "meta" or x.layout != torch.strided or type(x) is not torch.Tensor:
+                return None
+            parts.append(_described(x))
+        elif type(x) in _PLAIN:  # (floats by their exact text: -0.0 and 0.0 are equal keys otherwise)
+            parts.append((type(x).__name__, repr(x) if type(x) in (float, complex) else x))
+        else:
+            return None
+    return tuple(parts)
+
+
+def _rebuild(d: tuple) -> torch.Tensor:
+    shape, stride, offset, dtype, nbytes = d
+    with detached():
+        base = torch.empty((nbytes // dtype.itemsize,), dtype=dtype, device="meta")
+        return base.as_strided(shape, stride, offset)
 
 
 # prims that only re-index their input: a composite made of these alone (x.mT, x.T, which have no torch callable to
