@@ -2,8 +2,9 @@
 and executor list, one fresh process makes the first call cold (trace, compile, run) and saves a package; a second
 fresh process loads the package and makes the same first call. Each process has its own empty Inductor cache folder
 and one thread, so no compiler cache on disk does the work. The outputs of the loaded call are compared with the
-cold call's (a mismatch is a failed row). Reported: cold first call, load, first call after the load, and the ratio
-(load + first call) / cold.
+cold call's (a mismatch is a failed row). Reported: cold first call (jit() and the call), load, first call after the
+load, and the ratio (load + first call) / cold. Rows "torch precompile" do the same with torch.compile's precompile
+(aot_compile, save_compiled_function, load_compiled_function) on the forward workloads.
 
     python -m benchmarks.package_suite                      # every row, a table on stdout
     python -m benchmarks.package_suite --only "gpt2 block, train" --executors inductor
@@ -24,7 +25,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "PACKAGE_SUITE_RESULT "
-EXECUTORS = {"torch": None, "inductor": ["inductor"]}
+PRECOMPILE = "torch precompile"  # torch.compile's aot_compile / load_compiled_function, for comparison
+EXECUTORS = {"torch": None, "inductor": ["inductor"], PRECOMPILE: None}
 
 
 def _workloads() -> dict:
@@ -75,9 +77,12 @@ def child(argv=None):
     make, inputs, train = _workloads()[a.one]
     model, args = make(), inputs()
     res = {}
-    if a.phase == "cold":
+    if a.executors == PRECOMPILE:
+        res = _precompile(model, args, a.phase, a.package)
+        out = res.pop("out")
+    elif a.phase == "cold":  # (jit() is timed too: with Inductor it imports it, as load would have to without
+        start = time.perf_counter()  # the package's kernels)
         jm = jitcore.jit(model, executors=EXECUTORS[a.executors])
-        start = time.perf_counter()
         out = _call(jm, args, train)
         res["cold_s"] = time.perf_counter() - start
         jitcore.save(jm, a.package)
@@ -91,6 +96,26 @@ def child(argv=None):
         res["misses"] = jitcore.cache_misses(jm)
     torch.save(out, os.path.join(os.path.dirname(a.package), f"out_{a.phase}.pt"))  # (beside the package)
     print(MARK + json.dumps(res), flush=True)
+
+
+def _precompile(model, args, phase: str, path: str) -> dict:
+    """torch's own precompile, measured on the forward workloads: `torch.compile(forward, fullgraph=True)
+    .aot_compile` then `save_compiled_function`, and `torch.compiler.load_compiled_function` in the new process.
+    The compiled function takes the module as its first argument."""
+    start = time.perf_counter()
+    with torch.no_grad():
+        if phase == "cold":
+            compiled = torch.compile(type(model).forward, fullgraph=True).aot_compile(((model, *args), {}))
+            out = _first_logits(compiled(model, *args)).detach()
+            res = {"cold_s": time.perf_counter() - start}
+            compiled.save_compiled_function(path)
+            return {**res, "out": out}
+        with open(path, "rb") as f:
+            compiled = torch.compiler.load_compiled_function(f, f_globals=type(model).forward.__globals__)
+        res = {"load_s": time.perf_counter() - start, "misses": 0}
+        start = time.perf_counter()
+        out = _first_logits(compiled(model, *args)).detach()
+        return {**res, "first_call_s": time.perf_counter() - start, "out": out}
 
 
 def _run(one: str, executors: str, phase: str, package: str, timeout: float) -> dict:
@@ -116,6 +141,8 @@ def run(only=None, executors=None, timeout: float = 900.0, log=print) -> list[di
         if only and one not in only:
             continue
         for ex in executors or EXECUTORS:
+            if ex == PRECOMPILE and _workloads()[one][2]:
+                continue  # (precompile is measured on the forward workloads)
             work = tempfile.mkdtemp(prefix="jitcore-package-")
             package = os.path.join(work, "package")
             try:
@@ -137,8 +164,8 @@ def run(only=None, executors=None, timeout: float = 900.0, log=print) -> list[di
 
 def _line(r: dict) -> str:
     if "error" in r:
-        return f"{r['workload']:20s} [{r['executors']}]  FAIL {r['error']}"
-    return (f"{r['workload']:20s} [{r['executors']:8s}] cold {r['cold_s']:7.3f} s | load {r['load_s']:6.3f} s + first "
+        return f"{r['workload']:20s} [{r['executors']:16s}]  FAIL {r['error']}"
+    return (f"{r['workload']:20s} [{r['executors']:16s}] cold {r['cold_s']:7.3f} s | load {r['load_s']:6.3f} s + first "
             f"call {r['first_call_s']:7.3f} s = {r['ratio']:.2f}x cold | misses after load {r['misses']} | "
             f"same output {r['same_output']}")
 
