@@ -184,6 +184,10 @@ def _programs_text(entry) -> str:
     parts = [("prologue", entry.prologue_traces[-1]), ("forward", entry.traces[-1])]
     parts += [("backward", entry.backward_traces[-1])] if entry.backward_traces else []
     parts += [("epilogue", entry.epilogue_traces[-1])] if entry.epilogue_traces else []
+    for i, trace in enumerate(_final_traces(entry)):  # the fusion regions' bodies (compiled: regions.pt)
+        program = ("forward", "backward")[i] if i < 2 else f"backward {i - 1} for some gradients None"
+        parts += [(f"region {b.sym.name} of the {program}", b.extra["region_trace"]) for b in trace.bound_symbols
+                  if "region_trace" in b.extra]
     return "\n".join(f"# ---- {name} ----\n{trace}" for name, trace in parts)
 
 

@@ -270,3 +270,12 @@ def test_repro_script_runs_standalone(tmp_path, what):
     out = subprocess.run([sys.executable, str(folder / "repro.py")], cwd=tmp_path.parent, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "jitcore agrees with eager" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("device", ["meta", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no GPU"))])
+def test_a_call_on_another_device_misses(tmp_path, device):
+    jf = jitcore.load(_saved(tmp_path), _double)
+    y = jf(torch.ones(3, device=device))
+    assert y.device.type == device and jitcore.cache_misses(jf) == 1
+    assert "expected device cpu" in jitcore.cache_miss_reasons(jf)[0]
