@@ -84,7 +84,7 @@ def _extern_paths(source: str) -> dict | None:
     names = set(_EXTERN.findall(source))
     if not names:
         return {}
-    from torch._inductor.select_algorithm import extern_kernels
+    from torch._inductor.select_algorithm import extern_kernels  # (saving: Inductor compiled the wrapper, it is loaded)
 
     out = {}
     for name in names:
@@ -132,6 +132,7 @@ class _Lazy:
         self.module, self.name = module, name
 
     def __call__(self, *args, **kwargs):
+        # (imported at the first call, not at load: Inductor takes seconds to import and most wrappers never call it)
         return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
 
 
