@@ -40,7 +40,6 @@ import inspect
 import json
 import linecache
 import sys
-import textwrap
 import types
 import warnings
 from importlib import metadata
@@ -53,6 +52,7 @@ from executors import inductor_kernels
 from jitcore import layouts
 from jitcore.api import CompileOptions, JitFunction, JitModule, _resolve_executors, jit
 from jitcore.errors import JitError
+from jitcore.reproduce import final_traces, programs_text, write_repro
 
 FORMAT = 1
 _DIGEST = "DIGEST"
@@ -180,32 +180,12 @@ def _options_record(options: CompileOptions) -> dict:
             "keep_inputs": options.keep_inputs}
 
 
-def _programs_text(entry) -> str:
-    parts = [("prologue", entry.prologue_traces[-1]), ("forward", entry.traces[-1])]
-    parts += [("backward", entry.backward_traces[-1])] if entry.backward_traces else []
-    parts += [("epilogue", entry.epilogue_traces[-1])] if entry.epilogue_traces else []
-    for i, trace in enumerate(_final_traces(entry)):  # the fusion regions' bodies (compiled: regions.pt)
-        program = ("forward", "backward")[i] if i < 2 else f"backward {i - 1} for some gradients None"
-        parts += [(f"region {b.sym.name} of the {program}", b.extra["region_trace"]) for b in trace.bound_symbols
-                  if "region_trace" in b.extra]
-    return "\n".join(f"# ---- {name} ----\n{trace}" for name, trace in parts)
-
-
-def _final_traces(entry) -> list:
-    """The programs of an entry that run: forward, backward, and the backwards built for calls whose loss reached
-    only some outputs."""
-    traces = [entry.traces[-1], *entry.backward_traces[-1:]]
-    for built in getattr(entry.computation, "_without", {}).values():
-        traces.extend(built[0][-1:])
-    return traces
-
-
 def _compiled_regions(entries) -> list:
     """The records of the compiled fusion regions the entries' programs call (executors that can record theirs:
     `to_record` on the region's callable), each once."""
     records, seen = [], set()
     for entry in entries:
-        for trace in _final_traces(entry):
+        for trace in final_traces(entry):
             for b in trace.bound_symbols:
                 for obj in (b.sym.call_ctx or {}).values():
                     if id(obj) in seen or not hasattr(obj, "to_record"):
@@ -262,7 +242,7 @@ def save(jfn, path) -> Path:
     for i, entry in enumerate(entries):
         spec = entry.input_spec
         torch.save({"spec": spec}, folder / f"entry{i}.pt")
-        (folder / f"entry{i}.py").write_text(_programs_text(entry))
+        (folder / f"entry{i}.py").write_text(programs_text(entry))
         records.append({"file": f"entry{i}.pt", "programs": f"entry{i}.py",
                         "value_dependent": spec.value_dependent, "dropped": list(spec.dropped)})
     torch.save({"results": _meta_results(entries)}, folder / _LAYOUTS)
@@ -386,61 +366,7 @@ def _restore_entries(inner: JitFunction, folder: Path, manifest: dict) -> list:
 
 
 
-# -- repro: a standalone script for a bug report -------------------------------------------------------------------
-_REPRO = '''"""Reproduces a call of {qualname} compiled by jitcore (written by jitcore.repro).
-
-Runs the function jitted with the options it had ({options}) on the call's inputs ({inputs}) and compares the
-outputs with eager's. programs.py holds the programs jitcore compiled for that call, as printed.
-"""
-import pathlib
-import sys
-
-import torch
-
-import jitcore
-
-HERE = pathlib.Path(__file__).resolve().parent
-{load_fn}
-args, kwargs = torch.load(HERE / "inputs.pt", weights_only=False)
-
-
-def clone(tree):
-    return torch.utils._pytree.tree_map(
-        lambda t: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t, tree)
-
-
-with torch.set_grad_enabled({grad}){autocast}:
-    jfn = jitcore.jit(fn, executors={executors!r}, cache={cache!r})
-    got = jfn(*clone(args), **clone(kwargs))
-    want = fn(*clone(args), **clone(kwargs))
-try:
-    torch.testing.assert_close(got, want)
-    print("jitcore agrees with eager on this call")
-except AssertionError as e:
-    print("jitcore differs from eager:", e)
-    sys.exit(1)
-finally:
-    print(jitcore.last_traces(jfn)[-1])
-'''
-
-
-def _import_line(fn) -> str | None:
-    """`from module import name` that gives fn back in a new process, or None."""
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
-        return None
-    try:
-        obj = sys.modules[module]
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (KeyError, AttributeError):
-        return None
-    if obj is not fn:
-        return None
-    head = qualname.split(".")[0]
-    return f"from {module} import {head}\nfn = {qualname}"
-
-
+# -- repro: a standalone script for a bug report (jitcore/reproduce.py) ---------------------------------------------
 def repro(jfn, path, entry: int = -1) -> Path:
     """Write to the folder `path` a standalone script (repro.py) that reproduces the call cache entry `entry` (in
     compile order; the last by default) of `jfn` was compiled for: the call's inputs (inputs.pt, rebuilt from the
@@ -451,35 +377,7 @@ def repro(jfn, path, entry: int = -1) -> Path:
     entries = inner.entries()
     if not entries:
         raise ValueError("this function has not been called yet: there is no call to reproduce")
-    chosen = entries[entry]
-    spec = chosen.input_spec
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(spec.materialize(), folder / "inputs.pt")
-    (folder / "programs.py").write_text(_programs_text(chosen))
-    fn = inner.fn
-    if isinstance(fn, torch.nn.Module):
-        torch.save(fn, folder / "model.pt")
-        load_fn = 'fn = torch.load(HERE / "model.pt", weights_only=False)'
-    else:
-        load_fn = _import_line(fn)
-        if load_fn is None:
-            try:
-                load_fn = textwrap.dedent(inspect.getsource(fn)) + f"\nfn = {fn.__name__}"
-            except (OSError, TypeError):
-                raise ValueError(f"{getattr(fn, '__qualname__', fn)} can be neither imported nor read as source: "
-                                 "the repro script could not call it") from None
-    options = _options_record(inner.options)
-    autocast = "".join(f", torch.autocast({d!r}, dtype={t})" for d, t in spec.autocast)
-    tensors = spec.tensors()
-    kept = sum(t.value is not None for t in tensors)
-    inputs = f"{len(tensors)} tensors, values kept for {kept}" + (", the others are ones" if kept < len(tensors)
-                                                                  else "")
-    (folder / "repro.py").write_text(_REPRO.format(
-        qualname=_target(fn)[1], options=", ".join(f"{k}={v!r}" for k, v in options.items()), inputs=inputs,
-        load_fn=load_fn, grad=spec.grad_enabled, autocast=autocast, executors=options["executors"],
-        cache=options["cache"]))
-    return folder
+    return write_repro(inner.fn, _options_record(inner.options), entries[entry], Path(path))
 
 
 __all__ = ["PackageError", "code_digest", "load", "repro", "save"]
