@@ -6,7 +6,7 @@ does not pull the whole pipeline in while it initialises.
 # the ops register into the IR's tables (proxies.IR_OPS, TENSOR_METHODS, METHOD_FALLBACKS, the autocast policy) when
 # imported: importing any part of jitcore makes the IR complete, as it was when the IR imported the ops itself
 from jitcore import ops  # noqa: F401
-from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError
+from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError, VerificationError
 
 _API = (
     "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
@@ -20,6 +20,7 @@ __all__ = [
     "MetaError",
     "PackageError",
     "UnsupportedError",
+    "VerificationError",
     "cache_hits",
     "cache_miss_reasons",
     "cache_misses",

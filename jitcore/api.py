@@ -36,6 +36,7 @@ from jitcore.ir.symbol import Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.ops.autocast import outside_autocast
+from jitcore.verify import checked_call, external_effect, verify_calls
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
@@ -48,9 +49,10 @@ class CompileOptions:
     executors: tuple
     cache: str
     keep_inputs: str = "int"
+    verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/verify.py)
 
 
-def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int"):
+def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int", verify=None):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
     executors: a priority list of executors (objects or names: "inductor", "torch", ...; one alone needs no list);
@@ -59,14 +61,17 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
     that program (inlined; its own cache is untouched). Generator functions are refused: jit the loop body.
     keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`): "int"
     (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
+    verify: True (or a number of calls N) checks the first call (N calls) of every new cache entry against eager,
+    on copies, and raises VerificationError with the first differing line on a mismatch (jitcore/verify.py); False
+    (the default: the environment variable JITCORE_VERIFY=1 turns it on) costs nothing per call.
     """
-    options = CompileOptions(_resolve_executors(executors), cache, keep_inputs)
+    options = CompileOptions(_resolve_executors(executors), cache, keep_inputs, verify_calls(verify))
     Cache(cache)  # validates the option now, not at the first call
     check_keep_inputs(keep_inputs)
     _check_callable(fn)
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, options)
-    return JitFunction(fn, options)
+    return jit_function(fn, options)
 
 
 def _check_callable(fn):
@@ -126,7 +131,7 @@ class JitModule(torch.nn.Module):
         # functional_call, stateless reparametrization, `jm.weight = Parameter(...)`) changes the model it runs
         self.__dict__["_parameters"] = model._parameters
         self.__dict__["_buffers"] = model._buffers
-        self.__dict__["_jfn"] = JitFunction(model, options)
+        self.__dict__["_jfn"] = jit_function(model, options)
 
     def forward(self, /, *args, **kwargs):
         return self._jfn(*args, **kwargs)
@@ -180,7 +185,7 @@ class JitModule(torch.nn.Module):
         jf = self.__dict__.get("_jitted_forward")
         if jf is None:
             model = self.__dict__["_model"]
-            jf = self.__dict__["_jitted_forward"] = JitFunction(type(model).forward.__get__(model),
+            jf = self.__dict__["_jitted_forward"] = jit_function(type(model).forward.__get__(model),
                                                                   self.__dict__["_jfn"].options)
         return jf
 
@@ -274,6 +279,17 @@ class JitFunction:
             flat = entry.epilogue(self.fn, args, kwargs, flat)
         return entry.unflatten(flat)
 
+    def _run(self, entry, inputs, args, kwargs):
+        """Run an entry's computation and epilogue for a call (what __call__ does inline)."""
+        try:
+            flat = entry.computation(*inputs)
+        except Exception as e:
+            at_user_line(e, entry.traces[0])
+            raise
+        if entry.epilogue is not None:
+            flat = entry.epilogue(self.fn, args, kwargs, flat)
+        return entry.unflatten(flat)
+
     def entries(self) -> list:
         """The cache entries in the order they were compiled (under "no caching", the last call's)."""
         return list(reversed(self._cache.entries)) or ([self._last_entry] if self._last_entry else [])
@@ -310,6 +326,32 @@ class JitFunction:
         return entry, inputs
 
 
+class VerifyingJitFunction(JitFunction):
+    """A JitFunction made with jit(..., verify=N): the first N calls of each new entry are checked against eager
+    (jitcore/verify.py). Its own class, so the hot path of the others pays nothing for it."""
+
+    def __init__(self, fn, options: CompileOptions):
+        super().__init__(fn, options)
+        self._checks_left: dict = {}  # id(entry) -> calls still to check
+
+    def __call__(self, /, *args, **kwargs):
+        if _functorch_active():
+            return super().__call__(*args, **kwargs)  # (raises)
+        self._events_at_call = tuple(COMPILE_EVENTS)
+        found = self._cache.lookup(self.fn, args, kwargs)
+        entry, inputs = self._compile(args, kwargs) if found is None else found
+        self._last_entry = entry
+        left = self._checks_left.get(id(entry), self.options.verify)
+        if left <= 0:
+            return self._run(entry, inputs, args, kwargs)
+        self._checks_left[id(entry)] = left - 1
+        return checked_call(self, entry, inputs, args, kwargs)
+
+
+def jit_function(fn, options: CompileOptions) -> JitFunction:
+    return (VerifyingJitFunction if options.verify else JitFunction)(fn, options)
+
+
 # -- the pipeline: compile_entry runs the stages in order, each timed under its name in last_compile_stats ---------
 def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
     """One call's inputs -> a cache entry: interpret -> transforms -> claim -> memory -> codegen -> guards."""
@@ -336,7 +378,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
                        prologues.traces, prologues.explain, executable.backward_traces,
                        epilogue=guarded.run_epilogue, epilogue_traces=[epilogue] if epilogue else [], stats=stats,
                        mutated_inputs=tuple(w.arg_index for w in program.writebacks), check=prologues.full,
-                       module_state=prologues.state, value_dependent=value_dependence(traced))
+                       module_state=prologues.state, value_dependent=value_dependence(traced),
+                       external_effect=external_effect(traced.side_effects, fn) if options.verify else "")
     if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
         ir_lint.lint_traces(entry.traces, entry.backward_traces, entry.prologue_traces, entry.epilogue_traces)
     return entry

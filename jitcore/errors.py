@@ -84,3 +84,8 @@ class MetaError(JitError):
 
 class GuardFailure(JitError):
     """A prologue check failed where a miss cannot fall back to retracing."""
+
+
+class VerificationError(JitError):
+    """A jitted call whose results differ from eager's, found by jit(fn, verify=True) (jitcore/verify.py)."""
+

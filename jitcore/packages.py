@@ -271,7 +271,7 @@ def _check_versions(saved: dict):
 
 def _options(saved: dict, jit_options: dict) -> dict:
     """The jit options to load with: the package's, and any the caller gave must equal them."""
-    unknown = set(jit_options) - {"executors", "cache", "keep_inputs"}
+    unknown = set(jit_options) - {"executors", "cache", "keep_inputs", "verify"}
     if unknown:
         raise TypeError(f"unknown jit option(s) {', '.join(sorted(unknown))}")
     given = {}
@@ -291,7 +291,8 @@ def _options(saved: dict, jit_options: dict) -> dict:
         ok, why = ex.is_available() if hasattr(ex, "is_available") else (True, "")
         if not ok:
             raise PackageError(f"the package's executor {ex.name!r} is not available here: {why}")
-    return {"executors": executors, "cache": saved["cache"], "keep_inputs": saved["keep_inputs"]}
+    return {"executors": executors, "cache": saved["cache"], "keep_inputs": saved["keep_inputs"],
+            "verify": jit_options.get("verify")}  # (not part of the package: the loaded calls may be checked)
 
 
 def _load_regions(folder: Path, manifest: dict):

@@ -37,6 +37,7 @@ class CacheEntry:
     module_state: Any = None  # module_state.ModuleGuardState: when the module-rooted guards last passed (modules)
     value_dependent: str = ""  # why the program depends on tensor values ("" if it does not; guards/input_storage.py)
     input_spec: Any = None  # input_storage.InputSpec of the call it was compiled for
+    external_effect: str = ""  # (verify) why an eager re-run would write outside the arguments and module, if it would
 
     def __post_init__(self):
         if self.unflatten is None:
