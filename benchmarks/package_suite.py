@@ -120,7 +120,7 @@ def _precompile(model, args, phase: str, path: str) -> dict:
 
 def _run(one: str, executors: str, phase: str, package: str, timeout: float) -> dict:
     cache = tempfile.mkdtemp(prefix="jitcore-package-inductor-")
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "JITCORE_CACHE_DIR": cache, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
         proc = subprocess.run([sys.executable, "-m", "benchmarks.package_suite", "--child", "--one", one,

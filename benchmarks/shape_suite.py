@@ -294,7 +294,8 @@ def run_isolated(name: str, variant: str, *, quick: bool, threads: int, timeout:
     """One (workload, variant) in a fresh Python process with an empty Inductor cache; its Result as a dict."""
     res = Result(SUITE, name, variant)
     cache_dir = tempfile.mkdtemp(prefix="jitcore-shapes-inductor-")
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir, "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir, "JITCORE_CACHE_DIR": cache_dir,
+           "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
            "OMP_NUM_THREADS": str(threads), "PYTHONPATH": os.pathsep.join(
                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     cmd = [sys.executable, "-m", "benchmarks.shape_suite", "--one", name, "--variant", variant,

@@ -7,7 +7,11 @@ the wrapper's source runs with its imports of Inductor's modules replaced by wha
 hands out the packaged kernels in the order the wrapper asks for them, each checked against the digest of its C++
 source; the extern kernels as the torch functions they are), and each library is loaded as the Python extension it
 is. `install` files the records of a package by region text; the inductor executor takes them when it makes a
-region of that text (`take`), so a loaded package's first call compiles nothing.
+region of that text (`take`), so a loaded package's first call compiles nothing. The same records make the cache on
+disk (`store`, `stored`): every variant compiled is written under its region text (with the versions, the machine,
+Inductor's configuration and the compile options in the key), and a process that makes a region of the same text
+loads its variants instead of compiling them (JITCORE_CACHE_DIR, default ~/.cache/jitcore; JITCORE_REGION_CACHE=0
+turns it off).
 
 Only what is known to round-trip is recorded: CPU C++ kernels (Triton kernels on a GPU, templates, wrappers with
 constants or in-place inputs are left out: such a variant compiles again at its first run after a load). The
@@ -203,6 +207,87 @@ def load_variant(record: dict, libraries: dict, single: bool):
     return lambda *args: tuple(call(list(args)))
 
 
+# -- the cache on disk: compiled variants by region text, across processes -------------------------------------------
+_DISK_KEY: list = []  # (once per process) what else the compiled code depends on: versions, machine, options
+
+
+def cache_dir() -> Path | None:
+    """The folder of the compiled-region cache ($JITCORE_CACHE_DIR/inductor-regions, by default
+    ~/.cache/jitcore/inductor-regions), or None when JITCORE_REGION_CACHE=0 turns it off."""
+    if os.environ.get("JITCORE_REGION_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    root = os.environ.get("JITCORE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jitcore")
+    return Path(root) / "inductor-regions"
+
+
+def _disk_folder(text: str, options: dict) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    if not _DISK_KEY:
+        from importlib import metadata
+
+        import torch._inductor.config as inductor_config  # (only where regions compile: Inductor is imported)
+
+        try:
+            own = metadata.version("jitcore")
+        except metadata.PackageNotFoundError:
+            own = "unknown"
+        config = hashlib.sha256(repr(sorted(inductor_config.save_config_portable().items())).encode()).hexdigest()
+        _DISK_KEY.append(repr((own, torch.__version__, sys.version_info[:2], machine(), config)))
+    key = source_digest(f"{_DISK_KEY[0]}\n{sorted(options.items())!r}\n{text}")
+    return folder / key[:2] / key
+
+
+def _write(path: Path, data: bytes):
+    """Atomically (another process may write the same file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def store(text: str, options: dict, variant: dict):
+    """Write one compiled variant (export_variant's record, with "strides" and "guard") to the cache on disk.
+    Failures are silent: the cache is an optimization, the variant is already in use in this process."""
+    folder = _disk_folder(text, options)
+    if folder is None:
+        return
+    try:
+        import io
+
+        folder.mkdir(parents=True, exist_ok=True)
+        kernels = []
+        for k in variant["kernels"]:
+            name = f"kernel-{k['digest'][:32]}.so"
+            if not (folder / name).exists():
+                _write(folder / name, k["library"])
+            kernels.append({"name": k["name"], "digest": k["digest"], "file": name})
+        record = {**variant, "kernels": kernels}
+        buf = io.BytesIO()
+        torch.save(record, buf)
+        _write(folder / f"variant-{source_digest(repr((record['strides'], record['guard'])))[:24]}.pt",
+               buf.getvalue())
+    except OSError:
+        pass
+
+
+def stored(text: str, options: dict, single: bool, dynamic: bool):
+    """(region record, library paths) of the variants on disk for this region text, or None."""
+    folder = _disk_folder(text, options)
+    if folder is None or not folder.is_dir():
+        return None
+    variants = []
+    for path in sorted(folder.glob("variant-*.pt")):
+        try:
+            variants.append(torch.load(path, weights_only=False))
+        except Exception:  # (a file cut short by a crash: that variant compiles again)
+            continue
+    if not variants:
+        return None
+    libraries = {k["digest"]: str(folder / k["file"]) for v in variants for k in v["kernels"]}
+    return {"text": text, "single": single, "dynamic": dynamic, "variants": variants}, libraries
+
+
 def install(regions: list, folder: Path):
     """File a package's region records (jitcore/packages.py) for the regions compile_region makes next."""
     for region in regions:
@@ -221,5 +306,5 @@ def take(text: str):
     return record
 
 
-__all__ = ["LOADING", "PACKAGED", "export_variant", "install", "load_library", "load_variant", "loading", "machine",
-           "take"]
+__all__ = ["LOADING", "PACKAGED", "cache_dir", "export_variant", "install", "load_library", "load_variant", "loading",
+           "machine", "store", "stored", "take"]

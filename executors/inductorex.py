@@ -262,15 +262,15 @@ class CompiledRegion:
         return {"text": self.key[0], "dynamic": self.dynamic, "single": self.single, "variants": variants}
 
     def adopt(self, record: dict, libraries: dict):
-        """Take the compiled variants of a package's record of this region (no compile at their first run). A
-        variant that does not load is left out: it compiles when a call needs it."""
+        """Take the compiled variants of a record of this region, from a package or the cache on disk (no compile
+        at their first run). A variant that does not load is left out: it compiles when a call needs it."""
         for v in record["variants"]:
             try:
                 run = inductor_kernels.load_variant(v, libraries, self.single)
                 guard = _always if v["guard"] is None else guard_function(self.n_args, v["guard"])
             except Exception as e:  # (a library that will not load here, say: that variant compiles again)
-                warnings.warn(f"inductor: a packaged region variant could not be loaded ({type(e).__name__}: {e}); "
-                              "it compiles again", stacklevel=2)
+                warnings.warn(f"inductor: a stored compiled region variant could not be loaded ({type(e).__name__}: "
+                              f"{e}); it compiles again", stacklevel=2)
                 continue
             STATS["loaded"] += 1
             if self.dynamic:
@@ -295,8 +295,19 @@ class CompiledRegion:
                 run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
         except Exception as e:
             run = self._failed(e)
+        else:
+            self._store(run, strides, None)
         self.variants[strides] = run
         return run
+
+    def _store(self, run, strides, guard):
+        """Write a compiled variant to the cache on disk (executors/inductor_kernels.py), when it can be."""
+        if self.key[1] or inductor_kernels.cache_dir() is None:
+            return
+        record = inductor_kernels.export_variant(run, self.n_args)
+        if record is not None:
+            inductor_kernels.store(self.key[0], COMPILE_OPTIONS, {**record, "strides": strides,
+                                                                  "guard": getattr(guard, "text", None)})
 
     def _compile_dynamic(self, args):
         if len(self.guarded) >= MAX_DYNAMIC_VARIANTS:
@@ -310,6 +321,8 @@ class CompiledRegion:
                     guard, run = compile_symbolic(self.eager_fn, args, self.dims)
             except Exception as e:
                 guard, run = _always, self._failed(e)
+            else:
+                self._store(run, None, guard)
         self.guarded.append((guard, run))
         return run
 
@@ -419,9 +432,13 @@ def compile_region(sub: Trace):
     STATS["compiled"] += 1
     region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
                                             single=not isinstance(sub.output, tuple), n_args=len(sub.args))
-    packaged = inductor_kernels.take(key[0]) if not key[1] else None
-    if packaged is not None:  # compiled in another process and loaded from a package (jitcore.load)
-        region.adopt(*packaged)
+    if key[1]:  # (constants by identity: nothing from another process can match it)
+        return region
+    found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)
+    if found is None and not inductor_kernels.LOADING[0]:
+        found = inductor_kernels.stored(key[0], COMPILE_OPTIONS, region.single, region.dynamic)  # (the disk cache)
+    if found is not None:
+        region.adopt(*found)
     return region
 
 

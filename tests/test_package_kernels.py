@@ -1,7 +1,8 @@
 """Packages with Inductor regions (jitcore/packages.py, executors/inductor_kernels.py): the compiled kernels are
 saved with the programs and loaded in a new process, whose first call compiles nothing and gives bitwise the saving
 process's results (the same kernels), forward and training, in constant and symbolic values, without importing
-Inductor or Dynamo; a package made for another machine compiles again, with a warning."""
+Inductor or Dynamo; a package made for another machine compiles again, with a warning. The same records make the
+cache of compiled regions on disk: a second process compiles nothing."""
 from __future__ import annotations
 
 import os
@@ -135,3 +136,33 @@ def test_a_kernel_that_does_not_match_its_source_is_not_used():
     with pytest.raises(ValueError, match="does not match"):
         kernels.cpp_pybinding([], "int b;")
     assert kernels.cpp_pybinding([], "int a;") is print
+
+
+CACHED = '''
+import sys, torch, jitcore, usermod
+from executors import inductorex
+net = usermod.Net()
+jn = jitcore.jit(net, executors=["inductor"], cache=sys.argv[2])
+with torch.no_grad():  # (the forward's regions: the backward's take the same path)
+    y = jn(usermod.inputs(4))
+torch.save({"out": y, "compiles": jitcore.last_compile_stats(jn)["region_compiles"],
+            "loaded": inductorex.STATS["loaded"]}, sys.argv[1])
+'''
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_compiled_regions_are_cached_on_disk_across_processes(tmp_path, cache):
+    (tmp_path / "usermod.py").write_text(USER_MODULE)
+    env = {**os.environ, "JITCORE_REGION_CACHE": "1", "JITCORE_CACHE_DIR": str(tmp_path / "jitcore-cache"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    runs = []
+    for i in range(2):  # each with an empty Inductor cache: only jitcore's cache can help the second
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / f"inductor-{i}")
+        proc = subprocess.run([sys.executable, "-c", CACHED, str(tmp_path / f"run{i}.pt"), cache], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(torch.load(tmp_path / f"run{i}.pt", weights_only=False))
+    assert runs[0]["compiles"] > 0 and runs[0]["loaded"] == 0
+    assert runs[1]["compiles"] == 0 and runs[1]["loaded"] > 0
+    assert torch.equal(runs[0]["out"], runs[1]["out"])
+    assert list((tmp_path / "jitcore-cache" / "inductor-regions").glob("*/*/kernel-*.so"))
