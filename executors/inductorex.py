@@ -439,6 +439,7 @@ def compile_region(sub: Trace):
         found = inductor_kernels.stored(key[0], COMPILE_OPTIONS, region.single, region.dynamic)  # (the disk cache)
     if found is not None:
         region.adopt(*found)
+        COMPILE_EVENTS[1] += 1  # (ready-made, as a region reused in this process)
     return region
 
 

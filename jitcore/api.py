@@ -635,7 +635,8 @@ def last_compile_stats(jfn) -> dict:
     first run, a static region again for new input strides, a dynamic region again for a call its guards reject
     (a new size that only changes a symbol's value reuses the code: 0); and "regions_reused", the regions the
     call's compile took ready-made from the cross-function cache of compiled regions (the same region text in this
-    or another function). Both count process-wide: compiles of another jitted function called in between count too.
+    or another function), from the cache on disk or from a loaded package. Both count process-wide: compiles of
+    another jitted function called in between count too.
     """
     stats = dict(_entry(jfn).stats)
     start = getattr(jfn, "_jfn", jfn)._events_at_call
