@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -16,6 +17,7 @@ from executors import python_ex, torch_ex
 from executors.base import Executor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
+from jitcore import logs
 from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
@@ -262,7 +264,9 @@ class JitFunction:
                      "torch.autograd.grad), or transform the original function")
         self._events_at_call = tuple(COMPILE_EVENTS)  # last_compile_stats' region counts start here
         found = self._cache.lookup(self.fn, args, kwargs)  # the prologues: (entry, inputs), or None on a miss
-        entry, inputs = self._compile(args, kwargs) if found is None else found
+        if found is None:
+            return self._compile_and_run(args, kwargs)
+        entry, inputs = found
         self._last_entry = entry
         # run (inline: this is the hot path): the computation, the epilogue's side effects, the output structure
         try:
@@ -273,6 +277,23 @@ class JitFunction:
         if entry.epilogue is not None:
             flat = entry.epilogue(self.fn, args, kwargs, flat)
         return entry.unflatten(flat)
+
+    def _compile_and_run(self, args, kwargs):
+        """A miss: compile, then run as __call__ does; a first compile that takes long shows its progress (the first
+        run included: fusion regions compile there)."""
+        start = COMPILE_EVENTS[0]
+        with logs.Progress(self.__name__, regions=lambda: COMPILE_EVENTS[0] - start):
+            entry, inputs = self._compile(args, kwargs)
+            self._last_entry = entry
+            logs.stage("first run")
+            try:
+                flat = entry.computation(*inputs)
+            except Exception as e:  # as in __call__
+                at_user_line(e, entry.traces[0])
+                raise
+            if entry.epilogue is not None:
+                flat = entry.epilogue(self.fn, args, kwargs, flat)
+            return entry.unflatten(flat)
 
     def entries(self) -> list:
         """The cache entries in the order they were compiled (under "no caching", the last call's)."""
@@ -339,14 +360,33 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
                        module_state=prologues.state, value_dependent=value_dependence(traced))
     if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
         ir_lint.lint_traces(entry.traces, entry.backward_traces, entry.prologue_traces, entry.epilogue_traces)
+    _log_compile(fn, entry)
     return entry
 
 
 @contextmanager
 def _stage(stats: dict, name: str):
+    logs.stage(name)
     with Timer() as t:
         yield
     stats[name] = t.seconds
+
+
+def _log_compile(fn, entry: CacheEntry):
+    """The topics of a compile (jitcore/logs.py): its final programs, its guards, its seconds per stage."""
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    for topic, traces in (("traces", [entry.traces, entry.backward_traces]),
+                          ("guards", [entry.prologue_traces])):
+        if logs.enabled(topic, logging.DEBUG):  # every pass
+            for t in (t for ts in traces for t in ts):
+                logs.log(topic, "%s:\n%s", name, t, level=logging.DEBUG)
+        elif logs.enabled(topic):  # what runs
+            for t in (ts[-1] for ts in traces if ts):
+                logs.log(topic, "%s:\n%s", name, t)
+    if logs.enabled("compile_times"):
+        total = sum(entry.stats.values())
+        logs.log("compile_times", "%s: %.1f ms (%s)", name, total * 1e3,
+                 ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in entry.stats.items()))
 
 
 @dataclass(frozen=True)
