@@ -25,7 +25,7 @@ from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_funct
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
-from jitcore.guards.input_storage import InputSpec, check_keep_inputs, describe, value_dependence
+from jitcore.guards.input_storage import check_keep_inputs, describe, value_dependence
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.inspection import ExamineReport, examine_call
@@ -55,12 +55,34 @@ class CompileOptions:
 def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int"):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
-    executors: a priority list of executors (objects or names: "inductor", "torch", ...; one alone needs no list);
-    the torch and python executors always come last as the fallback. cache: "constant values" (default),
-    "symbolic values" or "no caching". A jitted function or module called inside another jitted program is part of
-    that program (inlined; its own cache is untouched). Generator functions are refused: jit the loop body.
-    keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`): "int"
-    (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
+    fn: a function, a callable object or an nn.Module (a jitted module keeps the original's parameters, buffers,
+    train/eval and state_dict). Generator and coroutine functions are refused: jit the loop body. A jitted function
+    or module called inside another jitted program is part of that program (inlined; its own cache is untouched).
+
+    Options (keyword-only):
+
+    executors: who runs the ops, a priority list of executor objects or names (one alone needs no list):
+        "inductor" (fusion regions compiled by torch.compile's Inductor, CPU and GPU), "nvfuser" (fusion regions,
+        CUDA only), "torch" (torch kernels), "python" (number and shape arithmetic), or an executor of your own
+        (`executors.OperatorExecutor`). The torch and python executors always come last as the fallback;
+        None (default): only them.
+    cache: when a call reuses a compiled program. "constant values" (default): sizes and Python numbers are part of
+        the program, a new value compiles again; "symbolic values": sizes and Python ints/floats are symbols, the
+        prologue checks the predicates Python's answers relied on (`i0 > 2`), so new sizes usually reuse the
+        program; "no caching": every call traces again.
+    keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`, packages):
+        "int" (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
+
+    >>> import torch, jitcore
+    >>> def foo(a, b):
+    ...     return a.unsqueeze(1) + b
+    >>> jfoo = jitcore.jit(foo, cache="symbolic values")
+    >>> jfoo(torch.ones(3, 4), torch.ones(3, 1, 4)).shape
+    torch.Size([3, 1, 4])
+    >>> jfoo(torch.ones(5, 6), torch.ones(5, 1, 6)).shape   # new sizes, the same program
+    torch.Size([5, 1, 6])
+    >>> jitcore.cache_misses(jfoo)
+    1
     """
     options = CompileOptions(_resolve_executors(executors), cache, keep_inputs)
     Cache(cache)  # validates the option now, not at the first call
@@ -590,91 +612,19 @@ def _needs_autodiff(trace) -> bool:
     return any(getattr(o, "requires_grad", False) for o in tree_leaves(trace.output))
 
 
-# -- inspection -------------------------------------------------------------------------------------------------
-def _entry(jfn) -> CacheEntry:
-    entry = getattr(jfn, "_last_entry", None)
-    if entry is None:
-        raise ValueError("this function has not been called yet (or is not a jitcore.jit function)")
-    return entry
-
-
-def last_traces(jfn) -> list:
-    """The computation traces of the last call, one per pass, in order (the last is what ran)."""
-    return list(_entry(jfn).traces)
-
-
-def last_backward_traces(jfn) -> list:
-    """The backward traces of the last call's entry; when its last backward got None for some outputs' gradients
-    (outputs the loss does not reach), followed by the traces of the backward that ran instead."""
-    entry = _entry(jfn)
-    program = entry.computation
-    ran = getattr(program, "last_without", None)
-    return list(entry.backward_traces) + (program.without_traces(ran) if ran is not None else [])
-
-
-def last_prologue_traces(jfn) -> list:
-    return list(_entry(jfn).prologue_traces)
-
-
-def last_epilogue_traces(jfn) -> list:
-    """The side-effect replay of the last call's entry (empty when the function wrote nothing outside)."""
-    return list(_entry(jfn).epilogue_traces)
-
-
-def last_compile_stats(jfn) -> dict:
-    """Seconds spent per stage compiling the last call's entry, in pipeline order (see `compile_entry`): interpret
-    (bytecode -> computation trace), transforms (functionalize, dce, cse, autodiff), claim (executors take the ops),
-    memory (buffer reuse, del-last-used), codegen (the callables that run, the autograd wrapper), guards (prologues,
-    epilogue). The stage seconds are the entry's (a cache hit reports the compile that made it).
-
-    Then two counts of the last call itself, from its start until now (read them after the backward to include
-    the backward's): "region_compiles", the fusion regions (Inductor's) compiled: a region compiles lazily at its
-    first run, a static region again for new input strides, a dynamic region again for a call its guards reject
-    (a new size that only changes a symbol's value reuses the code: 0); and "regions_reused", the regions the
-    call's compile took ready-made from the cross-function cache of compiled regions (the same region text in this
-    or another function). Both count process-wide: compiles of another jitted function called in between count too.
-    """
-    stats = dict(_entry(jfn).stats)
-    start = getattr(jfn, "_jfn", jfn)._events_at_call
-    stats["region_compiles"] = COMPILE_EVENTS[0] - start[0]
-    stats["regions_reused"] = COMPILE_EVENTS[1] - start[1]
-    return stats
-
-
-def _cache_of(jfn) -> Cache:
-    cache = getattr(jfn, "_cache", None)
-    if cache is None:
-        raise ValueError("not a jitcore.jit function")
-    return cache
-
-
-def cache_hits(jfn) -> int:
-    return _cache_of(jfn).hits
-
-
-def input_specs(jfn) -> list[InputSpec]:
-    """One description per cache entry (in the order they were compiled) of the call it was compiled for: tensors
-    as metadata and, per the jit option keep_inputs, values; other arguments as they were. `spec.materialize()`
-    rebuilds (args, kwargs) to call the function with, e.g. to compile ahead of a real call:
-
-        args, kwargs = jitcore.input_specs(jfn)[0].materialize()
-        jfn(*args, **kwargs)
-
-    Under cache="no caching" it is the last call's. See jitcore/guards/input_storage.py."""
-    _cache_of(jfn)  # (a clear error for what is not a jitted function)
-    inner = jfn.__dict__["_jfn"] if isinstance(jfn, JitModule) else jfn
-    return [e.input_spec for e in inner.entries() if e.input_spec is not None]
-
-
-def cache_misses(jfn) -> int:
-    return _cache_of(jfn).misses
-
-
-def cache_miss_reasons(jfn) -> list[str]:
-    return list(_cache_of(jfn).miss_reasons)
-
-
+# -- inspection (the accessors of the last call are in jitcore/inspection.py) --------------------------------
 def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
     """Which ops fn(*args, **kwargs) uses, whether each is supported, which executor would run it (`executors` as
-    for `jit`), and what falls back to opaque. Traces once without running; prints nothing, returns the report."""
+    for `jit`), and what falls back to opaque. Traces once without running; prints nothing, returns the report.
+    (`jitcore.explain(jfn, *args)` is the report of a jitted function, calling it if needed.)
+
+    >>> def f(x):
+    ...     return torch.nn.functional.gelu(x).sum()
+    >>> print(jitcore.examine(f, torch.ones(2)))
+    op                                       count  executor
+    ----------------------------------------------------------------
+    ltorch.gelu                                  1  torch
+    ltorch.sum                                   1  torch
+    2 distinct ops, 2 calls; 0 opaque (none)
+    """
     return examine_call(fn, args, kwargs, _resolve_executors(executors))
