@@ -24,6 +24,7 @@ __all__ = [
     "cache_miss_reasons",
     "cache_misses",
     "examine",
+    "explain",
     "input_specs",
     "jit",
     "last_backward_traces",
@@ -42,6 +43,10 @@ _PACKAGES = ("save", "load", "repro", "PackageError")
 
 # the public names load jitcore.api on first use (module __getattr__): see the docstring
 def __getattr__(name):
+    if name == "explain":
+        from jitcore.explanation import explain  # (imports jitcore.api: loaded on first use, as the names below)
+
+        return explain
     if name in _PACKAGES:
         from jitcore import packages  # (imports jitcore.api: loaded on first use, as the names below)
 

@@ -28,7 +28,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 PUBLIC = {
     **{name: getattr(jitcore, name) for name in (
         "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
-        "last_compile_stats", "cache_hits", "cache_misses", "cache_miss_reasons", "examine")},
+        "last_compile_stats", "cache_hits", "cache_misses", "cache_miss_reasons", "examine", "explain")},
     "OperatorExecutor": executors.OperatorExecutor,
     "FusionExecutor": executors.FusionExecutor,
     "register_implementation": OperatorExecutor.register_implementation,
