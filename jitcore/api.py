@@ -262,6 +262,11 @@ del _name
 _functorch_active = torch._C._are_functorch_transforms_active
 
 
+def _regions_since(start: int) -> int:
+    """Fusion regions compiled since COMPILE_EVENTS[0] was `start` (a compile's progress shows it)."""
+    return COMPILE_EVENTS[0] - start
+
+
 class JitFunction:
     """The jitted callable: its cache of compiled entries and the last entry used (for inspection)."""
 
@@ -286,8 +291,20 @@ class JitFunction:
                      "torch.autograd.grad), or transform the original function")
         self._events_at_call = tuple(COMPILE_EVENTS)  # last_compile_stats' region counts start here
         found = self._cache.lookup(self.fn, args, kwargs)  # the prologues: (entry, inputs), or None on a miss
-        if found is None:
-            return self._compile_and_run(args, kwargs)
+        if found is None:  # a miss: compile and run here (no frame of its own between the caller's and the user's
+            # in a traceback); a compile that takes long shows its progress, the first run's region compiles included
+            with logs.Progress(self.__name__, regions=functools.partial(_regions_since, COMPILE_EVENTS[0])):
+                entry, inputs = self._compile(args, kwargs)
+                self._last_entry = entry
+                logs.stage("first run")
+                try:
+                    flat = entry.computation(*inputs)
+                except Exception as e:  # as below
+                    at_user_line(e, entry.traces[0])
+                    raise
+                if entry.epilogue is not None:
+                    flat = entry.epilogue(self.fn, args, kwargs, flat)
+                return entry.unflatten(flat)
         entry, inputs = found
         self._last_entry = entry
         # run (inline: this is the hot path): the computation, the epilogue's side effects, the output structure
@@ -299,23 +316,6 @@ class JitFunction:
         if entry.epilogue is not None:
             flat = entry.epilogue(self.fn, args, kwargs, flat)
         return entry.unflatten(flat)
-
-    def _compile_and_run(self, args, kwargs):
-        """A miss: compile, then run as __call__ does; a first compile that takes long shows its progress (the first
-        run included: fusion regions compile there)."""
-        start = COMPILE_EVENTS[0]
-        with logs.Progress(self.__name__, regions=lambda: COMPILE_EVENTS[0] - start):
-            entry, inputs = self._compile(args, kwargs)
-            self._last_entry = entry
-            logs.stage("first run")
-            try:
-                flat = entry.computation(*inputs)
-            except Exception as e:  # as in __call__
-                at_user_line(e, entry.traces[0])
-                raise
-            if entry.epilogue is not None:
-                flat = entry.epilogue(self.fn, args, kwargs, flat)
-            return entry.unflatten(flat)
 
     def entries(self) -> list:
         """The cache entries in the order they were compiled (under "no caching", the last call's)."""
