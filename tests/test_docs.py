@@ -97,3 +97,12 @@ def test_the_readme_runs_and_prints_what_it_shows():
         elif kind == "output":
             assert normalize(code.strip()) in normalize(printed.getvalue()), (
                 f"the README shows\n{code}\nbut its code printed\n{printed.getvalue()}")
+
+
+def test_a_first_run_needs_no_package_the_project_does_not_install():
+    """torch warns "Failed to initialize NumPy" at import when numpy is missing, and torch does not depend on it:
+    the project does, so `pip install -e . && python -m benchmarks.demo` prints no warning a newcomer cannot act on."""
+    import tomllib
+
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
+    assert any(re.match(r"numpy\b", d) for d in project["dependencies"])
