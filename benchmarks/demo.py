@@ -44,7 +44,7 @@ def main():
     torch.testing.assert_close(logits, ref_logits, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(loss, ref_loss, atol=1e-4, rtol=1e-4)
 
-    banner("Timing (CPU; each round times eager and jit once, in a shuffled order; paired medians)")
+    banner("Timing (CPU; each round times eager and jit once, in a shuffled order; below 1 means jit is faster)")
     params = list(model.parameters())
 
     def fwd_bwd(run):
@@ -63,12 +63,20 @@ def main():
     print(f"first call (trace + transforms + codegen): {compile_s * 1000:8.1f} ms")
     for name, make in (("forward, no_grad:  ", fwd), ("forward + backward:", fwd_bwd)):
         samples = interleaved_samples({"eager": make(model), "jit": make(jmodel)}, repeat=30)
-        speedup, lo, hi = paired_ratio(samples["eager"], samples["jit"])
-        print(f"{name} eager {statistics.median(samples['eager']) * 1e3:7.2f} ms   "
-              f"jit {statistics.median(samples['jit']) * 1e3:7.2f} ms   "
-              f"speedup {speedup:5.2f}x [{lo:.2f}-{hi:.2f}]")
+        print(f"{name} {speed_line(samples['jit'], samples['eager'])}")
     print(f"cache: {jitcore.cache_hits(jmodel)} hits, {jitcore.cache_misses(jmodel)} misses")
     print("\nresults match eager (logits and loss).")
+
+
+def speed_line(jit: list, eager: list) -> str:
+    """One number per mode: the median over rounds of jit time / eager time (each round times both), its 95%
+    interval, and which is faster (neither, when the interval holds 1)."""
+    ratio, lo, hi = paired_ratio(jit, eager)  # (paired_ratio(base, other): the median of base / other)
+    verdict = ("jit is faster" if hi < 1 else "eager is faster" if lo > 1 else
+               "no clear difference (the interval holds 1)")
+    return (f"jit time / eager time {ratio:.2f} (95% interval {lo:.2f}-{hi:.2f}, {len(jit)} paired rounds): "
+            f"{verdict}   [medians: jit {statistics.median(jit) * 1e3:.2f} ms, eager "
+            f"{statistics.median(eager) * 1e3:.2f} ms]")
 
 
 def _head(text: str, n: int) -> str:

@@ -89,20 +89,21 @@ def run(args) -> list[dict]:
         print(f"huggingface suite skipped: {hf_missing}")
     work = core_workloads(quick) + hf + cache_workloads(quick)
     results = []
-    for w in work:
-        if suites and w.suite not in suites:
-            continue
+    chosen = [w for w in work if not suites or w.suite in suites]
+    for k, w in enumerate(chosen, 1):
         extra = [SYMBOLIC, SYMBOLIC_INDUCTOR] if w.suite == "cache" else []
         names = variants + [v for v in extra if v not in variants]
         for v in names:
+            _progress(f"[{k}/{len(chosen)}] {w.suite} / {w.name} / {v} ...")
             start = time.perf_counter()
             if w.shapes:
                 r = measure_shapes(w, v, limit=args.limit)
             else:
                 inner = (100 if quick else 1000) if w.suite == "tiny add" else 1
                 r = measure(w, v, repeat=repeat, inner=inner, memory=not args.no_memory, limit=args.limit)
-            print(f"{w.suite:12s} {w.name:28s} {v:28s} {r.status:5s} {time.perf_counter() - start:6.1f}s"
-                  f"{'  ' + r.error if r.error else ''}", flush=True)
+            _progress("")
+            print(f"[{k}/{len(chosen)}] {w.suite:12s} {w.name:28s} {v:28s} {r.status:5s} "
+                  f"{time.perf_counter() - start:6.1f}s{'  ' + r.error if r.error else ''}", flush=True)
             results.append(asdict(r))
             gc.collect()  # the variant's compiled objects go before the next one is measured
     if (suites is None and not quick) or (suites and shape_suite.SUITE in suites):
@@ -113,6 +114,15 @@ def run(args) -> list[dict]:
         print(f"{shape_suite.SUITE} suite skipped in --quick runs: add --suites {shape_suite.SUITE} (fresh processes, "
               "compiles: minutes)")
     return results
+
+
+def _progress(text: str):
+    """The workload being measured, on a terminal's stderr (one line, rewritten; "" clears it): a variant that
+    compiles for a minute shows what it is. Nothing when stderr is piped or in CI (each finished workload prints its
+    own line on stdout)."""
+    if sys.stderr.isatty() and not os.environ.get("CI"):
+        sys.stderr.write(f"\r\x1b[K{text}")
+        sys.stderr.flush()
 
 
 def main(argv=None):

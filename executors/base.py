@@ -24,6 +24,14 @@ def register_executor(ex: Executor) -> Executor:
 
 
 def get_executor(name_or_ex) -> Executor:
+    """The executor of a name ("torch", "python", "inductor", "nvfuser", or the name of one of your own), or the
+    executor itself; an unknown name raises ValueError listing the known ones. `jit(fn, executors=[...])` takes
+    names or objects alike.
+
+    >>> from executors import get_executor
+    >>> get_executor("torch").name
+    'torch'
+    """
     if isinstance(name_or_ex, Executor):
         return name_or_ex
     if name_or_ex in ("inductor", "inductor_ex", "nvfuser", "nvfuser_ex"):
@@ -103,25 +111,31 @@ class _ExecutorNamespace:
 class OperatorExecutor(Executor):
     """Runs ops one at a time with its own kernels; `implmap` is its table: op id -> Implementation.
 
-    Adding your own, in a few lines::
+    Adding your own, in a few lines (`register_implementation` runs an existing op with your kernel,
+    `register_operator` makes a new op):
 
-        import torch, jitcore
-        from executors import OperatorExecutor
-        from jitcore.ops import ltorch
-
-        myex = OperatorExecutor("myex")
-
-        def my_gelu(a, approximate="none"):          # runs on real tensors
-            return torch.nn.functional.gelu(a, approximate=approximate)
-
-        # take ltorch.gelu, but only for float32 inputs; everything else falls through to the next executor
-        myex.register_implementation(ltorch.gelu, my_gelu,
-                                     checker=lambda a, approximate="none": a.dtype == torch.float32)
-
-        jfn = jitcore.jit(fn, executors=[myex])      # the trace prints `t1 = myex.my_gelu(t0)`
-
-    A new op of your own: `myop = myex.register_operator("myop", meta=..., fn=...)` gives a Symbol you can call in
-    jitted code (and `like=` an existing op reuses that op's meta).
+    >>> import torch, jitcore
+    >>> from executors import OperatorExecutor
+    >>> from jitcore.ops import ltorch
+    >>> myex = OperatorExecutor("myex")
+    >>> def my_gelu(a, approximate="none"):      # runs on real tensors
+    ...     return torch.nn.functional.gelu(a, approximate=approximate)
+    >>> _ = myex.register_implementation(ltorch.gelu, my_gelu,   # float32 only; the rest goes to the next executor
+    ...                                  checker=lambda a, approximate="none": a.dtype == torch.float32)
+    >>> jfn = jitcore.jit(lambda x: torch.nn.functional.gelu(x), executors=[myex])
+    >>> jfn(torch.zeros(2))
+    tensor([0., 0.])
+    >>> print(jitcore.last_traces(jfn)[-1])
+    # Constructed by Delete Last Used (free tensors after their last use) (took 0.02 ms)
+    # myex: the kernels of executor 'myex'
+    import torch
+    def computation(t0):
+      # t0: "cpu f32[2]"
+      t5 = myex.my_gelu(t0)  # t5: "cpu f32[2]"
+        # t5 = ltorch.gelu(t0)
+    ...
+      return (t5,)
+    <BLANKLINE>
     """
 
     def __init__(self, name: str, namespace_name: str | None = None):
@@ -145,7 +159,17 @@ class OperatorExecutor(Executor):
 
     def register_operator(self, name: str, *, meta: Callable | None = None, like: Symbol | None = None,
                           fn: Callable, tags=()) -> Symbol:
-        """A new op run by `fn`; callable in jitted code; its meta is `meta` or that of the op `like`."""
+        """A new op run by `fn`; callable in jitted code; its meta (output shapes and dtypes from input proxies) is
+        `meta` or that of the op `like`. Returns the op: a Symbol to call in the function you jit.
+
+        >>> from executors import OperatorExecutor
+        >>> from jitcore.ops import prims
+        >>> sqex = OperatorExecutor("sqex")
+        >>> square = sqex.register_operator("square", like=prims.neg, fn=lambda a: a * a)
+        >>> jf = jitcore.jit(lambda x: square(x) + 1, executors=[sqex])
+        >>> jf(torch.full((2,), 3.0))
+        tensor([10., 10.])
+        """
         meta = meta if meta is not None else like.meta
         if meta is None:
             raise ValueError(f"register_operator({name!r}): give meta= or like= an op that has a meta")
@@ -157,7 +181,20 @@ class OperatorExecutor(Executor):
 
     def register_implementation(self, op: Symbol, fn: Callable | Symbol, *, checker: Callable | None = None,
                                 name: str | None = None, torch_path: str | None = None):
-        """Run the existing op `op` with `fn` (a kernel over real tensors, or a symbol of this executor)."""
+        """Run the existing op `op` with `fn` (a kernel over real tensors, or a symbol of this executor) where
+        `checker` (called with the op's arguments: proxies with shape, dtype, device) accepts; `name` is the kernel's
+        name in traces, `torch_path` prints it as that torch function. Returns the kernel's symbol.
+
+        >>> from executors import OperatorExecutor
+        >>> from jitcore.ops import ltorch
+        >>> tanhex = OperatorExecutor("tanhex")
+        >>> _ = tanhex.register_implementation(ltorch.tanh, lambda a: torch.tanh(a), name="my_tanh")
+        >>> jf = jitcore.jit(lambda x: torch.tanh(x), executors=[tanhex])
+        >>> jf(torch.zeros(1))
+        tensor([0.])
+        >>> [line for line in str(jitcore.last_traces(jf)[-1]).splitlines() if "my_tanh" in line]
+        ['  t1 = tanhex.my_tanh(t0)  # t1: "cpu f32[1]"']
+        """
         if isinstance(fn, Symbol):
             sym = fn
         else:
@@ -213,7 +250,15 @@ def no_meta(op):
 
 
 class FusionExecutor(Executor):
-    """Claims ops like an operator executor, then groups claimed lines into fused regions (see regions.py)."""
+    """Claims ops like an operator executor, then groups claimed lines into fused regions (see regions.py): a
+    subclass implements `can_execute(bsym)` and `fuse(trace)` (the claimed trace -> a new trace whose regions are
+    lines of their own, `inductor_fusion0(...)`, each with its body printable). executors/inductorex.py is the
+    worked example; `jit(fn, executors=["inductor"])` uses it.
+
+    >>> from executors import FusionExecutor, get_executor
+    >>> isinstance(get_executor("inductor"), FusionExecutor)
+    True
+    """
 
     def fuse(self, trace):
         raise NotImplementedError

@@ -8,10 +8,10 @@ does not pull the whole pipeline in while it initialises.
 from jitcore import ops  # noqa: F401
 from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError, VerificationError
 
-_API = (
-    "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
-    "last_compile_stats", "cache_hits",
-    "cache_misses", "cache_miss_reasons", "examine", "input_specs",
+_API = ("jit", "examine")
+_INSPECTION = (
+    "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces", "last_compile_stats",
+    "cache_hits", "cache_misses", "cache_miss_reasons", "input_specs",
 )
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "cache_miss_reasons",
     "cache_misses",
     "examine",
+    "explain",
     "input_specs",
     "jit",
     "last_backward_traces",
@@ -43,10 +44,18 @@ _PACKAGES = ("save", "load", "repro", "PackageError")
 
 # the public names load jitcore.api on first use (module __getattr__): see the docstring
 def __getattr__(name):
+    if name == "explain":
+        from jitcore.explanation import explain  # (imports jitcore.api: loaded on first use, as the names below)
+
+        return explain
     if name in _PACKAGES:
         from jitcore import packages  # (imports jitcore.api: loaded on first use, as the names below)
 
         return getattr(packages, name)
+    if name in _INSPECTION:
+        from jitcore import inspection  # (loaded on first use, as jitcore.api below)
+
+        return getattr(inspection, name)
     if name in _API:
         from jitcore import api  # cycle with executors: api imports executors, which import jitcore's IR
 

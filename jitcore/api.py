@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -16,6 +17,7 @@ from executors import python_ex, torch_ex
 from executors.base import Executor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
+from jitcore import logs
 from jitcore.autograd import AutogradProgram, WithoutHistory
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
@@ -23,7 +25,7 @@ from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_funct
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
-from jitcore.guards.input_storage import InputSpec, check_keep_inputs, describe, value_dependence
+from jitcore.guards.input_storage import check_keep_inputs, describe, value_dependence
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.inspection import ExamineReport, examine_call
@@ -55,15 +57,39 @@ class CompileOptions:
 def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int", verify=None):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
-    executors: a priority list of executors (objects or names: "inductor", "torch", ...; one alone needs no list);
-    the torch and python executors always come last as the fallback. cache: "constant values" (default),
-    "symbolic values" or "no caching". A jitted function or module called inside another jitted program is part of
-    that program (inlined; its own cache is untouched). Generator functions are refused: jit the loop body.
-    keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`): "int"
-    (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
-    verify: True (or a number of calls N) checks the first call (N calls) of every new cache entry against eager,
-    on copies, and raises VerificationError with the first differing line on a mismatch (jitcore/verify.py); False
-    (the default: the environment variable JITCORE_VERIFY=1 turns it on) costs nothing per call.
+    fn: a function, a callable object or an nn.Module (a jitted module keeps the original's parameters, buffers,
+    train/eval and state_dict). Generator and coroutine functions are refused: jit the loop body. A jitted function
+    or module called inside another jitted program is part of that program (inlined; its own cache is untouched).
+
+    Options (keyword-only):
+
+    executors: who runs the ops, a priority list of executor objects or names (one alone needs no list):
+        "inductor" (fusion regions compiled by torch.compile's Inductor, CPU and GPU), "nvfuser" (fusion regions,
+        CUDA only), "torch" (torch kernels), "python" (number and shape arithmetic), or an executor of your own
+        (`executors.OperatorExecutor`). The torch and python executors always come last as the fallback;
+        None (default): only them.
+    cache: when a call reuses a compiled program. "constant values" (default): sizes and Python numbers are part of
+        the program, a new value compiles again; "symbolic values": sizes and Python ints/floats are symbols, the
+        prologue checks the predicates Python's answers relied on (`i0 > 2`), so new sizes usually reuse the
+        program; "no caching": every call traces again.
+    keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`, packages):
+        "int" (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
+    verify: check the compiled programs against eager (jitcore/verify.py). True, or a number of calls N: the first
+        call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
+        inputs and module state after the call); a mismatch raises VerificationError with the first differing
+        program line and a repro folder. False, or None (default) with no JITCORE_VERIFY=1 in the environment: off,
+        at no cost per call.
+
+    >>> import torch, jitcore
+    >>> def foo(a, b):
+    ...     return a.unsqueeze(1) + b
+    >>> jfoo = jitcore.jit(foo, cache="symbolic values")
+    >>> jfoo(torch.ones(3, 4), torch.ones(3, 1, 4)).shape
+    torch.Size([3, 1, 4])
+    >>> jfoo(torch.ones(5, 6), torch.ones(5, 1, 6)).shape   # new sizes, the same program
+    torch.Size([5, 1, 6])
+    >>> jitcore.cache_misses(jfoo)
+    1
     """
     options = CompileOptions(_resolve_executors(executors), cache, keep_inputs, verify_calls(verify))
     Cache(cache)  # validates the option now, not at the first call
@@ -243,6 +269,11 @@ del _name
 _functorch_active = torch._C._are_functorch_transforms_active
 
 
+def _regions_since(start: int) -> int:
+    """Fusion regions compiled since COMPILE_EVENTS[0] was `start` (a compile's progress shows it)."""
+    return COMPILE_EVENTS[0] - start
+
+
 class JitFunction:
     """The jitted callable: its cache of compiled entries and the last entry used (for inspection)."""
 
@@ -267,7 +298,21 @@ class JitFunction:
                      "torch.autograd.grad), or transform the original function")
         self._events_at_call = tuple(COMPILE_EVENTS)  # last_compile_stats' region counts start here
         found = self._cache.lookup(self.fn, args, kwargs)  # the prologues: (entry, inputs), or None on a miss
-        entry, inputs = self._compile(args, kwargs) if found is None else found
+        if found is None:  # a miss: compile and run here (no frame of its own between the caller's and the user's
+            # in a traceback); a compile that takes long shows its progress, the first run's region compiles included
+            with logs.Progress(self.__name__, regions=functools.partial(_regions_since, COMPILE_EVENTS[0])):
+                entry, inputs = self._compile(args, kwargs)
+                self._last_entry = entry
+                logs.stage("first run")
+                try:
+                    flat = entry.computation(*inputs)
+                except Exception as e:  # as below
+                    at_user_line(e, entry.traces[0])
+                    raise
+                if entry.epilogue is not None:
+                    flat = entry.epilogue(self.fn, args, kwargs, flat)
+                return entry.unflatten(flat)
+        entry, inputs = found
         self._last_entry = entry
         # run (inline: this is the hot path): the computation, the epilogue's side effects, the output structure
         try:
@@ -382,14 +427,33 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
                        external_effect=external_effect(traced.side_effects, fn) if options.verify else "")
     if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
         ir_lint.lint_traces(entry.traces, entry.backward_traces, entry.prologue_traces, entry.epilogue_traces)
+    _log_compile(fn, entry)
     return entry
 
 
 @contextmanager
 def _stage(stats: dict, name: str):
+    logs.stage(name)
     with Timer() as t:
         yield
     stats[name] = t.seconds
+
+
+def _log_compile(fn, entry: CacheEntry):
+    """The topics of a compile (jitcore/logs.py): its final programs, its guards, its seconds per stage."""
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    for topic, traces in (("traces", [entry.traces, entry.backward_traces]),
+                          ("guards", [entry.prologue_traces])):
+        if logs.enabled(topic, logging.DEBUG):  # every pass
+            for t in (t for ts in traces for t in ts):
+                logs.log(topic, "%s:\n%s", name, t, level=logging.DEBUG)
+        elif logs.enabled(topic):  # what runs
+            for t in (ts[-1] for ts in traces if ts):
+                logs.log(topic, "%s:\n%s", name, t)
+    if logs.enabled("compile_times"):
+        total = sum(entry.stats.values())
+        logs.log("compile_times", "%s: %.1f ms (%s)", name, total * 1e3,
+                 ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in entry.stats.items()))
 
 
 @dataclass(frozen=True)
@@ -593,92 +657,19 @@ def _needs_autodiff(trace) -> bool:
     return any(getattr(o, "requires_grad", False) for o in tree_leaves(trace.output))
 
 
-# -- inspection -------------------------------------------------------------------------------------------------
-def _entry(jfn) -> CacheEntry:
-    entry = getattr(jfn, "_last_entry", None)
-    if entry is None:
-        raise ValueError("this function has not been called yet (or is not a jitcore.jit function)")
-    return entry
-
-
-def last_traces(jfn) -> list:
-    """The computation traces of the last call, one per pass, in order (the last is what ran)."""
-    return list(_entry(jfn).traces)
-
-
-def last_backward_traces(jfn) -> list:
-    """The backward traces of the last call's entry; when its last backward got None for some outputs' gradients
-    (outputs the loss does not reach), followed by the traces of the backward that ran instead."""
-    entry = _entry(jfn)
-    program = entry.computation
-    ran = getattr(program, "last_without", None)
-    return list(entry.backward_traces) + (program.without_traces(ran) if ran is not None else [])
-
-
-def last_prologue_traces(jfn) -> list:
-    return list(_entry(jfn).prologue_traces)
-
-
-def last_epilogue_traces(jfn) -> list:
-    """The side-effect replay of the last call's entry (empty when the function wrote nothing outside)."""
-    return list(_entry(jfn).epilogue_traces)
-
-
-def last_compile_stats(jfn) -> dict:
-    """Seconds spent per stage compiling the last call's entry, in pipeline order (see `compile_entry`): interpret
-    (bytecode -> computation trace), transforms (functionalize, dce, cse, autodiff), claim (executors take the ops),
-    memory (buffer reuse, del-last-used), codegen (the callables that run, the autograd wrapper), guards (prologues,
-    epilogue). The stage seconds are the entry's (a cache hit reports the compile that made it).
-
-    Then two counts of the last call itself, from its start until now (read them after the backward to include
-    the backward's): "region_compiles", the fusion regions (Inductor's) compiled: a region compiles lazily at its
-    first run, a static region again for new input strides, a dynamic region again for a call its guards reject
-    (a new size that only changes a symbol's value reuses the code: 0); and "regions_reused", the regions the
-    call's compile took ready-made from the cross-function cache of compiled regions (the same region text in this
-    or another function), from the cache on disk or from a loaded package. Both count process-wide: compiles of
-    another jitted function called in between count too.
-    """
-    stats = dict(_entry(jfn).stats)
-    start = getattr(jfn, "_jfn", jfn)._events_at_call
-    stats["region_compiles"] = COMPILE_EVENTS[0] - start[0]
-    stats["regions_reused"] = COMPILE_EVENTS[1] - start[1]
-    return stats
-
-
-def _cache_of(jfn) -> Cache:
-    cache = getattr(jfn, "_cache", None)
-    if cache is None:
-        raise ValueError("not a jitcore.jit function")
-    return cache
-
-
-def cache_hits(jfn) -> int:
-    return _cache_of(jfn).hits
-
-
-def input_specs(jfn) -> list[InputSpec]:
-    """One description per cache entry (in the order they were compiled) of the call it was compiled for: tensors
-    as metadata and, per the jit option keep_inputs, values; other arguments as they were. `spec.materialize()`
-    rebuilds (args, kwargs) to call the function with, e.g. to compile ahead of a real call:
-
-        args, kwargs = jitcore.input_specs(jfn)[0].materialize()
-        jfn(*args, **kwargs)
-
-    Under cache="no caching" it is the last call's. See jitcore/guards/input_storage.py."""
-    _cache_of(jfn)  # (a clear error for what is not a jitted function)
-    inner = jfn.__dict__["_jfn"] if isinstance(jfn, JitModule) else jfn
-    return [e.input_spec for e in inner.entries() if e.input_spec is not None]
-
-
-def cache_misses(jfn) -> int:
-    return _cache_of(jfn).misses
-
-
-def cache_miss_reasons(jfn) -> list[str]:
-    return list(_cache_of(jfn).miss_reasons)
-
-
+# -- inspection (the accessors of the last call are in jitcore/inspection.py) --------------------------------
 def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
     """Which ops fn(*args, **kwargs) uses, whether each is supported, which executor would run it (`executors` as
-    for `jit`), and what falls back to opaque. Traces once without running; prints nothing, returns the report."""
+    for `jit`), and what falls back to opaque. Traces once without running; prints nothing, returns the report.
+    (`jitcore.explain(jfn, *args)` is the report of a jitted function, calling it if needed.)
+
+    >>> def f(x):
+    ...     return torch.nn.functional.gelu(x).sum()
+    >>> print(jitcore.examine(f, torch.ones(2)))
+    op                                       count  executor
+    ----------------------------------------------------------------
+    ltorch.gelu                                  1  torch
+    ltorch.sum                                   1  torch
+    2 distinct ops, 2 calls; 0 opaque (none)
+    """
     return examine_call(fn, args, kwargs, _resolve_executors(executors))

@@ -1,13 +1,18 @@
 """Inspection stage: `jitcore.examine(fn, *args)` (jitcore/api.py resolves the executors) traces fn once without
 running it and reports, for each op it uses, whether it is supported, which executor would run it (or that it
-decomposes), and which torch calls fell back to opaque ops.
+decomposes), and which torch calls fell back to opaque ops. And the accessors of a jitted function's last call and
+cache: `last_traces`, `last_backward_traces`, `last_prologue_traces`, `last_epilogue_traces`, `last_compile_stats`,
+`cache_hits`, `cache_misses`, `cache_miss_reasons`, `input_specs`.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 
+from executors.regions import COMPILE_EVENTS
 from jitcore.frontend import trace_function
+from jitcore.guards.cache import CacheEntry
+from jitcore.guards.input_storage import InputSpec
 from jitcore.ir.symbol import Tag
 
 
@@ -73,3 +78,179 @@ def examine_call(fn, args: tuple, kwargs: dict, executors: tuple) -> ExamineRepo
         info.setdefault(bsym.sym.id, (_claimer(bsym, executors), Tag.OPAQUE in bsym.sym.tags))
     report.ops = [OpReport(op, n, *info[op]) for op, n in counts.most_common()]
     return report
+
+
+# -- the accessors of a jitted function's last call and cache (jitcore.last_traces, ...) ----------------------------
+# Each reads what the JitFunction (or the JitModule wrapping one) keeps: `_last_entry`, `_cache`, `_events_at_call`.
+# The examples assume `import torch, jitcore`; tests/test_docs.py runs them.
+def _entry(jfn) -> CacheEntry:
+    entry = getattr(jfn, "_last_entry", None)
+    if entry is None:
+        raise ValueError("this function has not been called yet (or is not a jitcore.jit function)")
+    return entry
+
+
+def last_traces(jfn) -> list:
+    """The computation traces of the last call, one per pass, in order (the last is what ran).
+
+    >>> jf = jitcore.jit(lambda x: x * 2)
+    >>> _ = jf(torch.ones(2))
+    >>> print(jitcore.last_traces(jf)[-1])
+    # Constructed by Delete Last Used (free tensors after their last use) (took 0.01 ms)
+    import torch
+    def computation(t0):
+      # t0: "cpu f32[2]"
+      t1 = torch.mul(t0, 2)  # t1: "cpu f32[2]"
+        # t1 = ltorch.mul(t0, 2)
+        # t1 = prims.mul(t0, 2.0)
+      return (t1,)
+    <BLANKLINE>
+    """
+    return list(_entry(jfn).traces)
+
+
+def last_backward_traces(jfn) -> list:
+    """The backward traces of the last call's entry (empty when no input required grad); when its last backward got
+    None for some outputs' gradients (outputs the loss does not reach), followed by the traces of the backward that
+    ran instead.
+
+    >>> jf = jitcore.jit(lambda x: x * 2)
+    >>> jf(torch.ones(2, requires_grad=True)).sum().backward()
+    >>> print(jitcore.last_backward_traces(jf)[-1])
+    # Constructed by Delete Last Used (free tensors after their last use) (took 0.02 ms)
+    import torch
+    def backward(saved, cotangents):
+      # t2: "cpu f32[2]"
+      (t2,) = cotangents
+      cotangents.clear()
+      t3 = torch.mul(t2, 2.0)  # t3: "cpu f32[2]"
+        # t3 = ltorch.mul(t2, 2.0)
+        # t3 = prims.mul(t2, 2.0)
+      return (t3,)
+    <BLANKLINE>
+    """
+    entry = _entry(jfn)
+    program = entry.computation
+    ran = getattr(program, "last_without", None)
+    return list(entry.backward_traces) + (program.without_traces(ran) if ran is not None else [])
+
+
+def last_prologue_traces(jfn) -> list:
+    """The guards of the last call's entry as programs: [hot, full] ([hot, module_guards, full] for a module). The
+    full prologue checks everything the program assumed and returns its inputs; None is a cache miss.
+
+    >>> jf = jitcore.jit(lambda x: x + 1)
+    >>> _ = jf(torch.ones(2))
+    >>> print(jitcore.last_prologue_traces(jf)[-1])
+    # Constructed by Prologue construction (guards) (took 0.04 ms)
+    import torch
+    ...
+    def prologue(fn, args, kwargs):
+      if len(args) != 1 or kwargs: return None
+      if _c0() is not True or _c1() is not _c2 or _c3(): return None
+      t0 = args[0]
+      if type(t0) is not _c4 or t0.shape != (2,) or t0.dtype is not _c2 or not t0.is_cpu or t0.requires_grad: ...
+      return (t0,)
+    <BLANKLINE>
+    """
+    return list(_entry(jfn).prologue_traces)
+
+
+def last_epilogue_traces(jfn) -> list:
+    """The side-effect replay of the last call's entry (empty when the function wrote nothing outside).
+
+    >>> def inc(x):
+    ...     x.add_(1)
+    >>> jf = jitcore.jit(inc)
+    >>> jf(torch.ones(2))
+    >>> print(jitcore.last_epilogue_traces(jf)[-1])
+    # Constructed by Epilogue construction (side effects, escaping objects) (took 0.01 ms)
+    import torch
+    def epilogue(fn, args, kwargs, outs):
+      args[0].copy_(outs[1])
+      return outs
+    <BLANKLINE>
+    """
+    return list(_entry(jfn).epilogue_traces)
+
+
+def last_compile_stats(jfn) -> dict:
+    """Seconds spent per stage compiling the last call's entry, in pipeline order (see `compile_entry`): interpret
+    (bytecode -> computation trace), transforms (functionalize, dce, cse, autodiff), claim (executors take the ops),
+    memory (buffer reuse, del-last-used), codegen (the callables that run, the autograd wrapper), guards (prologues,
+    epilogue). The stage seconds are the entry's (a cache hit reports the compile that made it).
+
+    Then two counts of the last call itself, from its start until now (read them after the backward to include
+    the backward's): "region_compiles", the fusion regions (Inductor's) compiled: a region compiles lazily at its
+    first run, a static region again for new input strides, a dynamic region again for a call its guards reject
+    (a new size that only changes a symbol's value reuses the code: 0); and "regions_reused", the regions the
+    call's compile took ready-made from the cross-function cache of compiled regions (the same region text in this
+    or another function), from the cache on disk or from a loaded package. Both count process-wide: compiles of
+    another jitted function called in between count too.
+
+    >>> jf = jitcore.jit(lambda x: x + 1)
+    >>> _ = jf(torch.ones(2))
+    >>> list(jitcore.last_compile_stats(jf))
+    ['interpret', 'transforms', 'claim', 'memory', 'codegen', 'guards', 'region_compiles', 'regions_reused']
+    """
+    stats = dict(_entry(jfn).stats)
+    start = getattr(jfn, "_jfn", jfn)._events_at_call
+    stats["region_compiles"] = COMPILE_EVENTS[0] - start[0]
+    stats["regions_reused"] = COMPILE_EVENTS[1] - start[1]
+    return stats
+
+
+def _cache_of(jfn):
+    cache = getattr(jfn, "_cache", None)
+    if cache is None:
+        raise ValueError("not a jitcore.jit function")
+    return cache
+
+
+def cache_hits(jfn) -> int:
+    """How many calls reused a compiled entry (their guards held).
+
+    >>> jf = jitcore.jit(lambda x: x + 1)
+    >>> _ = jf(torch.ones(2)), jf(torch.ones(2)), jf(torch.ones(3))
+    >>> jitcore.cache_hits(jf), jitcore.cache_misses(jf)
+    (1, 2)
+    """
+    return _cache_of(jfn).hits
+
+
+def cache_misses(jfn) -> int:
+    """How many calls compiled a new entry (the first call included); `cache_miss_reasons` says why each did.
+
+    >>> jf = jitcore.jit(lambda x: x + 1, cache="symbolic values")
+    >>> _ = jf(torch.ones(2)), jf(torch.ones(3)), jf(torch.ones(4))   # one program for every size
+    >>> jitcore.cache_misses(jf)
+    1
+    """
+    return _cache_of(jfn).misses
+
+
+def cache_miss_reasons(jfn) -> list[str]:
+    """For each miss, in order, why the call could not reuse an entry: the first guard that failed.
+
+    >>> jf = jitcore.jit(lambda x: x + 1)
+    >>> _ = jf(torch.ones(2)), jf(torch.ones(3))
+    >>> for reason in jitcore.cache_miss_reasons(jf):
+    ...     print(reason)
+    first call: nothing cached yet
+    the last entry (the call's signature differs): args[0]: expected a tensor cpu f32[2]
+    """
+    return list(_cache_of(jfn).miss_reasons)
+
+
+def input_specs(jfn) -> list[InputSpec]:
+    """One description per cache entry (in the order they were compiled) of the call it was compiled for: tensors
+    as metadata and, per the jit option keep_inputs, values; other arguments as they were. `spec.materialize()`
+    rebuilds (args, kwargs) to call the function with, e.g. to compile ahead of a real call:
+
+        args, kwargs = jitcore.input_specs(jfn)[0].materialize()
+        jfn(*args, **kwargs)
+
+    Under cache="no caching" it is the last call's. See jitcore/guards/input_storage.py."""
+    _cache_of(jfn)  # (a clear error for what is not a jitted function)
+    inner = getattr(jfn, "_jfn", jfn)  # a JitModule's JitFunction
+    return [e.input_spec for e in inner.entries() if e.input_spec is not None]

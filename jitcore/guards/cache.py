@@ -1,6 +1,6 @@
 """Guards stage: the cache. CacheEntry (prologue, computation, backward, epilogue and their traces) and the
 per-function Cache, which owns the one lookup of a call (`Cache.lookup`), its hit/miss counters and readable miss
-reasons.
+reasons. A miss logs its reason and the user's call site (topic "recompiles" of jitcore/logs.py).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from jitcore import logs
 from jitcore.ir.pytree import tree_unflatten
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
@@ -158,6 +159,10 @@ class Cache:
             label = "the entry for this signature" if same else "the last entry (the call's signature differs)"
             reason = f"{label}: {self._explain(entry, fn, args, kwargs)}"
         self.miss_reasons.append(reason)
+        if logs.enabled("recompiles"):
+            name = getattr(fn, "__qualname__", type(fn).__name__)
+            verb = "compiling" if self.misses == 1 else f"recompiling (miss {self.misses})"
+            logs.log("recompiles", "%s %s at %s: %s", verb, name, logs.call_site(), reason)
 
     @staticmethod
     def _explain(entry, fn, args, kwargs) -> str:
@@ -179,8 +184,10 @@ class Cache:
             self._warned = True
             advice = (" If sizes or numbers change from call to call, use jitcore.jit(fn, cache='symbolic values')."
                       if self.mode == "constant values" else "")
+            site, level = logs.user_frame()
+            where = f" at {site.f_code.co_filename}:{site.f_lineno}" if site is not None else ""
             warnings.warn(
-                f"jitcore: this function has been compiled {len(self.entries)} times (cache={self.mode!r}); the last "
-                f"miss: {self.miss_reasons[-1]}.{advice}",
-                stacklevel=4,  # the user's call of the jitted function
+                f"jitcore: this function has been compiled {len(self.entries)} times (cache={self.mode!r}), called"
+                f"{where}; the last miss: {self.miss_reasons[-1]}.{advice}",
+                stacklevel=level,  # the user's call of the jitted function
             )

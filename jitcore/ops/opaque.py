@@ -13,6 +13,7 @@ import typing
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from jitcore import logs
 from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
@@ -375,11 +376,25 @@ def opaque_symbol(fn) -> Symbol:
                  namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn)
     EAGER_KERNELS[sym.id] = fn
     OPAQUE_OPS[sym.id] = sym
+    if logs.enabled("fallbacks"):  # once per torch callable: the symbol is made once
+        logs.log("fallbacks", "%s has no jitcore op: it runs as an opaque torch call (called at %s)", qualname,
+                 _user_line())
     try:
         _OPAQUE[fn] = sym
     except TypeError:
         pass
     return sym
+
+
+def _user_line() -> str:
+    """"file:line" of the user's line being traced (the interpreter's innermost user frame), else the call site."""
+    trace = get_tracectx()
+    stack = trace.extra.get("user_stack") if trace is not None else None
+    frames = stack() if stack is not None else ()
+    if frames:
+        code, inst = frames[-1]
+        return f"{code.co_filename}:{getattr(inst, 'lineno', '?')}"
+    return logs.call_site()
 
 
 def _opaque_method(name: str):
