@@ -56,8 +56,8 @@ def test_every_public_function_has_a_docstring_with_an_example(name):
 def test_jits_docstring_lists_every_option_with_its_values():
     doc = inspect.getdoc(jitcore.jit)
     options = [p.name for p in inspect.signature(jitcore.jit).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    assert options == ["executors", "cache", "keep_inputs"]
-    for option in options:
+    assert {"executors", "cache", "keep_inputs", "verify"} <= set(options)
+    for option in options:  # every option, including ones added later
         assert f"\n{option}: " in doc, option
     for value in (*CACHE_MODES, "int", "all", "none", "inductor", "nvfuser", "torch", "python"):
         assert f'"{value}"' in doc, value
