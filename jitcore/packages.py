@@ -112,6 +112,46 @@ def _entered(jfn) -> list:
     return [(c.co_filename, c.co_qualname, code_digest(c)) for c in seen]
 
 
+def _nested(tops) -> list:
+    """The code objects and every code object nested in their constants."""
+    out, stack, seen = [], list(tops), set()
+    while stack:
+        code = stack.pop()
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        out.append(code)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return out
+
+
+def _live_codes(filename: str) -> list:
+    """The code of the functions and methods the loaded modules of this file define (what the interpreter will run:
+    no file is read or compiled; empty when no loaded module comes from that file)."""
+    tops, seen = [], set()
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) != filename and filename != f"<frozen {name}>":
+            continue
+        stack = list(vars(module).values())
+        while stack:
+            obj = stack.pop()
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, (staticmethod, classmethod)):
+                stack.append(obj.__func__)
+            elif isinstance(obj, property):
+                stack.extend(f for f in (obj.fget, obj.fset, obj.fdel) if f is not None)
+            elif isinstance(obj, types.FunctionType):
+                if obj.__code__.co_filename == filename:
+                    tops.append(obj.__code__)
+                if hasattr(obj, "__wrapped__"):
+                    stack.append(obj.__wrapped__)
+            elif isinstance(obj, type):  # (collections.abc's classes live in _collections_abc: any class)
+                stack.extend(vars(obj).values())
+    return _nested(tops)
+
+
 def _codes_in_file(filename: str) -> list:
     """Every code object the source file compiles to (nested ones included): read through linecache (which also
     has the cells of a notebook), else the code of the live functions defined in that file (a file that cannot be
@@ -127,15 +167,7 @@ def _codes_in_file(filename: str) -> list:
     if not tops:
         tops = [f.__code__ for f in gc.get_objects()
                 if type(f) is types.FunctionType and f.__code__.co_filename == filename]
-    out, stack, seen = [], list(tops), set()
-    while stack:
-        code = stack.pop()
-        if id(code) in seen:
-            continue
-        seen.add(id(code))
-        out.append(code)
-        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return out
+    return _nested(tops)
 
 
 def _source_changes(recorded: list, fn) -> list[str]:
@@ -144,13 +176,19 @@ def _source_changes(recorded: list, fn) -> list[str]:
     live = getattr(getattr(target, "__func__", target), "__code__", None)
     changes, files = [], {}
     for filename, qualname, digest in recorded:
+        if filename == "<string>" and qualname.startswith("__create_fn__."):
+            continue  # (made by dataclasses from the class at import: there is no source of its own to compare)
         if live is not None and live.co_qualname == qualname and live.co_filename == filename:
             if code_digest(live) != digest:
                 changes.append(f"{qualname} ({filename}) was edited")
             continue
-        if filename not in files:
-            files[filename] = _codes_in_file(filename)
-        candidates = [code_digest(c) for c in files[filename] if c.co_qualname == qualname]
+        candidates = []
+        for where in ("live", "file"):  # the loaded modules' code first; the file compiled only when it lacks it
+            if (where, filename) not in files:
+                files[where, filename] = _live_codes(filename) if where == "live" else _codes_in_file(filename)
+            candidates = [code_digest(c) for c in files[where, filename] if c.co_qualname == qualname]
+            if digest in candidates:
+                break
         if not candidates:
             changes.append(f"{qualname} is not in {filename} any more (or that code cannot be found)")
         elif digest not in candidates:
