@@ -45,6 +45,7 @@ import sys
 import torch
 
 import jitcore
+from executors import get_executor
 
 HERE = pathlib.Path(__file__).resolve().parent
 {load_fn}
@@ -56,8 +57,16 @@ def clone(tree):
         lambda t: t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t, tree)
 
 
+EXECUTORS = {executors!r}
+try:
+    for name in EXECUTORS:
+        get_executor(name)
+except ValueError as e:  # an executor of your own: known by name once the code that creates it has run
+    sys.exit(f"{{e}}\\nThis call ran with an executor of your own: import the code that creates it at the top of "
+             "this script (an executor registers its name when it is created).")
+
 with torch.set_grad_enabled({grad}){autocast}:
-    jfn = jitcore.jit(fn, executors={executors!r}, cache={cache!r})
+    jfn = jitcore.jit(fn, executors=EXECUTORS, cache={cache!r})
     got = jfn(*clone(args), **clone(kwargs))
     want = fn(*clone(args), **clone(kwargs))
 try:

@@ -90,3 +90,25 @@ def test_what_it_refuses():
         jitcore.explain(_scaled_erfcx, torch.ones(3), 2)
     with pytest.raises(ValueError, match="not been called yet"):
         jitcore.explain(jitcore.jit(_scaled_erfcx))
+
+
+def _clamp_then_erfcx(x):
+    return torch.special.erfcx(x.clamp(0, 1)) * 2 + 1
+
+
+def test_a_line_a_fusion_executor_leaves_out_of_its_regions_is_reported_as_torch():
+    pytest.importorskip("torch._inductor")
+    from executors import inductor_ex
+
+    ok, why = inductor_ex.is_available()
+    if not ok:
+        pytest.skip(why)
+    # the clamp is claimed by inductor but alone between the opaque call's neighbours: a region of one op is not
+    # compiled, so it runs torch's kernel, and the report must say so (not "inductor")
+    jf = jitcore.jit(_clamp_then_erfcx, executors=[inductor_ex])
+    report = jitcore.explain(jf, torch.rand(8))
+    assert "= torch.clamp(t0, 0, 1)  #" in report.forward
+    rows = {r.op: r.executor for r in report.ops}
+    assert rows["ltorch.clamp"] == "torch (unfused: inductor left it out of its regions)"
+    assert rows["opaque.torch.special.erfcx"] == "torch"
+    assert [r.executor for r in report.ops if r.op.startswith("inductor_fusion")] == ["inductor"]

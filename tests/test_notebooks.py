@@ -46,6 +46,7 @@ REQUIREMENTS = {
     "grad_transform.ipynb": symbolic_values_missing,
     "executors.ipynb": inductor_missing,
     "caching.ipynb": symbolic_values_missing,
+    "debugging.ipynb": lambda: inductor_missing() or symbolic_values_missing(),
 }
 
 

@@ -121,3 +121,26 @@ def test_off_by_default_and_from_the_environment(monkeypatch):
         jf(torch.randn(3))
     with pytest.raises(ValueError, match="verify"):
         jitcore.jit(_uses_sin, verify="sometimes")
+
+
+def test_the_repro_of_a_call_with_an_executor_of_your_own_says_how_to_run_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    # made here, as in a notebook: a new process running the repro script does not know the executor's name
+    mine = OperatorExecutor("my_wrong_sin_ex")
+    mine.register_implementation(ltorch.sin, lambda x: torch.sin(x) + 1e-2, name="bad_sin")
+
+    def uses_sin(x):
+        return torch.sin(x * 2) + 1
+
+    jf = jitcore.jit(uses_sin, executors=[mine], verify=True)
+    with pytest.raises(jitcore.VerificationError) as caught:
+        jf(torch.randn(4))
+    script = caught.value.args[0].split("a repro: python ")[1].split()[0]
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, script], env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 1 and "unknown executor 'my_wrong_sin_ex'" in out.stderr, out.stdout + out.stderr
+    assert "an executor of your own: import the code that creates it at the top of this script" in out.stderr
