@@ -284,14 +284,14 @@ def stored(text: str, options: dict, single: bool, dynamic: bool):
             continue
     if not variants:
         return None
-    libraries = {k["digest"]: str(folder / k["file"]) for v in variants for k in v["kernels"]}
+    libraries = {k["digest"]: str(folder / k["file"]) for v in variants for k in v.get("kernels", ())}
     return {"text": text, "single": single, "dynamic": dynamic, "variants": variants}, libraries
 
 
 def install(regions: list, folder: Path):
     """File a package's region records (jitcore/packages.py) for the regions compile_region makes next."""
     for region in regions:
-        libraries = {k["digest"]: str(folder / k["file"]) for v in region["variants"] for k in v["kernels"]}
+        libraries = {k["digest"]: str(folder / k["file"]) for v in region["variants"] for k in v.get("kernels", ())}
         PACKAGED.setdefault(region["text"], []).append((region, libraries))
 
 

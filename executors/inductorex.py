@@ -242,6 +242,7 @@ class CompiledRegion:
         self.single, self.n_args = single, n_args  # (one output, not a tuple; how many arguments)
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
+        self.failures: dict = {}  # strides (None: a dynamic region) -> why compiling failed (the region runs eagerly)
 
     def to_record(self) -> dict | None:
         """The compiled variants as data for a package (executors/inductor_kernels.py), or None when the region
@@ -252,7 +253,7 @@ class CompiledRegion:
             made = [(None, getattr(g, "text", None), run) for g, run in self.guarded if run is not self.eager_fn]
         else:
             made = [(strides, None, run) for strides, run in self.variants.items() if run is not self.eager_fn]
-        variants = []
+        variants = [{"strides": strides, "guard": None, "failed": why} for strides, why in self.failures.items()]
         for strides, guard, run in made:
             record = inductor_kernels.export_variant(run, self.n_args)
             if record is not None:
@@ -265,6 +266,11 @@ class CompiledRegion:
         """Take the compiled variants of a record of this region, from a package or the cache on disk (no compile
         at their first run). A variant that does not load is left out: it compiles when a call needs it."""
         for v in record["variants"]:
+            if v.get("failed"):  # it did not compile where it was recorded: it runs eagerly here too, untried
+                warnings.warn(f"inductor: a fusion region runs eagerly (compiling it failed where the package was "
+                              f"made: {v['failed']})", stacklevel=2)
+                self._record_failure(v["strides"], v["failed"])
+                continue
             try:
                 run = inductor_kernels.load_variant(v, libraries, self.single)
                 guard = _always if v["guard"] is None else guard_function(self.n_args, v["guard"])
@@ -278,10 +284,21 @@ class CompiledRegion:
             else:
                 self.variants[tuple(tuple(s) for s in v["strides"])] = run
 
-    def _failed(self, e: Exception):
+    def _failed(self, e: Exception, strides=None):
         warnings.warn(f"inductor: compiling a fusion region failed ({type(e).__name__}: {e}); it runs eagerly",
                       stacklevel=4)
+        return self._record_failure(strides, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    def _record_failure(self, strides, why: str):
+        """The region runs eagerly for these strides (a static region) or for every call (a dynamic one); a package
+        records it (to_record), so a load does not try again."""
         STATS["fallbacks"] += 1
+        strides = None if strides is None else tuple(tuple(s) for s in strides)
+        self.failures[strides] = why
+        if self.dynamic:
+            self.guarded.append((_always, self.eager_fn))
+        else:
+            self.variants[strides] = self.eager_fn
         return self.eager_fn
 
     def _compile(self, args, strides):
@@ -294,9 +311,8 @@ class CompiledRegion:
                 cpu_compiler_ready()
                 run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
         except Exception as e:
-            run = self._failed(e)
-        else:
-            self._store(run, strides, None)
+            return self._failed(e, strides)
+        self._store(run, strides, None)
         self.variants[strides] = run
         return run
 
@@ -320,9 +336,8 @@ class CompiledRegion:
                 with _quiet():
                     guard, run = compile_symbolic(self.eager_fn, args, self.dims)
             except Exception as e:
-                guard, run = _always, self._failed(e)
-            else:
-                self._store(run, None, guard)
+                return self._failed(e)
+            self._store(run, None, guard)
         self.guarded.append((guard, run))
         return run
 

@@ -251,7 +251,7 @@ def _save_regions(records: list, folder: Path) -> int:
     written = set()
     for region in records:
         for variant in region["variants"]:
-            for k in variant["kernels"]:
+            for k in variant.get("kernels", ()):
                 k["file"] = f"kernel-{k['digest'][:32]}.so"
                 if k["file"] not in written:
                     (folder / k["file"]).write_bytes(k.pop("library"))

@@ -166,3 +166,29 @@ def test_compiled_regions_are_cached_on_disk_across_processes(tmp_path, cache):
     assert runs[1]["compiles"] == 0 and runs[1]["loaded"] > 0
     assert torch.equal(runs[0]["out"], runs[1]["out"])
     assert list((tmp_path / "jitcore-cache" / "inductor-regions").glob("*/*/kernel-*.so"))
+
+
+def _relu_chain(x):
+    return (x.cos() * 3 - 1).relu().sum(1)
+
+
+def test_a_region_that_failed_to_compile_is_not_tried_again_after_a_load(tmp_path, monkeypatch):
+    from executors import inductorex
+
+    def broken(*args, **kwargs):
+        raise ValueError("this region cannot be compiled")
+
+    jf = jitcore.jit(_relu_chain, executors=["inductor"])
+    x = torch.randn(6, 5)
+    with monkeypatch.context() as m:
+        m.setattr(torch._inductor, "compile", broken)
+        with pytest.warns(UserWarning, match="cannot be compiled"):
+            want = jf(x)  # eager's kernels, after the failed compile
+    jitcore.save(jf, tmp_path / "pkg")
+    for key in [k for k, r in inductorex.COMPILED.items() if r.failures]:
+        del inductorex.COMPILED[key]  # (as in a new process)
+    with pytest.warns(UserWarning, match="compiling it failed where the package was made"):
+        jl = jitcore.load(tmp_path / "pkg", _relu_chain)
+        got = jl(x)
+    assert jitcore.last_compile_stats(jl)["region_compiles"] == 0
+    torch.testing.assert_close(got, want)
