@@ -11,7 +11,7 @@ from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedE
 _API = (
     "jit", "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces",
     "last_compile_stats", "cache_hits",
-    "cache_misses", "cache_miss_reasons", "examine", "input_specs",
+    "cache_misses", "cache_miss_reasons", "examine", "input_specs", "saved_tensor_bytes",
 )
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "load",
     "repro",
     "save",
+    "saved_tensor_bytes",
 ]
 
 
