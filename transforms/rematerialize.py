@@ -108,8 +108,8 @@ def reads(bsym) -> dict:
 
 
 class _Flow:
-    """A small max-flow (Edmonds-Karp: shortest augmenting paths, iterative) over integer capacities;
-    `source_side()` after `run()` is the source side of a minimum cut."""
+    """A small max-flow (Dinic, iterative) over integer capacities; `source_side()` after `run()` is the source side
+    of a minimum cut."""
 
     def __init__(self):
         self.adj: dict = {}
@@ -122,34 +122,51 @@ class _Flow:
             self.to.append(b)
             self.cap.append(c)
 
-    def _path(self, s, t):
-        """The edges of a shortest path with capacity left from s to t, or None."""
-        via, queue = {s: None}, deque([s])
+    def _levels(self, s, t) -> dict | None:
+        level, queue = {s: 0}, deque([s])
         while queue:
             u = queue.popleft()
             for i in self.adj.get(u, ()):
                 v = self.to[i]
-                if self.cap[i] > 0 and v not in via:
-                    via[v] = i
-                    if v == t:
-                        path = []
-                        while via[v] is not None:
-                            path.append(via[v])
-                            v = self.to[via[v] ^ 1]
-                        return path
+                if self.cap[i] > 0 and v not in level:
+                    level[v] = level[u] + 1
                     queue.append(v)
-        return None
+        return level if t in level else None
+
+    def _augment(self, s, t, level: dict, it: dict) -> int:
+        """One augmenting path along the levels (iterative depth-first search); 0 when none is left."""
+        path, u = [], s
+        while u != t:
+            edges = self.adj.get(u, ())
+            while it[u] < len(edges):
+                i = edges[it[u]]
+                if self.cap[i] > 0 and level.get(self.to[i], -1) == level[u] + 1:
+                    break
+                it[u] += 1
+            else:  # a dead end: never enter it again in this phase, and step back
+                level[u] = -1
+                if not path:
+                    return 0
+                u = self.to[path.pop() ^ 1]
+                it[u] += 1
+                continue
+            path.append(edges[it[u]])
+            u = self.to[path[-1]]
+        f = min(self.cap[i] for i in path)
+        if f >= INF:
+            raise AssertionError("rematerialize: no finite cut (a value the backward reads cannot be saved)")
+        for i in path:
+            self.cap[i] -= f
+            self.cap[i ^ 1] += f
+        return f
 
     def run(self, s, t) -> int:
+        """Dinic: phases of shortest augmenting paths."""
         total = 0
-        while (path := self._path(s, t)) is not None:
-            f = min(self.cap[i] for i in path)
-            if f >= INF:
-                raise AssertionError("rematerialize: no finite cut (a value the backward reads cannot be saved)")
-            for i in path:
-                self.cap[i] -= f
-                self.cap[i ^ 1] += f
-            total += f
+        while (level := self._levels(s, t)) is not None:
+            it = dict.fromkeys(self.adj, 0)
+            while f := self._augment(s, t, level, it):
+                total += f
         return total
 
     def source_side(self, s) -> set:
@@ -210,42 +227,44 @@ def checkpointed(trace: Trace) -> bool:
     return any(b.extra.get(CHECKPOINTED) for b in trace.bound_symbols)
 
 
-def choose_recomputed(forward: Trace, needed: list, line_caps: dict) -> set:
-    """Indices of the forward's lines the backward recomputes: the minimum cut separating what the forward computes
-    from what the backward reads (`needed`). Nodes: a line (source edge = its recompute cost, INF for lines that may
-    not run again) and each value, split in/out by an edge of its save cost; a recomputed line needs its inputs in
-    the backward; a line not recomputed makes its outputs available only by saving them."""
-    g, src, sink = _Flow(), "source", "sink"
-    made = set()
-    for i, b in enumerate(forward.bound_symbols):
-        ckpt = bool(b.extra.get(CHECKPOINTED))
-        if i in line_caps:
-            g.add(src, ("line", i), line_caps[i])
-        else:
-            g.add(src, ("line", i), INF)
-        for name in reads(b):
-            g.add(("out", name), ("line", i), INF)
-        for o in b.flat_proxy_outs():
-            if o.name in made:
-                continue
-            made.add(o.name)
-            g.add(("line", i), ("in", o.name), INF)
-            save = nbytes(o) * 8 if not (ckpt and recomputable(b)) else INF // 4
-            g.add(("in", o.name), ("out", o.name), save)
-    roots = [a for a in forward.args if isinstance(a, Proxy)]
-    roots += [p for b in forward.bound_symbols for p in reads(b).values() if p.name not in made]
-    for p in roots:  # inputs, and sizes the forward defines from its inputs' shapes: computed in the forward
-        if p.name not in made:
-            made.add(p.name)
-            g.add(src, ("in", p.name), INF)
-            g.add(("in", p.name), ("out", p.name), nbytes(p) * 8)
-    for p in needed:
-        if p.name not in made:  # (read by the backward but made nowhere: leave it to the caller's check)
-            continue
-        g.add(("out", p.name), sink, INF)
-    g.run(src, sink)
-    side = g.source_side(src)
-    return {i for i in range(len(forward.bound_symbols)) if ("line", i) not in side}
+class _Cut:
+    """The flow network of a forward program, built once, cut for several sets of recompute costs. Nodes: a line
+    that may run again (source edge: its recompute cost) and each value, split in/out by an edge of its save cost; a
+    recomputed line needs its inputs in the backward; a line that is not recomputed makes its outputs available to the
+    backward only by saving them; the values the backward reads go to the sink."""
+
+    def __init__(self, forward: Trace, needed: list, candidates: set):
+        self.n_lines, self.edges = len(forward.bound_symbols), []  # (u, v, capacity); None: the line's cost
+        add, made = self.edges.append, set()
+        for i, b in enumerate(forward.bound_symbols):
+            if i in candidates:
+                add(("source", ("line", i), None))
+                self.edges += [(("out", name), ("line", i), INF) for name in reads(b)]
+            forced = b.extra.get(CHECKPOINTED) and i in candidates  # checkpointed: saving its outputs is a last resort
+            for o in b.flat_proxy_outs():
+                if o.name not in made:
+                    made.add(o.name)
+                    add((("line", i) if i in candidates else "source", ("in", o.name), INF))
+                    add((("in", o.name), ("out", o.name), INF // 4 if forced else nbytes(o) * 8))
+        roots = [a for a in forward.args if isinstance(a, Proxy)]
+        roots += [p for b in forward.bound_symbols for p in reads(b).values()]
+        for p in roots:  # inputs, and sizes the forward defines from its inputs' shapes: computed in the forward
+            if p.name not in made:
+                made.add(p.name)
+                add(("source", ("in", p.name), INF))
+                add((("in", p.name), ("out", p.name), nbytes(p) * 8))
+        for p in needed:
+            if p.name in made:  # (one made nowhere is left to the caller's check)
+                add((("out", p.name), "sink", INF))
+
+    def recomputed(self, caps: dict) -> set:
+        """The lines recomputed by a minimum cut, for `caps`: line index -> recompute cost (the candidates)."""
+        g = _Flow()
+        for u, v, c in self.edges:
+            g.add(u, v, caps[v[1]] if c is None else c)
+        g.run("source", "sink")
+        side = g.source_side("source")
+        return {i for i in caps if ("line", i) not in side}
 
 
 def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: float | None) -> set:
@@ -255,16 +274,17 @@ def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: flo
     lines only."""
     lines = forward.bound_symbols
     times = {i: line_time(b, fused) for i, b in enumerate(lines) if recomputable(b)}
-    if budget is None:
-        return choose_recomputed(forward, needed, {i: 1 for i in times if lines[i].extra.get(CHECKPOINTED)})
     free = {i for i in times if lines[i].extra.get(CHECKPOINTED) or leaf_ids(lines[i]) <= VIEW_PRIMS}
+    if budget is None:
+        free = {i for i in free if lines[i].extra.get(CHECKPOINTED)}
+        return _Cut(forward, needed, free).recomputed(dict.fromkeys(free, 1))
+    cut = _Cut(forward, needed, set(times))
     step = sum(line_time(b, fused) + NS_LINE for b in [*lines, *backward.bound_symbols])
     for weight in LADDER:
-        caps = {i: 1 if i in free else int(weight * 8 * t) + 1 for i, t in times.items()}
-        chosen = choose_recomputed(forward, needed, caps)
+        chosen = cut.recomputed({i: 1 if i in free else int(weight * 8 * t) + 1 for i, t in times.items()})
         if sum(times[i] for i in chosen - free) <= budget * step:
             return chosen
-    return choose_recomputed(forward, needed, dict.fromkeys(free, 1))
+    return _Cut(forward, needed, free).recomputed(dict.fromkeys(free, 1))
 
 
 def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> tuple[Split, Trace, Trace]:
