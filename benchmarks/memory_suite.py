@@ -6,6 +6,7 @@ eager, torch.compile, and jitcore [torch] / [inductor, torch] with and without r
 
     python -m benchmarks.memory_suite                       # every workload
     python -m benchmarks.memory_suite --workloads chain block --rounds 30
+    python -m benchmarks.memory_suite --cpu-time    # one thread, timed by its CPU time: steady on a shared machine
 """
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def step_of(run, args, kwargs, tensors):
     return step
 
 
-def measure_workload(name: str, rounds: int, variants=VARIANTS) -> list[dict]:
+def measure_workload(name: str, rounds: int, variants=VARIANTS, clock=time.perf_counter) -> list[dict]:
     fn, args, kwargs, tensors = workload(name)
     rows, steps = [], {}
     reference = step_of(fn, args, kwargs, tensors)()
@@ -115,22 +116,22 @@ def measure_workload(name: str, rounds: int, variants=VARIANTS) -> list[dict]:
         rows.append({"workload": name, "variant": v, "saved_mib": saved.nbytes / 2**20,
                      "saved_distinct_mib": saved.distinct_nbytes / 2**20, "saved_count": saved.count,
                      "peak_mib": peak / 2**20, "grads_bitwise": exact, "grads_max_rel": rel})
-    times = paired_medians(steps, rounds)
+    times = paired_medians(steps, rounds, clock)
     for r in rows:
         r["step_ms"] = times.get(r["variant"])
     return rows
 
 
-def paired_medians(steps: dict, rounds: int) -> dict:
+def paired_medians(steps: dict, rounds: int, clock=time.perf_counter) -> dict:
     """Median ms per step of each variant, timed in rounds (each variant once per round, the order rotating), so a
     slow moment of the machine lands on every variant alike."""
     names = list(steps)
     samples = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[: r % len(names)]:
-            start = time.perf_counter()
+            start = clock()
             steps[n]()
-            samples[n].append(time.perf_counter() - start)
+            samples[n].append(clock() - start)
     return {n: statistics.median(s) * 1e3 for n, s in samples.items() if s}
 
 
@@ -154,10 +155,15 @@ def main(argv=None):
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--cpu-time", action="store_true", help="one torch thread; time steps by the thread's CPU time")
     args = ap.parse_args(argv)
+    clock = time.perf_counter
+    if args.cpu_time:
+        torch.set_num_threads(1)
+        clock = time.thread_time
     rows = []
     for w in args.workloads:
-        rows += measure_workload(WORKLOADS[w], args.rounds, args.variants)
+        rows += measure_workload(WORKLOADS[w], args.rounds, args.variants, clock)
         print(report([r for r in rows if r["workload"] == WORKLOADS[w]]), flush=True)
     print()
     print(report(rows))
