@@ -107,6 +107,29 @@ def test_bytes_saved_for_backward_drop():
     assert saved["ckpt"] < saved["jit"] <= saved["eager"]
 
 
+@pytest.mark.parametrize("cache", CACHES)
+def test_checkpointed_transformer_blocks_recompute_norms_and_attention(cache):
+    from benchmarks.models import Block, GPTConfig
+
+    class Blocks(torch.nn.Module):
+        def __init__(self, ckpt=True):
+            super().__init__()
+            config = GPTConfig(n_embd=32, n_head=2, block_size=16)
+            self.blocks, self.ckpt = torch.nn.ModuleList([Block(config) for _ in range(2)]), ckpt
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=False) if self.ckpt else b(x)
+            return x.sum()
+
+    jm = _like_eager(Blocks, [(2, 16, 32), (3, 16, 32)], cache)
+    x = torch.randn(2, 16, 32)
+    torch.manual_seed(0)
+    plain = jitcore.jit(Blocks(ckpt=False), rematerialize=False)
+    with_ckpt, without = (jitcore.saved_tensor_bytes(lambda m=m: m(x)).nbytes for m in (jm, plain))
+    assert with_ckpt < without / 2
+
+
 def test_rematerialize_false_still_recomputes_the_users_checkpoints():
     jm = _like_eager(Net, [(4, 16)], rematerialize=False)
     assert _recomputed(jm) >= 3

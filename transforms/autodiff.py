@@ -177,6 +177,8 @@ def _augmented(bsym, augment_fn):
     output = tree_unflatten(spec, list(orig) + residuals)
     new = sym.bind(*args, output=output, **kwargs)
     new.extra["vjp"] = (backward, bsym, residuals)
+    if bsym.extra.get(CHECKPOINTED):
+        new.extra[CHECKPOINTED] = True
     return new
 
 

@@ -1,12 +1,14 @@
 """Transforms: rematerialization. Takes the grad transform's Split (forward, backward, saved) and chooses what the
 forward saves by cost instead of saving whatever the backward reads: a minimum cut over the forward's values (cost of
-saving a value: its bytes; cost of recomputing a line in the backward: `recompute_factor` times its output bytes)
-picks the saved set; the backward gets copies of the recomputed forward lines at its top. Returns a new Split.
+saving a value: its bytes; cost of recomputing a line in the backward: its estimated time, weighed against bytes)
+picks the saved set, the one saving fewest bytes whose recomputation adds at most BUDGET of the step's estimated
+time; the backward gets copies of the recomputed forward lines at its top. Returns a new Split.
 
 Only cheap, pure lines are recomputed (elementwise, views, dtype conversions, fills): never matmul, convolution,
 reduction, random draws, opaque torch calls or lines with effects. Lines a user checkpointed (torch.utils.checkpoint,
-marked CHECKPOINTED in their `extra`) are recomputed whatever they compute, except random draws, whose outputs are
-saved (the recompute then sees the forward's masks, as eager's preserve_rng_state does).
+marked CHECKPOINTED in their `extra`) are recomputed whatever they compute (matmuls, opaque kernels, norms with their
+residuals) except random draws and effects: a draw's outputs are saved, so the recompute sees the forward's masks,
+as eager's preserve_rng_state does.
 """
 from __future__ import annotations
 
@@ -56,9 +58,11 @@ def leaf_ids(bsym) -> set:
     return {i for s in bsym.subsymbols for i in leaf_ids(s)}
 
 
-def _pure(bsym) -> bool:
-    """No random draw, no write, no effect, no augmented forward, tensors out: the line may run again."""
-    if bsym.extra.get("vjp") is not None or draws_random(bsym) or _tags_deep(bsym) & _NEVER:
+def _pure(bsym, checkpointed: bool = False) -> bool:
+    """No random draw, no write, no effect, tensors out: the line may run again. Opaque kernels and augmented
+    forwards (a kernel with its residuals) only where the user checkpointed them."""
+    never = _NEVER - {Tag.OPAQUE} if checkpointed else _NEVER
+    if (bsym.extra.get("vjp") is not None and not checkpointed) or draws_random(bsym) or _tags_deep(bsym) & never:
         return False
     outs = bsym.flat_proxy_outs()
     return bool(outs) and all(isinstance(o, TensorProxy) for o in outs)
@@ -72,11 +76,9 @@ def _tags_deep(bsym) -> set:
 
 
 def recomputable(bsym) -> bool:
-    if not _pure(bsym):
-        return False
     if bsym.extra.get(CHECKPOINTED):
-        return True
-    return Tag.PYTHON not in bsym.sym.tags and leaf_ids(bsym) <= RECOMPUTABLE_PRIMS
+        return _pure(bsym, checkpointed=True)
+    return _pure(bsym) and Tag.PYTHON not in bsym.sym.tags and leaf_ids(bsym) <= RECOMPUTABLE_PRIMS
 
 
 def nbytes(p) -> int:
