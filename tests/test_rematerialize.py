@@ -166,3 +166,14 @@ def test_mlp_with_inductor_saves_less_by_default():
     model(x).sum().backward()
     for g, p in zip(grads, model.parameters()):  # within 1e-5 of the largest gradient
         assert (g - p.grad).abs().max() <= 1e-5 * p.grad.abs().max()
+
+
+def test_a_package_keeps_the_option(tmp_path):
+    jfn = jitcore.jit(chain, rematerialize=False)
+    jfn(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    jitcore.save(jfn, tmp_path / "pkg")
+    loaded = jitcore.load(tmp_path / "pkg", chain)
+    loaded(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    assert len(_saved(loaded)) == 4 and jitcore.cache_misses(loaded) == 0
+    with pytest.raises(jitcore.PackageError, match="rematerialize"):
+        jitcore.load(tmp_path / "pkg", chain, rematerialize=True)
