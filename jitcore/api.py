@@ -65,7 +65,8 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
     rematerialize: with a backward, the forward saves fewer bytes and the backward recomputes cheap elementwise work
     from them, where that adds at most ~5% to the step's (estimated) time (transforms/rematerialize.py); a number
     is that fraction instead (float("inf"): save the fewest bytes whatever the recompute costs); False saves exactly
-    what the backward reads.
+    what the backward reads. Blocks run through torch.utils.checkpoint.checkpoint(..., use_reentrant=False) are
+    recomputed in the backward whatever this option says.
     """
     options = CompileOptions(_resolve_executors(executors), cache, keep_inputs, _remat_option(rematerialize))
     Cache(cache)  # validates the option now, not at the first call
