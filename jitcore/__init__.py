@@ -11,7 +11,7 @@ from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedE
 _API = ("jit", "examine")
 _INSPECTION = (
     "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces", "last_compile_stats",
-    "cache_hits", "cache_misses", "cache_miss_reasons", "input_specs",
+    "cache_hits", "cache_misses", "cache_miss_reasons", "input_specs", "saved_tensor_bytes",
 )
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "load",
     "repro",
     "save",
+    "saved_tensor_bytes",
 ]
 
 

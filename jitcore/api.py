@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from executors import python_ex, torch_ex
-from executors.base import Executor, get_executor
+from executors.base import Executor, FusionExecutor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
 from jitcore import logs
-from jitcore.autograd import AutogradProgram, WithoutHistory
+from jitcore.autograd import AutogradProgram, WithoutHistory, saved_tensor_bytes  # noqa: F401 (public)
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
 from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
@@ -44,6 +44,7 @@ from transforms.cse import cse
 from transforms.dce import dce
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers
+from transforms.rematerialize import BUDGET, checkpointed, rematerialize
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,12 @@ class CompileOptions:
     executors: tuple
     cache: str
     keep_inputs: str = "int"
+    rematerialize: bool | float = True  # what the forward saves: transforms/rematerialize.py
     verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/verify.py)
 
 
-def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int", verify=None):
+def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int",
+        rematerialize: bool | float = True, verify=None):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
     fn: a function, a callable object or an nn.Module (a jitted module keeps the original's parameters, buffers,
@@ -74,6 +77,11 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
         program; "no caching": every call traces again.
     keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`, packages):
         "int" (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
+    rematerialize: with a backward, the forward saves fewer bytes and the backward recomputes cheap elementwise
+        work from them, where that adds at most ~5% to the step's (estimated) time (transforms/rematerialize.py);
+        True (default), a number (that fraction instead; float("inf"): save the fewest bytes whatever the recompute
+        costs), or False (save exactly what the backward reads). Blocks run through
+        torch.utils.checkpoint.checkpoint(..., use_reentrant=False) are recomputed in the backward whatever this says.
     verify: check the compiled programs against eager (jitcore/verify.py). True, or a number of calls N: the first
         call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
         inputs and module state after the call); a mismatch raises VerificationError with the first differing
@@ -91,7 +99,8 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
     >>> jitcore.cache_misses(jfoo)
     1
     """
-    options = CompileOptions(_resolve_executors(executors), cache, keep_inputs, verify_calls(verify))
+    options = CompileOptions(_resolve_executors(executors), cache, keep_inputs, _remat_option(rematerialize),
+                             verify_calls(verify))
     Cache(cache)  # validates the option now, not at the first call
     check_keep_inputs(keep_inputs)
     _check_callable(fn)
@@ -115,6 +124,19 @@ def _check_callable(fn):
                                    "runs when the caller asks for it, outside any one traced call",
                                    hint="jit the work of one step (the loop body) and call it from the generator; "
                                         "a generator used inside a jitted function is fine")
+
+
+def _remat_option(value) -> bool | float:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value >= 0:
+        return float(value)
+    raise ValueError(f"jit(rematerialize=...): expected True, False or a non-negative number, got {value!r}")
+
+
+def _fuses(executors) -> bool:
+    """Whether a fusion executor is in the list: it fuses lines the backward recomputes into its regions."""
+    return any(isinstance(e, FusionExecutor) for e in executors)
 
 
 def _resolve_executors(executors) -> tuple:
@@ -408,7 +430,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             traced = trace_function(fn, args, kwargs, symbolic=symbolic)
         sized = symbolic or bool(traced.trace.extra.get("run_time_sizes"))  # sizes the program reads as values
         with _stage(stats, "transforms"):
-            program = transform(traced, sized)
+            program = transform(traced, sized, options)
         with _stage(stats, "claim"):
             claimed = claim_program(program, options, sized)
         with _stage(stats, "memory"):
@@ -466,9 +488,10 @@ class Program:
     writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
 
 
-def transform(traced: TraceResult, symbolic: bool) -> Program:
+def transform(traced: TraceResult, symbolic: bool, options: CompileOptions) -> Program:
     """Stage "transforms": functionalize (in-place writes become writebacks), dce, cse, and autodiff when a gradient
-    can flow (the joint trace splits into a forward and a backward)."""
+    can flow (the joint trace splits into a forward and a backward; rematerialization then chooses what the forward
+    saves by cost)."""
     traces = [traced.trace]
     functional, writebacks = functionalize(traced.trace, traced.input_strides)
     if functional is not traced.trace:
@@ -479,11 +502,18 @@ def transform(traced: TraceResult, symbolic: bool) -> Program:
     if not _needs_autodiff(traces[-1]):
         return Program([*traces[:-1], _with_sizes(traces[-1])] if symbolic else traces, [], None, writebacks)
     split = grad_transform(traces[-1])
+    backward = [split.backward]
+    if options.rematerialize is not False or checkpointed(split.forward):  # (False: the user's checkpoints only)
+        traces.append(_with_sizes(split.forward) if symbolic else split.forward)  # the grad transform's stays
+        remat = options.rematerialize
+        budget = BUDGET if remat is True else None if remat is False else remat
+        split, _, remat_backward = rematerialize(split, _fuses(options.executors), budget)
+        backward.append(remat_backward)
     forward = split.forward
     if writebacks:  # the epilogue overwrites them before the backward runs
         written = {traced.trace.args[w.arg_index].name for w in writebacks}
         forward = save_written_inputs_by_copy(forward, split.n_outputs, written)
-    backward = [split.backward, cse(split.backward, distinct_outputs=False)]
+    backward.append(cse(backward[-1], distinct_outputs=False))
     return Program([*traces, _with_sizes(forward) if symbolic else forward], backward, split, writebacks)
 
 

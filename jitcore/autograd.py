@@ -6,6 +6,8 @@ that backward runs a program without its cotangent (transforms/autodiff.drop_cot
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -145,3 +147,29 @@ class WithoutHistory:
 # torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping
 # functorch tensors) applies only under torch.func transforms, which jitted calls refuse (jitcore/api.py)
 _apply = super(torch.autograd.Function, _JitAutograd).apply
+
+
+@dataclass(frozen=True)
+class SavedTensors:
+    nbytes: int  # of every tensor saved for backward (a tensor saved twice counts twice)
+    distinct_nbytes: int  # of the distinct storages they hold
+    count: int
+
+
+def saved_tensor_bytes(call) -> SavedTensors:
+    """What call() (a forward under grad mode: eager, torch.compile'd or jitted) saves for backward, counted as
+    autograd saves it (torch.autograd.graph.saved_tensors_hooks: eager's graph and the jitted autograd.Function's
+    ctx.save_for_backward both go through them)."""
+    total, count, storages = 0, 0, {}
+
+    def pack(t):
+        nonlocal total, count
+        total += t.numel() * t.element_size()
+        count += 1
+        s = t.untyped_storage()
+        storages[(s.data_ptr(), s.nbytes())] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        call()
+    return SavedTensors(total, sum(storages.values()), count)

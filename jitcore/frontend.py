@@ -9,6 +9,7 @@ import types
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils.checkpoint as _checkpoint
 
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
@@ -22,7 +23,8 @@ from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
-from jitcore.ir.trace import Timer, Trace, tracectx
+from jitcore.ir.symbol import CHECKPOINTED
+from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import per_call, prims, torch_creation, torch_map
 from jitcore.ops.opaque import draws_random, opaque_symbol
@@ -116,6 +118,12 @@ class TraceResult:
     escapes: Escapes | None = None  # objects handed back or stored: fetched again or built afresh by the epilogue
 
 
+def _in_checkpoint_sequential(fn) -> bool:
+    """torch.utils.checkpoint.checkpoint_sequential or a function it defines (the segments it checkpoints)."""
+    return getattr(fn, "__module__", None) == _checkpoint.__name__ and \
+        getattr(fn, "__qualname__", "").startswith("checkpoint_sequential")
+
+
 class JitContext(DefaultContext):
     """What the interpreter asks jitcore while it runs user code.
 
@@ -156,6 +164,8 @@ class JitContext(DefaultContext):
             ranges.pin_within((args, kwargs))
 
     def _lookaside(self, fn):
+        if fn is _checkpoint.checkpoint:
+            return self._checkpoint
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -170,6 +180,28 @@ class JitContext(DefaultContext):
                 return None
             op = fn
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
+
+    def _checkpoint(self, function, *args, use_reentrant=None, context_fn=_checkpoint.noop_context_fn,
+                    determinism_check="default", debug=False, early_stop=True, **kwargs):
+        """torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False): function interpreted here, its
+        lines marked CHECKPOINTED, so that the backward recomputes them instead of the forward saving their
+        outputs. Random draws inside are saved, not drawn again: the backward sees the forward's masks, as eager's
+        preserve_rng_state=True replays them."""
+        if use_reentrant is not False:
+            raise UnsupportedError(
+                "checkpoint", f"torch.utils.checkpoint.checkpoint with use_reentrant={use_reentrant} (the reentrant "
+                "variant runs its own autograd.Function and backward pass, which a traced program does not)",
+                hint="pass use_reentrant=False: the jitted backward then recomputes the block")
+        if context_fn is not _checkpoint.noop_context_fn:
+            raise UnsupportedError("checkpoint", "torch.utils.checkpoint.checkpoint with a context_fn",
+                                   hint="checkpoint without context_fn (selective checkpointing is not supported)")
+        kwargs.pop("preserve_rng_state", None)
+        lines = get_tracectx().bound_symbols
+        start = len(lines)
+        out = self._runtime.call(function, args, kwargs)
+        for bsym in lines[start:]:
+            bsym.extra[CHECKPOINTED] = True
+        return out
 
     def attach_runtime(self, rt):
         self._runtime = rt
@@ -223,6 +255,8 @@ class JitContext(DefaultContext):
         return None
 
     def should_inline(self, fn) -> bool:
+        if _in_checkpoint_sequential(fn):  # its Python source: its checkpoint() calls come to _checkpoint
+            return True
         mod = getattr(fn, "__module__", None) or ""
         if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions")) or \
                 _private_helper(fn, mod):

@@ -2,9 +2,9 @@
 
 A package is a folder:
 - `manifest.json`: the package format, the versions of jitcore, torch and Python, the jit options (executor names,
-  cache mode, keep_inputs), the function's qualified name and signature, a digest of the code of every user function
-  the interpreter entered while tracing (the function itself and what it called, from user files and third-party
-  packages; not torch's), and one record per cache entry;
+  cache mode, keep_inputs, rematerialize), the function's qualified name and signature, a digest of the code of every
+  user function the interpreter entered while tracing (the function itself and what it called, from user files and
+  third-party packages; not torch's), and one record per cache entry;
 - `entry<N>.pt`: the entry's input description (jitcore/guards/input_storage.py: tensor metadata, kept values, the
   other arguments, the grad mode and autocast regions of the call);
 - `entry<N>.py`: the entry's programs as printed (prologue, forward, backward, epilogue), for reading;
@@ -215,7 +215,7 @@ def _jitted(jfn) -> JitFunction:
 
 def _options_record(options: CompileOptions) -> dict:
     return {"executors": [ex.name for ex in options.executors], "cache": options.cache,
-            "keep_inputs": options.keep_inputs}
+            "keep_inputs": options.keep_inputs, "rematerialize": options.rematerialize}
 
 
 def _compiled_regions(entries) -> list:
@@ -309,13 +309,14 @@ def _check_versions(saved: dict):
 
 def _options(saved: dict, jit_options: dict) -> dict:
     """The jit options to load with: the package's, and any the caller gave must equal them."""
-    unknown = set(jit_options) - {"executors", "cache", "keep_inputs", "verify"}
+    unknown = set(jit_options) - {"executors", "cache", "keep_inputs", "rematerialize", "verify"}
     if unknown:
         raise TypeError(f"unknown jit option(s) {', '.join(sorted(unknown))}")
     given = {}
     if "executors" in jit_options:
         given["executors"] = [ex.name for ex in _resolve_executors(jit_options["executors"])]
-    for name in ("cache", "keep_inputs"):
+    saved = {"rematerialize": True, **saved}  # (a package written before the option existed)
+    for name in ("cache", "keep_inputs", "rematerialize"):
         if name in jit_options:
             given[name] = jit_options[name]
     diffs = [f"{k}: the package has {saved[k]!r}, load was given {v!r}" for k, v in given.items() if v != saved[k]]
@@ -330,6 +331,7 @@ def _options(saved: dict, jit_options: dict) -> dict:
         if not ok:
             raise PackageError(f"the package's executor {ex.name!r} is not available here: {why}")
     return {"executors": executors, "cache": saved["cache"], "keep_inputs": saved["keep_inputs"],
+            "rematerialize": saved["rematerialize"],
             "verify": jit_options.get("verify")}  # (not part of the package: the loaded calls may be checked)
 
 

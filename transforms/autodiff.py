@@ -14,7 +14,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
-from jitcore.ir.symbol import Tag, recorded_without_grad
+from jitcore.ir.symbol import CHECKPOINTED, Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from jitcore.ops import ltorch, prims
 from jitcore.ops import prims_creation as pc
@@ -123,7 +123,7 @@ def grad_transform(trace: Trace) -> Split:
                 bp.bsym(bsym)
         bw.output = tuple(bp.cot.get(a.name) if needs_grad(a) else None for a in trace.args)
         bw = dce(bw)
-        saved = _free_proxies(bw, {c.name for c in cts if c is not None})
+        saved = free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
         bw.extra["arg_groups"] = [("saved", len(saved)), ("cotangents", sum(c is not None for c in cts))]
         fw.bound_symbols = expose(bsyms, {p.name for p in saved})
@@ -177,6 +177,8 @@ def _augmented(bsym, augment_fn):
     output = tree_unflatten(spec, list(orig) + residuals)
     new = sym.bind(*args, output=output, **kwargs)
     new.extra["vjp"] = (backward, bsym, residuals)
+    if bsym.extra.get(CHECKPOINTED):
+        new.extra[CHECKPOINTED] = True
     return new
 
 
@@ -187,7 +189,10 @@ def expose(bsyms, needed: set) -> list:
     for bsym in bsyms:
         own = {o.name for o in bsym.flat_proxy_outs()}
         if bsym.subsymbols and (_made_inside(bsym) - own) & needed:
-            out += expose(bsym.subsymbols, needed)
+            subs = bsym.subsymbols
+            if bsym.extra.get(CHECKPOINTED):  # the lines of a checkpointed line are checkpointed
+                subs = [s.from_bsym(extra={**s.extra, CHECKPOINTED: True}) for s in subs]
+            out += expose(subs, needed)
         else:
             out.append(bsym)
     return out
@@ -201,7 +206,7 @@ def _made_inside(bsym) -> set:
     return names
 
 
-def _free_proxies(bw: Trace, exclude: set) -> list:
+def free_proxies(bw: Trace, exclude: set) -> list:
     """Proxies the backward reads but does not make: what the forward must save (in first-use order)."""
     made, free, seen = set(exclude), [], set()
 

@@ -45,6 +45,9 @@ EAGER_KERNELS: dict[str, Callable] = {}
 # BoundSymbol.extra key, set on a line recorded with grad mode off (no_grad, inference_mode, set_grad_enabled(False)):
 # such a line and the same line recorded with grad are different values for autodiff, and passes keep them apart
 NO_GRAD = "no_grad"
+# BoundSymbol.extra key, set on a line recorded inside torch.utils.checkpoint.checkpoint: the backward recomputes it
+# rather than the forward saving its outputs (transforms/rematerialize.py)
+CHECKPOINTED = "checkpointed"
 
 
 class Tag(enum.Enum):

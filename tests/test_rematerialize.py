@@ -1,0 +1,181 @@
+"""Rematerialization (transforms/rematerialize.py): the forward saves fewer bytes, the backward recomputes cheap work
+from them, and every call still matches eager: outputs, gradients (bitwise with the torch executor), inputs after the
+call; random draws are never recomputed, in-place writes of inputs hold, symbolic sizes keep working."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jitcore
+from executors import inductor_ex
+from transforms.rematerialize import RECOMPUTABLE_PRIMS, leaf_ids
+
+CACHES = ("constant values", "symbolic values")
+ALL = float("inf")  # rematerialize=inf: the fewest bytes saved, whatever the recomputation costs
+
+
+def chain(x):
+    for _ in range(3):
+        x = torch.tanh(torch.sin(x))
+    return x * 2
+
+
+def _grads_like_eager(fn, jfn, shapes, exact=True, seed=None, extra=()):
+    """Call eager and jitted on fresh leaves of each shape; compare outputs, gradients and inputs after the call."""
+    for shape in shapes:
+        x = torch.randn(*shape, requires_grad=True)
+        xe, xj = x.detach().clone().requires_grad_(), x.detach().clone().requires_grad_()
+        ee, ej = [e.clone() for e in extra], [e.clone() for e in extra]
+        if seed is not None:
+            torch.manual_seed(seed)
+        want = fn(xe, *ee)
+        want.sum().backward()
+        if seed is not None:
+            torch.manual_seed(seed)
+        got = jfn(xj, *ej)
+        got.sum().backward()
+        def check(a, b):
+            torch.testing.assert_close(a, b, **({"rtol": 0, "atol": 0} if exact else {"rtol": 1e-5, "atol": 1e-6}))
+
+        check(got, want)
+        check(xj.grad, xe.grad)
+        for a, b in zip(ej, ee):
+            check(a, b)
+
+
+def _saved(jfn) -> list:
+    """Names of the values the last entry's forward saves for the backward."""
+    bw = jitcore.last_backward_traces(jfn)[-1]
+    n = dict(bw.extra["arg_groups"])["saved"]
+    return [p.name for p in bw.args[:n]]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_torch_executor_recomputes_the_chain_bitwise_like_eager(cache):
+    jfn = jitcore.jit(chain, cache=cache, rematerialize=ALL)
+    _grads_like_eager(chain, jfn, [(4, 5), (6, 5), (4, 5), (3, 7)])
+    assert _saved(jfn) == [jitcore.last_traces(jfn)[-1].args[0].name]  # the input alone
+    header = str(jitcore.last_backward_traces(jfn)[1]).splitlines()[0]
+    assert "Rematerialization (saved 1 values" in header and "instead of 4" in header
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_default_and_off_give_eagers_gradients(cache):
+    for remat in (True, False, 0.0):
+        jfn = jitcore.jit(chain, cache=cache, rematerialize=remat)
+        _grads_like_eager(chain, jfn, [(4, 5), (6, 5)])
+    off = jitcore.jit(chain, rematerialize=False)
+    off(torch.randn(2, 3, requires_grad=True)).sum().backward()
+    assert not any("Rematerialization" in str(t).splitlines()[0] for t in jitcore.last_backward_traces(off))
+    assert len(_saved(off)) == 4
+
+
+def test_bytes_saved_drop():
+    x = torch.randn(64, 64, requires_grad=True)
+    off, on = jitcore.jit(chain, rematerialize=False), jitcore.jit(chain, rematerialize=ALL)
+    eager = jitcore.saved_tensor_bytes(lambda: chain(x)).nbytes
+    before = jitcore.saved_tensor_bytes(lambda: off(x)).nbytes
+    after = jitcore.saved_tensor_bytes(lambda: on(x)).nbytes
+    assert after == x.numel() * 4 < before <= eager
+
+
+def _draws_random(bsym) -> bool:
+    if bsym.subsymbols:
+        return any(_draws_random(s) for s in bsym.subsymbols)
+    return "random" in {t.value for t in bsym.sym.tags}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_random_draws_are_saved_never_recomputed(cache):
+    def fn(x):
+        y = torch.sin(x) * 3
+        y = torch.nn.functional.dropout(y, p=0.5, training=True)
+        z = torch.rand_like(y) * y
+        return torch.tanh(z + y)
+
+    jfn = jitcore.jit(fn, cache=cache, rematerialize=ALL)
+    _grads_like_eager(fn, jfn, [(8, 16), (8, 16), (4, 16)], seed=7)
+    bw = jitcore.last_backward_traces(jfn)[1]
+    assert not any(_draws_random(b) for b in bw.bound_symbols)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_inputs_written_in_place_are_recomputed_from_what_they_were(cache):
+    def fn(x, buf):
+        y = torch.sin(x + buf)  # (x * buf would save buf: eager then refuses the write)
+        buf.add_(1.0)  # after the forward, before the backward: the recompute must read the old values
+        return torch.tanh(y) * buf
+
+    jfn = jitcore.jit(fn, cache=cache, rematerialize=ALL)
+    _grads_like_eager(fn, jfn, [(3, 4), (5, 4)], extra=(torch.randn(4),))
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_recomputed_lines_read_symbolic_sizes(cache):
+    def fn(x):
+        b, n = x.shape
+        y = torch.sin(x).reshape(b * n).expand(2, b * n)
+        y = torch.exp(y.transpose(0, 1)) * 0.5
+        return y.reshape(n, b, 2).tanh()
+
+    jfn = jitcore.jit(fn, cache=cache, rematerialize=ALL)
+    _grads_like_eager(fn, jfn, [(3, 4), (5, 6), (2, 9), (3, 4)])
+    if cache == "symbolic values":
+        assert jitcore.cache_misses(jfn) == 1
+
+
+def test_matmul_and_reductions_are_saved_not_recomputed():
+    def fn(x, w):
+        h = torch.sin(x @ w)
+        return torch.softmax(h, dim=-1) * h.sum(-1, keepdim=True)
+
+    x, w = torch.randn(8, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
+    jfn = jitcore.jit(fn, rematerialize=ALL)
+    jfn(x, w).sum().backward()
+    fw = next(t for t in jitcore.last_traces(jfn) if "Forward pass of the grad" in str(t).splitlines()[0])
+    made = {o.name for b in fw.bound_symbols for o in b.flat_proxy_outs()}
+    bw = jitcore.last_backward_traces(jfn)[1]
+    recomputed = [b for b in bw.bound_symbols if any(o.name in made for o in b.flat_proxy_outs())]
+    assert recomputed  # sin(x @ w), from the saved matmul
+    for b in recomputed:
+        assert leaf_ids(b) <= RECOMPUTABLE_PRIMS | {"prims.shape"}, b.sym.id
+
+
+def test_the_option_is_checked():
+    with pytest.raises(ValueError, match="rematerialize"):
+        jitcore.jit(chain, rematerialize="yes")
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_inductor_fuses_the_recomputation_with_eagers_gradients(cache):
+    jfn = jitcore.jit(chain, cache=cache, executors=[inductor_ex], rematerialize=ALL)
+    _grads_like_eager(chain, jfn, [(16, 8), (24, 8)], exact=False)
+    assert len(_saved(jfn)) == 1
+
+
+def test_mlp_with_inductor_saves_less_by_default():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 256))
+    x = torch.randn(128, 256)
+    on, off = jitcore.jit(model, executors=[inductor_ex]), jitcore.jit(model, executors=[inductor_ex],
+                                                                        rematerialize=False)
+    off(x).sum().backward()
+    model.zero_grad()
+    on(x).sum().backward()
+    assert jitcore.saved_tensor_bytes(lambda: on(x)).nbytes < jitcore.saved_tensor_bytes(lambda: off(x)).nbytes
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):  # within 1e-5 of the largest gradient
+        assert (g - p.grad).abs().max() <= 1e-5 * p.grad.abs().max()
+
+
+def test_a_package_keeps_the_option(tmp_path):
+    jfn = jitcore.jit(chain, rematerialize=False)
+    jfn(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    jitcore.save(jfn, tmp_path / "pkg")
+    loaded = jitcore.load(tmp_path / "pkg", chain)
+    loaded(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    assert len(_saved(loaded)) == 4 and jitcore.cache_misses(loaded) == 0
+    with pytest.raises(jitcore.PackageError, match="rematerialize"):
+        jitcore.load(tmp_path / "pkg", chain, rematerialize=True)
