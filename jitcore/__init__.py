@@ -8,10 +8,10 @@ does not pull the whole pipeline in while it initialises.
 from jitcore import ops  # noqa: F401
 from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError, VerificationError
 
-_API = ("jit", "examine")
+_API = ("jit", "examine", "saved_tensor_bytes")
 _INSPECTION = (
     "last_traces", "last_backward_traces", "last_prologue_traces", "last_epilogue_traces", "last_compile_stats",
-    "cache_hits", "cache_misses", "cache_miss_reasons", "input_specs", "saved_tensor_bytes",
+    "cache_hits", "cache_misses", "cache_miss_reasons", "input_specs",
 )
 
 __all__ = [
