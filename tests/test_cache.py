@@ -2,6 +2,7 @@
 (a miss retraces and the new value is used)."""
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -219,7 +220,7 @@ def test_global_function_rebound():
 HELPER = torch.sin
 
 
-def test_entry_limit_warning_suggests_symbolic_values(monkeypatch):
+def test_entry_limit_warning_suggests_symbolic_values_at_the_users_call_site(monkeypatch):
     monkeypatch.setattr(cache_mod, "ENTRY_WARN_LIMIT", 3)
     jf = jitcore.jit(_add)
     with warnings.catch_warnings(record=True) as caught:
@@ -227,8 +228,11 @@ def test_entry_limit_warning_suggests_symbolic_values(monkeypatch):
         for n in range(2, 7):
             a = torch.randn(n)
             jf(a, a)
-    texts = [str(w.message) for w in caught if "jitcore" in str(w.message)]
+            line = sys._getframe().f_lineno - 1
+    found = [w for w in caught if "jitcore" in str(w.message)]
+    texts = [str(w.message) for w in found]
     assert len(texts) == 1 and "symbolic values" in texts[0] and "expected a tensor" in texts[0]
+    assert found[0].filename == __file__ and found[0].lineno == line  # the user's line, not jitcore's
 
 
 def test_many_entries_select_by_key():

@@ -127,20 +127,6 @@ def test_the_environment_variable_turns_topics_on():
     assert "[jitcore.guards recompiles] recompiling (miss 2) <lambda> at <string>:4: " in done.stderr
 
 
-def test_the_many_entries_warning_names_the_users_call_site(monkeypatch):
-    monkeypatch.setattr(cache_mod, "ENTRY_WARN_LIMIT", 2)
-    jf = jitcore.jit(_add)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for n in range(2, 6):
-            jf(torch.randn(n), torch.randn(n))
-            line = sys._getframe().f_lineno - 1
-    found = [w for w in caught if "compiled 3 times" in str(w.message)]
-    assert len(found) == 1
-    assert found[0].filename == __file__ and found[0].lineno == line
-    assert f"called at {__file__}:{line}" in str(found[0].message)
-
-
 def test_the_many_entries_warning_of_a_module_names_the_users_call_site(monkeypatch):
     monkeypatch.setattr(cache_mod, "ENTRY_WARN_LIMIT", 1)
     jm = jitcore.jit(torch.nn.Linear(2, 2))
