@@ -258,6 +258,32 @@ def async_collective(x):
     return x
 
 
+def sum_over(x, group):
+    import torch.distributed as dist
+
+    y = x.clone()
+    dist.all_reduce(y, group=group)
+    return y
+
+
+def group_argument(rank: int) -> dict:
+    """The same function over two process groups: the group is guarded by identity, each group its own program."""
+    import torch.distributed as dist
+
+    import jitcore
+
+    pair = dist.new_group([0, 1])
+    jf = jitcore.jit(sum_over)
+    x = torch.full((2,), float(rank + 1))
+    results = [jf(x, dist.group.WORLD)]
+    results.append(jf(x, pair))
+    pair_trace = str(jitcore.last_traces(jf)[-1])
+    results.append(jf(x, dist.group.WORLD))
+    return {"results": results, "misses": jitcore.cache_misses(jf), "hits": jitcore.cache_hits(jf),
+            "pair_in_trace": f"'{pair.group_name}')" in pair_trace, "names": (dist.group.WORLD.group_name,
+                                                                              pair.group_name)}
+
+
 def _compare_call(fn, rank, *shapes, grad=False):
     """fn's results (and gradients when grad) eagerly and jitted, on the same inputs; the jitted trace's collectives."""
     import jitcore
@@ -292,7 +318,7 @@ def scenario_collectives(rank: int) -> dict:
     out = {"inplace": _compare_call(inplace_collectives, rank, (4, 3), (4, 3)),
            "grad_all_reduce": _compare_call(grad_through_all_reduce, rank, (5,), grad=True),
            "functional": _compare_call(functional_collectives, rank, (4, 3), grad=True),
-           "effects": _compare_call(effects, rank, (3,))}
+           "effects": _compare_call(effects, rank, (3,)), "groups": group_argument(rank)}
     try:
         jitcore.jit(async_collective)(torch.ones(2))
         out["async"] = "accepted"

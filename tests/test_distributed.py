@@ -144,3 +144,12 @@ def test_collectives_are_effects_dce_and_cse_keep(runs):
 def test_async_collective_is_refused_naming_the_synchronous_form(runs):
     for result in runs("collectives"):
         assert "async_op=True" in result["async"] and "synchronous form" in result["async"]
+
+
+def test_process_group_argument_is_guarded_by_identity(runs):
+    for result in runs("collectives"):
+        case = result["groups"]
+        for value in case["results"]:
+            torch.testing.assert_close(value, torch.full((2,), 3.0))
+        assert case["names"][0] != case["names"][1] and case["pair_in_trace"]
+        assert (case["misses"], case["hits"]) == (2, 1)  # another group is another program; the first one again hits
