@@ -172,20 +172,22 @@ def eager_and_jitted(make, loss_fn, batch_fn, rank, **ddp_kwargs) -> dict:
     return {"eager": eager, "jitted": jitted}
 
 
-def scenario_ddp_models(rank: int) -> dict:
-    return {"gpt": eager_and_jitted(gpt, gpt_loss, gpt_batch, rank),
-            "cnn": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank)}
+def scenario_ddp_gpt(rank: int) -> dict:
+    return {"gpt": eager_and_jitted(gpt, gpt_loss, gpt_batch, rank)}
 
 
-def scenario_ddp_features(rank: int) -> dict:
+def scenario_ddp_cnn(rank: int) -> dict:
+    return {"cnn": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank),
+            "no_broadcast": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank, broadcast_buffers=False)}
+
+
+def scenario_ddp_options(rank: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import jitcore
 
     out = {"no_sync": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank, accumulate=2),
-           "unused": eager_and_jitted(WithUnused, mlp_loss, mlp_batch, rank, find_unused_parameters=True),
-           "no_broadcast": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank, broadcast_buffers=False)}
-    torch.manual_seed(0)
+           "unused": eager_and_jitted(WithUnused, mlp_loss, mlp_batch, rank, find_unused_parameters=True)}
     try:
         jitcore.jit(DDP(WithUnused()))
         out["jit_of_ddp"] = "accepted"
@@ -194,7 +196,7 @@ def scenario_ddp_features(rank: int) -> dict:
     return out
 
 
-SCENARIOS = {"ddp_models": scenario_ddp_models, "ddp_features": scenario_ddp_features}
+SCENARIOS = {"ddp_gpt": scenario_ddp_gpt, "ddp_cnn": scenario_ddp_cnn, "ddp_options": scenario_ddp_options}
 
 
 # -- collectives written inside jitted functions ---------------------------------------------------------------------
@@ -284,6 +286,13 @@ def group_argument(rank: int) -> dict:
                                                                               pair.group_name)}
 
 
+def broadcast_inside(x):
+    import torch.distributed as dist
+
+    dist.broadcast(x, 0)
+    return x * 2
+
+
 def _compare_call(fn, rank, *shapes, grad=False):
     """fn's results (and gradients when grad) eagerly and jitted, on the same inputs; the jitted trace's collectives."""
     import jitcore
@@ -324,6 +333,11 @@ def scenario_collectives(rank: int) -> dict:
         out["async"] = "accepted"
     except jitcore.UnsupportedError as e:
         out["async"] = str(e)
+    try:
+        jitcore.jit(broadcast_inside)(torch.ones(2))
+        out["broadcast"] = "accepted"
+    except jitcore.UnsupportedError as e:
+        out["broadcast"] = str(e)
     return out
 
 

@@ -4,6 +4,8 @@ t)`, `dist.reduce_scatter_tensor(out, t)`) record the functional collective, its
 they fill, which autograd does not record (as in eager: c10d's collectives have no autograd, a gradient passes through
 the written tensor unchanged). The functional collectives (torch.distributed._functional_collectives) record the
 collective and its wait; their gradients are eager's (all_reduce <-> all_reduce, all_gather <-> reduce_scatter).
+torch.distributed's other calls (broadcast, barrier, send, ...) are refused: run once while tracing, they would be
+missing from every later call.
 """
 from __future__ import annotations
 
@@ -147,14 +149,33 @@ def _c10d_functional_reduce_scatter_tensor(input, reduce_op, group_size, group_n
                                     str(group_name))
 
 
+# torch.distributed's other communication calls: run at trace time only, they would be missing from every later call
+_REFUSED = ("broadcast", "all_gather", "reduce", "gather", "scatter", "reduce_scatter", "all_to_all",
+            "all_to_all_single", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+            "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
+            "all_reduce_coalesced", "all_gather_coalesced")
+
+
+def _refuse(name: str):
+    def call(*args, **kwargs):
+        raise UnsupportedError(
+            "torch.distributed", f"torch.distributed.{name} inside a jitted function is not supported",
+            hint="supported: torch.distributed.all_reduce, all_gather_into_tensor, reduce_scatter_tensor (synchronous) "
+                 "and the functional collectives of torch.distributed._functional_collectives; or call it outside "
+                 "the jitted function")
+
+    return call
+
+
 def _register():
-    table = {
+    table = {getattr(dist, name): _refuse(name) for name in _REFUSED if hasattr(dist, name)}
+    table.update({
         dist.all_reduce: all_reduce, dist.all_gather_into_tensor: all_gather_into_tensor,
         dist.reduce_scatter_tensor: reduce_scatter_tensor,
         funcol.all_reduce: funcol_all_reduce, funcol.all_gather_tensor: funcol_all_gather_tensor,
         funcol.all_gather_single: funcol_all_gather_tensor,
         funcol.reduce_scatter_tensor: funcol_reduce_scatter_tensor, funcol.wait_tensor: funcol_wait_tensor,
-    }
+    })
     for name in ("all_gather_tensor_autograd", "all_gather_single_autograd"):
         if hasattr(funcol, name):
             table[getattr(funcol, name)] = funcol_all_gather_tensor
