@@ -271,6 +271,23 @@ def _copy_(src, dst):
     return dst.copy_(src)
 
 
+# collectives (jitcore/ops/prims_distributed.py): torch's functional collectives, on contiguous tensors as c10d's
+def _all_reduce(a, reduce_op, group_name):
+    return torch.ops._c10d_functional.all_reduce(a.contiguous(), reduce_op, group_name)
+
+
+def _all_gather_into_tensor(a, group_size, group_name):
+    return torch.ops._c10d_functional.all_gather_into_tensor(a.contiguous(), group_size, group_name)
+
+
+def _reduce_scatter_tensor(a, reduce_op, group_size, group_name):
+    return torch.ops._c10d_functional.reduce_scatter_tensor(a.contiguous(), reduce_op, group_size, group_name)
+
+
+def _wait_tensor(a):
+    return torch.ops._c10d_functional.wait_tensor(a)
+
+
 def _as_tensor_pair(name, fn, promote=False):
     """A binary torch function that takes only tensors, accepting a Python number on either side (as a 0-d
     tensor of the other side's dtype, or of the promoted dtype when `promote`)."""
@@ -337,6 +354,9 @@ KERNELS: dict = {
     # misc
     "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
     "prims.no_grad_update": _no_grad_update, "prims.item_as_size": _item_as_size,
+    # collectives
+    "prims.all_reduce": _all_reduce, "prims.all_gather_into_tensor": _all_gather_into_tensor,
+    "prims.reduce_scatter_tensor": _reduce_scatter_tensor, "prims.wait_tensor": _wait_tensor,
 }
 
 # torch-level ops whose direct torch call must differ from the torch callable they stand for: traces are

@@ -111,7 +111,11 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
 
 def _check_callable(fn):
     """Generator and coroutine functions are refused at jit(): a call's result is an iterator whose steps run later,
-    one at a time, which one traced program cannot be."""
+    one at a time, which one traced program cannot be. So is DistributedDataParallel(model): jit the model inside."""
+    if isinstance(fn, torch.nn.parallel.DistributedDataParallel):  # its forward drives the reducer's hooks per call
+        raise UnsupportedError("callable", "jit() was given a DistributedDataParallel module: DDP's forward prepares "
+                               "its gradient reducer and broadcasts buffers on every call, outside any one traced "
+                               "program", hint="wrap the jitted model instead: DDP(jitcore.jit(model))")
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     if not inspect.isroutine(target) and not isinstance(target, (type, functools.partial)):
         target = inspect.getattr_static(type(target), "__call__", target)  # a callable object: its __call__

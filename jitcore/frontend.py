@@ -73,6 +73,9 @@ _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.val
 # argument among them is guarded by identity, not by type
 _CALLED_BY_IDENTITY = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
                        types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType, type)
+# ... and values whose identity the trace bakes in: a process group (a collective over another group of the same type
+# is another program)
+_BY_IDENTITY = _CALLED_BY_IDENTITY + ((torch.distributed.ProcessGroup,) if torch.distributed.is_available() else ())
 
 
 @dataclass
@@ -289,7 +292,7 @@ class JitContext(DefaultContext):
             self._library.setdefault(provenance, value.__name__.startswith(_LIBRARIES))
         elif not isinstance(value, _NO_IDENTITY) and not isinstance(value, Proxy):
             root = provenance.root()
-            if type(root) in (Arg, Kwarg) and not isinstance(value, _CALLED_BY_IDENTITY):
+            if type(root) in (Arg, Kwarg) and not isinstance(value, _BY_IDENTITY):
                 g.types.setdefault(provenance, t)
             elif (provenance != root or type(root) is not Fn) and not self._from_library(provenance):
                 g.objects.setdefault(provenance, value)

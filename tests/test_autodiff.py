@@ -230,7 +230,10 @@ NO_SAMPLE = {"prims.device_put": "a second device is needed to move a tensor",
              "prims.bernoulli_tensor": "a random draw: tests/test_random_stream.py checks it seeded against eager, "
                                        "its zero gradient included",
              "prims.no_grad_update": "functionalization makes it (a write autograd does not record); tests/"
-                                     "test_inplace.py checks those writes' gradients against eager"}
+                                     "test_inplace.py checks those writes' gradients against eager",
+             **dict.fromkeys(("prims.all_reduce", "prims.all_gather_into_tensor", "prims.reduce_scatter_tensor",
+                              "prims.wait_tensor"), "a collective needs a process group of several processes: tests/"
+                             "test_distributed.py checks these gradients against eager's with 2 gloo processes")}
 
 CASES = [(op_id, i) for op_id in sorted(VJP_RULES) if op_id not in NO_SAMPLE for i in range(len(SAMPLES[op_id]))]
 

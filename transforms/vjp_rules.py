@@ -8,7 +8,13 @@ from __future__ import annotations
 from jitcore.ops.opaque import opaque_vjp_replay_sym, opaque_vjp_sym, with_rng_state_sym
 
 # the family files add their rows to VJP_RULES when imported
-from transforms import vjp_rules_composite, vjp_rules_edges, vjp_rules_elementwise, vjp_rules_structural  # noqa: F401
+from transforms import (  # noqa: F401
+    vjp_rules_composite,
+    vjp_rules_distributed,
+    vjp_rules_edges,
+    vjp_rules_elementwise,
+    vjp_rules_structural,
+)
 from transforms.vjp_helpers import AUGMENTED_FORWARDS, VJP_RULES
 
 __all__ = ["AUGMENTED_FORWARDS", "VJP_RULES", "opaque_vjp", "random_opaque_augment"]

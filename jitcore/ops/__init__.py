@@ -5,6 +5,7 @@ are the namespaces traces print (`prims.add`, `ltorch.gelu`); torch_map.py maps 
 from jitcore.ops import (  # noqa: F401
     opaque,
     prims_creation,
+    prims_distributed,
     prims_elementwise,
     prims_index,
     prims_misc,
@@ -32,8 +33,9 @@ from jitcore.ops import (  # noqa: F401
 
 # isort: split
 # derived from the families above, so imported after them: torch_inplace derives the in-place variants of their ops
-# (and registers the "inplace" fallbacks), autocast's policy table names ops of every family
-from jitcore.ops import autocast, torch_inplace  # noqa: F401
+# (and registers the "inplace" fallbacks), autocast's policy table names ops of every family, torch_distributed
+# writes with torch_inplace's write
+from jitcore.ops import autocast, torch_distributed, torch_inplace  # noqa: F401
 from jitcore.ops.registry import ltorch_ns as ltorch
 from jitcore.ops.registry import prims_ns as prims
 

@@ -1,0 +1,142 @@
+"""Benchmarks: data-parallel training in several processes (gloo on CPU, nccl on GPUs), eager DDP(model) against
+DDP(jitcore.jit(model)) on a GPT-2 style model: per process, the median time of a training step (forward, backward
+with DDP's gradient all-reduce, optimizer step; the variants' steps alternate) and the peak memory of one step; the
+losses of both are checked to agree. Run `python -m benchmarks.distributed` (it starts --nproc processes itself), or
+one process per rank under torchrun: `torchrun --nproc-per-node 2 -m benchmarks.distributed`.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.models import GPT, GPTConfig
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc", type=int, default=2, help="processes to start when not run under torchrun (default 2)")
+    p.add_argument("--steps", type=int, default=15, help="timed training steps per variant (default 15)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (the jitted model compiles) (default 3)")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--executors", default="torch", help="jitcore executors, comma-separated (default: torch)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    return p.parse_args(argv)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args, argv) -> int:
+    """Start args.nproc ranks of this script on a free localhost port (what torchrun would do); their exit status."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "WORLD_SIZE": str(args.nproc), "OMP_NUM_THREADS": str(args.threads)}
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.distributed", *argv],
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(args.nproc)]
+    codes = [p.wait() for p in procs]
+    return max(abs(c) for c in codes)
+
+
+def step_fn(ddp, opt, batch):
+    idx, targets = batch
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = ddp(idx)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def measure(ddps: dict, batch, args) -> dict:
+    """Per variant: median step time and peak memory. The variants' steps alternate (eager, jitted, eager, ...), so
+    a slow spell of a shared machine falls on both alike."""
+    from benchmarks.measure import peak_memory_bytes
+
+    steps = {name: step_fn(ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-3), batch) for name, ddp in ddps.items()}
+    losses = {name: [step() for _ in range(args.warmup)] for name, step in steps.items()}
+    times: dict = {name: [] for name in steps}
+    for _ in range(args.steps):
+        for name, step in steps.items():
+            torch.distributed.barrier()  # the ranks start a step together: a time is not another rank's wait
+            start = time.perf_counter()
+            losses[name].append(step())
+            times[name].append(time.perf_counter() - start)
+    out = {}
+    for name, step in steps.items():
+        peak = peak_memory_bytes(lambda step=step, name=name: losses[name].append(step()))
+        out[name] = {"median_ms": 1e3 * statistics.median(times[name]), "peak_mib": peak / 2**20,
+                     "losses": torch.stack(losses[name])}
+    return out
+
+
+def worker(args):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import jitcore
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}") if torch.cuda.is_available() else \
+        torch.device("cpu")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_embd=args.width, n_layer=args.layers, block_size=args.seq)).to(device)
+    g = torch.Generator().manual_seed(rank)
+    idx = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), generator=g).to(device)
+    batch = (idx, torch.roll(idx, -1, 1))
+    variants = {"eager DDP(model)": lambda m: DDP(m),
+                "DDP(jitcore.jit(model))": lambda m: DDP(jitcore.jit(m, executors=args.executors.split(",")))}
+    results = measure({name: make(copy.deepcopy(model)) for name, make in variants.items()}, batch, args)
+    everyone = [None] * world
+    dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"]}
+                                      for k, v in results.items()})
+    losses = [v["losses"] for v in results.values()]
+    diff = (losses[0] - losses[1]).abs().max().item()
+    if rank == 0:
+        report(everyone, args, world, diff)
+    dist.destroy_process_group()
+
+
+def report(everyone, args, world, loss_diff):
+    print(f"\nDDP training step, GPT-2 style ({args.layers} layers, width {args.width}, batch {args.batch}x{args.seq}),"
+          f" {world} processes ({'nccl' if torch.cuda.is_available() else 'gloo'}), torch threads {args.threads}, "
+          f"jitcore executors [{args.executors}]; median of {args.steps} steps after {args.warmup}\n")
+    print("| variant | rank | step (ms, median) | peak memory (MiB) |")
+    print("|---|---|---|---|")
+    for name in everyone[0]:
+        for rank, per in enumerate(everyone):
+            print(f"| {name} | {rank} | {per[name]['median_ms']:.1f} | {per[name]['peak_mib']:.1f} |")
+    eager, jitted = (statistics.median(per[n]["median_ms"] for per in everyone) for n in everyone[0])
+    print(f"\nmedian over ranks: eager {eager:.1f} ms, jitted {jitted:.1f} ms ({eager / jitted:.2f}x); "
+          f"largest loss difference over {args.warmup + args.steps + 1} steps: {loss_diff:.2e}")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    if "RANK" not in os.environ:
+        sys.exit(launch(args, argv))
+    worker(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""Test helpers: the processes of the distributed tests (tests/test_distributed.py). `launch` starts `world` processes
+of `python -m tests.distributed_workers SCENARIO` on a free localhost port (the environment torchrun gives: RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT), waits for them with a timeout (a hang fails, it never stalls) and reads back
+what each rank saved with torch.save. A scenario runs eager and jitted training or collectives with the gloo backend.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(scenario: str, out_dir: pathlib.Path, world: int = 2, timeout: float = 60.0) -> list[dict]:
+    """Run `scenario` in `world` processes; each rank's saved dict, in rank order. Raises with the ranks' output on a
+    failure or when they are not done within `timeout` seconds (they are killed then)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+           "OMP_NUM_THREADS": "1", "JITCORE_REGION_CACHE": "0"}
+    procs, logs = [], []
+    for rank in range(world):
+        log = open(out_dir / f"{scenario}.{rank}.log", "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.distributed_workers", scenario, str(out_dir)],
+                                      env={**env, "RANK": str(rank)}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            break
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    texts = []
+    for log in logs:
+        log.seek(0)
+        texts.append(log.read())
+        log.close()
+    if timed_out or any(p.returncode != 0 for p in procs):
+        what = f"timed out after {timeout} s" if timed_out else f"exit codes {[p.returncode for p in procs]}"
+        raise AssertionError(f"scenario {scenario} {what}\n" + "\n".join(
+            f"--- rank {r} ---\n{t[-4000:]}" for r, t in enumerate(texts)))
+    return [torch.load(out_dir / f"{scenario}.{rank}.pt") for rank in range(world)]
+
+
+# -- models ---------------------------------------------------------------------------------------------------------
+def gpt():
+    from benchmarks.models import GPT, GPTConfig
+
+    return GPT(GPTConfig(n_embd=32, n_head=2, block_size=16, vocab_size=64, n_layer=2))
+
+
+def gpt_batch(rank: int, step: int):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    idx = torch.randint(0, 64, (2, 16), generator=g)
+    return idx, torch.roll(idx, -1, 1)
+
+
+def gpt_loss(model, batch):
+    idx, targets = batch
+    return model(idx, targets)[1]
+
+
+class ConvBN(nn.Module):
+    """A small CNN with BatchNorm (running statistics are buffers DDP broadcasts from rank 0 on every forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+def cnn_batch(rank: int, step: int):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 10, (4,), generator=g)
+
+
+def cnn_loss(model, batch):
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+class WithUnused(nn.Module):
+    """A model one of whose layers takes no part in the loss (find_unused_parameters=True)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.unused, self.b = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def mlp_batch(rank: int, step: int):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(6, 8, generator=g), torch.randn(6, 4, generator=g)
+
+
+def mlp_loss(model, batch):
+    x, y = batch
+    return F.mse_loss(model(x), y)
+
+
+# -- training -------------------------------------------------------------------------------------------------------
+def _state(module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def train(ddp, loss_fn, batch_fn, rank: int, steps: int = 3, accumulate: int = 1) -> dict:
+    """`steps` optimizer steps of SGD with momentum; with accumulate > 1, the first micro-batches of each step run
+    under ddp.no_sync() (gradients accumulate locally, the last one all-reduces them)."""
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        for micro in range(accumulate):
+            sync = micro == accumulate - 1
+            with contextlib.nullcontext() if sync else ddp.no_sync():
+                loss = loss_fn(ddp, batch_fn(rank, step * accumulate + micro))
+                loss.backward()
+            losses.append(loss.detach().clone())
+        opt.step()
+    return {"losses": torch.stack(losses), "state": _state(ddp.module)}
+
+
+def _jit(model):
+    import jitcore
+    from executors import torch_ex
+
+    return jitcore.jit(model, executors=[torch_ex])
+
+
+def eager_and_jitted(make, loss_fn, batch_fn, rank, **ddp_kwargs) -> dict:
+    """Trains DDP(model) and DDP(jitcore.jit(model)) from the same initial weights; both runs' results."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = make()
+    twin = copy.deepcopy(model)
+    accumulate = ddp_kwargs.pop("accumulate", 1)
+    eager = train(DDP(model, **ddp_kwargs), loss_fn, batch_fn, rank, accumulate=accumulate)
+    jitted = train(DDP(_jit(twin), **ddp_kwargs), loss_fn, batch_fn, rank, accumulate=accumulate)
+    return {"eager": eager, "jitted": jitted}
+
+
+def scenario_ddp_gpt(rank: int) -> dict:
+    return {"gpt": eager_and_jitted(gpt, gpt_loss, gpt_batch, rank)}
+
+
+def scenario_ddp_cnn(rank: int) -> dict:
+    return {"cnn": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank),
+            "no_broadcast": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank, broadcast_buffers=False)}
+
+
+def scenario_ddp_options(rank: int) -> dict:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import jitcore
+
+    out = {"no_sync": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank, accumulate=2),
+           "unused": eager_and_jitted(WithUnused, mlp_loss, mlp_batch, rank, find_unused_parameters=True)}
+    try:
+        jitcore.jit(DDP(WithUnused()))
+        out["jit_of_ddp"] = "accepted"
+    except jitcore.UnsupportedError as e:
+        out["jit_of_ddp"] = str(e)
+    return out
+
+
+SCENARIOS = {"ddp_gpt": scenario_ddp_gpt, "ddp_cnn": scenario_ddp_cnn, "ddp_options": scenario_ddp_options}
+
+
+# -- collectives written inside jitted functions ---------------------------------------------------------------------
+COLLECTIVE = re.compile(r"prims\.(all_reduce|all_gather_into_tensor|reduce_scatter_tensor|wait_tensor)\(")
+
+
+def collectives_in(trace) -> list[str]:
+    """The collective prims a printed trace runs, in order."""
+    return COLLECTIVE.findall(str(trace))
+
+
+def inplace_collectives(x, buf):
+    import torch.distributed as dist
+
+    y = x * 2
+    dist.all_reduce(y)  # an intermediate: later reads see the sum
+    dist.all_reduce(buf, op=dist.ReduceOp.MAX)  # an input: the caller's tensor is written
+    gathered = torch.empty(2 * x.shape[0], x.shape[1])
+    dist.all_gather_into_tensor(gathered, y)
+    scattered = torch.zeros(x.shape[0] // 2, x.shape[1])
+    dist.reduce_scatter_tensor(scattered, gathered[: x.shape[0]] + 1)
+    return y + 1, gathered, scattered
+
+
+def grad_through_all_reduce(x):
+    import torch.distributed as dist
+
+    y = x * 3
+    dist.all_reduce(y)  # not recorded by autograd in eager: the gradient passes through y unchanged
+    return (y * y).sum()
+
+
+def functional_collectives(x):
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    world = dist.group.WORLD
+    a = funcol.wait_tensor(funcol.all_reduce(x * 2, "sum", world))
+    b = funcol.wait_tensor(funcol.all_gather_tensor(x, 0, world))
+    c = funcol.wait_tensor(funcol.reduce_scatter_tensor(x.sin(), "sum", 0, world))
+    d = funcol.all_gather_tensor(x.cos(), 1, world)  # waited on by its first use
+    return (a * a).sum() + (b ** 3).sum() + c.sum() + (d * d).sum()
+
+
+def effects(x):
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    world = dist.group.WORLD
+    dist.all_reduce(x.clone())  # nothing reads the result
+    funcol.all_reduce(x, "sum", world)  # nor here
+    a = funcol.wait_tensor(funcol.all_reduce(x, "sum", world))
+    b = funcol.wait_tensor(funcol.all_reduce(x, "sum", world))  # the same line as a's: both run
+    return a + b
+
+
+def async_collective(x):
+    import torch.distributed as dist
+
+    dist.all_reduce(x, async_op=True).wait()
+    return x
+
+
+def sum_over(x, group):
+    import torch.distributed as dist
+
+    y = x.clone()
+    dist.all_reduce(y, group=group)
+    return y
+
+
+def group_argument(rank: int) -> dict:
+    """The same function over two process groups: the group is guarded by identity, each group its own program."""
+    import torch.distributed as dist
+
+    import jitcore
+
+    pair = dist.new_group([0, 1])
+    jf = jitcore.jit(sum_over)
+    x = torch.full((2,), float(rank + 1))
+    results = [jf(x, dist.group.WORLD)]
+    results.append(jf(x, pair))
+    pair_trace = str(jitcore.last_traces(jf)[-1])
+    results.append(jf(x, dist.group.WORLD))
+    return {"results": results, "misses": jitcore.cache_misses(jf), "hits": jitcore.cache_hits(jf),
+            "pair_in_trace": f"'{pair.group_name}')" in pair_trace, "names": (dist.group.WORLD.group_name,
+                                                                              pair.group_name)}
+
+
+def broadcast_inside(x):
+    import torch.distributed as dist
+
+    dist.broadcast(x, 0)
+    return x * 2
+
+
+def _compare_call(fn, rank, *shapes, grad=False):
+    """fn's results (and gradients when grad) eagerly and jitted, on the same inputs; the jitted trace's collectives."""
+    import jitcore
+    from executors import torch_ex
+
+    g = torch.Generator().manual_seed(rank)
+    inputs = [torch.randn(*s, generator=g) for s in shapes]
+    out = {}
+    for kind, f in (("eager", fn), ("jitted", jitcore.jit(fn, executors=[torch_ex]))):
+        args = [t.clone().requires_grad_(grad) for t in inputs]
+        result = f(*args)
+        if grad:
+            result.backward()
+        out[kind] = {"result": tree_detach(result), "args": [a.detach().clone() for a in args],
+                     "grads": [a.grad for a in args] if grad else None}
+        if kind == "jitted":
+            out["forward"] = collectives_in(jitcore.last_traces(f)[-1])
+            out["backward"] = collectives_in(jitcore.last_backward_traces(f)[-1]) if grad else []
+            out["trace"] = str(jitcore.last_traces(f)[-1])
+    return out
+
+
+def tree_detach(x):
+    if isinstance(x, (tuple, list)):
+        return [tree_detach(v) for v in x]
+    return x.detach().clone()
+
+
+def scenario_collectives(rank: int) -> dict:
+    import jitcore
+
+    out = {"inplace": _compare_call(inplace_collectives, rank, (4, 3), (4, 3)),
+           "grad_all_reduce": _compare_call(grad_through_all_reduce, rank, (5,), grad=True),
+           "functional": _compare_call(functional_collectives, rank, (4, 3), grad=True),
+           "effects": _compare_call(effects, rank, (3,)), "groups": group_argument(rank)}
+    try:
+        jitcore.jit(async_collective)(torch.ones(2))
+        out["async"] = "accepted"
+    except jitcore.UnsupportedError as e:
+        out["async"] = str(e)
+    try:
+        jitcore.jit(broadcast_inside)(torch.ones(2))
+        out["broadcast"] = "accepted"
+    except jitcore.UnsupportedError as e:
+        out["broadcast"] = str(e)
+    return out
+
+
+SCENARIOS["collectives"] = scenario_collectives
+
+
+def main(scenario: str, out_dir: str):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    try:
+        result = SCENARIOS[scenario](rank)
+        torch.save(result, pathlib.Path(out_dir) / f"{scenario}.{rank}.pt")
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)  # (the other rank may wait in a collective: no clean shutdown)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

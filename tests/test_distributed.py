@@ -1,0 +1,168 @@
+"""Distributed training (issue 22): DDP(jitcore.jit(model)) trains as eager DDP does (losses, parameters, buffers;
+no_sync, find_unused_parameters, buffer broadcast), jitcore.jit(DDP(model)) is refused naming the composition that
+works, and collectives written in a jitted function are ops of the trace that run in program order and that DCE and
+CSE keep. Each test runs one scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after
+60 s; the checks of a scenario are the check_* functions it calls.
+"""
+import pytest
+import torch
+
+from tests.distributed_workers import launch
+
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="torch.distributed with the gloo backend is not available")
+
+TIMEOUT = 60  # seconds per scenario (2 processes): a hang fails the tests instead of stalling the suite
+
+
+def run(scenario: str, tmp_path) -> list:
+    """Each rank's results of `scenario` (one launch per test: a test's processes are killed after TIMEOUT)."""
+    return launch(scenario, tmp_path, timeout=TIMEOUT)
+
+
+def assert_trains_like_eager(per_rank: list, what: str):
+    for rank, result in enumerate(per_rank):
+        eager, jitted = result[what]["eager"], result[what]["jitted"]
+        where = f"rank {rank}, {what}"
+        torch.testing.assert_close(jitted["losses"], eager["losses"], rtol=1e-6, atol=1e-6,
+                                   msg=lambda m, where=where: f"{where}, losses: {m}")
+        assert eager["state"].keys() == jitted["state"].keys()
+        for name, value in eager["state"].items():
+            torch.testing.assert_close(jitted["state"][name], value, rtol=1e-6, atol=1e-6,
+                                       msg=lambda m, where=f"{where}, {name}": f"{where} after the steps: {m}")
+
+
+# -- DDP(jitcore.jit(model)) -------------------------------------------------------------------------------------------
+def test_ddp_of_jitted_gpt_trains_like_eager_ddp(tmp_path):
+    assert_trains_like_eager(run("ddp_gpt", tmp_path), "gpt")
+
+
+def check_cnn_with_batchnorm(per_rank):
+    assert_trains_like_eager(per_rank, "cnn")
+    # the gradients were averaged: both ranks hold the same parameters, though each saw its own data
+    params = [{k: v for k, v in r["cnn"]["jitted"]["state"].items() if "running" not in k and "num_batches" not in k}
+              for r in per_rank]
+    for name, value in params[0].items():
+        torch.testing.assert_close(params[1][name], value, rtol=0, atol=0)
+
+
+def check_buffer_broadcast(per_rank):
+    assert_trains_like_eager(per_rank, "no_broadcast")
+    # with broadcast_buffers (the default) rank 1 starts each forward from rank 0's running statistics, without it
+    # from its own: the runs differ, and the jitted model follows eager in both
+    with_broadcast = per_rank[1]["cnn"]["jitted"]["state"]["bn1.running_mean"]
+    without = per_rank[1]["no_broadcast"]["jitted"]["state"]["bn1.running_mean"]
+    assert not torch.equal(with_broadcast, without)
+
+
+def check_no_sync(per_rank):
+    assert_trains_like_eager(per_rank, "no_sync")
+
+
+def check_find_unused_parameters(per_rank):
+    assert_trains_like_eager(per_rank, "unused")
+    for rank in range(2):  # the unused layer is never updated
+        state = per_rank[rank]["unused"]
+        torch.testing.assert_close(state["jitted"]["state"]["unused.weight"], state["eager"]["state"]["unused.weight"])
+
+
+def check_jit_of_ddp_refused(per_rank):
+    for result in per_rank:
+        assert "DDP(jitcore.jit(model))" in result["jit_of_ddp"]
+
+
+# -- collectives inside a jitted function ------------------------------------------------------------------------------
+def assert_same(eager, jitted, what):
+    flat_e = eager if isinstance(eager, list) else [eager]
+    flat_j = jitted if isinstance(jitted, list) else [jitted]
+    assert len(flat_e) == len(flat_j)
+    for e, j in zip(flat_e, flat_j):
+        if e is None:
+            assert j is None, what
+        else:
+            torch.testing.assert_close(j, e, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {m}")
+
+
+def assert_call_like_eager(result, what):
+    for key in ("result", "args", "grads"):
+        assert_same(result["eager"][key], result["jitted"][key], f"{what} {key}")
+
+
+def check_inplace_collectives(per_rank):
+    for result in per_rank:
+        case = result["inplace"]
+        assert_call_like_eager(case, "in-place collectives")  # args: the caller's `buf` holds the max after the call
+        assert case["forward"] == ["all_reduce", "wait_tensor", "all_reduce", "wait_tensor", "all_gather_into_tensor",
+                                   "wait_tensor", "reduce_scatter_tensor", "wait_tensor"]
+
+
+def check_gradient_through_inplace_all_reduce(per_rank):
+    for result in per_rank:
+        case = result["grad_all_reduce"]
+        assert_call_like_eager(case, "gradient through dist.all_reduce")
+        assert case["backward"] == []  # eager's autograd does not record c10d's collectives
+
+
+def check_functional_collectives(per_rank):
+    for result in per_rank:
+        case = result["functional"]
+        assert_call_like_eager(case, "functional collectives")
+        assert [c for c in case["forward"] if c != "wait_tensor"] == [
+            "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_into_tensor"]
+        # the backward's collectives: each forward collective's adjoint, in reverse program order
+        assert [c for c in case["backward"] if c != "wait_tensor"] == [
+            "reduce_scatter_tensor", "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"]
+    assert per_rank[0]["functional"]["backward"] == per_rank[1]["functional"]["backward"]
+
+
+def check_effects_kept_by_dce_and_cse(per_rank):
+    for result in per_rank:
+        case = result["effects"]
+        assert_call_like_eager(case, "unused and repeated collectives")
+        # 4 all_reduces: one whose result is unused (in-place on a clone), one never waited on or read, and two
+        # identical ones CSE must not merge
+        assert case["forward"].count("all_reduce") == 4, case["trace"]
+
+
+def check_async_refused(per_rank):
+    for result in per_rank:
+        assert "async_op=True" in result["async"] and "synchronous form" in result["async"]
+
+
+def check_other_calls_refused(per_rank):
+    for result in per_rank:  # run once while tracing, a broadcast would be missing from later calls
+        assert "torch.distributed.broadcast inside a jitted function is not supported" in result["broadcast"]
+
+
+def check_group_guarded_by_identity(per_rank):
+    for result in per_rank:
+        case = result["groups"]
+        for value in case["results"]:
+            torch.testing.assert_close(value, torch.full((2,), 3.0))
+        assert case["names"][0] != case["names"][1] and case["pair_in_trace"]
+        assert (case["misses"], case["hits"]) == (2, 1)  # another group is another program; the first one again hits
+
+
+def test_ddp_of_jitted_cnn_with_batchnorm_and_buffer_broadcast_like_eager_ddp(tmp_path):
+    per_rank = run("ddp_cnn", tmp_path)
+    check_cnn_with_batchnorm(per_rank)
+    check_buffer_broadcast(per_rank)
+
+
+def test_ddp_of_jitted_model_no_sync_find_unused_and_jit_of_ddp_refused(tmp_path):
+    per_rank = run("ddp_options", tmp_path)
+    check_no_sync(per_rank)
+    check_find_unused_parameters(per_rank)
+    check_jit_of_ddp_refused(per_rank)
+
+
+def test_collectives_in_a_jitted_function(tmp_path):
+    per_rank = run("collectives", tmp_path)
+    check_inplace_collectives(per_rank)
+    check_gradient_through_inplace_all_reduce(per_rank)
+    check_functional_collectives(per_rank)
+    check_effects_kept_by_dce_and_cse(per_rank)
+    check_async_refused(per_rank)
+    check_other_calls_refused(per_rank)
+    check_group_guarded_by_identity(per_rank)
