@@ -1,0 +1,84 @@
+"""Benchmarks: the cold first call of the GPT-2 style block (8x64x128) with jitcore [inductor, torch] against
+torch.compile, forward and forward+backward. Each measurement is a fresh process with an empty Inductor cache and an
+empty jitcore cache (no compiler cache on disk does the work) and one thread; the time runs from before `jit()` /
+`torch.compile()` (which import the compiler) to the end of the first call (its backward included). Reported:
+the median over the repetitions and the ratio jitcore / torch.compile.
+
+    python -m benchmarks.first_call --reps 3
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = "FIRST_CALL_SECONDS "
+
+
+def child(variant: str, train: bool):
+    torch.set_num_threads(1)
+    from benchmarks.models import Block, GPTConfig
+
+    torch.manual_seed(0)
+    model = Block(GPTConfig(n_embd=128, n_head=4, block_size=64, vocab_size=512, n_layer=1))
+    x = torch.randn(8, 64, 128)
+    start = time.perf_counter()
+    if variant == "jitcore":
+        import jitcore
+
+        f = jitcore.jit(model, executors=["inductor"])
+    else:
+        f = torch.compile(model)
+    if train:
+        f(x).sum().backward()
+    else:
+        with torch.no_grad():
+            f(x)
+    print(MARK + str(time.perf_counter() - start), flush=True)
+
+
+def _one(variant: str, train: bool) -> float:
+    cache = tempfile.mkdtemp(prefix="jitcore-first-call-")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "JITCORE_CACHE_DIR": cache, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.first_call", "--child", variant] +
+                              (["--train"] if train else []), cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=900, check=False)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(MARK)), None)
+    if line is None:
+        raise RuntimeError(f"{variant}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    return float(line[len(MARK):])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--child", choices=["jitcore", "torch.compile"])
+    p.add_argument("--train", action="store_true")
+    a = p.parse_args(argv)
+    if a.child:
+        return child(a.child, a.train)
+    for train in (False, True):
+        times = {"jitcore": [], "torch.compile": []}
+        for _ in range(a.reps):  # (alternating, so a change in the machine's load hits both)
+            for variant in times:
+                times[variant].append(_one(variant, train))
+        j, c = statistics.median(times["jitcore"]), statistics.median(times["torch.compile"])
+        print(f"{'forward+backward' if train else 'forward':17s} jitcore [inductor, torch] {j:6.2f} s | "
+              f"torch.compile {c:6.2f} s | ratio {j / c:.2f} (medians of {a.reps} fresh processes each)")
+
+
+if __name__ == "__main__":
+    main()
