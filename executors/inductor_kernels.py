@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from jitcore.layouts import cache_root
+
 _KERNEL_LINE = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.M)
 _KERNEL_SOURCE = re.compile(r"async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S)
 _OTHER_COMPILE = re.compile(r"async_compile\.(?!cpp_pybinding\(|wait\()")
@@ -214,10 +216,8 @@ _DISK_KEY: list = []  # (once per process) what else the compiled code depends o
 def cache_dir() -> Path | None:
     """The folder of the compiled-region cache ($JITCORE_CACHE_DIR/inductor-regions, by default
     ~/.cache/jitcore/inductor-regions), or None when JITCORE_REGION_CACHE=0 turns it off."""
-    if os.environ.get("JITCORE_REGION_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
-    root = os.environ.get("JITCORE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jitcore")
-    return Path(root) / "inductor-regions"
+    root = cache_root()
+    return None if root is None else root / "inductor-regions"
 
 
 def _disk_folder(text: str, options: dict) -> Path | None:

@@ -6,6 +6,13 @@ answer depended on are guarded (their contiguity, or their exact strides), so a 
 """
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+
 import torch
 
 from jitcore.guards.data_guards import DataGuard
@@ -189,6 +196,8 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
     key = _result_key(sym.id, leaves, spec)
     if key is not None and used is not None:
         used[key] = None
+    if key is not None and key not in META_RESULTS and not _DISK["loaded"]:
+        _load_from_disk()  # (once per process, at the first question not answered yet)
     if key is not None and key in META_RESULTS:
         return [None if d is None else _rebuild(d) for d in META_RESULTS[key]]
     with detached(), torch.no_grad():
@@ -202,6 +211,7 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
         return None
     if key is not None and len(META_RESULTS) < MAX_RESULTS:
         META_RESULTS[key] = tuple(None if m is None else _described(m) for m in outs)
+        _DISK["added"] += 1
     return outs
 
 
@@ -209,9 +219,66 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
 # dtype and storage size of each tensor; every other argument by type and value; the structure; the default dtype):
 # a later trace asking the same question gets the same answer without running torch again, and a package carries
 # them (jitcore/packages.py), so a load re-traces without running torch's Python meta kernels (the first of which
-# imports torch._dynamo: about a second). Not kept under autocast, whose state the answer could depend on.
+# imports torch._dynamo: about a second). Not kept under autocast, whose state the answer could depend on. They are
+# also kept in jitcore's cache folder between processes (below).
 META_RESULTS: dict = {}
 MAX_RESULTS = 50_000
+
+
+# -- kept on disk between processes: the next process's first trace of the same model runs no meta kernel -----------
+_DISK = {"loaded": False, "added": 0}
+
+
+def cache_root() -> Path | None:
+    """jitcore's cache folder ($JITCORE_CACHE_DIR, by default ~/.cache/jitcore), or None when JITCORE_REGION_CACHE=0
+    turns jitcore's caches on disk off (compiled regions: executors/inductor_kernels.py; these answers)."""
+    if os.environ.get("JITCORE_REGION_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    return Path(os.environ.get("JITCORE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jitcore"))
+
+
+def _results_file() -> Path | None:
+    root = cache_root()
+    if root is None:
+        return None
+    try:
+        own = metadata.version("jitcore")
+    except metadata.PackageNotFoundError:
+        own = "unknown"
+    tag = hashlib.sha256(repr((own, torch.__version__, sys.version_info[:2])).encode()).hexdigest()[:16]
+    return root / "meta-results" / f"{tag}.pt"
+
+
+def _load_from_disk():
+    """Add the answers earlier processes kept (same jitcore, torch and Python) and write this process's at exit."""
+    _DISK["loaded"] = True
+    path = _results_file()
+    if path is None:
+        return
+    atexit.register(_save_to_disk, path)
+    try:
+        known = torch.load(path, weights_only=False) if path.exists() else {}
+    except Exception:  # (a file cut short: it is written again at exit)
+        return
+    for key, value in list(known.items())[:max(0, MAX_RESULTS - len(META_RESULTS))]:
+        META_RESULTS.setdefault(key, value)
+
+
+def _save_to_disk(path: Path):
+    if not _DISK["added"]:
+        return
+    try:
+        known = torch.load(path, weights_only=False) if path.exists() else {}
+    except Exception:
+        known = {}
+    known.update(META_RESULTS)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(dict(list(known.items())[:MAX_RESULTS]), tmp)
+        os.replace(tmp, path)  # (atomic: another process may write it too; the last one wins)
+    except OSError:
+        pass
 _PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
                     torch.layout})
 

@@ -192,3 +192,31 @@ def test_a_region_that_failed_to_compile_is_not_tried_again_after_a_load(tmp_pat
         got = jl(x)
     assert jitcore.last_compile_stats(jl)["region_compiles"] == 0
     torch.testing.assert_close(got, want)
+
+
+META = '''
+import sys, torch, jitcore
+torch.manual_seed(0)
+layer = torch.nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True)
+jl = jitcore.jit(layer)
+with torch.no_grad():
+    out = jl(torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(1)))
+torch.save({"out": out, "dynamo": "torch._dynamo" in sys.modules}, sys.argv[1])
+'''
+
+
+def test_meta_kernel_answers_are_kept_on_disk_so_a_restart_runs_none(tmp_path):
+    """The first trace of a process asks torch's meta kernels for layouts (attention's, here); the first Python one
+    imports torch._dynamo (about a second). The answers are kept in jitcore's cache folder: the next process's
+    first trace of the same model runs none of them."""
+    env = {**os.environ, "JITCORE_REGION_CACHE": "1", "JITCORE_CACHE_DIR": str(tmp_path / "jitcore-cache"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    runs = []
+    for i in range(2):
+        proc = subprocess.run([sys.executable, "-c", META, str(tmp_path / f"run{i}.pt")], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(torch.load(tmp_path / f"run{i}.pt", weights_only=False))
+    assert runs[0]["dynamo"] and not runs[1]["dynamo"]
+    assert torch.equal(runs[0]["out"], runs[1]["out"])
+    assert list((tmp_path / "jitcore-cache" / "meta-results").glob("*.pt"))
