@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import io
 import os
 import platform
 import re
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from jitcore.layouts import cache_root
+from jitcore.layouts import cache_root, write_atomically
 
 _KERNEL_LINE = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.M)
 _KERNEL_SOURCE = re.compile(r"async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S)
@@ -239,13 +240,6 @@ def _disk_folder(text: str, options: dict) -> Path | None:
     return folder / key[:2] / key
 
 
-def _write(path: Path, data: bytes):
-    """Atomically (another process may write the same file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def store(text: str, options: dict, variant: dict):
     """Write one compiled variant (export_variant's record, with "strides" and "guard") to the cache on disk.
     Failures are silent: the cache is an optimization, the variant is already in use in this process."""
@@ -253,19 +247,17 @@ def store(text: str, options: dict, variant: dict):
     if folder is None:
         return
     try:
-        import io
-
         folder.mkdir(parents=True, exist_ok=True)
         kernels = []
         for k in variant["kernels"]:
             name = f"kernel-{k['digest'][:32]}.so"
             if not (folder / name).exists():
-                _write(folder / name, k["library"])
+                write_atomically(folder / name, k["library"])
             kernels.append({"name": k["name"], "digest": k["digest"], "file": name})
         record = {**variant, "kernels": kernels}
         buf = io.BytesIO()
         torch.save(record, buf)
-        _write(folder / f"variant-{source_digest(repr((record['strides'], record['guard'])))[:24]}.pt",
+        write_atomically(folder / f"variant-{source_digest(repr((record['strides'], record['guard'])))[:24]}.pt",
                buf.getvalue())
     except OSError:
         pass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import io
 import os
 import sys
 from importlib import metadata
@@ -274,11 +275,19 @@ def _save_to_disk(path: Path):
     known.update(META_RESULTS)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(dict(list(known.items())[:MAX_RESULTS]), tmp)
-        os.replace(tmp, path)  # (atomic: another process may write it too; the last one wins)
+        buf = io.BytesIO()
+        torch.save(dict(list(known.items())[:MAX_RESULTS]), buf)
+        write_atomically(path, buf.getvalue())  # (another process may write it too: the last one wins)
     except OSError:
         pass
+
+
+def write_atomically(path: Path, data: bytes):
+    """Write a file of jitcore's cache folder so that a reader never sees it half written (another process may be
+    writing the same file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 _PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
                     torch.layout})
 

@@ -24,7 +24,7 @@ def _net():
                                torch.nn.Linear(8, 2))
 
 
-@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
 def test_a_correct_module_passes_and_nothing_happens_twice(cache):
     jitted, eager = _net(), _net()
     jm = jitcore.jit(jitted, verify=2, cache=cache)
@@ -53,11 +53,17 @@ def _writes_input(x, y):
     return x * 2
 
 
-def test_in_place_writes_happen_once():
-    jf = jitcore.jit(_writes_input, verify=True)
-    x, y = torch.ones(3), torch.full((3,), 2.0)
-    out = jf(x, y)
-    assert torch.equal(x, torch.full((3,), 3.0)) and torch.equal(out, torch.full((3,), 6.0))
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_in_place_writes_happen_once(cache):
+    jf = jitcore.jit(_writes_input, verify=2, cache=cache)
+    for n in (3, 3, 4):  # checked, checked, a new shape (a new entry where sizes are constants)
+        x, y = torch.ones(n), torch.full((n,), 2.0)
+        out = jf(x, y)
+        assert torch.equal(x, torch.full((n,), 3.0)) and torch.equal(out, torch.full((n,), 6.0))
+    base = torch.ones(2, 4)
+    with torch.no_grad():  # a view written in place, under no_grad
+        out = jf(base[:, 1], torch.full((2,), 2.0))
+    assert torch.equal(base[:, 1], torch.full((2,), 3.0)) and torch.equal(base[:, 0], torch.ones(2))
 
 
 def _uses_sin(x):
