@@ -17,7 +17,8 @@ class _JitAutograd(torch.autograd.Function):
         results = program.forward(*inputs)
         n = program.n_outputs
         if program.saved_layout is None:  # every saved value is a tensor (the usual case)
-            ctx.save_for_backward(*results[n:])
+            if program.saves:
+                ctx.save_for_backward(*results[n:])
         else:
             saved = results[n:]
             ctx.save_for_backward(*[s for s, kept in zip(saved, program.saved_layout) if kept is None])
@@ -35,34 +36,51 @@ class _JitAutograd(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *cotangents):
-        if torch.is_grad_enabled():  # autograd turns grad mode on in backward only for create_graph=True
-            raise RuntimeError(
-                "jitcore: double backward is not supported: a backward with create_graph=True reached a jitted "
-                "function, whose compiled backward is differentiable once. Compute higher-order gradients eagerly "
-                "(call the original function) or take first-order gradients only.")
-        program = ctx.program
-        if program.saved_layout is None:
-            saved = list(ctx.saved_tensors)
+        return _backward(ctx, *cotangents)
+
+
+def _backward(ctx, *cotangents):
+    """The backward node's work (the engine calls it straight from the node: see _JitAutograd._backward_cls)."""
+    if _grad_enabled():  # autograd turns grad mode on in backward only for create_graph=True
+        raise RuntimeError(
+            "jitcore: double backward is not supported: a backward with create_graph=True reached a jitted "
+            "function, whose compiled backward is differentiable once. Compute higher-order gradients eagerly "
+            "(call the original function) or take first-order gradients only.")
+    program = ctx.program
+    if program.saved_layout is not None:
+        tensors = iter(ctx.saved_tensors)
+        saved = [next(tensors) if s is None else s for s in ctx.saved_others]
+        del tensors
+    elif program.saves:
+        saved = list(ctx.saved_tensors)
+    else:
+        saved = []
+    # unless the graph is retained (retain_graph=True), ctx drops its references now; the backward program
+    # empties `saved` on entry, so each saved tensor is freed right after its last use, as eager autograd does
+    ctx.maybe_clear_saved_tensors()
+    cts = list(cotangents) if program.all_outputs_grad else [
+        c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
+    backward, program.last_without = program.backward, None
+    if program.without_none:  # only then can autograd pass None (an output the loss does not reach)
+        for c in cts:
+            if c is None:
+                break
         else:
-            tensors = iter(ctx.saved_tensors)
-            saved = [next(tensors) if s is None else s for s in ctx.saved_others]
-            del tensors
-        # unless the graph is retained (retain_graph=True), ctx drops its references now; the backward program
-        # empties `saved` on entry, so each saved tensor is freed right after its last use, as eager autograd does
-        ctx.maybe_clear_saved_tensors()
-        cts = list(cotangents) if program.all_outputs_grad else [
-            c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
-        backward, program.last_without = program.backward, None
-        if any(c is None for c in cts):
-            present = tuple(c is not None for c in cts)
-            without, none_grads = program.backward_without(present)
-            if without is None:  # symbolic sizes: the whole backward, with zeros made here, and eager's Nones
-                grads = program.backward(saved, _zeros_for_none(ctx, program, cotangents))
-                return (None, *[None if n else g for g, n in zip(grads, none_grads)])
-            program.last_without, backward = present, without
-            cts = [c for c in cts if c is not None]
-        grads = backward(saved, cts)
-        return (None, *grads)
+            return (None, *backward(saved, cts))
+        present = tuple(c is not None for c in cts)
+        without, none_grads = program.backward_without(present)
+        if without is None:  # symbolic sizes: the whole backward, with zeros made here, and eager's Nones
+            grads = program.backward(saved, _zeros_for_none(ctx, program, cotangents))
+            return (None, *[None if n else g for g, n in zip(grads, none_grads)])
+        program.last_without, backward = present, without
+        cts = [c for c in cts if c is not None]
+    return (None, *backward(saved, cts))
+
+
+_grad_enabled = torch.is_grad_enabled
+# the engine calls the backward node's `apply`; torch's (BackwardCFunction.apply) looks up which user function to
+# call on every backward: ours is known, so the node calls it directly
+_JitAutograd._backward_cls.apply = _backward
 
 
 def _zeros_for_none(ctx, program, cotangents) -> list:
@@ -88,6 +106,7 @@ class AutogradProgram:
         # the per-call work is decided here, once: which saved values go through save_for_backward (tensors) and
         # which are kept on ctx as they are (None: all of them are tensors), which outputs carry no gradient
         self.saved_layout = None if all(saved_is_tensor) else [None if t else "value" for t in saved_is_tensor]
+        self.saves = bool(saved_is_tensor)
         self.no_grad_outputs = tuple(i for i, rg in enumerate(self.output_requires_grad) if not rg)
         self.all_outputs_grad = not self.no_grad_outputs
         self.enables_grad = False  # set by the pipeline for a program traced with grad mode off (see __call__)
