@@ -304,10 +304,8 @@ class CompiledRegion:
     def _compile(self, args, strides):
         COMPILE_EVENTS[0] += 1
         try:
-            from torch.fx.experimental.proxy_tensor import make_fx
-
             with _quiet():
-                graph = make_fx(self.eager_fn, tracing_mode="fake")(*args)
+                graph = _graph_of(self.eager_fn, "fake", args)
                 cpu_compiler_ready()
                 run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
         except Exception as e:
@@ -366,6 +364,18 @@ class CompiledRegion:
 _ARG = re.compile(r"L\['(t\d+)'\]")
 
 
+def _graph_of(fn, tracing_mode: str, args):
+    """The aten graph Inductor compiles for a region function, traced with Inductor's own decompositions applied
+    while tracing: a composite later in the region (matmul's choice between a view and a copy) then sees the strides
+    Inductor's decompositions give (its `cat` of one non-empty tensor keeps that tensor's strides, where eager's
+    is contiguous), not eager's; traced without them, Inductor's later decomposition broke the region's views
+    (HF GPT-2's attention: "Cannot view a tensor with shape ...")."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode=tracing_mode)(*args)
+
+
 def compile_symbolic(fn, args, dims):
     """(guard, compiled): fn compiled by Inductor for symbolic sizes where `dims` says (per argument: a tuple of
     bools per tensor dimension, None for an integer, which is a symbol), and the shape environment's guards as a
@@ -373,7 +383,6 @@ def compile_symbolic(fn, args, dims):
     from torch._dynamo.source import LocalSource
     from torch._inductor.compile_fx import compile_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
     env = ShapeEnv(duck_shape=False)
@@ -390,7 +399,7 @@ def compile_symbolic(fn, args, dims):
             sizes = [DimDynamic.DYNAMIC if s else DimDynamic.STATIC for s in d]
             fakes.append(mode.from_tensor(a, source=source,
                                           symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
-    graph = make_fx(fn, tracing_mode="symbolic")(*fakes)
+    graph = _graph_of(fn, "symbolic", fakes)
     cpu_compiler_ready()  # (the graph is traced while the compiler's checks finish)
     with torch._guards.tracing(torch._guards.TracingContext(mode)):
         # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which

@@ -4,6 +4,8 @@ against eager, forward and backward. Inductor compiles cost seconds on CPU: only
 """
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -278,6 +280,33 @@ def test_inductor_region_compiles_a_variant_per_input_strides():
     torch.testing.assert_close(jfn(x, ys), elementwise(x, ys))
     region = jitcore.last_traces(jfn)[-1].bound_symbols[0]
     assert len(region.sym.call_ctx["inductor_fusion0"].variants) >= 2
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_inductor_region_whose_composite_depends_on_a_decomposed_layout(cache):
+    # a cat that keeps one non-empty tensor (HF's empty key cache), scaled, transposed and multiplied: Inductor's
+    # cat of one tensor keeps its strides where eager's is contiguous, so matmul's view-or-copy choice must be
+    # traced after Inductor's decompositions (it compiled to "Cannot view a tensor" and ran eagerly, with a warning)
+    def attention_scores(cache_k, k, q):
+        k = torch.cat([cache_k, k], dim=-2) * 0.5
+        return torch.matmul(q, k.transpose(-1, -2)).softmax(-1)
+
+    base = torch.randn(4, 32, 64, requires_grad=True)
+    q = torch.randn(4, 4, 32, 16, requires_grad=True)
+    heads = lambda: base.view(4, 32, 4, 16).permute(0, 2, 1, 3)  # noqa: E731
+    jfn = jitcore.jit(attention_scores, executors=["inductor"], cache=cache)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = jfn(torch.empty(0), heads(), q)
+        out.pow(2).sum().backward()
+    assert not [w for w in caught if "inductor" in str(w.message)]  # a region that fails to compile warns
+    grads = base.grad, q.grad
+    base.grad = q.grad = None
+    expected = attention_scores(torch.empty(0), heads(), q)
+    expected.pow(2).sum().backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grads, (base.grad, q.grad))
+    assert "inductor_fusion" in str(jitcore.last_traces(jfn)[-1])
 
 
 @pytest.mark.parametrize("executors", [None, ["inductor"], [myex, "inductor"]], ids=["torch", "inductor", "myex"])
