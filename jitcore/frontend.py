@@ -21,7 +21,7 @@ from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
-from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
+from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy, as_size
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.symbol import CHECKPOINTED
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
@@ -169,6 +169,8 @@ class JitContext(DefaultContext):
     def _lookaside(self, fn):
         if fn is _checkpoint.checkpoint:
             return self._checkpoint
+        if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
+            return _size
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -416,6 +418,8 @@ class JitContext(DefaultContext):
             return False
         if isinstance(obj, NumberProxy):
             return isinstance(obj.value, cls)
+        if type(obj) is SymbolicSize:  # a shape with symbolic entries is a torch.Size to the program
+            return isinstance(_A_SIZE, cls)
         return NotImplemented
 
     def finish_guards(self) -> Guards:
@@ -436,6 +440,15 @@ class JitContext(DefaultContext):
                         g.lengths.setdefault(container, len(value))
                 prov = parent
         return g
+
+
+_A_SIZE = torch.Size()
+
+
+def _size(*args, **kwargs):
+    if len(args) == 1 and not kwargs and isinstance(args[0], (tuple, list)):
+        return as_size(args[0])
+    return torch.Size(*args, **kwargs)
 
 
 def _range_lists_pinned(op, takes_ranges: bool):

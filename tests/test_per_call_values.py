@@ -267,9 +267,7 @@ def _print_then_write(x):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(PRINTS))
-def test_print_shows_real_values_on_every_call(name, mode, capsys, request):
-    if name == "shape" and mode == "symbolic values":  # sizes are a tuple of symbols there, printed as a tuple
-        request.applymarker(pytest.mark.xfail(strict=True, reason="x.shape prints as a tuple under symbolic values"))
+def test_print_shows_real_values_on_every_call(name, mode, capsys):
     fn = PRINTS[name]
     xs = [torch.arange(4.0), torch.arange(4.0) * 3, torch.arange(4.0) - 1]
     if mode == "symbolic values":

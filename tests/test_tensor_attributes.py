@@ -192,3 +192,22 @@ def test_tensors_a_proxy_cannot_stand_for_are_refused(make):
     """A proxy answers is_sparse, layout, is_quantized, ... as a dense strided tensor: other inputs are refused."""
     with pytest.raises(UnsupportedError, match="tensor input"):
         jitcore.jit(lambda x: (x.is_sparse, x.layout, x * 2))(make())
+
+
+def _shapes(x, y):
+    s = x.shape
+    flags = torch.tensor([isinstance(s, torch.Size), type(s) is torch.Size, isinstance(s[1:], torch.Size),
+                          isinstance(s, tuple), type(x.size()) is torch.Size])
+    scaled = x * 2 if isinstance(y, torch.Size) else x  # code that branches on what a shape is (HF does)
+    return flags, scaled, s, x.size(), s[1:], s + (1,), (1,) + s, torch.Size([s[0], 2]), s.numel(), x.new_zeros(s)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_shapes_are_torch_sizes_inside_and_out(cache):
+    jfn = jitcore.jit(_shapes, cache=cache)
+    for shape in [(3, 4), (5, 6), (2, 7)]:  # (symbolic values: the same entry for the last two)
+        x = torch.randn(*shape)
+        got, expected = jfn(x, x.shape), _shapes(x, x.shape)
+        assert [type(v) for v in got] == [type(v) for v in expected]
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)

@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from jitcore.errors import MetaError
-from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.proxies import NumberProxy, SymbolicSize, TensorProxy
 
 _GUESSES = (  # (pattern of the message, eager's type)
     (re.compile(r"out of range|out of bounds|too many indices|index -?\d+ is out of"), IndexError),
@@ -102,6 +102,8 @@ def _meta(x, small: bool):
         return x.value
     if type(x) in (list, tuple):
         return type(x)(_meta(v, small) for v in x)
+    if type(x) is SymbolicSize:
+        return torch.Size(_meta(v, small) for v in x)
     if type(x) is dict:
         return {k: _meta(v, small) for k, v in x.items()}
     return x

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.proxies import Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.ranges import SymbolicRange
 
@@ -49,7 +49,7 @@ class Printer:
             return str(x)
         if t is torch.device:
             return f"torch.device({str(x)!r})"
-        if t is tuple or t is torch.Size:
+        if t is tuple or t is torch.Size or t is SymbolicSize:
             inner = ", ".join(self.value(e) for e in x)
             return f"({inner},)" if len(x) == 1 else f"({inner})"
         if t is list:

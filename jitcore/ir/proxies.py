@@ -8,6 +8,7 @@ fills at import like TENSOR_METHODS; Tensor methods with no op go to METHOD_FALL
 """
 from __future__ import annotations
 
+import optree
 import torch
 
 from jitcore.errors import DataDependentError, UnsupportedError
@@ -15,6 +16,7 @@ from jitcore.ir import arith
 from jitcore.ir import devices as _devices
 from jitcore.ir import dtypes as _dtypes
 from jitcore.ir.context import get_tracectx
+from jitcore.ir.pytree import NAMESPACE
 
 
 class Fallbacks:
@@ -275,6 +277,55 @@ class BoolProxy(NumberProxy):
         return int(self.__bool__())
 
 
+class SymbolicSize(tuple):
+    """torch.Size with symbolic entries (a tensor proxy's shape under cache="symbolic values"): the interpreter's
+    `type()` and `isinstance()` answer torch.Size (jitcore/frontend.py), and slicing, `+` and `*` give a size again,
+    as torch.Size's do; a jitted function returning one returns a torch.Size (jitcore/ir/pytree.py)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i):
+        r = tuple.__getitem__(self, i)
+        return SymbolicSize(r) if type(i) is slice else r
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return SymbolicSize(tuple(self) + tuple(other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return SymbolicSize(tuple(other) + tuple(self))
+
+    def __mul__(self, n):
+        return SymbolicSize(tuple(self) * n)
+
+    __rmul__ = __mul__
+
+    def numel(self):
+        return _prod(self)
+
+    def __repr__(self):
+        return f"torch.Size([{', '.join(map(str, self))}])"
+
+
+def as_size(entries):
+    """torch.Size of `entries`, or a SymbolicSize where one is a proxy."""
+    entries = tuple(entries)
+    for e in entries:
+        if type(e) is not int:
+            return SymbolicSize(entries)
+    return torch.Size(entries)
+
+
+# torch.Size and its symbolic stand-in are pytree nodes: their entries may be symbolic sizes, and a jitted function
+# that returns a shape returns a torch.Size (rebuilt from the entries the program computed), as eager's does
+for _cls in (torch.Size, SymbolicSize):
+    optree.register_pytree_node(_cls, lambda s: (tuple(s), None, None), lambda _, c: as_size(c), namespace=NAMESPACE)
+del _cls
+
+
 class TensorProxy(Proxy):
     """A tensor seen while tracing: shape, dtype, device, requires_grad; no data."""
 
@@ -294,7 +345,7 @@ class TensorProxy(Proxy):
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
         # torch.Size when every size is known, like a tensor's; a tuple holding IntegerProxy otherwise
-        self._size = torch.Size(self._shape) if concrete else self._shape
+        self._size = torch.Size(self._shape) if concrete else SymbolicSize(self._shape)
         self.dtype = dtype
         self.device = device if type(device) is torch.device and device.type != "cuda" else _devices.to_device(device)
         self.requires_grad = bool(requires_grad) and _dtypes.is_inexact(dtype)

@@ -78,3 +78,4 @@ def _register(cls, flatten, unflatten):
 # slices are nodes (their bounds may be symbolic sizes: `x[: i0 // 2]`), so passes see the proxies inside them
 optree.register_pytree_node(slice, lambda s: ((s.start, s.stop, s.step), None, None), lambda _, c: slice(*c),
                             namespace=NAMESPACE)
+

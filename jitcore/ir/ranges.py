@@ -10,10 +10,11 @@ import operator
 import weakref
 
 import optree
+import torch
 
 from jitcore.ir import arith
 from jitcore.ir.context import get_tracectx
-from jitcore.ir.proxies import IntegerProxy, TensorProxy, ir_op
+from jitcore.ir.proxies import IntegerProxy, SymbolicSize, TensorProxy, ir_op
 from jitcore.ir.pytree import NAMESPACE
 
 
@@ -223,9 +224,10 @@ def symbolic_len(obj):
 
 
 def stands_for(obj) -> type:
-    """type(obj) as the interpreted program sees it: range and list for the stand-ins of this module."""
+    """type(obj) as the interpreted program sees it: range and list for the stand-ins of this module, torch.Size for
+    a shape with symbolic entries."""
     t = type(obj)
-    return range if t is SymbolicRange else list if t is RangeList else t
+    return range if t is SymbolicRange else list if t is RangeList else torch.Size if t is SymbolicSize else t
 
 
 def unread(trace) -> bool:

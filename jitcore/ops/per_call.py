@@ -17,7 +17,7 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import value_of
-from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, NumberProxy, Proxy, TensorProxy
+from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_map
 from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
@@ -70,7 +70,7 @@ def _print_printer(bsym, printer):
 def _print_arg(printer, x) -> str:
     """printer.value, except that a torch.Size stays one (print shows `torch.Size([2, 3])`, not a tuple)."""
     t = type(x)
-    if t is torch.Size:
+    if t is torch.Size or t is SymbolicSize:
         return f"torch.Size({printer.value(list(x))})"
     if t is list or t is tuple:
         inner = ", ".join(_print_arg(printer, e) for e in x)
