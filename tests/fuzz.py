@@ -347,7 +347,8 @@ class Generator:
         picked = set(unused[-3:]) | set(rng.sample(names, min(len(names), rng.choice((0, 1, 1, 2)))))
         chosen = sorted(picked or names[-1:], key=names.index)
         if rng.random() < 0.3:
-            chosen.append(rng.choice(["x0.shape[0] * 2", "s0 + 1", "k"]))
+            chosen.append(rng.choice(["x0.shape[0] * 2", "s0 + 1", "k", "x0.shape", "x0.shape[1:]",
+                                      "isinstance(x0.shape, torch.Size)", "x0.size() + (1,)"]))
         form = rng.choice(("tuple", "list", "dict", "single"))
         if form == "single" or len(chosen) == 1:
             return chosen[0]
