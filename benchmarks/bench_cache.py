@@ -4,7 +4,8 @@ eager, in one run. Timings interleave jitted and eager rounds and report medians
     python -m benchmarks.bench_cache              # all cases
     python -m benchmarks.bench_cache --profile    # also a cProfile of the jitted a + b hot path
 
-Cases: `a + b` on 2x2 tensors (constant values, symbolic values), nn.Sequential of 50 and 500 Linear(2, 2) (100
+Cases: `a + b` on 2x2 tensors (constant values, symbolic values; forward+backward against eager and against a bare
+torch.autograd.Function, the floor of a compiled backward), nn.Sequential of 50 and 500 Linear(2, 2) (100
 and 1000 parameters) with and without grad mode, with the cost of their prologue per call (module-rooted guards
 skipped while the module state is unchanged) and after a module state change, and the breakdown of the hot path
 of `a + b` (prologue, computation).
@@ -70,6 +71,43 @@ def bench_add(profile: bool):
             jf(a, b)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(8)
+
+
+class _Add(torch.autograd.Function):
+    """The floor of any compiled backward: a torch.autograd.Function that adds, with nothing of jitcore's."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g
+
+
+def bench_add_backward():
+    """Forward + backward of `a + b` on 2x2 inputs that require grad (`f(a, b).sum().backward()`): jitcore against
+    eager, and a bare torch.autograd.Function (what every compiler that runs its own backward pays: a Python node in
+    torch's autograd graph) against eager, in one set of alternating rounds."""
+    def f(a, b):
+        return a + b
+
+    a, b = torch.randn(2, 2, requires_grad=True), torch.randn(2, 2, requires_grad=True)
+    jf = jitcore.jit(f)
+    cases = {"eager": lambda: f(a, b).sum().backward(), "jitcore": lambda: jf(a, b).sum().backward(),
+             "autograd.Function": lambda: _Add.apply(a, b).sum().backward()}
+    for run in cases.values():
+        for _ in range(200):
+            run()
+    times = {k: [] for k in cases}
+    for _ in range(21):
+        for k, run in cases.items():
+            times[k].append(_per_call_us(run, 1000))
+    eager = statistics.median(times["eager"])
+    for k in ("jitcore", "autograd.Function"):
+        over = statistics.median([t - e for t, e in zip(times[k], times["eager"])])
+        print(f"{'a + b, 2x2, fwd+bwd: ' + k:<44} {statistics.median(times[k]):9.2f} us   eager {eager:9.2f} us   "
+              f"over eager {over:+6.2f} us (median of paired rounds)")
 
 
 def bench_module():
@@ -141,6 +179,7 @@ def main():
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     bench_add(args.profile)
+    bench_add_backward()
     bench_module()
     bench_symbolic_shapes()
 
