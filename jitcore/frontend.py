@@ -95,7 +95,8 @@ class Guards:
     values: provenance -> the scalar the trace baked in (type and value checked);
     objects: provenance -> an object whose identity the trace depends on (functions, modules, ... read from
     globals, closures and attributes); types: provenance -> the type of an object that came in through the
-    arguments; lengths: provenance -> len() of an external list/tuple/dict the program iterated or indexed;
+    arguments; lengths: provenance -> len() of an external list/tuple the program iterated or indexed, or of a
+    dict the tuple of its keys in order;
     predicates: expressions over input symbols that held (symbolic values).
     """
 
@@ -423,11 +424,12 @@ class JitContext(DefaultContext):
         return NotImplemented
 
     def finish_guards(self) -> Guards:
-        """Length guards for every external container an item was loaded from (iteration or indexing)."""
+        """Length guards for every external container an item was loaded from (iteration or indexing); a dict's
+        guard is its keys in order (iterating it, its values or items follows insertion order)."""
         g = self.guards
         # a container's truthiness or length decides code too (`if self._forward_hooks:`): guard every one seen
         for prov, value in self._containers.items():
-            g.lengths.setdefault(prov, len(value))
+            g.lengths.setdefault(prov, _extent(value))
         provs = [i.provenance for i in self.inputs] + list(g.values) + list(g.objects) + list(g.types)
         provs += list(self._containers)
         for prov in provs:
@@ -437,9 +439,15 @@ class JitContext(DefaultContext):
                     container = parent.parent if type(parent) is DictView else parent
                     value = self._containers.get(container)
                     if value is not None:  # iteration and indexing look alike here: guard both
-                        g.lengths.setdefault(container, len(value))
+                        g.lengths.setdefault(container, _extent(value))
                 prov = parent
         return g
+
+
+def _extent(container):
+    """What a container's guard checks: its length, or for a dict its keys in order (a dict passed with the same keys
+    in another order iterates differently: `torch.stack(list(d.values()))`)."""
+    return tuple(container) if isinstance(container, dict) else len(container)
 
 
 _A_SIZE = torch.Size()

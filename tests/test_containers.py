@@ -582,3 +582,21 @@ def test_opaque_backward_asks_only_for_gradients_that_were_required(keywords):
 
     _assert_like_eager(fn, [torch.randn(3, 4, 2, 2, requires_grad=True), torch.rand(4, requires_grad=True),
                             torch.randn(4, requires_grad=True)])
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_a_dict_with_its_keys_in_another_order_is_another_call(cache):
+    # iterating a dict (its values, items or keys) follows insertion order: the same keys in another order must not
+    # reuse the entry traced for the first order
+    def stacked(d, scale=1.0):
+        return torch.stack([v * scale for v in d.values()]), [k for k in d], {k: v + 1 for k, v in d.items()}
+
+    jfn = jitcore.jit(stacked, cache=cache)
+    a, b = torch.zeros(2), torch.ones(2)
+    calls = [{"a": a, "b": b}, {"b": b, "a": a}, {"a": a, "b": b}, {"b": b * 2, "a": a}]
+    for d in calls:
+        got, expected = jfn(d), stacked(d)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1] and list(got[2]) == list(expected[2])
+    assert jitcore.cache_misses(jfn) == 2
+    assert "in this order" in jitcore.cache_miss_reasons(jfn)[-1]

@@ -243,3 +243,29 @@ def test_size_op_gradients(name):
         (wx,) = torch.autograd.grad(_flat(fn(*args)), x, seeds)
         torch.testing.assert_close(gx, wx)  # eager's backward kernels sum in their own order
     assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+
+
+def _texts(x):
+    n = x.shape[0]
+    return (x * 2, str(n), repr(n), f"{n}", f"{n!r}", "%s" % n, "%d" % n, "{}".format(n), str((n, 1)), str([n]),
+            f"{x.shape}", str(x.shape[1:]), {str(x.shape): 1})
+
+
+def test_text_of_a_symbolic_size_is_its_value():
+    # str()/repr() of a size in user code is the number's text (it was the symbol's name, 'i0'): the string depends
+    # on the value, so the entry is specialized to it
+    jfn = jitcore.jit(_texts, cache="symbolic values")
+    for rows in (2, 4, 4, 2):
+        x = torch.randn(rows, 3)
+        got, expected = jfn(x), _texts(x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:]
+    assert jitcore.cache_misses(jfn) == 2
+
+
+def test_a_size_only_computed_with_keeps_one_entry():
+    jfn = jitcore.jit(lambda x: x.view(x.shape[0] * 2, -1) + len(x), cache="symbolic values")
+    for rows in (2, 4, 6):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(jfn(x), x.view(rows * 2, -1) + rows)
+    assert jitcore.cache_misses(jfn) == 1

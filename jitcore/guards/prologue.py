@@ -508,7 +508,10 @@ def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
     else:
         binder.bind(name, prov)
     where = str(prov)
-    if kind == "length":
+    if kind == "length" and type(value) is tuple:  # a dict: its keys, in order (iteration follows it)
+        conds = [(lambda p: f"tuple({name}) != {p.const(value)}",
+                  f"keys of {where}: expected {reprlib.repr(value)}, in this order")]
+    elif kind == "length":
         conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")]
     elif kind == "object":
         conds = [(lambda p: f"{name} is not {p.const(value)}", f"{where}: expected the object {_short(value)}")]

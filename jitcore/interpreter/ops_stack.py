@@ -11,6 +11,7 @@ import sys
 
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.registry import handler
+from jitcore.ir.arith import as_user
 
 _SYMBOL_OPS = {
     "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift, "@": operator.matmul,
@@ -100,7 +101,7 @@ def BINARY_OP(frame, inst):
     if type(a) in _MUTABLE_BUILTINS and inst.aux in _INPLACE_DUNDERS and id(a) in frame.rt.external:
         stack[-1] = frame.rt.call_native(getattr(type(a), _INPLACE_DUNDERS[inst.aux]), (a, b), {})
         return
-    stack[-1] = inst.aux(a, b)
+    stack[-1] = as_user(inst.aux, a, b) if type(a) is str else inst.aux(a, b)  # (`"%s" % n`: the value's text)
 
 
 def _prepare_compare(inst, code):
@@ -153,9 +154,9 @@ def FORMAT_VALUE(frame, inst):
     value = stack[-1]
     conv = flags & 0x03
     if conv:
-        value = _CONVERSIONS[conv](value)
+        value = as_user(_CONVERSIONS[conv], value)
     if type(value) is not str or spec:
-        value = format(value, spec)
+        value = as_user(format, value, spec)
     stack[-1] = value
 
 

@@ -22,6 +22,7 @@ from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
 from jitcore.interpreter.provenance import Arg, Attr, Closure, Fn, Global, Item, Kwarg
 from jitcore.interpreter.side_effects import SideEffectLog
+from jitcore.ir.arith import as_user
 
 RETURNED, YIELDED, GENERATOR = 1, 2, 3
 
@@ -227,7 +228,7 @@ class Runtime:
                 spec = CONTAINER_METHODS.get(id(unbound))
                 if spec is not None:
                     return spec(self, unbound, (owner, *args), kwargs)
-        return fn(*args, **kwargs)
+        return as_user(fn, *args, **kwargs)  # (str(n) of a symbolic size is its value's text: jitcore/ir/arith.py)
 
     def call_function(self, fn, args, kwargs):
         """Interpret a Python function (or call it natively when it is jitcore's or ctx says so)."""

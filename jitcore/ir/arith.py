@@ -27,6 +27,36 @@ class SymbolicNumber:
 SINK: contextvars.ContextVar = contextvars.ContextVar("jitcore_predicates", default=None)
 
 
+# True while native code called by the user's code runs (jitcore/interpreter: native calls, f-string conversions,
+# `str % values`): str() and repr() of a number proxy are then the value's text, as the program would print it, after
+# recording that the value is the one seen (the text depends on it); elsewhere (printing programs, jitcore's own
+# messages) they are the proxy's name
+USER_TEXT: contextvars.ContextVar = contextvars.ContextVar("jitcore_user_text", default=False)
+
+
+def as_user(fn, *args, **kwargs):
+    """fn(*args, **kwargs) with USER_TEXT on (what the user's code computes natively)."""
+    token = USER_TEXT.set(True)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        USER_TEXT.reset(token)
+
+
+def as_jitcore(fn):
+    """fn with USER_TEXT off while it runs (jitcore's own printing, which names proxies, may run inside a native
+    call of the user's code: a data guard's program compiled while `str(x.sum() > 0)` runs)."""
+    def call(*args, **kwargs):
+        token = USER_TEXT.set(False)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            USER_TEXT.reset(token)
+
+    call.__name__, call.__qualname__, call.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    return call
+
+
 def record(text: str):
     sink = SINK.get()
     if sink is not None:

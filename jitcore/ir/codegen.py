@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from jitcore.ir import arith
 from jitcore.ir.proxies import Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.ranges import SymbolicRange
@@ -162,6 +163,7 @@ def _signature(trace) -> tuple[list[str], list[str]]:
     return [group for group, _ in groups], types + body
 
 
+@arith.as_jitcore
 def trace_source(trace) -> str:
     printer = Printer()
     params, body = _signature(trace)
@@ -191,6 +193,7 @@ def _describe(obj) -> str:
     return f"{type(obj).__name__} {name}" if name else type(obj).__name__
 
 
+@arith.as_jitcore
 def compile_trace(trace):
     """Compile the trace's own text into a function whose globals are the namespaces and constants it names."""
     printer = Printer()

@@ -157,6 +157,15 @@ class NumberProxy(Proxy, arith.SymbolicNumber):
     def __str__(self):  # str() of a value drawn per call (random, clocks) needs that value: refused
         if self.expr is None:
             arith.refuse(self)
+        if arith.USER_TEXT.get():  # the user's str(n), f"{n!s}", "%s" % n, str(x.shape): the value's text
+            return str(arith.concretize(self))
+        return self.name
+
+    def __repr__(self):
+        if arith.USER_TEXT.get():
+            if self.expr is None:
+                arith.refuse(self)
+            return repr(arith.concretize(self))
         return self.name
 
     def __format__(self, spec):
