@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-_top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+top_hooks = torch._C._autograd._top_saved_tensors_default_hooks  # (pack, unpack) or None: torch's own lookup
 EAGER_MARK = "__jitcore_eager_hook__"
 
 
@@ -22,7 +22,7 @@ def eager(pack, unpack) -> tuple:
 def ambient_hooks():
     """The (pack, unpack) of the innermost torch.autograd.graph.saved_tensors_hooks active now, or None (none
     active, or a pair marked by `eager`, which the programs leave to torch)."""
-    top = _top_hooks(False)
+    top = top_hooks(False)
     if top is None or getattr(top[0], EAGER_MARK, False):
         return None
     return top

@@ -17,7 +17,7 @@ import torch
 from jitcore.guards import data_guards, module_state
 from jitcore.guards.module_guards import module_split
 from jitcore.guards.module_state import ModuleGuardState
-from jitcore.hooks import ambient_hooks
+from jitcore.hooks import ambient_hooks, top_hooks
 from jitcore.interpreter import provenance as P
 from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
@@ -167,7 +167,9 @@ def _global_state(saved_hooks=False) -> list:
     the saved_tensors_hooks a program with a backward was built for (None: none), False when it does not matter."""
     out = []
     if saved_hooks is None:
-        out.append((lambda p: f"{p.const(ambient_hooks)}() is not None", "saved-tensor hooks: expected none active"))
+        # (torch's own lookup first: with no hooks active, the usual case, one C call)
+        out.append((lambda p: f"({p.const(top_hooks)}(False) is not None and {p.const(ambient_hooks)}() is not None)",
+                    "saved-tensor hooks: expected none active"))
     elif saved_hooks is not False:
         names = "/".join(getattr(f, "__qualname__", "?") for f in saved_hooks)
         out.append((lambda p: f"{p.const(ambient_hooks)}() != {p.const(saved_hooks)}",
