@@ -235,7 +235,7 @@ def _hooks_named(names):
     for name in names:
         module, _, qualname = name.partition(":")
         try:
-            obj = importlib.import_module(module)
+            obj = importlib.import_module(module)  # (the module the package names: known only when it is loaded)
             for part in qualname.split("."):
                 obj = getattr(obj, part)
         except (ImportError, AttributeError):

@@ -339,3 +339,19 @@ def test_packages_record_the_hooks(tmp_path):
     assert jitcore.cache_misses(loaded) == 0
     with pytest.raises(jitcore.PackageError, match="saved_tensor_hooks"):
         jitcore.load(folder, _double_sum, saved_tensor_hooks=H.float8)
+
+
+def _product(x, w):
+    return (x * w).sum()
+
+
+def test_verify_runs_eager_under_the_same_hooks():
+    """Rounding what is saved changes the gradients; the program saves what eager's mul saves (x and w), so eager
+    under the same pair is the oracle verify=True compares with (without the pair it would report a mismatch)."""
+    rounding = (lambda t: t.round(), lambda t: t)
+    args = [t * 4 for t in leaves((8, 32), (8, 32))]
+    args = [a.detach().requires_grad_() for a in args]
+    jf = jitcore.jit(_product, verify=True, saved_tensor_hooks=rounding)
+    got = grads(jf, args)
+    assert_close_grads(got, grads(_product, args, rounding))
+    assert not torch.equal(got[1][0], args[1])  # (the rounding shows)
