@@ -3,6 +3,8 @@
 whose backward unpacks each right before its first use. pack and unpack are run by jitcore's interpreter over the
 saved proxy (once per saved tensor, so they may branch on its dtype and sizes); their lines print in both traces and
 executors claim them like any other op. A hook that cannot be traced raises NotTraceable (the caller runs it eagerly).
+"Once per saved tensor" is per value the program saves: one value saved at two places (or two equal computations
+that CSE merged before autodiff) is packed once; no pass after this one merges or duplicates pack and unpack lines.
 """
 from __future__ import annotations
 
