@@ -2,7 +2,8 @@
 block, a HuggingFace GPT-2 training step), side by side in one process: bytes saved for backward (as autograd saves
 them: jitcore.saved_tensor_bytes), peak memory of one forward+backward step (torch.profiler's memory events), step
 time (paired medians: every round times each variant once, in rotating order) and the gradients against eager's, for
-eager, torch.compile, and jitcore [torch] / [inductor, torch] with and without rematerialization.
+eager, torch.compile, and jitcore [torch] / [inductor, torch] with and without rematerialization, and with the saved
+tensors packed (jit(saved_tensor_hooks=jitcore.hooks.float8 / .bf16): the bytes are of the packed tensors).
 
     python -m benchmarks.memory_suite                       # every workload
     python -m benchmarks.memory_suite --workloads chain block --rounds 30
@@ -17,11 +18,13 @@ import time
 import torch
 
 import jitcore
+import jitcore.hooks
 from benchmarks.measure import Unavailable, inductor_executor, peak_memory_bytes
 from benchmarks.models import Block, GPTConfig, elementwise_chain, mlp
 
 VARIANTS = ("eager", "torch.compile", "jit [torch] no remat", "jit [torch]", "jit [inductor,torch] no remat",
-            "jit [inductor,torch]")
+            "jit [inductor,torch]", "jit [torch] bf16", "jit [torch] float8", "jit [inductor,torch] float8")
+HOOKS = {"bf16": jitcore.hooks.bf16, "float8": jitcore.hooks.float8}
 
 
 def sin_tanh_chain(x):
@@ -75,7 +78,8 @@ def make(variant: str, fn):
         return torch.compile(fn)
     remat = not variant.endswith("no remat")
     executors = [inductor_executor()] if "inductor" in variant else None
-    return jitcore.jit(fn, executors=executors, rematerialize=remat)
+    hooks = HOOKS.get(variant.rsplit(" ", 1)[-1])
+    return jitcore.jit(fn, executors=executors, rematerialize=remat, saved_tensor_hooks=hooks)
 
 
 def _loss(out):

@@ -35,7 +35,8 @@ FUSIBLE_PRIMS = _ELEMENTWISE | SHAPE_PRIMS | frozenset(f"prims.{n}" for n in (
     "full", "iota", "take", "take_along_axis", "embedding"))
 MATMUL_PRIMS = frozenset({"prims.matmul", "prims.linear"})
 _OK_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                        torch.bfloat16, torch.float32, torch.float64})
+                        torch.bfloat16, torch.float32, torch.float64,
+                        torch.float8_e4m3fn, torch.float8_e5m2})  # (float8: casts to and from, jitcore.hooks.float8)
 
 
 def leaf_ids(bsym: BoundSymbol) -> set[str]:

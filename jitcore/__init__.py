@@ -5,7 +5,8 @@ does not pull the whole pipeline in while it initialises.
 """
 # the ops register into the IR's tables (proxies.IR_OPS, TENSOR_METHODS, METHOD_FALLBACKS, the autocast policy) when
 # imported: importing any part of jitcore makes the IR complete, as it was when the IR imported the ops itself
-from jitcore import ops  # noqa: F401
+# (jitcore.hooks, public: the shipped saved-tensor hooks bf16, float8, cpu_offload; it imports only torch)
+from jitcore import hooks, ops  # noqa: F401
 from jitcore.errors import DataDependentError, JitError, MetaError, UnsupportedError, VerificationError
 
 _API = ("jit", "examine", "saved_tensor_bytes")
@@ -26,6 +27,7 @@ __all__ = [
     "cache_misses",
     "examine",
     "explain",
+    "hooks",
     "input_specs",
     "jit",
     "last_backward_traces",

@@ -45,6 +45,7 @@ from transforms.dce import dce
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
+from transforms.saved_hooks import SavedHooks, hooks_for, saving, traced_or_warn
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,11 @@ class CompileOptions:
     keep_inputs: str = "int"
     rematerialize: bool | float = True  # what the forward saves: transforms/rematerialize.py
     verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/verify.py)
+    saved_tensor_hooks: tuple | None = None  # (pack, unpack) put into the programs (transforms/saved_hooks.py)
 
 
 def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int",
-        rematerialize: bool | float = True, verify=None):
+        rematerialize: bool | float = True, verify=None, saved_tensor_hooks=None):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
     fn: a function, a callable object or an nn.Module (a jitted module keeps the original's parameters, buffers,
@@ -87,6 +89,15 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
         inputs and module state after the call); a mismatch raises VerificationError with the first differing
         program line and a repro folder. False, or None (default) with no JITCORE_VERIFY=1 in the environment: off,
         at no cost per call.
+    saved_tensor_hooks: (pack, unpack), as for torch.autograd.graph.saved_tensors_hooks: each tensor the forward
+        saves for backward is packed right after its last use in the forward and unpacked right before its first use
+        in the backward. Both are traced into the programs (they print in last_traces / last_backward_traces and
+        executors claim their ops; they may branch on the tensor's dtype and sizes). Shipped pairs: jitcore.hooks.bf16,
+        jitcore.hooks.float8 (per-tensor scale), jitcore.hooks.cpu_offload. Without this option, the pair of a
+        torch.autograd.graph.saved_tensors_hooks block around a call is traced in the same way (the cache keys on the
+        identity of pack and unpack). A pair that cannot be traced runs eagerly on the saved tensors, with a warning.
+        With this option, hooks active around a call apply to what the program saves (its packed tensors), as for any
+        torch.autograd.Function.
 
     >>> import torch, jitcore
     >>> def foo(a, b):
@@ -100,7 +111,7 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
     1
     """
     options = CompileOptions(_resolve_executors(executors), cache, keep_inputs, _remat_option(rematerialize),
-                             verify_calls(verify))
+                             verify_calls(verify), _hooks_option(saved_tensor_hooks))
     Cache(cache)  # validates the option now, not at the first call
     check_keep_inputs(keep_inputs)
     _check_callable(fn)
@@ -136,6 +147,14 @@ def _remat_option(value) -> bool | float:
     if isinstance(value, (int, float)) and value >= 0:
         return float(value)
     raise ValueError(f"jit(rematerialize=...): expected True, False or a non-negative number, got {value!r}")
+
+
+def _hooks_option(value):
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(callable(f) for f in value):
+        return tuple(value)
+    raise ValueError(f"jit(saved_tensor_hooks=...): expected a (pack, unpack) pair of callables, got {value!r}")
 
 
 def _fuses(executors) -> bool:
@@ -434,7 +453,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             traced = trace_function(fn, args, kwargs, symbolic=symbolic)
         sized = symbolic or bool(traced.trace.extra.get("run_time_sizes"))  # sizes the program reads as values
         with _stage(stats, "transforms"):
-            program = transform(traced, sized, options)
+            program = transform(traced, sized, options, hooks_for(options.saved_tensor_hooks))
         with _stage(stats, "claim"):
             claimed = claim_program(program, options, sized)
         with _stage(stats, "memory"):
@@ -443,7 +462,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             computation = codegen(traced, program, executable, options)
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
-            guarded = guard(traced, program.writebacks, predicates, Roots(args, kwargs, fn), symbolic)
+            guarded = guard(traced, program.writebacks, predicates, Roots(args, kwargs, fn), symbolic,
+                            _hooks_guard(program, options))
     prologues, epilogue = guarded.prologues, guarded.epilogue
     entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, executable.traces,
                        prologues.traces, prologues.explain, executable.backward_traces,
@@ -490,9 +510,18 @@ class Program:
     backward_traces: list  # [autodiff backward, its cse] ([] without autodiff)
     split: Split | None  # the autodiff split (saved values, outputs that carry gradients); None without autodiff
     writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
+    hooks: SavedHooks | None = None  # the saved-tensor hooks of the programs (None: none, or no backward)
 
 
-def transform(traced: TraceResult, symbolic: bool, options: CompileOptions) -> Program:
+def _hooks_guard(program: Program, options: CompileOptions):
+    """What the prologue checks of the saved_tensors_hooks active around a call: False (nothing: no backward, or
+    jit's own pair, which takes their place), None (none active) or the (pack, unpack) the program was built for."""
+    if program.split is None or options.saved_tensor_hooks is not None:
+        return False
+    return None if program.hooks is None else (program.hooks.pack, program.hooks.unpack)
+
+
+def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hooks: SavedHooks | None = None) -> Program:
     """Stage "transforms": functionalize (in-place writes become writebacks), dce, cse, and autodiff when a gradient
     can flow (the joint trace splits into a forward and a backward; rematerialization then chooses what the forward
     saves by cost)."""
@@ -518,7 +547,16 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions) -> P
         written = {traced.trace.args[w.arg_index].name for w in writebacks}
         forward = save_written_inputs_by_copy(forward, split.n_outputs, written)
     backward.append(cse(backward[-1], distinct_outputs=False))
-    return Program([*traces, _with_sizes(forward) if symbolic else forward], backward, split, writebacks)
+    if hooks is not None:
+        hooked = traced_or_warn(Split(forward, backward[-1], split.n_outputs, split.saved, split.output_requires_grad),
+                             hooks, symbolic)
+        if hooked is None:
+            hooks = replace(hooks, traced=False)
+        else:
+            traces.append(_with_sizes(forward) if symbolic else forward)
+            split, forward = hooked, hooked.forward
+            backward.append(hooked.backward)
+    return Program([*traces, _with_sizes(forward) if symbolic else forward], backward, split, writebacks, hooks)
 
 
 @dataclass(frozen=True)
@@ -571,7 +609,8 @@ def codegen(traced: TraceResult, program: Program, executable: Executable, optio
                                   split.n_outputs,
                                   split.output_requires_grad,
                                   [isinstance(p, TensorProxy) for p in split.saved],
-                                  _backward_without(program.backward_traces[-1], options))
+                                  _backward_without(program.backward_traces[-1], options),
+                                  saving(program.hooks))
     computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
     computation.nograd_views = nograd_views
     return computation
@@ -584,10 +623,11 @@ class Guarded:
     run_epilogue: object  # the epilogue's callable (None likewise)
 
 
-def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool) -> Guarded:
-    """Stage "guards": the prologues (every guard of the trace, and the predicates the stages recorded) and the
-    epilogue (side effects and writebacks of inputs)."""
-    guards = replace(traced.guards, predicates=predicates)
+def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool,
+          saved_hooks=False) -> Guarded:
+    """Stage "guards": the prologues (every guard of the trace, the predicates the stages recorded, the saved-tensor
+    hooks the programs were built for) and the epilogue (side effects and writebacks of inputs)."""
+    guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks), traced.escapes)

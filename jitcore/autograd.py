@@ -6,9 +6,12 @@ that backward runs a program without its cotangent (transforms/autodiff.drop_cot
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from jitcore.hooks import eager
 
 
 class _JitAutograd(torch.autograd.Function):
@@ -17,7 +20,7 @@ class _JitAutograd(torch.autograd.Function):
         results = program.forward(*inputs)
         n = program.n_outputs
         if program.saved_layout is None:  # every saved value is a tensor (the usual case)
-            if program.saves:
+            if program.saves:  # (torch packs them when apply returns: AutogradProgram.saving is around it)
                 ctx.save_for_backward(*results[n:])
         else:
             saved = results[n:]
@@ -95,8 +98,13 @@ class AutogradProgram:
     emptied by the program as it unpacks them)."""
 
     def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list,
-                 build_backward_without=None):
+                 build_backward_without=None, saving=None):
         self.forward, self.backward = forward, backward
+        # saving: None, or a context manager factory around the autograd.Function's apply (the saved-tensor hooks
+        # in force when torch packs what its forward saved, as apply returns): without_ambient_hooks when the
+        # programs already pack with the active torch pair (so it does not pack twice), hooks_around(pack, unpack)
+        # for a jit(saved_tensor_hooks=...) pair that runs eagerly
+        self.saving = saving
         # present (one bool per cotangent) -> [traces, ..., program] of the backward for calls where autograd
         # passed None for the cotangents marked False; last_without: the pattern the last backward ran, if any
         self._build_without, self._without, self.last_without = build_backward_without, {}, None
@@ -131,9 +139,12 @@ class AutogradProgram:
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
+            if self.saving is not None:
+                with self.saving():
+                    return self._without_history(_apply(self, *inputs))
             return self._without_history(_apply(self, *inputs))
         if self.enables_grad:  # traced under no_grad, but torch.enable_grad() inside made outputs that need grad
-            with torch.enable_grad():
+            with torch.enable_grad(), self.saving() if self.saving is not None else _nothing():
                 return self._without_history(_apply(self, *inputs))
         return self._without_history(self.forward(*inputs)[: self.n_outputs])
 
@@ -163,6 +174,35 @@ class WithoutHistory:
         return without_history(self.program(*inputs), self.positions)
 
 
+@contextmanager
+def _nothing():
+    yield
+
+
+@contextmanager
+def without_ambient_hooks():
+    """The innermost saved_tensors_hooks set aside around the autograd.Function's apply (torch packs what forward
+    saved as apply returns): the program packed those values with that pair already, so torch must not pack them a
+    second time (pack runs once per saved tensor). torch.autograd.graph.disable_saved_tensors_hooks cannot do it: it
+    refuses while hooks are set. Nothing inside apply saves otherwise: the programs run with grad mode off."""
+    top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    if top is None:
+        yield
+        return
+    torch._C._autograd._pop_saved_tensors_default_hooks()
+    try:
+        yield
+    finally:
+        torch._C._autograd._push_saved_tensors_default_hooks(*top)
+
+
+def hooks_around(pack, unpack):
+    """A jit(saved_tensor_hooks=(pack, unpack)) pair the interpreter could not trace: torch runs it on the real tensors
+    the wrapper saves (the innermost hooks, in place of any active around the call, as an inner
+    saved_tensors_hooks block does in eager)."""
+    return lambda: torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
 # torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping
 # functorch tensors) applies only under torch.func transforms, which jitted calls refuse (jitcore/api.py)
 _apply = super(torch.autograd.Function, _JitAutograd).apply
@@ -189,6 +229,11 @@ def saved_tensor_bytes(call) -> SavedTensors:
         storages[(s.data_ptr(), s.nbytes())] = s.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    # (eager: the hooks observe, jitcore does not trace them into the programs; they see what those save, packed)
+    with torch.autograd.graph.saved_tensors_hooks(*eager(pack, _identity)):
         call()
     return SavedTensors(total, sum(storages.values()), count)
+
+
+def _identity(t):
+    return t

@@ -106,6 +106,9 @@ class Guards:
     lengths: dict = field(default_factory=dict)
     predicates: list = field(default_factory=list)
     data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
+    # the saved_tensors_hooks active around a call that the programs were built for: None (none) or (pack, unpack);
+    # False: not checked (no backward, or jit's own pair)
+    saved_hooks: object = False
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 A package is a folder:
 - `manifest.json`: the package format, the versions of jitcore, torch and Python, the jit options (executor names,
-  cache mode, keep_inputs, rematerialize), the function's qualified name and signature, a digest of the code of every
-  user function the interpreter entered while tracing (the function itself and what it called, from user files and
-  third-party packages; not torch's), and one record per cache entry;
+  cache mode, keep_inputs, rematerialize, saved_tensor_hooks by module and qualified name), the function's qualified
+  name and signature, a digest of the code of every user function the interpreter entered while tracing (the function
+  itself and what it called, from user files and third-party packages; not torch's), and one record per cache entry;
 - `entry<N>.pt`: the entry's input description (jitcore/guards/input_storage.py: tensor metadata, kept values, the
   other arguments, the grad mode and autocast regions of the call);
 - `entry<N>.py`: the entry's programs as printed (prologue, forward, backward, epilogue), for reading;
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
 import inspect
 import json
 import linecache
@@ -215,7 +216,33 @@ def _jitted(jfn) -> JitFunction:
 
 def _options_record(options: CompileOptions) -> dict:
     return {"executors": [ex.name for ex in options.executors], "cache": options.cache,
-            "keep_inputs": options.keep_inputs, "rematerialize": options.rematerialize}
+            "keep_inputs": options.keep_inputs, "rematerialize": options.rematerialize,
+            "saved_tensor_hooks": _hook_names(options.saved_tensor_hooks)}
+
+
+def _hook_names(hooks):
+    """jit's saved_tensor_hooks pair as ["module:qualified name", ...] (None without it)."""
+    if hooks is None:
+        return None
+    return [f"{getattr(f, '__module__', '?')}:{getattr(f, '__qualname__', type(f).__name__)}" for f in hooks]
+
+
+def _hooks_named(names):
+    """The pair a package's names stand for, found by import (a lambda or a local function cannot be)."""
+    if names is None:
+        return None
+    found = []
+    for name in names:
+        module, _, qualname = name.partition(":")
+        try:
+            obj = importlib.import_module(module)  # (the module the package names: known only when it is loaded)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            raise PackageError(f"the package was saved with saved_tensor_hooks {names}; {name} cannot be imported "
+                               "here: pass saved_tensor_hooks= to load") from None
+        found.append(obj)
+    return tuple(found)
 
 
 def _compiled_regions(entries) -> list:
@@ -309,13 +336,15 @@ def _check_versions(saved: dict):
 
 def _options(saved: dict, jit_options: dict) -> dict:
     """The jit options to load with: the package's, and any the caller gave must equal them."""
-    unknown = set(jit_options) - {"executors", "cache", "keep_inputs", "rematerialize", "verify"}
+    unknown = set(jit_options) - {"executors", "cache", "keep_inputs", "rematerialize", "verify", "saved_tensor_hooks"}
     if unknown:
         raise TypeError(f"unknown jit option(s) {', '.join(sorted(unknown))}")
     given = {}
     if "executors" in jit_options:
         given["executors"] = [ex.name for ex in _resolve_executors(jit_options["executors"])]
-    saved = {"rematerialize": True, **saved}  # (a package written before the option existed)
+    saved = {"rematerialize": True, "saved_tensor_hooks": None, **saved}  # (a package written before the options)
+    if "saved_tensor_hooks" in jit_options:
+        given["saved_tensor_hooks"] = _hook_names(jit_options["saved_tensor_hooks"])
     for name in ("cache", "keep_inputs", "rematerialize"):
         if name in jit_options:
             given[name] = jit_options[name]
@@ -332,6 +361,7 @@ def _options(saved: dict, jit_options: dict) -> dict:
             raise PackageError(f"the package's executor {ex.name!r} is not available here: {why}")
     return {"executors": executors, "cache": saved["cache"], "keep_inputs": saved["keep_inputs"],
             "rematerialize": saved["rematerialize"],
+            "saved_tensor_hooks": jit_options.get("saved_tensor_hooks") or _hooks_named(saved["saved_tensor_hooks"]),
             "verify": jit_options.get("verify")}  # (not part of the package: the loaded calls may be checked)
 
 

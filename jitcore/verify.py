@@ -13,6 +13,7 @@ and a warning says so.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import linecache
 import os
@@ -244,7 +245,9 @@ def checked_call(jfn, entry, inputs, args, kwargs):
     end = _rng_state()
     _set_rng(start)
     try:
-        want = call.fn(*call.args, **call.kwargs)
+        hooks = jfn.options.saved_tensor_hooks  # (eager saves under the same pair; active ones are active here too)
+        with torch.autograd.graph.saved_tensors_hooks(*hooks) if hooks is not None else contextlib.nullcontext():
+            want = call.fn(*call.args, **call.kwargs)
     except Exception as e:
         _set_rng(end)
         raise VerificationError(f"eager raised {type(e).__name__}: {e}, where the jitted call returned") from e

@@ -17,6 +17,7 @@ import torch
 from jitcore.guards import data_guards, module_state
 from jitcore.guards.module_guards import module_split
 from jitcore.guards.module_state import ModuleGuardState
+from jitcore.hooks import ambient_hooks, top_hooks
 from jitcore.interpreter import provenance as P
 from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
@@ -161,9 +162,18 @@ def _guard_fetches(b: list, start: int, kw: dict):
         b[start:] = [BoundSymbol(fetches, (b[start:],), kw, None)]
 
 
-def _global_state() -> list:
-    """(condition, reason) pairs for the process-wide state a trace depends on."""
+def _global_state(saved_hooks=False) -> list:
+    """(condition, reason) pairs for the process-wide state a trace depends on. saved_hooks (Guards.saved_hooks):
+    the saved_tensors_hooks a program with a backward was built for (None: none), False when it does not matter."""
     out = []
+    if saved_hooks is None:
+        # (torch's own lookup first: with no hooks active, the usual case, one C call)
+        out.append((lambda p: f"({p.const(top_hooks)}(False) is not None and {p.const(ambient_hooks)}() is not None)",
+                    "saved-tensor hooks: expected none active"))
+    elif saved_hooks is not False:
+        names = "/".join(getattr(f, "__qualname__", "?") for f in saved_hooks)
+        out.append((lambda p: f"{p.const(ambient_hooks)}() != {p.const(saved_hooks)}",
+                    f"saved-tensor hooks: expected {names} active"))
     grad = torch.is_grad_enabled()
     out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
     dd = torch.get_default_dtype()
@@ -332,7 +342,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         b = trace.bound_symbols
         if not hot and roots is not None:  # the signature key has the call's shape: the hot variant leaves it out
             b.append(BoundSymbol(call_shape, (len(roots.args), tuple(roots.kwargs)), kw, None))
-        b.append(BoundSymbol(check, (_global_state(),), kw, None))
+        b.append(BoundSymbol(check, (_global_state(guards.saved_hooks),), kw, None))
         start = len(b)  # what follows fetches values through provenance chains
         inputs = [_direct(i, roots) for i in inputs]
         items = _items(guards)
