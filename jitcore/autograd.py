@@ -3,12 +3,16 @@ the compiled backward program, so jitted calls compose with eager autograd, opti
 backward is differentiable once (create_graph=True through a jitted function raises, rather than a later second
 derivative silently missing the jitted part). An output the loss does not reach gets no gradient (None, not zeros):
 that backward runs a program without its cotangent (transforms/autodiff.drop_cotangents), built once per pattern.
+Under DDP the parameters enter the node detached and their gradients reach them from inside the backward, as soon
+as computed (jitcore/ops/early_grads.py), so DDP's all-reduces start before the backward ends.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from jitcore.ops.early_grads import DELIVERIES, Delivery
 
 
 class _JitAutograd(torch.autograd.Function):
@@ -23,6 +27,7 @@ class _JitAutograd(torch.autograd.Function):
             ctx.save_for_backward(*[s for s, kept in zip(saved, program.saved_layout) if kept is None])
             ctx.saved_others = [None if kept is None else s for s, kept in zip(saved, program.saved_layout)]
         ctx.program = program
+        ctx.early, program.pending_early = program.pending_early, None
         if program.without_none:  # an output the loss does not reach gets None, not a tensor of zeros
             ctx.set_materialize_grads(False)
         outputs = results[:n]
@@ -52,17 +57,50 @@ class _JitAutograd(torch.autograd.Function):
         ctx.maybe_clear_saved_tensors()
         cts = list(cotangents) if program.all_outputs_grad else [
             c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
-        backward, program.last_without = program.backward, None
-        if any(c is None for c in cts):
-            present = tuple(c is not None for c in cts)
-            without, none_grads = program.backward_without(present)
-            if without is None:  # symbolic sizes: the whole backward, with zeros made here, and eager's Nones
-                grads = program.backward(saved, _zeros_for_none(ctx, program, cotangents))
-                return (None, *[None if n else g for g, n in zip(grads, none_grads)])
-            program.last_without, backward = present, without
-            cts = [c for c in cts if c is not None]
-        grads = backward(saved, cts)
-        return (None, *grads)
+        if ctx.early is None:
+            return _backward(ctx, program, cotangents, saved, cts)
+        delivery = Delivery(ctx.early)  # the program's grads_ready lines hand the parameters their gradients
+        DELIVERIES.append(delivery)
+        try:
+            grads = list(_backward(ctx, program, cotangents, saved, cts))
+        finally:
+            DELIVERIES.pop()
+        rest = [pos for pos in delivery.params if pos not in delivery.done]  # (a program without the lines)
+        delivery.hand_over(rest, [grads[pos + 1] for pos in rest])
+        for pos in delivery.params:  # (the node's inputs were detached: autograd has nowhere to send these)
+            grads[pos + 1] = None
+        return tuple(grads)
+
+
+class _JitAutogradEarly(_JitAutograd):
+    """_JitAutograd for a call whose parameters enter detached (DDP): `anchor`, a leaf that requires grad, keeps the
+    outputs' history when no other input requires grad; it receives no gradient."""
+
+    @staticmethod
+    def forward(ctx, program, anchor, *inputs):
+        return _JitAutograd.forward(ctx, program, *inputs)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        return (None, *_JitAutograd.backward(ctx, *cotangents))
+
+
+_ANCHOR = torch.empty(0, requires_grad=True)
+
+
+def _backward(ctx, program, cotangents, saved, cts) -> tuple:
+    """(None, *one gradient per input) of the backward program that fits the cotangents autograd passed."""
+    backward, program.last_without = program.backward, None
+    if any(c is None for c in cts):
+        present = tuple(c is not None for c in cts)
+        without, none_grads = program.backward_without(present)
+        if without is None:  # symbolic sizes: the whole backward, with zeros made here, and eager's Nones
+            grads = program.backward(saved, _zeros_for_none(ctx, program, cotangents))
+            return (None, *[None if n else g for g, n in zip(grads, none_grads)])
+        program.last_without, backward = present, without
+        cts = [c for c in cts if c is not None]
+    grads = backward(saved, cts)
+    return (None, *grads)
 
 
 def _zeros_for_none(ctx, program, cotangents) -> list:
@@ -77,8 +115,11 @@ class AutogradProgram:
     emptied by the program as it unpacks them)."""
 
     def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list,
-                 build_backward_without=None):
+                 build_backward_without=None, early_grads: tuple = ()):
         self.forward, self.backward = forward, backward
+        # input positions of parameters whose gradients the backward hands over itself under DDP (early_grads.py);
+        # pending_early: this call's {position: parameter}, from __call__ to the autograd.Function's forward
+        self.early_grads, self.pending_early = early_grads, None
         # present (one bool per cotangent) -> [traces, ..., program] of the backward for calls where autograd
         # passed None for the cotangents marked False; last_without: the pattern the last backward ran, if any
         self._build_without, self._without, self.last_without = build_backward_without, {}, None
@@ -112,11 +153,27 @@ class AutogradProgram:
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
+            if self.early_grads and ddp_overlaps():
+                inputs = self._detach_parameters(inputs)
+                if self.pending_early is not None:
+                    return self._without_history(_apply_early(self, _ANCHOR, *inputs))
             return self._without_history(_apply(self, *inputs))
         if self.enables_grad:  # traced under no_grad, but torch.enable_grad() inside made outputs that need grad
             with torch.enable_grad():
                 return self._without_history(_apply(self, *inputs))
         return self._without_history(self.forward(*inputs)[: self.n_outputs])
+
+    def _detach_parameters(self, inputs) -> list:
+        """inputs with the parameters of early_grads detached (the node has no edge to them: their gradients reach
+        them from inside the backward), those parameters kept for this call's autograd.Function (pending_early)."""
+        inputs, early = list(inputs), {}
+        for pos in self.early_grads:
+            p = inputs[pos]
+            if p.requires_grad and p.is_leaf:
+                early[pos] = p
+                inputs[pos] = p.detach()
+        self.pending_early = early or None
+        return inputs
 
     def _without_history(self, outputs):
         return without_history(outputs, self.nograd_views) if self.nograd_views else outputs
@@ -144,9 +201,18 @@ class WithoutHistory:
         return without_history(self.program(*inputs), self.positions)
 
 
+def ddp_overlaps() -> bool:
+    """Whether this call runs inside DistributedDataParallel's forward, with a reducer that takes gradients as they
+    come: DDP(jitcore.jit(model)) without find_unused_parameters (whose search of the autograd graph, from the
+    outputs, must find the parameters as inputs of the jitted node)."""
+    ddp = torch.nn.parallel.DistributedDataParallel._active_ddp_module
+    return ddp is not None and not ddp.find_unused_parameters
+
+
 # torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping
 # functorch tensors) applies only under torch.func transforms, which jitted calls refuse (jitcore/api.py)
 _apply = super(torch.autograd.Function, _JitAutograd).apply
+_apply_early = super(torch.autograd.Function, _JitAutogradEarly).apply
 
 
 @dataclass(frozen=True)

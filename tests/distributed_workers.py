@@ -196,7 +196,78 @@ def scenario_ddp_options(rank: int) -> dict:
     return out
 
 
-SCENARIOS = {"ddp_gpt": scenario_ddp_gpt, "ddp_cnn": scenario_ddp_cnn, "ddp_options": scenario_ddp_options}
+class CommOrder:
+    """The state of `record_and_average`: the events of a step, in order (buckets reduced, marks)."""
+
+    def __init__(self, first):
+        self.events, self.first = [], first  # first: the parameter whose gradient the backward computes last
+
+    def mark(self, what):
+        return lambda *args: self.events.append(what)
+
+
+def record_and_average(state: CommOrder, bucket):
+    """A DDP comm hook: records that the bucket is reduced, then averages it over the ranks as DDP's own does."""
+    import torch.distributed as dist
+
+    state.events.append(f"bucket {bucket.index()}" + ("" if state.first.grad is None else ", first grad computed"))
+    work = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def jitted_node(t):
+    """The jitted program's autograd node t comes from (following first inputs)."""
+    node = t.grad_fn
+    while "JitAutograd" not in type(node).__name__:
+        node = node.next_functions[0][0]
+    return node
+
+
+def scenario_ddp_overlap(rank: int) -> dict:
+    """DDP(jitcore.jit(gpt)) with small buckets: for each step, the order of the buckets' reductions and the end of
+    the jitted backward node; the local gradients under no_sync against the jitted model's own outside DDP; the
+    printed backward; and the training against eager DDP with the same buckets and hook."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import jitcore
+
+    torch.manual_seed(0)
+    model = gpt()
+    twin = copy.deepcopy(model)
+    jitted = _jit(twin)
+    out = {}
+    for name, module in (("eager", model), ("jitted", jitted)):
+        order = CommOrder(module.transformer.wpe.weight)
+        ddp = DDP(module, bucket_cap_mb=0.01)
+        ddp.register_comm_hook(order, record_and_average)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+        losses, events = [], []
+        for step in range(3):
+            opt.zero_grad(set_to_none=True)
+            order.events = []
+            _logits, loss = ddp(*gpt_batch(rank, step))
+            if name == "jitted":
+                jitted_node(loss).register_hook(order.mark("jitted backward done"))
+            loss.backward()
+            losses.append(loss.detach().clone())
+            events.append(order.events)
+            opt.step()
+        out[name] = {"losses": torch.stack(losses), "state": _state(module), "events": events}
+    out["backward"] = str(jitcore.last_backward_traces(jitted)[-1])
+    # no_sync: the gradients DDP leaves are this rank's own, handed over from inside the backward
+    ddp, local = DDP(jitted), _jit(copy.deepcopy(twin))
+    for module in (ddp, local):
+        module.zero_grad(set_to_none=True)
+    with ddp.no_sync():
+        gpt_loss(ddp, gpt_batch(rank, 9)).backward()
+    gpt_loss(local, gpt_batch(rank, 9)).backward()
+    out["local grads"] = {"ddp": {n: p.grad.clone() for n, p in jitted.named_parameters()},
+                          "alone": {n: p.grad.clone() for n, p in local.named_parameters()}}
+    return {"ddp_overlap": out}
+
+
+SCENARIOS = {"ddp_gpt": scenario_ddp_gpt, "ddp_overlap": scenario_ddp_overlap, "ddp_cnn": scenario_ddp_cnn,
+             "ddp_options": scenario_ddp_options}
 
 
 # -- collectives written inside jitted functions ---------------------------------------------------------------------

@@ -38,6 +38,26 @@ def test_ddp_of_jitted_gpt_trains_like_eager_ddp(tmp_path):
     assert_trains_like_eager(run("ddp_gpt", tmp_path), "gpt")
 
 
+def test_ddp_of_jitted_gpt_reduces_buckets_during_the_backward(tmp_path):
+    per_rank = run("ddp_overlap", tmp_path)
+    assert_trains_like_eager(per_rank, "ddp_overlap")
+    for rank, result in enumerate(r["ddp_overlap"] for r in per_rank):
+        for step, events in enumerate(result["jitted"]["events"][1:], 1):  # (DDP's first step: one bucket)
+            # the first bucket (the last layers' parameters) is reduced while the jitted backward still runs, before
+            # it computes the gradient of the first layer's (wpe's), and so is every bucket: each parameter's
+            # gradient is handed over as soon as the program computes it
+            done = events.index("jitted backward done")
+            buckets = [e for e in events if e.startswith("bucket")]
+            assert events[0] == "bucket 0" and len(buckets) == done, (rank, step, events)
+            assert "first grad computed" in buckets[-1] and len(buckets) > 2, (rank, step, events)
+        for step, events in enumerate(result["eager"]["events"][1:], 1):  # the same holds for eager DDP
+            assert events[0] == "bucket 0" and "first grad computed" in events[-1], (rank, step, events)
+        assert "grads_ready(" in result["backward"]
+        local = result["local grads"]  # under no_sync: the program's own gradients, bit for bit
+        for name, g in local["alone"].items():
+            assert torch.equal(local["ddp"][name], g), (rank, name)
+
+
 def check_cnn_with_batchnorm(per_rank):
     assert_trains_like_eager(per_rank, "cnn")
     # the gradients were averaged: both ranks hold the same parameters, though each saw its own data
