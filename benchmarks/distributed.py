@@ -105,6 +105,7 @@ def worker(args):
     batch = (idx, torch.roll(idx, -1, 1))
     variants = {"eager DDP(model)": lambda m: DDP(m),
                 "DDP(jitcore.jit(model))": lambda m: DDP(jitcore.jit(m, executors=args.executors.split(",")))}
+    args.params = sum(p.numel() for p in model.parameters())
     results = measure({name: make(copy.deepcopy(model)) for name, make in variants.items()}, batch, args)
     everyone = [None] * world
     dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"]}
@@ -117,7 +118,8 @@ def worker(args):
 
 
 def report(everyone, args, world, loss_diff):
-    print(f"\nDDP training step, GPT-2 style ({args.layers} layers, width {args.width}, batch {args.batch}x{args.seq}),"
+    print(f"\nDDP training step, GPT-2 style ({args.layers} layers, width {args.width}, {args.params / 1e6:.1f}M "
+          f"parameters, batch {args.batch}x{args.seq}),"
           f" {world} processes ({'nccl' if torch.cuda.is_available() else 'gloo'}), torch threads {args.threads}, "
           f"jitcore executors [{args.executors}]; median of {args.steps} steps after {args.warmup}\n")
     print("| variant | rank | step (ms, median) | peak memory (MiB) |")

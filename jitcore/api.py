@@ -22,6 +22,7 @@ from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, save
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
 from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
+from jitcore.fsdp import ShardedCall, is_sharded
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
@@ -184,7 +185,10 @@ class JitModule(torch.nn.Module):
         # functional_call, stateless reparametrization, `jm.weight = Parameter(...)`) changes the model it runs
         self.__dict__["_parameters"] = model._parameters
         self.__dict__["_buffers"] = model._buffers
-        self.__dict__["_jfn"] = jit_function(model, options)
+        if is_sharded(model):  # FSDP2: its hooks run eagerly around a program of the model's forward
+            self.__dict__["_jfn"] = ShardedCall(model, jit_function(type(model).forward.__get__(model), options))
+        else:
+            self.__dict__["_jfn"] = jit_function(model, options)
 
     def forward(self, /, *args, **kwargs):
         return self._jfn(*args, **kwargs)

@@ -170,7 +170,9 @@ class AutogradProgram:
         for pos in self.early_grads:
             p = inputs[pos]
             if p.requires_grad and p.is_leaf:
-                early[pos] = p
+                # the gradient reaches p through a view of it: the engine makes the view's gradient (an alias of the
+                # program's), which AccumulateGrad can keep as p.grad, as it keeps eager's, instead of a copy
+                early[pos] = p.view_as(p)
                 inputs[pos] = p.detach()
         self.pending_early = early or None
         return inputs

@@ -258,6 +258,8 @@ class JitContext(DefaultContext):
         return None
 
     def should_inline(self, fn) -> bool:
+        if isinstance(fn, torch.nn.Module):  # a module's call is nn.Module's (even when torch made its class: FSDP2's
+            return True  # FSDP<Block>, whose __module__ is torch.distributed's)
         if _in_checkpoint_sequential(fn):  # its Python source: its checkpoint() calls come to _checkpoint
             return True
         mod = getattr(fn, "__module__", None) or ""

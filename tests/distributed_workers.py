@@ -415,6 +415,73 @@ def scenario_collectives(rank: int) -> dict:
 SCENARIOS["collectives"] = scenario_collectives
 
 
+# -- FSDP2: fully_shard per block and on the root, eager and jitted ------------------------------------------------
+def sharded_gpt(mp=None):
+    """The test GPT with fully_shard applied to each block, then to the root, over all ranks (a CPU mesh)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = gpt()
+    kwargs = {"mesh": init_device_mesh("cpu", (dist.get_world_size(),))}
+    if mp is not None:
+        kwargs["mp_policy"] = mp
+    for block in model.transformer.h:
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def _full_state(model) -> dict:
+    from torch.distributed.tensor import DTensor
+
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
+            for k, v in model.state_dict().items()}
+
+
+def train_sharded(model, call, rank: int, steps: int = 3, accumulate: int = 2) -> dict:
+    """SGD with momentum; each step accumulates `accumulate` micro-batches, reducing gradients on the last only."""
+    from torch.distributed.tensor import DTensor
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        for micro in range(accumulate):
+            model.set_requires_gradient_sync(micro == accumulate - 1)
+            loss = gpt_loss(call or model, gpt_batch(rank, step * accumulate + micro))
+            loss.backward()
+            losses.append(loss.detach().float().clone())
+        opt.step()
+    return {"losses": torch.stack(losses), "state": _full_state(model),
+            "sharded": all(isinstance(p, DTensor) and p.to_local().shape[0] < p.shape[0]
+                           for p in model.parameters() if p.ndim > 0 and p.shape[0] > 1)}
+
+
+def fsdp_eager_and_jitted(rank: int, mp=None) -> dict:
+    import jitcore
+
+    eager = train_sharded(sharded_gpt(mp), None, rank)
+    model = sharded_gpt(mp)
+    jitted = _jit(model)
+    out = {"eager": eager, "jitted": train_sharded(model, jitted, rank)}
+    out["misses"] = jitcore.cache_misses(jitted)
+    out["forward"] = str(jitcore.last_traces(jitted)[-1])
+    out["backward"] = str(jitcore.last_backward_traces(jitted)[-1])
+    return out
+
+
+def scenario_fsdp(rank: int) -> dict:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return {"fsdp": fsdp_eager_and_jitted(rank), "fsdp_mixed": fsdp_eager_and_jitted(rank, mp)}
+
+
+SCENARIOS["fsdp"] = scenario_fsdp
+
+
 def main(scenario: str, out_dir: str):
     import torch.distributed as dist
 

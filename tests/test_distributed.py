@@ -58,6 +58,24 @@ def test_ddp_of_jitted_gpt_reduces_buckets_during_the_backward(tmp_path):
             assert torch.equal(local["ddp"][name], g), (rank, name)
 
 
+def assert_sharded_training_like_eager(per_rank, what, tol):
+    for rank, result in enumerate(r[what] for r in per_rank):
+        eager, jitted = result["eager"], result["jitted"]
+        torch.testing.assert_close(jitted["losses"], eager["losses"], rtol=tol, atol=tol)
+        assert eager["state"].keys() == jitted["state"].keys()
+        for name, value in eager["state"].items():
+            torch.testing.assert_close(jitted["state"][name], value, rtol=tol, atol=tol,
+                                       msg=lambda m, where=f"rank {rank}, {what}, {name}": f"{where}: {m}")
+        assert eager["sharded"] and jitted["sharded"]  # the parameters stay DTensors sharded over the ranks
+        assert result["misses"] == 1  # the first step compiles; the other calls (and micro-batches) hit
+
+
+def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
+    per_rank = run("fsdp", tmp_path)
+    assert_sharded_training_like_eager(per_rank, "fsdp", 1e-6)
+    assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2)
+
+
 def check_cnn_with_batchnorm(per_rank):
     assert_trains_like_eager(per_rank, "cnn")
     # the gradients were averaged: both ranks hold the same parameters, though each saw its own data

@@ -12,9 +12,9 @@ from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 
 
 class Delivery:
-    """The parameters (input position -> leaf tensor) whose gradients the backward of one call hands over itself,
-    by a backward of the autograd engine from each parameter (its AccumulateGrad node and the hooks on it run, as in
-    eager autograd); `done`: the positions handed over so far."""
+    """The parameters whose gradients the backward of one call hands over itself (input position -> a view of the
+    parameter made by the call's forward), by a backward of the autograd engine from each view (the parameter's
+    AccumulateGrad node and the hooks on it run, as in eager autograd); `done`: the positions handed over so far."""
 
     __slots__ = ("done", "params")
 
