@@ -22,7 +22,7 @@ from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, save
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
 from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
-from jitcore.fsdp import ShardedCall, is_sharded
+from jitcore.fsdp import ShardedCall, is_sharded, refuse_unhooked_shards
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
@@ -389,6 +389,7 @@ class JitFunction:
         """A miss: eager's TypeError if the call does not bind; else record why, compile an entry for this call,
         cache it, and return it with the inputs its prologue fetched."""
         check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
+        refuse_unhooked_shards(self.fn)
         self._cache.record_miss(self.fn, args, kwargs)
         try:
             entry = self._add_entry(args, kwargs)

@@ -116,8 +116,6 @@ class ShardedCall:
 
     def __init__(self, model, inner):
         cls = _fsdp_module_class()
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            raise UnsupportedError("FSDP2", "DDP over a sharded model", hint=HINT)
         units = [m for m in _modules(model) if isinstance(m, cls) and m is not model]
         if units and not isinstance(model, cls):
             raise UnsupportedError("FSDP2", f"submodules of {type(model).__name__} were sharded with fully_shard, "
@@ -126,6 +124,7 @@ class ShardedCall:
         self.model, self.inner = model, inner
         self.units = [_Unit(m, m._get_fsdp_state()) for m in units]
         self.options = inner.options
+        self._described = None  # the last cache entry whose programs say where FSDP gathers and reduces
 
     # inspection reads these, as for a JitFunction (jitcore.last_traces, cache_misses)
     @property
@@ -162,6 +161,52 @@ class ShardedCall:
             # module state epoch does not see: the parameters are fetched afresh on every call
             module_state.bump()
             out = self.inner(*args, **kwargs)
+        if self.inner._last_entry is not self._described:
+            self._describe(self.inner._last_entry)
         for unit in reversed(self.units):
             out = unit.post_forward(out)
         return out
+
+    def _describe(self, entry):
+        """Comments atop the entry's programs saying where FSDP gathers the parameters and reduces the gradients
+        (on every backward trace: the variants built later for absent cotangents copy them)."""
+        self._described = entry
+        names = {id(m): n for n, m in self.model.named_modules()}
+        units = [names.get(id(u.module), type(u.module).__name__) for u in self.units]
+        cls = _fsdp_module_class()
+        own = next(c for c in type(self.model).__mro__ if not issubclass(c, cls)).__name__
+        own = [f"{own} (its own parameters, by its pre-forward hook)"] if isinstance(self.model, cls) else []
+        forward = [f"FSDP2 (jitcore/fsdp.py): before this program FSDP all-gathers the parameters of "
+                   f"{', '.join([*own, *units])}, eagerly; the program reads them unsharded (plain tensors)."]
+        if units:
+            forward.append(f"After it: post-forward of {', '.join(reversed(units))} (reshard), and hooks on the "
+                           "outputs that all-gather those parameters again before the backward.")
+        reduced = ", ".join([*reversed(units), *(own[:1] and [own[0].split(" ")[0]])])
+        backward = [(f"FSDP2: before this program FSDP's pre-backward hooks have all-gathered the parameters of "
+                     f"{', '.join(reversed(units))}; after" if units else "FSDP2: after") +
+                    f" it, FSDP's end-of-backward callback reduce-scatters the gradients of {reduced} into their "
+                    "shards (under set_requires_gradient_sync(False) it keeps them unsharded, accumulating)."]
+        if entry.traces:
+            entry.traces[-1].extra["comments"] = _wrap(forward)
+        for trace in entry.backward_traces:
+            trace.extra["comments"] = _wrap(backward)
+
+
+def _wrap(lines) -> list:
+    import textwrap
+
+    return [w for line in lines for w in textwrap.wrap(line, 114)]
+
+
+def refuse_unhooked_shards(fn):
+    """On a compile: parameters that are DTensors reach a jitted module only when FSDP's hooks did not run around
+    it (fully_shard applied to the jitted module, jit first): refused, naming the order that works."""
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    if not isinstance(module, torch.nn.Module) or not torch.distributed.is_available():
+        return
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, DTensor) for p in module.parameters()):
+        raise UnsupportedError("FSDP2", f"the parameters of {type(module).__name__} are DTensors (sharded) when the "
+                               "jitted program reads them: fully_shard was applied to the jitted module "
+                               "(fully_shard(jitcore.jit(block))), whose calls FSDP's hooks never see", hint=HINT)

@@ -472,11 +472,46 @@ def fsdp_eager_and_jitted(rank: int, mp=None) -> dict:
     return out
 
 
+def jitted_blocks(rank: int) -> dict:
+    """fully_shard per block and on the root, then each block replaced by its jitted self: the root runs eagerly."""
+    import jitcore
+
+    model = sharded_gpt()
+    blocks = model.transformer.h
+    for i in range(len(blocks)):
+        blocks[i] = _jit(blocks[i])
+    out = train_sharded(model, None, rank)
+    out["misses"] = [jitcore.cache_misses(b) for b in blocks]
+    out["forward"] = str(jitcore.last_traces(blocks[0])[-1])
+    return out
+
+
+def shard_of_jitted(rank: int) -> str:
+    """fully_shard applied to a jitted model: refused at its first call, naming the order that works."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import jitcore
+
+    torch.manual_seed(0)
+    jitted = _jit(gpt())
+    fully_shard(jitted, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    try:
+        gpt_loss(jitted, gpt_batch(rank, 0))
+    except jitcore.UnsupportedError as e:
+        return str(e)
+    return "accepted"
+
+
 def scenario_fsdp(rank: int) -> dict:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    return {"fsdp": fsdp_eager_and_jitted(rank), "fsdp_mixed": fsdp_eager_and_jitted(rank, mp)}
+    out = {"fsdp": fsdp_eager_and_jitted(rank), "fsdp_mixed": fsdp_eager_and_jitted(rank, mp)}
+    out["fsdp_blocks"] = {"eager": out["fsdp"]["eager"], "jitted": jitted_blocks(rank)}
+    out["shard_of_jitted"] = shard_of_jitted(rank)
+    return out
 
 
 SCENARIOS["fsdp"] = scenario_fsdp

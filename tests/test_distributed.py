@@ -67,13 +67,33 @@ def assert_sharded_training_like_eager(per_rank, what, tol):
             torch.testing.assert_close(jitted["state"][name], value, rtol=tol, atol=tol,
                                        msg=lambda m, where=f"rank {rank}, {what}, {name}": f"{where}: {m}")
         assert eager["sharded"] and jitted["sharded"]  # the parameters stay DTensors sharded over the ranks
-        assert result["misses"] == 1  # the first step compiles; the other calls (and micro-batches) hit
+
+
+def comments(program: str) -> str:
+    """The comment lines atop a printed program, joined into one text."""
+    return " ".join(line[2:] for line in program.splitlines() if line.startswith("# "))
 
 
 def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     per_rank = run("fsdp", tmp_path)
+    # fully_shard per block and on the root, then jitcore.jit(model): 3 steps of 2 micro-batches each
     assert_sharded_training_like_eager(per_rank, "fsdp", 1e-6)
+    # bf16 parameters, fp32 reduction: the losses (bf16) may differ by a rounding step of bf16 at ~4 (0.03)
     assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2)
+    # jitted blocks inside the sharded model (the root eager)
+    assert_sharded_training_like_eager(per_rank, "fsdp_blocks", 1e-6)
+    for result in per_rank:
+        for what in ("fsdp", "fsdp_mixed"):  # the first step compiles; later calls and micro-batches hit
+            assert result[what]["misses"] == 1
+            # the programs say where FSDP gathers the parameters and reduces the gradients
+            forward, backward = comments(result[what]["forward"]), comments(result[what]["backward"])
+            assert "FSDP all-gathers the parameters of GPT (its own parameters, by its pre-forward hook), " \
+                   "transformer.h.0, transformer.h.1, eagerly" in forward
+            assert "reduce-scatters the gradients of transformer.h.1, transformer.h.0, GPT into" in backward
+        assert result["fsdp_blocks"]["jitted"]["misses"] == [1, 1]
+        assert "all-gathers the parameters of Block (its own" in comments(result["fsdp_blocks"]["jitted"]["forward"])
+        assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
+        assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 
 
 def check_cnn_with_batchnorm(per_rank):
