@@ -18,6 +18,7 @@ from jitcore.ops.early_grads import DELIVERIES, Delivery
 class _JitAutograd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, program, *inputs):
+        ctx.early, program.pending_early = program.pending_early, None  # (first: the program may raise)
         results = program.forward(*inputs)
         n = program.n_outputs
         if program.saved_layout is None:  # every saved value is a tensor (the usual case)
@@ -27,7 +28,6 @@ class _JitAutograd(torch.autograd.Function):
             ctx.save_for_backward(*[s for s, kept in zip(saved, program.saved_layout) if kept is None])
             ctx.saved_others = [None if kept is None else s for s, kept in zip(saved, program.saved_layout)]
         ctx.program = program
-        ctx.early, program.pending_early = program.pending_early, None
         if program.without_none:  # an output the loss does not reach gets None, not a tensor of zeros
             ctx.set_materialize_grads(False)
         outputs = results[:n]
@@ -59,7 +59,7 @@ class _JitAutograd(torch.autograd.Function):
             c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
         if ctx.early is None:
             return _backward(ctx, program, cotangents, saved, cts)
-        delivery = Delivery(ctx.early)  # the program's grads_ready lines hand the parameters their gradients
+        delivery = Delivery(*ctx.early)  # the program's grads_ready lines hand the parameters their gradients
         DELIVERIES.append(delivery)
         try:
             grads = list(_backward(ctx, program, cotangents, saved, cts))
@@ -67,6 +67,7 @@ class _JitAutograd(torch.autograd.Function):
             DELIVERIES.pop()
         rest = [pos for pos in delivery.params if pos not in delivery.done]  # (a program without the lines)
         delivery.hand_over(rest, [grads[pos + 1] for pos in rest])
+        delivery.flush()
         for pos in delivery.params:  # (the node's inputs were detached: autograd has nowhere to send these)
             grads[pos + 1] = None
         return tuple(grads)
@@ -174,7 +175,10 @@ class AutogradProgram:
                 # program's), which AccumulateGrad can keep as p.grad, as it keeps eager's, instead of a copy
                 early[pos] = p.view_as(p)
                 inputs[pos] = p.detach()
-        self.pending_early = early or None
+        # batches of at most 1 MiB (and of half DDP's bucket size): a bucket's all-reduce starts soon after the
+        # program computes its last gradient, and the per-call cost stays a few engine calls per MiB
+        ddp = torch.nn.parallel.DistributedDataParallel._active_ddp_module
+        self.pending_early = (early, min(2**20, ddp.bucket_bytes_cap // 2)) if early else None
         return inputs
 
     def _without_history(self, outputs):

@@ -8,6 +8,8 @@ parameters again before the program's backward). FSDP's end-of-backward callback
 from __future__ import annotations
 
 import contextlib
+import sys
+import textwrap
 
 import torch
 
@@ -20,11 +22,9 @@ HINT = ("apply fully_shard to the plain model (to its blocks, then to the root) 
 
 
 def _fsdp_module_class():
-    if not torch.distributed.is_available():
-        return None
-    from torch.distributed.fsdp import FSDPModule
-
-    return FSDPModule
+    """FSDP2's FSDPModule, or None when torch.distributed.fsdp was never imported (then nothing is sharded)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return getattr(fsdp, "FSDPModule", None)
 
 
 def _modules(model):
@@ -193,8 +193,6 @@ class ShardedCall:
 
 
 def _wrap(lines) -> list:
-    import textwrap
-
     return [w for line in lines for w in textwrap.wrap(line, 114)]
 
 
@@ -202,11 +200,10 @@ def refuse_unhooked_shards(fn):
     """On a compile: parameters that are DTensors reach a jitted module only when FSDP's hooks did not run around
     it (fully_shard applied to the jitted module, jit first): refused, naming the order that works."""
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
-    if not isinstance(module, torch.nn.Module) or not torch.distributed.is_available():
+    dtensor = sys.modules.get("torch.distributed.tensor")  # (not imported: no DTensor exists)
+    if not isinstance(module, torch.nn.Module) or dtensor is None:
         return
-    from torch.distributed.tensor import DTensor
-
-    if any(isinstance(p, DTensor) for p in module.parameters()):
+    if any(isinstance(p, dtensor.DTensor) for p in module.parameters()):
         raise UnsupportedError("FSDP2", f"the parameters of {type(module).__name__} are DTensors (sharded) when the "
                                "jitted program reads them: fully_shard was applied to the jitted module "
                                "(fully_shard(jitcore.jit(block))), whose calls FSDP's hooks never see", hint=HINT)

@@ -13,22 +13,32 @@ from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 
 class Delivery:
     """The parameters whose gradients the backward of one call hands over itself (input position -> a view of the
-    parameter made by the call's forward), by a backward of the autograd engine from each view (the parameter's
-    AccumulateGrad node and the hooks on it run, as in eager autograd); `done`: the positions handed over so far."""
+    parameter made by the call's forward), by a backward of the autograd engine from the views (the parameters'
+    AccumulateGrad nodes and the hooks on them run, as in eager autograd). Gradients are handed over in batches of
+    at least `batch_bytes` (one engine call each, a few tens of microseconds), and the rest by `flush()` at the end;
+    `done`: the positions handed over (or batched) so far."""
 
-    __slots__ = ("done", "params")
+    __slots__ = ("batch_bytes", "done", "params", "pending", "pending_bytes")
 
-    def __init__(self, params: dict):
-        self.params, self.done = params, set()
+    def __init__(self, params: dict, batch_bytes: int = 0):
+        self.params, self.batch_bytes, self.done = params, batch_bytes, set()
+        self.pending, self.pending_bytes = ([], []), 0
 
     def hand_over(self, positions, grads):
-        tensors, given = [], []
+        tensors, given = self.pending
         for pos, g in zip(positions, grads):
             p = self.params.get(pos)
             if p is not None and g is not None and pos not in self.done:
                 self.done.add(pos)
                 tensors.append(p)
                 given.append(g)
+                self.pending_bytes += g.numel() * g.element_size()
+        if self.pending_bytes >= self.batch_bytes:
+            self.flush()
+
+    def flush(self):
+        tensors, given = self.pending
+        self.pending, self.pending_bytes = ([], []), 0
         if tensors:  # (a nested backward of the engine: the parameters' AccumulateGrad nodes and their hooks)
             torch.autograd.backward(tensors, given)
 
