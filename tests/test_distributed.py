@@ -1,8 +1,10 @@
 """Distributed training (issue 22): DDP(jitcore.jit(model)) trains as eager DDP does (losses, parameters, buffers;
-no_sync, find_unused_parameters, buffer broadcast), jitcore.jit(DDP(model)) is refused naming the composition that
-works, and collectives written in a jitted function are ops of the trace that run in program order and that DCE and
-CSE keep. Each test runs one scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after
-60 s; the checks of a scenario are the check_* functions it calls.
+no_sync, find_unused_parameters, buffer broadcast) and DDP reduces its buckets while the jitted backward still runs;
+jitcore.jit(DDP(model)) is refused naming the composition that works; FSDP2 (fully_shard per block and on the root,
+then jitcore.jit(model), or jitted blocks inside the sharded model) trains as eager FSDP2 does; collectives written in
+a jitted function are ops of the trace that run in program order and that DCE and CSE keep. Each test runs one
+scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after 60 s; the checks of a scenario
+are the check_* functions it calls.
 """
 import pytest
 import torch
@@ -34,12 +36,13 @@ def assert_trains_like_eager(per_rank: list, what: str):
 
 
 # -- DDP(jitcore.jit(model)) -------------------------------------------------------------------------------------------
-def test_ddp_of_jitted_gpt_trains_like_eager_ddp(tmp_path):
-    assert_trains_like_eager(run("ddp_gpt", tmp_path), "gpt")
+def test_ddp_of_jitted_gpt_trains_like_eager_ddp_and_reduces_buckets_during_the_backward(tmp_path):
+    per_rank = run("ddp_gpt", tmp_path)
+    assert_trains_like_eager(per_rank, "gpt")
+    check_buckets_reduced_during_the_backward(per_rank)
 
 
-def test_ddp_of_jitted_gpt_reduces_buckets_during_the_backward(tmp_path):
-    per_rank = run("ddp_overlap", tmp_path)
+def check_buckets_reduced_during_the_backward(per_rank):
     assert_trains_like_eager(per_rank, "ddp_overlap")
     for rank, result in enumerate(r["ddp_overlap"] for r in per_rank):
         for step, events in enumerate(result["jitted"]["events"][1:], 1):  # (DDP's first step: one bucket)
