@@ -15,6 +15,7 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.guards import module_state
+from jitcore.ir.proxies import TensorProxy
 
 HINT = ("apply fully_shard to the plain model (to its blocks, then to the root) and jit the sharded model: "
         "fully_shard(block) for each block, fully_shard(model), then jitcore.jit(model); or jit a sharded block "
@@ -45,9 +46,9 @@ def is_sharded(model) -> bool:
 
 def _cast(dtype):
     """FSDP's input/output cast (its _cast_fp_tensor, over tuples, lists and dicts) as code the program records."""
-    def cast(x):
-        if isinstance(x, torch.Tensor):
-            return x.to(dtype) if torch.is_floating_point(x) and x.dtype != dtype else x
+    def cast(x):  # (run natively by the interpreter, as jitcore's code: on proxies, x.to records the cast)
+        if isinstance(x, (torch.Tensor, TensorProxy)):
+            return x.to(dtype) if x.dtype.is_floating_point and x.dtype != dtype else x
         if isinstance(x, (tuple, list)):
             return type(x)(cast(v) for v in x)
         if isinstance(x, dict):

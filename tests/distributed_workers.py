@@ -503,6 +503,42 @@ def shard_of_jitted(rank: int) -> str:
     return "accepted"
 
 
+class CastsBetweenBlocks(nn.Module):
+    """Blocks fed float32 by the root: under a bf16 MixedPrecisionPolicy each block casts its input on entry."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(2)])
+
+    def forward(self, x):
+        x = self.a(x).float() * 1.5
+        for block in self.blocks:
+            x = block(x).float()
+        return x.sum()
+
+
+def block_input_casts(rank: int, mp) -> dict:
+    """Loss and gradients (full tensors) of CastsBetweenBlocks sharded with `mp`, eager and jitted."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    out = {}
+    for kind in ("eager", "jitted"):
+        torch.manual_seed(0)
+        model = CastsBetweenBlocks()
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+        loss = (model if kind == "eager" else _jit(model))(x)
+        loss.backward()
+        out[kind] = {"loss": loss.detach(), "grads": [p.grad.full_tensor() for p in model.parameters()]}
+    return out
+
+
 def scenario_fsdp(rank: int) -> dict:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -510,6 +546,7 @@ def scenario_fsdp(rank: int) -> dict:
     out = {"fsdp": fsdp_eager_and_jitted(rank), "fsdp_mixed": fsdp_eager_and_jitted(rank, mp)}
     out["fsdp_blocks"] = {"eager": out["fsdp"]["eager"], "jitted": jitted_blocks(rank)}
     out["shard_of_jitted"] = shard_of_jitted(rank)
+    out["casts"] = block_input_casts(rank, mp)
     return out
 
 

@@ -95,6 +95,9 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
             assert "reduce-scatters the gradients of transformer.h.1, transformer.h.0, GPT into" in backward
         assert result["fsdp_blocks"]["jitted"]["misses"] == [1, 1]
         assert "all-gathers the parameters of Block (its own" in comments(result["fsdp_blocks"]["jitted"]["forward"])
+        casts = result["casts"]  # each block's bf16 input cast, inside the jitted program: eager's numbers exactly
+        assert torch.equal(casts["jitted"]["loss"], casts["eager"]["loss"])
+        assert all(torch.equal(j, e) for j, e in zip(casts["jitted"]["grads"], casts["eager"]["grads"]))
         assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
         assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 
