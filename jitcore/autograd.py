@@ -58,7 +58,13 @@ class _JitAutograd(torch.autograd.Function):
         cts = list(cotangents) if program.all_outputs_grad else [
             c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
         if ctx.early is None:
-            return _backward(ctx, program, cotangents, saved, cts)
+            if not program.early_grads:
+                return _backward(ctx, program, cotangents, saved, cts)
+            DELIVERIES.append(None)  # a program with grads_ready lines called outside DDP: they hand nothing over
+            try:
+                return _backward(ctx, program, cotangents, saved, cts)
+            finally:
+                DELIVERIES.pop()
         delivery = Delivery(*ctx.early)  # the program's grads_ready lines hand the parameters their gradients
         DELIVERIES.append(delivery)
         try:
