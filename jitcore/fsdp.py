@@ -127,22 +127,11 @@ class ShardedCall:
         self.options = inner.options
         self._described = None  # the last cache entry whose programs say where FSDP gathers and reduces
 
-    # inspection reads these, as for a JitFunction (jitcore.last_traces, cache_misses)
-    @property
-    def _last_entry(self):
-        return self.inner._last_entry
-
-    @property
-    def _cache(self):
-        return self.inner._cache
-
-    @property
-    def _events_at_call(self):
-        return self.inner._events_at_call
-
-    @property
-    def fn(self):
-        return self.inner.fn
+    def __getattr__(self, name):  # the rest is the inner JitFunction's (_last_entry, _cache, entries, ...): what
+        inner = self.__dict__.get("inner")  # inspection (last_traces, cache_misses) reads
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
 
     def __call__(self, /, *args, **kwargs):
         model = self.model
