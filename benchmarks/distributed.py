@@ -84,7 +84,7 @@ def measure(ddps: dict, batch, args) -> dict:
     out = {}
     for name, step in steps.items():
         peak = peak_memory_bytes(lambda step=step, name=name: losses[name].append(step()))
-        out[name] = {"median_ms": 1e3 * statistics.median(times[name]), "peak_mib": peak / 2**20,
+        out[name] = {"median_ms": 1e3 * statistics.median(times[name]), "peak_mib": peak / 2**20, "times": times[name],
                      "losses": torch.stack(losses[name])}
     return out
 
@@ -114,7 +114,7 @@ def worker(args):
     args.params = sum(p.numel() for p in model.parameters())
     results = measure({name: make(copy.deepcopy(model)) for name, make in variants.items()}, batch, args)
     everyone = [None] * world
-    dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"]}
+    dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"], "times": v["times"]}
                                       for k, v in results.items()})
     losses = [v["losses"] for v in results.values()]
     diff = max((losses[i] - losses[i + 1]).abs().max().item() for i in range(0, len(losses), 2))
@@ -147,8 +147,12 @@ def report(everyone, args, world, loss_diff):
             print(f"| {name} | {rank} | {per[name]['median_ms']:.1f} | {per[name]['peak_mib']:.1f} |")
     names = list(everyone[0])
     medians = {n: statistics.median(per[n]["median_ms"] for per in everyone) for n in names}
+    # the ratio of each round's two steps (taken one after the other), median over rounds and ranks: a slow spell of
+    # a shared machine falls on one round's pair alike
+    paired = {j: statistics.median(tj / te for per in everyone for te, tj in zip(per[e]["times"], per[j]["times"]))
+              for e, j in zip(names[::2], names[1::2])}
     pairs = ", ".join(f"{e} {medians[e]:.1f} ms, {j} {medians[j]:.1f} ms ({medians[j] / medians[e]:.3f}x eager's "
-                      "time)" for e, j in zip(names[::2], names[1::2]))
+                      f"time; median of the rounds' ratios {paired[j]:.3f}x)" for e, j in zip(names[::2], names[1::2]))
     print(f"\nmedian over ranks: {pairs}; largest loss difference (eager vs jitted) over "
           f"{args.warmup + args.steps + 1} steps: {loss_diff:.2e}")
 

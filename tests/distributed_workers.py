@@ -439,7 +439,7 @@ def _full_state(model) -> dict:
             for k, v in model.state_dict().items()}
 
 
-def train_sharded(model, call, rank: int, steps: int = 3, accumulate: int = 2) -> dict:
+def train_sharded(model, call, rank: int, steps: int = 2, accumulate: int = 2) -> dict:
     """SGD with momentum; each step accumulates `accumulate` micro-batches, reducing gradients on the last only."""
     from torch.distributed.tensor import DTensor
 

@@ -79,7 +79,7 @@ def comments(program: str) -> str:
 
 def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     per_rank = run("fsdp", tmp_path)
-    # fully_shard per block and on the root, then jitcore.jit(model): 3 steps of 2 micro-batches each
+    # fully_shard per block and on the root, then jitcore.jit(model): 2 steps of 2 micro-batches each
     assert_sharded_training_like_eager(per_rank, "fsdp", 1e-6)
     # bf16 parameters, fp32 reduction: the losses (bf16) may differ by a rounding step of bf16 at ~4 (0.03)
     assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2)
