@@ -32,6 +32,8 @@ def parse(argv=None):
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--executors", default="torch", help="jitcore executors, comma-separated (default: torch)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    p.add_argument("--fsdp", action="store_true", help="also FSDP2: fully_shard per block and on the root, eager and "
+                                                        "jitted (jitcore.jit(model) of the sharded model)")
     return p.parse_args(argv)
 
 
@@ -82,7 +84,7 @@ def measure(ddps: dict, batch, args) -> dict:
     out = {}
     for name, step in steps.items():
         peak = peak_memory_bytes(lambda step=step, name=name: losses[name].append(step()))
-        out[name] = {"median_ms": 1e3 * statistics.median(times[name]), "peak_mib": peak / 2**20,
+        out[name] = {"median_ms": 1e3 * statistics.median(times[name]), "peak_mib": peak / 2**20, "times": times[name],
                      "losses": torch.stack(losses[name])}
     return out
 
@@ -103,21 +105,39 @@ def worker(args):
     g = torch.Generator().manual_seed(rank)
     idx = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), generator=g).to(device)
     batch = (idx, torch.roll(idx, -1, 1))
+    executors = args.executors.split(",")
     variants = {"eager DDP(model)": lambda m: DDP(m),
-                "DDP(jitcore.jit(model))": lambda m: DDP(jitcore.jit(m, executors=args.executors.split(",")))}
+                "DDP(jitcore.jit(model))": lambda m: DDP(jitcore.jit(m, executors=executors))}
+    if args.fsdp:
+        variants["eager FSDP2(model)"] = lambda m: sharded(m, device)
+        variants["jitcore.jit(FSDP2(model))"] = lambda m: jitcore.jit(sharded(m, device), executors=executors)
+    args.params = sum(p.numel() for p in model.parameters())
     results = measure({name: make(copy.deepcopy(model)) for name, make in variants.items()}, batch, args)
     everyone = [None] * world
-    dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"]}
+    dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"], "times": v["times"]}
                                       for k, v in results.items()})
     losses = [v["losses"] for v in results.values()]
-    diff = (losses[0] - losses[1]).abs().max().item()
+    diff = max((losses[i] - losses[i + 1]).abs().max().item() for i in range(0, len(losses), 2))
     if rank == 0:
         report(everyone, args, world, diff)
     dist.destroy_process_group()
 
 
+def sharded(model, device):
+    """model with fully_shard applied to each block, then to the root, over every rank."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    for block in model.transformer.h:
+        fully_shard(block, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
 def report(everyone, args, world, loss_diff):
-    print(f"\nDDP training step, GPT-2 style ({args.layers} layers, width {args.width}, batch {args.batch}x{args.seq}),"
+    print(f"\nDDP training step, GPT-2 style ({args.layers} layers, width {args.width}, {args.params / 1e6:.1f}M "
+          f"parameters, batch {args.batch}x{args.seq}),"
           f" {world} processes ({'nccl' if torch.cuda.is_available() else 'gloo'}), torch threads {args.threads}, "
           f"jitcore executors [{args.executors}]; median of {args.steps} steps after {args.warmup}\n")
     print("| variant | rank | step (ms, median) | peak memory (MiB) |")
@@ -125,9 +145,16 @@ def report(everyone, args, world, loss_diff):
     for name in everyone[0]:
         for rank, per in enumerate(everyone):
             print(f"| {name} | {rank} | {per[name]['median_ms']:.1f} | {per[name]['peak_mib']:.1f} |")
-    eager, jitted = (statistics.median(per[n]["median_ms"] for per in everyone) for n in everyone[0])
-    print(f"\nmedian over ranks: eager {eager:.1f} ms, jitted {jitted:.1f} ms ({eager / jitted:.2f}x); "
-          f"largest loss difference over {args.warmup + args.steps + 1} steps: {loss_diff:.2e}")
+    names = list(everyone[0])
+    medians = {n: statistics.median(per[n]["median_ms"] for per in everyone) for n in names}
+    # the ratio of each round's two steps (taken one after the other), median over rounds and ranks: a slow spell of
+    # a shared machine falls on one round's pair alike
+    paired = {j: statistics.median(tj / te for per in everyone for te, tj in zip(per[e]["times"], per[j]["times"]))
+              for e, j in zip(names[::2], names[1::2])}
+    pairs = ", ".join(f"{e} {medians[e]:.1f} ms, {j} {medians[j]:.1f} ms ({medians[j] / medians[e]:.3f}x eager's "
+                      f"time; median of the rounds' ratios {paired[j]:.3f}x)" for e, j in zip(names[::2], names[1::2]))
+    print(f"\nmedian over ranks: {pairs}; largest loss difference (eager vs jitted) over "
+          f"{args.warmup + args.steps + 1} steps: {loss_diff:.2e}")
 
 
 def main(argv=None):

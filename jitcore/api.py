@@ -18,10 +18,11 @@ from executors.base import Executor, FusionExecutor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
 from jitcore import logs
-from jitcore.autograd import AutogradProgram, WithoutHistory, saved_tensor_bytes  # noqa: F401 (public)
+from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, saved_tensor_bytes  # noqa: F401 (public)
 from jitcore.epilogue import build_epilogue
 from jitcore.errors import UnsupportedError
 from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
+from jitcore.fsdp import ShardedCall, is_sharded, refuse_unhooked_shards
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
@@ -42,6 +43,7 @@ from jitcore.verify import checked_call, external_effect, verify_calls
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
+from transforms.early_grads import with_grads_ready
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
@@ -202,7 +204,10 @@ class JitModule(torch.nn.Module):
         # functional_call, stateless reparametrization, `jm.weight = Parameter(...)`) changes the model it runs
         self.__dict__["_parameters"] = model._parameters
         self.__dict__["_buffers"] = model._buffers
-        self.__dict__["_jfn"] = jit_function(model, options)
+        if is_sharded(model):  # FSDP2: its hooks run eagerly around a program of the model's forward
+            self.__dict__["_jfn"] = ShardedCall(model, jit_function(type(model).forward.__get__(model), options))
+        else:
+            self.__dict__["_jfn"] = jit_function(model, options)
 
     def forward(self, /, *args, **kwargs):
         return self._jfn(*args, **kwargs)
@@ -403,6 +408,7 @@ class JitFunction:
         """A miss: eager's TypeError if the call does not bind; else record why, compile an entry for this call,
         cache it, and return it with the inputs its prologue fetched."""
         check_binding(self.fn, args, kwargs)  # a call that does not bind raises eager's TypeError
+        refuse_unhooked_shards(self.fn)
         self._cache.record_miss(self.fn, args, kwargs)
         try:
             entry = self._add_entry(args, kwargs)
@@ -511,6 +517,7 @@ class Program:
     split: Split | None  # the autodiff split (saved values, outputs that carry gradients); None without autodiff
     writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
     hooks: SavedHooks | None = None  # the saved-tensor hooks of the programs (None: none, or no backward)
+    early_grads: tuple = ()  # input positions whose gradients the backward hands over as computed (under DDP)
 
 
 def _hooks_guard(program: Program, options: CompileOptions):
@@ -556,7 +563,20 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
             traces.append(_with_sizes(forward) if symbolic else forward)
             split, forward = hooked, hooked.forward
             backward.append(hooked.backward)
-    return Program([*traces, _with_sizes(forward) if symbolic else forward], backward, split, writebacks, hooks)
+    early = _early_grad_positions(traced)
+    if early:  # the last backward without them stays the base of the backward_without variants
+        backward.append(with_grads_ready(backward[-1], early))
+    return Program([*traces, _with_sizes(forward) if symbolic else forward], backward, split, writebacks, hooks,
+                   early)
+
+
+def _early_grad_positions(traced: TraceResult) -> tuple:
+    """Under DDP (and not find_unused_parameters, whose search of the graph needs the parameters as inputs of the
+    autograd node): the positions of the parameters that require grad, whose gradients the backward hands over as
+    soon as it computes them (transforms/early_grads.py), so DDP's all-reduces overlap the backward."""
+    if not ddp_overlaps():
+        return ()
+    return tuple(i for i, inp in enumerate(traced.inputs) if inp.is_parameter and inp.proxy.requires_grad)
 
 
 @dataclass(frozen=True)
@@ -605,12 +625,13 @@ def codegen(traced: TraceResult, program: Program, executable: Executable, optio
     split = program.split
     if split is None:
         return WithoutHistory(forward, nograd_views) if nograd_views else forward
+    plain_backward = program.backward_traces[-2 if program.early_grads else -1]  # (without grads_ready lines)
     computation = AutogradProgram(forward, outside_autocast(executable.backward_traces[-1].python_callable()),
                                   split.n_outputs,
                                   split.output_requires_grad,
                                   [isinstance(p, TensorProxy) for p in split.saved],
-                                  _backward_without(program.backward_traces[-1], options),
-                                  saving(program.hooks))
+                                  _backward_without(plain_backward, options, program.early_grads),
+                                  saving(program.hooks), program.early_grads)
     computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
     computation.nograd_views = nograd_views
     return computation
@@ -634,7 +655,7 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 
-def _backward_without(backward: Trace, options: CompileOptions):
+def _backward_without(backward: Trace, options: CompileOptions, early_grads: tuple = ()):
     """present -> the traces of the backward for calls where the cotangents marked False are None (the last one
     runs; built on first use). Under symbolic sizes, a backward that would read zeros of a size it is not given
     is not built: [the dropped trace] marked "zeros from runtime", which says the gradients that are None."""
@@ -646,7 +667,8 @@ def _backward_without(backward: Trace, options: CompileOptions):
         if symbolic and _reads_undefined(define_sizes(dropped)):  # zeros of a symbolic size no value gives
             dropped.extra["zeros from runtime"] = True
             return [dropped]
-        traces = [dropped, *_after_claim(claim(dropped, options.executors))]
+        ready = with_grads_ready(dropped, early_grads) if early_grads else dropped
+        traces = [dropped, *([ready] if ready is not dropped else []), *_after_claim(claim(ready, options.executors))]
         if ir_lint.CHECK:  # the trace checker (on in the tests), over the traces built on first use
             ir_lint.lint_traces(traces)
         return traces

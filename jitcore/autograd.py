@@ -3,6 +3,8 @@ the compiled backward program, so jitted calls compose with eager autograd, opti
 backward is differentiable once (create_graph=True through a jitted function raises, rather than a later second
 derivative silently missing the jitted part). An output the loss does not reach gets no gradient (None, not zeros):
 that backward runs a program without its cotangent (transforms/autodiff.drop_cotangents), built once per pattern.
+Under DDP the parameters enter the node detached and their gradients reach them from inside the backward, as soon
+as computed (jitcore/ops/early_grads.py), so DDP's all-reduces start before the backward ends.
 """
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ from dataclasses import dataclass
 import torch
 
 from jitcore.hooks import eager
+from jitcore.ops.early_grads import DELIVERIES, Delivery
 
 
 class _JitAutograd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, program, *inputs):
+        ctx.early, program.pending_early = program.pending_early, None  # (first: the program may raise)
         results = program.forward(*inputs)
         n = program.n_outputs
         if program.saved_layout is None:  # every saved value is a tensor (the usual case)
@@ -39,10 +43,10 @@ class _JitAutograd(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *cotangents):
-        return _backward(ctx, *cotangents)
+        return _node_backward(ctx, *cotangents)
 
 
-def _backward(ctx, *cotangents):
+def _node_backward(ctx, *cotangents):
     """The backward node's work (the engine calls it straight from the node: see _JitAutograd._backward_cls)."""
     if _grad_enabled():  # autograd turns grad mode on in backward only for create_graph=True
         raise RuntimeError(
@@ -63,6 +67,46 @@ def _backward(ctx, *cotangents):
     ctx.maybe_clear_saved_tensors()
     cts = list(cotangents) if program.all_outputs_grad else [
         c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
+    if ctx.early is None:
+        if not program.early_grads:
+            return _run_backward(ctx, program, cotangents, saved, cts)
+        DELIVERIES.append(None)  # a program with grads_ready lines called outside DDP: they hand nothing over
+        try:
+            return _run_backward(ctx, program, cotangents, saved, cts)
+        finally:
+            DELIVERIES.pop()
+    delivery = Delivery(*ctx.early)  # the program's grads_ready lines hand the parameters their gradients
+    DELIVERIES.append(delivery)
+    try:
+        grads = list(_run_backward(ctx, program, cotangents, saved, cts))
+    finally:
+        DELIVERIES.pop()
+    rest = [pos for pos in delivery.params if pos not in delivery.done]  # (a program without the lines)
+    delivery.hand_over(rest, [grads[pos + 1] for pos in rest])
+    delivery.flush()
+    for pos in delivery.params:  # (the node's inputs were detached: autograd has nowhere to send these)
+        grads[pos + 1] = None
+    return tuple(grads)
+
+
+class _JitAutogradEarly(_JitAutograd):
+    """_JitAutograd for a call whose parameters enter detached (DDP): `anchor`, a leaf that requires grad, keeps the
+    outputs' history when no other input requires grad; it receives no gradient."""
+
+    @staticmethod
+    def forward(ctx, program, anchor, *inputs):
+        return _JitAutograd.forward(ctx, program, *inputs)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        return (None, *_node_backward(ctx, *cotangents))
+
+
+_ANCHOR = torch.empty(0, requires_grad=True)
+
+
+def _run_backward(ctx, program, cotangents, saved, cts) -> tuple:
+    """(None, *one gradient per input) of the backward program that fits the cotangents autograd passed."""
     backward, program.last_without = program.backward, None
     if program.without_none:  # only then can autograd pass None (an output the loss does not reach)
         for c in cts:
@@ -83,7 +127,7 @@ def _backward(ctx, *cotangents):
 _grad_enabled = torch.is_grad_enabled
 # the engine calls the backward node's `apply`; torch's (BackwardCFunction.apply) looks up which user function to
 # call on every backward: ours is known, so the node calls it directly
-_JitAutograd._backward_cls.apply = _backward
+_JitAutograd._backward_cls.apply = _node_backward
 
 
 def _zeros_for_none(ctx, program, cotangents) -> list:
@@ -98,13 +142,16 @@ class AutogradProgram:
     emptied by the program as it unpacks them)."""
 
     def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list,
-                 build_backward_without=None, saving=None):
+                 build_backward_without=None, saving=None, early_grads: tuple = ()):
         self.forward, self.backward = forward, backward
         # saving: None, or a context manager factory around the autograd.Function's apply (the saved-tensor hooks
         # in force when torch packs what its forward saved, as apply returns): without_ambient_hooks when the
         # programs already pack with the active torch pair (so it does not pack twice), hooks_around(pack, unpack)
         # for a jit(saved_tensor_hooks=...) pair that runs eagerly
         self.saving = saving
+        # input positions of parameters whose gradients the backward hands over itself under DDP (early_grads.py);
+        # pending_early: this call's {position: parameter}, from __call__ to the autograd.Function's forward
+        self.early_grads, self.pending_early = early_grads, None
         # present (one bool per cotangent) -> [traces, ..., program] of the backward for calls where autograd
         # passed None for the cotangents marked False; last_without: the pattern the last backward ran, if any
         self._build_without, self._without, self.last_without = build_backward_without, {}, None
@@ -139,6 +186,13 @@ class AutogradProgram:
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
+            if self.early_grads and ddp_overlaps():
+                inputs = self._detach_parameters(inputs)
+                if self.pending_early is not None:
+                    if self.saving is not None:
+                        with self.saving():
+                            return self._without_history(_apply_early(self, _ANCHOR, *inputs))
+                    return self._without_history(_apply_early(self, _ANCHOR, *inputs))
             if self.saving is not None:
                 with self.saving():
                     return self._without_history(_apply(self, *inputs))
@@ -147,6 +201,23 @@ class AutogradProgram:
             with torch.enable_grad(), self.saving() if self.saving is not None else _nothing():
                 return self._without_history(_apply(self, *inputs))
         return self._without_history(self.forward(*inputs)[: self.n_outputs])
+
+    def _detach_parameters(self, inputs) -> list:
+        """inputs with the parameters of early_grads detached (the node has no edge to them: their gradients reach
+        them from inside the backward), those parameters kept for this call's autograd.Function (pending_early)."""
+        inputs, early = list(inputs), {}
+        for pos in self.early_grads:
+            p = inputs[pos]
+            if p.requires_grad and p.is_leaf:
+                # the gradient reaches p through a view of it: the engine makes the view's gradient (an alias of the
+                # program's), which AccumulateGrad can keep as p.grad, as it keeps eager's, instead of a copy
+                early[pos] = p.view_as(p)
+                inputs[pos] = p.detach()
+        # batches of at most 1 MiB (and of half DDP's bucket size): a bucket's all-reduce starts soon after the
+        # program computes its last gradient, and the per-call cost stays a few engine calls per MiB
+        ddp = torch.nn.parallel.DistributedDataParallel._active_ddp_module
+        self.pending_early = (early, min(2**20, ddp.bucket_bytes_cap // 2)) if early else None
+        return inputs
 
     def _without_history(self, outputs):
         return without_history(outputs, self.nograd_views) if self.nograd_views else outputs
@@ -203,9 +274,18 @@ def hooks_around(pack, unpack):
     return lambda: torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
+def ddp_overlaps() -> bool:
+    """Whether this call runs inside DistributedDataParallel's forward, with a reducer that takes gradients as they
+    come: DDP(jitcore.jit(model)) without find_unused_parameters (whose search of the autograd graph, from the
+    outputs, must find the parameters as inputs of the jitted node)."""
+    ddp = torch.nn.parallel.DistributedDataParallel._active_ddp_module
+    return ddp is not None and not ddp.find_unused_parameters
+
+
 # torch's own Function.apply minus its Python wrapper, whose per-call work (binding default arguments, unwrapping
 # functorch tensors) applies only under torch.func transforms, which jitted calls refuse (jitcore/api.py)
 _apply = super(torch.autograd.Function, _JitAutograd).apply
+_apply_early = super(torch.autograd.Function, _JitAutogradEarly).apply
 
 
 @dataclass(frozen=True)

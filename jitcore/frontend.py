@@ -264,6 +264,8 @@ class JitContext(DefaultContext):
         return None
 
     def should_inline(self, fn) -> bool:
+        if isinstance(fn, torch.nn.Module) and type(fn).__module__.startswith("torch.distributed.fsdp"):
+            return True  # the user's module in FSDP2's class (FSDP<Block>, made by fully_shard): nn.Module's call
         if _in_checkpoint_sequential(fn):  # its Python source: its checkpoint() calls come to _checkpoint
             return True
         mod = getattr(fn, "__module__", None) or ""

@@ -173,7 +173,7 @@ def eager_and_jitted(make, loss_fn, batch_fn, rank, **ddp_kwargs) -> dict:
 
 
 def scenario_ddp_gpt(rank: int) -> dict:
-    return {"gpt": eager_and_jitted(gpt, gpt_loss, gpt_batch, rank)}
+    return {"gpt": eager_and_jitted(gpt, gpt_loss, gpt_batch, rank), **ddp_overlap(rank)}
 
 
 def scenario_ddp_cnn(rank: int) -> dict:
@@ -194,6 +194,76 @@ def scenario_ddp_options(rank: int) -> dict:
     except jitcore.UnsupportedError as e:
         out["jit_of_ddp"] = str(e)
     return out
+
+
+class CommOrder:
+    """The state of `record_and_average`: the events of a step, in order (buckets reduced, marks)."""
+
+    def __init__(self, first):
+        self.events, self.first = [], first  # first: the parameter whose gradient the backward computes last
+
+    def mark(self, what):
+        return lambda *args: self.events.append(what)
+
+
+def record_and_average(state: CommOrder, bucket):
+    """A DDP comm hook: records that the bucket is reduced, then averages it over the ranks as DDP's own does."""
+    import torch.distributed as dist
+
+    state.events.append(f"bucket {bucket.index()}" + ("" if state.first.grad is None else ", first grad computed"))
+    work = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def jitted_node(t):
+    """The jitted program's autograd node t comes from (following first inputs)."""
+    node = t.grad_fn
+    while "JitAutograd" not in type(node).__name__:
+        node = node.next_functions[0][0]
+    return node
+
+
+def ddp_overlap(rank: int) -> dict:
+    """DDP(jitcore.jit(gpt)) with small buckets: for each step, the order of the buckets' reductions and the end of
+    the jitted backward node; the local gradients under no_sync against the jitted model's own outside DDP; the
+    printed backward; and the training against eager DDP with the same buckets and hook."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import jitcore
+
+    torch.manual_seed(0)
+    model = gpt()
+    twin = copy.deepcopy(model)
+    jitted = _jit(twin)
+    out = {}
+    for name, module in (("eager", model), ("jitted", jitted)):
+        order = CommOrder(module.transformer.wpe.weight)
+        ddp = DDP(module, bucket_cap_mb=0.01)
+        ddp.register_comm_hook(order, record_and_average)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+        losses, events = [], []
+        for step in range(3):
+            opt.zero_grad(set_to_none=True)
+            order.events = []
+            _logits, loss = ddp(*gpt_batch(rank, step))
+            if name == "jitted":
+                jitted_node(loss).register_hook(order.mark("jitted backward done"))
+            loss.backward()
+            losses.append(loss.detach().clone())
+            events.append(order.events)
+            opt.step()
+        out[name] = {"losses": torch.stack(losses), "state": _state(module), "events": events}
+    out["backward"] = str(jitcore.last_backward_traces(jitted)[-1])
+    # no_sync: the gradients DDP leaves are this rank's own, handed over from inside the backward
+    ddp, local = DDP(jitted), _jit(copy.deepcopy(twin))
+    for module in (ddp, local):
+        module.zero_grad(set_to_none=True)
+    with ddp.no_sync():
+        gpt_loss(ddp, gpt_batch(rank, 9)).backward()
+    gpt_loss(local, gpt_batch(rank, 9)).backward()
+    out["local grads"] = {"ddp": {n: p.grad.clone() for n, p in jitted.named_parameters()},
+                          "alone": {n: p.grad.clone() for n, p in local.named_parameters()}}
+    return {"ddp_overlap": out}
 
 
 SCENARIOS = {"ddp_gpt": scenario_ddp_gpt, "ddp_cnn": scenario_ddp_cnn, "ddp_options": scenario_ddp_options}
@@ -342,6 +412,145 @@ def scenario_collectives(rank: int) -> dict:
 
 
 SCENARIOS["collectives"] = scenario_collectives
+
+
+# -- FSDP2: fully_shard per block and on the root, eager and jitted ------------------------------------------------
+def sharded_gpt(mp=None):
+    """The test GPT with fully_shard applied to each block, then to the root, over all ranks (a CPU mesh)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = gpt()
+    kwargs = {"mesh": init_device_mesh("cpu", (dist.get_world_size(),))}
+    if mp is not None:
+        kwargs["mp_policy"] = mp
+    for block in model.transformer.h:
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def _full_state(model) -> dict:
+    from torch.distributed.tensor import DTensor
+
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
+            for k, v in model.state_dict().items()}
+
+
+def train_sharded(model, call, rank: int, steps: int = 2, accumulate: int = 2) -> dict:
+    """SGD with momentum; each step accumulates `accumulate` micro-batches, reducing gradients on the last only."""
+    from torch.distributed.tensor import DTensor
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        for micro in range(accumulate):
+            model.set_requires_gradient_sync(micro == accumulate - 1)
+            loss = gpt_loss(call or model, gpt_batch(rank, step * accumulate + micro))
+            loss.backward()
+            losses.append(loss.detach().float().clone())
+        opt.step()
+    return {"losses": torch.stack(losses), "state": _full_state(model),
+            "sharded": all(isinstance(p, DTensor) and p.to_local().shape[0] < p.shape[0]
+                           for p in model.parameters() if p.ndim > 0 and p.shape[0] > 1)}
+
+
+def fsdp_eager_and_jitted(rank: int, mp=None) -> dict:
+    import jitcore
+
+    eager = train_sharded(sharded_gpt(mp), None, rank)
+    model = sharded_gpt(mp)
+    jitted = _jit(model)
+    out = {"eager": eager, "jitted": train_sharded(model, jitted, rank)}
+    out["misses"] = jitcore.cache_misses(jitted)
+    out["forward"] = str(jitcore.last_traces(jitted)[-1])
+    out["backward"] = str(jitcore.last_backward_traces(jitted)[-1])
+    return out
+
+
+def jitted_blocks(rank: int) -> dict:
+    """fully_shard per block and on the root, then each block replaced by its jitted self: the root runs eagerly."""
+    import jitcore
+
+    model = sharded_gpt()
+    blocks = model.transformer.h
+    for i in range(len(blocks)):
+        blocks[i] = _jit(blocks[i])
+    out = train_sharded(model, None, rank)
+    out["misses"] = [jitcore.cache_misses(b) for b in blocks]
+    out["forward"] = str(jitcore.last_traces(blocks[0])[-1])
+    return out
+
+
+def shard_of_jitted(rank: int) -> str:
+    """fully_shard applied to a jitted model: refused at its first call, naming the order that works."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import jitcore
+
+    torch.manual_seed(0)
+    jitted = _jit(gpt())
+    fully_shard(jitted, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    try:
+        gpt_loss(jitted, gpt_batch(rank, 0))
+    except jitcore.UnsupportedError as e:
+        return str(e)
+    return "accepted"
+
+
+class CastsBetweenBlocks(nn.Module):
+    """Blocks fed float32 by the root: under a bf16 MixedPrecisionPolicy each block casts its input on entry."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(2)])
+
+    def forward(self, x):
+        x = self.a(x).float() * 1.5
+        for block in self.blocks:
+            x = block(x).float()
+        return x.sum()
+
+
+def block_input_casts(rank: int, mp) -> dict:
+    """Loss and gradients (full tensors) of CastsBetweenBlocks sharded with `mp`, eager and jitted."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    out = {}
+    for kind in ("eager", "jitted"):
+        torch.manual_seed(0)
+        model = CastsBetweenBlocks()
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+        loss = (model if kind == "eager" else _jit(model))(x)
+        loss.backward()
+        out[kind] = {"loss": loss.detach(), "grads": [p.grad.full_tensor() for p in model.parameters()]}
+    return out
+
+
+def scenario_fsdp(rank: int) -> dict:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    out = {"fsdp": fsdp_eager_and_jitted(rank), "fsdp_mixed": fsdp_eager_and_jitted(rank, mp)}
+    out["fsdp_blocks"] = {"eager": out["fsdp"]["eager"], "jitted": jitted_blocks(rank)}
+    out["shard_of_jitted"] = shard_of_jitted(rank)
+    out["casts"] = block_input_casts(rank, mp)
+    return out
+
+
+SCENARIOS["fsdp"] = scenario_fsdp
 
 
 def main(scenario: str, out_dir: str):

@@ -589,7 +589,7 @@ def test_a_dict_with_its_keys_in_another_order_is_another_call(cache):
     # iterating a dict (its values, items or keys) follows insertion order: the same keys in another order must not
     # reuse the entry traced for the first order
     def stacked(d, scale=1.0):
-        return torch.stack([v * scale for v in d.values()]), [k for k in d], {k: v + 1 for k, v in d.items()}
+        return torch.stack([v * scale for v in d.values()]), list(d), {k: v + 1 for k, v in d.items()}
 
     jfn = jitcore.jit(stacked, cache=cache)
     a, b = torch.zeros(2), torch.ones(2)

@@ -1,8 +1,10 @@
 """Distributed training (issue 22): DDP(jitcore.jit(model)) trains as eager DDP does (losses, parameters, buffers;
-no_sync, find_unused_parameters, buffer broadcast), jitcore.jit(DDP(model)) is refused naming the composition that
-works, and collectives written in a jitted function are ops of the trace that run in program order and that DCE and
-CSE keep. Each test runs one scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after
-60 s; the checks of a scenario are the check_* functions it calls.
+no_sync, find_unused_parameters, buffer broadcast) and DDP reduces its buckets while the jitted backward still runs;
+jitcore.jit(DDP(model)) is refused naming the composition that works; FSDP2 (fully_shard per block and on the root,
+then jitcore.jit(model), or jitted blocks inside the sharded model) trains as eager FSDP2 does; collectives written in
+a jitted function are ops of the trace that run in program order and that DCE and CSE keep. Each test runs one
+scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after 60 s; the checks of a scenario
+are the check_* functions it calls.
 """
 import pytest
 import torch
@@ -34,8 +36,70 @@ def assert_trains_like_eager(per_rank: list, what: str):
 
 
 # -- DDP(jitcore.jit(model)) -------------------------------------------------------------------------------------------
-def test_ddp_of_jitted_gpt_trains_like_eager_ddp(tmp_path):
-    assert_trains_like_eager(run("ddp_gpt", tmp_path), "gpt")
+def test_ddp_of_jitted_gpt_trains_like_eager_ddp_and_reduces_buckets_during_the_backward(tmp_path):
+    per_rank = run("ddp_gpt", tmp_path)
+    assert_trains_like_eager(per_rank, "gpt")
+    check_buckets_reduced_during_the_backward(per_rank)
+
+
+def check_buckets_reduced_during_the_backward(per_rank):
+    assert_trains_like_eager(per_rank, "ddp_overlap")
+    for rank, result in enumerate(r["ddp_overlap"] for r in per_rank):
+        for step, events in enumerate(result["jitted"]["events"][1:], 1):  # (DDP's first step: one bucket)
+            # the first bucket (the last layers' parameters) is reduced while the jitted backward still runs, before
+            # it computes the gradient of the first layer's (wpe's), and so is every bucket: each parameter's
+            # gradient is handed over as soon as the program computes it
+            done = events.index("jitted backward done")
+            buckets = [e for e in events if e.startswith("bucket")]
+            assert events[0] == "bucket 0" and len(buckets) == done, (rank, step, events)
+            assert "first grad computed" in buckets[-1] and len(buckets) > 2, (rank, step, events)
+        for step, events in enumerate(result["eager"]["events"][1:], 1):  # the same holds for eager DDP
+            assert events[0] == "bucket 0" and "first grad computed" in events[-1], (rank, step, events)
+        assert "grads_ready(" in result["backward"]
+        local = result["local grads"]  # under no_sync: the program's own gradients, bit for bit
+        for name, g in local["alone"].items():
+            assert torch.equal(local["ddp"][name], g), (rank, name)
+
+
+def assert_sharded_training_like_eager(per_rank, what, tol):
+    for rank, result in enumerate(r[what] for r in per_rank):
+        eager, jitted = result["eager"], result["jitted"]
+        torch.testing.assert_close(jitted["losses"], eager["losses"], rtol=tol, atol=tol)
+        assert eager["state"].keys() == jitted["state"].keys()
+        for name, value in eager["state"].items():
+            torch.testing.assert_close(jitted["state"][name], value, rtol=tol, atol=tol,
+                                       msg=lambda m, where=f"rank {rank}, {what}, {name}": f"{where}: {m}")
+        assert eager["sharded"] and jitted["sharded"]  # the parameters stay DTensors sharded over the ranks
+
+
+def comments(program: str) -> str:
+    """The comment lines atop a printed program, joined into one text."""
+    return " ".join(line[2:] for line in program.splitlines() if line.startswith("# "))
+
+
+def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
+    per_rank = run("fsdp", tmp_path)
+    # fully_shard per block and on the root, then jitcore.jit(model): 2 steps of 2 micro-batches each
+    assert_sharded_training_like_eager(per_rank, "fsdp", 1e-6)
+    # bf16 parameters, fp32 reduction: the losses (bf16) may differ by a rounding step of bf16 at ~4 (0.03)
+    assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2)
+    # jitted blocks inside the sharded model (the root eager)
+    assert_sharded_training_like_eager(per_rank, "fsdp_blocks", 1e-6)
+    for result in per_rank:
+        for what in ("fsdp", "fsdp_mixed"):  # the first step compiles; later calls and micro-batches hit
+            assert result[what]["misses"] == 1
+            # the programs say where FSDP gathers the parameters and reduces the gradients
+            forward, backward = comments(result[what]["forward"]), comments(result[what]["backward"])
+            assert "FSDP all-gathers the parameters of GPT (its own parameters, by its pre-forward hook), " \
+                   "transformer.h.0, transformer.h.1, eagerly" in forward
+            assert "reduce-scatters the gradients of transformer.h.1, transformer.h.0, GPT into" in backward
+        assert result["fsdp_blocks"]["jitted"]["misses"] == [1, 1]
+        assert "all-gathers the parameters of Block (its own" in comments(result["fsdp_blocks"]["jitted"]["forward"])
+        casts = result["casts"]  # each block's bf16 input cast, inside the jitted program: eager's numbers exactly
+        assert torch.equal(casts["jitted"]["loss"], casts["eager"]["loss"])
+        assert all(torch.equal(j, e) for j, e in zip(casts["jitted"]["grads"], casts["eager"]["grads"]))
+        assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
+        assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 
 
 def check_cnn_with_batchnorm(per_rank):

@@ -247,8 +247,8 @@ def test_size_op_gradients(name):
 
 def _texts(x):
     n = x.shape[0]
-    return (x * 2, str(n), repr(n), f"{n}", f"{n!r}", "%s" % n, "%d" % n, "{}".format(n), str((n, 1)), str([n]),
-            f"{x.shape}", str(x.shape[1:]), {str(x.shape): 1})
+    return (x * 2, str(n), repr(n), f"{n}", f"{n!r}", "%s" % n, "%d" % n, "{}".format(n),  # noqa: UP031, UP032
+            str((n, 1)), str([n]), f"{x.shape}", str(x.shape[1:]), {str(x.shape): 1})
 
 
 def test_text_of_a_symbolic_size_is_its_value():
