@@ -87,7 +87,7 @@ def _del_attr(c):
     del c.s
 
 
-def _replace_key(d):  # same length: only the key read finds it gone
+def _replace_key(d):  # same length, other keys
     del d["scale"]
     d["other"] = 1.0
 
@@ -107,7 +107,7 @@ def _del_global(_):
 CASES = {
     "attribute gone, getattr default": (_attr_with_default, _del_attr, True),
     "attribute gone, read": (_attr_read, _del_attr, True),
-    "dict key gone, read": (_dict_key, _replace_key, True),
+    "dict key gone, read": (_dict_key, _replace_key, False),  # its keys (in order) are guarded: a failed check
     "dict key gone, get default": (_dict_key_get, _replace_key, None),
     "list element gone": (_list_element, _shorten, False),  # its length is guarded: a failed check
     "len() of what is no longer sized": (_sized_becomes_unsized, _unsized, True),
