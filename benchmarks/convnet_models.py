@@ -86,7 +86,7 @@ class MBV3Block(nn.Module):
     def __init__(self, cin, k, cexp, cout, se, act, stride):
         super().__init__()
         act = nn.Hardswish if act == "HS" else nn.ReLU
-        bn = dict(eps=0.001, momentum=0.01)
+        bn = {"eps": 0.001, "momentum": 0.01}
         layers = [conv_bn_act(cin, cexp, 1, act=act, **bn)] if cexp != cin else []
         layers.append(conv_bn_act(cexp, cexp, k, stride, groups=cexp, act=act, **bn))
         if se:
@@ -102,7 +102,7 @@ class MBV3Block(nn.Module):
 class MobileNetV3Small(nn.Module):
     def __init__(self, num_classes=1000):
         super().__init__()
-        bn = dict(eps=0.001, momentum=0.01)
+        bn = {"eps": 0.001, "momentum": 0.01}
         layers = [conv_bn_act(3, 16, 3, 2, act=nn.Hardswish, **bn)] + [MBV3Block(*c) for c in MBV3_SMALL]
         layers.append(conv_bn_act(96, 576, 1, act=nn.Hardswish, **bn))
         self.features = nn.Sequential(*layers)
@@ -158,8 +158,9 @@ class RegNetBlock(nn.Module):
         self.proj = None
         if cin != cout or stride != 1:
             self.proj = conv_bn_act(cin, cout, 1, stride, act=None)
-        self.f = nn.Sequential(conv_bn_act(cin, cout, 1), conv_bn_act(cout, cout, 3, stride, groups=cout // group_width),
-                               SqueezeExcite(cout, int(round(se_ratio * cin))), conv_bn_act(cout, cout, 1, act=None))
+        groups = cout // group_width
+        self.f = nn.Sequential(conv_bn_act(cin, cout, 1), conv_bn_act(cout, cout, 3, stride, groups=groups),
+                               SqueezeExcite(cout, round(se_ratio * cin)), conv_bn_act(cout, cout, 1, act=None))
         self.activation = nn.ReLU(inplace=True)
 
     def forward(self, x):

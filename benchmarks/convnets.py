@@ -61,7 +61,7 @@ def check(name, steps=3):
         torch.manual_seed(100 + i)
         lj = jitted(x, y)
         worst["loss"] = max(worst["loss"], abs(le.item() - lj.item()))
-        for (n, p), q in zip(model.named_parameters(), twin.parameters()):
+        for p, q in zip(model.parameters(), twin.parameters()):
             worst["grad"] = max(worst["grad"], (p.grad - q.grad).abs().max().item())
             worst["param"] = max(worst["param"], (p - q).abs().max().item())
         for a, b in zip(model.buffers(), twin.buffers()):

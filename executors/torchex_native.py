@@ -1,7 +1,8 @@
 """Executors: the torch executor's fused native kernels for composites whose decomposition is slower than eager's
-one kernel (batch norm forward and backward, ...). Each composite keeps its torch-level body as subsymbols, so an
-executor ahead of torch (a fusion executor) may take the body instead; the torch executor claims the whole line
-where the checker accepts its inputs, and decomposes it otherwise.
+one kernel and that name no torch callable of their own signature: batch norm's training forward and backward (the
+aten backward kernels that do, threshold_backward and the like, run directly as their torch_fn). Each composite keeps
+its torch-level body as subsymbols, so an executor ahead of torch (a fusion executor) may take the body instead; the
+torch executor claims the whole line where the checker accepts its inputs, and decomposes it otherwise.
 """
 from __future__ import annotations
 
@@ -46,9 +47,3 @@ torch_ex.register_implementation(LTORCH["batch_norm_train"], _batch_norm_train, 
 torch_ex.register_implementation(LTORCH["batch_norm_backward"], _batch_norm_backward,
                                  checker=_batch_norm_backward_checker, name="native_batch_norm_backward")
 
-
-# elementwise backward kernels: aten's kernel for every dtype the body handles
-for _name in ("threshold_backward", "silu_backward", "hardswish_backward", "hardsigmoid_backward"):
-    torch_ex.register_implementation(LTORCH[_name], getattr(aten, _name).default, name=_name)
-torch_ex.register_implementation(LTORCH["max_pool2d_backward"], aten.max_pool2d_with_indices_backward.default,
-                                 name="max_pool2d_with_indices_backward")

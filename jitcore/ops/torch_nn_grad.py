@@ -1,9 +1,11 @@
-"""Ops: torch-level gradient ops, the bodies of aten's backward kernels (threshold_backward, silu_backward,
-hardswish_backward, hardsigmoid_backward, batch_norm_backward, max_pool2d_backward). VJP rules call them; each records its torch-level
-body as subsymbols, so the torch executor runs aten's kernel (executors/torchex_native.py) while a fusion executor
-may fuse the body instead. Half-precision bodies compute in float32 and round once, like the kernels.
+"""Ops: torch-level gradient ops, the bodies of aten's backward kernels (threshold, silu, hardswish, hardsigmoid,
+batch_norm and max_pool2d backward). VJP rules call them; each records its torch-level body as subsymbols, so the
+torch executor runs aten's kernel (executors/torchex_native.py) while a fusion executor may fuse the body instead.
+Half-precision bodies compute in float32 and round once, like the kernels.
 """
 from __future__ import annotations
+
+import torch
 
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_creation as pc
@@ -12,14 +14,16 @@ from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import add, div, gt, le, logical_and, lt, mul, sigmoid, sub, to_dtype, where
 
+aten = torch.ops.aten
 
-@torchsymbol(id="ltorch.threshold_backward")
+
+@torchsymbol(aten.threshold_backward.default, id="ltorch.threshold_backward")
 def threshold_backward(grad_output, self, threshold):
     """The gradient of relu/threshold: grad_output where self > threshold, else 0 (self: the input or the output)."""
     return where(le(self, threshold), to_dtype(0, grad_output.dtype), grad_output)
 
 
-@torchsymbol(id="ltorch.silu_backward")
+@torchsymbol(aten.silu_backward.default, id="ltorch.silu_backward")
 def silu_backward(grad_output, self):
     """grad * s * (1 + x * (1 - s)), s = sigmoid(x)."""
     g, x = nh.upcast(grad_output), nh.upcast(self)
@@ -27,19 +31,19 @@ def silu_backward(grad_output, self):
     return to_dtype(mul(mul(g, s), add(mul(x, sub(1.0, s)), 1.0)), grad_output.dtype)
 
 
-@torchsymbol(id="ltorch.hardswish_backward")
+@torchsymbol(aten.hardswish_backward.default, id="ltorch.hardswish_backward")
 def hardswish_backward(grad_output, self):
-    """0 for x < -3, grad * (x / 3 + 1/2) for -3 <= x <= 3, grad above: aten's kernel, ends included."""
+    """0 for x <= -3, grad * (x / 3 + 1/2) for -3 < x < 3, grad from 3 on (NaN too): aten's kernel."""
     g, x = nh.upcast(grad_output), nh.upcast(self)
-    out = where(lt(x, -3.0), 0.0, where(le(x, 3.0), mul(g, add(div(x, 3.0), 0.5)), g))
+    out = where(le(x, -3.0), 0.0, where(lt(x, 3.0), mul(g, add(div(x, 3.0), 0.5)), g))
     return to_dtype(out, grad_output.dtype)
 
 
-@torchsymbol(id="ltorch.hardsigmoid_backward")
+@torchsymbol(aten.hardsigmoid_backward.default, id="ltorch.hardsigmoid_backward")
 def hardsigmoid_backward(grad_output, self):
     """grad / 6 strictly between -3 and 3, else 0."""
     g, x = nh.upcast(grad_output), nh.upcast(self)
-    return to_dtype(where(logical_and(gt(x, -3.0), lt(x, 3.0)), div(g, 6.0), 0.0), grad_output.dtype)
+    return to_dtype(where(logical_and(gt(x, -3.0), lt(x, 3.0)), mul(g, 1.0 / 6.0), 0.0), grad_output.dtype)
 
 
 @torchsymbol(id="ltorch.batch_norm_backward")
@@ -67,7 +71,7 @@ def batch_norm_backward(grad, input, weight, save_mean, save_rstd, output_mask):
     return gx, gw, gb
 
 
-@torchsymbol(id="ltorch.max_pool2d_backward")
+@torchsymbol(aten.max_pool2d_with_indices_backward.default, id="ltorch.max_pool2d_backward")
 def max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """Each window's gradient added at its max's position (indices: flat positions in each input plane, as
     max_pool2d_with_indices returns them): aten's max_pool2d_with_indices_backward."""
