@@ -1,7 +1,7 @@
 """Benchmarks: plain torch.nn ports of torchvision's ResNet-18, MobileNetV3-small, EfficientNet-B0, RegNetY-400MF,
-ShuffleNetV2 x1.0 and a DenseNet-121 stem + first dense block (same layers and widths, BatchNorm, in-place
-activations as torchvision's Conv2dNormActivation has them; random weights). Used by benchmarks/convnets.py and
-tests/test_convnets.py; torchvision itself is not a dependency.
+ShuffleNetV2 x1.0 and DenseNet-121 (its stem and first dense block), and a plain 5-layer conv network: same layers
+and widths, BatchNorm, in-place activations as torchvision's Conv2dNormActivation has them; random weights. Used by
+benchmarks/convnets.py and tests/test_convnets.py; torchvision itself is not a dependency.
 """
 from __future__ import annotations
 
@@ -263,5 +263,21 @@ class DenseNet121Block(nn.Module):
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class PlainConvNet(nn.Module):
+    """Five conv + BatchNorm + in-place ReLU layers (32 -> 64 -> 128 channels, two strided), pooled, a classifier."""
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        widths, layers, cin = ((32, 1), (32, 1), (64, 2), (64, 1), (128, 2)), [], 3
+        for cout, stride in widths:
+            layers.append(conv_bn_act(cin, cout, 3, stride))
+            cin = cout
+        self.features, self.fc = nn.Sequential(*layers), nn.Linear(128, num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
 CONVNETS = {"resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small, "efficientnet_b0": EfficientNetB0,
-            "regnet_y_400mf": RegNetY400MF, "shufflenet_v2": ShuffleNetV2, "densenet121_block": DenseNet121Block}
+            "regnet_y_400mf": RegNetY400MF, "shufflenet_v2": ShuffleNetV2, "densenet121_block": DenseNet121Block,
+            "plain5": PlainConvNet}

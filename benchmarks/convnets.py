@@ -20,6 +20,7 @@ import jitcore
 from benchmarks.convnet_models import CONVNETS
 
 BATCH, IMAGE = 8, (3, 64, 64)
+IMAGE_OF = {"plain5": (3, 32, 32)}  # the issue's plain network: batch 8, 32x32
 
 
 def make_pair(name, seed=0):
@@ -42,9 +43,9 @@ def make_step(model, call):
     return step
 
 
-def batch(seed=1):
+def batch(seed=1, name=None):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(BATCH, *IMAGE, generator=g), torch.randint(0, 1000, (BATCH,), generator=g)
+    return torch.randn(BATCH, *IMAGE_OF.get(name, IMAGE), generator=g), torch.randint(0, 1000, (BATCH,), generator=g)
 
 
 def check(name, steps=3):
@@ -55,7 +56,7 @@ def check(name, steps=3):
     eager, jitted = make_step(model, model), make_step(twin, jitcore.jit(twin))
     worst = {"loss": 0.0, "grad": 0.0, "param": 0.0, "buffer": 0.0}
     for i in range(steps):
-        x, y = batch(i)
+        x, y = batch(i, name)
         torch.manual_seed(100 + i)
         le = eager(x, y)
         torch.manual_seed(100 + i)
@@ -80,7 +81,7 @@ def speedup(name, rounds=7, per_round=3):
     """Median over paired rounds of eager step time / jitcore step time, and the two medians in ms."""
     model, twin = make_pair(name)
     eager, jitted = make_step(model, model), make_step(twin, jitcore.jit(twin))
-    x, y = batch()
+    x, y = batch(name=name)
     for _ in range(3):
         eager(x, y)
         jitted(x, y)
@@ -102,7 +103,7 @@ def profile(name, steps=3, top=25):
     from torch.profiler import profile as torch_profile
 
     model, twin = make_pair(name)
-    x, y = batch()
+    x, y = batch(name=name)
     tables = {}
     for label, m, call in (("eager", model, model), ("jitcore", twin, jitcore.jit(twin))):
         step = make_step(m, call)
