@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from executors.torchex import torch_ex
+from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import LTORCH
 
 aten = torch.ops.aten
@@ -47,3 +48,9 @@ torch_ex.register_implementation(LTORCH["batch_norm_train"], _batch_norm_train, 
 torch_ex.register_implementation(LTORCH["batch_norm_backward"], _batch_norm_backward,
                                  checker=_batch_norm_backward_checker, name="native_batch_norm_backward")
 
+
+# the gradient ops that name their aten kernel run it as that kernel's opaque op, which the memory passes know (fresh
+# results; an out= overload for the pointwise ones, so a dying gradient's memory is reused)
+for _name in ("threshold_backward", "silu_backward", "hardswish_backward", "hardsigmoid_backward",
+              "max_pool2d_backward"):
+    torch_ex.register_implementation(LTORCH[_name], opaque_symbol(LTORCH[_name].torch_fn))
