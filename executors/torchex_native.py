@@ -1,8 +1,9 @@
-"""Executors: the torch executor's fused native kernels for composites whose decomposition is slower than eager's
-one kernel and that name no torch callable of their own signature: batch norm's training forward and backward (the
-aten backward kernels that do, threshold_backward and the like, run directly as their torch_fn). Each composite keeps
-its torch-level body as subsymbols, so an executor ahead of torch (a fusion executor) may take the body instead; the
-torch executor claims the whole line where the checker accepts its inputs, and decomposes it otherwise.
+"""Executors: the torch executor's fused native kernels for the composites whose decomposition is slower than
+eager's one kernel: batch norm's training forward and backward (torch.native_batch_norm on copies of the running
+stats, aten.native_batch_norm_backward), and the gradient ops named by an aten backward kernel (threshold_backward,
+silu_backward, ..., run as that kernel's opaque op). Each composite keeps its torch-level body as subsymbols, so an
+executor ahead of torch (a fusion executor) may take the body instead; the torch executor claims the whole line
+where the checker accepts its inputs, and decomposes it otherwise.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from jitcore.ops.registry import LTORCH
 
 aten = torch.ops.aten
 _NATIVE_DTYPES = (torch.float32, torch.float64)
+_NATIVE_BATCH_NORM_BACKWARD = aten.native_batch_norm_backward.default  # (the overload: no resolution per call)
 
 
 def _same_float(input, *others) -> bool:
@@ -35,8 +37,7 @@ def _batch_norm_train_checker(input, weight, bias, running_mean, running_var, mo
 
 
 def _batch_norm_backward(grad, input, weight, save_mean, save_rstd, output_mask):
-    return aten.native_batch_norm_backward(grad, input, weight, None, None, save_mean, save_rstd, True, 0.0,
-                                           list(output_mask))
+    return _NATIVE_BATCH_NORM_BACKWARD(grad, input, weight, None, None, save_mean, save_rstd, True, 0.0, output_mask)
 
 
 def _batch_norm_backward_checker(grad, input, weight, save_mean, save_rstd, output_mask):
