@@ -1,4 +1,5 @@
 """Executors: who runs each op. Import the executor objects from here (`from executors import torch_ex`)."""
+from executors import torchex_native  # noqa: F401  (the torch executor's fused native kernels)
 from executors.base import Executor, FusionExecutor, OperatorExecutor, get_executor, register_executor
 from executors.pythonex import python_ex
 from executors.torchex import torch_ex

@@ -458,7 +458,9 @@ _ATEN_OUT: dict = {}
 
 
 # torch functions (by printed path) whose results never alias their inputs, beside OUT_FUNCTIONS
-FRESH_FUNCTIONS = frozenset({"torch.matmul", "torch.nn.functional.linear", "torch.cat", "torch.convolution"})
+FRESH_FUNCTIONS = frozenset({"torch.matmul", "torch.nn.functional.linear", "torch.cat", "torch.convolution",
+                             "torch.conv1d", "torch.conv2d", "torch.conv3d", "torchex.batch_norm_train",
+                             "torchex.native_batch_norm_backward"})
 
 
 def makes_fresh(bsym) -> bool:
@@ -480,6 +482,9 @@ def out_form(bsym):
     sym = bsym.sym
     if sym.module == "torch" and sym.name in OUT_FUNCTIONS and sym.id == f"torch.{sym.name}":
         return lambda buffer: bsym.from_bsym(kwargs={**bsym.kwargs, "out": buffer})
+    if sym.id == "torch.relu" and len(bsym.args) == 1 and not bsym.kwargs:  # relu is clamp_min(x, 0)
+        return lambda buffer: bsym.from_bsym(sym=opaque_symbol(torch.ops.aten.clamp_min.out), args=(bsym.args[0], 0),
+                                             kwargs={"out": buffer})
     fn = sym.torch_fn
     if fn is None or not isinstance(fn, torch._ops.OpOverload):
         return None

@@ -169,6 +169,13 @@ SAMPLES["ltorch.gelu"] = [(F.gelu, lambda: (t(3, 4),)), (lambda a: F.gelu(a, app
 SAMPLES["ltorch.silu"] = [(F.silu, lambda: (t(3, 4),))]
 SAMPLES["ltorch.tanh"] = [(torch.tanh, lambda: (t(3, 4),)), (lambda a: F.tanh(a) * a, lambda: (t(5),))]
 SAMPLES["ltorch.sigmoid"] = [(torch.sigmoid, lambda: (t(3, 4),)), (lambda a: a.sigmoid() * a, lambda: (t(5),))]
+SAMPLES["ltorch.batch_norm_train"] = [  # F.batch_norm in training mode with running stats records this op
+    (lambda x, w, b: F.batch_norm(x, torch.zeros(3, dtype=x.dtype), torch.ones(3, dtype=x.dtype), w, b, True),
+     lambda: (t(4, 3, 2, 2), t(3), t(3))),
+    (lambda x: F.batch_norm(x, torch.zeros(3, dtype=x.dtype), torch.ones(3, dtype=x.dtype), None, None, True),
+     lambda: (t(5, 3),))]
+SAMPLES["ltorch.hardswish"] = [(F.hardswish, lambda: (t(3, 4, low=-4.0, high=4.0),))]
+SAMPLES["ltorch.hardsigmoid"] = [(F.hardsigmoid, lambda: (t(3, 4, low=-4.0, high=4.0),))]
 SAMPLES["ltorch.relu"] = [(F.relu, lambda: (t(3, 4),)), (torch.relu, lambda: (t(5),))]
 SAMPLES["ltorch.layer_norm"] = [(lambda x, w, b: F.layer_norm(x, (4,), w, b), lambda: (t(2, 3, 4), t(4), t(4))),
                                 (lambda x: F.layer_norm(x, (3, 4)), lambda: (t(2, 3, 4),)),

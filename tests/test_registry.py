@@ -29,6 +29,10 @@ LTORCH_IDS = sorted(s.id for s in LTORCH.values())
 NO_TORCH_FN = {
     "ltorch.setitem": "the functional form of `x[i] = v`; Tensor.__setitem__ writes in place and returns None",
     **{f"ltorch.{name}": f"Tensor.{name} is a property, not a callable" for name in ("T", "mT", "H", "mH")},
+    "ltorch.batch_norm_train": "functional training batch norm (new running stats returned); the torch executor runs "
+                               "torch.native_batch_norm on copies of the stats (executors/torchex_native.py)",
+    "ltorch.batch_norm_backward": "aten.native_batch_norm_backward with its training-mode arguments only; the torch "
+                                  "executor runs that kernel (executors/torchex_native.py)",
 }
 
 

@@ -96,7 +96,7 @@ def silu_vjp(bsym, g):
     x, inplace = bound_arguments(bsym)
     if inplace:
         return NotImplemented
-    return call(aten.silu_backward.default, g, x), None
+    return ltorch.silu_backward(g, x), None
 
 
 VJP_RULES["ltorch.silu"] = silu_vjp
@@ -125,13 +125,28 @@ VJP_RULES["ltorch.sigmoid"] = sigmoid_vjp
 
 
 def relu_vjp(bsym, g):
+    """From the output, as eager's autograd saves it (the input can then be freed)."""
     x, inplace = bound_arguments(bsym)
-    if inplace:
+    if inplace or not isinstance(bsym.output, TensorProxy) or x.dtype.is_complex:
         return NotImplemented
-    return te.where(te.gt(x, 0), g, 0), None
+    return ltorch.threshold_backward(g, bsym.output, 0), None
 
 
 VJP_RULES["ltorch.relu"] = relu_vjp
+
+
+def _hard_vjp(backward_op):
+    def rule(bsym, g):
+        x, inplace = bound_arguments(bsym)
+        if inplace or not x.dtype.is_floating_point:
+            return NotImplemented
+        return backward_op(g, x), None
+
+    return rule
+
+
+VJP_RULES["ltorch.hardswish"] = _hard_vjp(ltorch.hardswish_backward)
+VJP_RULES["ltorch.hardsigmoid"] = _hard_vjp(ltorch.hardsigmoid_backward)
 
 
 # -- normalization: the forward kernel returns the statistics ------------------------------------------------------
@@ -176,6 +191,35 @@ def _rms_norm_backward(bsym, residuals, g):
     return gx, None, gw, None
 
 
+def batch_norm_train_vjp(bsym, g, *_stat_grads):
+    """The statistics and new running stats carry no gradient (eager's kernel returns them outside autograd)."""
+    x, w, b = bsym.args[:3]
+    _out, mean, rstd = bsym.output[:3]
+    mask = [is_diff(x), is_diff(w), is_diff(b)]
+    if g is None or not any(mask):
+        return None, None, None, None, None, None, None
+    gx, gw, gb = ltorch.batch_norm_backward(g, x, w, mean, rstd, mask)
+    return gx, gw, gb, None, None, None, None
+
+
+VJP_RULES["ltorch.batch_norm_train"] = batch_norm_train_vjp
+def _max_pool2d_augment(bsym):
+    """The forward line becomes aten's max_pool2d_with_indices (eager's kernel), the indices its residual."""
+    x, kernel_size, stride, padding, dilation, ceil_mode, return_indices = bound_arguments(bsym)
+    if return_indices or x.ndim != 4 or not x.dtype.is_floating_point or x.numel() == 0:
+        return None
+    args = (x, kernel_size, stride if stride is not None else [], padding, dilation, ceil_mode)
+    return opaque_symbol(aten.max_pool2d_with_indices.default), args, {}, _max_pool2d_backward
+
+
+def _max_pool2d_backward(bsym, residuals, g):
+    x, kernel_size, stride, padding, dilation, ceil_mode, _ri = bound_arguments(bsym)
+    (indices,) = residuals
+    return (ltorch.max_pool2d_backward(g, x, kernel_size, stride if stride is not None else [], padding, dilation,
+                                       ceil_mode, indices), None, None, None, None, None, None)
+
+
+AUGMENTED_FORWARDS["ltorch.max_pool2d"] = _max_pool2d_augment
 AUGMENTED_FORWARDS["ltorch.layer_norm"] = _layer_norm_augment
 AUGMENTED_FORWARDS["ltorch.rms_norm"] = _rms_norm_augment
 

@@ -5,6 +5,7 @@ reasons. A miss logs its reason and the user's call site (topic "recompiles" of 
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +67,11 @@ def storage_address(t: torch.Tensor) -> int | None:
 def inputs_overlap(inputs, mutated) -> bool:
     """Whether a written input shares storage with another input of this call (the program assumed not)."""
     addresses = [storage_address(t) if isinstance(t, torch.Tensor) else None for t in inputs]
-    return any(addresses[i] is not None and addresses.count(addresses[i]) > 1 for i in mutated)
+    written = {addresses[i] for i in mutated} - {None}
+    if not written:
+        return False
+    counts = Counter(a for a in addresses if a in written)  # (linear: a model writes hundreds of buffers)
+    return any(counts[addresses[i]] > 1 for i in mutated if addresses[i] is not None)
 
 
 # -- the signature key -------------------------------------------------------------------------------------------

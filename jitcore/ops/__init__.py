@@ -23,6 +23,7 @@ from jitcore.ops import (  # noqa: F401
     torch_nn_activation,
     torch_nn_attention,
     torch_nn_conv,
+    torch_nn_grad,
     torch_nn_loss,
     torch_nn_norm,
     torch_nn_pool,

@@ -56,7 +56,9 @@ def _float_op(op, input, body):
 @torchsymbol(F.relu, torch.relu, T.relu, method="relu", id="ltorch.relu")
 def relu(input, inplace=False):
     check(input.dtype is not torch.bool, "relu: \"clamp_min_scalar_cpu\" not implemented for 'Bool'")
-    return nh.maybe_inplace(input, where(le(input, 0), to_dtype(0, input.dtype), input), inplace)
+    if inplace:  # a relu line, then the write: the line keeps relu's own gradient rule
+        return nh.maybe_inplace(input, relu(input), True)
+    return where(le(input, 0), to_dtype(0, input.dtype), input)
 
 
 @torchsymbol(F.hardtanh, id="ltorch.hardtanh")
@@ -123,7 +125,9 @@ def gelu(input, *, approximate="none"):
 
 @torchsymbol(F.silu, id="ltorch.silu")
 def silu(input, inplace=False):
-    return nh.maybe_inplace(input, _float_op("silu", input, lambda x: mul(x, sigmoid(x))), inplace)
+    if inplace:
+        return nh.maybe_inplace(input, silu(input), True)
+    return _float_op("silu", input, lambda x: mul(x, sigmoid(x)))
 
 
 def _softplus(x, beta=1.0, threshold=20.0):
@@ -155,12 +159,16 @@ def _hard_pieces(x, low, high, middle):
 
 @torchsymbol(F.hardsigmoid, id="ltorch.hardsigmoid")
 def hardsigmoid(input, inplace=False):
+    if inplace:
+        return nh.maybe_inplace(input, hardsigmoid(input), True)
     out = _float_op("hardsigmoid", input, lambda x: _hard_pieces(x, 0.0, 1.0, lambda x: div(add(x, 3.0), 6.0)))
     return nh.maybe_inplace(input, out, inplace)
 
 
 @torchsymbol(F.hardswish, id="ltorch.hardswish")
 def hardswish(input, inplace=False):
+    if inplace:
+        return nh.maybe_inplace(input, hardswish(input), True)
     # x * 0 and x * 6 / 6 as eager computes them at the ends (NaN at -inf, rounding of large x)
     out = _float_op("hardswish", input, lambda x: _hard_pieces(x, mul(x, 0.0), div(mul(x, 6.0), 6.0),
                                                                 lambda x: div(mul(x, add(x, 3.0)), 6.0)))

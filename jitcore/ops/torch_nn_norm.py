@@ -82,15 +82,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-05):
     return to_dtype(_affine(out, weight, bias, (c,) + (1,) * (input.ndim - 2)), input.dtype)
 
 
-def _update_running(buffer, new_stat, momentum):
-    """buffer <- (1 - momentum) * buffer + momentum * new_stat, written when the program runs (without a gradient:
-    eager's kernel updates the running stats outside autograd)."""
-    value = add(mul(nh.upcast(buffer), 1.0 - momentum), mul(pm.stop_gradient(new_stat), momentum))
-    pm.copy_(to_dtype(value, buffer.dtype), buffer)
-
-
-@torchsymbol(F.batch_norm, id="ltorch.batch_norm")
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05):
+def _check_batch_norm(input, running_mean, running_var, weight, bias):
     nh.check_float("batch_norm", input)
     check(input.ndim >= 2, lambda: f"batch_norm: expected 2D or more input (got {input.ndim}D input)")
     c = input.shape[1]
@@ -98,14 +90,58 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                     ("bias", bias)):
         if p is not None and p.numel() != c:
             check(False, f"batch_norm: {name} should contain {c} elements not {p.numel()} (input {list(input.shape)})")
-    stat_shape = (1, c) + (1,) * (input.ndim - 2)
+    return c, (1, c) + (1,) * (input.ndim - 2)
+
+
+def _batch_stats(input):
+    """(biased var, mean) over every dim but the channels, in float32 for half inputs, and the count per channel."""
+    dims = (0,) + tuple(range(2, input.ndim))
+    count = input.numel() // max(input.shape[1], 1)
+    check(count > 1, lambda: f"Expected more than 1 value per channel when training, got input size "
+                             f"{list(input.shape)}")
+    var, mean = nh.var_mean(nh.upcast(input), dims, correction=0)
+    return var, mean, count
+
+
+@torchsymbol(id="ltorch.batch_norm_train")
+def batch_norm_train(input, weight, bias, running_mean, running_var, momentum, eps):
+    """Training-mode batch norm as a function: (out, batch mean, batch 1/std, new running mean, new running var),
+    as aten's native_batch_norm computes them (the torch executor runs that kernel on copies of the running stats);
+    its gradient is ltorch.batch_norm_backward, reading the mean and 1/std."""
+    c, stat_shape = _check_batch_norm(input, running_mean, running_var, weight, bias)
+    var, mean, count = _batch_stats(input)
+    rstd = rsqrt(add(var, eps))
+    new_mean = _running(running_mean, mean, momentum)
+    new_var = _running(running_var, mul(var, count / (count - 1)), momentum)
+    out = mul(sub(nh.upcast(input), ps.reshape(mean, stat_shape)), ps.reshape(rstd, stat_shape))
+    out = to_dtype(_affine(out, weight, bias, (c,) + (1,) * (input.ndim - 2)), input.dtype)
+    return out, mean, rstd, new_mean, new_var
+
+
+def _running(buffer, new_stat, momentum):
+    """(1 - momentum) * buffer + momentum * new_stat, without a gradient (eager's kernel updates the running stats
+    outside autograd)."""
+    value = add(mul(nh.upcast(buffer), 1.0 - momentum), mul(pm.stop_gradient(new_stat), momentum))
+    return to_dtype(value, buffer.dtype)
+
+
+def _update_running(buffer, new_stat, momentum):
+    """buffer <- (1 - momentum) * buffer + momentum * new_stat, written when the program runs."""
+    pm.copy_(_running(buffer, new_stat, momentum), buffer)
+
+
+@torchsymbol(F.batch_norm, id="ltorch.batch_norm")
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05):
+    c, stat_shape = _check_batch_norm(input, running_mean, running_var, weight, bias)
+    if training and running_mean is not None and running_var is not None:
+        out, _mean, _rstd, new_mean, new_var = batch_norm_train(input, weight, bias, running_mean, running_var,
+                                                                momentum, eps)
+        pm.copy_(new_mean, running_mean)
+        pm.copy_(new_var, running_var)
+        return out
     x = nh.upcast(input)
     if training:
-        dims = (0,) + tuple(range(2, input.ndim))
-        count = input.numel() // max(c, 1)
-        check(count > 1, lambda: f"Expected more than 1 value per channel when training, got input size "
-                                 f"{list(input.shape)}")
-        var, mean = nh.var_mean(x, dims, correction=0)
+        var, mean, count = _batch_stats(input)
         if running_mean is not None:
             _update_running(running_mean, mean, momentum)
         if running_var is not None:
