@@ -4,11 +4,14 @@ regions (executors/regions.py), and runs each region's program -- plain torch ca
 kernels -- compiled by Inductor (`torch._inductor.compile` of the region's aten graph; under symbolic values, of
 its graph over symbolic sizes, guarded by the shape environment's guards: see CompiledRegion). Compiled regions are
 cached by their canonical text, so the same region in another function or cache entry reuses the compiled code.
+Programs call a region boxed (`CompiledRegion.boxed`: its arguments in a list it empties), so an argument the program
+no longer needs is freed inside the compiled code after its last use there, not when the region returns.
 """
 from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import os
 import re
 import shutil
@@ -243,6 +246,7 @@ class CompiledRegion:
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
         self.failures: dict = {}  # strides (None: a dynamic region) -> why compiling failed (the region runs eagerly)
+        self._boxed: dict = {}  # id(variant) -> (variant, its boxed call: list of arguments -> outputs)
 
     def to_record(self) -> dict | None:
         """The compiled variants as data for a package (executors/inductor_kernels.py), or None when the region
@@ -341,26 +345,84 @@ class CompiledRegion:
         self.guarded.append((guard, run))
         return run
 
-    def _call_dynamic(self, args):
+    def _pick_dynamic(self, args):
         for guard, run in self.guarded:
             try:
                 ok = guard(*args)
             except Exception:  # a guard reading what this call's inputs lack (a view's base, say) rejects it
                 ok = False
             if ok:
-                return run(*args)
-        return self._compile_dynamic(args)(*args)
+                return run
+        return self._compile_dynamic(args)
+
+    def _pick(self, args):
+        """The compiled variant (or the eager program) for these arguments, compiling one if none fits."""
+        if self.dynamic:
+            return self._pick_dynamic(args)
+        strides = tuple([a.stride() for a in args])
+        run = self.variants.get(strides)
+        if run is None:
+            run = self._compile(args, strides)
+        return run
 
     def __call__(self, *args):
         # regions run inside the forward/backward of an autograd.Function (or with no autodiff): never record
         with torch.no_grad():
-            if self.dynamic:
-                return self._call_dynamic(args)
-            strides = tuple([a.stride() for a in args])
-            run = self.variants.get(strides)
-            if run is None:
-                run = self._compile(args, strides)
+            return self._pick(args)(*args)
+
+    def boxed(self, box: list):
+        """The region called with its arguments in a list, which it empties before it computes (Inductor's boxed
+        calling convention): an argument the caller holds no other reference to is freed inside the compiled code
+        right after its last use there, not when the region returns (the program's boxed region lines, see
+        executors/regions.py boxed_region_line)."""
+        with torch.no_grad():
+            run = self._pick(box)
+            found = self._boxed.get(id(run))
+            if found is None:
+                found = self._boxed[id(run)] = (run, boxed_call(run, self.single))
+            return found[1](box)
+
+
+# functions of what torch._inductor.compile / compile_fx returns that only pass the arguments on (the single
+# output's unwrapping, Dynamo's frame-evaluation switch, AOTAutograd's list of parameters, empty here)
+_PASS_ON = frozenset({"wrapper", "_fn", "forward"})
+
+
+def _list_taking(run):
+    """The function under what Inductor's compile returned that takes the arguments as one list and empties it
+    (AOTAutograd's runtime wrapper, called by Inductor's boxed convention), or None when the wrappers above it are
+    not the known ones that only pass the arguments on."""
+    f = run
+    for _ in range(8):
+        code = getattr(f, "__code__", None)
+        if code is None:
+            return None
+        if code.co_argcount == 1 and not code.co_flags & inspect.CO_VARARGS and getattr(f, "_boxed_call", False):
+            return f
+        cells = dict(zip(code.co_freevars, f.__closure__ or ()))
+        prepended = "params_buffers_flat" in cells and cells["params_buffers_flat"].cell_contents
+        if code.co_name not in _PASS_ON or prepended:
+            return None  # (a wrapper that does more than pass the arguments on, or prepends parameters)
+        f = getattr(f, "__wrapped__", None)
+    return None
+
+
+def boxed_call(run, single: bool):
+    """box -> the outputs of a variant `run` (a compiled one, a loaded one, or the eager program), emptying box."""
+    loaded = getattr(run, "boxed", None)  # (a variant from a package or the disk cache: inductor_kernels)
+    if loaded is not None:
+        return loaded
+    inner = _list_taking(run)
+    if inner is None:  # the eager program (compiling failed): it gets the arguments, the list is emptied
+        def call(box):
+            args = tuple(box)
+            box.clear()
             return run(*args)
+
+        return call
+    if single:  # (the compiled graph returns a list of outputs)
+        return lambda box: inner(box)[0]
+    return lambda box: tuple(inner(box))
 
 
 _ARG = re.compile(r"L\['(t\d+)'\]")
