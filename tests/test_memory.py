@@ -223,14 +223,14 @@ def test_memory_questions_go_to_the_executor_that_claimed_each_line():
 
 
 def test_inductor_regions_free_each_input_after_its_last_use_inside():
-    # the backward's one region gets the saved tensors in a list it empties (a boxed call): tanh's output is freed
-    # inside it before the (larger) input gradient is made, so a training step peaks no higher than eager's, where a
-    # region holding its arguments until it returns peaks a tanh output higher
+    # the backward's one region gets the saved tensors in a list it empties (a boxed call): the saved activations
+    # are freed inside it before the (larger) input gradient is made, so a training step peaks no higher than
+    # eager's, where a region holding its arguments until it returns peaks higher
     pytest.importorskip("torch._inductor")
     from benchmarks.measure import peak_memory_bytes
 
     def f(x, w1, w2):
-        return (torch.tanh(x @ w1) @ w2).sum()
+        return (torch.sin(torch.tanh(x @ w1) * 1.5) @ w2).sum()
 
     x0, w10, w20 = torch.randn(2048, 512), torch.randn(512, 128) / 20, torch.randn(128, 16)
 
