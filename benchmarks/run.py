@@ -16,6 +16,7 @@ import datetime
 import gc
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -81,7 +82,8 @@ def run(args) -> list[dict]:
     quick = args.quick
     repeat = args.repeat or (7 if quick else 20)
     suites = set(args.suites.split(",")) if args.suites else None
-    variants = [v.strip() for v in args.variants.split(",")] if args.variants else list(VARIANTS)
+    # (a comma inside brackets belongs to the name: "jitcore [inductor, torch]")
+    variants = [v.strip() for v in re.split(r",(?![^\[]*\])", args.variants)] if args.variants else list(VARIANTS)
     if "eager" not in variants:
         variants.insert(0, "eager")  # speedups and memory ratios are relative to it
     hf, hf_missing = hf_workloads(quick)

@@ -83,6 +83,12 @@ class Executor:
         """None, or the line `output = dense copy of a when a is a broadcast, else a` run by this executor."""
         return None
 
+    def boxed_form(self, bsym: BoundSymbol, dead: list) -> BoundSymbol | None:
+        """None, or the line running bsym with its arguments passed in a list the callee empties, the `dead`
+        ones (last used by bsym) deleted before the call: the callee can then free each of them after its own last
+        use of it, not at its return (del_last_used)."""
+        return None
+
     def __repr__(self):
         return f"<executor {self.name}>"
 

@@ -204,10 +204,18 @@ def load_variant(record: dict, libraries: dict, single: bool):
     namespace = {"__name__": f"jitcore_region_{source_digest(record['source'])[:16]}", "__builtins__": __builtins__,
                  "__jitcore_shims__": shims, "__jitcore_lazy__": _Lazy}
     exec(compile(source, f"<packaged Inductor region {namespace['__name__']}>", "exec"), namespace)
-    call = namespace["call"]
+    call = namespace["call"]  # (Inductor's wrapper: call(list of arguments), which it empties on entry)
     if single:
-        return lambda *args: call(list(args))[0]
-    return lambda *args: tuple(call(list(args)))
+        def run(*args):
+            return call(list(args))[0]
+
+        run.boxed = lambda box: call(box)[0]
+    else:
+        def run(*args):
+            return tuple(call(list(args)))
+
+        run.boxed = lambda box: tuple(call(box))
+    return run
 
 
 # -- the cache on disk: compiled variants by region text, across processes -------------------------------------------

@@ -196,6 +196,28 @@ def region_bsym(name: str, executor_name: str, region: Region, sub: Trace, fn: C
     return bsym
 
 
+def boxed_region_line(bsym: BoundSymbol, dead: list) -> BoundSymbol | None:
+    """A region line `outs = name(ins)` called boxed, as three statements on one line:
+
+        name_args = [ins]; del <dead>; outs = name.boxed(name_args)
+
+    The region's callable (one with a `boxed(list)` method, which empties the list before it computes) then holds
+    the only reference to each argument in `dead` (the ones the program uses last here) and frees it after its last
+    use inside the region. None when the line is not a region line or its callable has no `boxed`."""
+    name = bsym.sym.name
+    fn = (bsym.sym.call_ctx or {}).get(name)
+    if "region_trace" not in bsym.extra or not callable(getattr(fn, "boxed", None)):
+        return None
+    box, gone = f"{name}_args", ", ".join(a.name for a in dead)
+
+    def printer(b, p):
+        target, call = lhs(b.output), f"{name}.boxed({box})"
+        return f"{box} = [{p.call_args(b.args, {})}]; del {gone}; " + (f"{target} = {call}" if target else call)
+
+    sym = Symbol(bsym.sym.id, name, meta=_no_meta, module="", call_ctx={name: fn}, printer=printer)
+    return bsym.from_bsym(sym=sym)
+
+
 def fuse_regions(trace: Trace, fusible: Callable[[BoundSymbol], bool], make_callable: Callable[[Trace], Callable],
                  *, prefix: str, executor_name: str, keep: Callable[[Region], bool] = lambda r: len(r.members) > 1,
                  pass_name: str | None = None) -> Trace:

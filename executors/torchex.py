@@ -11,6 +11,7 @@ import torch
 
 import jitcore.ops  # noqa: F401  (registers every op)
 from executors.base import FusionExecutor, OperatorExecutor, no_meta
+from executors.regions import boxed_region_line
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Tag
 from jitcore.ops.opaque import opaque_symbol
@@ -86,6 +87,9 @@ class TorchLinesFusionExecutor(FusionExecutor):
 
     def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol:
         return torch_ex.densify_line(a, output)
+
+    def boxed_form(self, bsym: BoundSymbol, dead: list) -> BoundSymbol | None:
+        return None if self._torch_line(bsym) else boxed_region_line(bsym, dead)
 
 
 # -- kernels that are not a torch function of the same signature -------------------------------------------------

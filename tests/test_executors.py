@@ -446,3 +446,73 @@ def test_split_of_symbolic_size_keeps_torch_split():
         x = torch.randn(n, 3)
         assert_same(jfn(x), [p.sum() for p in torch.split(x, 2)])
     assert "split_with_sizes" not in str(jitcore.last_traces(jfn)[-1])
+
+
+# -- which regions the inductor executor compiles (op class and cost: executors/inductorex.py worth_compiling) -----
+def _regions(trace) -> list[str]:
+    return [b.sym.name for b in trace.bound_symbols if "region_trace" in b.extra]
+
+
+def test_inductor_leaves_library_kernels_and_small_regions_to_torch():
+    def linear_relu(x, w):  # a matmul and one loop op: the same two kernel calls either way
+        return torch.relu(x @ w)
+
+    def short_chain(a, b):  # three loop ops
+        return torch.tanh(a * b + 1.0)
+
+    def long_chain(a, b):  # five loop ops
+        return torch.tanh(a * b + 1.0).sin() * a
+
+    calls = [(linear_relu, (torch.randn(64, 64), torch.randn(64, 64)), False),
+             (short_chain, (torch.randn(2, 2), torch.randn(2, 2)), False),  # too small to pay a compiled call
+             (short_chain, (torch.randn(128, 128), torch.randn(128, 128)), True),
+             (long_chain, (torch.randn(2, 2), torch.randn(2, 2)), True)]
+    for fn, args, fused in calls:
+        jfn = jitcore.jit(fn, executors=["inductor"])
+        torch.testing.assert_close(jfn(*args), fn(*args))
+        assert bool(_regions(jitcore.last_traces(jfn)[-1])) == fused, (fn.__name__, args[0].shape)
+
+
+def test_inductor_op_classes():
+    from executors.inductorex import op_class, worth_compiling
+
+    def f(x, w):
+        y = x.t() @ w  # a view, a matmul
+        return torch.nn.functional.gelu(y).sum(0)
+
+    trace = trace_fn(f, torch.randn(4, 3), torch.randn(4, 5))
+    classes = {b.sym.name: op_class(b) for b in trace.bound_symbols if b.sym.id.startswith("ltorch")}
+    assert classes == {"t": "view", "matmul": "library", "gelu": "loop", "sum": "loop"}
+    assert worth_compiling(["loop", "loop"], None)  # symbolic sizes: counted as large
+    assert not worth_compiling(["loop", "library", "view", "library"], 10**6)
+    assert worth_compiling(["loop"] * 4, 4)
+
+
+def test_inductor_training_step_of_a_gated_mlp_with_rms_norm_equals_eager():
+    # a Llama-style feed-forward (RMS norm, SiLU gate), not one of the benchmark models: three training steps
+    class GatedMLP(torch.nn.Module):
+        def __init__(self, d=32, h=64):
+            super().__init__()
+            self.norm_w = torch.nn.Parameter(torch.ones(d))
+            self.gate, self.up, self.down = (torch.nn.Linear(d, h, bias=False), torch.nn.Linear(d, h, bias=False),
+                                             torch.nn.Linear(h, d, bias=False))
+
+        def forward(self, x):
+            n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm_w
+            return x + self.down(F.silu(self.gate(n)) * self.up(n))
+
+    torch.manual_seed(0)
+    model = GatedMLP()
+    ref = GatedMLP()
+    ref.load_state_dict(model.state_dict())
+    jm = jitcore.jit(model, executors=["inductor"])
+    opt, ref_opt = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for batch in (8, 8, 16):
+        x = torch.randn(batch, 16, 32)
+        for m, o in ((jm, opt), (ref, ref_opt)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
+    assert _regions(jitcore.last_traces(jm)[-1]) and _regions(jitcore.last_backward_traces(jm)[-1])

@@ -33,6 +33,8 @@ class MemoryAnswers(Protocol):
 
     def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol | None: ...  # output = dense a
 
+    def boxed_form(self, bsym: BoundSymbol, dead: list) -> BoundSymbol | None: ...  # args in a list, dead deleted
+
 
 class _Unclaimed:
     """The answers for a line no executor claimed: the safe ones (the passes leave it alone)."""
@@ -52,6 +54,9 @@ class _Unclaimed:
     def densify_line(self, a, output):
         return None
 
+    def boxed_form(self, bsym, dead):
+        return None
+
 
 _UNCLAIMED = _Unclaimed()
 
@@ -63,7 +68,9 @@ def claimed_by(bsym: BoundSymbol) -> MemoryAnswers:
 
 def del_last_used(trace: Trace) -> Trace:
     """A new trace with a `del` line after the last use of each tensor, so the generated program holds no tensor
-    longer than needed (the inputs' references are dropped too)."""
+    longer than needed (the inputs' references are dropped too). A line whose executor has a boxed form for it
+    (`boxed_form`: a compiled fusion region) gets its arguments in a list it empties, the tensors it uses last
+    deleted before the call, so the region frees each one after its last use inside it (even on the last line)."""
     with Timer() as t:
         keep = {p.name for p in tree_leaves(trace.output) if isinstance(p, Proxy)}
         seen = set(keep)
@@ -74,7 +81,12 @@ def del_last_used(trace: Trace) -> Trace:
                 if a.name not in seen:
                     seen.add(a.name)
                     dead.append(a)
-            if dead and i > 0:  # after the last line the function returns: its locals go anyway
+            boxed = None
+            if any(isinstance(a, TensorProxy) for a in dead):
+                boxed = claimed_by(bsym).boxed_form(bsym, dead)
+            if boxed is not None:
+                bsym = boxed
+            elif dead and i > 0:  # after the last line the function returns: its locals go anyway
                 out.append(BoundSymbol(python_del, tuple(dead), {}, None))
             for o in bsym.flat_proxy_outs():
                 seen.add(o.name)
