@@ -506,3 +506,44 @@ def test_in_place_metadata_calls_that_change_nothing_run():
     x = torch.randn(2, 3)
     with torch.no_grad():
         torch.testing.assert_close(jitcore.jit(f)(x), f(x))
+
+
+def _std_after_copy(x):
+    with torch.no_grad():
+        x.copy_(x)  # (the values written are the leaf itself, detached: they share its storage and version)
+    return x.std(-1, correction=0)
+
+
+def _std_after_scaled_copy(x):
+    with torch.no_grad():
+        x.copy_(x * 0.5)
+    return x.std(-1, correction=0)
+
+
+def _sin_after_scale(x):
+    with torch.no_grad():
+        x.mul_(2)
+    return x.sin() * x
+
+
+def _square_after_row_write(x):
+    with torch.no_grad():
+        x[0].zero_()
+    return (x * x).sum(0)
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("fn", [_std_after_copy, _std_after_scaled_copy, _sin_after_scale, _square_after_row_write])
+def test_leaf_written_under_no_grad_then_saved_for_backward(fn, cache):
+    # the write reaches the leaf through the epilogue, after the forward saved it: what the backward reads must be
+    # a copy, not the leaf (whose version the write bumps: "modified by an inplace operation" at backward)
+    jfn = jitcore.jit(fn, cache=cache)
+    for rows in (5, 5, 6):
+        base = torch.randn(rows, 4, dtype=torch.float64)
+        x, xe = base.clone().requires_grad_(), base.clone().requires_grad_()
+        out, expected = jfn(x), fn(xe)
+        out.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(x.grad, xe.grad)
+        torch.testing.assert_close(x.detach(), xe.detach())

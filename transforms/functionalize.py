@@ -604,6 +604,11 @@ def _scatter_dims(base, value, dims, starts, ends, steps):
     return slice_scatter(base, value, d, starts[d], ends[d], steps[d])
 
 
+# lines whose result is one of their tensor arguments' storage at run time (and shares its version counter): a
+# detached input, the input after a write under no_grad (the torch executor returns the written values, a detach)
+_SAME_STORAGE = frozenset(("prims.stop_gradient", "prims.no_grad_update"))
+
+
 def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) -> Trace:
     """The forward trace with each saved-for-backward value that is a written input, or a view of one, replaced by a
     copy: the epilogue overwrites those inputs after the forward, before any backward reads what it saved."""
@@ -611,6 +616,8 @@ def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) ->
     for b in forward.bound_symbols:
         tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
         if b.sym.id in VIEW_OPS and tensors and tensors[0].name in aliased:
+            aliased.update(o.name for o in b.flat_proxy_outs())
+        elif b.sym.id in _SAME_STORAGE and any(a.name in aliased for a in tensors):
             aliased.update(o.name for o in b.flat_proxy_outs())
     outs = list(forward.output)
     stale = [i for i in range(n_outputs, len(outs)) if isinstance(outs[i], TensorProxy) and outs[i].name in aliased]
