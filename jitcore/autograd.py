@@ -8,19 +8,20 @@ as computed (jitcore/ops/early_grads.py), so DDP's all-reduces start before the 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from jitcore.hooks import eager
+from jitcore.hooks import eager, top_hooks
 from jitcore.ops.early_grads import DELIVERIES, Delivery
 
 
 class _JitAutograd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, program, *inputs):
-        ctx.early, program.pending_early = program.pending_early, None  # (first: the program may raise)
+        if program.early_grads:  # (first: the program may raise)
+            ctx.early, program.pending_early = program.pending_early, None
         results = program.forward(*inputs)
         n = program.n_outputs
         if program.saved_layout is None:  # every saved value is a tensor (the usual case)
@@ -67,9 +68,9 @@ def _node_backward(ctx, *cotangents):
     ctx.maybe_clear_saved_tensors()
     cts = list(cotangents) if program.all_outputs_grad else [
         c for c, rg in zip(cotangents, program.output_requires_grad) if rg]
+    if not program.early_grads:
+        return _run_backward(ctx, program, cotangents, saved, cts)
     if ctx.early is None:
-        if not program.early_grads:
-            return _run_backward(ctx, program, cotangents, saved, cts)
         DELIVERIES.append(None)  # a program with grads_ready lines called outside DDP: they hand nothing over
         try:
             return _run_backward(ctx, program, cotangents, saved, cts)
@@ -198,7 +199,7 @@ class AutogradProgram:
                     return self._without_history(_apply(self, *inputs))
             return self._without_history(_apply(self, *inputs))
         if self.enables_grad:  # traced under no_grad, but torch.enable_grad() inside made outputs that need grad
-            with torch.enable_grad(), self.saving() if self.saving is not None else _nothing():
+            with torch.enable_grad(), self.saving() if self.saving is not None else nullcontext():
                 return self._without_history(_apply(self, *inputs))
         return self._without_history(self.forward(*inputs)[: self.n_outputs])
 
@@ -246,17 +247,12 @@ class WithoutHistory:
 
 
 @contextmanager
-def _nothing():
-    yield
-
-
-@contextmanager
 def without_ambient_hooks():
     """The innermost saved_tensors_hooks set aside around the autograd.Function's apply (torch packs what forward
     saved as apply returns): the program packed those values with that pair already, so torch must not pack them a
     second time (pack runs once per saved tensor). torch.autograd.graph.disable_saved_tensors_hooks cannot do it: it
     refuses while hooks are set. Nothing inside apply saves otherwise: the programs run with grad mode off."""
-    top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    top = top_hooks(False)
     if top is None:
         yield
         return
