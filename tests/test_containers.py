@@ -584,7 +584,7 @@ def test_opaque_backward_asks_only_for_gradients_that_were_required(keywords):
                             torch.randn(4, requires_grad=True)])
 
 
-@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
 def test_a_dict_with_its_keys_in_another_order_is_another_call(cache):
     # iterating a dict (its values, items or keys) follows insertion order: the same keys in another order must not
     # reuse the entry traced for the first order
@@ -598,5 +598,6 @@ def test_a_dict_with_its_keys_in_another_order_is_another_call(cache):
         got, expected = jfn(d), stacked(d)
         torch.testing.assert_close(got[0], expected[0])
         assert got[1] == expected[1] and list(got[2]) == list(expected[2])
-    assert jitcore.cache_misses(jfn) == 2
-    assert "in this order" in jitcore.cache_miss_reasons(jfn)[-1]
+    if cache != "no caching":  # (there, every call is traced)
+        assert jitcore.cache_misses(jfn) == 2
+        assert "in this order" in jitcore.cache_miss_reasons(jfn)[-1]

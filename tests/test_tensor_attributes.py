@@ -202,7 +202,7 @@ def _shapes(x, y):
     return flags, scaled, s, x.size(), s[1:], s + (1,), (1,) + s, torch.Size([s[0], 2]), s.numel(), x.new_zeros(s)
 
 
-@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("cache", CACHES + ("no caching",))
 def test_shapes_are_torch_sizes_inside_and_out(cache):
     jfn = jitcore.jit(_shapes, cache=cache)
     for shape in [(3, 4), (5, 6), (2, 7)]:  # (symbolic values: the same entry for the last two)
