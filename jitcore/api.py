@@ -469,7 +469,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
             guarded = guard(traced, program.writebacks, predicates, Roots(args, kwargs, fn), symbolic,
-                            _hooks_guard(program, options))
+                            _hooks_guard(program, options), autodiff=program.split is not None)
     prologues, epilogue = guarded.prologues, guarded.epilogue
     entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, executable.traces,
                        prologues.traces, prologues.explain, executable.backward_traces,
@@ -645,13 +645,14 @@ class Guarded:
 
 
 def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool,
-          saved_hooks=False) -> Guarded:
+          saved_hooks=False, autodiff: bool = False) -> Guarded:
     """Stage "guards": the prologues (every guard of the trace, the predicates the stages recorded, the saved-tensor
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs)."""
     guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
-    epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks), traced.escapes)
+    epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks), traced.escapes,
+                              _returned_inputs(traced, writebacks, autodiff))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 
@@ -731,6 +732,25 @@ def _writeback_specs(traced, writebacks) -> list:
     for w in writebacks:
         inp = traced.inputs[w.arg_index]
         out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded))
+    return out
+
+
+def _returned_inputs(traced, writebacks, autodiff: bool) -> list:
+    """(provenance, flat output positions) of the input tensors the function returns as they are: eager hands back
+    the caller's own tensor. The computation returns a new tensor for one it wrote into (its new value) and, under
+    autodiff, for any (autograd.Function's output is a view of the input); the epilogue fetches the input instead."""
+    written = {traced.trace.args[w.arg_index].name: w for w in writebacks}
+    if not written and not autodiff:
+        return []
+    positions = {}
+    for i, o in enumerate(tree_leaves(traced.trace.output)):
+        if isinstance(o, TensorProxy):
+            positions.setdefault(o.name, []).append(i)
+    out = []
+    for inp in traced.inputs:
+        p = inp.proxy
+        if isinstance(p, TensorProxy) and p.name in positions and (autodiff or p.name in written):
+            out.append((inp.provenance, tuple(positions[p.name])))
     return out
 
 

@@ -284,16 +284,19 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
                printer=_print_local)
 
 
-def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None) -> Trace | None:
+def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
+                   returned=()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
     output_index: proxy name -> its position in the computation's flat outputs. writebacks: (provenance of a
     mutated input tensor, its position in the flat outputs, whether to copy under no_grad), written back first.
+    returned: (provenance of an input tensor, the flat output positions that are that tensor itself): those outputs
+    become the caller's own tensor (after the writebacks), as eager returns it.
     escapes: the objects to fetch again and to build afresh (fetched before anything is written, so a given object
     is the one the call read; built before the side effects that store them).
     """
-    if not side_effects and not writebacks and not escapes:
+    if not side_effects and not writebacks and not escapes and not returned:
         return None
     with Timer() as t:
         trace = Trace("epilogue")
@@ -321,6 +324,12 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
                 line("output", position, value)
         for prov, position, no_grad in writebacks:
             trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
+        if returned and not (escapes and escapes.outputs):
+            line("list", None, None)
+        for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
+            line("fetch", f"r{k}", prov)
+            for i in positions:
+                line("output", i, _Out(f"r{k}"))
         for e in side_effects:
             if e.kind == "call":
                 value = _map(escapes.template((e.args, e.kwargs), "") if escapes else (e.args, e.kwargs), sub)

@@ -124,7 +124,12 @@ VIEWS = ("{v}[1]", "{v}[:, 1]", "{v}[1:]", "{v}[::2]", "{v}[:, :2]", "{v}[..., 0
          "{v}.unsqueeze(0).squeeze(0)", "{v}.unbind({d})[1]", "{v}.split(2, {d})[0]", "{v}.chunk(2, {d})[1]",
          "{v}.view({v}.shape[0], -1)", "{v}.flatten()", "{v}[0, 1:]", "{v}.mT")
 INPLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.zero_()", "{t}.copy_({o})", "{t}.sub_({o}, alpha=2)",
-           "{t}.clamp_(min=0)", "{t}.fill_(1)", "{t}.div_(2)")
+           "{t}.clamp_(min=0)", "{t}.fill_(1)", "{t}.div_(2)",
+           # out= into the tensor itself (the result has its shape and dtype)
+           "torch.sin({t}, out={t})", "torch.mul({t}, 2, out={t})", "torch.clamp({t}, min=0, out={t})")
+# out= into a new buffer: `{n} = torch.empty_like({v}); <op>(..., out={n})`
+OUT = ("torch.exp({v}, out={n})", "torch.add({v}, {o}, out={n})", "torch.cumsum({v}, 0, out={n})",
+       "torch.abs({v}, out={n})", "torch.mul({v}, {o}, out={n})")
 SETITEM = ("{v}[0] = {o}", "{v}[::2] = {o}", "{v}[:, 1] = {o}", "{v}[1:] = {o}", "{v}[..., 0] = {o}", "{v}[:] = {o}",
            "{v}[{v} > 0] = {o}", "{v}[{v} < 0] = 0")
 INDEXING = ("torch.index_select({v}, {d}, torch.tensor([0, 2, 1]))", "{v}.gather({d}, {v}.argsort({d}))",
@@ -269,6 +274,19 @@ class Generator:
             lines = [f"{name} = {target}", line.replace(target, name, 1)]
         return lines if self.try_lines(lines) else None
 
+    def out_stmt(self) -> list[str] | None:
+        """A result written into a buffer with out= (under no_grad when an input requires grad: eager refuses out=
+        through autograd)."""
+        v = self.var(lambda x: x.dim() > 0 and x.dtype.is_floating_point)
+        if v is None:
+            return None
+        name = self.fresh()
+        call = self.rng.choice(OUT).format(v=v, n=name, o=self.operand(v))
+        lines = [f"{name} = torch.empty_like({v})", call]
+        if self.env[v].requires_grad:
+            lines = [lines[0], "with torch.no_grad():", "    " + call]
+        return [name] if self.try_lines(lines) else None
+
     def setitem_grad_stmt(self) -> list[str] | None:
         """`x[::2] = w * 2` on an input without grad, w from an input with grad."""
         dst = self.var(lambda x: x.dim() > 0 and not x.requires_grad and x.dtype.is_floating_point)
@@ -327,7 +345,7 @@ class Generator:
 
     STATEMENTS: ClassVar[dict] = {
         "unary": 8, "binary": 10, "reduction": 5, "view": 8, "indexing": 3, "random": 2, "special": 3, "inplace": 9,
-        "setitem_grad": 1, "if": 2, "for": 1, "no_grad": 3, "twin": 2, "autocast": 1, "list": 1, "print": 1}
+        "setitem_grad": 1, "if": 2, "for": 1, "no_grad": 3, "twin": 2, "autocast": 1, "list": 1, "print": 1, "out": 2}
 
     def statement(self):
         kind = self.rng.choices(list(self.STATEMENTS), weights=list(self.STATEMENTS.values()))[0]
@@ -335,6 +353,8 @@ class Generator:
             return self.expr_stmt(kind)
         if kind == "inplace":
             return self.inplace_stmt()
+        if kind == "out":
+            return self.out_stmt()
         if kind == "setitem_grad":
             return self.setitem_grad_stmt()
         return self.block_stmt(kind)
@@ -346,6 +366,8 @@ class Generator:
         unused = [n for n in names if len(re.findall(rf"\b{n}\b", text)) <= (2 if "for i" in text else 1)]
         picked = set(unused[-3:]) | set(rng.sample(names, min(len(names), rng.choice((0, 1, 1, 2)))))
         chosen = sorted(picked or names[-1:], key=names.index)
+        if rng.random() < 0.15:  # an input handed back as it is (after the writes): eager returns the same object
+            chosen.append(rng.choice([n for n in self.tensors() if n.startswith("x")] or names))
         if rng.random() < 0.3:
             chosen.append(rng.choice(["x0.shape[0] * 2", "s0 + 1", "k", "x0.shape", "x0.shape[1:]",
                                       "isinstance(x0.shape, torch.Size)", "x0.size() + (1,)"]))
@@ -395,6 +417,13 @@ class Outcome:
     torch_rng: torch.Tensor | None = None
     py_rng: object = None
     printed: str = ""
+    aliases: list | None = None  # per flat output tensor: (is input i, shares input i's storage) per input
+
+
+def _aliases(result, args) -> list:
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return [[(o is a, o.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()) for a in tensors]
+            for o in _flat(result) if isinstance(o, torch.Tensor)]
 
 
 def run_once(fn, prog: Program, plan: CallPlan) -> Outcome:
@@ -412,6 +441,7 @@ def run_once(fn, prog: Program, plan: CallPlan) -> Outcome:
     out.torch_rng, out.py_rng = torch.get_rng_state(), random.getstate()
     if out.error is not None:
         return out
+    out.aliases = _aliases(out.result, args)
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
     outs = [t for t in _flat(out.result) if isinstance(t, torch.Tensor) and t.requires_grad]
     if outs and leaves:
@@ -482,6 +512,16 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
         _close(f"output {i}", g, e, problems, loose)
         if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and g.requires_grad != e.requires_grad:
             problems.append(f"output {i}: requires_grad {g.requires_grad} vs eager {e.requires_grad}")
+    for i, (g, e) in enumerate(zip(jit.aliases or [], eager.aliases or [])):
+        # `return x` hands back the caller's own tensor; an output eager computed afresh must not share an input's
+        # memory (a later write into one would change the other). Not compared: jit handing back a copy of what
+        # eager returns as a view of an input written in place, or the input itself where eager returns a view
+        # with the same shape (x.reshape(-1) of a 1-d x)
+        for j, ((g_is, g_shares), (e_is, e_shares)) in enumerate(zip(g, e)):
+            if e_is and not g_is:
+                problems.append(f"output tensor {i}: a new tensor where eager returns input {j} itself")
+            elif g_shares and not e_shares:
+                problems.append(f"output tensor {i} shares input {j}'s memory; eager's does not")
     for i, (g, e) in enumerate(zip(jit.inputs_after or [], eager.inputs_after or [])):
         if isinstance(e, tuple):
             _close(f"input {i} after the call", g[0], e[0], problems)

@@ -60,12 +60,13 @@ def test_generator_is_deterministic_and_varied():
     text = "\n".join(generate(s).source for s in range(CI_PROGRAMS))
     for feature in ("torch.no_grad()", "torch.autocast", "for i in range", "if ", "random.random()", "print(",
                     "dropout", "rand_like", "] = ", "_(", ".view(-1)", ".diagonal()", ".select(", "index_select",
-                    "gather", ".var(", ".amax(", "torch.cat(feats)", "return {", "return [", "k=", "s0"):
+                    "gather", ".var(", ".amax(", "torch.cat(feats)", "return {", "return [", "k=", "s0", "out=t"):
         assert feature in text, feature
 
 
 
-def _reference(x0, x1, s0, k=2, *, shift=0.0, detach=False, write=True, draw=False, pyrandom=False, say=True):
+def _reference(x0, x1, s0, k=2, *, shift=0.0, detach=False, write=True, draw=False, pyrandom=False, say=True,
+               give_back=True):
     if say:
         print("step", s0)
     if write:
@@ -75,7 +76,7 @@ def _reference(x0, x1, s0, k=2, *, shift=0.0, detach=False, write=True, draw=Fal
     if pyrandom:
         random.random()
     y = x1 * k + x0 + torch.rand(()) + shift
-    return {"o0": y.detach() if detach else y, "o1": [x0.sum()]}
+    return {"o0": y.detach() if detach else y, "o1": [x0.sum()], "o2": x0 if give_back else x0.clone()}
 
 
 WRONG_ANSWERS = {  # each differs from _reference in one way the comparison must notice
@@ -87,6 +88,7 @@ WRONG_ANSWERS = {  # each differs from _reference in one way the comparison must
     "extra draw": lambda *a, **kw: _reference(*a, draw=True, **kw),
     "python random": lambda *a, **kw: _reference(*a, pyrandom=True, **kw),
     "no print": lambda *a, **kw: _reference(*a, say=False, **kw),
+    "a copy of an input handed back": lambda *a, **kw: _reference(*a, give_back=False, **kw),
 }
 
 

@@ -103,7 +103,11 @@ class Runtime:
 
     # -- provenance ------------------------------------------------------------------------------------------
     def report(self, value, prov):
-        """Tell the context an external value was loaded; remember its provenance; return what ctx returns."""
+        """Tell the context an external value was loaded; remember its provenance; return what ctx returns. A value
+        of jitcore's own (a proxy, a proxy's bound method) read from an external object is one the call stored
+        there (`self.b = self.b + x`, through a setter that wrote elsewhere): the program's, not an input."""
+        if _is_jitcore_obj(value):
+            return value
         new = self.on_external_value(value, prov)
         ext = self.external
         if id(value) not in ext:

@@ -44,6 +44,10 @@ class OverloadAware:
 
     def __call__(self, *args, **kwargs):
         if kwargs:
+            if kwargs.get("out") is not None:
+                from jitcore.ops.out_args import call_with_out
+
+                return call_with_out(self, self.fn, args, kwargs)
             try:
                 self.op.signature.bind(*args, **kwargs)
             except TypeError:
@@ -64,6 +68,10 @@ FUNCTION_FALLBACKS = Fallbacks("torch callables with no op", ("inplace", "opaque
 
 def dispatch(func, args, kwargs):
     """Called by TensorProxy.__torch_function__: run the mapped op, or an opaque op for unmapped torch callables."""
+    if kwargs and kwargs.get("out") is not None:  # the functional call, written into out (jitcore/ops/out_args.py)
+        from jitcore.ops.out_args import call_with_out
+
+        return call_with_out(lambda *a, **k: dispatch(func, a, k), func, args, kwargs)
     op = lookup(func)
     if op is None:
         name = getattr(func, "__name__", None)

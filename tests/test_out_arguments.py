@@ -1,0 +1,217 @@
+"""Calls with out= and inputs handed back: eager writes the result into the out tensor and returns that tensor; a
+function that returns an input (after writing into it or not) hands back the caller's own tensor. Before: out= was
+recorded as a functional call and dropped (the out tensor kept its old values, silently), and a written input came
+back as a new tensor of equal values."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import jitcore
+from tests.fuzz import CACHE_MODES
+
+
+def _twins(make):
+    a = make()
+    return a, [x.clone() if isinstance(x, torch.Tensor) else [y.clone() for y in x] if isinstance(x, list) else x
+               for x in a]
+
+
+def _same_call(fn, make, mode, calls=3):
+    jfn = jitcore.jit(fn, cache=mode)
+    for _ in range(calls):
+        eager_args, jit_args = _twins(make)
+        e, j = fn(*eager_args), jfn(*jit_args)
+        es, js = (e, j) if isinstance(e, tuple) else ((e,), (j,))
+        for a, b in zip(es, js):
+            torch.testing.assert_close(b, a)
+            assert [b is x for x in jit_args] == [a is x for x in eager_args], "identity of the outputs"
+        for a, b in zip(eager_args, jit_args):
+            if isinstance(a, torch.Tensor):
+                torch.testing.assert_close(b, a)
+    return jfn
+
+
+def _add_out(a, b, c):
+    torch.add(a, b, out=c)
+    return c
+
+
+def _returns_the_out_call(a, c):
+    return torch.mul(a, 3, out=c)
+
+
+def _out_twice(c, a):
+    torch.mul(a, 2, out=c)
+    torch.add(c, 1, out=c)
+    return c.sum()
+
+
+def _max_out(x):
+    values, indices = torch.empty(x.shape[0]), torch.empty(x.shape[0], dtype=torch.long)
+    result = torch.max(x, 1, out=(values, indices))
+    return result.values, result.indices, values, indices
+
+
+def _cat_out(ts, buf):
+    torch.cat(ts, out=buf)
+    torch.sin(buf, out=buf)
+    return buf * 2
+
+
+def _arange_out(buf):
+    torch.arange(buf.shape[0], out=buf)
+    return buf + 1
+
+
+CASES = {
+    "add out=c": (_add_out, lambda: [torch.randn(3), torch.randn(3), torch.zeros(3)]),
+    "the call's result": (_returns_the_out_call, lambda: [torch.randn(2, 3), torch.zeros(2, 3)]),
+    "out= into itself, twice": (_out_twice, lambda: [torch.zeros(2, 2), torch.randn(2, 2)]),
+    "max out=(values, indices)": (_max_out, lambda: [torch.randn(3, 4)]),
+    "cat out= then sin in place": (_cat_out, lambda: [[torch.randn(2), torch.randn(3)], torch.empty(5)]),
+    "arange out=": (_arange_out, lambda: [torch.empty(4)]),
+}
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_out_argument_writes_the_out_tensor_like_eager(case, mode):
+    fn, make = CASES[case]
+    _same_call(fn, make, mode)
+
+
+def test_out_argument_that_torch_would_resize_or_cast_is_refused():
+    jfn = jitcore.jit(lambda a, c: torch.add(a, a, out=c))
+    with pytest.raises(jitcore.UnsupportedError, match="resize"):
+        jfn(torch.ones(3), torch.empty(2, 3))
+    with pytest.raises(jitcore.UnsupportedError, match="int64"):
+        jfn(torch.ones(3), torch.empty(3, dtype=torch.long))
+
+
+def test_out_argument_through_autograd_raises_as_eager_does():
+    jfn = jitcore.jit(lambda a, c: torch.add(a, a, out=c))
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        jfn(torch.ones(3, requires_grad=True), torch.empty(3))
+    with torch.no_grad():
+        out = torch.empty(3)
+        assert jfn(torch.ones(3, requires_grad=True), out) is out
+        torch.testing.assert_close(out, torch.full((3,), 2.0))
+
+
+# -- inputs handed back ---------------------------------------------------------------------------------------------
+def _written_and_returned(x):
+    x.add_(1)
+    return x
+
+
+def _ema(buf, x):
+    buf.mul_(0.9).add_(x)
+    return buf, buf * 2
+
+
+def _returned_unwritten_beside_grad(x, w):
+    y = x * 1
+    y.mul_(w)
+    return y, x
+
+
+def _written_with_grad(x, w):
+    x.mul_(w)
+    return x
+
+
+RETURNED = {
+    "written": (_written_and_returned, lambda: [torch.zeros(3)]),
+    "ema buffer": (_ema, lambda: [torch.ones(3), torch.arange(3.0)]),
+    "unwritten, with autodiff": (_returned_unwritten_beside_grad,
+                                 lambda: [torch.ones(3), torch.full((3,), 2.0, requires_grad=True)]),
+    "written by a tensor with grad": (_written_with_grad,
+                                      lambda: [torch.ones(3), torch.full((3,), 2.0, requires_grad=True)]),
+}
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("case", sorted(RETURNED))
+def test_an_input_handed_back_is_the_callers_tensor(case, mode):
+    fn, make = RETURNED[case]
+    _same_call(fn, make, mode)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_gradient_through_an_input_written_and_handed_back(mode):
+    jfn = jitcore.jit(_written_with_grad, cache=mode)
+    for _ in range(2):
+        w1, w2 = torch.full((3,), 2.0, requires_grad=True), torch.full((3,), 2.0, requires_grad=True)
+        x1, x2 = torch.arange(3.0), torch.arange(3.0)
+        e, j = _written_with_grad(x1, w1), jfn(x2, w2)
+        assert j is x2
+        (e * e).sum().backward()
+        (j * j).sum().backward()
+        torch.testing.assert_close(w2.grad, w1.grad)
+
+
+class _Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total
+
+
+class _Reassigned(torch.nn.Module):
+    """A buffer rebound to a new tensor, then read again (its methods and shape) in the same call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(0))
+
+    def forward(self, x):
+        self.seen = torch.cat([self.seen, x])
+        return self.seen.clone() * self.seen.shape[0]
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_module_buffer_written_and_returned_is_the_buffer(mode):
+    eager, twin = _Counter(), _Counter()
+    jm = jitcore.jit(twin, cache=mode)
+    for i in range(3):
+        x = torch.full((3,), float(i))
+        assert eager(x) is eager.total
+        assert jm(x) is twin.total
+        torch.testing.assert_close(twin.total, eager.total)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_module_buffer_rebound_then_read_in_the_same_call(mode):
+    """Reading a method of the rebound buffer used to fail with an internal error (the prologue guarded the type
+    of `fn.seen.clone`, a method of the program's own tensor)."""
+    eager, twin = _Reassigned(), _Reassigned()
+    jm = jitcore.jit(twin, cache=mode)
+    for i in range(3):
+        x = torch.full((2,), float(i + 1))
+        torch.testing.assert_close(jm(x), eager(x))
+        torch.testing.assert_close(twin.seen, eager.seen)
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_spectral_norm_trains_like_eager(mode):
+    """spectral_norm's power iteration writes its vectors with F.normalize(..., out=self._u)."""
+    torch.manual_seed(0)
+    eager = torch.nn.utils.parametrizations.spectral_norm(torch.nn.Linear(4, 4))
+    twin = copy.deepcopy(eager)
+    jm = jitcore.jit(twin, cache=mode)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        e, j = eager(x), jm(x)
+        torch.testing.assert_close(j, e)
+        e.sum().backward()
+        j.sum().backward()
+        for (name, a), b in zip(eager.named_parameters(), twin.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, msg=name)
+        for (name, a), b in zip(eager.named_buffers(), twin.buffers()):
+            torch.testing.assert_close(b, a, msg=name)
