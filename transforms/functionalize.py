@@ -58,8 +58,6 @@ class Writeback:
     arg_index: int  # position in trace.args of the mutated input
     output_index: int  # position in the functional trace's output of its final value
     recorded: bool = True  # whether autograd recorded a write into it (else it is written back under no_grad)
-    returned: tuple = ()  # positions of the flat outputs that are this input itself (`x.add_(1); return x`): the
-    # caller gets its own tensor back, after the write, as eager hands it back (not a new tensor of equal values)
 
 
 @dataclass
@@ -107,8 +105,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
             for i, a in enumerate(trace.args):
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
                     recorded = a.name in st.recorded
-                    returned = tuple(k for k, o in enumerate(out_leaves) if isinstance(o, TensorProxy) and o.name == a.name)
-                    writebacks.append(Writeback(i, len(outs), recorded, returned))
+                    writebacks.append(Writeback(i, len(outs), recorded))
                     final = _read(st, a)
                     if final.requires_grad and not recorded:  # copied back under no_grad: no gradient flows
                         final = pm.stop_gradient(final)  # through it (autograd would pass it zeros)

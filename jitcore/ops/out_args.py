@@ -42,8 +42,8 @@ def call_with_out(call, fn, args, kwargs):
     for o, r in zip(outs, results):
         if tuple(o.shape) != tuple(r.shape):
             raise UnsupportedError(
-                "out=", f"{name}(out=...): the out tensor has shape {list(o.shape)} and the result {list(r.shape)}; eager "
-                "would resize the out tensor, which a jitted function does not do",
+                "out=", f"{name}(out=...): the out tensor has shape {list(o.shape)} and the result "
+                f"{list(r.shape)}; eager would resize the out tensor, which a jitted function does not do",
                 hint="pass an out tensor of the result's shape, or use the result (y = op(...)) instead of out=")
         if o.dtype != r.dtype:
             raise UnsupportedError(
