@@ -173,6 +173,8 @@ class JitContext(DefaultContext):
     def _lookaside(self, fn):
         if fn is _checkpoint.checkpoint:
             return self._checkpoint
+        if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
+            return _BackwardHookStandIn
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
         op = torch_map.lookup(fn)
@@ -478,6 +480,34 @@ def _range_lists_pinned(op, takes_ranges: bool):
 
 def _is_leaf(t) -> bool:
     return t.is_leaf
+
+
+class _BackwardHookStandIn:
+    """What nn.Module's call gets for torch.utils.hooks.BackwardHook inside a jitted function. The hooks of a module
+    with backward hooks (register_full_backward_hook, register_full_backward_pre_hook) need the gradients of the
+    module's own inputs and outputs, which the compiled backward (one autograd node for the program) does not hand
+    out: where eager would attach them (grad mode on, a tensor that requires grad), they are refused, not
+    dropped; elsewhere they never run in eager either."""
+
+    def __init__(self, module, *args, **kwargs):
+        self.module = module
+
+    def _unused(self, args):
+        leaves = tree_flatten(args)[0]
+        if torch.is_grad_enabled() and any(isinstance(a, TensorProxy) and a.requires_grad for a in leaves):
+            raise UnsupportedError(
+                "module backward hooks", f"{type(self.module).__name__} has backward hooks (register_full_backward_"
+                "hook or register_full_backward_pre_hook); a jitted program's backward is one autograd node, so they "
+                "would never run",
+                hint="register hooks on the output tensors instead (`y.register_hook(...)` outside the jitted call), "
+                     "jit the module's children rather than the module, or remove the hooks")
+        return args
+
+    def setup_input_hook(self, args):
+        return self._unused(args)
+
+    def setup_output_hook(self, args):
+        return self._unused(args)
 
 
 def _stable_identities(guards, roots):

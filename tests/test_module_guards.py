@@ -471,3 +471,22 @@ def test_linear_with_a_broadcast_bias_differentiates_like_eager():
     torch.nn.functional.linear(a, w, b).sum().backward()
     for g, t in zip(got, (a, w, b)):
         torch.testing.assert_close(g, t.grad)
+
+
+@pytest.mark.parametrize("where", ["the jitted module", "a submodule"])
+def test_module_backward_hooks_are_refused_not_dropped(where):
+    """A full backward hook needs the gradients of one module's inputs and outputs, which the compiled backward (one
+    node) does not hand out: it used to be dropped silently. Registered after the first call, it reaches the
+    guards (nn.Module's call tests `_backward_hooks`) and the next call with a gradient raises; under no_grad, where
+    eager never runs it either, the call goes on."""
+    m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    jm = jitcore.jit(m)
+    x = torch.randn(2, 3, requires_grad=True)
+    jm(x).sum().backward()
+    ran = []
+    (m if where == "the jitted module" else m[0]).register_full_backward_hook(lambda mod, gi, go: ran.append(1))
+    with pytest.raises(jitcore.UnsupportedError, match="backward hooks"):
+        jm(x)
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), m(x))
+    assert ran == []
