@@ -215,3 +215,27 @@ def test_spectral_norm_trains_like_eager(mode):
             torch.testing.assert_close(b.grad, a.grad, msg=name)
         for (name, a), b in zip(eager.named_buffers(), twin.buffers()):
             torch.testing.assert_close(b, a, msg=name)
+
+
+def _written_with_an_input(x):
+    t = x * x
+    t.copy_(x)
+    u = x * 2
+    u.copy_(x.t())
+    return t, u, x
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_an_output_written_with_an_input_does_not_share_its_memory(mode):
+    """t.copy_(x) makes t's value x itself: handing back x (or its transpose) for t let a later write into the
+    output change the input (fuzz seed 12110)."""
+    jfn = jitcore.jit(_written_with_an_input, cache=mode)
+    x = torch.randn(3, 3)
+    t, u, same = jfn(x)
+    assert same is x
+    assert t.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert u.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    before = x.clone()
+    t.add_(1)
+    u.add_(1)
+    torch.testing.assert_close(x, before)

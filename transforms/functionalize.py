@@ -101,6 +101,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
                     _emit(st, bsym)
             out_leaves, spec = tree_flatten(trace.output)
             outs = [_read(st, x) if isinstance(x, Proxy) else x for x in out_leaves]
+            outs = _unaliased_outputs(st, trace, out_leaves, outs)
             writebacks = []
             for i, a in enumerate(trace.args):
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
@@ -116,6 +117,32 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
         define_sizes(new)  # sizes read by the inlined writes: unpacked before their first use
     new.set_provenance("Functionalization (in-place ops and views)", t.seconds)
     return new, writebacks
+
+
+def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> list:
+    """values, with a copy for each output whose value is an input (or a view of one) that eager's output is not:
+    `t = x * x; t.copy_(x); return t` makes t's value x itself, and handing back x would let a later write into
+    one change the other."""
+    args = {a.name for a in trace.args if isinstance(a, TensorProxy)}
+    made = {o.name: b for b in st.new.bound_symbols for o in b.flat_proxy_outs()}
+
+    def input_under(v):
+        while isinstance(v, TensorProxy) and v.name not in args:
+            b = made.get(v.name)
+            if b is None or (b.sym.id not in VIEW_OPS and b.sym.id not in VIEW_PRIMS):
+                return None
+            v = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        return v.name if isinstance(v, TensorProxy) else None
+
+    out = []
+    for x, v in zip(leaves, values):
+        root = input_under(v) if isinstance(v, TensorProxy) and isinstance(x, TensorProxy) else None
+        if root is not None:
+            al = st.alias.get(x.name)
+            if (al.root if al is not None else x.name) != root:
+                v = ltorch.clone(v)
+        out.append(v)
+    return out
 
 
 def _producers(bsyms, out=None) -> dict:
