@@ -239,3 +239,46 @@ def test_an_output_written_with_an_input_does_not_share_its_memory(mode):
     t.add_(1)
     u.add_(1)
     torch.testing.assert_close(x, before)
+
+
+def _softmax_out(x, out):
+    torch.softmax(x, -1, out=out)
+    return out.sum(-1)
+
+
+def test_out_argument_of_an_op_without_a_signature():
+    """torch.softmax's op is an adapter with no signature: out= reached it as an unexpected keyword."""
+    _same_call(_softmax_out, lambda: [torch.randn(2, 3), torch.zeros(2, 3)], "constant values")
+
+
+def test_out_arguments_of_opinfo_samples_write_what_eager_writes():
+    """Every OpInfo op that supports out= (deterministic ones), on its first float32 sample: the out tensor holds
+    eager's values and the call returns it."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    skip = {"empty", "randn", "normal", "multinomial", "bernoulli", "rand", "fft.ihfftn"}  # (ihfftn: eager's out=
+    checked = 0                                                   # path differs from its own functional one)
+    for op in op_db:
+        if not op.supports_out or op.name in skip or op.name.startswith("_"):
+            continue
+        for sample in list(op.sample_inputs("cpu", torch.float32))[:1]:
+            try:
+                expected = op.op(sample.input, *sample.args, **sample.kwargs)
+            except Exception:
+                continue
+            if not isinstance(expected, torch.Tensor):
+                continue
+
+            def f(inp, args, kwargs, out, op=op):
+                return op.op(inp, *args, **kwargs, out=out)
+
+            eager_out, jit_out = torch.full_like(expected, 7), torch.full_like(expected, 7)
+            f(sample.input, sample.args, sample.kwargs, eager_out)
+            try:
+                returned = jitcore.jit(f)(sample.input, sample.args, sample.kwargs, jit_out)
+            except (jitcore.UnsupportedError, jitcore.JitError):
+                continue
+            torch.testing.assert_close(jit_out, eager_out, equal_nan=True, msg=lambda m, n=op.name: f"{n}: {m}")
+            assert returned is jit_out, op.name
+            checked += 1
+    assert checked > 100

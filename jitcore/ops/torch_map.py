@@ -19,14 +19,14 @@ def register_method(name: str, fn):
 def lookup(fn):
     """The op for a torch callable, or None. A callable torch wrapped in another (functools.wraps: importing
     torch._dynamo replaces torch.manual_seed by a wrapper) is the op of the one it wraps. An op with a signature
-    comes as a call that checks its keywords bind (see OverloadAware)."""
+    comes as a call that checks its keywords bind (see OverloadAware); a call with out= writes its result there."""
     try:
         op = TORCH_MAP.get(fn)
         if op is None and hasattr(fn, "__wrapped__"):
             op = TORCH_MAP.get(fn.__wrapped__)
     except TypeError:  # unhashable callable
         return None
-    if op is None or getattr(op, "signature", None) is None:
+    if op is None:
         return op
     call = _AWARE.get(fn)
     if call is None:
@@ -41,6 +41,7 @@ class OverloadAware:
 
     def __init__(self, op, fn):
         self.op, self.fn = op, fn
+        self.signature = getattr(op, "signature", None)
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -49,7 +50,8 @@ class OverloadAware:
 
                 return call_with_out(self, self.fn, args, kwargs)
             try:
-                self.op.signature.bind(*args, **kwargs)
+                if self.signature is not None:
+                    self.signature.bind(*args, **kwargs)
             except TypeError:
                 fallback = FUNCTION_FALLBACKS(self.fn)
                 if fallback is not None:
