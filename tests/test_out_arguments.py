@@ -251,34 +251,37 @@ def test_out_argument_of_an_op_without_a_signature():
     _same_call(_softmax_out, lambda: [torch.randn(2, 3), torch.zeros(2, 3)], "constant values")
 
 
-def test_out_arguments_of_opinfo_samples_write_what_eager_writes():
-    """Every OpInfo op that supports out= (deterministic ones), on its first float32 sample: the out tensor holds
-    eager's values and the call returns it."""
+def _out_ops():
     from torch.testing._internal.common_methods_invocations import op_db
 
-    skip = {"empty", "randn", "normal", "multinomial", "bernoulli", "rand", "fft.ihfftn"}  # (ihfftn: eager's out=
-    checked = 0                                                   # path differs from its own functional one)
-    for op in op_db:
-        if not op.supports_out or op.name in skip or op.name.startswith("_"):
-            continue
-        for sample in list(op.sample_inputs("cpu", torch.float32))[:1]:
-            try:
-                expected = op.op(sample.input, *sample.args, **sample.kwargs)
-            except Exception:
-                continue
-            if not isinstance(expected, torch.Tensor):
-                continue
+    # random or uninitialized results, and fft.ihfftn (eager's out= path differs from its own functional one)
+    skip = {"empty", "randn", "normal", "multinomial", "bernoulli", "rand", "fft.ihfftn"}
+    return [op for op in op_db if op.supports_out and op.name not in skip and not op.name.startswith("_")]
 
-            def f(inp, args, kwargs, out, op=op):
-                return op.op(inp, *args, **kwargs, out=out)
 
-            eager_out, jit_out = torch.full_like(expected, 7), torch.full_like(expected, 7)
-            f(sample.input, sample.args, sample.kwargs, eager_out)
-            try:
-                returned = jitcore.jit(f)(sample.input, sample.args, sample.kwargs, jit_out)
-            except (jitcore.UnsupportedError, jitcore.JitError):
-                continue
-            torch.testing.assert_close(jit_out, eager_out, equal_nan=True, msg=lambda m, n=op.name: f"{n}: {m}")
-            assert returned is jit_out, op.name
-            checked += 1
-    assert checked > 100
+OUT_OPS = _out_ops()
+
+
+@pytest.mark.parametrize("op", OUT_OPS, ids=[f"{op.name}.{op.variant_test_name}" for op in OUT_OPS])
+def test_out_argument_of_opinfo_samples_writes_what_eager_writes(op):
+    """Each OpInfo op that supports out=, on its first float32 sample: the out tensor holds eager's values and the
+    call returns it."""
+    sample = next(iter(op.sample_inputs("cpu", torch.float32)), None)
+    try:
+        expected = op.op(sample.input, *sample.args, **sample.kwargs)
+    except Exception:
+        pytest.skip("eager refuses the sample")
+    if not isinstance(expected, torch.Tensor):
+        pytest.skip("several results")
+
+    def f(inp, args, kwargs, out):
+        return op.op(inp, *args, **kwargs, out=out)
+
+    eager_out, jit_out = torch.full_like(expected, 7), torch.full_like(expected, 7)
+    f(sample.input, sample.args, sample.kwargs, eager_out)
+    try:
+        returned = jitcore.jit(f)(sample.input, sample.args, sample.kwargs, jit_out)
+    except jitcore.JitError as e:  # refused with a jitcore error (tensordot's broadcast contraction): not silent
+        pytest.skip(f"refused: {type(e).__name__}")
+    torch.testing.assert_close(jit_out, eager_out, equal_nan=True)
+    assert returned is jit_out
