@@ -106,6 +106,9 @@ class Guards:
     lengths: dict = field(default_factory=dict)
     predicates: list = field(default_factory=list)
     data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
+    # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
+    # one tensor for both is another call
+    distinct: list = field(default_factory=list)
     # the saved_tensors_hooks active around a call that the programs were built for: None (none) or (pack, unpack);
     # False: not checked (no backward, or jit's own pair)
     saved_hooks: object = False
@@ -166,9 +169,15 @@ class JitContext(DefaultContext):
         return op
 
     def on_call_native(self, fn, args, kwargs):
-        """Native code reads a list's items directly: a RangeList handed to it records its predicates first."""
+        """Native code reads a list's items directly: a RangeList handed to it records its predicates first, and the
+        items of a list, tuple or dict the call was given (`x.reshape(shape_arg)`) are guarded, as if read one by
+        one."""
         if ranges.unread(self.trace):
             ranges.pin_within((args, kwargs))
+        if self._container_ids:
+            for a in (*args, *kwargs.values()):
+                if type(a) in (tuple, list, dict) and id(a) in self._container_ids:
+                    self._proxify(a)
 
     def _lookaside(self, fn):
         if fn is _checkpoint.checkpoint:
@@ -254,6 +263,8 @@ class JitContext(DefaultContext):
                 return proxy
             prov = self._provenance_of(x)  # a list built natively from an external one: `[x] + self.weights`
             return x if prov is None else self._tensor_input(x, prov)
+        if known is not None:  # a number (`torch.tensor(list_arg)` reads them all) or a nested list: guarded
+            x = self.on_external_value(x, Item(known[1], key))
         return self._proxify(x) if type(x) in (tuple, list, dict) else x
 
     def _provenance_of(self, t):
@@ -335,6 +346,15 @@ class JitContext(DefaultContext):
                 (provenance, p.name) not in self.aliases:
             self.aliases.append((provenance, p.name))
         return p
+
+    def on_is(self, a, b):
+        """`a is b` was False: where a and b are two tensor inputs, a call that passes one tensor for both would take
+        the other branch, so the prologue checks they are still two."""
+        if type(a) is TensorProxy and type(b) is TensorProxy:
+            names = {i.proxy.name for i in self.inputs}
+            pair = tuple(sorted((a.name, b.name)))
+            if a.name in names and b.name in names and pair not in self.guards.distinct:
+                self.guards.distinct.append(pair)
 
     def concrete_value(self, proxy, kind: str):
         """What Python needs of a tensor's data (`if mask.all():`), computed from this call's inputs and guarded."""

@@ -601,3 +601,16 @@ def test_a_dict_with_its_keys_in_another_order_is_another_call(cache):
     if cache != "no caching":  # (there, every call is traced)
         assert jitcore.cache_misses(jfn) == 2
         assert "in this order" in jitcore.cache_miss_reasons(jfn)[-1]
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_two_tensor_arguments_that_the_function_compared_by_identity(mode):
+    """`x is y` was False when traced: a later call passing one tensor for both took the compiled branch, silently."""
+    def f(x, y):
+        return x * 2 if x is y else y * 3
+
+    jfn = jitcore.jit(f, cache=mode)
+    a, b = torch.ones(2), torch.zeros(2)
+    for args in [(a, b), (a, a), (b, b), (a, b)]:
+        torch.testing.assert_close(jfn(*args), f(*args))
+    assert jitcore.cache_misses(jfn) == 2

@@ -77,7 +77,7 @@ def inputs_overlap(inputs, mutated) -> bool:
 # -- the signature key -------------------------------------------------------------------------------------------
 _TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 KEY_VALUE_TYPES = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device})
-_SYMBOLIC_VALUE_TYPES = KEY_VALUE_TYPES - {int, float}
+SYMBOLIC_VALUE_TYPES = KEY_VALUE_TYPES - {int, float}
 _KW = object()
 
 
@@ -93,7 +93,7 @@ def key_constant(args, kwargs):
 def key_symbolic(args, kwargs):
     """Like key_constant with the rank instead of the sizes, and the type only of ints and floats."""
     k = tuple([(t, a.dim(), a.dtype, a.device, a.requires_grad) if (t := type(a)) in _TENSORS
-               else (t, a) if t in _SYMBOLIC_VALUE_TYPES else t for a in args])
+               else (t, a) if t in SYMBOLIC_VALUE_TYPES else t for a in args])
     if kwargs:
         k += (_KW, *[(name, key_symbolic((v,), None)) for name, v in kwargs.items()])
     return k

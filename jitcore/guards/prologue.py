@@ -15,6 +15,7 @@ import sys
 import torch
 
 from jitcore.guards import data_guards, module_state
+from jitcore.guards.cache import KEY_VALUE_TYPES, SYMBOLIC_VALUE_TYPES
 from jitcore.guards.module_guards import module_split
 from jitcore.guards.module_state import ModuleGuardState
 from jitcore.hooks import ambient_hooks, top_hooks
@@ -356,7 +357,9 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
             b.append(BoundSymbol(_module_state_lines, (state, split.anchors), {}, None))
             binder.bound.update({prov: f"a{i}" for i, prov in enumerate(split.anchors)})
         if hot:
-            items = [it for it in items if not (it[1][1] == "value" and _key_covered(it[1][0]))]
+            keyed = SYMBOLIC_VALUE_TYPES if symbolic else KEY_VALUE_TYPES  # what the signature key holds by value
+            items = [it for it in items if not (it[1][1] == "value" and _key_covered(it[1][0])
+                                                and type(it[1][2]) in keyed)]
         for n, (prov, kind, value) in items:
             b += _guard_lines(binder, prov, kind, value, n, kw, roots)
         # the inputs data guards recompute their values from, and those alias checks compare (a module's list of
@@ -366,6 +369,9 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
             b += _input_lines(inp, binder, kw, hot, symbolic, roots, split, read)
         for prov, name in aliases:
             b.append(_alias_check(prov, name, binder, kw))
+        for x, y in guards.distinct:
+            b.append(BoundSymbol(check, ([(f"{x} is {y}", f"{x} and {y}: expected two different tensors")],), kw,
+                                 None))
         for pred in guards.predicates:
             b.append(BoundSymbol(check_math if "math." in pred else check,
                                  ([(f"not ({pred})", predicate_reason(pred))],), kw, None))

@@ -119,7 +119,10 @@ def COMPARE_OP(frame, inst):
 def IS_OP(frame, inst):
     stack = frame.stack
     b = stack.pop()
-    stack[-1] = (stack[-1] is b) != bool(inst.arg)
+    a = stack[-1]
+    if a is not b and frame.rt.on_is is not None:  # the answer depends on the call's objects: the context guards it
+        frame.rt.on_is(a, b)
+    stack[-1] = (a is b) != bool(inst.arg)
 
 
 @handler("CONTAINS_OP")

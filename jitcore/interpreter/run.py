@@ -90,6 +90,7 @@ class Runtime:
         default = DefaultContext()
         # the hooks, bound once (a ctx may omit any of them: the default is used)
         self.lookaside = getattr(ctx, "lookaside", default.lookaside)
+        self.on_is = getattr(ctx, "on_is", None)  # `a is b` of two different objects (IS_OP), or None
         self.should_inline = getattr(ctx, "should_inline", default.should_inline)
         self.on_external_value = getattr(ctx, "on_external_value", default.on_external_value)
         self.isinstance_hook = getattr(ctx, "isinstance_hook", default.isinstance_hook)
