@@ -1,8 +1,9 @@
 """Numbers inside list, tuple and dict arguments that ops read directly (`x.reshape(shape)`, `F.pad(x, pads)`,
 `torch.tensor(values)`, `x.sum(dim=d["dims"])`): each is guarded, so a call with other numbers is another call.
 Before, only the container's length was: `x.reshape([4, 3])` after `x.reshape([3, 4])` reused the first shape,
-silently. A seeded generator writes programs that hand such containers to ops and calls each with several
-containers of the same lengths, against eager."""
+silently; so did `x.view(*shape)` and `f(**options)` (the call opcodes unpacked them natively). A seeded
+generator writes programs that hand such containers to ops and calls each with several containers of the same
+lengths, against eager."""
 from __future__ import annotations
 
 import random
@@ -30,14 +31,24 @@ TEMPLATES = [
     ("y = x.split(a, 1)[0]", lambda r: r.choice([[1, 3], [2, 2], [3, 1]])),
     ("y = torch.tensor(a).sum() * x", lambda r: [[r.uniform(-1, 1), r.uniform(-1, 1)], [r.uniform(-1, 1), 0.5]]),
     ("y = x.clamp(*a)", lambda r: (r.uniform(-1, 0), r.uniform(0, 1))),
+    # unpacked into calls: `*a` of a list and `**a` of a dict, read natively by the call opcodes
+    ("y = x.reshape(-1).view(*a)", lambda r: r.choice([[3, 4], [4, 3], [2, 6]])),
+    ("y = torch.zeros(*a) + x.sum()", lambda r: r.choice([[3, 4], [4, 3], [2, 6]])),
+    ("y = x.reshape(-1).view(*a[1:], a[0])", lambda r: r.choice([[3, 4], [4, 3], [2, 6]])),
+    ("y = _scaled(x, **a)", lambda r: {"scale": r.uniform(-2, 2), "shift": r.choice([0.0, 1.0])}),
+    ("y = _scaled(x, **{**a, 'shift': 0.5})", lambda r: {"scale": r.uniform(-2, 2)}),
 ]
+
+
+def _scaled(x, scale, shift=0.0):
+    return x * scale + shift
 
 
 def _program(seed: int):
     r = random.Random(seed)
     statement, make = TEMPLATES[seed % len(TEMPLATES)]
     source = f"def f(x, a):\n    {statement}\n    return y * 2\n"
-    scope = {"torch": torch, "F": F}
+    scope = {"torch": torch, "F": F, "_scaled": _scaled}
     exec(compile(source, f"<container program {seed}>", "exec"), scope)
     return scope["f"], source, [make(r) for _ in range(5)]
 

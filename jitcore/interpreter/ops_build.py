@@ -101,6 +101,8 @@ def DICT_UPDATE(frame, inst):
     update = frame.stack.pop()
     if not hasattr(update, "keys"):
         raise TypeError(f"'{type(update).__name__}' object is not a mapping")
+    if id(update) in frame.rt.external:  # `{**d}` of an argument: its values read with provenance (guarded)
+        update = {k: access.get_item(frame.rt, update, k) for k in update.keys()}
     frame.stack[-inst.arg].update(update)
 
 
@@ -112,10 +114,11 @@ def DICT_MERGE(frame, inst):
     fn = stack[-inst.arg - 2]
     if not hasattr(update, "keys"):
         raise TypeError(f"{func_str(fn)} argument after ** must be a mapping, not {type(update).__name__}")
+    external = id(update) in frame.rt.external  # `f(**d)` of an argument: its values read with provenance
     for k in update.keys():
         if k in target:
             raise TypeError(f"{func_str(fn)} got multiple values for keyword argument '{k}'")
-        target[k] = update[k]
+        target[k] = access.get_item(frame.rt, update, k) if external else update[k]
 
 
 def _collect(rt, seq, n_min, exact):

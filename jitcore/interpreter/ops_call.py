@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import types
 
+from jitcore.interpreter import access
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.registry import handler
 from jitcore.interpreter.run import RETURNED
@@ -58,15 +59,18 @@ def CALL_FUNCTION_EX(frame, inst):
     callargs = stack.pop()
     fn = stack.pop()
     stack.pop()  # NULL
-    if type(kwargs) is not dict:
+    rt = frame.rt
+    if type(kwargs) is not dict or id(kwargs) in rt.external:  # (an external dict's values: read with provenance)
         if not hasattr(kwargs, "keys"):
             raise TypeError(f"{func_str(fn)} argument after ** must be a mapping, not {type(kwargs).__name__}")
-        kwargs = {k: kwargs[k] for k in kwargs.keys()}
-    if type(callargs) is not tuple:
+        kwargs = {k: access.get_item(rt, kwargs, k) for k in kwargs.keys()}
+    if id(callargs) in rt.external and type(callargs) in (tuple, list):  # `f(*shape)` of an argument: its items
+        callargs = tuple(access.get_iter(rt, callargs))  # are read with provenance (guarded), not natively
+    elif type(callargs) is not tuple:
         if not hasattr(type(callargs), "__iter__") and not hasattr(type(callargs), "__getitem__"):
             raise TypeError(f"{func_str(fn)} argument after * must be an iterable, not {type(callargs).__name__}")
         callargs = tuple(callargs)
-    stack.append(frame.rt.call(fn, callargs, kwargs))
+    stack.append(rt.call(fn, callargs, kwargs))
 
 
 @handler("MAKE_FUNCTION")
