@@ -175,7 +175,8 @@ class JitContext(DefaultContext):
         if ranges.unread(self.trace):
             ranges.pin_within((args, kwargs))
         if self._container_ids:
-            for a in (*args, *kwargs.values()):
+            owner = getattr(fn, "__self__", None) if getattr(fn, "__name__", None) in _READS_WHOLE else None
+            for a in (owner, *args, *kwargs.values()):
                 if type(a) in (tuple, list, dict) and id(a) in self._container_ids:
                     self._proxify(a)
 
@@ -500,6 +501,12 @@ def _range_lists_pinned(op, takes_ranges: bool):
 
 def _is_leaf(t) -> bool:
     return t.is_leaf
+
+
+# methods of a list, tuple or dict that read it whole, natively (`shape.copy()`, `dims.index(2)`)
+_READS_WHOLE = frozenset({"copy", "index", "count", "__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+                          "__ge__", "__add__", "__mul__", "__rmul__", "__hash__", "__repr__", "__str__", "values",
+                          "items"})
 
 
 class _BackwardHookStandIn:

@@ -65,3 +65,24 @@ def test_numbers_in_container_arguments_are_guarded(seed, mode):
         except Exception:
             continue
         torch.testing.assert_close(jfn(x, a), expected, msg=lambda m, a=a: f"{source}with a={a!r}: {m}")
+
+
+# Python reading a list argument: by item, whole (compared, searched, concatenated, copied) or through builtins
+READS = ["sum(a)", "max(a)", "sorted(a)[0]", "math.prod(a)", "a.index(max(a))", "a.count(a[0])", "(3 in a) * 1.0",
+         "any(v > 2 for v in a) * 1.0", "sum(i * v for i, v in enumerate(a))", "float(a == [1, 2, 3])",
+         "float([1, 2, 3] != a)", "a[::-1][0]", "sum(a[1:])", "(a + [5])[-2]", "(a * 2)[4]", "float(a < [2])",
+         "a.copy()[2]", "([0] + a)[1]", "str(a).count('2')", "sum(dict(zip('abc', a)).values())"]
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("read", READS)
+def test_a_list_argument_read_whole_is_guarded(read, mode):
+    import math
+
+    scope = {"math": math}
+    exec(compile(f"def f(x, a):\n    return x * ({read})\n", "<read>", "exec"), scope)
+    fn = scope["f"]
+    jfn = jitcore.jit(fn, cache=mode)
+    x = torch.ones(2)
+    for a in ([1, 2, 3], [3, 1, 2], [0, 5, 2], [1, 2, 3]):
+        torch.testing.assert_close(jfn(x, list(a)), fn(x, list(a)), msg=lambda m, a=a: f"{read} with a={a}: {m}")

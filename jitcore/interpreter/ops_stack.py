@@ -93,6 +93,9 @@ _INPLACE_DUNDERS = {operator.iadd: "__iadd__", operator.imul: "__imul__", operat
 _MUTABLE_BUILTINS = (list, dict, set, bytearray)
 
 
+_CONTAINERS = (list, tuple, dict)
+
+
 @handler("BINARY_OP", prepare=_prepare_binary)
 def BINARY_OP(frame, inst):
     stack = frame.stack
@@ -101,6 +104,8 @@ def BINARY_OP(frame, inst):
     if type(a) in _MUTABLE_BUILTINS and inst.aux in _INPLACE_DUNDERS and id(a) in frame.rt.external:
         stack[-1] = frame.rt.call_native(getattr(type(a), _INPLACE_DUNDERS[inst.aux]), (a, b), {})
         return
+    if type(a) in _CONTAINERS or type(b) in _CONTAINERS:  # `shape + [1]`, `shape * 2`: read whole, natively
+        frame.rt.read_whole(a, b)
     stack[-1] = as_user(inst.aux, a, b) if type(a) is str else inst.aux(a, b)  # (`"%s" % n`: the value's text)
 
 
@@ -112,6 +117,8 @@ def _prepare_compare(inst, code):
 def COMPARE_OP(frame, inst):
     stack = frame.stack
     b = stack.pop()
+    if type(b) in _CONTAINERS or type(stack[-1]) in _CONTAINERS:  # `shape == [1, 2]`: compared whole, natively
+        frame.rt.read_whole(stack[-1], b)
     stack[-1] = inst.aux(stack[-1], b)
 
 
@@ -129,6 +136,8 @@ def IS_OP(frame, inst):
 def CONTAINS_OP(frame, inst):
     stack = frame.stack
     b = stack.pop()
+    if type(b) in _CONTAINERS:  # `3 in dims`: searched natively
+        frame.rt.read_whole(b)
     stack[-1] = (stack[-1] in b) != bool(inst.arg)
 
 

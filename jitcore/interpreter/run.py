@@ -218,6 +218,12 @@ class Runtime:
             inner = self.report(inner, Attr(prov, name))
         return self.call(inner, args, kwargs)
 
+    def read_whole(self, *objs):
+        """Native code is about to read these objects whole (`shape == [1, 2]`, `3 in dims`, `shape + [1]`): the
+        context guards what an external list, tuple or dict among them holds, as if read item by item."""
+        if self.notify_native and any(id(o) in self.external for o in objs):
+            self.ctx.on_call_native(None, objs, {})
+
     def call_native(self, fn, args, kwargs):
         if self.notify_native:
             self.ctx.on_call_native(fn, args, kwargs)
