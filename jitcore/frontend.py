@@ -185,6 +185,9 @@ class JitContext(DefaultContext):
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
             return _BackwardHookStandIn
+        refused = _refused_inside(fn)
+        if refused is not None:
+            return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
         op = torch_map.lookup(fn)
@@ -501,6 +504,33 @@ def _range_lists_pinned(op, takes_ranges: bool):
 
 def _is_leaf(t) -> bool:
     return t.is_leaf
+
+
+def _refused_inside(fn):
+    """A stand-in raising UnsupportedError for what cannot run inside a traced program, or None: the methods of an
+    optimizer, an LR scheduler or a grad scaler (run natively, they would update the real parameters once, while
+    tracing, and the program would do nothing on later calls) and gradient computations (the program's backward is
+    made after it is traced)."""
+    mod = getattr(fn, "__module__", None) or ""
+    if mod.startswith(("torch.optim", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler")):
+        what, hint = (f"{getattr(fn, '__qualname__', fn)} ({mod}) inside a jitted function: an optimizer, scheduler "
+                      "or grad scaler reads and updates the real parameters and its own state, which a traced "
+                      "program cannot replay"), "call opt.step(), opt.zero_grad(), scheduler.step() and the grad " \
+                                                "scaler outside the jitted function; jit the model or the loss"
+    elif fn in _GRADIENT_CALLS:
+        what, hint = (f"{getattr(fn, '__qualname__', fn)} inside a jitted function: the program's backward is built "
+                      "from the whole program, after it is traced"), "return the loss and call loss.backward() (or " \
+                                                                    "torch.autograd.grad) outside the jitted function"
+    else:
+        return None
+
+    def refuse(*args, **kwargs):
+        raise UnsupportedError("callable", what, hint=hint)
+
+    return refuse
+
+
+_GRADIENT_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
 
 
 # methods of a list, tuple or dict that read it whole, natively (`shape.copy()`, `dims.index(2)`)

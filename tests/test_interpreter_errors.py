@@ -8,6 +8,7 @@ import types
 import pytest
 import torch
 
+import jitcore
 from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.interpreter import DefaultContext, interpret
 from jitcore.interpreter.registry import registered_names
@@ -133,3 +134,38 @@ def test_recursion_beyond_limit_is_recursion_error():
 
     with pytest.raises(RecursionError):
         interpret(down, (0,), {}, DefaultContext())
+
+
+def _opt_step(opt):
+    opt.step()
+
+
+def _train_step(model, x):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    return loss
+
+
+def _grads(model, x):
+    return torch.autograd.grad(model(x).sum(), list(model.parameters()))
+
+
+@pytest.mark.parametrize("call", ["optimizer step", "scheduler step", "grad scaler", "tensor.backward",
+                                  "autograd.grad"])
+def test_what_a_traced_program_cannot_replay_is_refused(call):
+    """An optimizer called inside a jitted function ran natively while tracing: it updated the real parameters
+    once and later calls did nothing (with momentum, silently wrong from the second step)."""
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    before = [p.detach().clone() for p in model.parameters()]
+    fn, args = {"optimizer step": (_opt_step, (opt,)),
+                "scheduler step": (lambda s: s.step(), (torch.optim.lr_scheduler.StepLR(opt, 1),)),
+                "grad scaler": (lambda s, x: s.scale(x.sum()), (torch.amp.GradScaler("cpu"), torch.ones(3))),
+                "tensor.backward": (_train_step, (model, torch.randn(3, 4))),
+                "autograd.grad": (_grads, (model, torch.randn(3, 4)))}[call]
+    with pytest.raises(jitcore.UnsupportedError, match=r"outside the jitted function|the grad scaler outside"):
+        jitcore.jit(fn)(*args)
+    for p, b in zip(model.parameters(), before):
+        assert torch.equal(p.detach(), b)

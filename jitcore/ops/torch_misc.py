@@ -209,3 +209,15 @@ TORCH_MAP.update({
     torch.is_complex: lambda input: input.dtype.is_complex,
     torch.result_type: _result_type,
 })
+
+
+def _backward(self, *args, **kwargs):
+    """`loss.backward()` inside a jitted function: the program's backward is built from the whole program once it is
+    traced; a backward in the middle of it has nothing to run."""
+    raise UnsupportedError(
+        "callable", "tensor.backward() inside a jitted function: the program's backward is built from the whole "
+                    "program, after it is traced",
+        hint="return the loss and call loss.backward() outside the jitted function")
+
+
+register_method("backward", _backward)
