@@ -267,9 +267,21 @@ class JitContext(DefaultContext):
                 return proxy
             prov = self._provenance_of(x)  # a list built natively from an external one: `[x] + self.weights`
             return x if prov is None else self._tensor_input(x, prov)
-        if known is not None:  # a number (`torch.tensor(list_arg)` reads them all) or a nested list: guarded
-            x = self.on_external_value(x, Item(known[1], key))
+        if known is not None and self._held_before_call(known[0], key, x):  # a number (`torch.tensor(list_arg)`
+            x = self.on_external_value(x, Item(known[1], key))  # reads them all) or a nested list: guarded
         return self._proxify(x) if type(x) in (tuple, list, dict) else x
+
+    def _held_before_call(self, container, key, x) -> bool:
+        """Whether container[key] held x when the call began (a container the call wrote into holds its own values
+        too: those are the program's, derived from what it read, not something to guard)."""
+        runtime = getattr(self, "_runtime", None)
+        before = runtime.effects.contents_before(container) if runtime is not None else None
+        if before is None:
+            return True
+        try:
+            return before[key] is x
+        except (KeyError, IndexError, TypeError):
+            return False
 
     def _provenance_of(self, t):
         """Where an external container seen so far holds tensor t (the same object), or None."""

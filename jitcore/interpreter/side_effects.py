@@ -81,6 +81,7 @@ class SideEffectLog:
         self._undo: list = []
         self._snapshotted: set = set()
         self._keepalive: list = []
+        self._held_before: dict = {}  # id(obj) -> copies of the dicts its instance dict held, before its first write
         self._before: dict = {}  # id(container) -> its contents, or (id(obj), name) / id(obj) -> attributes, as
         # they were before the call's first write (reads after writes find where a value came from)
 
@@ -114,6 +115,12 @@ class SideEffectLog:
         # whole instance dict, plus the dicts it holds (nn.Module keeps _parameters/_buffers/_modules there)
         saved = self._before[id(obj)] = dict(d)
         subs = [(v, dict(v)) for v in d.values() if type(v) in (dict, OrderedDict)]
+        self._held_before[id(obj)] = [old for _, old in subs]
+        # the same contents, as containers read through `obj.__dict__[k]` or `module._buffers[k]` see them: a value
+        # there that the call wrote is its own, not one the call was given
+        for container, contents in ((d, saved), *subs):
+            if self._once(id(container), container):
+                self._before[id(container)] = contents
 
         def restore():
             _restore_dict(d, saved)
@@ -174,7 +181,12 @@ class SideEffectLog:
         wrote no attribute of obj."""
         saved = self._before.get(id(obj))
         if isinstance(saved, dict):
-            return saved.get(name, MISSING)
+            if name in saved:
+                return saved[name]
+            for held in self._held_before.get(id(obj), ()):  # found through a dict the object holds (nn.Module's
+                if name in held:  # _buffers, _parameters, _modules): what that dict held before the call
+                    return held[name]
+            return MISSING
         return self._before.get((id(obj), name), NOT_WRITTEN)
 
     # -- the writes ------------------------------------------------------------------------------------------
