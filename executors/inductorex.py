@@ -268,6 +268,17 @@ COMPILED: dict = {}  # canonical key -> CompiledRegion
 # eager's numerics: a value the program rounds to half precision is rounded inside fused kernels too (Inductor's
 # default keeps it in float32 across fused ops, so results drift from eager's)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
+# CPU regions: Inductor's C++ wrapper, so a region's kernels and the code calling them are one C++ source, built by one
+# compiler run (with the Python wrapper each kernel is a compiler run of its own, and each run parses the same large
+# headers again: the GPT-2 block's backward region was 8 runs, seconds each). GPU regions keep the Python wrapper
+# (their kernels are Triton's; a C++ wrapper would add a compiler run), and so do dynamic regions (torch 2.13's C++
+# wrapper fails on the symbolic sizes of the graphs compile_symbolic makes).
+CPU_OPTIONS = {"cpp_wrapper": True}
+
+
+def compile_options(device_type: str, dynamic: bool = False) -> dict:
+    """The options a region on this device type is compiled with (part of the on-disk cache's key)."""
+    return {**COMPILE_OPTIONS, **CPU_OPTIONS} if device_type == "cpu" and not dynamic else dict(COMPILE_OPTIONS)
 # compiled: CompiledRegions made, reused: taken from COMPILED, fallbacks: compiles that failed (the region runs
 # eagerly), loaded: variants taken from a package; the compiles themselves are counted in
 # executors.regions.COMPILE_EVENTS
@@ -305,9 +316,10 @@ class CompiledRegion:
     rejects compiles another guarded variant. Sizes that only change value reuse the compiled code.
     """
 
-    def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0):
+    def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0, device_type: str = "cpu"):
         self.eager_fn, self.key, self.dims = fn, key, dims
         self.dynamic = dims is not None
+        self.options = compile_options(device_type, self.dynamic)
         self.single, self.n_args = single, n_args  # (one output, not a tuple; how many arguments)
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
@@ -377,7 +389,7 @@ class CompiledRegion:
             with _quiet():
                 graph = _graph_of(self.eager_fn, "fake", args)
                 cpu_compiler_ready()
-                run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
+                run = torch._inductor.compile(graph, list(args), options=self.options)
         except Exception as e:
             return self._failed(e, strides)
         self._store(run, strides, None)
@@ -390,7 +402,7 @@ class CompiledRegion:
             return
         record = inductor_kernels.export_variant(run, self.n_args)
         if record is not None:
-            inductor_kernels.store(self.key[0], COMPILE_OPTIONS, {**record, "strides": strides,
+            inductor_kernels.store(self.key[0], self.options, {**record, "strides": strides,
                                                                   "guard": getattr(guard, "text", None)})
 
     def _compile_dynamic(self, args):
@@ -402,7 +414,7 @@ class CompiledRegion:
             COMPILE_EVENTS[0] += 1
             try:
                 with _quiet():
-                    guard, run = compile_symbolic(self.eager_fn, args, self.dims)
+                    guard, run = compile_symbolic(self.eager_fn, args, self.dims, self.options)
             except Exception as e:
                 return self._failed(e)
             self._store(run, None, guard)
@@ -458,6 +470,8 @@ def _list_taking(run):
     not the known ones that only pass the arguments on."""
     f = run
     for _ in range(8):
+        if type(f).__name__ == "SerializableCompiledFunction":  # (AOTAutograd's cache hit: the function it holds)
+            f = f.compiled_fn
         code = getattr(f, "__code__", None)
         if code is None:
             return None
@@ -504,7 +518,7 @@ def _graph_of(fn, tracing_mode: str, args):
     return make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode=tracing_mode)(*args)
 
 
-def compile_symbolic(fn, args, dims):
+def compile_symbolic(fn, args, dims, options=None):
     """(guard, compiled): fn compiled by Inductor for symbolic sizes where `dims` says (per argument: a tuple of
     bools per tensor dimension, None for an integer, which is a symbol), and the shape environment's guards as a
     function of the same arguments (True: the compiled code is right for them)."""
@@ -532,7 +546,8 @@ def compile_symbolic(fn, args, dims):
     with torch._guards.tracing(torch._guards.TracingContext(mode)):
         # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which
         # are not these: it fails on a hit, so a dynamic region is compiled without it)
-        run = compile_fx(graph, fakes, config_patches={**COMPILE_OPTIONS, "fx_graph_cache": False})
+        run = compile_fx(graph, fakes, config_patches={**(COMPILE_OPTIONS if options is None else options),
+                                                       "fx_graph_cache": False})
     # after compiling, so Inductor's own assumptions are in it too
     placed = [(f, LocalSource(f"t{i}")) for i, f in enumerate(fakes) if type(f) is not int]
     checks += env.produce_guards([f for f, _ in placed], [s for _, s in placed], ignore_static=False)
@@ -574,6 +589,14 @@ def is_dynamic(sub: Trace) -> bool:
     return region_dims(sub) is not None
 
 
+def region_device(sub: Trace) -> str:
+    """The device type of a region's tensors (one device: the executor claims no line mixing them)."""
+    for p in list(sub.args) + [o for b in sub.bound_symbols for o in b.flat_proxy_outs()]:
+        if isinstance(p, TensorProxy):
+            return p.device.type
+    return "cpu"
+
+
 def compile_region(sub: Trace):
     key = canonical_key(sub)
     found = COMPILED.get(key)
@@ -583,12 +606,13 @@ def compile_region(sub: Trace):
         return found
     STATS["compiled"] += 1
     region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
-                                            single=not isinstance(sub.output, tuple), n_args=len(sub.args))
+                                            single=not isinstance(sub.output, tuple), n_args=len(sub.args),
+                                            device_type=region_device(sub))
     if key[1]:  # (constants by identity: nothing from another process can match it)
         return region
     found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)
     if found is None and not inductor_kernels.LOADING[0]:
-        found = inductor_kernels.stored(key[0], COMPILE_OPTIONS, region.single, region.dynamic)  # (the disk cache)
+        found = inductor_kernels.stored(key[0], region.options, region.single, region.dynamic)  # (the disk cache)
     if found is not None:
         region.adopt(*found)
         COMPILE_EVENTS[1] += 1  # (ready-made, as a region reused in this process)
