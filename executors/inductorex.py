@@ -109,9 +109,10 @@ _ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_c
 def warm_cpu_compiler():
     """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
     for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
-    compiles, where Inductor runs them one after another). They run here side by side in threads, while the
-    program is traced and its regions are formed; the first compile waits for them (cpu_compiler_ready). Nothing
-    else runs in those threads: an import there could race the program's own imports while it is traced."""
+    compiles, where Inductor runs them one after another). They run here side by side in threads, from the moment a
+    CPU region is formed that no cache holds (compile_region) while the rest of the program is formed and the region
+    traced to an aten graph; the first compile waits for them (cpu_compiler_ready). Nothing else runs in those
+    threads: an import there could race the program's own imports while it is traced."""
     if _ISA_CHECKS:
         return
     _ISA_CHECKS.append(None)
@@ -129,10 +130,32 @@ def warm_cpu_compiler():
         flags = cpu_vec_isa.x86_isa_checker()
         todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
         pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
-        _ISA_CHECKS.extend(pool.submit(bool, isa) for isa in todo)
+        _ISA_CHECKS.extend(pool.submit(_check_isa, isa) for isa in todo)
         pool.shutdown(wait=False)
     except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
         return
+
+
+# what the check of an instruction set builds and loads: its intrinsics header, with its compiler flags
+_ISA_PROBE = """
+#include <immintrin.h>
+extern "C" int __jitcore_isa_probe(int x) { return x + 1; }
+"""
+
+
+def _check_isa(isa) -> bool:
+    """Whether Inductor may use a vector instruction set the CPU reports: as Inductor's own check, a build with the
+    set's compiler flags and a load of the result in a child process, but of a file that includes only the
+    intrinsics header (under a second, where Inductor's file, which includes ATen's vector headers, takes seconds
+    per set). Its answer stands for Inductor's first check (cached by Inductor per set); the set's further checks
+    (bf16, VNNI, AMX instructions: small files) run as Inductor runs them."""
+    ok = isa.check_build(_ISA_PROBE)
+    isa.check_build = lambda code, _ok=ok: _ok
+    try:
+        isa._VecISA__bool__impl(None)  # (Inductor's cached answer for its default setting, cpp.vec_isa_ok = None)
+    finally:
+        del isa.check_build
+    return bool(isa)
 
 
 def cpu_compiler_ready():
@@ -220,14 +243,12 @@ class InductorExecutor(TorchLinesFusionExecutor):
         if inductor_kernels.LOADING[0]:  # a package's compiled regions are being loaded: they need neither Inductor
             return True, ""  # (seconds to import) nor a compiler; a region they lack imports it when it compiles
         try:
-            import torch._inductor
+            import torch._inductor  # noqa: F401  (whether it imports)
         except Exception as e:
             return False, f"torch._inductor cannot be imported ({e})"
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
         _settle_environment()
-        if not torch.cuda.is_available():  # (regions will be CPU regions: the checks run while the program is traced)
-            warm_cpu_compiler()
         return True, ""
 
     def fusible_ids(self) -> frozenset:
@@ -255,9 +276,6 @@ class InductorExecutor(TorchLinesFusionExecutor):
         return worth_compiling([op_class(b) for b in region.members], region_numel(region), self.min_compute_ops)
 
     def fuse(self, trace: Trace) -> Trace:
-        if not inductor_kernels.LOADING[0] and any(self.claimed(b) and b.flat_proxy_outs()[0].device.type == "cpu"
-                                                 for b in trace.bound_symbols):
-            warm_cpu_compiler()
         return fuse_regions(trace, self.claimed, compile_region, prefix=f"{self.name}_fusion",
                             executor_name=self.name, keep=self.worth_fusing,
                             pass_name=f"Fusion ({self.name}: regions compiled by Inductor)")
@@ -608,14 +626,18 @@ def compile_region(sub: Trace):
     region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
                                             single=not isinstance(sub.output, tuple), n_args=len(sub.args),
                                             device_type=region_device(sub))
-    if key[1]:  # (constants by identity: nothing from another process can match it)
-        return region
-    found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)
-    if found is None and not inductor_kernels.LOADING[0]:
-        found = inductor_kernels.stored(key[0], region.options, region.single, region.dynamic)  # (the disk cache)
+    found = None
+    if not key[1]:  # (constants by identity: nothing from another process can match it)
+        found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)
+        if found is None and not inductor_kernels.LOADING[0]:
+            found = inductor_kernels.stored(key[0], region.options, region.single, region.dynamic)  # (the disk cache)
     if found is not None:
         region.adopt(*found)
         COMPILE_EVENTS[1] += 1  # (ready-made, as a region reused in this process)
+    elif not inductor_kernels.LOADING[0] and region_device(sub) == "cpu":
+        # a CPU region that will compile at its first run: the compiler's checks start now, while the rest of the
+        # program is formed (not earlier: a process whose regions all come from the cache on disk needs none)
+        warm_cpu_compiler()
     return region
 
 
