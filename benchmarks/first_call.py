@@ -4,7 +4,12 @@ empty jitcore cache (no compiler cache on disk does the work) and one thread; th
 `torch.compile()` (which import the compiler) to the end of the first call (its backward included). Reported:
 the median over the repetitions and the ratio jitcore / torch.compile.
 
+`--warm` measures instead the first call of a fresh process whose caches on disk are warm: a first process fills
+an empty cache folder, a second one (timed) uses it (jitcore's compiled-region cache, JITCORE_REGION_CACHE, and
+Inductor's own caches; torch.compile has only the latter).
+
     python -m benchmarks.first_call --reps 3
+    python -m benchmarks.first_call --reps 3 --warm
 """
 from __future__ import annotations
 
@@ -46,20 +51,27 @@ def child(variant: str, train: bool):
     print(MARK + str(time.perf_counter() - start), flush=True)
 
 
-def _one(variant: str, train: bool) -> float:
-    cache = tempfile.mkdtemp(prefix="jitcore-first-call-")
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "JITCORE_CACHE_DIR": cache, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    try:
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.first_call", "--child", variant] +
-                              (["--train"] if train else []), cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=900, check=False)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
+def _run_child(variant: str, train: bool, env: dict) -> float:
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.first_call", "--child", variant] +
+                          (["--train"] if train else []), cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
     line = next((x for x in proc.stdout.splitlines() if x.startswith(MARK)), None)
     if line is None:
         raise RuntimeError(f"{variant}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
     return float(line[len(MARK):])
+
+
+def _one(variant: str, train: bool, warm: bool = False) -> float:
+    cache = tempfile.mkdtemp(prefix="jitcore-first-call-")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "JITCORE_CACHE_DIR": cache, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("JITCORE_REGION_CACHE", None)  # (the cache on disk as users have it: on)
+    try:
+        if warm:
+            _run_child(variant, train, env)
+        return _run_child(variant, train, env)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def main(argv=None):
@@ -67,6 +79,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--child", choices=["jitcore", "torch.compile"])
     p.add_argument("--train", action="store_true")
+    p.add_argument("--warm", action="store_true", help="a second process over the caches the first one filled")
     a = p.parse_args(argv)
     if a.child:
         return child(a.child, a.train)
@@ -74,10 +87,11 @@ def main(argv=None):
         times = {"jitcore": [], "torch.compile": []}
         for _ in range(a.reps):  # (alternating, so a change in the machine's load hits both)
             for variant in times:
-                times[variant].append(_one(variant, train))
+                times[variant].append(_one(variant, train, a.warm))
         j, c = statistics.median(times["jitcore"]), statistics.median(times["torch.compile"])
         print(f"{'forward+backward' if train else 'forward':17s} jitcore [inductor, torch] {j:6.2f} s | "
-              f"torch.compile {c:6.2f} s | ratio {j / c:.2f} (medians of {a.reps} fresh processes each)")
+              f"torch.compile {c:6.2f} s | ratio {j / c:.2f} (medians of {a.reps} fresh processes each"
+              f"{', caches on disk warm' if a.warm else ''})")
 
 
 if __name__ == "__main__":

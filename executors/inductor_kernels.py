@@ -40,6 +40,8 @@ _OTHER_COMPILE = re.compile(r"async_compile\.(?!cpp_pybinding\(|wait\()")
 _INDUCTOR_IMPORT = re.compile(r"^from (torch\._inductor[\w.]*) import (\w+)(?: as (\w+))?$", re.M)
 _EXTERN = re.compile(r"\bextern_kernels\.(\w+)")
 _ARGS_LINE = re.compile(r"^        (.*) = args$", re.M)
+_CPP_WRAPPER = re.compile(r"^inductor_entry = CppWrapperCodeCache\.load_pybinding\(", re.M)
+_CPP_ARITY = re.compile(r"steal_from_raw_handles_to_raii_handles\(input_handles, (\d+)\)")
 
 PACKAGED: dict = {}  # region text -> [loaded variant records] (installed by a package load, taken by compile_region)
 LOADING = [False]  # a package load is restoring its entries: its regions need no compiler (see `loading`)
@@ -112,6 +114,8 @@ def export_variant(run, n_args: int) -> dict | None:
     source = graph.source_code
     if not source or _OTHER_COMPILE.search(source):
         return None
+    if _CPP_WRAPPER.search(source):
+        return _export_cpp_wrapper(graph, source, n_args)
     unpack = _ARGS_LINE.search(source)  # (AOTAutograd may have dropped duplicated inputs: then the arity differs)
     if unpack is None or len([a for a in unpack.group(1).split(",") if a.strip()]) != n_args:
         return None
@@ -129,6 +133,22 @@ def export_variant(run, n_args: int) -> dict | None:
     if len(kernels) != len(_KERNEL_LINE.findall(source)):
         return None
     return {"source": source, "kernels": kernels, "externs": externs}
+
+
+def _export_cpp_wrapper(graph, source: str, n_args: int) -> dict | None:
+    """The record of a variant compiled with Inductor's C++ wrapper (the CPU regions: the whole program, its
+    kernels and the code calling them, is one C++ source and one library): the Python module that loads it, as
+    text, and that library, named as its entry function (Inductor's CppWrapperCodeCache)."""
+    namespace = getattr(graph.current_callable, "__globals__", None) or {}
+    main, entry = namespace.get("cpp_wrapper_src"), namespace.get("inductor_entry")
+    library = getattr(getattr(entry, "__self__", None), "__file__", None)
+    arity = _CPP_ARITY.search(main or "")
+    if not isinstance(main, str) or not library or not library.endswith(".so") or arity is None or \
+            int(arity.group(1)) != n_args or _EXTERN.search(source):
+        return None
+    return {"source": source, "externs": {}, "kernels": [
+        {"name": "inductor_entry", "entry": entry.__name__, "digest": source_digest(main),
+         "library": Path(library).read_bytes()}]}
 
 
 # -- load ---------------------------------------------------------------------------------------------------------
@@ -174,25 +194,41 @@ class _PackagedKernels:
             raise ValueError("the wrapper asked for fewer kernels than the package has")
 
 
-def load_library(path: str, digest: str):
-    """The `kernel` function of a packaged C++ kernel (a Python extension module named `kernel`)."""
+class _PackagedWrapper:
+    """Stands for Inductor's CppWrapperCodeCache in a loaded C++-wrapper module: load_pybinding gets the packaged
+    library's entry function, whose C++ source digest must match."""
+
+    def __init__(self, kernels: list):
+        self.kernels = list(kernels)
+
+    def load_pybinding(self, argtypes=None, main_code: str = "", **kwargs):
+        if len(self.kernels) != 1 or self.kernels[0][0] != source_digest(main_code):
+            raise ValueError("a packaged C++ wrapper does not match the module's C++ source")
+        return self.kernels[0][1]
+
+
+def load_library(path: str, digest: str, entry: str = "kernel"):
+    """The `entry` function of a packaged C++ library (a Python extension module named as that function: `kernel`
+    for a kernel, `inductor_entry_cpp` for a C++ wrapper)."""
     pointer = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
     if pointer is not None:  # (the kernels read tensors' data through this, as when Inductor loads them)
         os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
-    name = f"jitcore_kernel_{digest[:40]}.kernel"
+    name = f"jitcore_kernel_{digest[:40]}.{entry}"
     module = sys.modules.get(name)
     if module is None:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[name] = module
-    return module.kernel
+    return getattr(module, entry)
 
 
 def load_variant(record: dict, libraries: dict, single: bool):
     """run(*args) for a variant record; `libraries`: kernel digest -> path of its shared library on disk."""
-    kernels = [(k["digest"], load_library(libraries[k["digest"]], k["digest"])) for k in record["kernels"]]
-    shims = {"AsyncCompile": _PackagedKernels(kernels), "extern_kernels": _Externs(record["externs"])}
+    kernels = [(k["digest"], load_library(libraries[k["digest"]], k["digest"], k.get("entry", "kernel")))
+               for k in record["kernels"]]
+    shims = {"AsyncCompile": _PackagedKernels(kernels), "extern_kernels": _Externs(record["externs"]),
+             "CppWrapperCodeCache": _PackagedWrapper(kernels)}
 
     def replace(m):
         module, name, alias = m.group(1), m.group(2), m.group(3) or m.group(2)
@@ -261,7 +297,7 @@ def store(text: str, options: dict, variant: dict):
             name = f"kernel-{k['digest'][:32]}.so"
             if not (folder / name).exists():
                 write_atomically(folder / name, k["library"])
-            kernels.append({"name": k["name"], "digest": k["digest"], "file": name})
+            kernels.append({**{n: v for n, v in k.items() if n != "library"}, "file": name})
         record = {**variant, "kernels": kernels}
         buf = io.BytesIO()
         torch.save(record, buf)

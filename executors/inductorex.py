@@ -109,9 +109,10 @@ _ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_c
 def warm_cpu_compiler():
     """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
     for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
-    compiles, where Inductor runs them one after another). They run here side by side in threads, while the
-    program is traced and its regions are formed; the first compile waits for them (cpu_compiler_ready). Nothing
-    else runs in those threads: an import there could race the program's own imports while it is traced."""
+    compiles, where Inductor runs them one after another). They run here side by side in threads, from the moment a
+    CPU region is formed that no cache holds (compile_region) while the rest of the program is formed and the region
+    traced to an aten graph; the first compile waits for them (cpu_compiler_ready). Nothing else runs in those
+    threads: an import there could race the program's own imports while it is traced."""
     if _ISA_CHECKS:
         return
     _ISA_CHECKS.append(None)
@@ -129,10 +130,32 @@ def warm_cpu_compiler():
         flags = cpu_vec_isa.x86_isa_checker()
         todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
         pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
-        _ISA_CHECKS.extend(pool.submit(bool, isa) for isa in todo)
+        _ISA_CHECKS.extend(pool.submit(_check_isa, isa) for isa in todo)
         pool.shutdown(wait=False)
     except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
         return
+
+
+# what the check of an instruction set builds and loads: its intrinsics header, with its compiler flags
+_ISA_PROBE = """
+#include <immintrin.h>
+extern "C" int __jitcore_isa_probe(int x) { return x + 1; }
+"""
+
+
+def _check_isa(isa) -> bool:
+    """Whether Inductor may use a vector instruction set the CPU reports: as Inductor's own check, a build with the
+    set's compiler flags and a load of the result in a child process, but of a file that includes only the
+    intrinsics header (under a second, where Inductor's file, which includes ATen's vector headers, takes seconds
+    per set). Its answer stands for Inductor's first check (cached by Inductor per set); the set's further checks
+    (bf16, VNNI, AMX instructions: small files) run as Inductor runs them."""
+    ok = isa.check_build(_ISA_PROBE)
+    isa.check_build = lambda code, _ok=ok: _ok
+    try:
+        isa._VecISA__bool__impl(None)  # (Inductor's cached answer for its default setting, cpp.vec_isa_ok = None)
+    finally:
+        del isa.check_build
+    return bool(isa)
 
 
 def cpu_compiler_ready():
@@ -220,14 +243,12 @@ class InductorExecutor(TorchLinesFusionExecutor):
         if inductor_kernels.LOADING[0]:  # a package's compiled regions are being loaded: they need neither Inductor
             return True, ""  # (seconds to import) nor a compiler; a region they lack imports it when it compiles
         try:
-            import torch._inductor
+            import torch._inductor  # noqa: F401  (whether it imports)
         except Exception as e:
             return False, f"torch._inductor cannot be imported ({e})"
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
         _settle_environment()
-        if not torch.cuda.is_available():  # (regions will be CPU regions: the checks run while the program is traced)
-            warm_cpu_compiler()
         return True, ""
 
     def fusible_ids(self) -> frozenset:
@@ -255,9 +276,6 @@ class InductorExecutor(TorchLinesFusionExecutor):
         return worth_compiling([op_class(b) for b in region.members], region_numel(region), self.min_compute_ops)
 
     def fuse(self, trace: Trace) -> Trace:
-        if not inductor_kernels.LOADING[0] and any(self.claimed(b) and b.flat_proxy_outs()[0].device.type == "cpu"
-                                                 for b in trace.bound_symbols):
-            warm_cpu_compiler()
         return fuse_regions(trace, self.claimed, compile_region, prefix=f"{self.name}_fusion",
                             executor_name=self.name, keep=self.worth_fusing,
                             pass_name=f"Fusion ({self.name}: regions compiled by Inductor)")
@@ -268,6 +286,17 @@ COMPILED: dict = {}  # canonical key -> CompiledRegion
 # eager's numerics: a value the program rounds to half precision is rounded inside fused kernels too (Inductor's
 # default keeps it in float32 across fused ops, so results drift from eager's)
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
+# CPU regions: Inductor's C++ wrapper, so a region's kernels and the code calling them are one C++ source, built by one
+# compiler run (with the Python wrapper each kernel is a compiler run of its own, and each run parses the same large
+# headers again: the GPT-2 block's backward region was 8 runs, seconds each). GPU regions keep the Python wrapper
+# (their kernels are Triton's; a C++ wrapper would add a compiler run), and so do dynamic regions (torch 2.13's C++
+# wrapper fails on the symbolic sizes of the graphs compile_symbolic makes).
+CPU_OPTIONS = {"cpp_wrapper": True}
+
+
+def compile_options(device_type: str, dynamic: bool = False) -> dict:
+    """The options a region on this device type is compiled with (part of the on-disk cache's key)."""
+    return {**COMPILE_OPTIONS, **CPU_OPTIONS} if device_type == "cpu" and not dynamic else dict(COMPILE_OPTIONS)
 # compiled: CompiledRegions made, reused: taken from COMPILED, fallbacks: compiles that failed (the region runs
 # eagerly), loaded: variants taken from a package; the compiles themselves are counted in
 # executors.regions.COMPILE_EVENTS
@@ -305,9 +334,10 @@ class CompiledRegion:
     rejects compiles another guarded variant. Sizes that only change value reuse the compiled code.
     """
 
-    def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0):
+    def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0, device_type: str = "cpu"):
         self.eager_fn, self.key, self.dims = fn, key, dims
         self.dynamic = dims is not None
+        self.options = compile_options(device_type, self.dynamic)
         self.single, self.n_args = single, n_args  # (one output, not a tuple; how many arguments)
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
@@ -377,7 +407,7 @@ class CompiledRegion:
             with _quiet():
                 graph = _graph_of(self.eager_fn, "fake", args)
                 cpu_compiler_ready()
-                run = torch._inductor.compile(graph, list(args), options=COMPILE_OPTIONS)
+                run = torch._inductor.compile(graph, list(args), options=self.options)
         except Exception as e:
             return self._failed(e, strides)
         self._store(run, strides, None)
@@ -390,7 +420,7 @@ class CompiledRegion:
             return
         record = inductor_kernels.export_variant(run, self.n_args)
         if record is not None:
-            inductor_kernels.store(self.key[0], COMPILE_OPTIONS, {**record, "strides": strides,
+            inductor_kernels.store(self.key[0], self.options, {**record, "strides": strides,
                                                                   "guard": getattr(guard, "text", None)})
 
     def _compile_dynamic(self, args):
@@ -402,7 +432,7 @@ class CompiledRegion:
             COMPILE_EVENTS[0] += 1
             try:
                 with _quiet():
-                    guard, run = compile_symbolic(self.eager_fn, args, self.dims)
+                    guard, run = compile_symbolic(self.eager_fn, args, self.dims, self.options)
             except Exception as e:
                 return self._failed(e)
             self._store(run, None, guard)
@@ -458,6 +488,8 @@ def _list_taking(run):
     not the known ones that only pass the arguments on."""
     f = run
     for _ in range(8):
+        if type(f).__name__ == "SerializableCompiledFunction":  # (AOTAutograd's cache hit: the function it holds)
+            f = f.compiled_fn
         code = getattr(f, "__code__", None)
         if code is None:
             return None
@@ -504,7 +536,7 @@ def _graph_of(fn, tracing_mode: str, args):
     return make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode=tracing_mode)(*args)
 
 
-def compile_symbolic(fn, args, dims):
+def compile_symbolic(fn, args, dims, options=None):
     """(guard, compiled): fn compiled by Inductor for symbolic sizes where `dims` says (per argument: a tuple of
     bools per tensor dimension, None for an integer, which is a symbol), and the shape environment's guards as a
     function of the same arguments (True: the compiled code is right for them)."""
@@ -532,7 +564,8 @@ def compile_symbolic(fn, args, dims):
     with torch._guards.tracing(torch._guards.TracingContext(mode)):
         # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which
         # are not these: it fails on a hit, so a dynamic region is compiled without it)
-        run = compile_fx(graph, fakes, config_patches={**COMPILE_OPTIONS, "fx_graph_cache": False})
+        run = compile_fx(graph, fakes, config_patches={**(COMPILE_OPTIONS if options is None else options),
+                                                       "fx_graph_cache": False})
     # after compiling, so Inductor's own assumptions are in it too
     placed = [(f, LocalSource(f"t{i}")) for i, f in enumerate(fakes) if type(f) is not int]
     checks += env.produce_guards([f for f, _ in placed], [s for _, s in placed], ignore_static=False)
@@ -574,6 +607,14 @@ def is_dynamic(sub: Trace) -> bool:
     return region_dims(sub) is not None
 
 
+def region_device(sub: Trace) -> str:
+    """The device type of a region's tensors (one device: the executor claims no line mixing them)."""
+    for p in list(sub.args) + [o for b in sub.bound_symbols for o in b.flat_proxy_outs()]:
+        if isinstance(p, TensorProxy):
+            return p.device.type
+    return "cpu"
+
+
 def compile_region(sub: Trace):
     key = canonical_key(sub)
     found = COMPILED.get(key)
@@ -583,15 +624,20 @@ def compile_region(sub: Trace):
         return found
     STATS["compiled"] += 1
     region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
-                                            single=not isinstance(sub.output, tuple), n_args=len(sub.args))
-    if key[1]:  # (constants by identity: nothing from another process can match it)
-        return region
-    found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)
-    if found is None and not inductor_kernels.LOADING[0]:
-        found = inductor_kernels.stored(key[0], COMPILE_OPTIONS, region.single, region.dynamic)  # (the disk cache)
+                                            single=not isinstance(sub.output, tuple), n_args=len(sub.args),
+                                            device_type=region_device(sub))
+    found = None
+    if not key[1]:  # (constants by identity: nothing from another process can match it)
+        found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)
+        if found is None and not inductor_kernels.LOADING[0]:
+            found = inductor_kernels.stored(key[0], region.options, region.single, region.dynamic)  # (the disk cache)
     if found is not None:
         region.adopt(*found)
         COMPILE_EVENTS[1] += 1  # (ready-made, as a region reused in this process)
+    elif not inductor_kernels.LOADING[0] and region_device(sub) == "cpu":
+        # a CPU region that will compile at its first run: the compiler's checks start now, while the rest of the
+        # program is formed (not earlier: a process whose regions all come from the cache on disk needs none)
+        warm_cpu_compiler()
     return region
 
 

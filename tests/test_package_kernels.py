@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import warnings
 from itertools import chain
 from pathlib import Path
@@ -136,6 +137,41 @@ def test_a_kernel_that_does_not_match_its_source_is_not_used():
     with pytest.raises(ValueError, match="does not match"):
         kernels.cpp_pybinding([], "int b;")
     assert kernels.cpp_pybinding([], "int a;") is print
+
+
+def test_a_packaged_cpp_wrapper_that_does_not_match_its_source_is_not_used():
+    wrapper = inductor_kernels._PackagedWrapper([(inductor_kernels.source_digest("int a;"), print)])
+    with pytest.raises(ValueError, match="does not match"):
+        wrapper.load_pybinding(argtypes=[], main_code="int b;")
+    assert wrapper.load_pybinding(argtypes=[], main_code="int a;") is print
+
+
+def test_a_cpu_region_is_one_compiled_library_and_its_record_runs_as_compiled():
+    """A static CPU region is compiled with Inductor's C++ wrapper: its kernels and the code calling them are one
+    library (one compiler run); the record of it loads and gives bitwise the compiled variant's results."""
+    from executors import inductorex
+
+    def f(x, y):
+        h = torch.nn.functional.gelu(x @ y) * torch.sigmoid(x.sum(1, keepdim=True))
+        return h.softmax(-1), (h - h.mean(-1, keepdim=True)).tanh()
+
+    x, y = torch.randn(32, 32), torch.randn(32, 32)  # (one shape: the region's two arguments in either order)
+    jf = jitcore.jit(f, executors=["inductor"])
+    for o, e in zip(jf(x, y), f(x, y)):
+        torch.testing.assert_close(o, e)
+    region = next(r for r in inductorex.COMPILED.values() if r.n_args == 2 and r.variants)
+    assert region.options["cpp_wrapper"] and not region.dynamic
+    run = next(iter(region.variants.values()))
+    record = inductor_kernels.export_variant(run, region.n_args)
+    assert record is not None and [k["entry"] for k in record["kernels"]] == ["inductor_entry_cpp"]
+    with tempfile.TemporaryDirectory() as d:
+        k = record["kernels"][0]
+        (Path(d) / "wrapper.so").write_bytes(k["library"])
+        loaded = inductor_kernels.load_variant(record, {k["digest"]: str(Path(d) / "wrapper.so")}, region.single)
+        again = loaded(x, y)
+    compiled = run(x, y)
+    again, compiled = ([t] if isinstance(t, torch.Tensor) else list(t) for t in (again, compiled))
+    assert len(again) == len(compiled) and all(torch.equal(a, b) for a, b in zip(again, compiled))
 
 
 CACHED = '''
