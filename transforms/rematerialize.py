@@ -274,11 +274,12 @@ class _Cut:
         return {i for i in caps if ("line", i) not in side}
 
 
-def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: float | None) -> set:
+def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: float | None, n_outputs: int = 0) -> set:
     """The forward lines to recompute: the cut that saves fewest bytes among those whose recomputation adds at most
     `budget` of the step's estimated time (the recompute time weighed against bytes more heavily, rung by rung of
-    LADDER, until one fits); views and checkpointed lines are recomputed at no cost. budget None: checkpointed
-    lines only."""
+    LADDER, until one fits, less the memory traffic a fused program no longer spends on them: `traffic_saved`);
+    views and checkpointed lines are recomputed at no cost (n_outputs: how many of the forward's outputs are the
+    user's). budget None: checkpointed lines only."""
     lines = forward.bound_symbols
     times = {i: line_time(b, fused) for i, b in enumerate(lines) if recomputable(b)}
     free = {i for i in times if lines[i].extra.get(CHECKPOINTED) or leaf_ids(lines[i]) <= VIEW_PRIMS}
@@ -289,9 +290,33 @@ def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: flo
     step = sum(line_time(b, fused) + NS_LINE for b in [*lines, *backward.bound_symbols])
     for weight in LADDER:
         chosen = cut.recomputed({i: 1 if i in free else int(weight * 8 * t) + 1 for i, t in times.items()})
-        if sum(times[i] for i in chosen - free) <= budget * step:
+        spent = sum(times[i] for i in chosen - free) - traffic_saved(forward, n_outputs, needed, chosen, fused)
+        if spent <= budget * step:
             return chosen
     return _Cut(forward, needed, free).recomputed(dict.fromkeys(free, 1))
+
+
+def traffic_saved(forward: Trace, n_outputs: int, needed: list, chosen: set, fused: bool) -> float:
+    """Estimated nanoseconds a fused program no longer spends on the values the backward read and now recomputes:
+    the forward's region need not write one out (nor allocate it) when only fused lines read it and it is no
+    output, and the backward does not read it back. Unfused, each line writes its result anyway: 0."""
+    if not fused:
+        return 0.0
+    lines = forward.bound_symbols
+    made = {o.name: i for i in chosen for o in lines[i].flat_proxy_outs()}
+    outputs = {p.name for p in tree_leaves(forward.output[:n_outputs]) if isinstance(p, Proxy)}
+    still = set()  # what the backward reads of the forward after the cut
+    for p in needed:
+        if p.name not in made:
+            still.add(p.name)
+    for i in chosen:
+        still.update(n for n in reads(lines[i]) if n not in made)
+    dropped = {p.name: p for p in needed if p.name in made and p.name not in still}
+    for b in lines:  # a value an unfused line reads (matmul) is written out anyway
+        if not recomputable(b) or b.extra.get(CHECKPOINTED):
+            for n in reads(b):
+                dropped.pop(n, None)
+    return 2 * NS_BYTE * sum(nbytes(p) for n, p in dropped.items() if n not in outputs)
 
 
 def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> tuple[Split, Trace, Trace]:
@@ -301,7 +326,7 @@ def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> t
     lines the user checkpointed, nothing else)."""
     with Timer() as t:
         fw, bw = split.forward, split.backward
-        recomputed = plan(fw, bw, split.saved, fused, budget)
+        recomputed = plan(fw, bw, split.saved, fused, budget, split.n_outputs)
         n_cts = dict(bw.extra["arg_groups"])["cotangents"]
         cts = bw.args[len(bw.args) - n_cts:] if n_cts else []
         new_bw = from_trace(bw)
