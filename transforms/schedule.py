@@ -101,13 +101,19 @@ def _ran(i: int, roots: list, mem: _Memory) -> list:
 def _segment(lines, args, mem: _Memory, roots: list, start: int, end: int) -> list:
     """The order of lines start..end-1 (no barrier among them): a list schedule, the ready line first that frees more
     than it allocates, then one that allocates nothing, then the others (each kind in the original order)."""
-    producer = {}
-    for i in range(start, end):
-        for o in lines[i].flat_proxy_outs():
-            producer[o.name] = i
+    producer, readers = {}, {}  # name -> the line that last gave it, and the lines that read it since
     waits, users = {}, {i: [] for i in range(start, end)}
     for i in range(start, end):
-        preds = {producer[n] for n in args[i] if n in producer and producer[n] != i}
+        preds = {producer[n] for n in args[i] if n in producer}
+        for o in lines[i].flat_proxy_outs():  # a name given again (sizes unpacked twice): after its readers so far
+            preds.update(readers.get(o.name, ()))
+            if o.name in producer:
+                preds.add(producer[o.name])
+        preds.discard(i)
+        for n in args[i]:
+            readers.setdefault(n, []).append(i)
+        for o in lines[i].flat_proxy_outs():
+            producer[o.name], readers[o.name] = i, []
         waits[i] = len(preds)
         for p in preds:
             users[p].append(i)
