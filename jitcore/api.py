@@ -48,6 +48,7 @@ from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
 from transforms.saved_hooks import SavedHooks, hooks_for, saving, traced_or_warn
+from transforms.schedule import schedule
 
 
 @dataclass(frozen=True)
@@ -607,7 +608,7 @@ def _with_sizes(trace: Trace) -> Trace:
 class Executable:
     """The memory stage's result: the full trace histories of the programs that run (the last trace of each)."""
 
-    traces: list  # the computation's passes, then [claimed, (densified,) (buffers reused,) del-last-used]
+    traces: list  # the computation's passes, then [claimed, (densified,) (rescheduled,) (reused,) del-last-used]
     backward_traces: list  # likewise for the backward ([] without autodiff)
 
 
@@ -713,16 +714,14 @@ def _views_only(bsym) -> bool:
 
 
 def _after_claim(claimed) -> list:
-    """[claimed, (inputs densified,) (buffers reused,) del-last-used]: the memory passes over an execution
-    trace."""
+    """[claimed, (inputs densified,) (rescheduled,) (buffers reused,) del-last-used]: the memory passes over an
+    execution trace."""
     traces = [claimed]
     # the passes ask the executor that claimed each line (recorded by the claim pass) about its memory
-    dense = densify_broadcast_inputs(claimed)
-    if dense is not claimed:
-        traces.append(dense)
-    reused = reuse_buffers(traces[-1])
-    if reused is not claimed:
-        traces.append(reused)
+    for memory_pass in (densify_broadcast_inputs, schedule, reuse_buffers):
+        new = memory_pass(traces[-1])
+        if new is not traces[-1]:
+            traces.append(new)
     return [*traces, del_last_used(traces[-1])]
 
 

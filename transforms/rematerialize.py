@@ -2,7 +2,8 @@
 forward saves by cost instead of saving whatever the backward reads: a minimum cut over the forward's values (cost of
 saving a value: its bytes; cost of recomputing a line in the backward: its estimated time, weighed against bytes)
 picks the saved set, the one saving fewest bytes whose recomputation adds at most BUDGET of the step's estimated
-time; the backward gets copies of the recomputed forward lines at its top. Returns a new Split.
+time; the backward gets copies of the recomputed forward lines, each just before its first use. Returns a new
+Split.
 
 Only cheap, pure lines are recomputed (elementwise, views, dtype conversions, fills): never matmul, convolution,
 reduction, random draws, opaque torch calls or lines with effects. Lines a user checkpointed (torch.utils.checkpoint,
@@ -42,9 +43,13 @@ NS_CHEAP = 0.05  # per element of a cheap elementwise prim
 NS_COMPUTE, NS_COMPUTE_UNFUSED = 0.9, 2.0  # per element of a compute elementwise prim: fused, or as a torch kernel
 NS_FLOP = 0.012  # per matmul flop
 NS_OTHER = 0.5  # per element in and out of any other op (reductions, opaque kernels): an underestimate
-NS_BYTE, NS_KERNEL = 0.1, 3000.0  # unfused: memory traffic per byte, and a kernel call
+NS_BYTE, NS_KERNEL = 0.02, 3000.0  # unfused: memory traffic per byte (torch.mul of a 1 MiB f32 tensor on one core:
+# 28 us), and a kernel call
 NS_LINE = 1000.0  # what any line of the step costs beyond its work (a call, an allocation); a fused recompute adds none
 BUDGET = 0.05  # recomputation may add this fraction of the estimated step time
+# saving a program input costs this fraction of its bytes: the caller holds it during the call, and during the
+# backward too when it is a parameter or a leaf (autograd's AccumulateGrad node holds it)
+INPUT_SAVE = 0.25
 LADDER = (0.0, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0)  # weights of recompute time against saved bytes, tried in order
 _MATMULS = frozenset({"prims.matmul", "prims.linear"})
 _NEVER = frozenset({Tag.RANDOM, Tag.INPLACE, Tag.OPAQUE, Tag.EFFECTS, Tag.DONT_DCE})  # at any depth of a line
@@ -254,7 +259,7 @@ class _Cut:
             if p.name not in made:
                 made.add(p.name)
                 add(("source", ("in", p.name), INF))
-                add((("in", p.name), ("out", p.name), nbytes(p) * 8))
+                add((("in", p.name), ("out", p.name), int(nbytes(p) * 8 * INPUT_SAVE)))
         for p in needed:
             if p.name in made:  # (one made nowhere is left to the caller's check)
                 add((("out", p.name), "sink", INF))
@@ -269,11 +274,12 @@ class _Cut:
         return {i for i in caps if ("line", i) not in side}
 
 
-def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: float | None) -> set:
+def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: float | None, n_outputs: int = 0) -> set:
     """The forward lines to recompute: the cut that saves fewest bytes among those whose recomputation adds at most
     `budget` of the step's estimated time (the recompute time weighed against bytes more heavily, rung by rung of
-    LADDER, until one fits); views and checkpointed lines are recomputed at no cost. budget None: checkpointed
-    lines only."""
+    LADDER, until one fits, less the memory traffic a fused program no longer spends on them: `traffic_saved`);
+    views and checkpointed lines are recomputed at no cost (n_outputs: how many of the forward's outputs are the
+    user's). budget None: checkpointed lines only."""
     lines = forward.bound_symbols
     times = {i: line_time(b, fused) for i, b in enumerate(lines) if recomputable(b)}
     free = {i for i in times if lines[i].extra.get(CHECKPOINTED) or leaf_ids(lines[i]) <= VIEW_PRIMS}
@@ -284,9 +290,33 @@ def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: flo
     step = sum(line_time(b, fused) + NS_LINE for b in [*lines, *backward.bound_symbols])
     for weight in LADDER:
         chosen = cut.recomputed({i: 1 if i in free else int(weight * 8 * t) + 1 for i, t in times.items()})
-        if sum(times[i] for i in chosen - free) <= budget * step:
+        spent = sum(times[i] for i in chosen - free) - traffic_saved(forward, n_outputs, needed, chosen, fused)
+        if spent <= budget * step:
             return chosen
     return _Cut(forward, needed, free).recomputed(dict.fromkeys(free, 1))
+
+
+def traffic_saved(forward: Trace, n_outputs: int, needed: list, chosen: set, fused: bool) -> float:
+    """Estimated nanoseconds a fused program no longer spends on the values the backward read and now recomputes:
+    the forward's region need not write one out (nor allocate it) when only fused lines read it and it is no
+    output, and the backward does not read it back. Unfused, each line writes its result anyway: 0."""
+    if not fused:
+        return 0.0
+    lines = forward.bound_symbols
+    made = {o.name: i for i in chosen for o in lines[i].flat_proxy_outs()}
+    outputs = {p.name for p in tree_leaves(forward.output[:n_outputs]) if isinstance(p, Proxy)}
+    still = set()  # what the backward reads of the forward after the cut
+    for p in needed:
+        if p.name not in made:
+            still.add(p.name)
+    for i in chosen:
+        still.update(n for n in reads(lines[i]) if n not in made)
+    dropped = {p.name: p for p in needed if p.name in made and p.name not in still}
+    for b in lines:  # a value an unfused line reads (matmul) is written out anyway
+        if not recomputable(b) or b.extra.get(CHECKPOINTED):
+            for n in reads(b):
+                dropped.pop(n, None)
+    return 2 * NS_BYTE * sum(nbytes(p) for n, p in dropped.items() if n not in outputs)
 
 
 def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> tuple[Split, Trace, Trace]:
@@ -296,11 +326,12 @@ def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> t
     lines the user checkpointed, nothing else)."""
     with Timer() as t:
         fw, bw = split.forward, split.backward
-        recomputed = plan(fw, bw, split.saved, fused, budget)
+        recomputed = plan(fw, bw, split.saved, fused, budget, split.n_outputs)
         n_cts = dict(bw.extra["arg_groups"])["cotangents"]
         cts = bw.args[len(bw.args) - n_cts:] if n_cts else []
         new_bw = from_trace(bw)
-        new_bw.bound_symbols = [b for i, b in enumerate(fw.bound_symbols) if i in recomputed] + list(bw.bound_symbols)
+        new_bw.bound_symbols = before_first_use([b for i, b in enumerate(fw.bound_symbols) if i in recomputed],
+                                                bw.bound_symbols)
         new_bw = dce(new_bw)
         saved = free_proxies(new_bw, {c.name for c in cts})
         new_bw.args = saved + list(cts)
@@ -318,6 +349,29 @@ def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> t
     new_bw.set_provenance(note, t.seconds)
     new = Split(new_fw, new_bw, split.n_outputs, saved, split.output_requires_grad)
     return new, new_fw, new_bw
+
+
+def before_first_use(recomputed: list, lines) -> list:
+    """The backward's lines with each recomputed forward line (in the forward's order) just before the first line
+    that reads its value, so that the recomputed tensor lives only from there (the ones no line reads at the end)."""
+    made = {o.name: i for i, b in enumerate(recomputed) for o in b.flat_proxy_outs()}
+    needs = [{made[n] for n in reads(b) if n in made} for b in recomputed]
+    out, emitted = [], set()
+
+    def emit(i):
+        if i not in emitted:
+            emitted.add(i)
+            for j in sorted(needs[i]):
+                emit(j)
+            out.append(recomputed[i])
+
+    for b in lines:
+        for i in sorted({made[n] for n in reads(b) if n in made}):
+            emit(i)
+        out.append(b)
+    for i in range(len(recomputed)):
+        emit(i)
+    return out
 
 
 def saved_bytes(saved) -> int:
