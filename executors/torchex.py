@@ -55,6 +55,9 @@ class TorchExecutor(OperatorExecutor):
         line.extra["claimed_by"] = self
         return line
 
+    def write_form(self, bsym: BoundSymbol, targets: dict) -> BoundSymbol | None:
+        return write_form(bsym, targets)
+
 
 torch_ex = TorchExecutor("torch", namespace_name="torchex")
 
@@ -90,6 +93,9 @@ class TorchLinesFusionExecutor(FusionExecutor):
 
     def boxed_form(self, bsym: BoundSymbol, dead: list) -> BoundSymbol | None:
         return None if self._torch_line(bsym) else boxed_region_line(bsym, dead)
+
+    def write_form(self, bsym: BoundSymbol, targets: dict) -> BoundSymbol | None:
+        return torch_ex.write_form(bsym, targets) if self._torch_line(bsym) else None
 
 
 # -- kernels that are not a torch function of the same signature -------------------------------------------------
@@ -499,6 +505,23 @@ def out_form(bsym):
         return None
     overload, name = found
     return lambda buffer: bsym.from_bsym(sym=opaque_symbol(overload), kwargs={**bsym.kwargs, name: buffer})
+
+
+# kernel symbol id -> (line, targets) -> None or the line writing the results named by targets into those inputs
+WRITE_FORMS: dict = {}
+
+
+def write_form(bsym, targets: dict):
+    """None, or the line computing bsym with its k-th tensor result written into targets[k], an input the program
+    writes back (transforms/memory.write_into_inputs): a kernel's own in-place form (WRITE_FORMS), or the out=
+    form of a line with one result."""
+    form = WRITE_FORMS.get(bsym.sym.id)
+    if form is not None:
+        return form(bsym, targets)
+    if list(targets) != [0] or len(bsym.flat_proxy_outs()) != 1:
+        return None
+    make = out_form(bsym)
+    return None if make is None else make(targets[0])
 
 
 # -- inputs made dense once (transforms/memory.densify_broadcast_inputs) ---------------------------------------------
