@@ -120,16 +120,32 @@ def _device_put(a, device):
 
 
 def _broadcast_in_dim(a, shape, broadcast_dimensions):
+    if len(broadcast_dimensions) == len(shape):  # same rank: the dims map in order, size-1 dims grow
+        return a.expand(shape)
     view_shape = [1] * len(shape)
-    for i, d in enumerate(broadcast_dimensions):
-        view_shape[d] = a.shape[i]
+    for n, d in zip(a.shape, broadcast_dimensions):
+        view_shape[d] = n
     return a.reshape(view_shape).expand(shape)
 
 
 # -- shape --------------------------------------------------------------------------------------------------------
+_INDEXES: dict = {}  # (start, end, strides) -> the tuple of slices (a program's lines repeat theirs on every call)
+
+
 def _slice(a, start_indices, end_indices, strides=None):
-    strides = strides or (1,) * a.ndim
-    return a[tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, strides))]
+    key = (start_indices, end_indices, strides)
+    try:
+        index = _INDEXES.get(key)
+    except TypeError:  # (bounds given as lists)
+        key, index = None, None
+    if index is None:
+        steps = strides or (1,) * len(start_indices)
+        index = tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, steps))
+        if key is not None:
+            if len(_INDEXES) > 4096:  # (symbolic sizes: new bounds on every call)
+                _INDEXES.clear()
+            _INDEXES[key] = index
+    return a[index]
 
 
 def _pad(a, padding_value, padding_config):
