@@ -152,3 +152,25 @@ def test_input_written_twice_in_one_call():
         torch.testing.assert_close(jm(x), bn(bn(x) * 2))
         for a, b in zip(bn.buffers(), twin.buffers()):
             torch.testing.assert_close(b, a)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_write_that_carries_a_gradient_keeps_its_history(cache):
+    """buf.add_(x) with x requiring grad: eager's buf then requires grad and has history; the epilogue's copy gives
+    the caller's tensor that history, so this write is not done inside the program."""
+    def f(x, buf):
+        buf.add_(x)
+        return (x * 2).sum()
+
+    jf = jitcore.jit(f, cache=cache)
+    for n in (3, 3, 4):
+        x = torch.randn(n)
+        xe, xj = x.clone().requires_grad_(), x.clone().requires_grad_()
+        be = torch.randn(n)
+        bj = be.clone()
+        e, j = f(xe, be), jf(xj, bj)
+        assert bj.requires_grad and bj.grad_fn is not None
+        (e + (be * be).sum()).backward()
+        (j + (bj * bj).sum()).backward()
+        torch.testing.assert_close(bj, be)
+        torch.testing.assert_close(xj.grad, xe.grad)

@@ -203,7 +203,8 @@ def write_into_inputs(trace: Trace, targets: list) -> tuple[Trace, frozenset]:
     itself (its executor's `write_form(bsym, {k: input})`, k indexing the line's `flat_proxy_outs()`: aten's
     training batch norm updating the running stats it is given, `torch.add(t3, 1, out=t3)` for a counter), the
     line does so, as eager's kernel does, the position's output becomes None and the epilogue's copy is dropped.
-    An input qualifies only when nothing else can tell: it does not require grad, the program does not return or
+    An input qualifies only when nothing else can tell: neither it nor the value written requires grad (the epilogue's
+    copy is what gives the caller's tensor the value's history), the program does not return or
     save it (nor the value written, other than at its position), every line that reads it comes at or before the
     writing line, and every earlier reader makes fresh memory or no tensor (no view of it outlives the write).
     """
@@ -221,8 +222,8 @@ def write_into_inputs(trace: Trace, targets: list) -> tuple[Trace, frozenset]:
         for a, position in targets:
             v = out_leaves[position] if position < len(out_leaves) else None
             if (not isinstance(a, TensorProxy) or a.requires_grad or out_count[a.name] or
-                    not isinstance(v, TensorProxy) or out_count[v.name] != 1 or v.name not in producer or
-                    not _same_layout_type(a, v)):
+                    not isinstance(v, TensorProxy) or v.requires_grad or out_count[v.name] != 1 or
+                    v.name not in producer or not _same_layout_type(a, v)):
                 continue
             i = producer[v.name]
             if not all(j == i or (j < i and _no_alias_result(bsyms[j])) for j in readers.get(a.name, ())):
