@@ -205,8 +205,9 @@ def write_into_inputs(trace: Trace, targets: list) -> tuple[Trace, frozenset]:
     line does so, as eager's kernel does, the position's output becomes None and the epilogue's copy is dropped.
     An input qualifies only when nothing else can tell: neither it nor the value written requires grad (the epilogue's
     copy is what gives the caller's tensor the value's history), the program does not return or
-    save it (nor the value written, other than at its position), every line that reads it comes at or before the
-    writing line, and every earlier reader makes fresh memory or no tensor (no view of it outlives the write).
+    save it (nor the value written, other than at its position), no line reads the value written (it has the input's
+    strides then, which a view of it may not accept), every line that reads the input comes at or before the writing
+    line, and every earlier reader makes fresh memory or no tensor (no view of it outlives the write).
     """
     with Timer() as t:
         bsyms = trace.bound_symbols
@@ -223,7 +224,7 @@ def write_into_inputs(trace: Trace, targets: list) -> tuple[Trace, frozenset]:
             v = out_leaves[position] if position < len(out_leaves) else None
             if (not isinstance(a, TensorProxy) or a.requires_grad or out_count[a.name] or
                     not isinstance(v, TensorProxy) or v.requires_grad or out_count[v.name] != 1 or
-                    v.name not in producer or not _same_layout_type(a, v)):
+                    v.name not in producer or v.name in readers or not _same_layout_type(a, v)):
                 continue
             i = producer[v.name]
             if not all(j == i or (j < i and _no_alias_result(bsyms[j])) for j in readers.get(a.name, ())):
