@@ -109,9 +109,13 @@ class _ExecutorNamespace:
 
     def __getattr__(self, name):
         try:
-            return self._ex.kernels[name]
+            fn = self._ex.kernels[name]
         except KeyError:
             raise AttributeError(f"executor {self._ex.name} has no kernel {name!r}") from None
+        # kept as an attribute: a program's later lookups of it are plain attribute reads (a kernel's name never
+        # names another kernel: _unique_name)
+        setattr(self, name, fn)
+        return fn
 
 
 class OperatorExecutor(Executor):

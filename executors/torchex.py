@@ -55,6 +55,9 @@ class TorchExecutor(OperatorExecutor):
         line.extra["claimed_by"] = self
         return line
 
+    def write_form(self, bsym: BoundSymbol, targets: dict) -> BoundSymbol | None:
+        return write_form(bsym, targets)
+
 
 torch_ex = TorchExecutor("torch", namespace_name="torchex")
 
@@ -91,6 +94,9 @@ class TorchLinesFusionExecutor(FusionExecutor):
     def boxed_form(self, bsym: BoundSymbol, dead: list) -> BoundSymbol | None:
         return None if self._torch_line(bsym) else boxed_region_line(bsym, dead)
 
+    def write_form(self, bsym: BoundSymbol, targets: dict) -> BoundSymbol | None:
+        return torch_ex.write_form(bsym, targets) if self._torch_line(bsym) else None
+
 
 # -- kernels that are not a torch function of the same signature -------------------------------------------------
 def _div(a, b):
@@ -114,16 +120,32 @@ def _device_put(a, device):
 
 
 def _broadcast_in_dim(a, shape, broadcast_dimensions):
+    if len(broadcast_dimensions) == len(shape):  # same rank: the dims map in order, size-1 dims grow
+        return a.expand(shape)
     view_shape = [1] * len(shape)
-    for i, d in enumerate(broadcast_dimensions):
-        view_shape[d] = a.shape[i]
+    for n, d in zip(a.shape, broadcast_dimensions):
+        view_shape[d] = n
     return a.reshape(view_shape).expand(shape)
 
 
 # -- shape --------------------------------------------------------------------------------------------------------
+_INDEXES: dict = {}  # (start, end, strides) -> the tuple of slices (a program's lines repeat theirs on every call)
+
+
 def _slice(a, start_indices, end_indices, strides=None):
-    strides = strides or (1,) * a.ndim
-    return a[tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, strides))]
+    key = (start_indices, end_indices, strides)
+    try:
+        index = _INDEXES.get(key)
+    except TypeError:  # (bounds given as lists)
+        key, index = None, None
+    if index is None:
+        steps = strides or (1,) * len(start_indices)
+        index = tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, steps))
+        if key is not None:
+            if len(_INDEXES) > 4096:  # (symbolic sizes: new bounds on every call)
+                _INDEXES.clear()
+            _INDEXES[key] = index
+    return a[index]
 
 
 def _pad(a, padding_value, padding_config):
@@ -499,6 +521,23 @@ def out_form(bsym):
         return None
     overload, name = found
     return lambda buffer: bsym.from_bsym(sym=opaque_symbol(overload), kwargs={**bsym.kwargs, name: buffer})
+
+
+# kernel symbol id -> (line, targets) -> None or the line writing the results named by targets into those inputs
+WRITE_FORMS: dict = {}
+
+
+def write_form(bsym, targets: dict):
+    """None, or the line computing bsym with its k-th tensor result written into targets[k], an input the program
+    writes back (transforms/memory.write_into_inputs): a kernel's own in-place form (WRITE_FORMS), or the out=
+    form of a line with one result."""
+    form = WRITE_FORMS.get(bsym.sym.id)
+    if form is not None:
+        return form(bsym, targets)
+    if list(targets) != [0] or len(bsym.flat_proxy_outs()) != 1:
+        return None
+    make = out_form(bsym)
+    return None if make is None else make(targets[0])
 
 
 # -- inputs made dense once (transforms/memory.densify_broadcast_inputs) ---------------------------------------------

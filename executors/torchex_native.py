@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from executors.torchex import torch_ex
+from executors.base import no_meta
+from executors.torchex import WRITE_FORMS, torch_ex
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import LTORCH
 
@@ -32,6 +33,14 @@ def _batch_norm_train(input, weight, bias, running_mean, running_var, momentum, 
     return out, mean, rstd, new_mean, new_var
 
 
+def _batch_norm_train_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    """aten's training batch norm updating the running stats it is given, as eager's does: the line that computes
+    the new stats when the program writes them back into the module's buffers (transforms/memory.write_into_inputs),
+    which it then does not copy."""
+    out, mean, rstd = torch.native_batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, mean, rstd, running_mean, running_var
+
+
 def _batch_norm_train_checker(input, weight, bias, running_mean, running_var, momentum, eps):
     return _same_float(input, weight, bias, running_mean, running_var)
 
@@ -44,8 +53,23 @@ def _batch_norm_backward_checker(grad, input, weight, save_mean, save_rstd, outp
     return _same_float(input, grad, weight, save_mean, save_rstd)
 
 
-torch_ex.register_implementation(LTORCH["batch_norm_train"], _batch_norm_train, checker=_batch_norm_train_checker,
-                                 name="batch_norm_train")
+_TRAIN = torch_ex.register_implementation(LTORCH["batch_norm_train"], _batch_norm_train,
+                                          checker=_batch_norm_train_checker, name="batch_norm_train")
+_UPDATE = torch_ex.register_operator("batch_norm_train_update", meta=no_meta(LTORCH["batch_norm_train"]),
+                                     fn=_batch_norm_train_update)
+
+
+def _batch_norm_write_form(bsym, targets):
+    """The update form when the new running mean and var (results 3, 4) go back into the stats it reads (args 3,
+    4): both, or neither (the copies are what keep an old value that is still read)."""
+    stats = bsym.args[3:5]
+    if set(targets) != {3, 4} or any(getattr(targets[k], "name", None) != getattr(s, "name", 0)
+                                     for k, s in zip((3, 4), stats)):
+        return None
+    return bsym.from_bsym(sym=_UPDATE)
+
+
+WRITE_FORMS[_TRAIN.id] = _batch_norm_write_form
 torch_ex.register_implementation(LTORCH["batch_norm_backward"], _batch_norm_backward,
                                  checker=_batch_norm_backward_checker, name="native_batch_norm_backward")
 

@@ -45,7 +45,7 @@ from transforms.cse import cse
 from transforms.dce import dce
 from transforms.early_grads import with_grads_ready
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
-from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers
+from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
 from transforms.saved_hooks import SavedHooks, hooks_for, saving, traced_or_warn
 from transforms.schedule import schedule
@@ -469,7 +469,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             computation = codegen(traced, program, executable, options)
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
-            guarded = guard(traced, program.writebacks, predicates, Roots(args, kwargs, fn), symbolic,
+            copied = [w for w in program.writebacks if w.output_index not in executable.written_in_place]
+            guarded = guard(traced, copied, predicates, Roots(args, kwargs, fn), symbolic,
                             _hooks_guard(program, options), autodiff=program.split is not None)
     prologues, epilogue = guarded.prologues, guarded.epilogue
     entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, executable.traces,
@@ -608,14 +609,20 @@ def _with_sizes(trace: Trace) -> Trace:
 class Executable:
     """The memory stage's result: the full trace histories of the programs that run (the last trace of each)."""
 
-    traces: list  # the computation's passes, then [claimed, (densified,) (rescheduled,) (reused,) del-last-used]
+    traces: list  # the computation's passes, then [claimed, (densified,) (rescheduled,) (reused,) (inputs written,)
+    # del-last-used]
     backward_traces: list  # likewise for the backward ([] without autodiff)
+    written_in_place: frozenset = frozenset()  # output positions of writebacks the program does itself (no copy)
 
 
 def memory_passes(program: Program, claimed: Claimed) -> Executable:
-    """Stage "memory": the memory passes over the claimed traces (see `_after_claim`)."""
+    """Stage "memory": the memory passes over the claimed traces (see `_after_claim`); in the forward, the lines
+    computing values written back into inputs write them there when they can (write_into_inputs)."""
     backward = [] if claimed.backward is None else [*program.backward_traces, *_after_claim(claimed.backward)]
-    return Executable([*program.traces, *_after_claim(claimed.forward)], backward)
+    args = program.traces[0].args
+    targets = [(args[w.arg_index], w.output_index) for w in program.writebacks]
+    forward, written = _after_claim(claimed.forward, targets)
+    return Executable([*program.traces, *forward], backward, written)
 
 
 def codegen(traced: TraceResult, program: Program, executable: Executable, options: CompileOptions):
@@ -713,16 +720,22 @@ def _views_only(bsym) -> bool:
     return all(_views_only(s) for s in bsym.subsymbols)
 
 
-def _after_claim(claimed) -> list:
+def _after_claim(claimed, targets=None):
     """[claimed, (inputs densified,) (rescheduled,) (buffers reused,) del-last-used]: the memory passes over an
-    execution trace."""
+    execution trace. With targets (the forward's writebacks: input, output position): ([..., (inputs written,)
+    del-last-used], the positions written by the program itself)."""
     traces = [claimed]
     # the passes ask the executor that claimed each line (recorded by the claim pass) about its memory
     for memory_pass in (densify_broadcast_inputs, schedule, reuse_buffers):
         new = memory_pass(traces[-1])
         if new is not traces[-1]:
             traces.append(new)
-    return [*traces, del_last_used(traces[-1])]
+    if targets is None:
+        return [*traces, del_last_used(traces[-1])]
+    written, positions = write_into_inputs(traces[-1], targets) if targets else (traces[-1], frozenset())
+    if written is not traces[-1]:
+        traces.append(written)
+    return [*traces, del_last_used(traces[-1])], positions
 
 
 def _writeback_specs(traced, writebacks) -> list:

@@ -161,8 +161,9 @@ def last_epilogue_traces(jfn) -> list:
 
     >>> def inc(x):
     ...     x.add_(1)
+    ...     return x * 2
     >>> jf = jitcore.jit(inc)
-    >>> jf(torch.ones(2))
+    >>> _ = jf(torch.ones(2))
     >>> print(jitcore.last_epilogue_traces(jf)[-1])
     # Constructed by Epilogue construction (side effects, escaping objects) (took 0.01 ms)
     import torch

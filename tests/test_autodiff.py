@@ -175,6 +175,9 @@ SAMPLES["ltorch.batch_norm_train"] = [  # F.batch_norm in training mode with run
     (lambda x: F.batch_norm(x, torch.zeros(3, dtype=x.dtype), torch.ones(3, dtype=x.dtype), None, None, True),
      lambda: (t(5, 3),))]
 SAMPLES["ltorch.hardswish"] = [(F.hardswish, lambda: (t(3, 4, low=-4.0, high=4.0),))]
+SAMPLES["ltorch.adaptive_avg_pool2d"] = [(lambda x: F.adaptive_avg_pool2d(x, 1) * x, lambda: (t(2, 3, 4, 5),)),
+                                         (lambda x: F.adaptive_avg_pool2d(x, (1, 1)), lambda: (t(3, 4, 4),)),
+                                         (lambda x: F.adaptive_avg_pool2d(x, 2), lambda: (t(2, 3, 5, 4),))]
 SAMPLES["ltorch.hardsigmoid"] = [(F.hardsigmoid, lambda: (t(3, 4, low=-4.0, high=4.0),))]
 SAMPLES["ltorch.relu"] = [(F.relu, lambda: (t(3, 4),)), (torch.relu, lambda: (t(5),))]
 SAMPLES["ltorch.layer_norm"] = [(lambda x, w, b: F.layer_norm(x, (4,), w, b), lambda: (t(2, 3, 4), t(4), t(4))),

@@ -1,6 +1,7 @@
 """Transforms: memory. Passes over an execution trace (after claim), run in this order: `densify_broadcast_inputs`,
-`reuse_buffers`, `del_last_used`. Which lines write into a buffer, make fresh memory, read densely or only view is
-the executors' business: each pass asks the executor that claimed the line (`MemoryAnswers`); it imports none.
+`reuse_buffers`, `write_into_inputs` (the forward of a program that writes into its inputs), `del_last_used`. Which
+lines write into a buffer, make fresh memory, read densely or only view is the executors' business: each pass asks
+the executor that claimed the line (`MemoryAnswers`); it imports none.
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections import Counter
 from typing import Protocol
 
 from jitcore.ir.proxies import Proxy, TensorProxy
-from jitcore.ir.pytree import tree_leaves, tree_map
+from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.memory import python_del
@@ -35,6 +36,8 @@ class MemoryAnswers(Protocol):
 
     def boxed_form(self, bsym: BoundSymbol, dead: list) -> BoundSymbol | None: ...  # args in a list, dead deleted
 
+    def write_form(self, bsym: BoundSymbol, targets: dict) -> BoundSymbol | None: ...  # results into given inputs
+
 
 class _Unclaimed:
     """The answers for a line no executor claimed: the safe ones (the passes leave it alone)."""
@@ -55,6 +58,9 @@ class _Unclaimed:
         return None
 
     def boxed_form(self, bsym, dead):
+        return None
+
+    def write_form(self, bsym, targets):
         return None
 
 
@@ -186,3 +192,64 @@ def densify_broadcast_inputs(trace: Trace) -> Trace:
         new.bound_symbols += [rename_args(b, names) for b in trace.bound_symbols]
         new.output = tree_map(lambda x: names.get(x.name, x) if isinstance(x, Proxy) else x, trace.output)
     return new.set_provenance(f"Densify broadcast inputs ({len(lines)} read by several matmuls)", t.seconds)
+
+
+def write_into_inputs(trace: Trace, targets: list) -> tuple[Trace, frozenset]:
+    """(a new trace whose lines compute the values written back into inputs in those inputs' own memory, the output
+    positions so handled); (the trace itself, empty) when none qualifies.
+
+    targets: (input proxy, flat output position) for each input the program writes into; the epilogue copies
+    `outs[position]` into the caller's tensor. Where the line computing that value can write it into the input
+    itself (its executor's `write_form(bsym, {k: input})`, k indexing the line's `flat_proxy_outs()`: aten's
+    training batch norm updating the running stats it is given, `torch.add(t3, 1, out=t3)` for a counter), the
+    line does so, as eager's kernel does, the position's output becomes None and the epilogue's copy is dropped.
+    An input qualifies only when nothing else can tell: neither it nor the value written requires grad (the epilogue's
+    copy is what gives the caller's tensor the value's history), the program does not return or
+    save it (nor the value written, other than at its position), no line reads the value written (it has the input's
+    strides then, which a view of it may not accept), every line that reads the input comes at or before the writing
+    line, and every earlier reader makes fresh memory or no tensor (no view of it outlives the write).
+    """
+    with Timer() as t:
+        bsyms = trace.bound_symbols
+        out_leaves = tree_leaves(trace.output)
+        out_count = Counter(p.name for p in out_leaves if isinstance(p, Proxy))
+        producer = {o.name: i for i, b in enumerate(bsyms) for o in b.flat_proxy_outs()}
+        readers: dict[str, list] = {}
+        for i, b in enumerate(bsyms):
+            for a in b.flat_proxy_args():
+                readers.setdefault(a.name, []).append(i)
+        plans: dict[int, dict] = {}  # line index -> {output index in flat_proxy_outs: input}
+        positions: dict[int, list] = {}
+        for a, position in targets:
+            v = out_leaves[position] if position < len(out_leaves) else None
+            if (not isinstance(a, TensorProxy) or a.requires_grad or out_count[a.name] or
+                    not isinstance(v, TensorProxy) or v.requires_grad or out_count[v.name] != 1 or
+                    v.name not in producer or v.name in readers or not _same_layout_type(a, v)):
+                continue
+            i = producer[v.name]
+            if not all(j == i or (j < i and _no_alias_result(bsyms[j])) for j in readers.get(a.name, ())):
+                continue
+            k = [o.name for o in bsyms[i].flat_proxy_outs()].index(v.name)
+            plans.setdefault(i, {})[k] = a
+            positions.setdefault(i, []).append(position)
+        out, done = list(bsyms), set()
+        for i, plan in plans.items():
+            line = claimed_by(bsyms[i]).write_form(bsyms[i], plan)
+            if line is not None:
+                out[i] = line
+                done.update(positions[i])
+        if not done:
+            return trace, frozenset()
+        new = from_trace(trace)
+        new.bound_symbols = out
+        flat, spec = tree_flatten(trace.output)
+        new.output = tree_unflatten(spec, [None if n in done else x for n, x in enumerate(flat)])
+    return (new.set_provenance(f"Write into inputs ({len(done)} written back by the lines computing them)",
+                               t.seconds), frozenset(done))
+
+
+def _no_alias_result(bsym: BoundSymbol) -> bool:
+    """Whether no tensor result of the line can be a view of its inputs."""
+    ex = claimed_by(bsym)
+    return (not any(isinstance(o, TensorProxy) for o in bsym.flat_proxy_outs()) or ex.makes_fresh(bsym)
+            or ex.out_form(bsym) is not None)

@@ -219,6 +219,18 @@ def _max_pool2d_backward(bsym, residuals, g):
                                        ceil_mode, indices), None, None, None, None, None, None)
 
 
+def adaptive_avg_pool2d_vjp(bsym, g):
+    """Global average pooling (output size 1, what eager computes as a mean over the last two dims): the gradient
+    expanded over the input and divided by the count, as eager's mean backward does (one elementwise line, which a
+    fusion executor may fuse); any other output size goes through the decomposition."""
+    x, output_size = bound_arguments(bsym)
+    sizes = (output_size,) * 2 if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    if len(sizes) != 2 or any(s != 1 for s in sizes) or not x.dtype.is_floating_point or x.ndim not in (3, 4):
+        return NotImplemented
+    return te.div(ltorch.expand(g, tuple(x.shape)), x.shape[-1] * x.shape[-2]), None
+
+
+VJP_RULES["ltorch.adaptive_avg_pool2d"] = adaptive_avg_pool2d_vjp
 AUGMENTED_FORWARDS["ltorch.max_pool2d"] = _max_pool2d_augment
 AUGMENTED_FORWARDS["ltorch.layer_norm"] = _layer_norm_augment
 AUGMENTED_FORWARDS["ltorch.rms_norm"] = _rms_norm_augment
