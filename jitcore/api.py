@@ -19,7 +19,7 @@ from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
 from jitcore import logs
 from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, saved_tensor_bytes  # noqa: F401 (public)
-from jitcore.epilogue import build_epilogue
+from jitcore.epilogue import build_epilogue, returned_inputs, writeback_specs
 from jitcore.errors import UnsupportedError
 from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
 from jitcore.fsdp import ShardedCall, is_sharded, refuse_unhooked_shards
@@ -659,8 +659,9 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
-    epilogue = build_epilogue(traced.side_effects, index, _writeback_specs(traced, writebacks), traced.escapes,
-                              _returned_inputs(traced, writebacks, autodiff))
+    inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
+    epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
+                              returned_inputs(traced, writebacks, autodiff), inputs)
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 
@@ -736,34 +737,6 @@ def _after_claim(claimed, targets=None):
     if written is not traces[-1]:
         traces.append(written)
     return [*traces, del_last_used(traces[-1])], positions
-
-
-def _writeback_specs(traced, writebacks) -> list:
-    """(provenance, output position, under no_grad) for each input the program wrote into."""
-    out = []
-    for w in writebacks:
-        inp = traced.inputs[w.arg_index]
-        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded))
-    return out
-
-
-def _returned_inputs(traced, writebacks, autodiff: bool) -> list:
-    """(provenance, flat output positions) of the input tensors the function returns as they are: eager hands back
-    the caller's own tensor. The computation returns a new tensor for one it wrote into (its new value) and, under
-    autodiff, for any (autograd.Function's output is a view of the input); the epilogue fetches the input instead."""
-    written = {traced.trace.args[w.arg_index].name: w for w in writebacks}
-    if not written and not autodiff:
-        return []
-    positions = {}
-    for i, o in enumerate(tree_leaves(traced.trace.output)):
-        if isinstance(o, TensorProxy):
-            positions.setdefault(o.name, []).append(i)
-    out = []
-    for inp in traced.inputs:
-        p = inp.proxy
-        if isinstance(p, TensorProxy) and p.name in positions and (autodiff or p.name in written):
-            out.append((inp.provenance, tuple(positions[p.name])))
-    return out
 
 
 def _check_written_inputs(traced, writebacks):

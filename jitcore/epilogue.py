@@ -16,8 +16,8 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
-from jitcore.ir.proxies import Proxy
-from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.ranges import RangeList, SymbolicRange
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace
@@ -285,7 +285,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=()) -> Trace | None:
+                   returned=(), inputs=None) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -294,7 +294,9 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     returned: (provenance of an input tensor, the flat output positions that are that tensor itself): those outputs
     become the caller's own tensor (after the writebacks), as eager returns it.
     escapes: the objects to fetch again and to build afresh (fetched before anything is written, so a given object
-    is the one the call read; built before the side effects that store them).
+    is the one the call read; built before the side effects that store them). inputs: input tensor name -> its
+    provenance: a side effect storing an input (`self.buf += x` stores the buffer it wrote into, `self.last = x`)
+    stores the caller's tensor, fetched before the side effects replay, as eager stores that object.
     """
     if not side_effects and not writebacks and not escapes and not returned:
         return None
@@ -330,6 +332,18 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             line("fetch", f"r{k}", prov)
             for i in positions:
                 line("output", i, _Out(f"r{k}"))
+        stored = {}  # input tensor name -> the local the epilogue fetches it into
+        for e in side_effects:
+            for leaf in tree_flatten((e.value, e.args, e.kwargs))[0]:
+                if isinstance(leaf, Proxy) and leaf.name in (inputs or {}) and leaf.name not in stored:
+                    stored[leaf.name] = f"s{len(stored)}"
+                    line("fetch", stored[leaf.name], inputs[leaf.name])
+        if stored:
+            plain = sub
+
+            def sub(x):
+                return _Out(stored[x.name]) if isinstance(x, Proxy) and x.name in stored else plain(x)
+
         for e in side_effects:
             if e.kind == "call":
                 value = _map(escapes.template((e.args, e.kwargs), "") if escapes else (e.args, e.kwargs), sub)
@@ -343,3 +357,31 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
 def _map(tree, fn):
     leaves, spec = tree_flatten(tree)
     return tree_unflatten(spec, [fn(x) for x in leaves])
+
+
+def writeback_specs(traced, writebacks) -> list:
+    """(provenance, output position, under no_grad) for each input the program wrote into."""
+    out = []
+    for w in writebacks:
+        inp = traced.inputs[w.arg_index]
+        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded))
+    return out
+
+
+def returned_inputs(traced, writebacks, autodiff: bool) -> list:
+    """(provenance, flat output positions) of the input tensors the function returns as they are: eager hands back
+    the caller's own tensor. The computation returns a new tensor for one it wrote into (its new value) and, under
+    autodiff, for any (autograd.Function's output is a view of the input); the epilogue fetches the input instead."""
+    written = {traced.trace.args[w.arg_index].name: w for w in writebacks}
+    if not written and not autodiff:
+        return []
+    positions = {}
+    for i, o in enumerate(tree_leaves(traced.trace.output)):
+        if isinstance(o, TensorProxy):
+            positions.setdefault(o.name, []).append(i)
+    out = []
+    for inp in traced.inputs:
+        p = inp.proxy
+        if isinstance(p, TensorProxy) and p.name in positions and (autodiff or p.name in written):
+            out.append((inp.provenance, tuple(positions[p.name])))
+    return out

@@ -105,9 +105,10 @@ class Runtime:
     # -- provenance ------------------------------------------------------------------------------------------
     def report(self, value, prov):
         """Tell the context an external value was loaded; remember its provenance; return what ctx returns. A value
-        of jitcore's own (a proxy, a proxy's bound method) read from an external object is one the call stored
-        there (`self.b = self.b + x`, through a setter that wrote elsewhere): the program's, not an input."""
-        if _is_jitcore_obj(value):
+        of the program (a proxy, a proxy's bound method) read from an external object is one the call stored there
+        (`self.b = self.b + x`, through a setter that wrote elsewhere): the program's, not an input. (A jitted
+        module or function is reported like any object: its wrapped model is read through it.)"""
+        if type(value).__module__ == "jitcore.ir.proxies":  # (a proxy, a proxy's method, a SymbolicSize)
             return value
         new = self.on_external_value(value, prov)
         ext = self.external

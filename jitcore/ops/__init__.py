@@ -36,7 +36,7 @@ from jitcore.ops import (  # noqa: F401
 # derived from the families above, so imported after them: torch_inplace derives the in-place variants of their ops
 # (and registers the "inplace" fallbacks), autocast's policy table names ops of every family, torch_distributed
 # writes with torch_inplace's write
-from jitcore.ops import autocast, torch_distributed, torch_inplace  # noqa: F401
+from jitcore.ops import autocast, out_args, torch_distributed, torch_inplace  # noqa: F401
 from jitcore.ops.registry import ltorch_ns as ltorch
 from jitcore.ops.registry import prims_ns as prims
 

@@ -13,6 +13,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten
 from jitcore.ops import prims_misc as pm
+from jitcore.ops import torch_map
 
 
 def _name(fn) -> str:
@@ -58,5 +59,4 @@ def call_with_out(call, fn, args, kwargs):
         return tuple(outs)
 
 
-def has_out(kwargs) -> bool:
-    return bool(kwargs) and kwargs.get("out") is not None
+torch_map.OUT_CALL[0] = call_with_out

@@ -46,9 +46,7 @@ class OverloadAware:
     def __call__(self, *args, **kwargs):
         if kwargs:
             if kwargs.get("out") is not None:
-                from jitcore.ops.out_args import call_with_out
-
-                return call_with_out(self, self.fn, args, kwargs)
+                return OUT_CALL[0](self, self.fn, args, kwargs)
             try:
                 if self.signature is not None:
                     self.signature.bind(*args, **kwargs)
@@ -60,6 +58,9 @@ class OverloadAware:
 
 
 _AWARE: dict = {}
+# call_with_out(call, fn, args, kwargs): a call with out= (jitcore/ops/out_args.py registers it; it builds on ops
+# defined after this table)
+OUT_CALL: list = [None]
 
 
 # torch callables with no op, asked in this order: "inplace" (jitcore/ops/torch_inplace.py: a callable writing into
@@ -71,9 +72,7 @@ FUNCTION_FALLBACKS = Fallbacks("torch callables with no op", ("inplace", "opaque
 def dispatch(func, args, kwargs):
     """Called by TensorProxy.__torch_function__: run the mapped op, or an opaque op for unmapped torch callables."""
     if kwargs and kwargs.get("out") is not None:  # the functional call, written into out (jitcore/ops/out_args.py)
-        from jitcore.ops.out_args import call_with_out
-
-        return call_with_out(lambda *a, **k: dispatch(func, a, k), func, args, kwargs)
+        return OUT_CALL[0](lambda *a, **k: dispatch(func, a, k), func, args, kwargs)
     op = lookup(func)
     if op is None:
         name = getattr(func, "__name__", None)
