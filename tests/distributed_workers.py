@@ -467,8 +467,21 @@ def fsdp_eager_and_jitted(rank: int, mp=None) -> dict:
     out = {"eager": eager, "jitted": train_sharded(model, jitted, rank)}
     out["misses"] = jitcore.cache_misses(jitted)
     out["forward"] = str(jitcore.last_traces(jitted)[-1])
+    out["peak"] = {"eager": step_peak(sharded_gpt(mp), None, rank), "jitted": step_peak(model, jitted, rank)}
     out["backward"] = str(jitcore.last_backward_traces(jitted)[-1])
     return out
+
+
+def step_peak(model, call, rank: int) -> int:
+    """Peak bytes torch allocates in a training step's forward and backward (its second: the first compiles)."""
+    from benchmarks.measure import peak_memory_bytes
+
+    def step():
+        gpt_loss(call or model, gpt_batch(rank, 0)).backward()
+        model.zero_grad(set_to_none=True)
+
+    step()
+    return peak_memory_bytes(step)
 
 
 def jitted_blocks(rank: int) -> dict:

@@ -6,6 +6,8 @@ a jitted function are ops of the trace that run in program order and that DCE an
 scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after 60 s; the checks of a scenario
 are the check_* functions it calls.
 """
+import re
+
 import pytest
 import torch
 
@@ -77,6 +79,11 @@ def comments(program: str) -> str:
     return " ".join(line[2:] for line in program.splitlines() if line.startswith("# "))
 
 
+def block_lines(program: str) -> list:
+    """(op, block) of each FSDP2 block line of a printed program, in order."""
+    return re.findall(r"(fsdp_\w+)\('fsdp\d+:([\w.]+)'", program)
+
+
 def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     per_rank = run("fsdp", tmp_path)
     # fully_shard per block and on the root, then jitcore.jit(model): 2 steps of 2 micro-batches each
@@ -88,11 +95,21 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     for result in per_rank:
         for what in ("fsdp", "fsdp_mixed"):  # the first step compiles; later calls and micro-batches hit
             assert result[what]["misses"] == 1
-            # the programs say where FSDP gathers the parameters and reduces the gradients
+            # the programs say where FSDP gathers the parameters and reduces the gradients: the root's eagerly,
+            # each block's at its own lines, one block after the other
             forward, backward = comments(result[what]["forward"]), comments(result[what]["backward"])
             assert "FSDP all-gathers the parameters of GPT (its own parameters, by its pre-forward hook), " \
-                   "transformer.h.0, transformer.h.1, eagerly" in forward
-            assert "reduce-scatters the gradients of transformer.h.1, transformer.h.0, GPT into" in backward
+                   "eagerly" in forward
+            assert "parameters (transformer.h.0, transformer.h.1) are all-gathered at its fsdp_unshard" in forward
+            assert "end-of-backward callback reduce-scatters the gradients of GPT" in backward
+            assert block_lines(result[what]["forward"]) == [
+                ("fsdp_unshard", "transformer.h.0"), ("fsdp_reshard", "transformer.h.0"),
+                ("fsdp_unshard", "transformer.h.1"), ("fsdp_reshard", "transformer.h.1")]
+            assert block_lines(result[what]["backward"]) == [
+                ("fsdp_regather", "transformer.h.1"), ("fsdp_post_backward", "transformer.h.1"),
+                ("fsdp_regather", "transformer.h.0"), ("fsdp_post_backward", "transformer.h.0")]
+            # one block's parameters unsharded at a time: the jitted step's peak memory is eager FSDP2's
+            assert result[what]["peak"]["jitted"] <= 1.1 * result[what]["peak"]["eager"], result[what]["peak"]
         assert result["fsdp_blocks"]["jitted"]["misses"] == [1, 1]
         assert "all-gathers the parameters of Block (its own" in comments(result["fsdp_blocks"]["jitted"]["forward"])
         casts = result["casts"]  # each block's bf16 input cast, inside the jitted program: eager's numbers exactly
