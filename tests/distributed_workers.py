@@ -467,21 +467,42 @@ def fsdp_eager_and_jitted(rank: int, mp=None) -> dict:
     out = {"eager": eager, "jitted": train_sharded(model, jitted, rank)}
     out["misses"] = jitcore.cache_misses(jitted)
     out["forward"] = str(jitcore.last_traces(jitted)[-1])
-    out["peak"] = {"eager": step_peak(sharded_gpt(mp), None, rank), "jitted": step_peak(model, jitted, rank)}
+    out["events"] = {"eager": fsdp_events(sharded_gpt(mp), None, rank), "jitted": fsdp_events(model, jitted, rank)}
     out["backward"] = str(jitcore.last_backward_traces(jitted)[-1])
     return out
 
 
-def step_peak(model, call, rank: int) -> int:
-    """Peak bytes torch allocates in a training step's forward and backward (its second: the first compiles)."""
-    from benchmarks.measure import peak_memory_bytes
+def fsdp_events(model, call, rank: int) -> list:
+    """FSDP's steps of the blocks' parameter groups in a training step (its second: the first compiles), in order:
+    (step, block, how many blocks have their parameters unsharded right after it)."""
+    from torch.distributed.fsdp import FSDPModule
 
-    def step():
+    gpt_loss(call or model, gpt_batch(rank, 0)).backward()
+    model.zero_grad(set_to_none=True)
+    groups = [(name, g) for name, m in model.named_modules() if m is not model and isinstance(m, FSDPModule)
+              for g in m._get_fsdp_state()._fsdp_param_groups]
+    log = []
+
+    def logged(group, step, name):
+        method = getattr(group, step)
+
+        def run(*args, **kwargs):
+            out = method(*args, **kwargs)
+            log.append((step, name, sum(not g.is_sharded for _, g in groups)))
+            return out
+        return run
+
+    for name, g in groups:
+        for step in ("pre_forward", "post_forward", "pre_backward", "post_backward"):
+            setattr(g, step, logged(g, step, name))
+    try:
         gpt_loss(call or model, gpt_batch(rank, 0)).backward()
-        model.zero_grad(set_to_none=True)
-
-    step()
-    return peak_memory_bytes(step)
+    finally:
+        for _, g in groups:
+            for step in ("pre_forward", "post_forward", "pre_backward", "post_backward"):
+                delattr(g, step)
+    model.zero_grad(set_to_none=True)
+    return log
 
 
 def jitted_blocks(rank: int) -> dict:
