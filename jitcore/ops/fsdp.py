@@ -58,16 +58,17 @@ def _like_each(tensors) -> tuple:
 _EFFECT = (Tag.PYTHON, Tag.DONT_DCE, Tag.EFFECTS)
 
 
-def _sym(fn, meta, differentiable: bool) -> Symbol:
+def _sym(id: str, fn, meta, differentiable: bool) -> Symbol:
     tags = _EFFECT if differentiable else (*_EFFECT, Tag.NON_DIFFERENTIABLE)
-    sym = Symbol(f"fsdp.{fn.__name__[5:]}", fn.__name__, meta=meta, tags=tags, module="", call_ctx={fn.__name__: fn})
+    sym = Symbol(id, fn.__name__, meta=meta, tags=tags, module="", call_ctx={fn.__name__: fn})
     EAGER_KERNELS[sym.id] = fn
     return sym
 
 
-fsdp_unshard_sym = _sym(fsdp_unshard, lambda key, names, params: _like_each(params), True)
-fsdp_reshard_sym = _sym(fsdp_reshard, lambda key, outputs, names=(), params=(): _like_each(outputs), True)
-fsdp_regather_sym = _sym(fsdp_regather, lambda key, cotangents: _like_each(cotangents), False)
-fsdp_post_backward_sym = _sym(fsdp_post_backward, lambda key, names, grads: None, False)
+fsdp_unshard_sym = _sym("fsdp.unshard", fsdp_unshard, lambda key, names, params: _like_each(params), True)
+fsdp_reshard_sym = _sym("fsdp.reshard", fsdp_reshard, lambda key, outputs, names=(), params=(): _like_each(outputs),
+                        True)
+fsdp_regather_sym = _sym("fsdp.regather", fsdp_regather, lambda key, cotangents: _like_each(cotangents), False)
+fsdp_post_backward_sym = _sym("fsdp.post_backward", fsdp_post_backward, lambda key, names, grads: None, False)
 # ops whose outputs' memory a later line frees (and the backward refills): no line reading them is recomputed
 SCOPED_OUTPUTS = frozenset({fsdp_unshard_sym.id})
