@@ -537,6 +537,54 @@ def shard_of_jitted(rank: int) -> str:
     return "accepted"
 
 
+def no_grad_then_train(rank: int) -> dict:
+    """Logits under torch.no_grad() (each block still gathered and freed in turn), then a training step, eager and
+    jitted; and whether the parameters are sharded again after the no_grad call."""
+    from torch.distributed.tensor import DTensor
+
+    out = {}
+    for kind in ("eager", "jitted"):
+        model = sharded_gpt()
+        call = model if kind == "eager" else _jit(model)
+        with torch.no_grad():
+            logits = call(gpt_batch(rank, 0)[0])[0]
+        sharded = all(isinstance(p, DTensor) for p in model.parameters())
+        out[kind] = {"logits": logits, "sharded": sharded, **train_sharded(model, call, rank, steps=1, accumulate=1)}
+    return out
+
+
+class ReadsABlockParameter(nn.Module):
+    """A root whose forward reads a parameter of a sharded block outside the block's forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x.sum() + self.blocks[0].weight.sum()
+
+
+def block_parameter_outside(rank: int) -> str:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import jitcore
+
+    model = ReadsABlockParameter()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    try:
+        _jit(model)(torch.randn(4, 8))
+    except jitcore.UnsupportedError as e:
+        return str(e)
+    return "accepted"
+
+
 class CastsBetweenBlocks(nn.Module):
     """Blocks fed float32 by the root: under a bf16 MixedPrecisionPolicy each block casts its input on entry."""
 
@@ -581,6 +629,8 @@ def scenario_fsdp(rank: int) -> dict:
     out["fsdp_blocks"] = {"eager": out["fsdp"]["eager"], "jitted": jitted_blocks(rank)}
     out["shard_of_jitted"] = shard_of_jitted(rank)
     out["casts"] = block_input_casts(rank, mp)
+    out["no_grad"] = no_grad_then_train(rank)
+    out["outside"] = block_parameter_outside(rank)
     return out
 
 

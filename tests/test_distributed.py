@@ -118,6 +118,11 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
         casts = result["casts"]  # each block's bf16 input cast, inside the jitted program: eager's numbers exactly
         assert torch.equal(casts["jitted"]["loss"], casts["eager"]["loss"])
         assert all(torch.equal(j, e) for j, e in zip(casts["jitted"]["grads"], casts["eager"]["grads"]))
+        no_grad = result["no_grad"]  # a forward under no_grad gathers and frees each block too
+        assert torch.equal(no_grad["jitted"]["logits"], no_grad["eager"]["logits"])
+        assert no_grad["jitted"]["sharded"] and no_grad["eager"]["sharded"]
+        torch.testing.assert_close(no_grad["jitted"]["state"], no_grad["eager"]["state"], rtol=1e-6, atol=1e-6)
+        assert "read outside the block's forward" in result["outside"], result["outside"]
         assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
         assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 
