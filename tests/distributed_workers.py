@@ -553,6 +553,44 @@ def no_grad_then_train(rank: int) -> dict:
     return out
 
 
+class Scale(nn.Module):
+    """An elementwise block: rematerialization would recompute x * scale + shift in the backward (cheap), reading
+    the block's parameters there; it must not (they are gathered only within the block's backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale, self.shift = nn.Parameter(torch.randn(8)), nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return torch.tanh(x * self.scale + self.shift) * 2
+
+
+def elementwise_blocks(rank: int) -> dict:
+    """Loss and gradients (full tensors) of sharded elementwise blocks, eager and jitted, over two steps."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    out = {}
+    for kind in ("eager", "jitted"):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), Scale(), Scale(), nn.Linear(8, 1))
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for block in (model[1], model[2]):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        call = model if kind == "eager" else _jit(model)
+        results = []
+        for step in range(2):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * rank + step))
+            loss = call(x).sum()
+            loss.backward()
+            results.append((loss.detach(), [p.grad.full_tensor() for p in model.parameters()]))
+            model.zero_grad(set_to_none=True)
+        out[kind] = results
+    return out
+
+
 class ReadsABlockParameter(nn.Module):
     """A root whose forward reads a parameter of a sharded block outside the block's forward."""
 
@@ -631,6 +669,7 @@ def scenario_fsdp(rank: int) -> dict:
     out["casts"] = block_input_casts(rank, mp)
     out["no_grad"] = no_grad_then_train(rank)
     out["outside"] = block_parameter_outside(rank)
+    out["elementwise"] = elementwise_blocks(rank)
     return out
 
 

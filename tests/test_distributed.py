@@ -123,6 +123,10 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
         assert no_grad["jitted"]["sharded"] and no_grad["eager"]["sharded"]
         torch.testing.assert_close(no_grad["jitted"]["state"], no_grad["eager"]["state"], rtol=1e-6, atol=1e-6)
         assert "read outside the block's forward" in result["outside"], result["outside"]
+        for (loss, grads), (eager_loss, eager_grads) in zip(result["elementwise"]["jitted"],
+                                                            result["elementwise"]["eager"]):
+            torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(grads, eager_grads, rtol=1e-6, atol=1e-6)
         assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
         assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 
