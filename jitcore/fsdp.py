@@ -194,8 +194,9 @@ def _idle():
 
 class ShardedCall:
     """What a JitModule over a model sharded with fully_shard calls: the model's own __call__ (the root's FSDP hooks,
-    eagerly) with its forward replaced, for the call, by `_forward`: the sharded submodules' pre-forwards, the
-    jitted forward (`inner`, a JitFunction over the model's forward) and their post-forwards."""
+    eagerly) with its forward replaced, for the call, by `_forward`: the jitted forward (`inner`, a JitFunction over
+    the model's forward), whose lines gather and free each sharded submodule's parameters, between each submodule's
+    enter (its unsharded parameters in its module, their memory freed) and leave (its sharded ones back)."""
 
     def __init__(self, model, inner):
         cls = _fsdp_module_class()
