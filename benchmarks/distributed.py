@@ -1,8 +1,8 @@
 """Benchmarks: data-parallel training in several processes (gloo on CPU, nccl on GPUs), eager DDP(model) against
 DDP(jitcore.jit(model)) on a GPT-2 style model: per process, the median time of a training step (forward, backward
-with DDP's gradient all-reduce, optimizer step; the variants' steps alternate) and the peak memory of one step; the
-losses of both are checked to agree. Run `python -m benchmarks.distributed` (it starts --nproc processes itself), or
-one process per rank under torchrun: `torchrun --nproc-per-node 2 -m benchmarks.distributed`.
+with DDP's gradient all-reduce, optimizer step; the variants' steps alternate) and the peak memory of a step (the
+median of a few); the losses of both are checked to agree. Run `python -m benchmarks.distributed` (it starts --nproc
+processes itself), or one process per rank under torchrun: `torchrun --nproc-per-node 2 -m benchmarks.distributed`.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ def parse(argv=None):
     p.add_argument("--nproc", type=int, default=2, help="processes to start when not run under torchrun (default 2)")
     p.add_argument("--steps", type=int, default=15, help="timed training steps per variant (default 15)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (the jitted model compiles) (default 3)")
+    p.add_argument("--peaks", type=int, default=3, help="steps whose peak memory is measured, per variant: the table "
+                                                        "gives their median and range (default 3)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
@@ -67,11 +69,36 @@ def step_fn(ddp, opt, batch):
     return step
 
 
+def peak_step_bytes(call) -> int:
+    """Peak bytes of the tensors call() allocates that are alive at once (torch's CPU allocator, from the profiler's
+    allocation events, matched by address): what was allocated before the call, and its frees, do not count, so the
+    number is the same whatever an earlier profile of the process saw."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.measure import quiet_stderr
+
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    nodes, allocations = list(prof.profiler.kineto_results.experimental_event_tree()), []
+    while nodes:
+        n = nodes.pop()
+        nodes.extend(n.children)
+        if type(n.typed[1]).__name__ == "_ExtraFields_Allocation":
+            allocations.append((n.start_time_ns, n.typed[1].ptr, n.typed[1].alloc_size))
+    sizes, live, peak = {}, 0, 0
+    for _, ptr, size in sorted(allocations):
+        if size > 0:
+            sizes[ptr] = size
+            live += size
+        elif ptr in sizes:
+            live -= sizes.pop(ptr)
+        peak = max(peak, live)
+    return peak
+
+
 def measure(ddps: dict, batch, args) -> dict:
     """Per variant: median step time and peak memory. The variants' steps alternate (eager, jitted, eager, ...), so
     a slow spell of a shared machine falls on both alike."""
-    from benchmarks.measure import peak_memory_bytes
-
     steps = {name: step_fn(ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-3), batch) for name, ddp in ddps.items()}
     losses = {name: [step() for _ in range(args.warmup)] for name, step in steps.items()}
     times: dict = {name: [] for name in steps}
@@ -81,12 +108,13 @@ def measure(ddps: dict, batch, args) -> dict:
             start = time.perf_counter()
             losses[name].append(step())
             times[name].append(time.perf_counter() - start)
-    out = {}
-    for name, step in steps.items():
-        peak = peak_memory_bytes(lambda step=step, name=name: losses[name].append(step()))
-        out[name] = {"median_ms": 1e3 * statistics.median(times[name]), "peak_mib": peak / 2**20, "times": times[name],
-                     "losses": torch.stack(losses[name])}
-    return out
+    peaks: dict = {name: [] for name in steps}
+    for _ in range(args.peaks):  # (alternating too: a step's peak depends on when the collectives finish)
+        for name, step in steps.items():
+            torch.distributed.barrier()
+            peaks[name].append(peak_step_bytes(lambda step=step, name=name: losses[name].append(step())) / 2**20)
+    return {name: {"median_ms": 1e3 * statistics.median(times[name]), "peak_mib": statistics.median(peaks[name]),
+                   "peaks": peaks[name], "times": times[name], "losses": torch.stack(losses[name])} for name in steps}
 
 
 def worker(args):
@@ -114,8 +142,8 @@ def worker(args):
     args.params = sum(p.numel() for p in model.parameters())
     results = measure({name: make(copy.deepcopy(model)) for name, make in variants.items()}, batch, args)
     everyone = [None] * world
-    dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"], "times": v["times"]}
-                                      for k, v in results.items()})
+    dist.all_gather_object(everyone, {k: {"median_ms": v["median_ms"], "peak_mib": v["peak_mib"], "peaks": v["peaks"],
+                                          "times": v["times"]} for k, v in results.items()})
     losses = [v["losses"] for v in results.values()]
     diff = max((losses[i] - losses[i + 1]).abs().max().item() for i in range(0, len(losses), 2))
     if rank == 0:
@@ -140,11 +168,12 @@ def report(everyone, args, world, loss_diff):
           f"parameters, batch {args.batch}x{args.seq}),"
           f" {world} processes ({'nccl' if torch.cuda.is_available() else 'gloo'}), torch threads {args.threads}, "
           f"jitcore executors [{args.executors}]; median of {args.steps} steps after {args.warmup}\n")
-    print("| variant | rank | step (ms, median) | peak memory (MiB) |")
-    print("|---|---|---|---|")
+    print(f"| variant | rank | step (ms, median) | peak memory (MiB, median of {args.peaks} steps) | peak range |")
+    print("|---|---|---|---|---|")
     for name in everyone[0]:
         for rank, per in enumerate(everyone):
-            print(f"| {name} | {rank} | {per[name]['median_ms']:.1f} | {per[name]['peak_mib']:.1f} |")
+            print(f"| {name} | {rank} | {per[name]['median_ms']:.1f} | {per[name]['peak_mib']:.1f} | "
+                  f"{min(per[name]['peaks']):.1f}-{max(per[name]['peaks']):.1f} |")
     names = list(everyone[0])
     medians = {n: statistics.median(per[n]["median_ms"] for per in everyone) for n in names}
     # the ratio of each round's two steps (taken one after the other), median over rounds and ranks: a slow spell of
@@ -154,7 +183,7 @@ def report(everyone, args, world, loss_diff):
     pairs = ", ".join(f"{e} {medians[e]:.1f} ms, {j} {medians[j]:.1f} ms ({medians[j] / medians[e]:.3f}x eager's "
                       f"time; median of the rounds' ratios {paired[j]:.3f}x)" for e, j in zip(names[::2], names[1::2]))
     print(f"\nmedian over ranks: {pairs}; largest loss difference (eager vs jitted) over "
-          f"{args.warmup + args.steps + 1} steps: {loss_diff:.2e}")
+          f"{args.warmup + args.steps + args.peaks} steps: {loss_diff:.2e}")
 
 
 def main(argv=None):

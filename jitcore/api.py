@@ -44,6 +44,7 @@ from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.early_grads import with_grads_ready
+from transforms.fsdp import check_backward_order, thread_sharded_params
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
@@ -535,8 +536,11 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
     can flow (the joint trace splits into a forward and a backward; rematerialization then chooses what the forward
     saves by cost)."""
     traces = [traced.trace]
-    functional, writebacks = functionalize(traced.trace, traced.input_strides)
-    if functional is not traced.trace:
+    blocks = thread_sharded_params(traced.trace)  # FSDP2: each sharded block reads its parameters as gathered
+    if blocks is not traced.trace:
+        traces.append(blocks)
+    functional, writebacks = functionalize(traces[-1], traced.input_strides)
+    if functional is not traces[-1]:
         traces.append(functional)
         _check_written_inputs(traced, writebacks)
     traces.append(dce(traces[-1]))
@@ -565,6 +569,8 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
             traces.append(_with_sizes(forward) if symbolic else forward)
             split, forward = hooked, hooked.forward
             backward.append(hooked.backward)
+    if blocks is not traced.trace:
+        check_backward_order(backward[-1], forward)
     early = _early_grad_positions(traced)
     if early:  # the last backward without them stays the base of the backward_without variants
         backward.append(with_grads_ready(backward[-1], early))

@@ -249,6 +249,10 @@ class JitContext(DefaultContext):
             return items if any(items[k] is not obj[k] for k in obj) else obj
         return obj
 
+    def input_proxy(self, t):
+        """The proxy of tensor t when the program already reads it as an input (by identity), else None."""
+        return self._proxies.get(id(t))
+
     def referent(self, obj):
         """`ref()` of a weak reference to a tensor the program reads (nn.RNNBase's refs to its weights): its input,
         as `getattr(module, name)` gives it, so `ref() is weight` answers as in eager."""
@@ -647,13 +651,14 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["leaf_oracle"] = ctx.leaf_input
         trace.extra["input_attr_oracle"] = ctx.input_attribute
         trace.extra["runtime_oracle"] = ctx.run_time_value
+        trace.extra["input_oracle"] = ctx.input_proxy
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
                 ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
-                        "runtime_oracle"):
+                        "runtime_oracle", "input_oracle"):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         rt = getattr(ctx, "_runtime", None)

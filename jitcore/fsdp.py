@@ -1,13 +1,14 @@
-"""The jitted module under FSDP2 (torch.distributed.fsdp.fully_shard): FSDP's hooks run eagerly around the jitted
-program, never inside it. A call runs the root's own hooks (all-gather of its parameters, input casts), then every
-sharded submodule's pre-forward (all-gather: the parameters become plain unsharded tensors), then the program of the
-model's forward over those unsharded parameters (inside it, each sharded submodule keeps only the dtype casts of its
-MixedPrecisionPolicy), then each submodule's post-forward (reshard, and the pre-backward hooks that gather the
-parameters again before the program's backward). FSDP's end-of-backward callback reduce-scatters the gradients.
+"""The jitted module under FSDP2 (torch.distributed.fsdp.fully_shard). A call runs the root's own hooks eagerly
+(all-gather of its parameters, input casts), then the program of the model's forward, in which each sharded block's
+parameters are gathered at the block's fsdp_unshard line and freed at its fsdp_reshard line (jitcore/ops/fsdp.py),
+so one block's parameters are unsharded at a time, as in eager FSDP2. The backward gathers each block's parameters
+again at its fsdp_regather line and hands its gradients over at its fsdp_post_backward line, where FSDP reduce-
+scatters them while the earlier blocks' backward still runs. FSDP's end-of-backward callback reduces the root's.
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import textwrap
 
@@ -15,11 +16,15 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.guards import module_state
+from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ops.fsdp import UNITS, fsdp_reshard_sym, fsdp_unshard_sym
 
 HINT = ("apply fully_shard to the plain model (to its blocks, then to the root) and jit the sharded model: "
         "fully_shard(block) for each block, fully_shard(model), then jitcore.jit(model); or jit a sharded block "
         "inside a sharded model: model.blocks[i] = jitcore.jit(model.blocks[i]) after fully_shard")
+_SERIAL = itertools.count()  # one per ShardedCall: its blocks' keys in the UNITS registry
 
 
 def _fsdp_module_class():
@@ -60,10 +65,12 @@ def _cast(dtype):
 
 class _Unit:
     """A sharded submodule: its FSDP state, the keys of FSDP's hooks in its hook tables, and the hooks that stand in
-    for them while the program is traced and runs (only the casts of its MixedPrecisionPolicy, or none)."""
+    for them while the program is traced: each records the block's fsdp_unshard / fsdp_reshard line (jitcore/ops/
+    fsdp.py) and does the casts of its MixedPrecisionPolicy. At run time those lines call unshard / reshard, and the
+    backward's lines pre_backward / post_backward: FSDP's own steps of the block's parameter groups."""
 
-    def __init__(self, module, state):
-        self.module, self.state = module, state
+    def __init__(self, module, state, key: str):
+        self.module, self.state, self.key = module, state, key
         pre = [k for k, h in module._forward_pre_hooks.items() if h == state._pre_forward]
         post = [k for k, h in module._forward_hooks.items() if h == state._post_forward]
         if len(state._modules) != 1 or len(pre) != 1 or len(post) != 1:
@@ -73,47 +80,123 @@ class _Unit:
         mp = state._mp_policy
         cast_in = _cast(mp.param_dtype) if mp.cast_forward_inputs and mp.param_dtype is not None else None
         cast_out = _cast(mp.output_dtype) if mp.output_dtype is not None else None
-        self.pre_stand_in = None if cast_in is None else (lambda m, args, kwargs: cast_in((args, kwargs)))
-        self.post_stand_in = None if cast_out is None else (lambda m, args, out: cast_out(out))
+        self.params = {}  # name (FSDP's fqn of the parameter) -> its FSDPParam (at the first call: FSDP names them)
+
+        def pre_stand_in(m, args, kwargs):  # (called natively by the interpreter: on proxies, records lines)
+            fsdp_unshard_sym(key, (), ())  # (transforms/fsdp.py gives it the parameters the block reads)
+            return None if cast_in is None else cast_in((args, kwargs))
+
+        def post_stand_in(m, args, out):
+            return self._reshard_line(out if cast_out is None else cast_out(out))
+
+        self.pre_stand_in, self.post_stand_in = pre_stand_in, post_stand_in
+
+    def _reshard_line(self, out):
+        """The block's outputs through its fsdp_reshard line, which also names the parameters the block read."""
+        oracle = get_tracectx().extra["input_oracle"]
+        names, params = [], []
+        for name, fp in self.params.items():
+            p = oracle(fp.unsharded_param)
+            if p is not None:
+                names.append(name)
+                params.append(p)
+        leaves, spec = tree_flatten(out)
+        tensors = [x for x in leaves if isinstance(x, TensorProxy)]
+        passed = iter(fsdp_reshard_sym(self.key, tuple(tensors), tuple(names), tuple(params)))
+        return tree_unflatten(spec, [next(passed) if isinstance(x, TensorProxy) else x for x in leaves])
 
     @contextlib.contextmanager
     def hooks_inside(self):
-        """FSDP's hooks replaced by the stand-ins (or removed) while the program runs."""
+        """FSDP's hooks replaced by the stand-ins while the program runs."""
         m = self.module
         pre, post = m._forward_pre_hooks[self.pre_key], m._forward_hooks[self.post_key]
-        _swap(m._forward_pre_hooks, self.pre_key, self.pre_stand_in)
-        _swap(m._forward_hooks, self.post_key, self.post_stand_in)
+        m._forward_pre_hooks[self.pre_key] = self.pre_stand_in
+        m._forward_hooks[self.post_key] = self.post_stand_in
         try:
             yield
         finally:
             m._forward_pre_hooks[self.pre_key] = pre
             m._forward_hooks[self.post_key] = post
 
-    def pre_forward(self):
-        self.state._pre_forward(self.module, (), {})  # all-gather (no inputs: its post-backward runs at the end)
+    # -- around the program: the module holds its unsharded parameters (their storage freed until fsdp_unshard) ----
+    def enter(self):
+        if not self.params:
+            fps = [fp for group in self.state._fsdp_param_groups for fp in group.fsdp_params]
+            self.params = {_relative(fp._param_fqn, self.key) or str(i): fp for i, fp in enumerate(fps)}
+            if len(self.params) != len(fps):
+                self.params = {str(i): fp for i, fp in enumerate(fps)}
+        for group in self.state._fsdp_param_groups:
+            if not all(hasattr(fp, "_unsharded_param") for fp in group.fsdp_params):
+                group.unshard()  # the first call: FSDP makes the unsharded parameters at its first all-gather
+                group.wait_for_unshard()
+                group.reshard()
+            if group.is_sharded:
+                for fp in group.fsdp_params:
+                    p = fp.unsharded_param
+                    if p.requires_grad != fp.sharded_param.requires_grad:
+                        p.requires_grad_(fp.sharded_param.requires_grad)
+                    fp._setattr_on_modules(p)
 
-    def post_forward(self, output):
-        """FSDP's post-forward of this module, given the program's outputs (the pre-backward hooks go on them);
-        without its output cast, which the stand-in did inside the program."""
-        state = self.state
-        for group in state._fsdp_param_groups:
-            output = group.post_forward(self.module, (), output)
-        output = state._register_pre_backward_hook(output)
-        state._training_state = type(state._training_state).IDLE
-        return output
+    def leave(self, failed: bool):
+        """After the program: sharded groups hold their sharded parameters again (a block the forward did not run
+        still held its unsharded ones); after a failure, every group is resharded."""
+        for group in self.state._fsdp_param_groups:
+            if failed and not group.is_sharded:
+                group._training_state = _idle()
+                group.reshard()
+            if group.is_sharded:
+                for fp in group.fsdp_params:
+                    fp._setattr_on_modules(fp.sharded_param)
+        if failed:
+            self.state._training_state = _idle()
+
+    # -- the lines of jitcore/ops/fsdp.py ----------------------------------------------------------------------------
+    def unshard(self, names) -> tuple:
+        self.state._training_state = type(self.state._training_state).FORWARD
+        for group in self.state._fsdp_param_groups:
+            group.pre_forward(self.module, (), {})  # all-gather (and wait)
+        return tuple(self.params[n].unsharded_param for n in names)
+
+    def reshard(self):
+        for group in self.state._fsdp_param_groups:
+            group.post_forward(self.module, (), None)
+        self.state._training_state = _idle()
+
+    def pre_backward(self):
+        self.state._pre_backward(None)  # all-gather again (and prefetch the next block's, as in eager)
+
+    def post_backward(self, names, grads):
+        seen = set()
+        for name, g in zip(names, grads):
+            p = self.params[name].unsharded_param
+            if not g.is_contiguous() or id(g) in seen:  # (the parameters' layout; a gradient of its own)
+                g = g.contiguous() if not g.is_contiguous() else g.clone()
+            seen.add(id(g))
+            if p.grad is None:
+                p.grad = g
+            else:
+                p.grad += g
+        for group in self.state._fsdp_param_groups:
+            group.post_backward()  # reduce-scatter (or accumulate) and reshard
 
 
-def _swap(table: dict, key, hook):
-    if hook is None:
-        del table[key]
-    else:
-        table[key] = hook
+def _relative(fqn, key: str):
+    """A parameter's path inside its block (FSDP's fqn without the block's own path)."""
+    block = key.split(":", 1)[1] + "."
+    return fqn[len(block):] if fqn and fqn.startswith(block) else fqn
+
+
+def _idle():
+    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+    return TrainingState.IDLE
 
 
 class ShardedCall:
     """What a JitModule over a model sharded with fully_shard calls: the model's own __call__ (the root's FSDP hooks,
-    eagerly) with its forward replaced, for the call, by `_forward`: the sharded submodules' pre-forwards, the
-    jitted forward (`inner`, a JitFunction over the model's forward) and their post-forwards."""
+    eagerly) with its forward replaced, for the call, by `_forward`: the jitted forward (`inner`, a JitFunction over
+    the model's forward), whose lines gather and free each sharded submodule's parameters, between each submodule's
+    enter (its unsharded parameters in its module, their memory freed) and leave (its sharded ones back)."""
 
     def __init__(self, model, inner):
         cls = _fsdp_module_class()
@@ -123,7 +206,12 @@ class ShardedCall:
                                    "but not the model itself: its forward would run with no FSDP root",
                                    hint="apply fully_shard to the root too (after its blocks), then jitcore.jit(model)")
         self.model, self.inner = model, inner
-        self.units = [_Unit(m, m._get_fsdp_state()) for m in units]
+        names = {id(m): n for n, m in model.named_modules()}
+        serial = next(_SERIAL)
+        self.units = [_Unit(m, m._get_fsdp_state(), f"fsdp{serial}:{names.get(id(m), type(m).__name__)}")
+                      for m in units]
+        for unit in self.units:  # (the programs' lines find their block by its key)
+            UNITS[unit.key] = unit
         self.options = inner.options
         self._described = None  # the last cache entry whose programs say where FSDP gathers and reduces
 
@@ -143,39 +231,46 @@ class ShardedCall:
 
     def _forward(self, *args, **kwargs):
         for unit in self.units:
-            unit.pre_forward()
-        with contextlib.ExitStack() as stack:
+            unit.enter()
+        failed = True
+        try:
+            with contextlib.ExitStack() as stack:
+                for unit in self.units:
+                    stack.enter_context(unit.hooks_inside())
+                # FSDP writes the modules' parameter tables directly (sharded DTensors <-> unsharded tensors), which
+                # the module state epoch does not see: the parameters are fetched afresh on every call
+                module_state.bump()
+                out = self.inner(*args, **kwargs)
+            failed = False
+        finally:
             for unit in self.units:
-                stack.enter_context(unit.hooks_inside())
-            # FSDP writes the modules' parameter tables directly (sharded DTensors <-> unsharded tensors), which the
-            # module state epoch does not see: the parameters are fetched afresh on every call
-            module_state.bump()
-            out = self.inner(*args, **kwargs)
+                unit.leave(failed)
         if self.inner._last_entry is not self._described:
             self._describe(self.inner._last_entry)
-        for unit in reversed(self.units):
-            out = unit.post_forward(out)
         return out
 
     def _describe(self, entry):
         """Comments atop the entry's programs saying where FSDP gathers the parameters and reduces the gradients
         (on every backward trace: the variants built later for absent cotangents copy them)."""
         self._described = entry
-        names = {id(m): n for n, m in self.model.named_modules()}
-        units = [names.get(id(u.module), type(u.module).__name__) for u in self.units]
+        units = [u.key.split(":", 1)[1] for u in self.units]
         cls = _fsdp_module_class()
         own = next(c for c in type(self.model).__mro__ if not issubclass(c, cls)).__name__
-        own = [f"{own} (its own parameters, by its pre-forward hook)"] if isinstance(self.model, cls) else []
-        forward = [f"FSDP2 (jitcore/fsdp.py): before this program FSDP all-gathers the parameters of "
-                   f"{', '.join([*own, *units])}, eagerly; the program reads them unsharded (plain tensors)."]
+        root = isinstance(self.model, cls)
+        forward = [f"FSDP2 (jitcore/fsdp.py): before this program FSDP all-gathers the parameters of {own} (its own "
+                   "parameters, by its pre-forward hook), eagerly." if root else "FSDP2 (jitcore/fsdp.py):"]
+        backward = [f"FSDP2: before this program FSDP's pre-backward hook has all-gathered the parameters of {own}."
+                    if root else "FSDP2:"]
         if units:
-            forward.append(f"After it: post-forward of {', '.join(reversed(units))} (reshard), and hooks on the "
-                           "outputs that all-gather those parameters again before the backward.")
-        reduced = ", ".join([*reversed(units), *(own[:1] and [own[0].split(" ")[0]])])
-        backward = [(f"FSDP2: before this program FSDP's pre-backward hooks have all-gathered the parameters of "
-                     f"{', '.join(reversed(units))}; after" if units else "FSDP2: after") +
-                    f" it, FSDP's end-of-backward callback reduce-scatters the gradients of {reduced} into their "
-                    "shards (under set_requires_gradient_sync(False) it keeps them unsharded, accumulating)."]
+            forward.append(f"Each sharded block's parameters ({', '.join(units)}) are all-gathered at its "
+                           "fsdp_unshard line, which gives the unsharded parameters its lines read, and freed at its "
+                           "fsdp_reshard line.")
+            backward.append(f"Each block ({', '.join(reversed(units))}) gathers its parameters again at its "
+                            "fsdp_regather line; at its fsdp_post_backward line its gradients reach its parameters "
+                            "and FSDP reduce-scatters them into their shards and frees the parameters.")
+        if root:
+            backward.append(f"After it, FSDP's end-of-backward callback reduce-scatters the gradients of {own} "
+                            "(under set_requires_gradient_sync(False) every gradient stays unsharded, accumulating).")
         if entry.traces:
             entry.traces[-1].extra["comments"] = _wrap(forward)
         for trace in entry.backward_traces:

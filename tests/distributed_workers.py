@@ -467,8 +467,42 @@ def fsdp_eager_and_jitted(rank: int, mp=None) -> dict:
     out = {"eager": eager, "jitted": train_sharded(model, jitted, rank)}
     out["misses"] = jitcore.cache_misses(jitted)
     out["forward"] = str(jitcore.last_traces(jitted)[-1])
+    out["events"] = {"eager": fsdp_events(sharded_gpt(mp), None, rank), "jitted": fsdp_events(model, jitted, rank)}
     out["backward"] = str(jitcore.last_backward_traces(jitted)[-1])
     return out
+
+
+def fsdp_events(model, call, rank: int) -> list:
+    """FSDP's steps of the blocks' parameter groups in a training step (its second: the first compiles), in order:
+    (step, block, how many blocks have their parameters unsharded right after it)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    gpt_loss(call or model, gpt_batch(rank, 0)).backward()
+    model.zero_grad(set_to_none=True)
+    groups = [(name, g) for name, m in model.named_modules() if m is not model and isinstance(m, FSDPModule)
+              for g in m._get_fsdp_state()._fsdp_param_groups]
+    log = []
+
+    def logged(group, step, name):
+        method = getattr(group, step)
+
+        def run(*args, **kwargs):
+            out = method(*args, **kwargs)
+            log.append((step, name, sum(not g.is_sharded for _, g in groups)))
+            return out
+        return run
+
+    for name, g in groups:
+        for step in ("pre_forward", "post_forward", "pre_backward", "post_backward"):
+            setattr(g, step, logged(g, step, name))
+    try:
+        gpt_loss(call or model, gpt_batch(rank, 0)).backward()
+    finally:
+        for _, g in groups:
+            for step in ("pre_forward", "post_forward", "pre_backward", "post_backward"):
+                delattr(g, step)
+    model.zero_grad(set_to_none=True)
+    return log
 
 
 def jitted_blocks(rank: int) -> dict:
@@ -498,6 +532,92 @@ def shard_of_jitted(rank: int) -> str:
     fully_shard(jitted, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
     try:
         gpt_loss(jitted, gpt_batch(rank, 0))
+    except jitcore.UnsupportedError as e:
+        return str(e)
+    return "accepted"
+
+
+def no_grad_then_train(rank: int) -> dict:
+    """Logits under torch.no_grad() (each block still gathered and freed in turn), then a training step, eager and
+    jitted; and whether the parameters are sharded again after the no_grad call."""
+    from torch.distributed.tensor import DTensor
+
+    out = {}
+    for kind in ("eager", "jitted"):
+        model = sharded_gpt()
+        call = model if kind == "eager" else _jit(model)
+        with torch.no_grad():
+            logits = call(gpt_batch(rank, 0)[0])[0]
+        sharded = all(isinstance(p, DTensor) for p in model.parameters())
+        out[kind] = {"logits": logits, "sharded": sharded, **train_sharded(model, call, rank, steps=1, accumulate=1)}
+    return out
+
+
+class Scale(nn.Module):
+    """An elementwise block: rematerialization would recompute x * scale + shift in the backward (cheap), reading
+    the block's parameters there; it must not (they are gathered only within the block's backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale, self.shift = nn.Parameter(torch.randn(8)), nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return torch.tanh(x * self.scale + self.shift) * 2
+
+
+def elementwise_blocks(rank: int) -> dict:
+    """Loss and gradients (full tensors) of sharded elementwise blocks, eager and jitted, over two steps."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    out = {}
+    for kind in ("eager", "jitted"):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), Scale(), Scale(), nn.Linear(8, 1))
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for block in (model[1], model[2]):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        call = model if kind == "eager" else _jit(model)
+        results = []
+        for step in range(2):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * rank + step))
+            loss = call(x).sum()
+            loss.backward()
+            results.append((loss.detach(), [p.grad.full_tensor() for p in model.parameters()]))
+            model.zero_grad(set_to_none=True)
+        out[kind] = results
+    return out
+
+
+class ReadsABlockParameter(nn.Module):
+    """A root whose forward reads a parameter of a sharded block outside the block's forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x.sum() + self.blocks[0].weight.sum()
+
+
+def block_parameter_outside(rank: int) -> str:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import jitcore
+
+    model = ReadsABlockParameter()
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    try:
+        _jit(model)(torch.randn(4, 8))
     except jitcore.UnsupportedError as e:
         return str(e)
     return "accepted"
@@ -547,6 +667,9 @@ def scenario_fsdp(rank: int) -> dict:
     out["fsdp_blocks"] = {"eager": out["fsdp"]["eager"], "jitted": jitted_blocks(rank)}
     out["shard_of_jitted"] = shard_of_jitted(rank)
     out["casts"] = block_input_casts(rank, mp)
+    out["no_grad"] = no_grad_then_train(rank)
+    out["outside"] = block_parameter_outside(rank)
+    out["elementwise"] = elementwise_blocks(rank)
     return out
 
 

@@ -243,7 +243,9 @@ NO_SAMPLE = {"prims.device_put": "a second device is needed to move a tensor",
                                      "test_inplace.py checks those writes' gradients against eager",
              **dict.fromkeys(("prims.all_reduce", "prims.all_gather_into_tensor", "prims.reduce_scatter_tensor",
                               "prims.wait_tensor"), "a collective needs a process group of several processes: tests/"
-                             "test_distributed.py checks these gradients against eager's with 2 gloo processes")}
+                             "test_distributed.py checks these gradients against eager's with 2 gloo processes"),
+             **dict.fromkeys(("fsdp.unshard", "fsdp.reshard"), "FSDP2's block lines need a model sharded with "
+                             "fully_shard over several processes: tests/test_distributed.py trains one against eager")}
 
 CASES = [(op_id, i) for op_id in sorted(VJP_RULES) if op_id not in NO_SAMPLE for i in range(len(SAMPLES[op_id]))]
 

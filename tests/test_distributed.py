@@ -6,6 +6,8 @@ a jitted function are ops of the trace that run in program order and that DCE an
 scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after 60 s; the checks of a scenario
 are the check_* functions it calls.
 """
+import re
+
 import pytest
 import torch
 
@@ -77,6 +79,11 @@ def comments(program: str) -> str:
     return " ".join(line[2:] for line in program.splitlines() if line.startswith("# "))
 
 
+def block_lines(program: str) -> list:
+    """(op, block) of each FSDP2 block line of a printed program, in order."""
+    return re.findall(r"(fsdp_\w+)\('fsdp\d+:([\w.]+)'", program)
+
+
 def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     per_rank = run("fsdp", tmp_path)
     # fully_shard per block and on the root, then jitcore.jit(model): 2 steps of 2 micro-batches each
@@ -88,16 +95,38 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     for result in per_rank:
         for what in ("fsdp", "fsdp_mixed"):  # the first step compiles; later calls and micro-batches hit
             assert result[what]["misses"] == 1
-            # the programs say where FSDP gathers the parameters and reduces the gradients
+            # the programs say where FSDP gathers the parameters and reduces the gradients: the root's eagerly,
+            # each block's at its own lines, one block after the other
             forward, backward = comments(result[what]["forward"]), comments(result[what]["backward"])
             assert "FSDP all-gathers the parameters of GPT (its own parameters, by its pre-forward hook), " \
-                   "transformer.h.0, transformer.h.1, eagerly" in forward
-            assert "reduce-scatters the gradients of transformer.h.1, transformer.h.0, GPT into" in backward
+                   "eagerly" in forward
+            assert "parameters (transformer.h.0, transformer.h.1) are all-gathered at its fsdp_unshard" in forward
+            assert "end-of-backward callback reduce-scatters the gradients of GPT" in backward
+            assert block_lines(result[what]["forward"]) == [
+                ("fsdp_unshard", "transformer.h.0"), ("fsdp_reshard", "transformer.h.0"),
+                ("fsdp_unshard", "transformer.h.1"), ("fsdp_reshard", "transformer.h.1")]
+            assert block_lines(result[what]["backward"]) == [
+                ("fsdp_regather", "transformer.h.1"), ("fsdp_post_backward", "transformer.h.1"),
+                ("fsdp_regather", "transformer.h.0"), ("fsdp_post_backward", "transformer.h.0")]
+            # FSDP's steps of each block run in eager's order, with as many blocks unsharded at each (one in the
+            # forward; in the backward, the block and the one it prefetches): the same memory as eager FSDP2
+            events = result[what]["events"]
+            assert events["jitted"] == events["eager"], events
+            assert max(n for step, _, n in events["jitted"] if step.endswith("forward")) == 1
         assert result["fsdp_blocks"]["jitted"]["misses"] == [1, 1]
         assert "all-gathers the parameters of Block (its own" in comments(result["fsdp_blocks"]["jitted"]["forward"])
         casts = result["casts"]  # each block's bf16 input cast, inside the jitted program: eager's numbers exactly
         assert torch.equal(casts["jitted"]["loss"], casts["eager"]["loss"])
         assert all(torch.equal(j, e) for j, e in zip(casts["jitted"]["grads"], casts["eager"]["grads"]))
+        no_grad = result["no_grad"]  # a forward under no_grad gathers and frees each block too
+        assert torch.equal(no_grad["jitted"]["logits"], no_grad["eager"]["logits"])
+        assert no_grad["jitted"]["sharded"] and no_grad["eager"]["sharded"]
+        torch.testing.assert_close(no_grad["jitted"]["state"], no_grad["eager"]["state"], rtol=1e-6, atol=1e-6)
+        assert "read outside the block's forward" in result["outside"], result["outside"]
+        for (loss, grads), (eager_loss, eager_grads) in zip(result["elementwise"]["jitted"],
+                                                            result["elementwise"]["eager"]):
+            torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(grads, eager_grads, rtol=1e-6, atol=1e-6)
         assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
         assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 

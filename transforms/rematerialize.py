@@ -6,10 +6,11 @@ time; the backward gets copies of the recomputed forward lines, each just before
 Split.
 
 Only cheap, pure lines are recomputed (elementwise, views, dtype conversions, fills): never matmul, convolution,
-reduction, random draws, opaque torch calls or lines with effects. Lines a user checkpointed (torch.utils.checkpoint,
-marked CHECKPOINTED in their `extra`) are recomputed whatever they compute (matmuls, opaque kernels, norms with their
-residuals) except random draws and effects: a draw's outputs are saved, so the recompute sees the forward's masks,
-as eager's preserve_rng_state does.
+reduction, random draws, opaque torch calls or lines with effects, nor lines reading values whose memory a later
+line frees (jitcore.ops.fsdp.SCOPED_OUTPUTS: FSDP2's unsharded parameters). Lines a user checkpointed
+(torch.utils.checkpoint, marked CHECKPOINTED in their `extra`) are recomputed whatever they compute (matmuls, opaque
+kernels, norms with their residuals) except random draws and effects: a draw's outputs are saved, so the recompute
+sees the forward's masks, as eager's preserve_rng_state does.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import CHECKPOINTED, Tag
 from jitcore.ir.trace import Timer, Trace, from_trace
+from jitcore.ops.fsdp import SCOPED_OUTPUTS
 from jitcore.ops.registry import PRIMS
 from transforms.autodiff import Split, free_proxies
 from transforms.dce import dce, draws_random
@@ -281,7 +283,9 @@ def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: flo
     views and checkpointed lines are recomputed at no cost (n_outputs: how many of the forward's outputs are the
     user's). budget None: checkpointed lines only."""
     lines = forward.bound_symbols
-    times = {i: line_time(b, fused) for i, b in enumerate(lines) if recomputable(b)}
+    scoped = {o.name for b in lines if b.sym.id in SCOPED_OUTPUTS for o in b.flat_proxy_outs()}
+    times = {i: line_time(b, fused) for i, b in enumerate(lines)
+             if recomputable(b) and not (scoped and any(a.name in scoped for a in b.flat_proxy_args()))}
     free = {i for i in times if lines[i].extra.get(CHECKPOINTED) or leaf_ids(lines[i]) <= VIEW_PRIMS}
     if budget is None:
         free = {i for i in free if lines[i].extra.get(CHECKPOINTED)}
