@@ -272,6 +272,10 @@ class Generator:
         if rng.random() < 0.3 and target != t:  # name the view, write through the name
             name = self.fresh()
             lines = [f"{name} = {target}", line.replace(target, name, 1)]
+        elif rng.random() < 0.2 and line.startswith(target + "."):  # keep what the in-place method hands back (the
+            name = self.fresh()  # tensor it wrote: returned, it must be that tensor, as in eager)
+            lines = [f"{name} = {line}"]
+            return [name] if self.try_lines(lines) else None
         return lines if self.try_lines(lines) else None
 
     def out_stmt(self) -> list[str] | None:

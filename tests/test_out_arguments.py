@@ -285,3 +285,52 @@ def test_out_argument_of_opinfo_samples_writes_what_eager_writes(op):
         pytest.skip(f"refused: {type(e).__name__}")
     torch.testing.assert_close(jit_out, eager_out, equal_nan=True)
     assert returned is jit_out
+
+
+def _inplace_results(x):
+    a = x.add_(1)
+    b = x.mul_(2).clamp_(max=5)
+    c = torch.relu_(x)
+    d = torch.nn.functional.relu(x, inplace=True)
+    w = x
+    w += 1
+    return [r is x for r in (a, b, c, d, w)], x * 1
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_an_in_place_call_hands_back_the_tensor_it_wrote(mode):
+    """`y = x.add_(1)`: y is x in eager; it was a new tensor in jitted code (and `self.buf += x` left a module
+    holding a new tensor object instead of its buffer)."""
+    jfn = jitcore.jit(_inplace_results, cache=mode)
+    for _ in range(2):
+        x = torch.randn(4)
+        same, values = jfn(x.clone())
+        expected_same, expected = _inplace_results(x)
+        assert same == expected_same == [True] * 5
+        torch.testing.assert_close(values, expected)
+
+
+class _Accumulates(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+        self.count = torch.zeros(())
+
+    def forward(self, x):
+        self.total += x
+        self.count += 1
+        self.last = x
+        return self.total * 2
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_module_state_written_with_augmented_assignment_stays_the_same_objects(mode):
+    eager, twin = _Accumulates(), _Accumulates()
+    total, count = twin.total, twin.count
+    jm = jitcore.jit(twin, cache=mode)
+    for i in range(3):
+        x = torch.full((3,), float(i))
+        torch.testing.assert_close(jm(x), eager(x))
+        assert twin.total is total and twin.count is count and twin.last is x
+        torch.testing.assert_close(total, eager.total)
+        torch.testing.assert_close(count, eager.count)

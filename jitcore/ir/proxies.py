@@ -619,18 +619,28 @@ class _BoundMethod:
         self.fn, self.__self__, self.__name__ = fn, obj, name
 
     def __call__(self, *args, **kwargs):
-        return self.fn(self.__self__, *args, **kwargs)
+        out = self.fn(self.__self__, *args, **kwargs)
+        if type(out) is TensorProxy and self.__name__[-1] == "_" and self.__name__[-2:] != "__":
+            return self.__self__  # an in-place method hands back the tensor it wrote (`y = x.add_(1)`: y is x)
+        return out
 
     def __repr__(self):
         return f"<method Tensor.{self.__name__} of {self.__self__.name}>"
 
 
+_INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul", "lshift", "rshift"))
+
+
 def _dunder(method_name, reflected=False):
+    inplace = method_name in _INPLACE_DUNDERS
+
     def f(self, *args):
         fn = TENSOR_METHODS[method_name]
         if reflected:
             return fn(self, args[0])
-        return fn(self, *args)
+        out = fn(self, *args)
+        return self if inplace and type(out) is TensorProxy else out  # `x += y` keeps x the same tensor
 
     return f
 

@@ -5,7 +5,7 @@ missing here goes to FUNCTION_FALLBACKS (an in-place call recording its writes, 
 """
 from __future__ import annotations
 
-from jitcore.ir.proxies import TENSOR_METHODS, Fallbacks, register_ir_op
+from jitcore.ir.proxies import TENSOR_METHODS, Fallbacks, TensorProxy, register_ir_op
 
 # torch callable -> Symbol (or a plain function over proxies for a few adapters)
 TORCH_MAP: dict = {}
@@ -42,6 +42,8 @@ class OverloadAware:
     def __init__(self, op, fn):
         self.op, self.fn = op, fn
         self.signature = getattr(op, "signature", None)
+        name = getattr(fn, "__name__", "") or ""
+        self.inplace = name.endswith("_") and not name.endswith("__")  # torch.relu_(x): hands back x
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -54,7 +56,12 @@ class OverloadAware:
                 fallback = FUNCTION_FALLBACKS(self.fn)
                 if fallback is not None:
                     return fallback(*args, **kwargs)
-        return self.op(*args, **kwargs)
+        out = self.op(*args, **kwargs)
+        if (self.inplace or kwargs.get("inplace") is True) and type(out) is TensorProxy:
+            target = args[0] if args else kwargs.get("input", kwargs.get("self"))
+            if type(target) is TensorProxy:  # (F.relu(x, inplace=True) too): eager hands back the tensor it wrote
+                return target
+        return out
 
 
 _AWARE: dict = {}
