@@ -119,6 +119,10 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
     return new, writebacks
 
 
+# lines whose result the torch executor gives as (a detach of) one of their tensor arguments: its position
+_PASSES_ON = {"prims.stop_gradient": 0, "ltorch.detach": 0, "prims.no_grad_update": 1}
+
+
 def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> list:
     """values, with a copy for each output whose value is an input (or a view of one) that eager's output is not:
     `t = x * x; t.copy_(x); return t` makes t's value x itself, and handing back x would let a later write into
@@ -129,9 +133,10 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
     def input_under(v):
         while isinstance(v, TensorProxy) and v.name not in args:
             b = made.get(v.name)
-            if b is None or (b.sym.id not in VIEW_OPS and b.sym.id not in VIEW_PRIMS):
+            if b is None or (b.sym.id not in VIEW_OPS and b.sym.id not in VIEW_PRIMS and b.sym.id not in _PASSES_ON):
                 return None
-            v = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+            tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
+            v = tensors[_PASSES_ON.get(b.sym.id, 0)] if tensors else None
         return v.name if isinstance(v, TensorProxy) else None
 
     out = []
