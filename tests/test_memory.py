@@ -232,7 +232,9 @@ def test_inductor_regions_free_each_input_after_its_last_use_inside():
     def f(x, w1, w2):
         return (torch.sin(torch.tanh(x @ w1) * 1.5) @ w2).sum()
 
-    x0, w10, w20 = torch.randn(2048, 512), torch.randn(512, 128) / 20, torch.randn(128, 16)
+    gen = torch.Generator().manual_seed(0)
+    x0, w10, w20 = (torch.randn(2048, 512, generator=gen), torch.randn(512, 128, generator=gen) / 20,
+                    torch.randn(128, 16, generator=gen))
 
     def step_peak(fn):
         x, w1, w2 = (t.clone().requires_grad_(True) for t in (x0, w10, w20))
@@ -250,4 +252,5 @@ def test_inductor_regions_free_each_input_after_its_last_use_inside():
     assert peak <= eager_peak
     x, w1, w2 = (t.clone().requires_grad_(True) for t in (x0, w10, w20))
     with torch.no_grad():  # (no autodiff: the forward program's region is called boxed as well)
-        torch.testing.assert_close(jf(x, w1, w2), f(x0, w10, w20))
+        # (a sum over 32768 values: Inductor adds in another order than eager's kernel)
+        torch.testing.assert_close(jf(x, w1, w2), f(x0, w10, w20), rtol=1e-4, atol=1e-3)
