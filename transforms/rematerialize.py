@@ -69,16 +69,17 @@ def _pure(bsym, checkpointed: bool = False) -> bool:
     """No random draw, no write, no effect, tensors out: the line may run again. Opaque kernels and augmented
     forwards (a kernel with its residuals) only where the user checkpointed them."""
     never = _NEVER - {Tag.OPAQUE} if checkpointed else _NEVER
-    if (bsym.extra.get("vjp") is not None and not checkpointed) or draws_random(bsym) or _tags_deep(bsym) & never:
+    if (bsym.extra.get("vjp") is not None and not checkpointed) or draws_random(bsym) or tags_deep(bsym) & never:
         return False
     outs = bsym.flat_proxy_outs()
     return bool(outs) and all(isinstance(o, TensorProxy) for o in outs)
 
 
-def _tags_deep(bsym) -> set:
+def tags_deep(bsym) -> set:
+    """The tags of a line and of every line of its decomposition."""
     tags = set(bsym.sym.tags)
     for s in bsym.subsymbols:
-        tags |= _tags_deep(s)
+        tags |= tags_deep(s)
     return tags
 
 

@@ -17,21 +17,14 @@ from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import Timer, Trace, from_trace
 from transforms.dce import draws_random
 from transforms.memory import claimed_by
-from transforms.rematerialize import nbytes, reads
+from transforms.rematerialize import nbytes, reads, tags_deep
 
 _FIXED = frozenset({Tag.RANDOM, Tag.INPLACE, Tag.EFFECTS, Tag.DONT_DCE})
 
 
-def _tags_deep(bsym) -> set:
-    tags = set(bsym.sym.tags)
-    for s in bsym.subsymbols:
-        tags |= _tags_deep(s)
-    return tags
-
-
 def _barrier(bsym) -> bool:
     """A line that keeps its place: it writes, draws random numbers, has effects, or gives no value."""
-    return bool(_tags_deep(bsym) & _FIXED) or draws_random(bsym) or not bsym.flat_proxy_outs()
+    return bool(tags_deep(bsym) & _FIXED) or draws_random(bsym) or not bsym.flat_proxy_outs()
 
 
 class _Memory:
