@@ -230,14 +230,8 @@ def without_history(outputs, positions: tuple):
     outputs = list(outputs)
     for i in positions:
         o = outputs[i]
-        if not isinstance(o, torch.Tensor) or not (o.is_floating_point() or o.is_complex()):
-            continue
-        base = o._base
-        if base is not None and base.grad_fn is None:  # a real view of a leaf (or of a view of a tensor without
-            # grad, whose root is the base): eager's answer is its base's, as torch gives a view made under no_grad
-            if o.grad_fn is not None or o.requires_grad != base.requires_grad:
-                outputs[i] = o.detach().requires_grad_(base.requires_grad)
-        elif o.grad_fn is not None or not o.requires_grad:
+        if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()) and \
+                (o.grad_fn is not None or not o.requires_grad):
             outputs[i] = (o.detach() if o.grad_fn is not None or not o.is_leaf else o).requires_grad_(True)
     return tuple(outputs)
 

@@ -295,16 +295,3 @@ def test_complex_views_written_match_eager_or_refuse(view, write, mode):
             assert torch.equal(b, x), "refused, but the input was changed"
             continue
         assert torch.equal(got, expected) and torch.equal(b, a)
-
-
-def test_views_made_under_no_grad_of_an_input_that_is_itself_a_view():
-    """Under no_grad, a view's requires_grad is its root base's: a transposed leaf (x = base.t().requires_grad_(),
-    itself a view of a tensor without grad) gives views that do not require grad (fuzz seed 18054)."""
-    def f(x):
-        return x.split(2, 0)[0], x[0, 1:], x.t()
-
-    jfn = jitcore.jit(f)
-    for x in (torch.randn(5, 3, requires_grad=True), torch.randn(3, 5).t().requires_grad_()):
-        with torch.no_grad():
-            expected, got = f(x), jfn(x)
-        assert [t.requires_grad for t in got] == [t.requires_grad for t in expected]
