@@ -704,19 +704,33 @@ def _reads_undefined(trace: Trace) -> bool:
 
 
 def _nograd_views(trace: Trace) -> tuple:
-    """Positions of the outputs that are views made with grad mode off of a tensor that requires grad: eager's
-    requires grad with no history (grad_fn None), whatever the autograd program says of the tensor it viewed."""
+    """(output position, input position or None) of the outputs that are views made with grad mode off of a tensor
+    that requires grad: eager's has no history (grad_fn None), whatever the autograd program says of the tensor it
+    viewed, and requires grad as the root base of what it views does. The input position is that of the input the
+    views lead back to (its root base is known only at the call), None when they lead to a tensor computed in the
+    program (which requires grad)."""
 
     makers = {o.name: b for b in trace.bound_symbols for o in b.flat_proxy_outs()}
-    out = []
-    for i, o in enumerate(tree_leaves(trace.output)):
-        b = makers.get(o.name) if isinstance(o, TensorProxy) else None
+    inputs = {a.name: k for k, a in enumerate(trace.args) if isinstance(a, TensorProxy)}
+
+    def view_line(p):
+        b = makers.get(p.name) if isinstance(p, TensorProxy) else None
         if b is None or b.sym.id not in VIEW_OPS or b.sym.id in ("ltorch.detach", "prims.stop_gradient") or \
                 not _views_only(b):  # (x[index_tensor] is a new tensor in eager: no view)
+            return None
+        return b
+
+    out = []
+    for i, o in enumerate(tree_leaves(trace.output)):
+        b = view_line(o)
+        if b is None:
             continue
         viewed = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
         if recorded_without_grad(b) and viewed is not None and viewed.requires_grad:
-            out.append(i)
+            root = viewed  # eager's view has its root base's requires_grad: an input's, when the views lead there
+            while root.name not in inputs and view_line(root) is not None:
+                root = next(a for a in view_line(root).flat_proxy_args() if isinstance(a, TensorProxy))
+            out.append((i, inputs.get(root.name)))
     return tuple(out)
 
 

@@ -186,22 +186,23 @@ class AutogradProgram:
         return list(self._without[present][0])
 
     def __call__(self, *inputs):
+        given = inputs  # (the caller's: parameters may enter the node detached)
         if torch.is_grad_enabled():  # inside apply, the programs run with grad mode off
             if self.early_grads and ddp_overlaps():
                 inputs = self._detach_parameters(inputs)
                 if self.pending_early is not None:
                     if self.saving is not None:
                         with self.saving():
-                            return self._without_history(_apply_early(self, _ANCHOR, *inputs))
-                    return self._without_history(_apply_early(self, _ANCHOR, *inputs))
+                            return self._without_history(given, _apply_early(self, _ANCHOR, *inputs))
+                    return self._without_history(given, _apply_early(self, _ANCHOR, *inputs))
             if self.saving is not None:
                 with self.saving():
-                    return self._without_history(_apply(self, *inputs))
-            return self._without_history(_apply(self, *inputs))
+                    return self._without_history(given, _apply(self, *inputs))
+            return self._without_history(given, _apply(self, *inputs))
         if self.enables_grad:  # traced under no_grad, but torch.enable_grad() inside made outputs that need grad
             with torch.enable_grad(), self.saving() if self.saving is not None else nullcontext():
-                return self._without_history(_apply(self, *inputs))
-        return self._without_history(self.forward(*inputs)[: self.n_outputs])
+                return self._without_history(given, _apply(self, *inputs))
+        return self._without_history(given, self.forward(*inputs)[: self.n_outputs])
 
     def _detach_parameters(self, inputs) -> list:
         """inputs with the parameters of early_grads detached (the node has no edge to them: their gradients reach
@@ -220,19 +221,29 @@ class AutogradProgram:
         self.pending_early = (early, min(2**20, ddp.bucket_bytes_cap // 2)) if early else None
         return inputs
 
-    def _without_history(self, outputs):
-        return without_history(outputs, self.nograd_views) if self.nograd_views else outputs
+    def _without_history(self, inputs, outputs):
+        return without_history(outputs, self.nograd_views, inputs) if self.nograd_views else outputs
 
 
-def without_history(outputs, positions: tuple):
-    """Views made under no_grad of tensors that require grad: eager's require grad and have no grad_fn (no
-    gradient reaches what they view), whatever the program computed them from."""
+def without_history(outputs, positions: tuple, inputs):
+    """Views made under no_grad of tensors that require grad: eager's have no grad_fn (no gradient reaches what they
+    view), whatever the program computed them from, and require grad as their root base does (the input they view,
+    or its own base when that input is itself a view: a transposed leaf `b.t().requires_grad_()` of a `b` without
+    grad gives views that do not)."""
     outputs = list(outputs)
-    for i in positions:
+    for i, at in positions:
         o = outputs[i]
-        if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex()) and \
-                (o.grad_fn is not None or not o.requires_grad):
+        if not isinstance(o, torch.Tensor) or not (o.is_floating_point() or o.is_complex()):
+            continue
+        if at is None:
+            wanted = True
+        else:
+            root = inputs[at]._base if inputs[at]._base is not None else inputs[at]
+            wanted = root.requires_grad
+        if wanted and (o.grad_fn is not None or not o.requires_grad):
             outputs[i] = (o.detach() if o.grad_fn is not None or not o.is_leaf else o).requires_grad_(True)
+        elif not wanted and o.requires_grad:
+            outputs[i] = o.detach()
     return tuple(outputs)
 
 
@@ -243,7 +254,7 @@ class WithoutHistory:
         self.program, self.positions = program, positions
 
     def __call__(self, *inputs):
-        return without_history(self.program(*inputs), self.positions)
+        return without_history(self.program(*inputs), self.positions, inputs)
 
 
 @contextmanager
