@@ -199,9 +199,11 @@ def test_compiled_regions_are_cached_on_disk_across_processes(tmp_path, cache):
         proc = subprocess.run([sys.executable, "-c", CACHED, str(tmp_path / f"run{i}.pt"), cache], env=env,
                               cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append(torch.load(tmp_path / f"run{i}.pt", weights_only=False))
-    assert runs[0]["compiles"] > 0 and runs[0]["loaded"] == 0
-    assert runs[1]["compiles"] == 0 and runs[1]["loaded"] > 0
+        runs.append({**torch.load(tmp_path / f"run{i}.pt", weights_only=False), "stderr": proc.stderr[-3000:]})
+    stored = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "jitcore-cache").rglob("*") if p.is_file())
+    why = f"stored: {stored}\nfirst run: {runs[0]['stderr']}\nsecond run: {runs[1]['stderr']}"
+    assert runs[0]["compiles"] > 0 and runs[0]["loaded"] == 0, why
+    assert runs[1]["compiles"] == 0 and runs[1]["loaded"] > 0, why
     assert torch.equal(runs[0]["out"], runs[1]["out"])
     assert list((tmp_path / "jitcore-cache" / "inductor-regions").glob("*/*/kernel-*.so"))
 
