@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -256,6 +257,7 @@ def load_variant(record: dict, libraries: dict, single: bool):
 
 # -- the cache on disk: compiled variants by region text, across processes -------------------------------------------
 _DISK_KEY: list = []  # (once per process) what else the compiled code depends on: versions, machine, options
+_WRITE_FAILED: list = []  # the first failure to write to it, said once per process
 
 
 def cache_dir() -> Path | None:
@@ -285,8 +287,9 @@ def _disk_folder(text: str, options: dict) -> Path | None:
 
 
 def store(text: str, options: dict, variant: dict):
-    """Write one compiled variant (export_variant's record, with "strides" and "guard") to the cache on disk.
-    Failures are silent: the cache is an optimization, the variant is already in use in this process."""
+    """Write one compiled variant (export_variant's record, with "strides" and "guard") to the cache on disk. A
+    failure (a full disk, a folder without write access) is said once per process and otherwise ignored: the cache
+    is an optimization, the variant is already in use in this process."""
     folder = _disk_folder(text, options)
     if folder is None:
         return
@@ -303,8 +306,12 @@ def store(text: str, options: dict, variant: dict):
         torch.save(record, buf)
         write_atomically(folder / f"variant-{source_digest(repr((record['strides'], record['guard'])))[:24]}.pt",
                buf.getvalue())
-    except OSError:
-        pass
+    except OSError as e:
+        if not _WRITE_FAILED:
+            _WRITE_FAILED.append(e)
+            warnings.warn(f"jitcore: a compiled fusion region could not be written to the cache on disk ({e}); "
+                          "later processes compile it again (JITCORE_CACHE_DIR picks the folder, "
+                          "JITCORE_REGION_CACHE=0 turns the cache off)", stacklevel=2)
 
 
 def stored(text: str, options: dict, single: bool, dynamic: bool):

@@ -260,3 +260,23 @@ def test_meta_kernel_answers_are_kept_on_disk_so_a_restart_runs_none(tmp_path):
     assert runs[0]["dynamo"] and not runs[1]["dynamo"]
     assert torch.equal(runs[0]["out"], runs[1]["out"])
     assert list((tmp_path / "jitcore-cache" / "meta-results").glob("*.pt"))
+
+
+def test_a_cache_that_cannot_be_written_is_said_once(tmp_path, monkeypatch):
+    """A full disk or a folder without write access: the region runs (it is compiled in this process), and the user
+    is told once that later processes will compile it again."""
+    monkeypatch.setenv("JITCORE_REGION_CACHE", "1")
+    monkeypatch.setenv("JITCORE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(inductor_kernels, "_WRITE_FAILED", [])
+
+    def full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(inductor_kernels, "write_atomically", full)
+    variant = {"kernels": [{"digest": "0" * 64, "library": b""}], "strides": None, "guard": None}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inductor_kernels.store("region text", {}, variant)
+        inductor_kernels.store("another region", {}, variant)
+    said = [w for w in caught if "could not be written" in str(w.message)]
+    assert len(said) == 1 and "No space left" in str(said[0].message)
