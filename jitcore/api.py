@@ -19,7 +19,7 @@ from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
 from jitcore import logs
 from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, saved_tensor_bytes  # noqa: F401 (public)
-from jitcore.epilogue import build_epilogue, returned_inputs, writeback_specs
+from jitcore.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
 from jitcore.errors import UnsupportedError
 from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
 from jitcore.fsdp import ShardedCall, is_sharded, refuse_unhooked_shards
@@ -35,9 +35,7 @@ from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
 from jitcore.ir import lint as ir_lint
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
-from jitcore.ir.symbol import Tag, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace
-from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.ops.autocast import outside_autocast
 from jitcore.verify import checked_call, external_effect, verify_calls
 from transforms.autodiff import Split, drop_cotangents, grad_transform
@@ -635,7 +633,7 @@ def codegen(traced: TraceResult, program: Program, executable: Executable, optio
     """Stage "codegen": the callable that runs a call's computation: the forward program as Python, inside the
     torch.autograd.Function of jitcore/autograd.py when there is a backward."""
     forward = outside_autocast(executable.traces[-1].python_callable())
-    nograd_views = _nograd_views(traced.trace)
+    nograd_views = nograd_views_of(traced.trace)
     split = program.split
     if split is None:
         return WithoutHistory(forward, nograd_views) if nograd_views else forward
@@ -667,7 +665,8 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
-                              returned_inputs(traced, writebacks, autodiff), inputs)
+                              returned_inputs(traced, writebacks, autodiff), inputs,
+                              views_of_written(traced, writebacks))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 
@@ -701,44 +700,6 @@ def _reads_undefined(trace: Trace) -> bool:
             return True
         known.update(o.name for o in b.flat_proxy_outs())
     return False
-
-
-def _nograd_views(trace: Trace) -> tuple:
-    """(output position, input position or None) of the outputs that are views made with grad mode off of a tensor
-    that requires grad: eager's has no history (grad_fn None), whatever the autograd program says of the tensor it
-    viewed, and requires grad as the root base of what it views does. The input position is that of the input the
-    views lead back to (its root base is known only at the call), None when they lead to a tensor computed in the
-    program (which requires grad)."""
-
-    makers = {o.name: b for b in trace.bound_symbols for o in b.flat_proxy_outs()}
-    inputs = {a.name: k for k, a in enumerate(trace.args) if isinstance(a, TensorProxy)}
-
-    def view_line(p):
-        b = makers.get(p.name) if isinstance(p, TensorProxy) else None
-        if b is None or b.sym.id not in VIEW_OPS or b.sym.id in ("ltorch.detach", "prims.stop_gradient") or \
-                not _views_only(b):  # (x[index_tensor] is a new tensor in eager: no view)
-            return None
-        return b
-
-    out = []
-    for i, o in enumerate(tree_leaves(trace.output)):
-        b = view_line(o)
-        if b is None:
-            continue
-        viewed = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
-        if recorded_without_grad(b) and viewed is not None and viewed.requires_grad:
-            root = viewed  # eager's view has its root base's requires_grad: an input's, when the views lead there
-            while root.name not in inputs and view_line(root) is not None:
-                root = next(a for a in view_line(root).flat_proxy_args() if isinstance(a, TensorProxy))
-            out.append((i, inputs.get(root.name)))
-    return tuple(out)
-
-
-def _views_only(bsym) -> bool:
-    """Whether a line's decomposition re-indexes its input only (view prims and number arithmetic)."""
-    if not bsym.subsymbols:
-        return bsym.sym.id in VIEW_PRIMS or bsym.sym.id in VIEW_OPS or Tag.PYTHON in bsym.sym.tags
-    return all(_views_only(s) for s in bsym.subsymbols)
 
 
 def _after_claim(claimed, targets=None):

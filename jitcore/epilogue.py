@@ -8,6 +8,7 @@ it was given (an argument returned, `return x, cache`) is fetched again from tha
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import types
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from jitcore.guards.prologue import provenance_expr
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.ranges import RangeList, SymbolicRange
-from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag, is_eager_view, recorded_without_grad, view_root
 from jitcore.ir.trace import Timer, Trace
 
 
@@ -272,7 +273,75 @@ def _print_local(bsym, printer):
         return f"{name}.__dict__.update({printer.value(value)})"
     if kind == "list":
         return "outs = list(outs)"
+    if isinstance(value, _Viewed):
+        return f"outs[{name}] = {printer.const(view_of_written)}({', '.join(printer.value(v) for v in value)})"
     return f"outs[{name}] = {printer.value(value)}"
+
+
+class _Viewed(tuple):
+    """(the caller's tensor, an output viewing the value written into it, that value): the output to hand back."""
+
+
+def view_of_written(x, out, value):
+    """`out`, a view of `value` (the new value of the caller's tensor `x`, just copied into it), as the same view of
+    `x`: eager's output shares x's memory, and writes through it reach x. A view the program made without history
+    (under no_grad) is made so here, and requires grad as x's root base does, as eager's; one with history is made
+    with it. Where no strided view of x is that view (a dtype view; eager's view would have failed), a tensor of its
+    own: `out` itself when it has its own memory (an Inductor region computed it), else a copy (`value` may be
+    another input: `x.copy_(y); return x[0]`)."""
+    if out is None or value is None or out is x:
+        return out
+    if out.untyped_storage().data_ptr() != value.untyped_storage().data_ptr():
+        return out
+    if out.dtype == x.dtype and value.shape == x.shape and out.device == x.device:
+        strides = _map_strides(value, x, out.stride(), out.storage_offset() - value.storage_offset(), out.shape)
+        if strides is not None:
+            with torch.no_grad() if out.grad_fn is None else contextlib.nullcontext():
+                return x.as_strided(out.shape, strides[0], x.storage_offset() + strides[1])
+    if out.grad_fn is None:
+        return out.detach().clone().requires_grad_(out.requires_grad)
+    return out.clone()
+
+
+def _map_strides(value, x, strides, offset, sizes):
+    """(strides, offset) in x's memory of the view (strides, offset, sizes) of value's memory, or None. value is
+    dense, of x's shape, so an offset in its memory is a position (one digit per dim, value's layout); the view
+    maps when no step along it carries from one digit into the next. x may have any strides."""
+    if value.stride() == x.stride():
+        return tuple(strides), offset
+    if not _dense(value):  # (x may have gaps: a position places by its strides)
+        return None
+    dims = sorted(range(value.dim()), key=lambda d: -value.stride(d))
+
+    def digits(n):
+        out = [0] * value.dim()
+        for d in dims:
+            if value.shape[d] > 1:
+                out[d], n = divmod(n, value.stride(d))
+        return out if n == 0 else None
+
+    base = digits(offset)
+    steps = [digits(s) if n > 1 else [0] * value.dim() for s, n in zip(strides, sizes)]
+    if base is None or any(s is None for s in steps):
+        return None
+    for d in range(value.dim()):  # the largest index along the view stays inside dim d: no carry
+        if base[d] + sum((n - 1) * s[d] for s, n in zip(steps, sizes) if n > 0) >= max(value.shape[d], 1):
+            return None
+    def place(ds):
+        return sum(k * x.stride(d) for d, k in enumerate(ds))
+    return [place(s) for s in steps], place(base)
+
+
+def _dense(t) -> bool:
+    """Whether t's elements fill its memory without gaps or overlaps, in some order of its dims."""
+    expected = 1
+    for d in sorted(range(t.dim()), key=lambda d: t.stride(d)):
+        if t.shape[d] == 1:
+            continue
+        if t.stride(d) != expected:
+            return False
+        expected *= t.shape[d]
+    return True
 
 
 def _base_name(base, printer) -> str:
@@ -285,7 +354,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=(), inputs=None) -> Trace | None:
+                   returned=(), inputs=None, views=()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -297,8 +366,11 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     is the one the call read; built before the side effects that store them). inputs: input tensor name -> its
     provenance: a side effect storing an input (`self.buf += x` stores the buffer it wrote into, `self.last = x`)
     stores the caller's tensor, fetched before the side effects replay, as eager stores that object.
+    views: (provenance of an input tensor the program wrote into, the flat output position of its new value, the
+    flat output positions that are views of that value): after the writeback those outputs become the same views
+    of the caller's tensor (view_of_written), so that writes through them reach it, as in eager.
     """
-    if not side_effects and not writebacks and not escapes and not returned:
+    if not side_effects and not writebacks and not escapes and not returned and not views:
         return None
     with Timer() as t:
         trace = Trace("epilogue")
@@ -326,12 +398,16 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
                 line("output", position, value)
         for prov, position, no_grad in writebacks:
             trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
-        if returned and not (escapes and escapes.outputs):
+        if (returned or views) and not (escapes and escapes.outputs):
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
             line("fetch", f"r{k}", prov)
             for i in positions:
                 line("output", i, _Out(f"r{k}"))
+        for k, (prov, value_at, positions) in enumerate(views):  # `x.add_(1); return x[0]`: a view of the caller's
+            line("fetch", f"w{k}", prov)
+            for i in positions:
+                line("output", i, _Viewed((_Out(f"w{k}"), _Out(f"outs[{i}]"), _Out(f"outs[{value_at}]"))))
         stored = {}  # input tensor name -> the local the epilogue fetches it into
         for e in side_effects:
             for leaf in tree_flatten((e.value, e.args, e.kwargs))[0]:
@@ -366,6 +442,45 @@ def writeback_specs(traced, writebacks) -> list:
         inp = traced.inputs[w.arg_index]
         out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded))
     return out
+
+
+def _viewed(b):
+    return next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+
+
+def nograd_views_of(trace: Trace) -> tuple:
+    """(output position, input position or None) of the outputs that are views made with grad mode off of a tensor
+    that requires grad: eager's has no history (grad_fn None), whatever the autograd program says of the tensor it
+    viewed, and requires grad as the root base of what it views does. The input position is that of the input the
+    views lead back to (its root base is known only at the call), None when they lead to a tensor computed in the
+    program (which requires grad)."""
+    makers = {o.name: b for b in trace.bound_symbols for o in b.flat_proxy_outs()}
+    inputs = {a.name: k for k, a in enumerate(trace.args) if isinstance(a, TensorProxy)}
+    out = []
+    for i, o in enumerate(tree_leaves(trace.output)):
+        b = makers.get(o.name) if isinstance(o, TensorProxy) else None
+        viewed = None if b is None or not is_eager_view(b) else _viewed(b)
+        if viewed is not None and recorded_without_grad(b) and viewed.requires_grad:
+            # eager's view has its root base's requires_grad: an input's, when the views lead there
+            out.append((i, inputs.get(view_root(makers, viewed, inputs).name)))
+    return tuple(out)
+
+
+def views_of_written(traced, writebacks) -> list:
+    """(provenance, flat output position of the new value, flat output positions of views of it) for each input the
+    program wrote into that the function returns views of (`x.add_(1); return x[0]`): in the traced program those
+    outputs are views of the input; in the computation, views of its new value."""
+    written = {traced.trace.args[w.arg_index].name: (traced.inputs[w.arg_index].provenance, w.output_index)
+               for w in writebacks}
+    if not written:
+        return []
+    makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
+    found: dict = {}
+    for i, o in enumerate(tree_leaves(traced.trace.output)):
+        root = view_root(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written else None
+        if root is not None and root.name in written:
+            found.setdefault(root.name, []).append(i)
+    return [(*written[name], tuple(positions)) for name, positions in found.items()]
 
 
 def returned_inputs(traced, writebacks, autodiff: bool) -> list:

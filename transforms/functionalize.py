@@ -19,7 +19,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
-from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, writes_in_place
+from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_root, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
@@ -139,10 +139,15 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
             v = tensors[_PASSES_ON.get(b.sym.id, 0)] if tensors else None
         return v.name if isinstance(v, TensorProxy) else None
 
+    makers = {o.name: b for b in trace.bound_symbols for o in b.flat_proxy_outs()}
+    written = {a.name for a in trace.args if isinstance(a, TensorProxy) and st.version.get(a.name, 0)}
     out = []
     for x, v in zip(leaves, values):
         root = input_under(v) if isinstance(v, TensorProxy) and isinstance(x, TensorProxy) else None
-        if root is not None:
+        if root is not None and x.name not in written and view_root(makers, x, written).name in written:
+            pass  # a view of an input written into: the epilogue makes it that view of the caller's tensor
+            # (jitcore/epilogue.py view_of_written), from this view of the value written
+        elif root is not None:
             al = st.alias.get(x.name)
             if (al.root if al is not None else x.name) != root:
                 v = ltorch.clone(v)
@@ -331,6 +336,10 @@ def _subst_subs(st, bsym):
         v = _read(st, a)
         if v is not a:
             renames[a.name] = v
+            if isinstance(a, TensorProxy) and isinstance(v, TensorProxy):  # (and its sizes: `x.copy_(y)` makes
+                for s, n in zip(a._shape, v._shape):  # x's value y, whose symbols are other names of the same sizes)
+                    if isinstance(s, NumberProxy) and isinstance(n, NumberProxy) and s.name != n.name:
+                        renames.setdefault(s.name, n)
     if not renames:
         return bsym.subsymbols
     return tuple(_rename_bsym(s, renames) for s in bsym.subsymbols)

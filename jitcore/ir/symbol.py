@@ -20,7 +20,7 @@ from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import Proxy, TensorProxy, ir_op
 from jitcore.ir.pytree import tree_leaves
-from jitcore.ir.views import VIEW_OPS
+from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 
 # the autocast policy, registered by jitcore.ops.autocast (register_autocast): the op ids whose inputs torch's autocast
 # casts, the function that casts them, and the composites whose bodies autocast reaches (eager decomposes them above
@@ -214,6 +214,34 @@ def _in_context(bsym: BoundSymbol) -> BoundSymbol:
 def recorded_without_grad(bsym) -> bool:
     """Whether bsym was recorded with grad mode off: its outputs are constants for autodiff."""
     return bool(bsym.extra.get(NO_GRAD))
+
+
+def is_eager_view(bsym) -> bool:
+    """Whether the line's output is a view in eager of its (first) tensor argument: a view op whose decomposition
+    only re-indexes its input (view prims and number arithmetic; x[index_tensor] is a new tensor), other than
+    detach (a tensor of its own for autograd)."""
+    return bsym.sym.id in VIEW_OPS and bsym.sym.id not in ("ltorch.detach", "prims.stop_gradient") and \
+        _views_only(bsym)
+
+
+def _views_only(bsym) -> bool:
+    if not bsym.subsymbols:
+        return bsym.sym.id in VIEW_PRIMS or bsym.sym.id in VIEW_OPS or Tag.PYTHON in bsym.sym.tags
+    return all(_views_only(s) for s in bsym.subsymbols)
+
+
+def view_root(makers: dict, p, stop=frozenset()):
+    """The tensor p is a view of in eager, following views back (makers: proxy name -> the line making it) until
+    a name in stop or a tensor that is not a view; p itself when it is not a view."""
+    while p.name not in stop:
+        b = makers.get(p.name)
+        if b is None or not is_eager_view(b):
+            break
+        viewed = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        if viewed is None:
+            break
+        p = viewed
+    return p
 
 
 def writes_in_place(bsym) -> bool:

@@ -1,0 +1,141 @@
+"""Views of written inputs handed back: `x.add_(1); return x[0]` returns, in eager, a view sharing x's memory, and a
+write through it reaches x. Generated: a write into the input (in place, through a view, by copy from a tensor of
+another layout), then views of the input returned, over input layouts (contiguous, transposed, a strided slice of a
+larger tensor), in every cache mode and with Inductor regions; after each call the caller writes through every
+output, and the input and outputs must be eager's.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import jitcore
+from tests.fuzz import CACHE_MODES
+
+WRITES = {
+    "add_": lambda x, y: x.add_(1),
+    "mul_ then clamp_": lambda x, y: x.mul_(2).clamp_(min=-1),
+    "copy_ from contiguous": lambda x, y: x.copy_(y),
+    "setitem slice": lambda x, y: x.__setitem__((slice(1, None), slice(None)), 5.0),
+    "through a view": lambda x, y: x[0].mul_(3),
+    "masked fill": lambda x, y: x.masked_fill_(x > 0, 0.5),
+    "zero_": lambda x, y: x.zero_(),
+    "two writes": lambda x, y: (x.sub_(y), x[:, 1].fill_(2.0)),
+}
+VIEWS = {
+    "row": lambda x: x[0],
+    "column": lambda x: x[:, 1],
+    "t": lambda x: x.t(),
+    "unsqueeze": lambda x: x.unsqueeze(0),
+    "narrow then t": lambda x: x.narrow(0, 1, 2).t(),
+    "split": lambda x: x.split(2, 1)[1],
+    "diagonal": lambda x: x.diagonal(),
+    "strided slice": lambda x: x[::2, 1:],
+    "expand": lambda x: x[0:1].expand(3, x.shape[1]),
+    "select then unsqueeze": lambda x: x.select(1, 2).unsqueeze(1),
+}
+LAYOUTS = {
+    "contiguous": lambda t: t,
+    "transposed": lambda t: t.t().contiguous().t(),
+    "slice of a larger tensor": lambda t: torch.cat([t, t], 1)[:, ::2],
+}
+
+
+def _program(rng: random.Random):
+    writes = rng.sample(sorted(WRITES), 1 + (rng.random() < 0.3))
+    views = rng.sample(sorted(VIEWS), rng.randint(1, 3))
+    keep_value = rng.random() < 0.3  # the function also returns something computed from x (a new tensor)
+
+    def f(x, y):
+        for w in writes:
+            WRITES[w](x, y)
+        outs = [VIEWS[v](x) for v in views]
+        return (*outs, x.sum(1)) if keep_value else tuple(outs)
+
+    return f, f"writes {writes}, views {views}, computed {keep_value}"
+
+
+def _call(fn, x, y):
+    try:
+        return fn(x, y), None
+    except RuntimeError as e:
+        return None, e
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("executors", [None, ["inductor", "torch"]], ids=["torch", "inductor"])
+@pytest.mark.parametrize("seed", range(12))
+def test_writes_through_returned_views_of_written_inputs_reach_them(seed, executors, mode):
+    rng = random.Random(seed)
+    f, what = _program(rng)
+    jf = jitcore.jit(f, cache=mode, **({"executors": executors} if executors else {}))
+    for call, layout in enumerate(rng.sample(sorted(LAYOUTS), 3) * 2):
+        shape = (4, 3 + call % 2) if mode != "constant values" else (4, 3)
+        base = torch.randn(shape, generator=torch.Generator().manual_seed(seed * 10 + call))
+        y = torch.randn(shape)
+        x, xe = LAYOUTS[layout](base.clone()), LAYOUTS[layout](base.clone())
+        expected, eager_error = _call(f, xe, y)
+        got, error = _call(jf, x, y)
+        where = f"seed {seed}, call {call}, {layout}: {what}"
+        assert (error is None) == (eager_error is None), f"{where}: eager {eager_error!r}, jit {error!r}"
+        if error is not None:
+            continue
+        assert len(got) == len(expected)
+        for k, (g, e) in enumerate(zip(got, expected)):  # the caller writes through each output in turn
+            wrote, eager_wrote = _write(g, k), _write(e, k)  # (an expanded view refuses writes in eager)
+            assert (wrote is None) == (eager_wrote is None), f"{where}: eager {eager_wrote!r}, jit {wrote!r}"
+            assert torch.allclose(x, xe), f"{where}, after writing output {k}:\n{x}\n{xe}"
+        for g, e in zip(got, expected):
+            assert torch.allclose(g, e), f"{where}:\n{g}\n{e}"
+
+
+def _write(t, k):
+    try:
+        t.mul_(10).add_(k)
+    except RuntimeError as e:
+        return e
+    return None
+
+
+def test_the_epilogue_prints_the_views_it_makes_of_the_caller_tensor():
+    def f(x):
+        x.add_(1)
+        return x[0]
+
+    jf = jitcore.jit(f)
+    x = torch.zeros(3, 4)
+    out = jf(x)
+    assert out._base is x and out.data_ptr() == x.data_ptr()
+    assert "view_of_written" in str(jitcore.last_epilogue_traces(jf)[-1])
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", range(8))
+def test_views_of_written_inputs_with_history_give_eager_gradients(seed, mode):
+    """The input has history (a leaf times one): the returned views have it too, and a loss over them and the input
+    gives the leaf eager's gradient."""
+    rng = random.Random(1000 + seed)
+    f, what = _program(rng)
+    jf = jitcore.jit(f, cache=mode)
+    for call, layout in enumerate(rng.sample(sorted(LAYOUTS), 2) * 2):
+        base = torch.randn(4, 3, generator=torch.Generator().manual_seed(seed * 10 + call))
+        y = torch.randn(4, 3)
+        grads, results = [], []
+        for fn in (f, jf):
+            leaf = base.clone().requires_grad_()
+            x = LAYOUTS[layout](leaf * 1)
+            out, error = _call(fn, x, y)
+            results.append((out, error, x))
+            if error is None:
+                loss = sum((o * (k + 1)).sum() for k, o in enumerate(out)) + (x * x).sum()
+                loss.backward()
+            grads.append(leaf.grad)
+        (eo, ee, ex), (jo, je, jx) = results
+        where = f"seed {seed}, call {call}, {layout}: {what}"
+        assert (ee is None) == (je is None), f"{where}: eager {ee!r}, jit {je!r}"
+        if ee is None:
+            assert all(torch.allclose(a, b) for a, b in zip(jo, eo)) and torch.allclose(jx, ex), where
+            assert [o.requires_grad for o in jo] == [o.requires_grad for o in eo], where
+            assert torch.allclose(grads[1], grads[0]), f"{where}:\n{grads[1]}\n{grads[0]}"
