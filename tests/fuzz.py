@@ -518,14 +518,16 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
             problems.append(f"output {i}: requires_grad {g.requires_grad} vs eager {e.requires_grad}")
     for i, (g, e) in enumerate(zip(jit.aliases or [], eager.aliases or [])):
         # `return x` hands back the caller's own tensor; an output eager computed afresh must not share an input's
-        # memory (a later write into one would change the other). Not compared: jit handing back a copy of what
-        # eager returns as a view of an input written in place, or the input itself where eager returns a view
-        # with the same shape (x.reshape(-1) of a 1-d x)
+        # memory (a later write into one would change the other), and one eager returns as a view of an input
+        # (written in place or not) must share it. Not compared: jit handing back the input itself where eager
+        # returns a view with the same shape (x.reshape(-1) of a 1-d x)
         for j, ((g_is, g_shares), (e_is, e_shares)) in enumerate(zip(g, e)):
             if e_is and not g_is:
                 problems.append(f"output tensor {i}: a new tensor where eager returns input {j} itself")
             elif g_shares and not e_shares:
                 problems.append(f"output tensor {i} shares input {j}'s memory; eager's does not")
+            elif e_shares and not g_shares:
+                problems.append(f"output tensor {i} is a tensor of its own; eager's shares input {j}'s memory")
     for i, (g, e) in enumerate(zip(jit.inputs_after or [], eager.inputs_after or [])):
         if isinstance(e, tuple):
             _close(f"input {i} after the call", g[0], e[0], problems)
