@@ -77,6 +77,8 @@ def make(variant: str, fn):
         torch._dynamo.reset()
         return torch.compile(fn)
     remat = not variant.endswith("no remat")
+    if " remat " in variant:  # "jit [inductor,torch] remat 1.0": the step-time budget rematerialization may spend
+        remat = float(variant.rsplit(" ", 1)[-1])
     executors = [inductor_executor()] if "inductor" in variant else None
     hooks = HOOKS.get(variant.rsplit(" ", 1)[-1])
     return jitcore.jit(fn, executors=executors, rematerialize=remat, saved_tensor_hooks=hooks)
