@@ -366,6 +366,9 @@ def test_tensordot_kron_trace_cross():
     check(torch.tensordot, r(3, 4, 5), r(4, 5, 6), **LONG)
     check(torch.tensordot, r(3, 4, 5), r(5, 4, 6), dims=([1, 2], [1, 0]), **LONG)
     check(torch.tensordot, r(3, 4), r(5, 6), dims=0)
+    # a contracted size 1 against another broadcasts in eager: the other side is summed over that dim
+    check(torch.tensordot, r(3, 4, 1), r(1, 5, 6), dims=([1, 2], [0, 2]), **LONG)
+    check(torch.tensordot, r(3, 1), r(4, 5), dims=([1], [0]))
     check(torch.kron, r(2, 3), r(4, 5))
     check(torch.kron, r(3), r(2, 2))
     check(torch.trace, r(4, 4))

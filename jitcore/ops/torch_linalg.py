@@ -269,9 +269,14 @@ def tensordot(a, b, dims=2, out=None):
     da, db = [d % a.ndim for d in da], [d % b.ndim for d in db]
     check(len(da) == len(db), "both dimension lists should have same length")
     for x, y in zip(da, db):
-        if a.shape[x] != b.shape[y]:
-            check(False, f"contracted dimensions need to match, but first has size {a.shape[x]} in dim {x} and second "
-                         f"has size {b.shape[y]} in dim {y}")
+        if a.shape[x] != b.shape[y]:  # a size 1 against another broadcasts: the other side is summed there first
+            if b.shape[y] == 1:
+                a = nh.sum_(a, (x,), keepdim=True)
+            elif a.shape[x] == 1:
+                b = nh.sum_(b, (y,), keepdim=True)
+            else:
+                check(False, f"contracted dimensions need to match, but first has size {a.shape[x]} in dim {x} and "
+                             f"second has size {b.shape[y]} in dim {y}")
     ra, rb = [d for d in range(a.ndim) if d not in da], [d for d in range(b.ndim) if d not in db]
     k = math.prod(a.shape[d] for d in da)
     a2 = ps.reshape(nh.permute(a, ra + da), (math.prod(a.shape[d] for d in ra), k))
