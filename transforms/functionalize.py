@@ -144,9 +144,14 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
     out = []
     for x, v in zip(leaves, values):
         root = input_under(v) if isinstance(v, TensorProxy) and isinstance(x, TensorProxy) else None
-        if root is not None and x.name not in written and view_root(makers, x, written).name in written:
-            pass  # a view of an input written into: the epilogue makes it that view of the caller's tensor
-            # (jitcore/epilogue.py view_of_written), from this view of the value written
+        if isinstance(x, TensorProxy) and x.name not in written and view_root(makers, x, written).name in written:
+            # a view of an input written into: the epilogue makes it that view of the caller's tensor
+            # (jitcore/epilogue.py view_of_written) from a view of the value written, made here from that value
+            # (the view's own value may be one written through it: `t = x[0]; t.fill_(1); return t`)
+            al = st.alias.get(x.name)
+            if al is not None and al.chain and al.root in written and \
+                    not any(p.output.name in st.overlay for p in al.chain):
+                v = _replay_chain(st, al, st.cur[al.root])
         elif root is not None:
             al = st.alias.get(x.name)
             if (al.root if al is not None else x.name) != root:
