@@ -192,8 +192,7 @@ def part_overhead(variants, rounds, number, log) -> list[dict]:
 
 def settings(quick: bool) -> dict:
     if quick:
-        return {"models": ["plain5", "resnet18"], "rounds": 5, "per_round": 2, "reps": 1,
-                "training": ["gpt2 block", "gpt2"], "overhead_rounds": 9, "overhead_number": 300}
+        return {"models": ["plain5"], "rounds": 5, "per_round": 2, "reps": 1, "training": ["gpt2 block"], "overhead_rounds": 9, "overhead_number": 300}
     return {"models": list(CONVNETS), "rounds": 9, "per_round": 3, "reps": 3, "training": list(TRAINING),
             "overhead_rounds": 21, "overhead_number": 1000}
 
