@@ -73,6 +73,23 @@ def timed_rows(part, workload, mode, samples: dict, unit="ms", scale=1e3) -> lis
     return out
 
 
+def dynamo_state() -> tuple[int, int]:
+    """(graphs torch.compile has compiled in this process, times it hit its recompile limit): read before and after
+    a torch.compile variant, a row says when the variant recompiled and ran past the limit (then eagerly)."""
+    from torch._dynamo.utils import counters
+
+    hits = sum(n for k, n in counters["unimplemented"].items() if "recompile limit" in k.lower())
+    return int(counters["stats"]["unique_graphs"]), hits
+
+
+def note_recompiles(rows: list[dict], before: tuple[int, int]):
+    graphs, hits = (a - b for a, b in zip(dynamo_state(), before))
+    for r in rows:
+        if r["variant"] == COMPILE and (graphs > 1 or hits):
+            r["note"] = "; ".join(filter(None, [r["note"], f"{graphs} graphs compiled"
+                                                + (", recompile limit hit: runs eagerly past it" if hits else "")]))
+
+
 def has_dropout(model) -> bool:
     return any(isinstance(m, torch.nn.Dropout) for m in model.modules())
 
@@ -85,7 +102,7 @@ def part_convnets(models, variants, rounds, per_round, limit, clock, log) -> lis
         base, _ = convnets.make_pair(name)
         base.train()
         x, y = convnets.batch(name=name)
-        calls, reference = {}, None
+        calls, reference, dynamo = {}, None, dynamo_state()
         for v in variants:
             start = time.perf_counter()
             try:
@@ -111,6 +128,7 @@ def part_convnets(models, variants, rounds, per_round, limit, clock, log) -> lis
         for r in rows:
             if r["variant"] != "eager" and not r["variant"].startswith("jitcore") and has_dropout(base):
                 r["note"] = "loss not compared (dropout draws another mask)"
+        note_recompiles(rows, dynamo)
         out += rows
         log(perf_report.progress(rows))
     return out
@@ -154,7 +172,7 @@ def part_training(quick, names, variants, rounds, limit, clock, log) -> list[dic
     out = [row("training", n, "forward+backward", "-", status="n/a", note=missing or "")
            for n in names if missing and n not in {w.name for w in work}]
     for w in work:
-        steps, calls = Steps(w), {}
+        steps, calls, dynamo = Steps(w), {}, dynamo_state()
         for v in variants:
             try:
                 run = make_variant(v, steps.fn)
@@ -165,6 +183,7 @@ def part_training(quick, names, variants, rounds, limit, clock, log) -> list[dic
             except (Exception, TimeLimit) as e:
                 out.append(failed("training", w.name, "forward+backward", v, e))
         rows = timed_rows("training", w.name, "forward+backward", paired_samples(calls, rounds, clock=clock))
+        note_recompiles(rows, dynamo)
         out += rows
         log(perf_report.progress(rows))
     return out
@@ -192,7 +211,8 @@ def part_overhead(variants, rounds, number, log) -> list[dict]:
 
 def settings(quick: bool) -> dict:
     if quick:
-        return {"models": ["plain5"], "rounds": 5, "per_round": 2, "reps": 1, "training": ["gpt2 block"], "overhead_rounds": 9, "overhead_number": 300}
+        return {"models": ["plain5"], "rounds": 5, "per_round": 2, "reps": 1, "training": ["gpt2 block"],
+                "overhead_rounds": 9, "overhead_number": 300}
     return {"models": list(CONVNETS), "rounds": 9, "per_round": 3, "reps": 3, "training": list(TRAINING),
             "overhead_rounds": 21, "overhead_number": 1000}
 
@@ -230,7 +250,7 @@ def main(argv=None):
     clock = time.process_time if a.cpu_time else time.perf_counter
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", module="thunder")
-    meta = perf_report.metadata("python -m benchmarks.performance " + " ".join(map(shlex.quote, argv)),
+    meta = perf_report.metadata(" ".join(["python -m benchmarks.performance", *map(shlex.quote, argv)]),
                                 "process CPU time" if a.cpu_time else "wall clock")
     thunder = thunder_adapter.version()
     if "thunder" in variants and not thunder:

@@ -67,5 +67,15 @@ def test_verdicts_read_each_target_against_its_threshold():
     assert "w m, jitcore [inductor, torch]: - — target us over eager <= 5.0: missed (fail)" in texts
     md = perf_report.markdown(rows, {"command": "c", "date": "d", "machine": "m", "versions": "v",
                                      "load_start": "1", "clock": "wall clock"})
+    assert "## Targets: 3 of 6 met" in md
     assert "| m | jitcore [inductor, torch] | - | - | - | - | us over eager <= 5.0 | missed (fail) | fail: boom |" \
         not in md and "| jitcore [inductor, torch] | - | - | us over eager <= 5.0 | missed (fail) | fail: boom |" in md
+
+
+def test_a_torch_compile_that_ran_past_its_recompile_limit_is_no_fair_comparison():
+    rows = [row("training", "torch.compile", note="9 graphs compiled, recompile limit hit: runs eagerly past it"),
+            row("training", JI, x_compile=2.5, x_torch=1.5)]
+    got = [v["verdict"] for v in perf_report.judge(rows)]
+    assert got == ["met (torch.compile hit its recompile limit here: not a fair comparison)", "met"]
+    assert "## Targets: 1 of 2 met" in perf_report.markdown(rows, {"command": "c", "date": "d", "machine": "m",
+                                                                   "versions": "v", "load_start": "1", "clock": "c"})
