@@ -67,7 +67,7 @@ def timed_rows(part, workload, mode, samples: dict, unit="ms", scale=1e3) -> lis
     out = []
     for v, s in samples.items():
         out.append(row(part, workload, mode, v, value=statistics.median(s) * scale, unit=unit,
-                       x_eager=paired_ratio(samples, "eager", v),
+                       x_eager=paired_ratio(samples, "eager", v) if "eager" in samples else None,
                        x_compile=paired_ratio(samples, COMPILE, v) if COMPILE in samples else None,
                        x_torch=paired_ratio(samples, JIT_TORCH, v) if JIT_TORCH in samples else None))
     return out
