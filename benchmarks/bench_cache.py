@@ -19,6 +19,7 @@ import time
 import torch
 
 import jitcore
+from benchmarks.timing import paired_samples
 
 
 def _per_call_us(fn, number: int) -> float:
@@ -85,29 +86,39 @@ class _Add(torch.autograd.Function):
         return g, g
 
 
-def bench_add_backward():
-    """Forward + backward of `a + b` on 2x2 inputs that require grad (`f(a, b).sum().backward()`): jitcore against
-    eager, and a bare torch.autograd.Function (what every compiler that runs its own backward pays: a Python node in
-    torch's autograd graph) against eager, in one set of alternating rounds."""
+def add_backward_cases(variants: dict) -> dict:
+    """Forward + backward calls of `a + b` on 2x2 inputs that require grad (`f(a, b).sum().backward()`): eager, a
+    bare torch.autograd.Function (what every compiler that runs its own backward pays: a Python node in torch's
+    autograd graph), and `variants` (name -> a function that compiles `f`, e.g. jitcore.jit)."""
     def f(a, b):
         return a + b
 
     a, b = torch.randn(2, 2, requires_grad=True), torch.randn(2, 2, requires_grad=True)
-    jf = jitcore.jit(f)
-    cases = {"eager": lambda: f(a, b).sum().backward(), "jitcore": lambda: jf(a, b).sum().backward(),
-             "autograd.Function": lambda: _Add.apply(a, b).sum().backward()}
+    cases = {"eager": lambda: f(a, b).sum().backward(), "autograd.Function": lambda: _Add.apply(a, b).sum().backward()}
+    for name, compile_fn in variants.items():
+        run = compile_fn(f)
+        cases[name] = lambda run=run: run(a, b).sum().backward()
+    return cases
+
+
+def overhead_over_eager(cases: dict, rounds: int = 21, number: int = 1000) -> dict:
+    """name -> (median us per call, median over paired rounds of its us per call minus eager's), timed in rounds
+    (each case once per round, `number` calls in a row) after 200 warm-up calls each."""
     for run in cases.values():
         for _ in range(200):
             run()
-    times = {k: [] for k in cases}
-    for _ in range(21):
-        for k, run in cases.items():
-            times[k].append(_per_call_us(run, 1000))
-    eager = statistics.median(times["eager"])
+    samples = paired_samples(cases, rounds, inner=number)
+    return {k: (statistics.median(s) * 1e6, statistics.median((t - e) * 1e6 for t, e in zip(s, samples["eager"])))
+            for k, s in samples.items()}
+
+
+def bench_add_backward():
+    """jitcore's forward + backward of the tiny add against eager, next to the bare autograd.Function's."""
+    times = overhead_over_eager(add_backward_cases({"jitcore": jitcore.jit}))
+    eager = times["eager"][0]
     for k in ("jitcore", "autograd.Function"):
-        over = statistics.median([t - e for t, e in zip(times[k], times["eager"])])
-        print(f"{'a + b, 2x2, fwd+bwd: ' + k:<44} {statistics.median(times[k]):9.2f} us   eager {eager:9.2f} us   "
-              f"over eager {over:+6.2f} us (median of paired rounds)")
+        print(f"{'a + b, 2x2, fwd+bwd: ' + k:<44} {times[k][0]:9.2f} us   eager {eager:9.2f} us   "
+              f"over eager {times[k][1]:+6.2f} us (median of paired rounds)")
 
 
 def bench_module():

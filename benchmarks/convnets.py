@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import statistics
 import time
 
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 
 import jitcore
 from benchmarks.convnet_models import CONVNETS
+from benchmarks.timing import paired_ratio, paired_samples
 
 BATCH, IMAGE = 8, (3, 64, 64)
 IMAGE_OF = {"plain5": (3, 32, 32)}  # the issue's plain network: batch 8, 32x32
@@ -72,31 +74,18 @@ def check(name, steps=3):
     return worst
 
 
-def _time(step, x, y, n, clock=time.perf_counter):
-    start = clock()
-    for _ in range(n):
-        step(x, y)
-    return (clock() - start) / n
-
-
 def speedup(name, rounds=7, per_round=3, clock=time.perf_counter):
     """Median over paired rounds of eager step time / jitcore step time, and the two medians in ms."""
     model, twin = make_pair(name)
-    eager, jitted = make_step(model, model), make_step(twin, jitcore.jit(twin))
+    steps = {"eager": make_step(model, model), "jitcore": make_step(twin, jitcore.jit(twin))}
     x, y = batch(name=name)
     for _ in range(3):
-        eager(x, y)
-        jitted(x, y)
-    ratios, te, tj = [], [], []
-    for r in range(rounds):
-        if r % 2:
-            b, a = _time(jitted, x, y, per_round, clock), _time(eager, x, y, per_round, clock)
-        else:
-            a, b = _time(eager, x, y, per_round, clock), _time(jitted, x, y, per_round, clock)
-        ratios.append(a / b)
-        te.append(a)
-        tj.append(b)
-    return statistics.median(ratios), statistics.median(te) * 1e3, statistics.median(tj) * 1e3
+        for step in steps.values():
+            step(x, y)
+    samples = paired_samples({k: functools.partial(step, x, y) for k, step in steps.items()}, rounds,
+                             inner=per_round, clock=clock)
+    return (paired_ratio(samples, "eager", "jitcore"), statistics.median(samples["eager"]) * 1e3,
+            statistics.median(samples["jitcore"]) * 1e3)
 
 
 def profile(name, steps=3, top=25):

@@ -27,6 +27,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "FIRST_CALL_SECONDS "
+JIT = "jitcore [inductor, torch]"
 
 
 def child(variant: str, train: bool):
@@ -37,12 +38,9 @@ def child(variant: str, train: bool):
     model = Block(GPTConfig(n_embd=128, n_head=4, block_size=64, vocab_size=512, n_layer=1))
     x = torch.randn(8, 64, 128)
     start = time.perf_counter()
-    if variant == "jitcore":
-        import jitcore
+    from benchmarks.measure import make_variant  # (imports jitcore: part of what a first call costs)
 
-        f = jitcore.jit(model, executors=["inductor"])
-    else:
-        f = torch.compile(model)
+    f = make_variant(variant, model)
     if train:
         f(x).sum().backward()
     else:
@@ -61,7 +59,10 @@ def _run_child(variant: str, train: bool, env: dict) -> float:
     return float(line[len(MARK):])
 
 
-def _one(variant: str, train: bool, warm: bool = False) -> float:
+def cold(variant: str, train: bool, warm: bool = False) -> float:
+    """Seconds from before `jit()` / `torch.compile()` to the end of the block's first call (its backward included
+    when `train`), in a fresh process with one thread and empty Inductor and jitcore caches on disk (`warm`: after a
+    first process filled them). `variant` is a name of benchmarks.measure.VARIANTS."""
     cache = tempfile.mkdtemp(prefix="jitcore-first-call-")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "JITCORE_CACHE_DIR": cache, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -77,18 +78,18 @@ def _one(variant: str, train: bool, warm: bool = False) -> float:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--child", choices=["jitcore", "torch.compile"])
+    p.add_argument("--child", help="(internal) the variant a fresh process measures, a name of measure.VARIANTS")
     p.add_argument("--train", action="store_true")
     p.add_argument("--warm", action="store_true", help="a second process over the caches the first one filled")
     a = p.parse_args(argv)
     if a.child:
         return child(a.child, a.train)
     for train in (False, True):
-        times = {"jitcore": [], "torch.compile": []}
+        times = {JIT: [], "torch.compile": []}
         for _ in range(a.reps):  # (alternating, so a change in the machine's load hits both)
             for variant in times:
-                times[variant].append(_one(variant, train, a.warm))
-        j, c = statistics.median(times["jitcore"]), statistics.median(times["torch.compile"])
+                times[variant].append(cold(variant, train, a.warm))
+        j, c = statistics.median(times[JIT]), statistics.median(times["torch.compile"])
         print(f"{'forward+backward' if train else 'forward':17s} jitcore [inductor, torch] {j:6.2f} s | "
               f"torch.compile {c:6.2f} s | ratio {j / c:.2f} (medians of {a.reps} fresh processes each"
               f"{', caches on disk warm' if a.warm else ''})")

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-import jitcore
 from benchmarks import thunder_adapter
 from benchmarks.suites import Workload
 
@@ -44,11 +43,15 @@ def inductor_executor():
 
 
 def make_variant(name: str, fn):
+    """`fn` compiled by the variant `name` (jitcore is imported here, not with this module: a first call timed in a
+    fresh process counts the import of its own compiler only)."""
     if name == "eager":
         return fn
     if name == "torch.compile":
         torch._dynamo.reset()  # a fresh compile: dynamo caches compiled code on the function's code object
         return torch.compile(fn)
+    import jitcore
+
     if name == "jitcore [torch]":
         return jitcore.jit(fn)
     if name == SYMBOLIC:
@@ -262,6 +265,8 @@ def _forward_backward(res: Result, steps: Steps, run, repeat: int):
 
 def _compiles(variant: str, run) -> int | None:
     if variant.startswith("jitcore"):
+        import jitcore
+
         return jitcore.cache_misses(run)
     if variant == "thunder":
         return thunder_adapter.cache_misses(run)

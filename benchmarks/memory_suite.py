@@ -21,6 +21,7 @@ import jitcore
 import jitcore.hooks
 from benchmarks.measure import Unavailable, inductor_executor, peak_memory_bytes
 from benchmarks.models import Block, GPTConfig, elementwise_chain, mlp
+from benchmarks.timing import paired_samples
 
 VARIANTS = ("eager", "torch.compile", "jit [torch] no remat", "jit [torch]", "jit [inductor,torch] no remat",
             "jit [inductor,torch]", "jit [torch] bf16", "jit [torch] float8", "jit [inductor,torch] float8")
@@ -131,13 +132,7 @@ def measure_workload(name: str, rounds: int, variants=VARIANTS, clock=time.perf_
 def paired_medians(steps: dict, rounds: int, clock=time.perf_counter) -> dict:
     """Median ms per step of each variant, timed in rounds (each variant once per round, the order rotating), so a
     slow moment of the machine lands on every variant alike."""
-    names = list(steps)
-    samples = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[: r % len(names)]:
-            start = clock()
-            steps[n]()
-            samples[n].append(clock() - start)
+    samples = paired_samples(steps, rounds, clock=clock)
     return {n: statistics.median(s) * 1e3 for n, s in samples.items() if s}
 
 
