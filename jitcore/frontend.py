@@ -105,6 +105,9 @@ class Guards:
     types: dict = field(default_factory=dict)
     lengths: dict = field(default_factory=dict)
     predicates: list = field(default_factory=list)
+    # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
+    # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
+    presence: dict = field(default_factory=dict)
     data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
     # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
     # one tensor for both is another call
@@ -302,7 +305,8 @@ class JitContext(DefaultContext):
         if _in_checkpoint_sequential(fn):  # its Python source: its checkpoint() calls come to _checkpoint
             return True
         mod = getattr(fn, "__module__", None) or ""
-        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions")) or \
+        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions",
+                           "torch.nn.utils.weight_norm", "torch.nn.utils.spectral_norm")) or \
                 _private_helper(fn, mod):
             return True
         return not (mod == "torch" or mod.startswith("torch."))
@@ -326,6 +330,8 @@ class JitContext(DefaultContext):
             g.objects.setdefault(provenance, value)
         elif isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):
             g.values.setdefault(provenance, value)
+        elif (t is set or t is frozenset) and _scalar_tuple(value):  # (`k in skip`: native reads): its items, as now
+            g.values.setdefault(provenance, t(value))
         elif isinstance(value, _CONTAINERS):
             self._containers.setdefault(provenance, value)
             self._container_ids.setdefault(id(value), (value, provenance))
@@ -338,6 +344,26 @@ class JitContext(DefaultContext):
             elif (provenance != root or type(root) is not Fn) and not self._from_library(provenance):
                 g.objects.setdefault(provenance, value)
         return value
+
+    def on_attr_presence(self, provenance, present: bool):
+        if _refetchable(provenance.parent) and not self._from_library(provenance):
+            self.guards.presence.setdefault(provenance, present)
+
+    def proxy_attr(self, proxy, name):
+        """A Python attribute of the tensor an input proxy stands for (`x.scale = 2.0` set by the caller): reported
+        as a value read from it; an absent one is guarded absent (one its class defines and the proxy does not
+        model stays an AttributeError, as before)."""
+        found = [(inp, t) for inp, t in zip(self.inputs, self._values) if inp.proxy is proxy]
+        if not found:
+            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+        inp, value = found[0]
+        d = getattr(value, "__dict__", None) or {}
+        prov = Attr(inp.provenance, name)
+        if name in d:
+            return self._runtime.report(d[name], prov)
+        if not hasattr(type(value), name):
+            self.on_attr_presence(prov, False)
+        raise AttributeError(f"'Tensor' object has no attribute '{name}'")
 
     def _from_library(self, prov) -> bool:
         """Read from torch's (or the stdlib's) own namespaces: `torch.sin`, a global of torch.nn.functional.

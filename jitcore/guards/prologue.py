@@ -199,6 +199,8 @@ def _value_check(name: str, value):
         return f"{name} is not {value}"
     if isinstance(value, torch.device):
         return lambda p: f"{name} != {p.value(value)}"
+    if type(value) in (set, frozenset):
+        return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
     return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.value(value)}"
 
 
@@ -401,6 +403,7 @@ def _items(guards) -> list:
     items += [(p, "object", o) for p, o in guards.objects.items()]
     items += [(p, "type", ty) for p, ty in guards.types.items()]
     items += [(p, "value", v) for p, v in guards.values.items()]
+    items += [(p, "presence", v) for p, v in guards.presence.items()]
     items.sort(key=lambda it: _depth(it[0]))
     return list(enumerate(items))
 
@@ -518,6 +521,13 @@ def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
 def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
     start = len(binder.b)
     name = f"g{n}"
+    if kind == "presence":  # the object the attribute was missing from (or found in): it must still lack (have) it
+        binder.bind(name, prov.parent)
+        conds = [(f"{'not ' if value else ''}hasattr({name}, {prov.name!r})",
+                  f"{prov}: expected {'an' if value else 'no'} attribute")]
+        out = binder.b[start:]
+        del binder.b[start:]
+        return out + [BoundSymbol(check, (conds,), kw, None)]
     if type(prov) is P.Closure and roots is not None:
         expr_prov = _CellProv(prov, roots)
         binder.b.append(BoundSymbol(bind, (name, expr_prov, {}), {}, None))

@@ -102,6 +102,11 @@ def _globals(rt, args, kwargs):
 
 @lookaside(builtins.vars)
 def _vars(rt, args, kwargs):
+    if len(args) == 1 and not kwargs and type(args[0]) not in (types.ModuleType, type):
+        try:
+            return access.load_attr(rt, args[0], "__dict__")  # vars(o) is o.__dict__: read as the program's
+        except AttributeError:
+            raise TypeError("vars() argument must have __dict__ attribute") from None
     if args or kwargs or rt.frame is None:
         return vars(*args, **kwargs)
     return frame_locals(rt.frame)
@@ -177,11 +182,7 @@ def _getattr(rt, args, kwargs):
 def _hasattr(rt, args, kwargs):
     if kwargs or len(args) != 2 or type(args[1]) is not str:
         return hasattr(*args, **kwargs)
-    try:
-        access.get_attr(rt, args[0], args[1])
-    except AttributeError:
-        return False
-    return True
+    return access.has_attr(rt, args[0], args[1])
 
 
 @lookaside(builtins.setattr)
@@ -320,7 +321,15 @@ def _len(rt, args, kwargs):
         n = ranges.symbolic_len(args[0])
         if n is not None:
             return n
+        return access.length(rt, args[0])
     return len(*args, **kwargs)
+
+
+@lookaside(builtins.bool)
+def _bool(rt, args, kwargs):
+    if len(args) == 1 and not kwargs:
+        return access.truth(rt, args[0])
+    return bool(*args, **kwargs)
 
 
 @lookaside(builtins.type)

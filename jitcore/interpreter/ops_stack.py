@@ -9,6 +9,7 @@ import dis
 import operator
 import sys
 
+from jitcore.interpreter import access
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.registry import handler
 from jitcore.ir.arith import as_user
@@ -73,7 +74,7 @@ def UNARY_NEGATIVE(frame, inst):
 
 @handler("UNARY_NOT")
 def UNARY_NOT(frame, inst):
-    frame.stack[-1] = not frame.stack[-1]
+    frame.stack[-1] = not access.truth(frame.rt, frame.stack[-1])
 
 
 @handler("UNARY_INVERT")
@@ -138,12 +139,12 @@ def CONTAINS_OP(frame, inst):
     b = stack.pop()
     if type(b) in _CONTAINERS:  # `3 in dims`: searched natively
         frame.rt.read_whole(b)
-    stack[-1] = (stack[-1] in b) != bool(inst.arg)
+    stack[-1] = access.contains(frame.rt, stack[-1], b) != bool(inst.arg)
 
 
 @handler("GET_LEN")
 def GET_LEN(frame, inst):
-    frame.stack.append(len(frame.stack[-1]))
+    frame.stack.append(access.length(frame.rt, frame.stack[-1]))
 
 
 @handler("PRINT_EXPR")

@@ -1,0 +1,258 @@
+"""State read through objects that the caller changes between calls, against eager over sequences of calls.
+
+Each was silently stale before (the first call's answer, again):
+- an attribute's absence or presence: `hasattr(o, "k")` or `getattr(o, "k", 1.5)` taking its default (objects,
+  modules, buffers and parameters registered later, the lazy `if not hasattr(self, "cache")` pattern), `"k" in
+  vars(o)`, and a Python attribute set on a tensor argument (`x.scale = 2.0`, read as `getattr(x, "scale", 1.0)`);
+- what a Python-level `__len__`, `__bool__` or `__contains__` reads (`len(self.params)` of an nn.ParameterList,
+  `if self.layers:`, `"a" in self.heads` of an nn.ModuleDict, a user container), and the items of a set argument;
+- which function a method call finds: an instance attribute shadowing it (`model.forward = wrapper`, as accelerate's
+  hooks do) or its class's function replaced (objects that are not modules);
+- a hook of torch.nn.utils run natively while tracing (old-style weight_norm and spectral_norm recompute the weight
+  in a forward pre-hook: the program read the weight the trace computed, never again).
+
+A seeded generator builds a holder (a plain object passed in, or the jitted module itself), a read of it, and a
+random sequence of changes made between calls; every call is compared with eager in each cache mode.
+"""
+from __future__ import annotations
+
+import random
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import jitcore
+from tests.fuzz import CACHE_MODES
+
+
+class Bag:
+    """A user container: __len__, __bool__ and __contains__ written in Python."""
+
+    def __init__(self):
+        self.items = []
+
+    def __len__(self):
+        return len(self.items)
+
+    def __bool__(self):
+        return bool(self.items)
+
+    def __contains__(self, k):
+        return k in self.items
+
+
+def _act(self, v):
+    return v * 2.0
+
+
+def _other_act(self, v):
+    return v * 5.0
+
+
+def _make_class(base):
+    return type("Holder", (base,), {"act": _act})
+
+
+# read name -> (expression over `o` giving a float, the kinds of `o.items` it may use)
+READS = {
+    "hasattr": ('(2.0 if hasattr(o, "k") else 3.0)', None),
+    "getattr_default": ('getattr(o, "k", 1.5)', None),
+    "instance_dict": ('(o.__dict__.get("k", 0.5) if "k" in vars(o) else -2.0)', None),
+    "method": ("o.act(1.0)", None),
+    "len": ("float(len(o.items))", ("bag", "modulelist", "paramlist")),
+    "bool": ("(4.0 if o.items else 5.0)", ("bag", "modulelist", "paramlist")),
+    "contains": ('(6.0 if "a" in o.items else 7.0)', ("bag", "moduledict", "set")),
+}
+
+
+def _items(kind):
+    return {"bag": Bag, "modulelist": nn.ModuleList, "moduledict": nn.ModuleDict,
+            "paramlist": nn.ParameterList, "set": set}[kind]()
+
+
+def _grow(items, r):
+    if isinstance(items, Bag):
+        items.items.append(r.choice(["a", "b"]))
+    elif isinstance(items, nn.ModuleDict):
+        items[r.choice(["a", "b"])] = nn.Identity()
+    elif isinstance(items, nn.ParameterList):
+        items.append(nn.Parameter(torch.ones(1)))
+    elif isinstance(items, set):
+        items.add(r.choice(["a", "b"]))
+    else:
+        items.append(nn.Identity())
+
+
+def _shrink(items, r):
+    if isinstance(items, Bag):
+        items.items.clear()
+    elif isinstance(items, nn.ModuleDict):
+        items.clear()
+    elif isinstance(items, set):
+        items.clear()
+    elif len(items):
+        if isinstance(items, nn.ParameterList):
+            return  # (no removal in nn.ParameterList)
+        del items[len(items) - 1]
+
+
+def _change(o, r, cls):
+    """One change of the holder, chosen at random (some may do nothing for this holder)."""
+    what = r.choice(["set_k", "del_k", "shadow", "unshadow", "class_method", "grow", "shrink", "buffer", "none"])
+    buffers = o.__dict__.get("_buffers", {})
+    if what == "set_k":
+        value = r.choice([0.25, 3.0, -1.0])
+        o.k = torch.tensor(value) if "k" in buffers else value
+    elif what == "del_k" and ("k" in o.__dict__ or "k" in buffers):
+        delattr(o, "k")
+    elif what == "buffer" and isinstance(o, nn.Module) and not hasattr(o, "k"):
+        o.register_buffer("k", torch.tensor(r.choice([0.5, 2.0])))
+    elif what == "shadow":
+        scale = r.choice([7.0, 11.0])
+        o.act = lambda v: v * scale
+    elif what == "unshadow" and "act" in o.__dict__:
+        delattr(o, "act")
+    elif what == "class_method" and not isinstance(o, nn.Module):  # (a module class's attributes: not watched)
+        cls.act = _other_act if cls.act is _act else _act
+    elif what == "grow" and hasattr(o, "items"):
+        _grow(o.items, r)
+    elif what == "shrink" and hasattr(o, "items"):
+        _shrink(o.items, r)
+    return what
+
+
+def _world(seed):
+    r = random.Random(seed)
+    read = list(READS)[seed % len(READS)]
+    expr, kinds = READS[read]
+    as_module = r.random() < 0.5
+    kind = r.choice(kinds) if kinds else None
+    if kind == "set" or (kind in ("modulelist", "moduledict", "paramlist") and not as_module):
+        as_module = kind != "set"
+    return r, read, expr, kind, as_module
+
+
+def _run(seed, wrap):
+    r, _read, expr, kind, as_module = _world(seed)
+    scope: dict = {}
+    if as_module:
+        cls = _make_class(nn.Module)
+        exec(f"def forward(o, x):\n    return x * {expr}\n", scope)
+        cls.forward = scope["forward"]
+        o = cls()
+        nn.Module.__init__(o)
+        fn = wrap(o)
+        call = fn
+    else:
+        cls = _make_class(object)
+        o = cls()
+        exec(f"def f(x, o):\n    return x * {expr}\n", scope)
+        fn = wrap(scope["f"])
+
+        def call(x):
+            return fn(x, o)
+    if kind is not None:
+        o.items = _items(kind)
+        if r.random() < 0.5:
+            _grow(o.items, r)
+    out, steps = [], []
+    for _ in range(6):
+        x = torch.arange(3.0)
+        try:
+            out.append(call(x))
+        except Exception as e:  # (eager's own errors: the same error expected)
+            out.append(type(e).__name__)
+        steps.append(_change(o, r, cls))
+    return out, steps
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", range(4 * len(READS)))
+def test_state_changed_between_calls(seed, mode):
+    expected, steps = _run(seed, lambda f: f)
+    got, _ = _run(seed, lambda f: jitcore.jit(f, cache=mode))
+    _, read, _, kind, as_module = _world(seed)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        where = f"call {i} after {steps[:i]} (read {read}, items {kind}, module {as_module})"
+        if isinstance(e, str):
+            assert g == e, where
+        else:
+            assert isinstance(g, torch.Tensor), f"{where}: {g}"
+            torch.testing.assert_close(g, e, msg=where)
+
+
+def test_lazy_initialization_runs_once():
+    """`if not hasattr(self, "cache"): self.cache = ...`: the call after the one that created it finds it (the first
+    entry's absence guard fails), as eager does; before, every call re-created it."""
+    class M(nn.Module):
+        def forward(self, x):
+            if not hasattr(self, "count"):
+                self.count = 0
+            self.count = self.count + 1
+            return x * self.count
+
+    for mode in CACHE_MODES:
+        m, e = M(), M()
+        jm = jitcore.jit(m, cache=mode)
+        for _ in range(3):
+            torch.testing.assert_close(jm(torch.ones(2)), e(torch.ones(2)))
+        assert m.count == e.count == 3
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_python_attribute_of_tensor_argument(mode):
+    def f(x):
+        return x * getattr(x, "scale", 1.0) + (1.0 if hasattr(x, "shift") else 0.0)
+
+    jf = jitcore.jit(f, cache=mode)
+    for scale, shift in [(None, False), (2.0, False), (3.0, True), (None, True), (None, False)]:
+        x = torch.ones(2)
+        if scale is not None:
+            x.scale = scale
+        if shift:
+            x.shift = True
+        torch.testing.assert_close(jf(x), f(x))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_forward_wrapped_after_first_call(mode):
+    """accelerate-style hooks: `module.forward = wrapper` on the model and on a submodule after the first call."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    jm = jitcore.jit(model, cache=mode)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(jm(x), model(x))
+    inner = model[0].forward
+    model[0].forward = lambda t: inner(t) * 10
+    torch.testing.assert_close(jm(x), model(x))
+    outer = model.forward
+    model.forward = lambda t: outer(t) - 1
+    torch.testing.assert_close(jm(x), model(x))
+    del model.forward, model[0].forward
+    torch.testing.assert_close(jm(x), model(x))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("norm", ["weight_norm", "spectral_norm"])
+def test_old_style_norm_hooks(norm, mode):
+    """torch.nn.utils.weight_norm / spectral_norm recompute the weight in a forward pre-hook: traced, per call."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        models = [getattr(nn.utils, norm)(nn.Linear(3, 3)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    eager, jm = models[0], jitcore.jit(models[1], cache=mode)
+    for step in range(3):
+        x = torch.randn(2, 3)
+        e, g = eager(x), jm(x)
+        torch.testing.assert_close(g, e)
+        e.sum().backward()
+        g.sum().backward()
+        for (name, pe), (_, pg) in zip(eager.named_parameters(), models[1].named_parameters()):
+            torch.testing.assert_close(pg.grad, pe.grad, msg=f"step {step}: {name}.grad")
+        with torch.no_grad():
+            for pe, pg in zip(eager.parameters(), models[1].parameters()):
+                pe.mul_(0.9)
+                pg.mul_(0.9)
