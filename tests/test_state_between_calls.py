@@ -8,6 +8,9 @@ Each was silently stale before (the first call's answer, again):
   `if self.layers:`, `"a" in self.heads` of an nn.ModuleDict, a user container), and the items of a set argument;
 - which function a method call finds: an instance attribute shadowing it (`model.forward = wrapper`, as accelerate's
   hooks do) or its class's function replaced (objects that are not modules);
+- an operator, conversion or text written in Python by the object's class (`s + 1`, `float(s)`, `lst[s]`, `s == 1`,
+  `d != Options()` of a dataclass, `str(s)`, `f"{s}"`, `repr(d)`, `d in [a, b]`): the dunder ran natively, so what
+  it read of the object was not guarded;
 - a hook of torch.nn.utils run natively while tracing (old-style weight_norm and spectral_norm recompute the weight
   in a forward pre-hook: the program read the weight the trace computed, never again).
 
@@ -16,6 +19,7 @@ random sequence of changes made between calls; every call is compared with eager
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import warnings
 
@@ -256,3 +260,96 @@ def test_old_style_norm_hooks(norm, mode):
             for pe, pg in zip(eager.parameters(), models[1].parameters()):
                 pe.mul_(0.9)
                 pg.mul_(0.9)
+
+
+# -- operators written in Python: what they read is read by the program -------------------------------------------
+class Scalar:
+    """A user number: its operators, conversions and text are Python dunders reading `self.v`."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __add__(self, o):
+        return self.v + o
+
+    def __radd__(self, o):
+        return o + self.v
+
+    def __mul__(self, o):
+        return o * self.v
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return -self.v
+
+    def __abs__(self):
+        return abs(self.v)
+
+    def __float__(self):
+        return float(self.v)
+
+    def __index__(self):
+        return int(self.v)
+
+    def __eq__(self, o):
+        return self.v == (o.v if isinstance(o, Scalar) else o)
+
+    def __lt__(self, o):
+        return self.v < o
+
+    __hash__ = None
+
+    def __str__(self):
+        return f"S{self.v}"
+
+    def __format__(self, spec):
+        return f"S{self.v:{spec}}" if spec else str(self)
+
+
+@dataclasses.dataclass
+class Options:
+    """A dataclass: its generated __eq__ and __repr__ read every field."""
+
+    scale: float = 1.0
+    mode: str = "a"
+
+
+# (expression over `s` (a Scalar) and `d` (an Options) giving a number)
+OPERATOR_READS = [
+    "s + 1", "1.5 + s", "s * 2.0", "2.0 * s", "-s", "abs(s)", "float(s)", "[1.0, 2.0, 3.0, 4.0, 5.0][s]",
+    "(2.0 if s == 1 else 3.0)", "(2.0 if s != 1 else 3.0)", "(2.0 if s < 2 else 3.0)", "(2.0 if 2 > s else 3.0)",
+    "(2.0 if str(s) == 'S1' else 3.0)", "(2.0 if f'{s}' == 'S1' else 3.0)", "len(f'{s:>4}')",
+    "(2.0 if d == Options() else 3.0)", "(2.0 if d != Options() else 3.0)", "(2.0 if d in [Options(), None] else 3.0)",
+    "float(len(repr(d)))", "(2.0 if 'scale=1.0' in str(d) else 3.0)", "(2.0 if s in [Scalar(1), 7] else 3.0)",
+]
+
+
+def _operator_run(seed, wrap):
+    r = random.Random(seed)
+    expr = OPERATOR_READS[seed % len(OPERATOR_READS)]
+    scope = {"Options": Options, "Scalar": Scalar}
+    exec(f"def f(x, s, d):\n    return x * ({expr})\n", scope)
+    fn = wrap(scope["f"])
+    s, d = Scalar(1), Options()
+    out = []
+    for _ in range(5):
+        try:
+            out.append(fn(torch.arange(3.0), s, d))
+        except Exception as e:  # (eager's own errors: the same error expected)
+            out.append(type(e).__name__)
+        s.v = r.choice([0, 1, 2, 3])
+        d.scale, d.mode = r.choice([1.0, 2.0]), r.choice(["a", "b"])
+    return expr, out
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", range(2 * len(OPERATOR_READS)))
+def test_python_operators_read_per_call(seed, mode):
+    expr, expected = _operator_run(seed, lambda f: f)
+    _, got = _operator_run(seed, lambda f: jitcore.jit(f, cache=mode))
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if isinstance(e, str):
+            assert g == e, f"{expr}: call {i}"
+        else:
+            torch.testing.assert_close(g, e, msg=f"{expr}: call {i}")

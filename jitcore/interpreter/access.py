@@ -9,6 +9,7 @@ from __future__ import annotations
 import types
 
 from jitcore.errors import UnsupportedError
+from jitcore.interpreter import dunders
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
 from jitcore.interpreter.side_effects import MISSING, NOT_WRITTEN, SideEffect
@@ -60,12 +61,7 @@ def has_attr(rt, obj, name) -> bool:
     return True
 
 
-def _python_dunder(rt, t, name):
-    """The Python function defining `name` on a user or library class (not builtins', not jitcore's own), else None."""
-    if t in _PLAIN or t.__module__.startswith("jitcore"):
-        return None
-    fn = rt.lookup(t, name)
-    return fn if type(fn) is _FunctionType else None
+_python_dunder = dunders.python_dunder
 
 
 def length(rt, obj):
@@ -95,11 +91,13 @@ def truth(rt, value) -> bool:
 
 
 def contains(rt, item, container) -> bool:
-    """`item in container`, interpreting a __contains__ written in Python (`"a" in module_dict`)."""
+    """`item in container`, interpreting a __contains__ written in Python (`"a" in module_dict`), and the __eq__ of
+    objects searched in a list or tuple."""
     fn = _python_dunder(rt, type(container), "__contains__")
     if fn is not None:
         return truth(rt, rt.call(fn, (container, item), {}))
-    return item in container
+    r = dunders.contains_in_sequence(rt, item, container)
+    return item in container if r is dunders.NATIVE else r
 
 
 def load_attr(rt, obj, name):
@@ -177,6 +175,9 @@ def get_item(rt, container, key):
         gi = rt.lookup(t, "__getitem__")
         if type(gi) is _FunctionType:
             return rt.call(gi, (container, key), {})
+    elif (t is list or t is tuple) and type(key) not in (int, slice):
+        index = dunders.to_index(rt, key)  # (`layers[v]` with a Python __index__)
+        key = key if index is dunders.NATIVE else index
     return report_item(rt, container, key, container[key])
 
 

@@ -22,10 +22,11 @@ import traceback
 import types
 
 from jitcore.errors import UnsupportedError
-from jitcore.interpreter import access
+from jitcore.interpreter import access, dunders
 from jitcore.interpreter.frame import NULL, Frame, code_info
 from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
 from jitcore.ir import ranges
+from jitcore.ir.arith import as_user
 from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
 
 _CellType = types.CellType
@@ -375,7 +376,8 @@ def _int(rt, args, kwargs):
     """int() of a symbolic number stays symbolic (`int(i0 / 2)` is a recorded truncation, not a predicate)."""
     if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
         return args[0].__trunc__()
-    return int(*args, **kwargs)
+    r = dunders.to_number(rt, int, args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
+    return int(*args, **kwargs) if r is dunders.NATIVE else r
 
 
 @lookaside(builtins.float)
@@ -384,7 +386,29 @@ def _float(rt, args, kwargs):
     if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
         x = args[0]
         return x if x.python_type is float else x.as_float()
-    return float(*args, **kwargs)
+    r = dunders.to_number(rt, float, args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
+    return float(*args, **kwargs) if r is dunders.NATIVE else r
+
+
+def _text(kind):
+    """str(o), repr(o), format(o, spec) of an object whose class writes them in Python: interpreted."""
+    def look(rt, args, kwargs):
+        if kwargs or not 1 <= len(args) <= (2 if kind is format else 1):
+            return as_user(kind, *args, **kwargs)
+        r = dunders.to_text(rt, kind, *args)
+        return as_user(kind, *args) if r is dunders.NATIVE else r  # (a symbolic size's text is its value's)
+
+    return look
+
+
+for _kind in (str, repr, format):
+    LOOKASIDES[id(_kind)] = _text(_kind)
+
+
+@lookaside(builtins.abs)
+def _abs(rt, args, kwargs):
+    r = dunders.unary(rt, "__abs__", args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
+    return as_user(abs, *args, **kwargs) if r is dunders.NATIVE else r
 
 
 def _math(name, native):
