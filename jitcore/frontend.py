@@ -64,6 +64,8 @@ def _tensorless_draw(fn):
 
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict)
+_GLOBAL_FLAGS = frozenset({torch.are_deterministic_algorithms_enabled,
+                           torch.is_deterministic_algorithms_warn_only_enabled, torch.get_deterministic_debug_mode})
 _LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "itertools", "collections", "typing",
               "numbers", "warnings", "inspect", "types", "enum", "dataclasses", "abc", "numpy", "einops")
 _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.values()), type({}.items()),
@@ -108,6 +110,8 @@ class Guards:
     # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
     # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
     presence: dict = field(default_factory=dict)
+    # torch's process-wide flags the program read (`torch.are_deterministic_algorithms_enabled()`): reader -> value
+    flags: dict = field(default_factory=dict)
     data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
     # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
     # one tensor for both is another call
@@ -193,6 +197,8 @@ class JitContext(DefaultContext):
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
+        if fn in _GLOBAL_FLAGS:  # read now, and checked by the prologue on every call
+            return lambda: self.guards.flags.setdefault(fn, fn())
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)

@@ -353,3 +353,18 @@ def test_python_operators_read_per_call(seed, mode):
             assert g == e, f"{expr}: call {i}"
         else:
             torch.testing.assert_close(g, e, msg=f"{expr}: call {i}")
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_deterministic_flag_read_inside(mode):
+    def f(x):
+        return x * (2.0 if torch.are_deterministic_algorithms_enabled() else 3.0)
+
+    jf = jitcore.jit(f, cache=mode)
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        for flag in (False, True, False):
+            torch.use_deterministic_algorithms(flag)
+            torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
+    finally:
+        torch.use_deterministic_algorithms(before)

@@ -163,7 +163,7 @@ def _guard_fetches(b: list, start: int, kw: dict):
         b[start:] = [BoundSymbol(fetches, (b[start:],), kw, None)]
 
 
-def _global_state(saved_hooks=False) -> list:
+def _global_state(saved_hooks=False, flags=None) -> list:
     """(condition, reason) pairs for the process-wide state a trace depends on. saved_hooks (Guards.saved_hooks):
     the saved_tensors_hooks a program with a backward was built for (None: none), False when it does not matter."""
     out = []
@@ -175,6 +175,9 @@ def _global_state(saved_hooks=False) -> list:
         names = "/".join(getattr(f, "__qualname__", "?") for f in saved_hooks)
         out.append((lambda p: f"{p.const(ambient_hooks)}() != {p.const(saved_hooks)}",
                     f"saved-tensor hooks: expected {names} active"))
+    for fn, value in (flags or {}).items():  # process-wide flags the program read (Guards.flags)
+        out.append((lambda p, fn=fn, value=value: f"{p.const(fn)}() != {value!r}",
+                    f"{fn.__name__}(): expected {value!r}"))
     grad = torch.is_grad_enabled()
     out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
     dd = torch.get_default_dtype()
@@ -345,7 +348,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         b = trace.bound_symbols
         if not hot and roots is not None:  # the signature key has the call's shape: the hot variant leaves it out
             b.append(BoundSymbol(call_shape, (len(roots.args), tuple(roots.kwargs)), kw, None))
-        b.append(BoundSymbol(check, (_global_state(guards.saved_hooks),), kw, None))
+        b.append(BoundSymbol(check, (_global_state(guards.saved_hooks, guards.flags),), kw, None))
         start = len(b)  # what follows fetches values through provenance chains
         inputs = [_direct(i, roots) for i in inputs]
         items = _items(guards)
