@@ -4,8 +4,9 @@ Each was silently stale before (the first call's answer, again):
 - an attribute's absence or presence: `hasattr(o, "k")` or `getattr(o, "k", 1.5)` taking its default (objects,
   modules, buffers and parameters registered later, the lazy `if not hasattr(self, "cache")` pattern), `"k" in
   vars(o)`, and a Python attribute set on a tensor argument (`x.scale = 2.0`, read as `getattr(x, "scale", 1.0)`);
-- what a Python-level `__len__`, `__bool__` or `__contains__` reads (`len(self.params)` of an nn.ParameterList,
-  `if self.layers:`, `"a" in self.heads` of an nn.ModuleDict, a user container), and the items of a set argument;
+- what a Python-level `__len__`, `__bool__`, `__contains__` or `__iter__` (`f(*o.items)`) reads (`len(self.params)`
+  of an nn.ParameterList, `if self.layers:`, `"a" in self.heads` of an nn.ModuleDict, a user container), and the
+  items of a set argument;
 - which function a method call finds: an instance attribute shadowing it (`model.forward = wrapper`, as accelerate's
   hooks do) or its class's function replaced (objects that are not modules);
 - an operator, conversion or text written in Python by the object's class (`s + 1`, `float(s)`, `lst[s]`, `s == 1`,
@@ -46,6 +47,9 @@ class Bag:
     def __contains__(self, k):
         return k in self.items
 
+    def __iter__(self):
+        return iter(self.items)
+
 
 def _act(self, v):
     return v * 2.0
@@ -68,6 +72,7 @@ READS = {
     "len": ("float(len(o.items))", ("bag", "modulelist", "paramlist")),
     "bool": ("(4.0 if o.items else 5.0)", ("bag", "modulelist", "paramlist")),
     "contains": ('(6.0 if "a" in o.items else 7.0)', ("bag", "moduledict", "set")),
+    "star_args": ("float((lambda *a: len(a))(*o.items))", ("bag", "modulelist", "paramlist")),
 }
 
 
