@@ -323,6 +323,11 @@ class JitContext(DefaultContext):
         t = type(value)
         if self.symbolic and (t is int or t is float) and type(provenance) in (Arg, Kwarg):
             return self._number_input(value, provenance)
+        if _native_iterator(t):
+            raise UnsupportedError("iterator from outside", f"{provenance} is an iterator ({t.__name__}): each "
+                                   "call consumes it, so its items differ from call to call, and the traced program "
+                                   "would replay the first call's items without advancing it",
+                                   hint="pass its items (list(it)), or call next() outside and pass the value")
         g = self.guards
         if not _refetchable(provenance):  # a closure cell of a function with no provenance: a call cannot re-fetch it
             return value
@@ -626,6 +631,12 @@ def _stable_identities(guards, roots):
         if again is not obj:
             del guards.objects[prov]
             guards.types.setdefault(prov, type(obj))
+
+
+def _native_iterator(t) -> bool:
+    """An iterator whose state is not Python attributes (a generator, list_iterator, zip, map, itertools.count...)."""
+    nxt = getattr(t, "__next__", None)
+    return nxt is not None and not isinstance(nxt, types.FunctionType) and not t.__module__.startswith("jitcore")
 
 
 def _refetchable(prov) -> bool:

@@ -12,6 +12,8 @@ Each was silently stale before (the first call's answer, again):
 - an operator, conversion or text written in Python by the object's class (`s + 1`, `float(s)`, `lst[s]`, `s == 1`,
   `d != Options()` of a dataclass, `str(s)`, `f"{s}"`, `repr(d)`, `d in [a, b]`): the dunder ran natively, so what
   it read of the object was not guarded;
+- an iterator from outside (an argument, a closure's itertools.count): the program replayed the first call's items
+  without advancing it; refused now;
 - a hook of torch.nn.utils run natively while tracing (old-style weight_norm and spectral_norm recompute the weight
   in a forward pre-hook: the program read the weight the trace computed, never again).
 
@@ -21,6 +23,7 @@ random sequence of changes made between calls; every call is compared with eager
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import warnings
 
@@ -373,3 +376,31 @@ def test_deterministic_flag_read_inside(mode):
             torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
     finally:
         torch.use_deterministic_algorithms(before)
+
+
+def _count_closure():
+    counter = itertools.count(1)
+
+    def f(x):
+        return x * next(counter)
+
+    return f, ()
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("make", [lambda: iter([1.0, 2.0]), lambda: (v for v in [3.0, 4.0]), lambda: zip([1.0], [2.0]),
+                                  lambda: map(float, [5, 6]), lambda: itertools.cycle([1.0, 2.0])],
+                         ids=["list_iterator", "generator", "zip", "map", "cycle"])
+def test_iterator_from_outside_is_refused(make, mode):
+    """An iterator handed in (or held by a closure) is consumed by each call: the program replayed the first call's
+    items and did not advance it (silently); now refused, naming where it came from."""
+    def f(x, it):
+        for v in it:
+            return x * (v if not isinstance(v, tuple) else v[0])
+        return x
+
+    with pytest.raises(jitcore.UnsupportedError, match="iterator from outside: args\\[1\\]"):
+        jitcore.jit(f, cache=mode)(torch.ones(2), make())
+    g, _ = _count_closure()
+    with pytest.raises(jitcore.UnsupportedError, match="iterator from outside"):
+        jitcore.jit(g, cache=mode)(torch.ones(2))
