@@ -10,7 +10,8 @@ Each was silently stale before (the first call's answer, again):
 - which function a method call finds: an instance attribute shadowing it (`model.forward = wrapper`, as accelerate's
   hooks do) or its class's function replaced (objects that are not modules);
 - an operator, conversion or text written in Python by the object's class (`s + 1`, `float(s)`, `lst[s]`, `s == 1`,
-  `d != Options()` of a dataclass, `str(s)`, `f"{s}"`, `repr(d)`, `d in [a, b]`): the dunder ran natively, so what
+  `d != Options()` of a dataclass, `str(s)`, `f"{s}"`, `repr(d)`, `d in [a, b]`, `min(s, 2)`, `sorted([2, s])`): the
+  dunder ran natively, so what
   it read of the object was not guarded;
 - an iterator from outside (an argument, a closure's itertools.count): the program replayed the first call's items
   without advancing it; refused now;
@@ -306,6 +307,9 @@ class Scalar:
     def __lt__(self, o):
         return self.v < o
 
+    def __gt__(self, o):
+        return self.v > o
+
     __hash__ = None
 
     def __str__(self):
@@ -330,6 +334,8 @@ OPERATOR_READS = [
     "(2.0 if str(s) == 'S1' else 3.0)", "(2.0 if f'{s}' == 'S1' else 3.0)", "len(f'{s:>4}')",
     "(2.0 if d == Options() else 3.0)", "(2.0 if d != Options() else 3.0)", "(2.0 if d in [Options(), None] else 3.0)",
     "float(len(repr(d)))", "(2.0 if 'scale=1.0' in str(d) else 3.0)", "(2.0 if s in [Scalar(1), 7] else 3.0)",
+    "float(min(s, 2))", "float(max([2, s]))", "float(sorted([2, s, 1.5])[1])",
+    "float(sorted([s, 2], key=lambda v: v)[0])",
 ]
 
 

@@ -283,9 +283,43 @@ def _first_iterable(fn):
             args = (_iterable(rt, args[0]),)
         if "key" in kwargs and type(kwargs["key"]) in _CALLBACK_TYPES:
             kwargs = {**kwargs, "key": Interpreted(rt, kwargs["key"])}
+        if fn in (sorted, min, max):
+            args, kwargs = _ordered(rt, args, kwargs)
         return fn(*args, **kwargs)
 
     return look
+
+
+class _Ordered:
+    """The sort key of an item whose class compares in Python (`__lt__` reading `self.v`): the comparisons sorted(),
+    min() and max() make are interpreted (dunders.compare), so what they read is guarded."""
+
+    __slots__ = ("rt", "v")
+
+    def __init__(self, rt, v):
+        self.rt, self.v = rt, v
+
+    def _compare(self, op, other):
+        r = dunders.compare(self.rt, op, self.v, other.v)
+        return op(self.v, other.v) if r is dunders.NATIVE else r
+
+    def __lt__(self, other):
+        return self._compare(operator.lt, other)
+
+    def __gt__(self, other):
+        return self._compare(operator.gt, other)
+
+
+def _ordered(rt, args, kwargs):
+    """sorted/min/max's arguments, with a key wrapping items (or their user key) in _Ordered when one compares in
+    Python; else as they were."""
+    items = list(args[0]) if len(args) == 1 else list(args)
+    key = kwargs.get("key")
+    if key is None and not any(dunders.python_dunder(rt, type(v), n) is not None for v in items
+                               for n in ("__lt__", "__gt__")):  # (a user key's results: wrapped, not called twice)
+        return ((items,) if len(args) == 1 else tuple(items)), kwargs
+    by = (lambda v: _Ordered(rt, v)) if key is None else (lambda v: _Ordered(rt, key(v)))
+    return ((items,) if len(args) == 1 else tuple(items)), {**kwargs, "key": by}
 
 
 for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumerate):
