@@ -11,10 +11,10 @@ Each was silently stale before (the first call's answer, again):
   hooks do) or its class's function replaced (objects that are not modules);
 - an operator, conversion or text written in Python by the object's class (`s + 1`, `float(s)`, `lst[s]`, `s == 1`,
   `d != Options()` of a dataclass, `str(s)`, `f"{s}"`, `repr(d)`, `d in [a, b]`, `min(s, 2)`, `sorted([2, s])`): the
-  dunder ran natively, so what
-  it read of the object was not guarded;
+  dunder ran natively, so what it read of the object was not guarded;
 - an iterator from outside (an argument, a closure's itertools.count): the program replayed the first call's items
   without advancing it; refused now;
+- a numpy array from outside read natively (`w.sum()`, `w[1]`): its contents are guarded now;
 - a hook of torch.nn.utils run natively while tracing (old-style weight_norm and spectral_norm recompute the weight
   in a forward pre-hook: the program read the weight the trace computed, never again).
 
@@ -410,3 +410,23 @@ def test_iterator_from_outside_is_refused(make, mode):
     g, _ = _count_closure()
     with pytest.raises(jitcore.UnsupportedError, match="iterator from outside"):
         jitcore.jit(g, cache=mode)(torch.ones(2))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("read", ["float(w.sum())", "w[1]", "torch.tensor(w)", "torch.as_tensor(w)",
+                                  "torch.from_numpy(w)", "w.shape[0]"])
+def test_numpy_array_read_per_call(read, mode):
+    """A numpy array from outside: read natively (`w.sum()`, `w[1]`) its values were baked in unguarded (silently
+    stale after `w[1] = 7`), `w[1]` (a numpy.float64) made a prologue naming `float64`, and torch.tensor/as_tensor/
+    from_numpy of it were refused; its contents are guarded now and it converts to a tensor of its values."""
+    np = pytest.importorskip("numpy")
+    scope = {"torch": torch}
+    exec(f"def f(x, w):\n    return x * {read}\n", scope)
+    f = scope["f"]
+    jf = jitcore.jit(f, cache=mode)
+    w = np.ones(3)
+    for step in range(4):
+        torch.testing.assert_close(jf(torch.ones(3), w), f(torch.ones(3), w), msg=f"step {step}")
+        w[step % 3] = 7.0 + step
+    torch.testing.assert_close(jf(torch.ones(3), np.zeros(3, dtype=np.float32)),
+                               f(torch.ones(3), np.zeros(3, dtype=np.float32)))

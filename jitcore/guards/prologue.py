@@ -204,7 +204,22 @@ def _value_check(name: str, value):
         return lambda p: f"{name} != {p.value(value)}"
     if type(value) in (set, frozenset):
         return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
-    return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.value(value)}"
+    if is_ndarray(value):  # (its contents when first read: the program read them natively)
+        return lambda p: f"not {p.const(_same_array)}({name}, {p.const(value)})"
+    t = type(value)
+    if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
+        return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
+    return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"
+
+
+def is_ndarray(value) -> bool:
+    t = type(value)
+    return t.__name__ == "ndarray" and t.__module__ == "numpy"
+
+
+def _same_array(a, b) -> bool:
+    """Whether numpy array a has b's type, dtype, shape and bytes (no numpy import: the arrays compare themselves)."""
+    return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_type=None) -> list:
