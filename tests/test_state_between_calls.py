@@ -5,8 +5,8 @@ Each was silently stale before (the first call's answer, again):
   modules, buffers and parameters registered later, the lazy `if not hasattr(self, "cache")` pattern), `"k" in
   vars(o)`, and a Python attribute set on a tensor argument (`x.scale = 2.0`, read as `getattr(x, "scale", 1.0)`);
 - what a Python-level `__len__`, `__bool__`, `__contains__` or `__iter__` (`f(*o.items)`) reads (`len(self.params)`
-  of an nn.ParameterList, `if self.layers:`, `"a" in self.heads` of an nn.ModuleDict, a user container), and the
-  items of a set argument;
+  of an nn.ParameterList, `if self.layers:`, `"a" in self.heads` of an nn.ModuleDict, a user container), or a
+  `__getitem__` that iteration, `in`, unpacking and reversed() fall back to, and the items of a set argument;
 - which function a method call finds: an instance attribute shadowing it (`model.forward = wrapper`, as accelerate's
   hooks do) or its class's function replaced (objects that are not modules);
 - an operator, conversion or text written in Python by the object's class (`s + 1`, `float(s)`, `lst[s]`, `s == 1`,
@@ -55,6 +55,20 @@ class Bag:
         return iter(self.items)
 
 
+class OldSequence:
+    """Python's older sequence protocol: __getitem__ (and __len__) only; iteration, `in`, `*` and reversed() go
+    through __getitem__."""
+
+    def __init__(self):
+        self.items = []
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __len__(self):
+        return len(self.items)
+
+
 def _act(self, v):
     return v * 2.0
 
@@ -75,18 +89,20 @@ READS = {
     "method": ("o.act(1.0)", None),
     "len": ("float(len(o.items))", ("bag", "modulelist", "paramlist")),
     "bool": ("(4.0 if o.items else 5.0)", ("bag", "modulelist", "paramlist")),
-    "contains": ('(6.0 if "a" in o.items else 7.0)', ("bag", "moduledict", "set")),
-    "star_args": ("float((lambda *a: len(a))(*o.items))", ("bag", "modulelist", "paramlist")),
+    "contains": ('(6.0 if "a" in o.items else 7.0)', ("bag", "moduledict", "set", "oldseq")),
+    "star_args": ("float((lambda *a: len(a))(*o.items))", ("bag", "modulelist", "paramlist", "oldseq")),
+    "iterate": ('float(sum(2.0 if v == "a" else 1.0 for v in o.items))', ("bag", "oldseq")),
+    "reversed": ('(4.0 if [*reversed(o.items)][:1] == ["a"] else 5.0)', ("oldseq",)),
 }
 
 
 def _items(kind):
     return {"bag": Bag, "modulelist": nn.ModuleList, "moduledict": nn.ModuleDict,
-            "paramlist": nn.ParameterList, "set": set}[kind]()
+            "paramlist": nn.ParameterList, "set": set, "oldseq": OldSequence}[kind]()
 
 
 def _grow(items, r):
-    if isinstance(items, Bag):
+    if isinstance(items, (Bag, OldSequence)):
         items.items.append(r.choice(["a", "b"]))
     elif isinstance(items, nn.ModuleDict):
         items[r.choice(["a", "b"])] = nn.Identity()
@@ -99,7 +115,7 @@ def _grow(items, r):
 
 
 def _shrink(items, r):
-    if isinstance(items, Bag):
+    if isinstance(items, (Bag, OldSequence)):
         items.items.clear()
     elif isinstance(items, nn.ModuleDict):
         items.clear()

@@ -6,6 +6,7 @@ and property getters of user classes are interpreted; everything else runs nativ
 """
 from __future__ import annotations
 
+import operator
 import types
 
 from jitcore.errors import UnsupportedError
@@ -93,11 +94,20 @@ def truth(rt, value) -> bool:
 def contains(rt, item, container) -> bool:
     """`item in container`, interpreting a __contains__ written in Python (`"a" in module_dict`), and the __eq__ of
     objects searched in a list or tuple."""
-    fn = _python_dunder(rt, type(container), "__contains__")
+    t = type(container)
+    fn = _python_dunder(rt, t, "__contains__")
     if fn is not None:
         return truth(rt, rt.call(fn, (container, item), {}))
+    if t not in _PLAIN and rt.lookup(t, "__contains__") is NULL and (
+            _python_dunder(rt, t, "__iter__") is not None or _python_dunder(rt, t, "__getitem__") is not None):
+        return any(e is item or truth(rt, _equal(rt, e, item)) for e in get_iter(rt, container))  # (Python's fallback)
     r = dunders.contains_in_sequence(rt, item, container)
     return item in container if r is dunders.NATIVE else r
+
+
+def _equal(rt, a, b):
+    r = dunders.compare(rt, operator.eq, a, b)
+    return a == b if r is dunders.NATIVE else r
 
 
 def load_attr(rt, obj, name):
@@ -278,7 +288,22 @@ def get_iter(rt, obj):
             if not hasattr(type(it), "__next__"):
                 raise TypeError(f"iter() returned non-iterator of type '{type(it).__name__}'")
             return it
+        if fn is NULL and _python_dunder(rt, t, "__getitem__") is not None:
+            return _sequence_items(rt, obj)
     return iter(obj)
+
+
+def _sequence_items(rt, obj):
+    """Python's sequence protocol for a class with a Python __getitem__ and no __iter__: obj[0], obj[1], ... until
+    IndexError, each read interpreted (natively, what __getitem__ read was not guarded)."""
+    i = 0
+    while True:
+        try:
+            v = get_item(rt, obj, i)
+        except (IndexError, StopIteration):
+            return
+        yield v
+        i += 1
 
 
 # -- methods of builtin containers, called on external containers ------------------------------------------------

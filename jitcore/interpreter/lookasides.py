@@ -472,6 +472,8 @@ def _reversed(rt, args, kwargs):
         fn = rt.lookup(type(args[0]), "__reversed__")
         if type(fn) is types.FunctionType:
             return rt.call(fn, (args[0],), {})
+        if fn is NULL and dunders.python_dunder(rt, type(args[0]), "__getitem__") is not None:  # obj[n - 1], ...
+            return iter([access.get_item(rt, args[0], i) for i in range(access.length(rt, args[0]) - 1, -1, -1)])
     return reversed(*args, **kwargs)
 
 
