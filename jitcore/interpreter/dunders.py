@@ -22,10 +22,15 @@ _PLAIN = frozenset({list, tuple, dict, str, int, float, bool, complex, type(None
 
 def python_dunder(rt, t, name):
     """The Python function defining `name` on a user or library class (not builtins', not jitcore's own), else None."""
-    if t in _PLAIN or t.__module__.startswith("jitcore"):
+    if t in _PLAIN or _jitcore_type(t):
         return None
     fn = rt.lookup(t, name)
     return fn if type(fn) is types.FunctionType else None
+
+
+def _jitcore_type(t) -> bool:
+    mod = getattr(t, "__module__", None)
+    return isinstance(mod, str) and mod.startswith("jitcore")
 
 
 def _slot(rt, t, name, *args):
@@ -33,7 +38,7 @@ def _slot(rt, t, name, *args):
     fn = rt.lookup(t, name)
     if fn is NULL or fn is None:
         return NotImplemented
-    if type(fn) is types.FunctionType and not t.__module__.startswith("jitcore"):
+    if type(fn) is types.FunctionType and not _jitcore_type(t):
         return _call(rt, fn, name, args)
     if name == "__ne__" and fn is object.__ne__:  # object's != is the inverse of ==, which may be Python
         r = _slot(rt, t, "__eq__", *args)
