@@ -16,6 +16,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
+from jitcore.guards.prologue import is_ndarray
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
@@ -64,6 +65,8 @@ def _tensorless_draw(fn):
 
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict)
+_GLOBAL_FLAGS = frozenset({torch.are_deterministic_algorithms_enabled,
+                           torch.is_deterministic_algorithms_warn_only_enabled, torch.get_deterministic_debug_mode})
 _LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "itertools", "collections", "typing",
               "numbers", "warnings", "inspect", "types", "enum", "dataclasses", "abc", "numpy", "einops")
 _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.values()), type({}.items()),
@@ -105,6 +108,11 @@ class Guards:
     types: dict = field(default_factory=dict)
     lengths: dict = field(default_factory=dict)
     predicates: list = field(default_factory=list)
+    # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
+    # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
+    presence: dict = field(default_factory=dict)
+    # torch's process-wide flags the program read (`torch.are_deterministic_algorithms_enabled()`): reader -> value
+    flags: dict = field(default_factory=dict)
     data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
     # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
     # one tensor for both is another call
@@ -190,6 +198,8 @@ class JitContext(DefaultContext):
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
+        if fn in _GLOBAL_FLAGS:  # read now, and checked by the prologue on every call
+            return lambda: self.guards.flags.setdefault(fn, fn())
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -302,7 +312,8 @@ class JitContext(DefaultContext):
         if _in_checkpoint_sequential(fn):  # its Python source: its checkpoint() calls come to _checkpoint
             return True
         mod = getattr(fn, "__module__", None) or ""
-        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions")) or \
+        if mod.startswith(("torch.nn.modules", "torch.nn.utils.parametriz", "torch.distributions",
+                           "torch.nn.utils.weight_norm", "torch.nn.utils.spectral_norm")) or \
                 _private_helper(fn, mod):
             return True
         return not (mod == "torch" or mod.startswith("torch."))
@@ -313,6 +324,11 @@ class JitContext(DefaultContext):
         t = type(value)
         if self.symbolic and (t is int or t is float) and type(provenance) in (Arg, Kwarg):
             return self._number_input(value, provenance)
+        if _native_iterator(t):
+            raise UnsupportedError("iterator from outside", f"{provenance} is an iterator ({t.__name__}): each "
+                                   "call consumes it, so its items differ from call to call, and the traced program "
+                                   "would replay the first call's items without advancing it",
+                                   hint="pass its items (list(it)), or call next() outside and pass the value")
         g = self.guards
         if not _refetchable(provenance):  # a closure cell of a function with no provenance: a call cannot re-fetch it
             return value
@@ -326,6 +342,10 @@ class JitContext(DefaultContext):
             g.objects.setdefault(provenance, value)
         elif isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):
             g.values.setdefault(provenance, value)
+        elif (t is set or t is frozenset) and _scalar_tuple(value):  # (`k in skip`: native reads): its items, as now
+            g.values.setdefault(provenance, t(value))
+        elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents
+            g.values.setdefault(provenance, value.copy())
         elif isinstance(value, _CONTAINERS):
             self._containers.setdefault(provenance, value)
             self._container_ids.setdefault(id(value), (value, provenance))
@@ -338,6 +358,26 @@ class JitContext(DefaultContext):
             elif (provenance != root or type(root) is not Fn) and not self._from_library(provenance):
                 g.objects.setdefault(provenance, value)
         return value
+
+    def on_attr_presence(self, provenance, present: bool):
+        if _refetchable(provenance.parent) and not self._from_library(provenance):
+            self.guards.presence.setdefault(provenance, present)
+
+    def proxy_attr(self, proxy, name):
+        """A Python attribute of the tensor an input proxy stands for (`x.scale = 2.0` set by the caller): reported
+        as a value read from it; an absent one is guarded absent (one its class defines and the proxy does not
+        model stays an AttributeError, as before)."""
+        found = [(inp, t) for inp, t in zip(self.inputs, self._values) if inp.proxy is proxy]
+        if not found:
+            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+        inp, value = found[0]
+        d = getattr(value, "__dict__", None) or {}
+        prov = Attr(inp.provenance, name)
+        if name in d:
+            return self._runtime.report(d[name], prov)
+        if not hasattr(type(value), name):
+            self.on_attr_presence(prov, False)
+        raise AttributeError(f"'Tensor' object has no attribute '{name}'")
 
     def _from_library(self, prov) -> bool:
         """Read from torch's (or the stdlib's) own namespaces: `torch.sin`, a global of torch.nn.functional.
@@ -594,6 +634,12 @@ def _stable_identities(guards, roots):
         if again is not obj:
             del guards.objects[prov]
             guards.types.setdefault(prov, type(obj))
+
+
+def _native_iterator(t) -> bool:
+    """An iterator whose state is not Python attributes (a generator, list_iterator, zip, map, itertools.count...)."""
+    nxt = getattr(t, "__next__", None)
+    return nxt is not None and not isinstance(nxt, types.FunctionType) and not t.__module__.startswith("jitcore")
 
 
 def _refetchable(prov) -> bool:

@@ -270,3 +270,16 @@ def test_a_size_only_computed_with_keeps_one_entry():
         x = torch.randn(rows, 4)
         torch.testing.assert_close(jfn(x), x.view(rows * 2, -1) + rows)
     assert jitcore.cache_misses(jfn) == 1
+
+
+@pytest.mark.parametrize("op", ["topk", "unfold"])
+def test_symbolic_k_and_window_sizes(op):
+    """topk(k) and unfold(size, step) with a symbolic int argument: their metas accepted only Python ints (an error
+    where eager works); the bounds are predicates now, checked per call."""
+    def f(x, n):
+        return x.topk(n, 0).values if op == "topk" else x.unfold(0, n, n)
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for rows, n in [(6, 2), (6, 3), (9, 3), (7, 2), (5, 5)]:
+        x = torch.arange(float(rows * 3)).reshape(rows, 3)
+        torch.testing.assert_close(jf(x, n), f(x, n))

@@ -4,6 +4,7 @@ module state epoch (jitcore/guards/module_state.py), so a call may skip them whi
 """
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -57,6 +58,8 @@ class _Resolver:
         t = type(prov)
         if t is P.Fn:
             return ("module", self.fn) if isinstance(self.fn, torch.nn.Module) else _NOT
+        if t is P.Attr and prov.name == "__func__" and type(prov.parent) is P.Attr:
+            return self._method(prov.parent)
         if t is P.Attr:
             parent = self(prov.parent)
             if parent is _NOT or parent[0] != "module":
@@ -69,6 +72,20 @@ class _Resolver:
                 return _NOT
             return _kind(parent[1][prov.key], False)
         return _NOT
+
+
+    def _method(self, prov):
+        """`module.name.__func__` of a function the module's class defines and its instance dict does not shadow
+        (shadowing it is a module setattr, which bumps the epoch; replacing a module class's attribute is not
+        seen, as for every class attribute)."""
+        owner = self(prov.parent)
+        if owner is _NOT or owner[0] != "module":
+            return _NOT
+        module, cls = owner[1], type(owner[1])
+        if prov.name in module.__dict__ or _class_attr(cls, "__getattribute__")[1] is not _OBJECT_GETATTRIBUTE:
+            return _NOT
+        value = _class_attr(cls, prov.name)[1]
+        return ("value", value) if isinstance(value, types.FunctionType) else _NOT
 
 
 def _class_attr(cls, name):
@@ -137,6 +154,7 @@ def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
                 split.items.add((prov, kind))
             else:
                 rest.append(prov)
+    rest += guards.presence  # per call (a class attribute added later is not seen by the epoch): anchored
     for inp in inputs:
         r = resolve(inp.provenance)
         if r is _NOT or not isinstance(r[1], torch.Tensor):

@@ -163,7 +163,7 @@ def _guard_fetches(b: list, start: int, kw: dict):
         b[start:] = [BoundSymbol(fetches, (b[start:],), kw, None)]
 
 
-def _global_state(saved_hooks=False) -> list:
+def _global_state(saved_hooks=False, flags=None) -> list:
     """(condition, reason) pairs for the process-wide state a trace depends on. saved_hooks (Guards.saved_hooks):
     the saved_tensors_hooks a program with a backward was built for (None: none), False when it does not matter."""
     out = []
@@ -175,6 +175,9 @@ def _global_state(saved_hooks=False) -> list:
         names = "/".join(getattr(f, "__qualname__", "?") for f in saved_hooks)
         out.append((lambda p: f"{p.const(ambient_hooks)}() != {p.const(saved_hooks)}",
                     f"saved-tensor hooks: expected {names} active"))
+    for fn, value in (flags or {}).items():  # process-wide flags the program read (Guards.flags)
+        out.append((lambda p, fn=fn, value=value: f"{p.const(fn)}() != {value!r}",
+                    f"{fn.__name__}(): expected {value!r}"))
     grad = torch.is_grad_enabled()
     out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
     dd = torch.get_default_dtype()
@@ -199,7 +202,24 @@ def _value_check(name: str, value):
         return f"{name} is not {value}"
     if isinstance(value, torch.device):
         return lambda p: f"{name} != {p.value(value)}"
-    return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.value(value)}"
+    if type(value) in (set, frozenset):
+        return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
+    if is_ndarray(value):  # (its contents when first read: the program read them natively)
+        return lambda p: f"not {p.const(_same_array)}({name}, {p.const(value)})"
+    t = type(value)
+    if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
+        return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
+    return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"
+
+
+def is_ndarray(value) -> bool:
+    t = type(value)
+    return t.__name__ == "ndarray" and t.__module__ == "numpy"
+
+
+def _same_array(a, b) -> bool:
+    """Whether numpy array a has b's type, dtype, shape and bytes (no numpy import: the arrays compare themselves)."""
+    return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_type=None) -> list:
@@ -343,7 +363,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         b = trace.bound_symbols
         if not hot and roots is not None:  # the signature key has the call's shape: the hot variant leaves it out
             b.append(BoundSymbol(call_shape, (len(roots.args), tuple(roots.kwargs)), kw, None))
-        b.append(BoundSymbol(check, (_global_state(guards.saved_hooks),), kw, None))
+        b.append(BoundSymbol(check, (_global_state(guards.saved_hooks, guards.flags),), kw, None))
         start = len(b)  # what follows fetches values through provenance chains
         inputs = [_direct(i, roots) for i in inputs]
         items = _items(guards)
@@ -401,6 +421,7 @@ def _items(guards) -> list:
     items += [(p, "object", o) for p, o in guards.objects.items()]
     items += [(p, "type", ty) for p, ty in guards.types.items()]
     items += [(p, "value", v) for p, v in guards.values.items()]
+    items += [(p, "presence", v) for p, v in guards.presence.items()]
     items.sort(key=lambda it: _depth(it[0]))
     return list(enumerate(items))
 
@@ -518,6 +539,13 @@ def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
 def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
     start = len(binder.b)
     name = f"g{n}"
+    if kind == "presence":  # the object the attribute was missing from (or found in): it must still lack (have) it
+        binder.bind(name, prov.parent)
+        conds = [(f"{'not ' if value else ''}hasattr({name}, {prov.name!r})",
+                  f"{prov}: expected {'an' if value else 'no'} attribute")]
+        out = binder.b[start:]
+        del binder.b[start:]
+        return out + [BoundSymbol(check, (conds,), kw, None)]
     if type(prov) is P.Closure and roots is not None:
         expr_prov = _CellProv(prov, roots)
         binder.b.append(BoundSymbol(bind, (name, expr_prov, {}), {}, None))

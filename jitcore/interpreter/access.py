@@ -6,12 +6,14 @@ and property getters of user classes are interpreted; everything else runs nativ
 """
 from __future__ import annotations
 
+import operator
 import types
 
 from jitcore.errors import UnsupportedError
+from jitcore.interpreter import dunders
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
-from jitcore.interpreter.side_effects import NOT_WRITTEN, SideEffect
+from jitcore.interpreter.side_effects import MISSING, NOT_WRITTEN, SideEffect
 from jitcore.ir.proxies import SHADOWED_TENSOR_ATTRS, TensorProxy
 
 _FunctionType = types.FunctionType
@@ -26,7 +28,9 @@ def _is_bound_to(value, obj) -> bool:
 
 
 def get_attr(rt, obj, name):
-    """getattr(obj, name), interpreting a property getter written in Python."""
+    """getattr(obj, name), interpreting a property getter written in Python. An attribute an external object lacks
+    is reported (the program depends on its absence: `hasattr(self, "cache")`, `getattr(cfg, "scale", 1.0)`); one
+    a tensor proxy does not model is asked of the context (a Python attribute set on the tensor it stands for)."""
     t = type(obj)
     if t is TensorProxy and name in SHADOWED_TENSOR_ATTRS:
         return SHADOWED_TENSOR_ATTRS[name](obj)
@@ -34,7 +38,76 @@ def get_attr(rt, obj, name):
         d = rt.lookup(t, name)
         if type(d) is property and type(d.fget) is _FunctionType and t.__getattribute__ is object.__getattribute__:
             return rt.call(d.fget, (obj,), {})
-    return getattr(obj, name)
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        if t is TensorProxy:
+            return rt.proxy_attr(obj, name)
+        prov = rt.external.get(id(obj))
+        if prov is not None and rt.effects.attribute_before(obj, name) in (NOT_WRITTEN, MISSING):
+            rt.on_attr_presence(Attr(prov, name), False)  # (absent before the call, not deleted by it)
+        raise
+
+
+def has_attr(rt, obj, name) -> bool:
+    """hasattr(obj, name); for an external object, the answer is reported (a later call where it differs is another
+    call), unless the call itself set the attribute."""
+    try:
+        get_attr(rt, obj, name)  # (a miss is reported there)
+    except AttributeError:
+        return False
+    prov = rt.external.get(id(obj))
+    if prov is not None and rt.effects.attribute_before(obj, name) is NOT_WRITTEN:
+        rt.on_attr_presence(Attr(prov, name), True)
+    return True
+
+
+_python_dunder = dunders.python_dunder
+
+
+def length(rt, obj):
+    """len(obj), interpreting a __len__ written in Python: what it reads (`self._size` of an nn.ParameterList,
+    `len(self._modules)`) is read by the program, so guarded."""
+    fn = _python_dunder(rt, type(obj), "__len__")
+    if fn is not None:
+        n = rt.call(fn, (obj,), {})
+        if type(n) is int and n >= 0:
+            return n
+    return len(obj)  # (natively: its own error for a bad result)
+
+
+def truth(rt, value) -> bool:
+    """bool(value) as a branch sees it, interpreting a __bool__ (or, lacking one, a __len__) written in Python."""
+    t = type(value)
+    if t is bool:
+        return value
+    fn = _python_dunder(rt, t, "__bool__")
+    if fn is not None:
+        r = rt.call(fn, (value,), {})
+        if type(r) is bool:
+            return r
+    elif t not in _PLAIN and rt.lookup(t, "__bool__") is NULL and _python_dunder(rt, t, "__len__") is not None:
+        return length(rt, value) != 0
+    return bool(value)
+
+
+def contains(rt, item, container) -> bool:
+    """`item in container`, interpreting a __contains__ written in Python (`"a" in module_dict`), and the __eq__ of
+    objects searched in a list or tuple."""
+    t = type(container)
+    fn = _python_dunder(rt, t, "__contains__")
+    if fn is not None:
+        return truth(rt, rt.call(fn, (container, item), {}))
+    if t not in _PLAIN and rt.lookup(t, "__contains__") is NULL and (
+            _python_dunder(rt, t, "__iter__") is not None or _python_dunder(rt, t, "__getitem__") is not None):
+        return any(e is item or truth(rt, _equal(rt, e, item)) for e in get_iter(rt, container))  # (Python's fallback)
+    r = dunders.contains_in_sequence(rt, item, container)
+    return item in container if r is dunders.NATIVE else r
+
+
+def _equal(rt, a, b):
+    r = dunders.compare(rt, operator.eq, a, b)
+    return a == b if r is dunders.NATIVE else r
 
 
 def load_attr(rt, obj, name):
@@ -45,7 +118,20 @@ def load_attr(rt, obj, name):
         before = rt.effects.attribute_before(obj, name)
         if before is NOT_WRITTEN or before is value:  # else the call wrote it: the program's own value
             value = rt.report(value, Attr(prov, name))
+    elif prov is not None and type(value) is types.MethodType:
+        report_method(rt, value, prov, name)
     return value
+
+
+def report_method(rt, method, prov, name):
+    """A Python method found through an external object (`self.act`, `helper.forward`): its function is reported as
+    `obj.name.__func__` (so a later call where the instance shadows it, `m.forward = wrapper`, or its class's
+    function was replaced, is another call); returns that function."""
+    func = method.__func__
+    if type(func) is not _FunctionType or rt.effects.attribute_before(method.__self__, name) is not NOT_WRITTEN:
+        rt.register(func, Attr(Attr(prov, name), "__func__"))
+        return func
+    return rt.report(func, Attr(Attr(prov, name), "__func__"))
 
 
 def store_attr(rt, obj, name, value):
@@ -99,6 +185,9 @@ def get_item(rt, container, key):
         gi = rt.lookup(t, "__getitem__")
         if type(gi) is _FunctionType:
             return rt.call(gi, (container, key), {})
+    elif (t is list or t is tuple) and type(key) not in (int, slice):
+        index = dunders.to_index(rt, key)  # (`layers[v]` with a Python __index__)
+        key = key if index is dunders.NATIVE else index
     return report_item(rt, container, key, container[key])
 
 
@@ -199,7 +288,22 @@ def get_iter(rt, obj):
             if not hasattr(type(it), "__next__"):
                 raise TypeError(f"iter() returned non-iterator of type '{type(it).__name__}'")
             return it
+        if fn is NULL and _python_dunder(rt, t, "__getitem__") is not None:
+            return _sequence_items(rt, obj)
     return iter(obj)
+
+
+def _sequence_items(rt, obj):
+    """Python's sequence protocol for a class with a Python __getitem__ and no __iter__: obj[0], obj[1], ... until
+    IndexError, each read interpreted (natively, what __getitem__ read was not guarded)."""
+    i = 0
+    while True:
+        try:
+            v = get_item(rt, obj, i)
+        except (IndexError, StopIteration):
+            return
+        yield v
+        i += 1
 
 
 # -- methods of builtin containers, called on external containers ------------------------------------------------

@@ -46,6 +46,15 @@ class DefaultContext:
         context made), or NotImplemented for the builtin."""
         return NotImplemented
 
+    def on_attr_presence(self, provenance, present: bool):
+        """Notification: the program depends on whether the attribute `provenance` (an Attr) of an external object
+        exists (`hasattr(o, "k")`; reading it raised AttributeError), not on its value."""
+
+    def proxy_attr(self, proxy, name):
+        """`proxy.name` for an attribute the proxy does not model (a Python attribute set on the tensor it stands
+        for): the value the program should see, or AttributeError."""
+        raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+
     def on_call_native(self, fn, args, kwargs):
         """Notification: `fn(*args, **kwargs)` is about to be called natively (not interpreted)."""
 

@@ -22,10 +22,11 @@ import traceback
 import types
 
 from jitcore.errors import UnsupportedError
-from jitcore.interpreter import access
+from jitcore.interpreter import access, dunders
 from jitcore.interpreter.frame import NULL, Frame, code_info
 from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
 from jitcore.ir import ranges
+from jitcore.ir.arith import as_user
 from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
 
 _CellType = types.CellType
@@ -102,6 +103,11 @@ def _globals(rt, args, kwargs):
 
 @lookaside(builtins.vars)
 def _vars(rt, args, kwargs):
+    if len(args) == 1 and not kwargs and type(args[0]) not in (types.ModuleType, type):
+        try:
+            return access.load_attr(rt, args[0], "__dict__")  # vars(o) is o.__dict__: read as the program's
+        except AttributeError:
+            raise TypeError("vars() argument must have __dict__ attribute") from None
     if args or kwargs or rt.frame is None:
         return vars(*args, **kwargs)
     return frame_locals(rt.frame)
@@ -177,11 +183,7 @@ def _getattr(rt, args, kwargs):
 def _hasattr(rt, args, kwargs):
     if kwargs or len(args) != 2 or type(args[1]) is not str:
         return hasattr(*args, **kwargs)
-    try:
-        access.get_attr(rt, args[0], args[1])
-    except AttributeError:
-        return False
-    return True
+    return access.has_attr(rt, args[0], args[1])
 
 
 @lookaside(builtins.setattr)
@@ -281,9 +283,43 @@ def _first_iterable(fn):
             args = (_iterable(rt, args[0]),)
         if "key" in kwargs and type(kwargs["key"]) in _CALLBACK_TYPES:
             kwargs = {**kwargs, "key": Interpreted(rt, kwargs["key"])}
+        if fn in (sorted, min, max):
+            args, kwargs = _ordered(rt, args, kwargs)
         return fn(*args, **kwargs)
 
     return look
+
+
+class _Ordered:
+    """The sort key of an item whose class compares in Python (`__lt__` reading `self.v`): the comparisons sorted(),
+    min() and max() make are interpreted (dunders.compare), so what they read is guarded."""
+
+    __slots__ = ("rt", "v")
+
+    def __init__(self, rt, v):
+        self.rt, self.v = rt, v
+
+    def _compare(self, op, other):
+        r = dunders.compare(self.rt, op, self.v, other.v)
+        return op(self.v, other.v) if r is dunders.NATIVE else r
+
+    def __lt__(self, other):
+        return self._compare(operator.lt, other)
+
+    def __gt__(self, other):
+        return self._compare(operator.gt, other)
+
+
+def _ordered(rt, args, kwargs):
+    """sorted/min/max's arguments, with a key wrapping items (or their user key) in _Ordered when one compares in
+    Python; else as they were."""
+    items = list(args[0]) if len(args) == 1 else list(args)
+    key = kwargs.get("key")
+    if key is None and not any(dunders.python_dunder(rt, type(v), n) is not None for v in items
+                               for n in ("__lt__", "__gt__")):  # (a user key's results: wrapped, not called twice)
+        return ((items,) if len(args) == 1 else tuple(items)), kwargs
+    by = (lambda v: _Ordered(rt, v)) if key is None else (lambda v: _Ordered(rt, key(v)))
+    return ((items,) if len(args) == 1 else tuple(items)), {**kwargs, "key": by}
 
 
 for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumerate):
@@ -320,7 +356,15 @@ def _len(rt, args, kwargs):
         n = ranges.symbolic_len(args[0])
         if n is not None:
             return n
+        return access.length(rt, args[0])
     return len(*args, **kwargs)
+
+
+@lookaside(builtins.bool)
+def _bool(rt, args, kwargs):
+    if len(args) == 1 and not kwargs:
+        return access.truth(rt, args[0])
+    return bool(*args, **kwargs)
 
 
 @lookaside(builtins.type)
@@ -366,7 +410,8 @@ def _int(rt, args, kwargs):
     """int() of a symbolic number stays symbolic (`int(i0 / 2)` is a recorded truncation, not a predicate)."""
     if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
         return args[0].__trunc__()
-    return int(*args, **kwargs)
+    r = dunders.to_number(rt, int, args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
+    return int(*args, **kwargs) if r is dunders.NATIVE else r
 
 
 @lookaside(builtins.float)
@@ -375,7 +420,29 @@ def _float(rt, args, kwargs):
     if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
         x = args[0]
         return x if x.python_type is float else x.as_float()
-    return float(*args, **kwargs)
+    r = dunders.to_number(rt, float, args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
+    return float(*args, **kwargs) if r is dunders.NATIVE else r
+
+
+def _text(kind):
+    """str(o), repr(o), format(o, spec) of an object whose class writes them in Python: interpreted."""
+    def look(rt, args, kwargs):
+        if kwargs or not 1 <= len(args) <= (2 if kind is format else 1):
+            return as_user(kind, *args, **kwargs)
+        r = dunders.to_text(rt, kind, *args)
+        return as_user(kind, *args) if r is dunders.NATIVE else r  # (a symbolic size's text is its value's)
+
+    return look
+
+
+for _kind in (str, repr, format):
+    LOOKASIDES[id(_kind)] = _text(_kind)
+
+
+@lookaside(builtins.abs)
+def _abs(rt, args, kwargs):
+    r = dunders.unary(rt, "__abs__", args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
+    return as_user(abs, *args, **kwargs) if r is dunders.NATIVE else r
 
 
 def _math(name, native):
@@ -405,6 +472,8 @@ def _reversed(rt, args, kwargs):
         fn = rt.lookup(type(args[0]), "__reversed__")
         if type(fn) is types.FunctionType:
             return rt.call(fn, (args[0],), {})
+        if fn is NULL and dunders.python_dunder(rt, type(args[0]), "__getitem__") is not None:  # obj[n - 1], ...
+            return iter([access.get_item(rt, args[0], i) for i in range(access.length(rt, args[0]) - 1, -1, -1)])
     return reversed(*args, **kwargs)
 
 

@@ -69,7 +69,7 @@ def CALL_FUNCTION_EX(frame, inst):
     elif type(callargs) is not tuple:
         if not hasattr(type(callargs), "__iter__") and not hasattr(type(callargs), "__getitem__"):
             raise TypeError(f"{func_str(fn)} argument after * must be an iterable, not {type(callargs).__name__}")
-        callargs = tuple(callargs)
+        callargs = tuple(access.get_iter(rt, callargs))  # (a Python __iter__ interpreted: what it reads is guarded)
     stack.append(rt.call(fn, callargs, kwargs))
 
 

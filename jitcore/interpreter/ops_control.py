@@ -19,14 +19,14 @@ def JUMP(frame, inst):
 @handler("POP_JUMP_FORWARD_IF_TRUE")
 @handler("POP_JUMP_BACKWARD_IF_TRUE")
 def POP_JUMP_IF_TRUE(frame, inst):
-    if frame.stack.pop():
+    if access.truth(frame.rt, frame.stack.pop()):
         frame.ip = inst.target
 
 
 @handler("POP_JUMP_FORWARD_IF_FALSE")
 @handler("POP_JUMP_BACKWARD_IF_FALSE")
 def POP_JUMP_IF_FALSE(frame, inst):
-    if not frame.stack.pop():
+    if not access.truth(frame.rt, frame.stack.pop()):
         frame.ip = inst.target
 
 
@@ -46,7 +46,7 @@ def POP_JUMP_IF_NOT_NONE(frame, inst):
 
 @handler("JUMP_IF_TRUE_OR_POP")
 def JUMP_IF_TRUE_OR_POP(frame, inst):
-    if frame.stack[-1]:
+    if access.truth(frame.rt, frame.stack[-1]):
         frame.ip = inst.target
     else:
         frame.stack.pop()
@@ -54,7 +54,7 @@ def JUMP_IF_TRUE_OR_POP(frame, inst):
 
 @handler("JUMP_IF_FALSE_OR_POP")
 def JUMP_IF_FALSE_OR_POP(frame, inst):
-    if not frame.stack[-1]:
+    if not access.truth(frame.rt, frame.stack[-1]):
         frame.ip = inst.target
     else:
         frame.stack.pop()

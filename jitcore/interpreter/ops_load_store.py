@@ -212,8 +212,8 @@ def LOAD_METHOD(frame, inst):
     if type(value) is types.MethodType and value.__self__ is obj:
         func = value.__func__
         prov = rt.external.get(id(obj))
-        if prov is not None:
-            rt.register(func, Attr(Attr(prov, inst.argval), "__func__"))
+        if prov is not None:  # which function `obj.name` finds (the class's, not one the instance shadows it with)
+            func = access.report_method(rt, value, prov, inst.argval)
         stack[-1] = func
         stack.append(obj)
         return

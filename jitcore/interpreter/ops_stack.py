@@ -9,6 +9,7 @@ import dis
 import operator
 import sys
 
+from jitcore.interpreter import access, dunders
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.registry import handler
 from jitcore.ir.arith import as_user
@@ -63,22 +64,25 @@ def LOAD_CONST(frame, inst):
 
 @handler("UNARY_POSITIVE")
 def UNARY_POSITIVE(frame, inst):
-    frame.stack[-1] = +frame.stack[-1]
+    r = dunders.unary(frame.rt, "__pos__", frame.stack[-1])
+    frame.stack[-1] = +frame.stack[-1] if r is dunders.NATIVE else r
 
 
 @handler("UNARY_NEGATIVE")
 def UNARY_NEGATIVE(frame, inst):
-    frame.stack[-1] = -frame.stack[-1]
+    r = dunders.unary(frame.rt, "__neg__", frame.stack[-1])
+    frame.stack[-1] = -frame.stack[-1] if r is dunders.NATIVE else r
 
 
 @handler("UNARY_NOT")
 def UNARY_NOT(frame, inst):
-    frame.stack[-1] = not frame.stack[-1]
+    frame.stack[-1] = not access.truth(frame.rt, frame.stack[-1])
 
 
 @handler("UNARY_INVERT")
 def UNARY_INVERT(frame, inst):
-    frame.stack[-1] = ~frame.stack[-1]
+    r = dunders.unary(frame.rt, "__invert__", frame.stack[-1])
+    frame.stack[-1] = ~frame.stack[-1] if r is dunders.NATIVE else r
 
 
 def _prepare_binary(inst, code):
@@ -106,6 +110,10 @@ def BINARY_OP(frame, inst):
         return
     if type(a) in _CONTAINERS or type(b) in _CONTAINERS:  # `shape + [1]`, `shape * 2`: read whole, natively
         frame.rt.read_whole(a, b)
+    r = dunders.binary(frame.rt, inst.aux, a, b)  # (a user class's Python __add__ ...: interpreted)
+    if r is not dunders.NATIVE:
+        stack[-1] = r
+        return
     stack[-1] = as_user(inst.aux, a, b) if type(a) is str else inst.aux(a, b)  # (`"%s" % n`: the value's text)
 
 
@@ -119,7 +127,8 @@ def COMPARE_OP(frame, inst):
     b = stack.pop()
     if type(b) in _CONTAINERS or type(stack[-1]) in _CONTAINERS:  # `shape == [1, 2]`: compared whole, natively
         frame.rt.read_whole(stack[-1], b)
-    stack[-1] = inst.aux(stack[-1], b)
+    r = dunders.compare(frame.rt, inst.aux, stack[-1], b)
+    stack[-1] = inst.aux(stack[-1], b) if r is dunders.NATIVE else r
 
 
 @handler("IS_OP")
@@ -138,12 +147,12 @@ def CONTAINS_OP(frame, inst):
     b = stack.pop()
     if type(b) in _CONTAINERS:  # `3 in dims`: searched natively
         frame.rt.read_whole(b)
-    stack[-1] = (stack[-1] in b) != bool(inst.arg)
+    stack[-1] = access.contains(frame.rt, stack[-1], b) != bool(inst.arg)
 
 
 @handler("GET_LEN")
 def GET_LEN(frame, inst):
-    frame.stack.append(len(frame.stack[-1]))
+    frame.stack.append(access.length(frame.rt, frame.stack[-1]))
 
 
 @handler("PRINT_EXPR")
@@ -166,9 +175,11 @@ def FORMAT_VALUE(frame, inst):
     value = stack[-1]
     conv = flags & 0x03
     if conv:
-        value = as_user(_CONVERSIONS[conv], value)
+        r = dunders.to_text(frame.rt, _CONVERSIONS[conv], value) if conv != 3 else dunders.NATIVE
+        value = as_user(_CONVERSIONS[conv], value) if r is dunders.NATIVE else r
     if type(value) is not str or spec:
-        value = as_user(format, value, spec)
+        r = dunders.to_text(frame.rt, format, value, spec)
+        value = as_user(format, value, spec) if r is dunders.NATIVE else r
     stack[-1] = value
 
 

@@ -96,6 +96,8 @@ class Runtime:
         self.isinstance_hook = getattr(ctx, "isinstance_hook", default.isinstance_hook)
         self.issubclass_hook = getattr(ctx, "issubclass_hook", default.issubclass_hook)
         self.type_hook = getattr(ctx, "type_hook", default.type_hook)
+        self.on_attr_presence = getattr(ctx, "on_attr_presence", default.on_attr_presence)
+        self.proxy_attr = getattr(ctx, "proxy_attr", default.proxy_attr)
         attach = getattr(ctx, "attach_runtime", None)
         if attach is not None:
             attach(self)

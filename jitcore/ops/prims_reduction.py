@@ -8,7 +8,7 @@ import torch
 
 from jitcore.errors import MetaError
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import canonical_dims, check, prim_dims, requires_grad
@@ -107,7 +107,7 @@ def topk(a, k, dim, largest, sorted):
     _tensor("topk", a, (1, 2))
     d = _dim("topk", a, dim)
     n = a.shape[d] if a.ndim else 1
-    check(isinstance(k, int) and 0 <= k <= n,
+    check(isinstance(k, (int, IntegerProxy)) and 0 <= k <= n,  # (a symbolic k: the bounds are predicates)
           lambda: f"prims.topk: selected index k out of range: k={k} for dim {d} of shape {tuple(a.shape)}")
     shape = list(a.shape)
     if a.ndim:

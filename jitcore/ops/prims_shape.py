@@ -4,7 +4,7 @@ metadata and layout, never values; they are strict (ltorch resolves -1, negative
 from __future__ import annotations
 
 from jitcore.errors import MetaError
-from jitcore.ir.proxies import TensorProxy, register_ir_op
+from jitcore.ir.proxies import IntegerProxy, TensorProxy, register_ir_op
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device, same_size
 
@@ -141,9 +141,9 @@ def unfold(a, dim, size, step):
     _check_tensor("unfold", a)
     d = prim_dims("unfold", a, (dim,))[0]
     n = a.shape[d] if a.ndim else 1
-    check(isinstance(size, int) and 0 <= size <= n,
+    check(isinstance(size, (int, IntegerProxy)) and 0 <= size <= n,
           lambda: f"prims.unfold: maximum size for tensor at dimension {d} is {n} but size is {size}")
-    check(isinstance(step, int) and step > 0, lambda: f"prims.unfold: step is {step} but must be > 0")
+    check(isinstance(step, (int, IntegerProxy)) and step > 0, lambda: f"prims.unfold: step is {step} but must be > 0")
     shape = list(a.shape)
     if a.ndim:
         shape[d] = (n - size) // step + 1

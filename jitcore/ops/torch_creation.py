@@ -412,6 +412,10 @@ def _from_range(op, data, dtype, device, requires_grad):
 
 
 def _from_data(op, data, dtype, device, requires_grad):
+    if type(data).__name__ == "ndarray" and type(data).__module__ == "numpy" and not data.dtype.hasobject:
+        # a numpy array's values, as constants (one read from outside is guarded by its contents: frontend.py)
+        dtype = dtype or torch.from_numpy(data.reshape(-1)[:0]).dtype
+        data = data.tolist()
     if isinstance(data, range):  # a builtin range, or a SymbolicRange (jitcore/ir/ranges.py), whose class says range
         return _from_range(op, data, dtype, device, requires_grad)
     if isinstance(data, TensorProxy):
@@ -445,6 +449,13 @@ def as_tensor(data, *, dtype=None, device=None):
             out = pe.device_put(out, devices.to_device(device))
         return out
     return _from_data("as_tensor", data, dtype, device, False)
+
+
+@torchsymbol(torch.from_numpy, tags=CREATION, id="ltorch.from_numpy")
+def from_numpy(data):
+    """The array's values as a tensor (eager's shares the array's memory: a write into it inside a jitted function
+    does not reach the array)."""
+    return _from_data("from_numpy", data, None, None, False)
 
 
 @torchsymbol(T.new_tensor, method="new_tensor", tags=CREATION, id="ltorch.new_tensor")
