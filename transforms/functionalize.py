@@ -151,7 +151,7 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
             al = st.alias.get(x.name)
             if al is not None and al.chain and al.root in written and \
                     not any(p.output.name in st.overlay for p in al.chain):
-                v = _replay_chain(st, al, st.cur[al.root])
+                v = _replay_views(st, makers, x, al.root)
         elif root is not None:
             al = st.alias.get(x.name)
             if (al.root if al is not None else x.name) != root:
@@ -560,6 +560,27 @@ def _overlay(st: _State, al: Alias, k: int, new_root, value):
         top = _replay_chain(st, Alias(al.root, prefix, al.meta), new_root)
     st.cur[name] = _scatter_back(st, al.chain[k + 1:], top, value) if al.chain[k + 1:] else value
     st.overlay.add(name)
+
+
+def _replay_views(st: _State, makers: dict, x: TensorProxy, root: str):
+    """x (a view of input `root`, by the view ops of the traced program) made again from root's final value by those
+    ops, as the user called them: each a view in eager whatever the value's layout (diagonal's decomposition reshapes,
+    which copies a value laid out as a transposed tensor)."""
+    lines, p = [], x
+    while p.name != root:
+        b = makers[p.name]
+        lines.append((b, p))
+        p = next(a for a in b.flat_proxy_args() if isinstance(a, TensorProxy))
+    value = st.cur[root]
+    for b, out in reversed(lines):
+        _define_numbers(st, b)
+        flat, spec = tree_flatten(_subst(st, (b.args, b.kwargs)))
+        first = next(k for k, a in enumerate(flat) if isinstance(a, TensorProxy))
+        flat[first] = value
+        args, kwargs = tree_unflatten(spec, flat)
+        made = [o for o in tree_flatten(b.sym(*args, **kwargs))[0] if isinstance(o, TensorProxy)]
+        value = made[[o.name for o in b.flat_proxy_outs() if isinstance(o, TensorProxy)].index(out.name)]
+    return value
 
 
 def _replay_chain(st: _State, al: Alias, value):
