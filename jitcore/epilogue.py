@@ -20,7 +20,7 @@ from jitcore.guards.prologue import provenance_expr
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.ranges import RangeList, SymbolicRange
-from jitcore.ir.symbol import BoundSymbol, Symbol, Tag, is_eager_view, recorded_without_grad, view_root
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag, is_eager_view, recorded_without_grad, view_root, viewed_tensor
 from jitcore.ir.trace import Timer, Trace
 
 
@@ -444,10 +444,6 @@ def writeback_specs(traced, writebacks) -> list:
     return out
 
 
-def _viewed(b):
-    return next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
-
-
 def nograd_views_of(trace: Trace) -> tuple:
     """(output position, input position or None) of the outputs that are views made with grad mode off of a tensor
     that requires grad: eager's has no history (grad_fn None), whatever the autograd program says of the tensor it
@@ -459,7 +455,7 @@ def nograd_views_of(trace: Trace) -> tuple:
     out = []
     for i, o in enumerate(tree_leaves(trace.output)):
         b = makers.get(o.name) if isinstance(o, TensorProxy) else None
-        viewed = None if b is None or not is_eager_view(b) else _viewed(b)
+        viewed = None if b is None or not is_eager_view(b) else viewed_tensor(b)
         if viewed is not None and recorded_without_grad(b) and viewed.requires_grad:
             # eager's view has its root base's requires_grad: an input's, when the views lead there
             out.append((i, inputs.get(view_root(makers, viewed, inputs).name)))

@@ -3,9 +3,11 @@ the jitted module's next call (jitcore's module-state epoch must see it: skippin
 jitted entry stale)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import jitcore
+from tests.fuzz import CACHE_MODES
 
 
 class _Scale(torch.nn.Module):
@@ -29,10 +31,11 @@ def _swap(mod, x):
     return x + 1
 
 
-def test_module_state_changed_by_compiled_code_reaches_the_jitted_module():
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_module_state_changed_by_compiled_code_reaches_the_jitted_module(mode):
     torch.manual_seed(0)
     m = _Scale()
-    jm = jitcore.jit(m)
+    jm = jitcore.jit(m, cache=mode)
     x = torch.randn(2, 4)
     torch.testing.assert_close(jm(x), m(x))
     compiled = torch.compile(_set, backend="eager")

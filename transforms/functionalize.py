@@ -19,7 +19,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
-from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_root, writes_in_place
+from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
@@ -144,14 +144,15 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
     out = []
     for x, v in zip(leaves, values):
         root = input_under(v) if isinstance(v, TensorProxy) and isinstance(x, TensorProxy) else None
-        if isinstance(x, TensorProxy) and x.name not in written and view_root(makers, x, written).name in written:
+        lines, viewed = view_path(makers, x, written) if isinstance(x, TensorProxy) else ([], None)
+        if lines and viewed.name in written:
             # a view of an input written into: the epilogue makes it that view of the caller's tensor
             # (jitcore/epilogue.py view_of_written) from a view of the value written, made here from that value
             # (the view's own value may be one written through it: `t = x[0]; t.fill_(1); return t`)
             al = st.alias.get(x.name)
-            if al is not None and al.chain and al.root in written and \
+            if al is not None and al.chain and al.root == viewed.name and \
                     not any(p.output.name in st.overlay for p in al.chain):
-                v = _replay_views(st, makers, x, al.root)
+                v = _replay_views(st, lines, st.cur[viewed.name])
         elif root is not None:
             al = st.alias.get(x.name)
             if (al.root if al is not None else x.name) != root:
@@ -562,16 +563,10 @@ def _overlay(st: _State, al: Alias, k: int, new_root, value):
     st.overlay.add(name)
 
 
-def _replay_views(st: _State, makers: dict, x: TensorProxy, root: str):
-    """x (a view of input `root`, by the view ops of the traced program) made again from root's final value by those
-    ops, as the user called them: each a view in eager whatever the value's layout (diagonal's decomposition reshapes,
-    which copies a value laid out as a transposed tensor)."""
-    lines, p = [], x
-    while p.name != root:
-        b = makers[p.name]
-        lines.append((b, p))
-        p = next(a for a in b.flat_proxy_args() if isinstance(a, TensorProxy))
-    value = st.cur[root]
+def _replay_views(st: _State, lines: list, value):
+    """The view made by `lines` (view_path's, from the view back to its root) made again from the root's final
+    value by those ops, as the user called them: each a view in eager whatever the value's layout (diagonal's
+    decomposition reshapes, which copies a value laid out as a transposed tensor)."""
     for b, out in reversed(lines):
         _define_numbers(st, b)
         flat, spec = tree_flatten(_subst(st, (b.args, b.kwargs)))

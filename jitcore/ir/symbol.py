@@ -230,18 +230,29 @@ def _views_only(bsym) -> bool:
     return all(_views_only(s) for s in bsym.subsymbols)
 
 
-def view_root(makers: dict, p, stop=frozenset()):
-    """The tensor p is a view of in eager, following views back (makers: proxy name -> the line making it) until
-    a name in stop or a tensor that is not a view; p itself when it is not a view."""
+def viewed_tensor(bsym):
+    """The tensor a view line views: its first tensor argument (None when it has none)."""
+    return next((a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+
+
+def view_path(makers: dict, p, stop=frozenset()) -> tuple[list, object]:
+    """([(line, its output), ...] from p back towards its root, the tensor p is a view of in eager), following views
+    back (makers: proxy name -> the line making it) until a name in stop or a tensor that is not a view; ([], p)
+    when p is not a view."""
+    lines = []
     while p.name not in stop:
         b = makers.get(p.name)
-        if b is None or not is_eager_view(b):
-            break
-        viewed = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        viewed = viewed_tensor(b) if b is not None and is_eager_view(b) else None
         if viewed is None:
             break
+        lines.append((b, p))
         p = viewed
-    return p
+    return lines, p
+
+
+def view_root(makers: dict, p, stop=frozenset()):
+    """The tensor p is a view of in eager (see view_path); p itself when it is not a view."""
+    return view_path(makers, p, stop)[1]
 
 
 def writes_in_place(bsym) -> bool:
