@@ -167,8 +167,9 @@ def eager_and_jitted(make, loss_fn, batch_fn, rank, **ddp_kwargs) -> dict:
     model = make()
     twin = copy.deepcopy(model)
     accumulate = ddp_kwargs.pop("accumulate", 1)
+    jit = ddp_kwargs.pop("jit", _jit)
     eager = train(DDP(model, **ddp_kwargs), loss_fn, batch_fn, rank, accumulate=accumulate)
-    jitted = train(DDP(_jit(twin), **ddp_kwargs), loss_fn, batch_fn, rank, accumulate=accumulate)
+    jitted = train(DDP(jit(twin), **ddp_kwargs), loss_fn, batch_fn, rank, accumulate=accumulate)
     return {"eager": eager, "jitted": jitted}
 
 
@@ -266,7 +267,26 @@ def ddp_overlap(rank: int) -> dict:
     return {"ddp_overlap": out}
 
 
-SCENARIOS = {"ddp_gpt": scenario_ddp_gpt, "ddp_cnn": scenario_ddp_cnn, "ddp_options": scenario_ddp_options}
+def _jit_fused(model):
+    import jitcore
+    from executors import inductor_ex, torch_ex
+
+    return jitcore.jit(model, executors=[inductor_ex, torch_ex])
+
+
+def scenario_ddp_variants(rank: int) -> dict:
+    """DDP's other options with a jitted model: static_graph, gradient_as_bucket_view (with no_sync accumulation: the
+    gradients are views of DDP's buckets), and a model jitted with Inductor regions (gradients handed over from the
+    fused backward)."""
+    return {"static": eager_and_jitted(gpt, gpt_loss, gpt_batch, rank, static_graph=True),
+            "static_unused": eager_and_jitted(WithUnused, mlp_loss, mlp_batch, rank, static_graph=True),
+            "bucket_view": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank, gradient_as_bucket_view=True,
+                                            accumulate=2),
+            "inductor": eager_and_jitted(ConvBN, cnn_loss, cnn_batch, rank, jit=_jit_fused)}
+
+
+SCENARIOS = {"ddp_gpt": scenario_ddp_gpt, "ddp_cnn": scenario_ddp_cnn, "ddp_options": scenario_ddp_options,
+             "ddp_variants": scenario_ddp_variants}
 
 
 # -- collectives written inside jitted functions ---------------------------------------------------------------------

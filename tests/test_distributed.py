@@ -250,6 +250,18 @@ def test_ddp_of_jitted_model_no_sync_find_unused_and_jit_of_ddp_refused(tmp_path
     check_jit_of_ddp_refused(per_rank)
 
 
+def test_ddp_static_graph_bucket_views_and_inductor_regions_train_like_eager_ddp(tmp_path):
+    per_rank = run("ddp_variants", tmp_path)
+    for what in ("static", "static_unused", "bucket_view"):
+        assert_trains_like_eager(per_rank, what)
+    for rank, result in enumerate(per_rank):  # Inductor's fused kernels round differently from eager's
+        eager, jitted = result["inductor"]["eager"], result["inductor"]["jitted"]
+        torch.testing.assert_close(jitted["losses"], eager["losses"], rtol=1e-5, atol=1e-5)
+        for name, value in eager["state"].items():
+            torch.testing.assert_close(jitted["state"][name], value, rtol=1e-5, atol=1e-5,
+                                       msg=lambda m, name=name, rank=rank: f"rank {rank}, {name}: {m}")
+
+
 def test_collectives_in_a_jitted_function(tmp_path):
     per_rank = run("collectives", tmp_path)
     check_inplace_collectives(per_rank)
