@@ -1,6 +1,7 @@
 """Benchmarks: the cold first call of the GPT-2 style block (8x64x128) with jitcore [inductor, torch] against
 torch.compile, forward and forward+backward. Each measurement is a fresh process with an empty Inductor cache and an
-empty jitcore cache (no compiler cache on disk does the work) and one thread; the time runs from before `jit()` /
+empty jitcore cache (no compiler cache on disk does the work, Inductor's precompiled headers included: they are
+built in the measured process) and one thread; the time runs from before `jit()` /
 `torch.compile()` (which import the compiler) to the end of the first call (its backward included). Reported:
 the median over the repetitions and the ratio jitcore / torch.compile.
 
@@ -64,7 +65,10 @@ def cold(variant: str, train: bool, warm: bool = False) -> float:
     when `train`), in a fresh process with one thread and empty Inductor and jitcore caches on disk (`warm`: after a
     first process filled them). `variant` is a name of benchmarks.measure.VARIANTS."""
     cache = tempfile.mkdtemp(prefix="jitcore-first-call-")
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "JITCORE_CACHE_DIR": cache, "OMP_NUM_THREADS": "1",
+    # (TMPDIR too: Inductor keeps its precompiled headers in a folder of the temporary directory, outside
+    # TORCHINDUCTOR_CACHE_DIR; a cold process builds them)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"), "JITCORE_CACHE_DIR": cache,
+           "TMPDIR": cache, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("JITCORE_REGION_CACHE", None)  # (the cache on disk as users have it: on)
     try:

@@ -15,12 +15,12 @@ import inspect
 import os
 import re
 import shutil
-import sys
 import warnings
 
 import torch
 
 from executors import inductor_kernels
+from executors.cpu_compiler import own_compile, warm_cpu_compiler
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
@@ -101,71 +101,6 @@ def _settle_environment():
     pointer = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
     if pointer is not None:  # (torch releases that have it set this variable at every kernel load)
         os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
-
-
-_ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_cpu_compiler
-
-
-def warm_cpu_compiler():
-    """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
-    for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
-    compiles, where Inductor runs them one after another). They run here side by side in threads, from the moment a
-    CPU region is formed that no cache holds (compile_region) while the rest of the program is formed and the region
-    traced to an aten graph; the first compile waits for them (cpu_compiler_ready). Nothing else runs in those
-    threads: an import there could race the program's own imports while it is traced."""
-    if _ISA_CHECKS:
-        return
-    _ISA_CHECKS.append(None)
-    try:
-        import platform
-        from concurrent.futures import ThreadPoolExecutor
-
-        # what the checks import, loaded here in this thread: an import in the workers could race the program's own
-        # imports while it is traced
-        from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
-        from torch.utils import _filelock  # noqa: F401
-
-        if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
-            return
-        flags = cpu_vec_isa.x86_isa_checker()
-        todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
-        pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
-        _ISA_CHECKS.extend(pool.submit(_check_isa, isa) for isa in todo)
-        pool.shutdown(wait=False)
-    except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
-        return
-
-
-# what the check of an instruction set builds and loads: its intrinsics header, with its compiler flags
-_ISA_PROBE = """
-#include <immintrin.h>
-extern "C" int __jitcore_isa_probe(int x) { return x + 1; }
-"""
-
-
-def _check_isa(isa) -> bool:
-    """Whether Inductor may use a vector instruction set the CPU reports: as Inductor's own check, a build with the
-    set's compiler flags and a load of the result in a child process, but of a file that includes only the
-    intrinsics header (under a second, where Inductor's file, which includes ATen's vector headers, takes seconds
-    per set). Its answer stands for Inductor's first check (cached by Inductor per set); the set's further checks
-    (bf16, VNNI, AMX instructions: small files) run as Inductor runs them."""
-    ok = isa.check_build(_ISA_PROBE)
-    isa.check_build = lambda code, _ok=ok: _ok
-    try:
-        isa._VecISA__bool__impl(None)  # (Inductor's cached answer for its default setting, cpp.vec_isa_ok = None)
-    finally:
-        del isa.check_build
-    return bool(isa)
-
-
-def cpu_compiler_ready():
-    """Wait for the checks warm_cpu_compiler started (their results are cached where Inductor looks them up); start
-    them first if nothing has (a package's regions loaded without them, and then one that was not packaged)."""
-    warm_cpu_compiler()
-    for f in _ISA_CHECKS:
-        if f is not None:
-            with contextlib.suppress(Exception):
-                f.result()
 
 
 # -- which regions are worth compiling: a rule by op class and cost ---------------------------------------------------
@@ -404,9 +339,9 @@ class CompiledRegion:
     def _compile(self, args, strides):
         COMPILE_EVENTS[0] += 1
         try:
-            with _quiet():
+            with _quiet(), own_compile():
                 graph = _graph_of(self.eager_fn, "fake", args)
-                cpu_compiler_ready()
+                warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
                 run = torch._inductor.compile(graph, list(args), options=self.options)
         except Exception as e:
             return self._failed(e, strides)
@@ -431,7 +366,7 @@ class CompiledRegion:
         else:
             COMPILE_EVENTS[0] += 1
             try:
-                with _quiet():
+                with _quiet(), own_compile():
                     guard, run = compile_symbolic(self.eager_fn, args, self.dims, self.options)
             except Exception as e:
                 return self._failed(e)
@@ -560,7 +495,7 @@ def compile_symbolic(fn, args, dims, options=None):
             fakes.append(mode.from_tensor(a, source=source,
                                           symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
     graph = _graph_of(fn, "symbolic", fakes)
-    cpu_compiler_ready()  # (the graph is traced while the compiler's checks finish)
+    warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
     with torch._guards.tracing(torch._guards.TracingContext(mode)):
         # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which
         # are not these: it fails on a hit, so a dynamic region is compiled without it)

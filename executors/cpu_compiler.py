@@ -1,0 +1,183 @@
+"""Executors: the C++ compiler behind Inductor's CPU regions, made ready while the program is formed. Two things cost
+seconds before a process's first CPU region compiles, both in Inductor's own code: its check of which vector
+instruction sets the compiler can build for, and its precompiled header (a build of the headers every region
+includes, kept in Inductor's folder of headers beside its cache). The checks run here side by side in threads from the
+moment a region is formed (warm_cpu_compiler); a compile waits for them where Inductor first asks for their answer
+(cpu_compiler_ready). A precompiled header
+that is not on disk yet is built in a thread while the region compiles without it (header_builds_in_background):
+the region is then ready after one compiler run, not after two in a row, and later compiles use the header.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+
+_ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_cpu_compiler
+
+
+def warm_cpu_compiler():
+    """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
+    for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
+    compiles, where Inductor runs them one after another). They run here side by side in threads, from the moment a
+    CPU region is formed that no cache holds (compile_region) while the rest of the program is formed and the region
+    traced to an aten graph and Inductor lowers it; the first compile waits for them where Inductor picks the set
+    for its kernels (cpu_compiler_ready, from _wait_where_inductor_picks). Nothing else runs in those
+    threads: an import there could race the program's own imports while it is traced."""
+    if _ISA_CHECKS:
+        return
+    _ISA_CHECKS.append(None)
+    try:
+        import platform
+        from concurrent.futures import ThreadPoolExecutor
+
+        # what the checks import, loaded here in this thread: an import in the workers could race the program's own
+        # imports while it is traced
+        from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
+        from torch.utils import _filelock  # noqa: F401
+
+        _build_headers_in_background(codecache)
+        if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
+            return
+        flags = cpu_vec_isa.x86_isa_checker()
+        todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
+        pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
+        _ISA_CHECKS.extend(pool.submit(_check_isa, isa) for isa in todo)
+        pool.shutdown(wait=False)
+        _wait_where_inductor_picks(cpu_vec_isa)
+    except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
+        return
+
+
+# what the check of an instruction set builds and loads: its intrinsics header, with its compiler flags
+_ISA_PROBE = """
+#include <immintrin.h>
+extern "C" int __jitcore_isa_probe(int x) { return x + 1; }
+"""
+
+
+def _check_isa(isa) -> bool:
+    """Whether Inductor may use a vector instruction set the CPU reports: as Inductor's own check, a build with the
+    set's compiler flags and a load of the result in a child process, but of a file that includes only the
+    intrinsics header (under a second, where Inductor's file, which includes ATen's vector headers, takes seconds
+    per set). Its answer stands for Inductor's first check (cached by Inductor per set); the set's further checks
+    (bf16, VNNI, AMX instructions: small files) run as Inductor runs them."""
+    ok = isa.check_build(_ISA_PROBE)
+    isa.check_build = lambda code, _ok=ok: _ok
+    try:
+        isa._VecISA__bool__impl(None)  # (Inductor's cached answer for its default setting, cpp.vec_isa_ok = None)
+    finally:
+        del isa.check_build
+    return bool(isa)
+
+
+def _wait_where_inductor_picks(cpu_vec_isa):
+    """Inductor asks for the valid instruction sets (valid_vec_isa_list, through pick_vec_isa) when it generates a
+    region's kernels, after tracing, lowering and scheduling the graph: the wait for the checks moves there, so they
+    run while Inductor does all that."""
+    original = cpu_vec_isa.valid_vec_isa_list
+    if getattr(original, "jitcore_original", None) is not None:
+        return
+
+    def valid_vec_isa_list():
+        if not threading.current_thread().name.startswith("jitcore-isa"):
+            cpu_compiler_ready()
+        return original()
+
+    valid_vec_isa_list.jitcore_original = original
+    cpu_vec_isa.valid_vec_isa_list = valid_vec_isa_list
+
+
+def cpu_compiler_ready():
+    """Wait for the checks warm_cpu_compiler started (their results are cached where Inductor looks them up); start
+    them first if nothing has (a package's regions loaded without them, and then one that was not packaged)."""
+    warm_cpu_compiler()
+    for f in _ISA_CHECKS:
+        if f is not None:
+            with contextlib.suppress(Exception):
+                f.result()
+
+
+# -- precompiled headers -------------------------------------------------------------------------------------------
+# Inductor builds a precompiled header (~150 MB, a few seconds of g++) the first time a machine compiles with a given
+# compiler and flags, right before the region's own compile, which then takes half as long. jitcore's compiles
+# instead ask for it in a thread: when Inductor finds it on disk, the compile uses it; when it must be built, the
+# region compiles without it at once while the thread builds it, at the lowest priority (on a core nothing else
+# needs), for the compiles that follow.
+_HEADERS: dict = {}  # (header, command line, options) -> [thread, found (None until known), path]
+_OWN = threading.local()  # .compiling: this thread runs one of jitcore's compiles (own_compile)
+_HEADERS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def own_compile():
+    """Marks a compile as jitcore's: the precompiled headers it asks for are built in the background when missing
+    (torch.compile's compiles in the same process keep Inductor's own behaviour)."""
+    before = getattr(_OWN, "compiling", False)
+    _OWN.compiling = True
+    try:
+        yield
+    finally:
+        _OWN.compiling = before
+
+
+def _build_headers_in_background(codecache):
+    """Puts header_builds_in_background in place of Inductor's _precompile_header (once per process)."""
+    build = getattr(codecache, "_precompile_header", None)
+    worker = getattr(codecache, "_worker_compile_cpp", None)
+    if build is None or worker is None or getattr(build, "jitcore_original", None) is not None:
+        return
+
+    def precompiled_header(header, hashable_cmd_line, **command):
+        if not getattr(_OWN, "compiling", False):
+            return build(header, hashable_cmd_line, **command)
+        return header_builds_in_background(build, header, hashable_cmd_line, command)
+
+    def worker_compile(lock_path, builders):
+        if getattr(_OWN, "header_entry", None) is not None:  # (the header's build: is it on disk already?)
+            header_on_disk(all(os.path.exists(b.get_target_file_path()) for b in builders))
+        return worker(lock_path, builders)
+
+    precompiled_header.jitcore_original = build
+    codecache._precompile_header = precompiled_header
+    codecache._worker_compile_cpp = worker_compile
+
+
+def header_on_disk(found: bool):
+    """Said by the thread of a header's build once it knows whether the header is on disk (a compile waits for it)."""
+    entry = getattr(_OWN, "header_entry", None)
+    if entry is not None and entry[1] is None:
+        entry[1] = found
+        entry[3].set()
+
+
+def header_builds_in_background(build, header, hashable_cmd_line, command):
+    """The precompiled header's path when it is on disk (Inductor's build of it finds it there and returns), or
+    None -- compile without it -- while a thread builds it. Inductor's own function runs in that thread; it first
+    preprocesses the header (a fraction of a second, to key the build by the headers' contents), then says
+    (header_on_disk, from its call of Inductor's _worker_compile_cpp) whether the header is already built."""
+    key = (header, hashable_cmd_line, repr(sorted(command.items())))
+    with _HEADERS_LOCK:
+        entry = _HEADERS.get(key)
+        if entry is None:
+            entry = _HEADERS[key] = [None, None, None, threading.Event()]
+
+            def run():
+                _OWN.header_entry = entry
+                with contextlib.suppress(Exception):  # (Linux: a thread's own priority, which its compiler inherits)
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                try:
+                    entry[2] = build(header, hashable_cmd_line, **command)
+                except Exception:  # (a header that cannot be built: compiles go on without it, as they do now)
+                    entry[2] = None
+                finally:
+                    entry[3].set()
+
+            entry[0] = threading.Thread(target=run, name="jitcore-header", daemon=False)
+            entry[0].start()
+    entry[3].wait()  # known: on disk, or being built
+    if entry[1]:
+        entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked)
+        return entry[2]
+    return entry[2] if not entry[0].is_alive() else None
