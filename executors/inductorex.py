@@ -474,7 +474,28 @@ def _graph_of(fn, tracing_mode: str, args):
 def compile_symbolic(fn, args, dims, options=None):
     """(guard, compiled): fn compiled by Inductor for symbolic sizes where `dims` says (per argument: a tuple of
     bools per tensor dimension, None for an integer, which is a symbol), and the shape environment's guards as a
-    function of the same arguments (True: the compiled code is right for them)."""
+    function of the same arguments (True: the compiled code is right for them).
+
+    A float computed from a symbol (`x * i` for an integer symbol i) that Inductor's pass turning scalars into
+    tensors must specialize makes it ask for a restart of the analysis (TensorifyScalarRestartAnalysis, which Dynamo
+    catches); it names the float in Dynamo's TensorifyState, so the second attempt specializes it (its value becomes
+    part of the guard). The names added are removed after, as Dynamo clears them after each frame."""
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+    from torch._dynamo.symbolic_convert import TensorifyState
+
+    before = set(TensorifyState.force_specializations)
+    try:
+        for attempt in range(3):
+            try:
+                return _compile_symbolic(fn, args, dims, options)
+            except TensorifyScalarRestartAnalysis:
+                if attempt == 2:
+                    raise
+    finally:
+        TensorifyState.force_specializations.intersection_update(before)
+
+
+def _compile_symbolic(fn, args, dims, options):
     from torch._dynamo.source import LocalSource
     from torch._inductor.compile_fx import compile_fx
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -238,3 +238,15 @@ def test_inductors_environment_variables_do_not_change_what_the_program_read(mon
         x = torch.randn(n, 5)
         torch.testing.assert_close(jfn(x), f(x))
     assert jitcore.cache_misses(jfn) == 1, jitcore.cache_miss_reasons(jfn)
+
+
+
+def test_a_float_made_from_a_size_compiles_in_a_dynamic_region():
+    """A region multiplying by a float made from a size symbol (fuzz seed 24219: x1.select(0, i) * i over the loop
+    index): Inductor's pass that turns scalars into tensors asks for a restart that specializes the float, which
+    Dynamo would catch; compile_symbolic retries, so the region compiles (no eager fallback: the fixture checks)
+    and gives eager's answers over the fuzzer's calls."""
+    from tests import fuzz
+
+    report = fuzz.check_program(fuzz.generate(24219), "symbolic values", (inductor_ex,))
+    assert not report.problems and report.refused is None, report.text(fuzz.generate(24219))
