@@ -515,9 +515,12 @@ def _compile_symbolic(fn, args, dims, options):
             sizes = [DimDynamic.DYNAMIC if s else DimDynamic.STATIC for s in d]
             fakes.append(mode.from_tensor(a, source=source,
                                           symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
-    graph = _graph_of(fn, "symbolic", fakes)
     warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
     with torch._guards.tracing(torch._guards.TracingContext(mode)):
+        # (traced in the context of this fake mode: a region whose inputs are all integers, torch.full((1, i0, i1)),
+        # has no fake tensor make_fx would find it from, and its own shape environment lacked the symbols' ranges:
+        # "vr must not be None for symbol s34")
+        graph = _graph_of(fn, "symbolic", fakes)
         # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which
         # are not these: it fails on a hit, so a dynamic region is compiled without it)
         run = compile_fx(graph, fakes, config_patches={**(COMPILE_OPTIONS if options is None else options),

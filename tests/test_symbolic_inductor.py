@@ -250,3 +250,23 @@ def test_a_float_made_from_a_size_compiles_in_a_dynamic_region():
 
     report = fuzz.check_program(fuzz.generate(24219), "symbolic values", (inductor_ex,))
     assert not report.problems and report.refused is None, report.text(fuzz.generate(24219))
+
+
+def test_a_region_whose_inputs_are_all_sizes_compiles():
+    """A region made only from sizes (torch.full over the input's symbolic sizes, then views and a sum of it): no fake
+    tensor among its inputs, so the graph is traced in the shape environment's own fake mode (it used to fail with
+    "vr must not be None for symbol s34" and run eagerly: found by tests/test_returned_views.py)."""
+    def f(x):
+        x.masked_fill_(x > 0, 0.5)
+        a = x.unsqueeze(0)
+        a.fill_(0.25)
+        return a, x[:, 1], x.sum(1)
+
+    jf = jitcore.jit(f, executors=EXECUTORS, cache="symbolic values")
+    for shape in ((4, 3), (5, 3), (4, 6)):
+        t = torch.randn(shape)
+        x, want = t.t().contiguous().t(), t.t().contiguous().t()
+        got, exp = jf(x), f(want)
+        for g, e in zip(got, exp):
+            torch.testing.assert_close(g, e)
+        torch.testing.assert_close(x, want)
