@@ -4,6 +4,7 @@ proxy input with its provenance, and records the non-tensor values the trace dep
 """
 from __future__ import annotations
 
+import abc
 import enum
 import types
 from dataclasses import dataclass, field
@@ -75,7 +76,8 @@ _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.val
 # values handed in whose type does not say what calling them does (two functions, two builtins, two classes): an
 # argument among them is guarded by identity, not by type
 _CALLED_BY_IDENTITY = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
-                       types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType, type)
+                       types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType, type,
+                       types.CodeType)
 # ... and values whose identity the trace bakes in: a process group (a collective over another group of the same type
 # is another program)
 _BY_IDENTITY = _CALLED_BY_IDENTITY + ((torch.distributed.ProcessGroup,) if torch.distributed.is_available() else ())
@@ -496,12 +498,16 @@ class JitContext(DefaultContext):
         return t if t is not type(obj) else NotImplemented
 
     def isinstance_hook(self, obj, cls):
+        self._abc_read(cls)
         if isinstance(obj, TensorProxy):
             classes = cls if isinstance(cls, tuple) else (cls,)
             for c in classes:
                 if c is torch.Tensor or (c is torch.nn.Parameter and id(obj) in self._params):
                     return True
-                if isinstance(c, type) and issubclass(TensorProxy, c):
+                if isinstance(c, abc.ABCMeta):  # (an ABC torch.Tensor was registered with answers as eager's does)
+                    if issubclass(torch.nn.Parameter if id(obj) in self._params else torch.Tensor, c):
+                        return True
+                elif isinstance(c, type) and issubclass(TensorProxy, c):
                     return True
             return False
         if isinstance(obj, NumberProxy):
@@ -509,6 +515,18 @@ class JitContext(DefaultContext):
         if type(obj) is SymbolicSize:  # a shape with symbolic entries is a torch.Size to the program
             return isinstance(_A_SIZE, cls)
         return NotImplemented
+
+    def issubclass_hook(self, cls, classinfo):
+        self._abc_read(classinfo)
+        return NotImplemented
+
+    def _abc_read(self, classinfo):
+        """isinstance/issubclass against an ABC: its answer depends on what was registered with it (`MyABC.register(C)`
+        after the first call), which abc's cache token counts: the prologue checks the token (Guards.flags)."""
+        classes = classinfo if type(classinfo) is tuple else (classinfo,)
+        if abc.get_cache_token not in self.guards.flags and any(
+                isinstance(c, abc.ABCMeta) or type(c) is tuple for c in classes):
+            self.guards.flags[abc.get_cache_token] = abc.get_cache_token()
 
     def finish_guards(self) -> Guards:
         """Length guards for every external container an item was loaded from (iteration or indexing); a dict's

@@ -306,11 +306,29 @@ def _sequence_items(rt, obj):
         i += 1
 
 
+def consumed(rt, a, mapping: bool = False):
+    """What native code iterating `a` should get: an iterator that interprets a Python __iter__ (or the older
+    __getitem__ protocol) and reports an external list's or tuple's items, so what they read is guarded; a plain
+    dict of a user mapping's items when the consumer takes mappings (dict(o), d.update(o): keys() and o[k]); else a."""
+    t = type(a)
+    if t is list or t is tuple:
+        return get_iter(rt, a) if id(a) in rt.external else a
+    if t in _PLAIN or dunders._jitcore_type(t) or isinstance(a, type):
+        return a
+    if mapping and rt.lookup(t, "keys") is not NULL and dunders.python_dunder(rt, t, "__getitem__") is not None:
+        keys = rt.call(load_attr(rt, a, "keys"), (), {})
+        return {k: get_item(rt, a, k) for k in get_iter(rt, keys)}
+    it = rt.lookup(t, "__iter__")
+    if type(it) is _FunctionType or (it is NULL and dunders.python_dunder(rt, t, "__getitem__") is not None):
+        return get_iter(rt, a)
+    return a
+
+
 # -- methods of builtin containers, called on external containers ------------------------------------------------
 def _mutator(rt, fn, args, kwargs):
     obj = args[0]
     rt.effects.snapshot_container(obj)
-    rest = _contents_now(fn.__name__, args[1:])
+    rest = _contents_now(rt, fn.__name__, args[1:])
     result = fn(obj, *rest, **kwargs)
     if fn.__name__ in ("pop", "setdefault"):  # an item the container held (it is snapshotted: the key is not used)
         result = report_item(rt, obj, None, result)
@@ -326,9 +344,9 @@ _READS_CONTENTS = frozenset({"extend", "__iadd__", "update", "__ior__", "differe
                              "symmetric_difference_update", "__iand__", "__isub__", "__ixor__"})
 
 
-def _contents_now(name: str, rest: tuple) -> tuple:
+def _contents_now(rt, name: str, rest: tuple) -> tuple:
     if name in _READS_CONTENTS:
-        return tuple(_copy_contents(a) for a in rest)
+        return tuple(_copy_contents(consumed(rt, a, name == "update")) for a in rest)
     if name == "__setitem__" and len(rest) == 2 and type(rest[0]) is slice:
         return rest[0], _copy_contents(rest[1])
     return tuple(rest)

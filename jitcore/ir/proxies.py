@@ -592,6 +592,8 @@ class TensorProxy(Proxy):
         return iter(TENSOR_METHODS["unbind"](self, 0))
 
     def __repr__(self):
+        if arith.USER_TEXT.get():  # the user's str(x), repr(x), "%s" % x: eager's text shows the values (not a name)
+            raise DataDependentError("converting a tensor to text (str, repr or %-formatting) needs its data")
         return self.name
 
     def __format__(self, spec):

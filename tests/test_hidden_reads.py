@@ -1,0 +1,242 @@
+"""State that Python reads behind an opcode or inside a builtin, changed between calls, against eager over sequences
+of calls in each cache mode. Each was silently the first call's answer before:
+
+- isinstance/issubclass against an ABC a class is registered with later (`Kind.register(Thing)`), a metaclass's
+  `__instancecheck__` written in Python, a runtime-checkable Protocol (the attributes it looks for);
+- which code a function runs and the defaults filling its parameters (`helper.__code__ = other.__code__`,
+  `helper.__defaults__ = (5.0,)`), for a helper and for the jitted function itself;
+- builtins and methods iterating a user iterable natively (`dict.fromkeys(o)`, `bytes(o)`, `",".join(o)`,
+  `out.extend(o)`, itertools, `math.prod`, `functools.reduce`, `collections.Counter`, `sum(o, 0)`, `dict(mapping)`):
+  its Python `__iter__` (or `__getitem__`) ran natively;
+- dict and set lookups keyed by objects whose class hashes and compares in Python (`d[key]`, `key in s`, `d.get(k)`).
+
+A seeded generator builds a world of such objects, one read of them, and a random sequence of changes made between
+calls; every call is compared with eager in each cache mode.
+"""
+from __future__ import annotations
+
+import abc
+import collections
+import functools
+import itertools
+import math
+import random
+import typing
+
+import pytest
+import torch
+
+import jitcore
+from tests.fuzz import CACHE_MODES
+
+
+class Key:
+    """A dict/set key whose class hashes and compares in Python, by `self.v`."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __hash__(self):
+        return hash(self.v)
+
+    def __eq__(self, other):
+        return isinstance(other, Key) and self.v == other.v
+
+
+class Items:
+    """A user iterable: __iter__ written in Python."""
+
+    def __init__(self, vals):
+        self.vals = list(vals)
+
+    def __iter__(self):
+        return iter(self.vals)
+
+
+class OldSequence:
+    """Python's older sequence protocol: __getitem__ only."""
+
+    def __init__(self, vals):
+        self.vals = list(vals)
+
+    def __getitem__(self, i):
+        return self.vals[i]
+
+
+class Mapping:
+    """A mapping dict() and dict.update() read through keys() and __getitem__."""
+
+    def __init__(self):
+        self.data = {"a": 1}
+
+    def keys(self):
+        return list(self.data)
+
+    def __getitem__(self, k):
+        return self.data[k]
+
+
+class Flagged(type):
+    def __instancecheck__(cls, obj):
+        return getattr(obj, "flag", False)
+
+
+class ByFlag(metaclass=Flagged):
+    pass
+
+
+@typing.runtime_checkable
+class HasScale(typing.Protocol):
+    def scale(self): ...
+
+
+def _helper(v, s=2.0):
+    return v * s
+
+
+def _other_helper(v, s=2.0):
+    return v * s + 3.0
+
+
+# read name -> an expression over the world `w` (and the module-level helpers) giving a float
+READS = {
+    "dict_key": "w.table[w.key]",
+    "dict_get": "w.table.get(w.key, -1.0)",
+    "set_contains": "(2.0 if w.key in w.keys else 3.0)",
+    "dict_contains": "(4.0 if w.key in w.table else 5.0)",
+    "abc_isinstance": "(2.0 if isinstance(w.thing, Kind) else 3.0)",
+    "abc_issubclass": "(2.0 if issubclass(type(w.thing), Kind) else 3.0)",
+    "metaclass": "(2.0 if isinstance(w.thing, ByFlag) else 3.0)",
+    "protocol": "(2.0 if isinstance(w.thing, HasScale) else 3.0)",
+    "helper": "helper(1.5)",
+    "fromkeys": "float(len(dict.fromkeys(w.items)))",
+    "bytes": "float(sum(bytes(w.items)))",
+    "join": "float(len('-'.join(str(v) for v in w.items)) + len(','.join(map(str, w.items))))",
+    "extend": "float(sum(_extended(w.items)))",
+    "chain": "float(sum(itertools.chain(w.items, w.items)))",
+    "prod": "float(math.prod(w.items))",
+    "reduce": "float(functools.reduce(lambda a, b: a * 2 + b, w.items, 1))",
+    "counter": "float(collections.Counter(w.items).most_common(1)[0][1] if w.items.vals else 0)",
+    "sum_start": "float(sum(w.items, 10))",
+    "mapping": "float(sum(dict(w.mapping).values()) + len(_updated(w.mapping)))",
+}
+
+
+def _extended(o):
+    out = [0]
+    out.extend(o)
+    return out
+
+
+def _updated(m):
+    d = {"z": 0}
+    d.update(m)
+    return d
+
+
+def _world(r):
+    class Kind(abc.ABC):  # noqa: B024 (an ABC for its registry)
+        pass
+
+    class Thing:
+        pass
+
+    w = type("World", (), {})()
+    w.table = {Key(0): 1.0, Key(1): 2.0, Key(2): 3.0}
+    w.keys = {Key(0), Key(2)}
+    w.key = Key(r.randrange(3))
+    w.thing = Thing()
+    w.items = (Items if r.random() < 0.5 else OldSequence)([1, 2])
+    w.mapping = Mapping()
+    scope = {"Kind": Kind, "ByFlag": ByFlag, "HasScale": HasScale, "itertools": itertools, "math": math,
+             "functools": functools, "collections": collections, "_extended": _extended, "_updated": _updated}
+    exec("def helper(v, s=2.0):\n    return v * s\n", scope)
+    return w, Kind, Thing, scope
+
+
+def _change(r, w, Kind, Thing, scope):
+    """One change made between calls, chosen at random (some do nothing to this read)."""
+    what = r.choice(["key", "table", "keys", "register", "flag", "protocol", "code", "defaults", "items", "mapping",
+                     "none"])
+    if what == "key":
+        w.key.v = r.randrange(4)
+    elif what == "table":
+        w.table[Key(r.randrange(4))] = r.choice([7.0, 9.0])
+    elif what == "keys":
+        w.keys.symmetric_difference_update({Key(r.randrange(4))})
+    elif what == "register" and not issubclass(Thing, Kind):
+        Kind.register(Thing)
+    elif what == "flag":
+        w.thing.flag = not getattr(w.thing, "flag", False)
+    elif what == "protocol":
+        if "scale" in w.thing.__dict__:
+            del w.thing.scale
+        else:
+            w.thing.scale = lambda: 1.0
+    elif what == "code":
+        helper = scope["helper"]
+        helper.__code__ = (_other_helper if helper.__code__ is _helper.__code__ else _helper).__code__
+    elif what == "defaults":
+        scope["helper"].__defaults__ = (r.choice([2.0, 5.0]),)
+    elif what == "items":
+        w.items.vals.append(r.randrange(1, 4)) if r.random() < 0.7 else w.items.vals.clear()
+    elif what == "mapping":
+        w.mapping.data[r.choice("abc")] = r.randrange(5)
+    return what
+
+
+def _run(seed, mode):
+    """(read, [(change, eager, jitted)...]) for one seeded world, eager and jitted side by side on one world."""
+    r = random.Random(seed)
+    read = list(READS)[seed % len(READS)]
+    w, Kind, Thing, scope = _world(r)
+    exec(f"def f(x, w):\n    return x * {READS[read]}\n", scope)
+    f = scope["f"]
+    jf = jitcore.jit(f, cache=mode)
+    steps, what = [], "start"
+    for _ in range(7):
+        x = torch.arange(3.0)
+        out = []
+        for fn in (f, jf):
+            try:
+                out.append(fn(x, w))
+            except Exception as e:  # (eager's own errors: the same error expected)
+                out.append(type(e).__name__)
+        steps.append((what, *out))
+        what = _change(r, w, Kind, Thing, scope)
+    return read, steps
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", range(3 * len(READS)))
+def test_hidden_reads_between_calls(seed, mode):
+    read, steps = _run(seed, mode)
+    for i, (_, e, g) in enumerate(steps):
+        where = f"call {i} after {[s[0] for s in steps[:i + 1]]} (read {read})"
+        if isinstance(e, str):
+            assert g == e, where
+        else:
+            assert isinstance(g, torch.Tensor), f"{where}: {g}"
+            torch.testing.assert_close(g, e, msg=where)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_jitted_function_code_replaced(mode):
+    def f(x):
+        return x + 1
+
+    def other(x):
+        return x * 10
+
+    jf = jitcore.jit(f, cache=mode)
+    torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
+    f.__code__ = other.__code__
+    torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_tensor_text_is_refused(mode):
+    """str(x), repr(x), "%s" % x of a tensor inside the function were the proxy's name ('t0'), silently."""
+    for fn in (lambda x: str(x), lambda x: repr([x]), lambda x: "%s" % x):  # noqa: UP031
+        with pytest.raises(jitcore.errors.DataDependentError, match="to text"):
+            jitcore.jit(fn, cache=mode)(torch.ones(2))
