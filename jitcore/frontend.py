@@ -17,7 +17,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
-from jitcore.guards.prologue import is_ndarray
+from jitcore.guards.prologue import Members, is_ndarray
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
@@ -346,6 +346,8 @@ class JitContext(DefaultContext):
             g.values.setdefault(provenance, value)
         elif (t is set or t is frozenset) and _scalar_tuple(value):  # (`k in skip`: native reads): its items, as now
             g.values.setdefault(provenance, t(value))
+        elif t is set or t is frozenset:  # (`key in s` of objects): the objects it holds
+            g.values.setdefault(provenance, Members(value))
         elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents
             g.values.setdefault(provenance, value.copy())
         elif isinstance(value, _CONTAINERS):

@@ -8,7 +8,8 @@ of calls in each cache mode. Each was silently the first call's answer before:
 - builtins and methods iterating a user iterable natively (`dict.fromkeys(o)`, `bytes(o)`, `",".join(o)`,
   `out.extend(o)`, itertools, `math.prod`, `functools.reduce`, `collections.Counter`, `sum(o, 0)`, `dict(mapping)`):
   its Python `__iter__` (or `__getitem__`) ran natively;
-- dict and set lookups keyed by objects whose class hashes and compares in Python (`d[key]`, `key in s`, `d.get(k)`).
+- dict and set lookups keyed by objects whose class hashes and compares in Python (`d[key]`, `key in s`, `d.get(k)`),
+  and the values of a dict read at a key that is no constant (a dtype, an enum member, a class: `d[x.dtype]`).
 
 A seeded generator builds a world of such objects, one read of them, and a random sequence of changes made between
 calls; every call is compared with eager in each cache mode.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import enum
 import functools
 import itertools
 import math
@@ -76,6 +78,11 @@ class Mapping:
         return self.data[k]
 
 
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
 class Flagged(type):
     def __instancecheck__(cls, obj):
         return getattr(obj, "flag", False)
@@ -104,6 +111,7 @@ READS = {
     "dict_get": "w.table.get(w.key, -1.0)",
     "set_contains": "(2.0 if w.key in w.keys else 3.0)",
     "dict_contains": "(4.0 if w.key in w.table else 5.0)",
+    "dtype_key": "w.by_kind[x.dtype] + w.by_kind[Color.RED] + w.by_kind[int]",
     "abc_isinstance": "(2.0 if isinstance(w.thing, Kind) else 3.0)",
     "abc_issubclass": "(2.0 if issubclass(type(w.thing), Kind) else 3.0)",
     "metaclass": "(2.0 if isinstance(w.thing, ByFlag) else 3.0)",
@@ -148,8 +156,10 @@ def _world(r):
     w.thing = Thing()
     w.items = (Items if r.random() < 0.5 else OldSequence)([1, 2])
     w.mapping = Mapping()
-    scope = {"Kind": Kind, "ByFlag": ByFlag, "HasScale": HasScale, "itertools": itertools, "math": math,
-             "functools": functools, "collections": collections, "_extended": _extended, "_updated": _updated}
+    w.by_kind = {torch.float32: 1.0, Color.RED: 2.0, int: 3.0}
+    scope = {"Kind": Kind, "ByFlag": ByFlag, "torch": torch, "Color": Color, "HasScale": HasScale,
+             "itertools": itertools, "math": math, "functools": functools, "collections": collections,
+             "_extended": _extended, "_updated": _updated}
     exec("def helper(v, s=2.0):\n    return v * s\n", scope)
     return w, Kind, Thing, scope
 
@@ -157,7 +167,7 @@ def _world(r):
 def _change(r, w, Kind, Thing, scope):
     """One change made between calls, chosen at random (some do nothing to this read)."""
     what = r.choice(["key", "table", "keys", "register", "flag", "protocol", "code", "defaults", "items", "mapping",
-                     "none"])
+                     "by_kind", "none"])
     if what == "key":
         w.key.v = r.randrange(4)
     elif what == "table":
@@ -182,6 +192,8 @@ def _change(r, w, Kind, Thing, scope):
         w.items.vals.append(r.randrange(1, 4)) if r.random() < 0.7 else w.items.vals.clear()
     elif what == "mapping":
         w.mapping.data[r.choice("abc")] = r.randrange(5)
+    elif what == "by_kind":
+        w.by_kind[r.choice([torch.float32, Color.RED, int])] = r.choice([4.0, 8.0])
     return what
 
 

@@ -46,7 +46,8 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
         return f"{base}.{prov.name}" if prov.name.isidentifier() else f"getattr({base}, {prov.name!r})"
     if t is P.Item and not isinstance(prov.key, P.SliceKey):
         parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
-        return f"{provenance_expr(parent, printer, bound)}[{printer.value(prov.key)}]"
+        key = printer.const(prov.key.obj) if type(prov.key) is P.ObjectKey else printer.value(prov.key)
+        return f"{provenance_expr(parent, printer, bound)}[{key}]"
     if t is P.Global and prov.namespace is not None:
         return f"{printer.const(prov.namespace)}[{prov.name!r}]"
     if t is P.Global and prov.module != "builtins":
@@ -204,12 +205,30 @@ def _value_check(name: str, value):
         return lambda p: f"{name} != {p.value(value)}"
     if type(value) in (set, frozenset):
         return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
+    if type(value) is Members:
+        return lambda p: f"{p.const(value)}.differs({name})"
     if is_ndarray(value):  # (its contents when first read: the program read them natively)
         return lambda p: f"not {p.const(_same_array)}({name}, {p.const(value)})"
     t = type(value)
     if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
         return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
     return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"
+
+
+class Members:
+    """The objects a set from outside held when traced (not all of them constants: `key in s` of objects whose class
+    hashes in Python): a call where it holds others, compared by identity, or is no longer such a set, is another
+    call."""
+
+    def __init__(self, items):
+        self.type, self.items = type(items), tuple(items)  # (held: their ids stay theirs)
+        self.ids = frozenset(map(id, self.items))
+
+    def differs(self, s) -> bool:
+        return type(s) is not self.type or len(s) != len(self.ids) or any(id(e) not in self.ids for e in s)
+
+    def __repr__(self):
+        return f"a {self.type.__name__} of the same {len(self.items)} objects"
 
 
 def is_ndarray(value) -> bool:

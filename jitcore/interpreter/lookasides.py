@@ -392,6 +392,8 @@ def consuming_method(rt, fn, args, kwargs):
 
 for _name in CONSUMING_METHODS | {"sort"}:
     BUILTIN_METHODS[_name] = consuming_method
+for _name in access.KEYED_METHODS:
+    BUILTIN_METHODS[_name] = access.keyed_method
 # -- ranges of symbolic sizes (jitcore/ir/ranges.py) -----------------------------------------------------------------
 @lookaside(builtins.range)
 def _range(rt, args, kwargs):
