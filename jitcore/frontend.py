@@ -25,7 +25,7 @@ from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy, as_size
 from jitcore.ir.pytree import register_containers, tree_flatten
-from jitcore.ir.symbol import CHECKPOINTED
+from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import per_call, prims, torch_creation, torch_map
@@ -406,6 +406,9 @@ class JitContext(DefaultContext):
                 self._params.add(id(p))
             self.inputs.append(TracedInput(p, provenance, is_param))
             self._values.append(t)
+            if t.is_inference():  # (views of it are inference tensors too, made by the program from it as eager's)
+                self.trace.extra.setdefault(INFERENCE, {})[p.name] = False
+                self._guard_inference(p, t)
         elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
                 (provenance, p.name) not in self.aliases:
             self.aliases.append((provenance, p.name))
@@ -435,6 +438,20 @@ class JitContext(DefaultContext):
         """What Python needs of a number that depends on a run-time size (`len(x[mask])`, `if n > 0:`): computed
         from this call's inputs and guarded, like a tensor's data."""
         return data_guards.guarded_value(self, [number], convert, "size", what)
+
+    def inference_of(self, proxy) -> bool:
+        """`x.is_inference()`: a tensor the function made is one when made under torch.inference_mode() (or a view
+        of one); an input is what the tensor it stands for is, guarded."""
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor):
+            return proxy.name in self.trace.extra.get(INFERENCE, ())
+        self._guard_inference(proxy, value)
+        return value.is_inference()
+
+    def _guard_inference(self, proxy, value):
+        if all(g.program is not _is_inference or g.inputs != (proxy.name,) for g in self.guards.data):
+            self.guards.data.append(DataGuard(_is_inference, (proxy.name,), value.is_inference(),
+                                              f"{proxy.name}.is_inference()", on_values=False))
 
     def leaf_input(self, proxy):
         """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
@@ -582,6 +599,10 @@ def _is_leaf(t) -> bool:
     return t.is_leaf
 
 
+def _is_inference(t) -> bool:
+    return t.is_inference()
+
+
 def _refused_inside(fn):
     """A stand-in raising UnsupportedError for what cannot run inside a traced program, or None: the methods of an
     optimizer, an LR scheduler or a grad scaler (run natively, they would update the real parameters once, while
@@ -718,13 +739,15 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["input_attr_oracle"] = ctx.input_attribute
         trace.extra["runtime_oracle"] = ctx.run_time_value
         trace.extra["input_oracle"] = ctx.input_proxy
+        trace.extra["inference_oracle"] = ctx.inference_of
+        trace.extra[INFERENCE] = made = {}
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
                 ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
-                        "runtime_oracle", "input_oracle"):
+                        "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         rt = getattr(ctx, "_runtime", None)
@@ -735,6 +758,10 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         leaves, spec = tree_flatten(escapes.given_containers(result.output))
         leaves = [x if isinstance(x, GUARDED_SCALARS) or (isinstance(x, Proxy) and not escapes.is_local(x))
                   else escapes.output(i, x) for i, x in enumerate(leaves)]
+        if made:  # tensors eager made under torch.inference_mode() are handed back as inference tensors
+            with tracectx(trace):
+                leaves = [prims.inference_tensor(x) if isinstance(x, TensorProxy) and made.get(x.name) else x
+                          for x in leaves]
         stored = effect_proxies(result.side_effects, escapes)
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic or trace.extra.get("run_time_sizes"):

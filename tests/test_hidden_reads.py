@@ -252,3 +252,28 @@ def test_tensor_text_is_refused(mode):
     for fn in (lambda x: str(x), lambda x: repr([x]), lambda x: "%s" % x):  # noqa: UP031
         with pytest.raises(jitcore.errors.DataDependentError, match="to text"):
             jitcore.jit(fn, cache=mode)(torch.ones(2))
+
+
+def _inference_props(out):
+    return [(o.is_inference(), o.requires_grad, o.tolist()) if isinstance(o, torch.Tensor) else o for o in out]
+
+
+def _made_under_inference_mode(x, b):
+    with torch.inference_mode():
+        y = x * 2
+        z = y[0]  # a view of an inference tensor
+        v = x.view(3, 1)  # a view of x: what x is
+        b.add_(1)  # a normal tensor written under inference mode: normal
+    return y, z, v, b, z.is_inference(), v.is_inference(), (y + 1).is_inference(), x.is_inference()
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_inference_mode_inside(mode):
+    """Tensors made under torch.inference_mode() inside the function answer is_inference() and come back as inference
+    tensors, as in eager (they were ordinary tensors, silently); an inference tensor argument is guarded."""
+    jf = jitcore.jit(_made_under_inference_mode, cache=mode)
+    with torch.inference_mode():
+        frozen = torch.ones(3)
+    for x in (torch.ones(3, requires_grad=True), torch.full((3,), 2.0), frozen, torch.ones(3)):
+        b1, b2 = torch.zeros(3), torch.zeros(3)
+        assert _inference_props(jf(x, b1)) == _inference_props(_made_under_inference_mode(x, b2))

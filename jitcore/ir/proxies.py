@@ -464,6 +464,13 @@ class TensorProxy(Proxy):
         known = oracle(self)
         return False if known is None else known
 
+    def is_inference(self) -> bool:
+        """As eager: a tensor made under torch.inference_mode() (and views of one); an input is what the tensor it
+        stands for is (asked to the trace's inference oracle, which guards it)."""
+        trace = get_tracectx()
+        oracle = trace.extra.get("inference_oracle") if trace is not None else None
+        return False if oracle is None else oracle(self)
+
     @property
     def grad_fn(self):
         if self.is_leaf:
