@@ -277,3 +277,56 @@ def test_inference_mode_inside(mode):
     for x in (torch.ones(3, requires_grad=True), torch.full((3,), 2.0), frozen, torch.ones(3)):
         b1, b2 = torch.zeros(3), torch.zeros(3)
         assert _inference_props(jf(x, b1)) == _inference_props(_made_under_inference_mode(x, b2))
+
+
+class _Buffers:
+    pass
+
+
+def _array_programs(kind, holder, arr):
+    if kind == "closure":
+        def f(x, a):
+            t = torch.from_numpy(arr)
+            t.add_(x)
+            return t * 2
+    elif kind == "attribute":
+        def f(x, a):
+            t = torch.as_tensor(holder.arr)
+            t.mul_(2).add_(x)
+            return t.sum()
+    elif kind == "argument":
+        def f(x, a):
+            t = torch.from_numpy(a)
+            t += x
+            return t + 0
+    else:  # read natively too, then written through the tensor
+        def f(x, a):
+            s = float(holder.arr.sum())
+            t = torch.from_numpy(holder.arr)
+            t += x
+            return t * s
+    return f
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("kind", ["closure", "attribute", "argument", "native_read"])
+def test_numpy_array_written_through_from_numpy(kind, mode):
+    """torch.from_numpy(arr) / torch.as_tensor(arr) share arr's memory: a write into the tensor inside the function
+    reaches arr (it did not: the tensor was a constant of arr's values), and the caller's writes between calls are
+    read. The array is an input fetched per call where it goes straight to the conversion (one compile)."""
+    worlds = []
+    for _ in range(2):
+        holder = _Buffers()
+        holder.arr = arr = torch.zeros(3).numpy()
+        worlds.append((_array_programs(kind, holder, arr), arr))
+    (f, expected_arr), (g, arr) = worlds
+    jg = jitcore.jit(g, cache=mode)
+    for i in range(4):
+        x = torch.full((3,), float(i + 1))
+        passed = kind == "argument"  # (an array argument's contents are guarded: it is read from outside)
+        torch.testing.assert_close(jg(x, arr if passed else None), f(x, expected_arr if passed else None))
+        assert (arr == expected_arr).all(), (i, arr, expected_arr)
+        arr[0] += 1
+        expected_arr[0] += 1
+    if kind in ("closure", "attribute") and mode != "no caching":
+        assert jitcore.cache_misses(jg) == 1

@@ -214,6 +214,20 @@ class DictView(Provenance):
         return getattr(self.parent.load(roots), self.kind)()
 
 
+@dataclass(frozen=True)
+class Converted(Provenance):
+    """`fn(parent)`: a value made from an external one on every call (`torch.from_numpy(arr)`, sharing its memory)."""
+
+    parent: Provenance
+    fn: Any
+
+    def __str__(self):
+        return f"{getattr(self.fn, '__name__', self.fn)}({self.parent})"
+
+    def load(self, roots):
+        return self.fn(self.parent.load(roots))
+
+
 _CONST_TYPES = (int, str, bytes, float, bool, type(None))
 NOT_CONST = type("NOT_CONST", (), {"__repr__": lambda self: "<not a constant>"})()
 
