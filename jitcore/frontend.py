@@ -389,9 +389,10 @@ class JitContext(DefaultContext):
         def call(*args, **kwargs):
             data = args[0] if args else kwargs.get("data")
             prov = self._runtime.external.get(id(data)) if is_ndarray(data) else None
-            plain = len(args) + len(kwargs) == 1 or (fn is _AS_TENSOR and kwargs.get("device") in (None, "cpu") and
-                                                     kwargs.get("dtype") in (None, _dtype_of(data)))
-            tensor = _shares_memory(data) if prov is not None and plain else None
+            plain = prov is not None and (len(args) + len(kwargs) == 1 or (
+                fn is _AS_TENSOR and kwargs.get("device") in (None, "cpu") and
+                kwargs.get("dtype") in (None, _dtype_of(data))))
+            tensor = _shares_memory(data) if plain else None
             if tensor is None:
                 return op(*args, **kwargs)
             known = self._arrays.get(id(data))

@@ -150,6 +150,7 @@ check_math = _sym("check", _print_check, call_ctx={"math": math})  # a predicate
 comment = _sym("comment", _print_comment)
 call_shape = _sym("call_shape", _print_call_shape)
 fetches = _sym("fetches", _print_fetches)
+fetches_math = _sym("fetches", _print_fetches, call_ctx={"math": math})
 
 
 def _fallible(bsym) -> bool:
@@ -161,9 +162,11 @@ def _fallible(bsym) -> bool:
 
 
 def _guard_fetches(b: list, start: int, kw: dict):
-    """Put b[start:] in one `fetches` block when one of its lines may raise FETCH_ERRORS."""
+    """Put b[start:] in one `fetches` block when one of its lines may raise FETCH_ERRORS (a block holding a predicate
+    over math.sqrt(i2) names math for the program, as that line would)."""
     if any(_fallible(x) for x in b[start:]):
-        b[start:] = [BoundSymbol(fetches, (b[start:],), kw, None)]
+        sym = fetches_math if any(x.sym is check_math for x in b[start:]) else fetches
+        b[start:] = [BoundSymbol(sym, (b[start:],), kw, None)]
 
 
 def _global_state(saved_hooks=False, flags=None) -> list:
