@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils.checkpoint as _checkpoint
 
+from jitcore import arrays
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state
@@ -20,7 +21,7 @@ from jitcore.guards.data_guards import DataGuard
 from jitcore.guards.prologue import Members, is_ndarray
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
-from jitcore.interpreter.provenance import Arg, Attr, Closure, Converted, DictView, Fn, Global, Item, Kwarg, Roots
+from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy, as_size
@@ -201,8 +202,8 @@ class JitContext(DefaultContext):
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
-        if fn is _FROM_NUMPY or fn is _AS_TENSOR:
-            return self._array_tensor(fn)
+        if fn in arrays.CONVERSIONS:  # torch.from_numpy(arr): a tensor input sharing the array's memory
+            return arrays.array_tensor(self, fn, self._runtime)
         if fn in _GLOBAL_FLAGS:  # read now, and checked by the prologue on every call
             return lambda: self.guards.flags.setdefault(fn, fn())
         op = torch_map.lookup(fn)
@@ -352,7 +353,7 @@ class JitContext(DefaultContext):
         elif t is set or t is frozenset:  # (`key in s` of objects): the objects it holds
             g.values.setdefault(provenance, Members(value))
         elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents,
-            if not self._converted_next(value):  # unless it goes straight to torch.from_numpy / as_tensor (an input)
+            if not arrays.converted_next(self._runtime.frame, value):  # unless it goes straight to from_numpy
                 g.values.setdefault(provenance, value.copy())
         elif isinstance(value, _CONTAINERS):
             self._containers.setdefault(provenance, value)
@@ -366,41 +367,6 @@ class JitContext(DefaultContext):
             elif (provenance != root or type(root) is not Fn) and not self._from_library(provenance):
                 g.objects.setdefault(provenance, value)
         return value
-
-    def _converted_next(self, arr) -> bool:
-        """Whether the array being loaded is the one argument of the torch.from_numpy / torch.as_tensor call the next
-        instruction makes (`torch.from_numpy(self.buf)`): its values are then read through that tensor, an input
-        fetched per call, not natively."""
-        frame = getattr(self, "_runtime", None) and self._runtime.frame
-        if frame is None or frame.ip >= len(frame.insts):
-            return False
-        nxt = frame.insts[frame.ip]
-        if nxt.opname != "PRECALL" or nxt.arg != 1 or not any(x is _FROM_NUMPY or x is _AS_TENSOR
-                                                              for x in frame.stack[-2:]):
-            return False
-        return _shares_memory(arr) is not None
-
-    def _array_tensor(self, fn):
-        """torch.from_numpy(arr) / torch.as_tensor(arr) of an array from outside: a tensor input sharing its memory,
-        fetched per call (`Converted(arr's provenance)`), so the program reads the array's values as they are at the
-        call and its writes into the tensor reach the array, as in eager; other arguments go to the op."""
-        op = torch_map.lookup(fn)
-
-        def call(*args, **kwargs):
-            data = args[0] if args else kwargs.get("data")
-            prov = self._runtime.external.get(id(data)) if is_ndarray(data) else None
-            plain = prov is not None and (len(args) + len(kwargs) == 1 or (
-                fn is _AS_TENSOR and kwargs.get("device") in (None, "cpu") and
-                kwargs.get("dtype") in (None, _dtype_of(data))))
-            tensor = _shares_memory(data) if plain else None
-            if tensor is None:
-                return op(*args, **kwargs)
-            known = self._arrays.get(id(data))
-            if known is None:
-                known = self._arrays[id(data)] = self._tensor_input(tensor, Converted(prov, torch.from_numpy))
-            return known
-
-        return call
 
     def on_attr_presence(self, provenance, present: bool):
         if _refetchable(provenance.parent) and not self._from_library(provenance):
@@ -632,22 +598,6 @@ def _range_lists_pinned(op, takes_ranges: bool):
         return op(*args, **kwargs)
 
     return call
-
-
-_FROM_NUMPY, _AS_TENSOR = torch.from_numpy, torch.as_tensor
-
-
-def _shares_memory(arr):
-    """torch.from_numpy(arr) (a tensor sharing its memory), or None where torch cannot take it that way."""
-    try:
-        return torch.from_numpy(arr)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-
-
-def _dtype_of(arr):
-    t = _shares_memory(arr.reshape(-1)[:0])
-    return None if t is None else t.dtype
 
 
 def _is_leaf(t) -> bool:
