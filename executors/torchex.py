@@ -289,6 +289,11 @@ def _shape(a):
     return tuple(a.shape)
 
 
+def _inference_tensor(a):
+    with torch.inference_mode():
+        return a.clone()
+
+
 def _no_grad_update(dst, values):
     return values
 
@@ -380,6 +385,7 @@ KERNELS: dict = {
     # misc
     "prims.shape": _shape, "prims.copy_": _copy_, "prims.stop_gradient": torch.detach,
     "prims.no_grad_update": _no_grad_update, "prims.item_as_size": _item_as_size,
+    "prims.inference_tensor": _inference_tensor,
     # collectives
     "prims.all_reduce": _all_reduce, "prims.all_gather_into_tensor": _all_gather_into_tensor,
     "prims.reduce_scatter_tensor": _reduce_scatter_tensor, "prims.wait_tensor": _wait_tensor,

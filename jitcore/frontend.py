@@ -4,6 +4,7 @@ proxy input with its provenance, and records the non-tensor values the trace dep
 """
 from __future__ import annotations
 
+import abc
 import enum
 import types
 from dataclasses import dataclass, field
@@ -11,12 +12,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils.checkpoint as _checkpoint
 
+from jitcore import arrays
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
-from jitcore.guards.prologue import is_ndarray
+from jitcore.guards.prologue import Members, is_ndarray
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
@@ -24,7 +26,7 @@ from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy, as_size
 from jitcore.ir.pytree import register_containers, tree_flatten
-from jitcore.ir.symbol import CHECKPOINTED
+from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import per_call, prims, torch_creation, torch_map
@@ -75,7 +77,8 @@ _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.val
 # values handed in whose type does not say what calling them does (two functions, two builtins, two classes): an
 # argument among them is guarded by identity, not by type
 _CALLED_BY_IDENTITY = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
-                       types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType, type)
+                       types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType, type,
+                       types.CodeType)
 # ... and values whose identity the trace bakes in: a process group (a collective over another group of the same type
 # is another program)
 _BY_IDENTITY = _CALLED_BY_IDENTITY + ((torch.distributed.ProcessGroup,) if torch.distributed.is_available() else ())
@@ -164,6 +167,7 @@ class JitContext(DefaultContext):
         self._values: list = []  # per input, the real value it was traced with
         self._params: set[int] = set()
         self.aliases: list = []
+        self._arrays: dict = {}  # id(numpy array from outside) -> the input proxy of torch.from_numpy of it
 
     def pinned(self, prov) -> bool:
         """Whether a call's object at `prov` is the one this trace saw: its identity is guarded, or it is not
@@ -198,6 +202,8 @@ class JitContext(DefaultContext):
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
+        if fn in arrays.CONVERSIONS:  # torch.from_numpy(arr): a tensor input sharing the array's memory
+            return arrays.array_tensor(self, fn, self._runtime)
         if fn in _GLOBAL_FLAGS:  # read now, and checked by the prologue on every call
             return lambda: self.guards.flags.setdefault(fn, fn())
         op = torch_map.lookup(fn)
@@ -344,8 +350,11 @@ class JitContext(DefaultContext):
             g.values.setdefault(provenance, value)
         elif (t is set or t is frozenset) and _scalar_tuple(value):  # (`k in skip`: native reads): its items, as now
             g.values.setdefault(provenance, t(value))
-        elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents
-            g.values.setdefault(provenance, value.copy())
+        elif t is set or t is frozenset:  # (`key in s` of objects): the objects it holds
+            g.values.setdefault(provenance, Members(value))
+        elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents,
+            if not arrays.converted_next(self._runtime.frame, value):  # unless it goes straight to from_numpy
+                g.values.setdefault(provenance, value.copy())
         elif isinstance(value, _CONTAINERS):
             self._containers.setdefault(provenance, value)
             self._container_ids.setdefault(id(value), (value, provenance))
@@ -402,6 +411,9 @@ class JitContext(DefaultContext):
                 self._params.add(id(p))
             self.inputs.append(TracedInput(p, provenance, is_param))
             self._values.append(t)
+            if t.is_inference():  # (views of it are inference tensors too, made by the program from it as eager's)
+                self.trace.extra.setdefault(INFERENCE, {})[p.name] = False
+                self._guard_inference(p, t)
         elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
                 (provenance, p.name) not in self.aliases:
             self.aliases.append((provenance, p.name))
@@ -431,6 +443,20 @@ class JitContext(DefaultContext):
         """What Python needs of a number that depends on a run-time size (`len(x[mask])`, `if n > 0:`): computed
         from this call's inputs and guarded, like a tensor's data."""
         return data_guards.guarded_value(self, [number], convert, "size", what)
+
+    def inference_of(self, proxy) -> bool:
+        """`x.is_inference()`: a tensor the function made is one when made under torch.inference_mode() (or a view
+        of one); an input is what the tensor it stands for is, guarded."""
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor):
+            return proxy.name in self.trace.extra.get(INFERENCE, ())
+        self._guard_inference(proxy, value)
+        return value.is_inference()
+
+    def _guard_inference(self, proxy, value):
+        if all(g.program is not _is_inference or g.inputs != (proxy.name,) for g in self.guards.data):
+            self.guards.data.append(DataGuard(_is_inference, (proxy.name,), value.is_inference(),
+                                              f"{proxy.name}.is_inference()", on_values=False))
 
     def leaf_input(self, proxy):
         """Whether the tensor an input proxy stands for is a leaf of autograd (argument tensors are guarded on it);
@@ -496,12 +522,16 @@ class JitContext(DefaultContext):
         return t if t is not type(obj) else NotImplemented
 
     def isinstance_hook(self, obj, cls):
+        self._abc_read(cls)
         if isinstance(obj, TensorProxy):
             classes = cls if isinstance(cls, tuple) else (cls,)
             for c in classes:
                 if c is torch.Tensor or (c is torch.nn.Parameter and id(obj) in self._params):
                     return True
-                if isinstance(c, type) and issubclass(TensorProxy, c):
+                if isinstance(c, abc.ABCMeta):  # (an ABC torch.Tensor was registered with answers as eager's does)
+                    if issubclass(torch.nn.Parameter if id(obj) in self._params else torch.Tensor, c):
+                        return True
+                elif isinstance(c, type) and issubclass(TensorProxy, c):
                     return True
             return False
         if isinstance(obj, NumberProxy):
@@ -509,6 +539,18 @@ class JitContext(DefaultContext):
         if type(obj) is SymbolicSize:  # a shape with symbolic entries is a torch.Size to the program
             return isinstance(_A_SIZE, cls)
         return NotImplemented
+
+    def issubclass_hook(self, cls, classinfo):
+        self._abc_read(classinfo)
+        return NotImplemented
+
+    def _abc_read(self, classinfo):
+        """isinstance/issubclass against an ABC: its answer depends on what was registered with it (`MyABC.register(C)`
+        after the first call), which abc's cache token counts: the prologue checks the token (Guards.flags)."""
+        classes = classinfo if type(classinfo) is tuple else (classinfo,)
+        if abc.get_cache_token not in self.guards.flags and any(
+                isinstance(c, abc.ABCMeta) or type(c) is tuple for c in classes):
+            self.guards.flags[abc.get_cache_token] = abc.get_cache_token()
 
     def finish_guards(self) -> Guards:
         """Length guards for every external container an item was loaded from (iteration or indexing); a dict's
@@ -560,6 +602,10 @@ def _range_lists_pinned(op, takes_ranges: bool):
 
 def _is_leaf(t) -> bool:
     return t.is_leaf
+
+
+def _is_inference(t) -> bool:
+    return t.is_inference()
 
 
 def _refused_inside(fn):
@@ -698,13 +744,15 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["input_attr_oracle"] = ctx.input_attribute
         trace.extra["runtime_oracle"] = ctx.run_time_value
         trace.extra["input_oracle"] = ctx.input_proxy
+        trace.extra["inference_oracle"] = ctx.inference_of
+        trace.extra[INFERENCE] = made = {}
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
                 ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
-                        "runtime_oracle", "input_oracle"):
+                        "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         rt = getattr(ctx, "_runtime", None)
@@ -715,6 +763,10 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         leaves, spec = tree_flatten(escapes.given_containers(result.output))
         leaves = [x if isinstance(x, GUARDED_SCALARS) or (isinstance(x, Proxy) and not escapes.is_local(x))
                   else escapes.output(i, x) for i, x in enumerate(leaves)]
+        if made:  # tensors eager made under torch.inference_mode() are handed back as inference tensors
+            with tracectx(trace):
+                leaves = [prims.inference_tensor(x) if isinstance(x, TensorProxy) and made.get(x.name) else x
+                          for x in leaves]
         stored = effect_proxies(result.side_effects, escapes)
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic or trace.extra.get("run_time_sizes"):

@@ -148,8 +148,12 @@ def last_prologue_traces(jfn) -> list:
     def prologue(fn, args, kwargs):
       if len(args) != 1 or kwargs: return None
       if _c0() is not True or _c1() is not _c2 or _c3(): return None
-      t0 = args[0]
-      if type(t0) is not _c4 or t0.shape != (2,) or t0.dtype is not _c2 or not t0.is_cpu or t0.requires_grad: ...
+      try:  # a provenance chain that no longer resolves is a miss (FETCH_ERRORS), not an error
+        g0 = fn.__code__
+        if g0 is not _c4: return None
+        t0 = args[0]
+        if type(t0) is not _c5 or t0.shape != (2,) or t0.dtype is not _c2 or not t0.is_cpu or t0.requires_grad: ...
+      except (AttributeError, KeyError, IndexError, TypeError, ValueError): return None
       return (t0,)
     <BLANKLINE>
     """

@@ -364,7 +364,8 @@ def test_masked_eva02_compiles_once_under_symbolic_values():
     outputs and gradients. Its prologue checks two predicates, the sizes the block pins (the embedding, 16, by its
     weights; the token count, 9, by the rotary grid); the size arithmetic (the qkv reshape's -1, the prefix token's
     slices and their clamps) is decided by the bounds. Measured: 53 prologue lines (51 of them the module, global and
-    tensor checks the eva02 block has too), was 83 with 32 predicates; the bound leaves room for other guards only."""
+    tensor checks the eva02 block has too), was 83 with 32 predicates; the bound leaves room for other guards only
+    (the code of the two module-level helpers it calls, rot and apply_rot_embed_cat, is checked too: 62 lines)."""
     torch.manual_seed(0)
     eager = EvaBlock(masked=True)
     model = copy.deepcopy(eager)
@@ -385,4 +386,4 @@ def test_masked_eva02_compiles_once_under_symbolic_values():
     prologue = str(jitcore.last_prologue_traces(jitted)[-1]).splitlines()
     checks = [ln.strip() for ln in prologue if ln.strip().startswith("if not (")]
     assert checks == ["if not (16 == i2): return None", "if not (9 == i1): return None"], checks
-    assert len(prologue) <= 60, len(prologue)
+    assert len(prologue) <= 64, len(prologue)

@@ -121,3 +121,21 @@ def test_activations_at_kinks(fn):
     points = torch.tensor(KINKS[fn])
     x = torch.cat([points, points + 1e-3, points - 1e-3, torch.randn(5)]).requires_grad_()
     _check(fn, x)
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+def test_abs_of_complex_backward(mode):
+    """torch.abs of a complex tensor requiring grad: its gradient is g * z / |z| (sgn), as torch's (it raised: the
+    rule used sign, which complex tensors lack)."""
+    def f(z):
+        return (torch.abs(z) * torch.arange(4.0)).sum()
+
+    jf = jitcore.jit(f, cache=mode)
+    for n in (4, 4):
+        z = torch.randn(n, dtype=torch.complex64)
+        z[1] = 0  # (sgn(0) is 0)
+        z.requires_grad_()
+        z2 = z.detach().clone().requires_grad_()
+        f(z).backward()
+        jf(z2).backward()
+        torch.testing.assert_close(z2.grad, z.grad)

@@ -103,3 +103,21 @@ def test_sdpa_explicit_scale_keeps_its_sign():
     for d, s in ((8, 0.5), (12, -0.25), (16, 0.125)):
         qkv = [torch.randn(2, 5, d) for _ in range(3)]
         torch.testing.assert_close(jf(*qkv, s), f(*qkv, s))
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+def test_bitwise_operators_of_sizes(mode):
+    """`n & 1`, `n | 1`, `n ^ 3`, `n << 1`, `n >> 1`, `~n` of a size: recorded ops under symbolic values (they raised
+    TypeError), a branch on them a predicate; compared with eager over sizes of both parities."""
+    def f(x):
+        n = x.shape[0]
+        if n & 1:
+            return x * (n >> 1) + (n | 8) - (1 << n)
+        return x.reshape(-1)[: (n ^ 3) % n + 1] * (~n)
+
+    jf = jitcore.jit(f, cache=mode)
+    for n in (4, 5, 6, 7, 9, 4):
+        x = torch.ones(n)
+        torch.testing.assert_close(jf(x), f(x))
+    if mode == "symbolic values":
+        assert jitcore.cache_misses(jf) == 2  # (odd, even)

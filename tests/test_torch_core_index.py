@@ -183,3 +183,23 @@ def test_index_ops_on_0d_and_negative_take_along_dim():
     check_op(lambda x, i: torch.index_fill(x, 0, i, 2.0), a, torch.tensor([0]))
     check_op(lambda x, i: torch.index_copy(x, 0, i, x * 3), a, torch.tensor([0]))
     check_op(lambda x, i: torch.take_along_dim(x, i, 1), sample((2, 5), F32), torch.tensor([[-1, 0], [-5, 2]]))
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+def test_range_index(mode):
+    """x[range(a, b)] (and in a tuple key, reversed) indexes with the range's values, as eager (it was refused)."""
+    import jitcore
+
+    def f(x, a, b):
+        return x[:, range(a, b)] * 2, x[range(b - 1, a - 1, -1)]
+
+    jf = jitcore.jit(f, cache=mode)
+    for a, b in [(0, 2), (1, 4), (2, 2), (0, 3)]:
+        x = torch.arange(30.0).reshape(5, 6).requires_grad_()
+        x2 = x.detach().clone().requires_grad_()
+        got, expected = jf(x, a, b), f(x2, a, b)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)
+        sum(o.sum() for o in got).backward()
+        sum(o.sum() for o in expected).backward()
+        torch.testing.assert_close(x.grad, x2.grad)

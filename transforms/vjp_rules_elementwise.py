@@ -20,7 +20,7 @@ mul, div, add, sub, neg = te.mul, te.div, te.add, te.sub, te.neg
 LN2, LN10, TWO_OVER_SQRT_PI = math.log(2.0), math.log(10.0), 2.0 / math.sqrt(math.pi)
 
 # -- elementwise unary --------------------------------------------------------------------------------------------
-VJP_RULES["prims.abs"] = unary(lambda a, out, g: mul(g, te.sign(a)))
+VJP_RULES["prims.abs"] = unary(lambda a, out, g: mul(g, te.sgn(a)))  # (sgn: z / |z| of a complex z, as torch)
 VJP_RULES["prims.neg"] = unary(lambda a, out, g: neg(g))
 VJP_RULES["prims.exp"] = unary(lambda a, out, g: mul(g, out))
 VJP_RULES["prims.exp2"] = unary(lambda a, out, g: mul(g, mul(out, LN2)))

@@ -60,6 +60,11 @@ class _Resolver:
             return ("module", self.fn) if isinstance(self.fn, torch.nn.Module) else _NOT
         if t is P.Attr and prov.name == "__func__" and type(prov.parent) is P.Attr:
             return self._method(prov.parent)
+        if t is P.Attr and prov.name == "__code__":  # the code of a module's method: as that method (replacing a
+            parent = self(prov.parent)  # class's function, or its code, is not seen while the epoch is unchanged)
+            if parent is _NOT or not isinstance(parent[1], types.FunctionType):
+                return _NOT
+            return "value", parent[1].__code__
         if t is P.Attr:
             parent = self(prov.parent)
             if parent is _NOT or parent[0] != "module":

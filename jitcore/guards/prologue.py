@@ -46,7 +46,10 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
         return f"{base}.{prov.name}" if prov.name.isidentifier() else f"getattr({base}, {prov.name!r})"
     if t is P.Item and not isinstance(prov.key, P.SliceKey):
         parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
-        return f"{provenance_expr(parent, printer, bound)}[{printer.value(prov.key)}]"
+        key = printer.const(prov.key.obj) if type(prov.key) is P.ObjectKey else printer.value(prov.key)
+        return f"{provenance_expr(parent, printer, bound)}[{key}]"
+    if t is P.Converted:
+        return f"{printer.const(prov.fn)}({provenance_expr(prov.parent, printer, bound)})"
     if t is P.Global and prov.namespace is not None:
         return f"{printer.const(prov.namespace)}[{prov.name!r}]"
     if t is P.Global and prov.module != "builtins":
@@ -147,6 +150,7 @@ check_math = _sym("check", _print_check, call_ctx={"math": math})  # a predicate
 comment = _sym("comment", _print_comment)
 call_shape = _sym("call_shape", _print_call_shape)
 fetches = _sym("fetches", _print_fetches)
+fetches_math = _sym("fetches", _print_fetches, call_ctx={"math": math})
 
 
 def _fallible(bsym) -> bool:
@@ -158,9 +162,11 @@ def _fallible(bsym) -> bool:
 
 
 def _guard_fetches(b: list, start: int, kw: dict):
-    """Put b[start:] in one `fetches` block when one of its lines may raise FETCH_ERRORS."""
+    """Put b[start:] in one `fetches` block when one of its lines may raise FETCH_ERRORS (a block holding a predicate
+    over math.sqrt(i2) names math for the program, as that line would)."""
     if any(_fallible(x) for x in b[start:]):
-        b[start:] = [BoundSymbol(fetches, (b[start:],), kw, None)]
+        sym = fetches_math if any(x.sym is check_math for x in b[start:]) else fetches
+        b[start:] = [BoundSymbol(sym, (b[start:],), kw, None)]
 
 
 def _global_state(saved_hooks=False, flags=None) -> list:
@@ -204,12 +210,30 @@ def _value_check(name: str, value):
         return lambda p: f"{name} != {p.value(value)}"
     if type(value) in (set, frozenset):
         return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
+    if type(value) is Members:
+        return lambda p: f"{p.const(value)}.differs({name})"
     if is_ndarray(value):  # (its contents when first read: the program read them natively)
         return lambda p: f"not {p.const(_same_array)}({name}, {p.const(value)})"
     t = type(value)
     if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
         return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
     return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"
+
+
+class Members:
+    """The objects a set from outside held when traced (not all of them constants: `key in s` of objects whose class
+    hashes in Python): a call where it holds others, compared by identity, or is no longer such a set, is another
+    call."""
+
+    def __init__(self, items):
+        self.type, self.items = type(items), tuple(items)  # (held: their ids stay theirs)
+        self.ids = frozenset(map(id, self.items))
+
+    def differs(self, s) -> bool:
+        return type(s) is not self.type or len(s) != len(self.ids) or any(id(e) not in self.ids for e in s)
+
+    def __repr__(self):
+        return f"a {self.type.__name__} of the same {len(self.items)} objects"
 
 
 def is_ndarray(value) -> bool:

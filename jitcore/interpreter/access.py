@@ -101,8 +101,15 @@ def contains(rt, item, container) -> bool:
     if t not in _PLAIN and rt.lookup(t, "__contains__") is NULL and (
             _python_dunder(rt, t, "__iter__") is not None or _python_dunder(rt, t, "__getitem__") is not None):
         return any(e is item or truth(rt, _equal(rt, e, item)) for e in get_iter(rt, container))  # (Python's fallback)
+    if isinstance(container, (dict, set, frozenset, _DictKeys)):  # (a key whose class hashes or compares in Python)
+        found = dunders.find_key(rt, container.mapping if type(container) is _DictKeys else container, item)
+        if found is not dunders.NATIVE:
+            return found is not NULL
     r = dunders.contains_in_sequence(rt, item, container)
     return item in container if r is dunders.NATIVE else r
+
+
+_DictKeys = type({}.keys())
 
 
 def _equal(rt, a, b):
@@ -188,6 +195,8 @@ def get_item(rt, container, key):
     elif (t is list or t is tuple) and type(key) not in (int, slice):
         index = dunders.to_index(rt, key)  # (`layers[v]` with a Python __index__)
         key = key if index is dunders.NATIVE else index
+    if isinstance(container, dict):  # (`d[key]` of a key whose class hashes or compares in Python: interpreted)
+        key = dunders.stored_key(rt, container, key)
     return report_item(rt, container, key, container[key])
 
 
@@ -199,13 +208,14 @@ def report_item(rt, container, key, value):
     if prov is None:
         return value
     before = rt.effects.contents_before(container)
+    in_dict = isinstance(container, dict)
     if before is None:
-        k = constant_key(key)
+        k = constant_key(key, in_dict)
         return value if k is NOT_CONST else rt.report(value, Item(prov, k))
     places = before.items() if isinstance(before, dict) else enumerate(before)
     first = value
     for k, v in list(places):
-        k = constant_key(k)
+        k = constant_key(k, in_dict)
         if v is value and k is not NOT_CONST:
             reported = rt.report(value, Item(prov, k))
             first = reported if first is value else first
@@ -220,6 +230,8 @@ def _write_item(rt, kind, container, key, value=NULL):
         if type(fn) is _FunctionType:
             rt.call(fn, (container, key) if value is NULL else (container, key, value), {})
             return
+    if isinstance(container, dict):
+        key = dunders.stored_key(rt, container, key)
     prov = rt.external.get(id(container))
     if prov is not None and not _is_tensor(container):
         rt.effects.snapshot_container(container)
@@ -266,7 +278,7 @@ class ExternalIter:
             self.i = i + 1
             return report_item(self.rt, seq, i, seq[i])
         k, v = next(self.seq)
-        k2 = constant_key(k)
+        k2 = constant_key(k, True)
         if k2 is not NOT_CONST:
             v = self.rt.report(v, Item(self.prov, k2))
         return v if self.kind == "values" else (k, v)
@@ -306,11 +318,29 @@ def _sequence_items(rt, obj):
         i += 1
 
 
+def consumed(rt, a, mapping: bool = False):
+    """What native code iterating `a` should get: an iterator that interprets a Python __iter__ (or the older
+    __getitem__ protocol) and reports an external list's or tuple's items, so what they read is guarded; a plain
+    dict of a user mapping's items when the consumer takes mappings (dict(o), d.update(o): keys() and o[k]); else a."""
+    t = type(a)
+    if t is list or t is tuple:
+        return get_iter(rt, a) if id(a) in rt.external else a
+    if t in _PLAIN or dunders._jitcore_type(t) or isinstance(a, type):
+        return a
+    if mapping and rt.lookup(t, "keys") is not NULL and dunders.python_dunder(rt, t, "__getitem__") is not None:
+        keys = rt.call(load_attr(rt, a, "keys"), (), {})
+        return {k: get_item(rt, a, k) for k in get_iter(rt, keys)}
+    it = rt.lookup(t, "__iter__")
+    if type(it) is _FunctionType or (it is NULL and dunders.python_dunder(rt, t, "__getitem__") is not None):
+        return get_iter(rt, a)
+    return a
+
+
 # -- methods of builtin containers, called on external containers ------------------------------------------------
 def _mutator(rt, fn, args, kwargs):
     obj = args[0]
     rt.effects.snapshot_container(obj)
-    rest = _contents_now(fn.__name__, args[1:])
+    rest = _contents_now(rt, fn.__name__, _keyed(rt, fn, obj, args[1:]))
     result = fn(obj, *rest, **kwargs)
     if fn.__name__ in ("pop", "setdefault"):  # an item the container held (it is snapshotted: the key is not used)
         result = report_item(rt, obj, None, result)
@@ -326,9 +356,9 @@ _READS_CONTENTS = frozenset({"extend", "__iadd__", "update", "__ior__", "differe
                              "symmetric_difference_update", "__iand__", "__isub__", "__ixor__"})
 
 
-def _contents_now(name: str, rest: tuple) -> tuple:
+def _contents_now(rt, name: str, rest: tuple) -> tuple:
     if name in _READS_CONTENTS:
-        return tuple(_copy_contents(a) for a in rest)
+        return tuple(_copy_contents(consumed(rt, a, name == "update")) for a in rest)
     if name == "__setitem__" and len(rest) == 2 and type(rest[0]) is slice:
         return rest[0], _copy_contents(rest[1])
     return tuple(rest)
@@ -343,7 +373,28 @@ def _copy_contents(a):
     return list(a)
 
 
+# methods of dicts and sets whose first argument is a key looked up (by its hash and ==)
+KEYED_METHODS = frozenset({"get", "pop", "setdefault", "__getitem__", "__contains__", "__setitem__", "__delitem__",
+                           "remove", "discard", "add"})
+
+
+def _keyed(rt, fn, obj, rest: tuple) -> tuple:
+    """rest with its key replaced by the stored key a lookup finds, interpreting a Python __hash__/__eq__."""
+    if rest and fn.__name__ in KEYED_METHODS and isinstance(obj, (dict, set, frozenset)):
+        return (dunders.stored_key(rt, obj, rest[0]), *rest[1:])
+    return rest
+
+
+def keyed_method(rt, fn, args, kwargs):
+    """`d.get(key)`, `s.discard(key)`, ... of a dict or set the call made: the key a Python __hash__/__eq__ finds."""
+    obj = fn.__self__
+    if not isinstance(obj, (dict, set, frozenset)) or not args:
+        return NULL
+    return fn(*_keyed(rt, fn, obj, args), **kwargs)
+
+
 def _reader(rt, fn, args, kwargs):
+    args = (args[0], *_keyed(rt, fn, args[0], args[1:]))
     result = fn(*args, **kwargs)
     if len(args) >= 2:
         container, key = args[0], args[1]

@@ -8,6 +8,7 @@ point returns NATIVE when no operand's class has a Python dunder for it: the cal
 """
 from __future__ import annotations
 
+import enum
 import operator
 import types
 
@@ -203,3 +204,50 @@ def _text(r, name):
     if not isinstance(r, str):
         raise TypeError(f"{name} returned non-string (type {type(r).__name__})")
     return r
+
+
+def hashed_in_python(rt, key) -> bool:
+    """Whether a dict or set lookup of `key` runs Python code: its class writes __hash__ or __eq__ in Python (enum
+    members aside: a member's hash is its name's, fixed)."""
+    t = type(key)
+    if t in _PLAIN or isinstance(key, enum.Enum):
+        return False
+    return python_dunder(rt, t, "__hash__") is not None or python_dunder(rt, t, "__eq__") is not None
+
+
+def hash_of(rt, v) -> int:
+    """hash(v), interpreting a __hash__ written in Python (what it reads is then guarded)."""
+    fn = python_dunder(rt, type(v), "__hash__")
+    if fn is None:
+        return hash(v)
+    r = _call(rt, fn, "__hash__", (v,))
+    if not isinstance(r, int):
+        raise TypeError("__hash__ method should return an integer")
+    return -2 if r == -1 else r if -(1 << 63) <= r < (1 << 63) else hash(r)
+
+
+def find_key(rt, container, key):
+    """The key stored in a dict or set that a lookup of `key` finds (NULL: none), or NATIVE when no Python __hash__ or
+    __eq__ takes part. Python's lookup, interpreted: key's hash, then among the stored keys with that hash the one
+    that is key or equals it. The stored keys' hashes are the dict's own (native) for a container from outside (its
+    keys are guarded) and interpreted for one the call built (they were computed from what the call read)."""
+    if not hashed_in_python(rt, key):
+        return NATIVE
+    h = hash_of(rt, key)
+    own = id(container) not in rt.external
+    for k in list(container):
+        if (hash_of(rt, k) if own else hash(k)) == h and (k is key or _truth(rt, _equal(rt, k, key))):
+            return k
+    return NULL
+
+
+def stored_key(rt, container, key):
+    """The key a native operation on a dict or set should use so that it finds what find_key found (the stored key
+    itself, which it finds by identity); `key` when nothing was found or no Python code takes part."""
+    found = find_key(rt, container, key)
+    return key if found is NATIVE or found is NULL else found
+
+
+def _equal(rt, a, b):
+    r = compare(rt, operator.eq, a, b)
+    return a == b if r is NATIVE else r

@@ -12,9 +12,12 @@ every call (jitcore/ops/per_call.py); with the default context it runs natively.
 from __future__ import annotations
 import __future__
 
+import abc
 import builtins
+import collections
 import functools
 import inspect
+import itertools
 import math
 import operator
 import sys
@@ -24,7 +27,7 @@ import types
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access, dunders
 from jitcore.interpreter.frame import NULL, Frame, code_info
-from jitcore.interpreter.run import LOOKASIDES, RETURNED, is_user_file, run_frame
+from jitcore.interpreter.run import BUILTIN_METHODS, LOOKASIDES, RETURNED, is_user_file, run_frame
 from jitcore.ir import ranges
 from jitcore.ir.arith import as_user
 from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
@@ -206,6 +209,7 @@ def _isinstance(rt, args, kwargs):
         r = rt.isinstance_hook(args[0], args[1])
         if r is not NotImplemented:
             return r
+        return _class_check(rt, "__instancecheck__", isinstance, *args)
     return isinstance(*args, **kwargs)
 
 
@@ -215,7 +219,23 @@ def _issubclass(rt, args, kwargs):
         r = rt.issubclass_hook(args[0], args[1])
         if r is not NotImplemented:
             return r
+        return _class_check(rt, "__subclasscheck__", issubclass, *args)
     return issubclass(*args, **kwargs)
+
+
+_ABC_CHECKS = (abc.ABCMeta.__instancecheck__, abc.ABCMeta.__subclasscheck__)  # (the registry: the context guards it)
+
+
+def _class_check(rt, name, native, obj, cls):
+    """isinstance/issubclass as Python does it, interpreting a metaclass's __instancecheck__ / __subclasscheck__ written
+    in Python (what it reads of the object, `hasattr(o, "x")` of a runtime protocol, is then guarded)."""
+    if type(cls) is tuple:
+        return any(_class_check(rt, name, native, obj, c) for c in cls)
+    meta = type(cls)
+    fn = dunders.python_dunder(rt, meta, name) if meta is not type else None
+    if fn is None or fn in _ABC_CHECKS or (native is isinstance and type(obj) is cls):
+        return native(obj, cls)
+    return access.truth(rt, rt.call(fn, (cls, obj), {}))
 
 
 @lookaside(builtins.breakpoint, builtins.input)
@@ -279,8 +299,8 @@ def _iterable(rt, obj):
 
 def _first_iterable(fn):
     def look(rt, args, kwargs):
-        if len(args) == 1:
-            args = (_iterable(rt, args[0]),)
+        if len(args) == 1 or (args and fn in (sum, enumerate)):  # (sum(o, start), enumerate(o, 1))
+            args = (_iterable(rt, args[0]), *args[1:])
         if "key" in kwargs and type(kwargs["key"]) in _CALLBACK_TYPES:
             kwargs = {**kwargs, "key": Interpreted(rt, kwargs["key"])}
         if fn in (sorted, min, max):
@@ -326,6 +346,54 @@ for _fn in (list, tuple, set, frozenset, sorted, sum, min, max, any, all, enumer
     LOOKASIDES[id(_fn)] = _first_iterable(_fn)
 
 
+# -- native code consuming an iterable (or calling back): bytes(o), dict.fromkeys(o), ",".join(o), out.extend(o) ---
+def _consumer(fn, mapping: bool = False):
+    def look(rt, args, kwargs):
+        args = [access.consumed(rt, a, mapping and i == 0) for i, a in enumerate(args)]
+        return fn(*_callbacks(rt, args), **kwargs)
+
+    return look
+
+
+for _fn in (bytes, bytearray, collections.deque, math.prod, math.fsum, functools.reduce, operator.countOf,
+            operator.indexOf, itertools.chain, itertools.chain.from_iterable, itertools.islice, itertools.cycle,
+            itertools.accumulate, itertools.compress, itertools.dropwhile, itertools.takewhile,
+            itertools.filterfalse, itertools.groupby, itertools.starmap, itertools.product, itertools.permutations,
+            itertools.combinations, itertools.combinations_with_replacement, itertools.zip_longest,
+            itertools.pairwise, itertools.tee, collections._count_elements):
+    LOOKASIDES[id(_fn)] = _consumer(_fn)
+for _fn in (dict, collections.OrderedDict):
+    LOOKASIDES[id(_fn)] = _consumer(_fn, mapping=True)
+
+# methods of builtin containers and strings that iterate their arguments, called natively (Runtime.call_native)
+CONSUMING_METHODS = frozenset({"join", "extend", "extendleft", "update", "union", "intersection", "difference",
+                               "symmetric_difference", "issubset", "issuperset", "isdisjoint", "fromkeys",
+                               "intersection_update", "difference_update", "symmetric_difference_update"})
+_CONSUMING_OWNERS = (str, bytes, bytearray, list, dict, set, frozenset, collections.deque)
+
+
+def consuming_method(rt, fn, args, kwargs):
+    """`sep.join(o)`, `out.extend(o)`, `dict.fromkeys(o)`, `s.update(o)` of a builtin container or string: o's
+    items read as consumed() gives them; `lst.sort(key=...)` with its key interpreted. NULL when fn is not one."""
+    owner = getattr(fn, "__self__", None)
+    name = fn.__name__
+    if not isinstance(owner, _CONSUMING_OWNERS) and not (isinstance(owner, type) and issubclass(owner, dict)):
+        return NULL
+    if name == "sort" and type(owner) is list:
+        if "key" in kwargs and type(kwargs["key"]) in _CALLBACK_TYPES:
+            kwargs = {**kwargs, "key": Interpreted(rt, kwargs["key"])}
+        _, kwargs = _ordered(rt, (owner,), kwargs)
+        return fn(*args, **kwargs)
+    if name not in CONSUMING_METHODS:
+        return NULL
+    mapping = name == "update" and isinstance(owner, dict)
+    return fn(*[access.consumed(rt, a, mapping and i == 0) for i, a in enumerate(args)], **kwargs)
+
+
+for _name in CONSUMING_METHODS | {"sort"}:
+    BUILTIN_METHODS[_name] = consuming_method
+for _name in access.KEYED_METHODS:
+    BUILTIN_METHODS[_name] = access.keyed_method
 # -- ranges of symbolic sizes (jitcore/ir/ranges.py) -----------------------------------------------------------------
 @lookaside(builtins.range)
 def _range(rt, args, kwargs):

@@ -8,6 +8,7 @@ concrete call's `Roots(args, kwargs, fn)` (jitcore's prologue uses this to re-fe
 from __future__ import annotations
 
 import builtins
+import enum
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +163,28 @@ class SliceKey:
         return slice(self.start, self.stop, self.step)
 
 
+class ObjectKey:
+    """A dict key that is no constant (a dtype, a class, an enum member, an object whose class hashes in Python), held
+    by identity: the key is looked up again when the value is fetched, hashed and compared as the dict does then."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is ObjectKey and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __repr__(self):
+        t = type(self.obj)
+        if t.__module__ in ("builtins", "torch") or isinstance(self.obj, enum.Enum):
+            return repr(self.obj)
+        return f"<{t.__qualname__} at {id(self.obj):#x}>"
+
+
 @dataclass(frozen=True)
 class Item(Provenance):
     parent: Provenance
@@ -172,6 +195,8 @@ class Item(Provenance):
 
     def load(self, roots):
         key = self.key.to_slice() if isinstance(self.key, SliceKey) else self.key
+        if type(key) is ObjectKey:
+            key = key.obj
         return self.parent.load(roots)[key]
 
 
@@ -189,15 +214,32 @@ class DictView(Provenance):
         return getattr(self.parent.load(roots), self.kind)()
 
 
+@dataclass(frozen=True)
+class Converted(Provenance):
+    """`fn(parent)`: a value made from an external one on every call (`torch.from_numpy(arr)`, sharing its memory)."""
+
+    parent: Provenance
+    fn: Any
+
+    def __str__(self):
+        return f"{getattr(self.fn, '__name__', self.fn)}({self.parent})"
+
+    def load(self, roots):
+        return self.fn(self.parent.load(roots))
+
+
 _CONST_TYPES = (int, str, bytes, float, bool, type(None))
 NOT_CONST = type("NOT_CONST", (), {"__repr__": lambda self: "<not a constant>"})()
 
 
-def constant_key(key):
-    """`key` as a hashable constant usable in Item provenance, or NOT_CONST if it is not a constant."""
+def constant_key(key, in_dict: bool = False):
+    """`key` as a hashable constant usable in Item provenance, or NOT_CONST if it is not a constant. in_dict: a key
+    found in a dict, where any other hashable key is held by identity (ObjectKey)."""
     t = type(key)
     if t in _CONST_TYPES:
         return key
+    if in_dict and t is not slice and not (t is tuple and all(type(k) in _CONST_TYPES for k in key)):
+        return ObjectKey(key) if type(key).__module__ != "jitcore.ir.proxies" else NOT_CONST
     if t is slice:
         if all(type(p) in (int, type(None)) for p in (key.start, key.stop, key.step)):
             return SliceKey(key.start, key.stop, key.step)

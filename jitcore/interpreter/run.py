@@ -83,6 +83,7 @@ class Runtime:
         self.views: dict[int, tuple] = {}
         self.entered: dict = {}  # code objects of user files interpreted (in order): what a package's checks hash
         self._seen_code: set = set()
+        self._code_read: set = set()  # ids of functions from outside whose __code__ was reported
         self.fallback_where: str | None = None
         self.unwound: dict[int, tuple] = {}  # id(exception) -> (exception, where it left interpreted frames)
         self._tcache: dict = {}
@@ -242,6 +243,10 @@ class Runtime:
                 spec = CONTAINER_METHODS.get(id(unbound))
                 if spec is not None:
                     return spec(self, unbound, (owner, *args), kwargs)
+        if t is types.BuiltinMethodType and fn.__name__ in BUILTIN_METHODS:  # (`sep.join(o)`: o's __iter__ interpreted)
+            r = BUILTIN_METHODS[fn.__name__](self, fn, args, kwargs)
+            if r is not NULL:
+                return r
         return as_user(fn, *args, **kwargs)  # (str(n) of a symbolic size is its value's text: jitcore/ir/arith.py)
 
     def call_function(self, fn, args, kwargs):
@@ -254,6 +259,13 @@ class Runtime:
             self._seen_code.add(code)
             if is_user_file(code.co_filename):
                 self.entered[code] = None
+        prov = self.external.get(id(fn))
+        if prov is not None and code in self.entered and id(fn) not in self._code_read:
+            # which code runs is read from the function (`helper.__code__ = other.__code__` between calls), and so
+            # are the defaults that fill its parameters (`helper.__defaults__ = (5.0,)`)
+            self._code_read.add(id(fn))
+            self.report(code, Attr(prov, "__code__"))
+            self.defaults_owners.setdefault(id(fn), prov)
         info = code_info(code)
         if info.flags & CO_ASYNC:
             raise UnsupportedError(
@@ -460,3 +472,4 @@ def run_frame(frame, throw=None):
 # filled by lookasides.py / containers.py (imported by the package __init__)
 LOOKASIDES: dict[int, object] = {}
 CONTAINER_METHODS: dict[int, object] = {}
+BUILTIN_METHODS: dict[str, object] = {}  # method name -> handler(rt, fn, args, kwargs) of a bound builtin, or NULL

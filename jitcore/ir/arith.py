@@ -351,12 +351,16 @@ BINARY = {  # name -> (python operator, format)
     "truediv": (operator.truediv, "{} / {}"), "pow": (operator.pow, "{} ** {}"),
     # of ints only (the interpreter's max()/min() of sizes): the result's type never depends on which one won
     "max": (max, "max({}, {})"), "min": (min, "min({}, {})"),
+    # bitwise, of ints (and bools)
+    "and": (operator.and_, "{} & {}"), "or": (operator.or_, "{} | {}"), "xor": (operator.xor, "{} ^ {}"),
+    "lshift": (operator.lshift, "{} << {}"), "rshift": (operator.rshift, "{} >> {}"),
 }
 COMPARE = {  # name -> (python operator, symbol)
     "eq": (operator.eq, "=="), "ne": (operator.ne, "!="), "lt": (operator.lt, "<"), "le": (operator.le, "<="),
     "gt": (operator.gt, ">"), "ge": (operator.ge, ">="),
 }
 UNARY = {"neg": (operator.neg, "-{}"), "abs": (abs, "abs({})"), "pos": (operator.pos, "+{}"),
+         "invert": (operator.invert, "~{}"),
          "float": (float, "float({})"), "int": (int, "int({})"),
          # float -> int roundings print with builtins only, so predicates over them run in the prologue as is
          "ceil": (math.ceil, "int(-(-{} // 1))"), "floor": (math.floor, "int({} // 1)"),

@@ -53,6 +53,16 @@ TENSOR_PROPERTIES: dict = {}
 # torch.Tensor attributes a proxy's own attributes shadow (a proxy's `name` is its name in the trace): name -> what
 # the user's code reads instead, callable(proxy); the interpreter's attribute load asks this table first
 SHADOWED_TENSOR_ATTRS: dict = {"name": lambda proxy: None}  # eager: None (torch sets it for no user tensor)
+
+
+def _version_refused(proxy):
+    raise UnsupportedError("tensor attribute", "reading a tensor's ._version inside a jitted function: its version "
+                           "counter counts the in-place writes made to it in this process, which differ on every "
+                           "call (and a traced program's writes are not made one by one as eager's)",
+                           hint="read x._version outside the jitted function and pass what you need as an argument")
+
+
+SHADOWED_TENSOR_ATTRS["_version"] = _version_refused
 # Tensor methods with no entry in TENSOR_METHODS, asked in this order: "inplace" (jitcore/ops/torch_inplace.py: an
 # in-place method as its functional form over a clone plus the write; metadata in-place methods refused), then
 # "opaque" (jitcore/ops/opaque.py: any torch.Tensor method as an opaque op)
@@ -232,6 +242,34 @@ for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(NumberProxy, f"__{_n}__", _number_dunder(_n))
 for _n in ("neg", "abs", "pos"):
     setattr(NumberProxy, f"__{_n}__", _unary_dunder(_n))
+
+
+def _bitwise(name, reflected=False):
+    """`i0 & 3`, `1 << i0`, ...: of ints (Python's bitwise operators; a float operand raises TypeError as eager's)."""
+    number = _number_dunder(name, reflected)
+
+    def f(self, other):
+        if self.python_type is float or isinstance(other, float) or (
+                isinstance(other, NumberProxy) and other.python_type is float):
+            return NotImplemented
+        return number(self, other)
+
+    f.__name__ = number.__name__
+    return f
+
+
+for _n in ("and", "or", "xor", "lshift", "rshift"):
+    setattr(NumberProxy, f"__{_n}__", _bitwise(_n))
+    setattr(NumberProxy, f"__r{_n}__", _bitwise(_n, reflected=True))
+
+
+def _invert(self):
+    if self.python_type is float:
+        raise TypeError("bad operand type for unary ~: 'float'")
+    return _py("invert", self)
+
+
+NumberProxy.__invert__ = _invert
 del _n
 
 
@@ -464,6 +502,13 @@ class TensorProxy(Proxy):
         known = oracle(self)
         return False if known is None else known
 
+    def is_inference(self) -> bool:
+        """As eager: a tensor made under torch.inference_mode() (and views of one); an input is what the tensor it
+        stands for is (asked to the trace's inference oracle, which guards it)."""
+        trace = get_tracectx()
+        oracle = trace.extra.get("inference_oracle") if trace is not None else None
+        return False if oracle is None else oracle(self)
+
     @property
     def grad_fn(self):
         if self.is_leaf:
@@ -592,6 +637,8 @@ class TensorProxy(Proxy):
         return iter(TENSOR_METHODS["unbind"](self, 0))
 
     def __repr__(self):
+        if arith.USER_TEXT.get():  # the user's str(x), repr(x), "%s" % x: eager's text shows the values (not a name)
+            raise DataDependentError("converting a tensor to text (str, repr or %-formatting) needs its data")
         return self.name
 
     def __format__(self, spec):

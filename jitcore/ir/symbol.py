@@ -205,10 +205,36 @@ def _records_user_code(trace) -> bool:
 
 
 def _in_context(bsym: BoundSymbol) -> BoundSymbol:
-    """bsym marked with the grad mode it is recorded under (see NO_GRAD)."""
+    """bsym marked with the grad mode it is recorded under (see NO_GRAD); its outputs noted as inference tensors (the
+    trace's INFERENCE set of names) where eager's are."""
     if not torch.is_grad_enabled():
         bsym.extra[NO_GRAD] = True
+    trace = get_tracectx()
+    made = trace.extra.get(INFERENCE) if trace is not None else None
+    if made is not None:
+        mode = torch.is_inference_mode_enabled()
+        if mode or made:
+            _note_inference(bsym, made, mode)
     return bsym
+
+
+# Trace.extra key (the interpreter's trace): name -> True for the tensors eager makes as inference tensors (under
+# torch.inference_mode(), or views of one), False for views of an inference tensor the function was given
+INFERENCE = "inference_tensors"
+
+
+def _note_inference(bsym, made: dict, mode: bool):
+    """A view or an in-place write is an inference tensor when the tensor it views or writes is; another op's outputs
+    are when recorded under inference mode."""
+    if is_eager_view(bsym) or writes_in_place(bsym):
+        base = viewed_tensor(bsym)
+        flag = made.get(base.name) if base is not None else None
+    else:
+        flag = True if mode else None
+    if flag is not None:
+        for o in bsym.flat_proxy_outs():
+            if isinstance(o, TensorProxy):
+                made[o.name] = flag
 
 
 def recorded_without_grad(bsym) -> bool:

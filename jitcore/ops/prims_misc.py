@@ -1,6 +1,7 @@
 """Ops: miscellaneous prims: shape (a tensor's sizes as Python ints), copy_ (the one in-place write, into an
 existing tensor), stop_gradient (a tensor cut off from autodiff), no_grad_update (a tensor after a write that
-autograd did not record) and item_as_size (a tensor's value as a size known only at run time).
+autograd did not record), item_as_size (a tensor's value as a size known only at run time) and inference_tensor (a
+returned tensor eager makes under torch.inference_mode()).
 """
 from __future__ import annotations
 
@@ -61,3 +62,11 @@ def item_as_size(a):
     oracle = None if trace is None else trace.extra.get("value_oracle")
     values = oracle([a]) if oracle is not None else None
     return run_time_size(0 if values is None else max(int(values[0]), 0))
+
+
+@prim("prims.inference_tensor", tags=(Tag.NON_DIFFERENTIABLE,))
+def inference_tensor(a):
+    """a's values as an inference tensor (made under torch.inference_mode(): is_inference() is True, no autograd), for
+    a tensor the function returns that eager made under inference mode."""
+    _tensor("inference_tensor", a)
+    return a.like(requires_grad=False)

@@ -13,6 +13,7 @@ import torch
 from jitcore.errors import MetaError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
+from jitcore.ir.ranges import range_length
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
@@ -60,6 +61,9 @@ def _expand_key(a, key):
     for k in key:
         if isinstance(k, list):
             k = _python_index_list(a, k, a.device)
+        elif isinstance(k, range):  # (a builtin range or a symbolic one): its values as an int64 index tensor
+            k = pc.iota(range_length(k.start, k.stop, k.step), start=k.start, step=k.step, device=a.device,
+                        dtype=torch.int64)
         if isinstance(k, TensorProxy) and k.dtype in (torch.bool, torch.uint8):
             k = _Mask(k) if k.ndim else bool(k)  # a 0-dim mask is a Python bool (its value guarded)
         if not (k is None or k is Ellipsis or isinstance(k, (int, IntegerProxy, slice, TensorProxy, _Mask))):

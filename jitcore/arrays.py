@@ -1,0 +1,62 @@
+"""Frontend helper: numpy arrays from outside handed to torch.from_numpy / torch.as_tensor inside a jitted function.
+
+Eager's tensor shares the array's memory: here it is a tensor input fetched per call (`Converted` provenance:
+`torch.from_numpy(<the array>)` in the prologue), so the program reads the array's values as they are at the call and
+its in-place writes into the tensor reach the array through the epilogue.
+"""
+from __future__ import annotations
+
+import torch
+
+from jitcore.guards.prologue import is_ndarray
+from jitcore.interpreter.provenance import Converted
+from jitcore.ops import torch_map
+
+CONVERSIONS = (torch.from_numpy, torch.as_tensor)
+
+
+def shares_memory(arr):
+    """torch.from_numpy(arr) (a tensor sharing its memory), or None where torch cannot take it that way."""
+    try:
+        return torch.from_numpy(arr)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _dtype_of(arr):
+    t = shares_memory(arr.reshape(-1)[:0])
+    return None if t is None else t.dtype
+
+
+def converted_next(frame, arr) -> bool:
+    """Whether the array being loaded is the one argument of the torch.from_numpy / torch.as_tensor call the next
+    instruction of `frame` makes (`torch.from_numpy(self.buf)`): its values are then read through that tensor, an
+    input fetched per call, not natively (its contents need no guard)."""
+    if frame is None or frame.ip >= len(frame.insts):
+        return False
+    nxt = frame.insts[frame.ip]
+    if nxt.opname != "PRECALL" or nxt.arg != 1 or not any(x is c for x in frame.stack[-2:] for c in CONVERSIONS):
+        return False
+    return shares_memory(arr) is not None
+
+
+def array_tensor(ctx, fn, runtime):
+    """What the program calls for torch.from_numpy / torch.as_tensor (fn): of an array from outside (as_tensor: with
+    no other dtype or device), the tensor input sharing its memory, one per array (ctx._arrays); else the op."""
+    op = torch_map.lookup(fn)
+
+    def call(*args, **kwargs):
+        data = args[0] if args else kwargs.get("data")
+        prov = runtime.external.get(id(data)) if is_ndarray(data) else None
+        plain = prov is not None and (len(args) + len(kwargs) == 1 or (
+            fn is torch.as_tensor and kwargs.get("device") in (None, "cpu") and
+            kwargs.get("dtype") in (None, _dtype_of(data))))
+        tensor = shares_memory(data) if plain else None
+        if tensor is None:
+            return op(*args, **kwargs)
+        known = ctx._arrays.get(id(data))
+        if known is None:
+            known = ctx._arrays[id(data)] = ctx._tensor_input(tensor, Converted(prov, torch.from_numpy))
+        return known
+
+    return call

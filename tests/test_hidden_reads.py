@@ -1,0 +1,332 @@
+"""State that Python reads behind an opcode or inside a builtin, changed between calls, against eager over sequences
+of calls in each cache mode. Each was silently the first call's answer before:
+
+- isinstance/issubclass against an ABC a class is registered with later (`Kind.register(Thing)`), a metaclass's
+  `__instancecheck__` written in Python, a runtime-checkable Protocol (the attributes it looks for);
+- which code a function runs and the defaults filling its parameters (`helper.__code__ = other.__code__`,
+  `helper.__defaults__ = (5.0,)`), for a helper and for the jitted function itself;
+- builtins and methods iterating a user iterable natively (`dict.fromkeys(o)`, `bytes(o)`, `",".join(o)`,
+  `out.extend(o)`, itertools, `math.prod`, `functools.reduce`, `collections.Counter`, `sum(o, 0)`, `dict(mapping)`):
+  its Python `__iter__` (or `__getitem__`) ran natively;
+- dict and set lookups keyed by objects whose class hashes and compares in Python (`d[key]`, `key in s`, `d.get(k)`),
+  and the values of a dict read at a key that is no constant (a dtype, an enum member, a class: `d[x.dtype]`).
+
+A seeded generator builds a world of such objects, one read of them, and a random sequence of changes made between
+calls; every call is compared with eager in each cache mode.
+"""
+from __future__ import annotations
+
+import abc
+import collections
+import enum
+import functools
+import itertools
+import math
+import random
+import typing
+
+import pytest
+import torch
+
+import jitcore
+from tests.fuzz import CACHE_MODES
+
+
+class Key:
+    """A dict/set key whose class hashes and compares in Python, by `self.v`."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __hash__(self):
+        return hash(self.v)
+
+    def __eq__(self, other):
+        return isinstance(other, Key) and self.v == other.v
+
+
+class Items:
+    """A user iterable: __iter__ written in Python."""
+
+    def __init__(self, vals):
+        self.vals = list(vals)
+
+    def __iter__(self):
+        return iter(self.vals)
+
+
+class OldSequence:
+    """Python's older sequence protocol: __getitem__ only."""
+
+    def __init__(self, vals):
+        self.vals = list(vals)
+
+    def __getitem__(self, i):
+        return self.vals[i]
+
+
+class Mapping:
+    """A mapping dict() and dict.update() read through keys() and __getitem__."""
+
+    def __init__(self):
+        self.data = {"a": 1}
+
+    def keys(self):
+        return list(self.data)
+
+    def __getitem__(self, k):
+        return self.data[k]
+
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
+class Flagged(type):
+    def __instancecheck__(cls, obj):
+        return getattr(obj, "flag", False)
+
+
+class ByFlag(metaclass=Flagged):
+    pass
+
+
+@typing.runtime_checkable
+class HasScale(typing.Protocol):
+    def scale(self): ...
+
+
+def _helper(v, s=2.0):
+    return v * s
+
+
+def _other_helper(v, s=2.0):
+    return v * s + 3.0
+
+
+# read name -> an expression over the world `w` (and the module-level helpers) giving a float
+READS = {
+    "dict_key": "w.table[w.key]",
+    "dict_get": "w.table.get(w.key, -1.0)",
+    "set_contains": "(2.0 if w.key in w.keys else 3.0)",
+    "dict_contains": "(4.0 if w.key in w.table else 5.0)",
+    "dtype_key": "w.by_kind[x.dtype] + w.by_kind[Color.RED] + w.by_kind[int]",
+    "abc_isinstance": "(2.0 if isinstance(w.thing, Kind) else 3.0)",
+    "abc_issubclass": "(2.0 if issubclass(type(w.thing), Kind) else 3.0)",
+    "metaclass": "(2.0 if isinstance(w.thing, ByFlag) else 3.0)",
+    "protocol": "(2.0 if isinstance(w.thing, HasScale) else 3.0)",
+    "helper": "helper(1.5)",
+    "fromkeys": "float(len(dict.fromkeys(w.items)))",
+    "bytes": "float(sum(bytes(w.items)))",
+    "join": "float(len('-'.join(str(v) for v in w.items)) + len(','.join(map(str, w.items))))",
+    "extend": "float(sum(_extended(w.items)))",
+    "chain": "float(sum(itertools.chain(w.items, w.items)))",
+    "prod": "float(math.prod(w.items))",
+    "reduce": "float(functools.reduce(lambda a, b: a * 2 + b, w.items, 1))",
+    "counter": "float(collections.Counter(w.items).most_common(1)[0][1] if w.items.vals else 0)",
+    "sum_start": "float(sum(w.items, 10))",
+    "mapping": "float(sum(dict(w.mapping).values()) + len(_updated(w.mapping)))",
+}
+
+
+def _extended(o):
+    out = [0]
+    out.extend(o)
+    return out
+
+
+def _updated(m):
+    d = {"z": 0}
+    d.update(m)
+    return d
+
+
+def _world(r):
+    class Kind(abc.ABC):  # noqa: B024 (an ABC for its registry)
+        pass
+
+    class Thing:
+        pass
+
+    w = type("World", (), {})()
+    w.table = {Key(0): 1.0, Key(1): 2.0, Key(2): 3.0}
+    w.keys = {Key(0), Key(2)}
+    w.key = Key(r.randrange(3))
+    w.thing = Thing()
+    w.items = (Items if r.random() < 0.5 else OldSequence)([1, 2])
+    w.mapping = Mapping()
+    w.by_kind = {torch.float32: 1.0, Color.RED: 2.0, int: 3.0}
+    scope = {"Kind": Kind, "ByFlag": ByFlag, "torch": torch, "Color": Color, "HasScale": HasScale,
+             "itertools": itertools, "math": math, "functools": functools, "collections": collections,
+             "_extended": _extended, "_updated": _updated}
+    exec("def helper(v, s=2.0):\n    return v * s\n", scope)
+    return w, Kind, Thing, scope
+
+
+def _change(r, w, Kind, Thing, scope):
+    """One change made between calls, chosen at random (some do nothing to this read)."""
+    what = r.choice(["key", "table", "keys", "register", "flag", "protocol", "code", "defaults", "items", "mapping",
+                     "by_kind", "none"])
+    if what == "key":
+        w.key.v = r.randrange(4)
+    elif what == "table":
+        w.table[Key(r.randrange(4))] = r.choice([7.0, 9.0])
+    elif what == "keys":
+        w.keys.symmetric_difference_update({Key(r.randrange(4))})
+    elif what == "register" and not issubclass(Thing, Kind):
+        Kind.register(Thing)
+    elif what == "flag":
+        w.thing.flag = not getattr(w.thing, "flag", False)
+    elif what == "protocol":
+        if "scale" in w.thing.__dict__:
+            del w.thing.scale
+        else:
+            w.thing.scale = lambda: 1.0
+    elif what == "code":
+        helper = scope["helper"]
+        helper.__code__ = (_other_helper if helper.__code__ is _helper.__code__ else _helper).__code__
+    elif what == "defaults":
+        scope["helper"].__defaults__ = (r.choice([2.0, 5.0]),)
+    elif what == "items":
+        w.items.vals.append(r.randrange(1, 4)) if r.random() < 0.7 else w.items.vals.clear()
+    elif what == "mapping":
+        w.mapping.data[r.choice("abc")] = r.randrange(5)
+    elif what == "by_kind":
+        w.by_kind[r.choice([torch.float32, Color.RED, int])] = r.choice([4.0, 8.0])
+    return what
+
+
+def _run(seed, mode):
+    """(read, [(change, eager, jitted)...]) for one seeded world, eager and jitted side by side on one world."""
+    r = random.Random(seed)
+    read = list(READS)[seed % len(READS)]
+    w, Kind, Thing, scope = _world(r)
+    exec(f"def f(x, w):\n    return x * {READS[read]}\n", scope)
+    f = scope["f"]
+    jf = jitcore.jit(f, cache=mode)
+    steps, what = [], "start"
+    for _ in range(7):
+        x = torch.arange(3.0)
+        out = []
+        for fn in (f, jf):
+            try:
+                out.append(fn(x, w))
+            except Exception as e:  # (eager's own errors: the same error expected)
+                out.append(type(e).__name__)
+        steps.append((what, *out))
+        what = _change(r, w, Kind, Thing, scope)
+    return read, steps
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", range(3 * len(READS)))
+def test_hidden_reads_between_calls(seed, mode):
+    read, steps = _run(seed, mode)
+    for i, (_, e, g) in enumerate(steps):
+        where = f"call {i} after {[s[0] for s in steps[:i + 1]]} (read {read})"
+        if isinstance(e, str):
+            assert g == e, where
+        else:
+            assert isinstance(g, torch.Tensor), f"{where}: {g}"
+            torch.testing.assert_close(g, e, msg=where)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_jitted_function_code_replaced(mode):
+    def f(x):
+        return x + 1
+
+    def other(x):
+        return x * 10
+
+    jf = jitcore.jit(f, cache=mode)
+    torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
+    f.__code__ = other.__code__
+    torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_tensor_text_is_refused(mode):
+    """str(x), repr(x), "%s" % x of a tensor inside the function were the proxy's name ('t0'), silently."""
+    for fn in (lambda x: str(x), lambda x: repr([x]), lambda x: "%s" % x):  # noqa: UP031
+        with pytest.raises(jitcore.errors.DataDependentError, match="to text"):
+            jitcore.jit(fn, cache=mode)(torch.ones(2))
+
+
+def _inference_props(out):
+    return [(o.is_inference(), o.requires_grad, o.tolist()) if isinstance(o, torch.Tensor) else o for o in out]
+
+
+def _made_under_inference_mode(x, b):
+    with torch.inference_mode():
+        y = x * 2
+        z = y[0]  # a view of an inference tensor
+        v = x.view(3, 1)  # a view of x: what x is
+        b.add_(1)  # a normal tensor written under inference mode: normal
+    return y, z, v, b, z.is_inference(), v.is_inference(), (y + 1).is_inference(), x.is_inference()
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_inference_mode_inside(mode):
+    """Tensors made under torch.inference_mode() inside the function answer is_inference() and come back as inference
+    tensors, as in eager (they were ordinary tensors, silently); an inference tensor argument is guarded."""
+    jf = jitcore.jit(_made_under_inference_mode, cache=mode)
+    with torch.inference_mode():
+        frozen = torch.ones(3)
+    for x in (torch.ones(3, requires_grad=True), torch.full((3,), 2.0), frozen, torch.ones(3)):
+        b1, b2 = torch.zeros(3), torch.zeros(3)
+        assert _inference_props(jf(x, b1)) == _inference_props(_made_under_inference_mode(x, b2))
+
+
+class _Buffers:
+    pass
+
+
+def _array_programs(kind, holder, arr):
+    if kind == "closure":
+        def f(x, a):
+            t = torch.from_numpy(arr)
+            t.add_(x)
+            return t * 2
+    elif kind == "attribute":
+        def f(x, a):
+            t = torch.as_tensor(holder.arr)
+            t.mul_(2).add_(x)
+            return t.sum()
+    elif kind == "argument":
+        def f(x, a):
+            t = torch.from_numpy(a)
+            t += x
+            return t + 0
+    else:  # read natively too, then written through the tensor
+        def f(x, a):
+            s = float(holder.arr.sum())
+            t = torch.from_numpy(holder.arr)
+            t += x
+            return t * s
+    return f
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("kind", ["closure", "attribute", "argument", "native_read"])
+def test_numpy_array_written_through_from_numpy(kind, mode):
+    """torch.from_numpy(arr) / torch.as_tensor(arr) share arr's memory: a write into the tensor inside the function
+    reaches arr (it did not: the tensor was a constant of arr's values), and the caller's writes between calls are
+    read. The array is an input fetched per call where it goes straight to the conversion (one compile)."""
+    worlds = []
+    for _ in range(2):
+        holder = _Buffers()
+        holder.arr = arr = torch.zeros(3).numpy()
+        worlds.append((_array_programs(kind, holder, arr), arr))
+    (f, expected_arr), (g, arr) = worlds
+    jg = jitcore.jit(g, cache=mode)
+    for i in range(4):
+        x = torch.full((3,), float(i + 1))
+        passed = kind == "argument"  # (an array argument's contents are guarded: it is read from outside)
+        torch.testing.assert_close(jg(x, arr if passed else None), f(x, expected_arr if passed else None))
+        assert (arr == expected_arr).all(), (i, arr, expected_arr)
+        arr[0] += 1
+        expected_arr[0] += 1
+    if kind in ("closure", "attribute") and mode != "no caching":
+        assert jitcore.cache_misses(jg) == 1
