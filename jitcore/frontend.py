@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import io
 import types
 from dataclasses import dataclass, field
 
@@ -683,9 +684,12 @@ def _stable_identities(guards, roots):
 
 
 def _native_iterator(t) -> bool:
-    """An iterator whose state is not Python attributes (a generator, list_iterator, zip, map, itertools.count...)."""
+    """An iterator whose state is not Python attributes (a generator, list_iterator, zip, map, itertools.count...).
+    Files are not: they iterate over their lines, but code reads them to write to them (logging's handlers read
+    sys.stderr, print(..., file=f))."""
     nxt = getattr(t, "__next__", None)
-    return nxt is not None and not isinstance(nxt, types.FunctionType) and not t.__module__.startswith("jitcore")
+    return nxt is not None and not isinstance(nxt, types.FunctionType) and not t.__module__.startswith("jitcore") \
+        and not issubclass(t, io.IOBase)
 
 
 def _refetchable(prov) -> bool:

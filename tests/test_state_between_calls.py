@@ -446,3 +446,25 @@ def test_numpy_array_read_per_call(read, mode):
         w[step % 3] = 7.0 + step
     torch.testing.assert_close(jf(torch.ones(3), np.zeros(3, dtype=np.float32)),
                                f(torch.ones(3), np.zeros(3, dtype=np.float32)))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_files_read_from_outside_are_written_to_not_refused_as_iterators(mode, capsys):
+    """A file is an iterator over its lines, but code from outside reads it to write to it: logging's last-resort
+    handler reads sys.stderr, print(..., file=sys.stderr). Reading one is not refused as an iterator from outside
+    (external iterators are: their items would be replayed)."""
+    import logging
+    import sys
+
+    log = logging.getLogger("jitcore.tests.files")
+
+    def f(x):
+        log.warning("called")
+        print("sum", file=sys.stderr)
+        return x * 2
+
+    jf = jitcore.jit(f, cache=mode)
+    for n in (2, 3):
+        x = torch.randn(n)
+        torch.testing.assert_close(jf(x), f(x))
+    assert "sum" in capsys.readouterr().err
