@@ -31,7 +31,7 @@ from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import per_call, prims, torch_creation, torch_map
-from jitcore.ops.opaque import draws_random, opaque_symbol
+from jitcore.ops.opaque import FUNCTION_APPLY, draws_random, opaque_symbol, user_function_call
 from jitcore.ops.sizes import define_sizes
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
@@ -203,6 +203,8 @@ class JitContext(DefaultContext):
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
+        if fn is FUNCTION_APPLY:  # MyFunction.apply(x): run by torch at run time, with the user's backward
+            return user_function_call
         if fn in arrays.CONVERSIONS:  # torch.from_numpy(arr): a tensor input sharing the array's memory
             return arrays.array_tensor(self, fn, self._runtime)
         if fn in _GLOBAL_FLAGS:  # read now, and checked by the prologue on every call

@@ -191,6 +191,9 @@ def _describe(obj) -> str:
     if isinstance(obj, (torch.dtype, torch.device)):
         return repr(obj)
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    owner = getattr(obj, "__self__", None)
+    if isinstance(owner, type) and name:  # a class's bound method (MyFunction.apply): the class's name, not the base's
+        name = f"{owner.__qualname__}.{name.rpartition('.')[2]}"
     return f"{type(obj).__name__} {name}" if name else type(obj).__name__
 
 

@@ -644,3 +644,76 @@ opaque_vjp_replay_sym = Symbol("autodiff.opaque_vjp_replay", "opaque_vjp_replay"
                                module="", call_ctx={"opaque_vjp_replay": opaque_vjp_replay},
                                tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
 EAGER_KERNELS[opaque_vjp_replay_sym.id] = opaque_vjp_replay
+
+
+# -- torch.autograd.Function subclasses written by the user -----------------------------------------------------------
+_FUNCTIONS: dict = {}  # the user's torch.autograd.Function subclass -> its opaque op
+
+
+FUNCTION_APPLY = torch.autograd.Function.apply.__func__  # what `MyFunction.apply(x)` calls, with the class first
+
+
+def user_function_call(cls, *args, **kwargs):
+    """`cls.apply(*args, **kwargs)` called in traced code (FUNCTION_APPLY's stand-in): the op of a user's Function
+    (user_function_op), or, for torch's own Functions, apply run natively as before (their ops on proxies record
+    themselves)."""
+    sym = user_function_op(cls.apply)
+    return sym(*args, **kwargs) if sym is not None else FUNCTION_APPLY(cls, *args, **kwargs)
+
+
+def user_function_op(fn):
+    """The op for `fn` when it is `Cls.apply` of a torch.autograd.Function subclass defined outside torch, else None.
+
+    Such a call runs as eager runs it, at run time (torch's own Function machinery calls the user's forward with its
+    ctx), and its backward recomputes it with autograd, which calls the user's backward: the gradient is the one the
+    user wrote, not the derivative of the forward's ops (interpreting the forward, as for any Python code, silently
+    differentiated those instead). Tagged RANDOM, so the recomputation replays the forward's draws (a dropout
+    inside), and EFFECTS, so passes keep it where it is (a forward may write its inputs, ctx.mark_dirty)."""
+    cls = getattr(fn, "__self__", None)
+    if getattr(fn, "__func__", None) is not FUNCTION_APPLY or not isinstance(cls, type) or \
+            not issubclass(cls, torch.autograd.Function) or cls.__module__.split(".")[0] == "torch":
+        return None
+    sym = _FUNCTIONS.get(cls)
+    if sym is None:
+        qualname = f"{cls.__module__}.{cls.__qualname__}"
+        name = re.sub(r"\W", "_", cls.__qualname__) + "_apply"
+        clashes = sum(1 for c in _FUNCTIONS if c.__qualname__ == cls.__qualname__)
+        name = f"{name}{clashes}" if clashes else name  # (classes of one name made again: each its own op)
+        sym = _Opaque(f"opaque.autograd_function.{qualname}" + (f".{clashes}" if clashes else ""), name,
+                      meta=_function_meta(fn, qualname), tags=(Tag.OPAQUE, Tag.RANDOM, Tag.EFFECTS), module="",
+                      namespace=None, call_ctx={name: fn}, torch_fn=fn)
+        EAGER_KERNELS[sym.id] = fn
+        OPAQUE_OPS[sym.id] = sym
+        _FUNCTIONS[cls] = sym
+    return sym
+
+
+def _function_meta(fn, qualname):
+    """The outputs of a user's Function: as any opaque op's, with requires_grad as torch's Function machinery sets it
+    (an output the forward marked non-differentiable does not require grad), found by running it on meta tensors
+    with grad enabled where the trace's is."""
+    base = _make_meta(fn, qualname)
+
+    def meta(*args, **kwargs):
+        out = base(*args, **kwargs)
+        flat, spec = tree_flatten((args, kwargs))
+        if not proxies_require_grad(flat) or any(isinstance(a, proxies.TensorProxy) and
+                                                 not all(type(s) is int for s in a.shape) for a in flat):
+            return out
+        try:
+            def leaf(a):
+                m = _to_meta(a, qualname)
+                return m.requires_grad_(True) if isinstance(a, proxies.TensorProxy) and a.requires_grad else m
+
+            margs, mkwargs = tree_unflatten(spec, [leaf(a) for a in flat])
+            with torch.enable_grad():
+                flags = [o.requires_grad for o in tree_flatten(fn(*margs, **mkwargs))[0] if isinstance(o, torch.Tensor)]
+        except Exception:
+            return out
+        proxies_out = [o for o in tree_flatten(out)[0] if isinstance(o, proxies.TensorProxy)]
+        if len(flags) != len(proxies_out):
+            return out
+        swap = {id(p): p.like(requires_grad=f) for p, f in zip(proxies_out, flags) if p.requires_grad != f}
+        return tree_map(lambda o: swap.get(id(o), o), out) if swap else out
+
+    return meta
