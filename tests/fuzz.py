@@ -58,7 +58,7 @@ class Program:
     def function(self):
         filename = f"<fuzz seed {self.seed}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
-        ns = {"torch": torch, "random": random}
+        ns = {"torch": torch, "random": random, **FUNCTIONS}
         exec(compile(self.source, filename, "exec"), ns)
         return ns["f"]
 
@@ -156,6 +156,46 @@ SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vect
 SCALARS = ("2", "0.5", "-1.5", "True", "3", "s0", "k", "{v}.shape[0]", "-2")
 
 
+# torch.autograd.Function subclasses a program may call: their backward is the user's, not the forward's derivative
+class _Ste(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x * 2) / 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x * 2  # (not 3 x^2)
+
+
+class _Mask(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        mask = torch.rand_like(x) > 0.5
+        ctx.save_for_backward(mask)
+        return torch.where(mask, x, x * 0.25)
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        return torch.where(mask, g * 1.5, g)
+
+
+FUNCTIONS = {"_Ste": _Ste, "_Cube": _Cube, "_Mask": _Mask}
+SPECIAL = SPECIAL + ("_Ste.apply({v})", "_Cube.apply({v})", "_Mask.apply({v})")
+
+
 class Generator:
     """Builds a program statement by statement, executing each candidate on sample inputs (a shadow run) and
     keeping only those eager accepts, so most programs are valid and the generator needs no shape rules."""
@@ -186,7 +226,7 @@ class Generator:
         self.plan0 = CallPlan(sizes, 10_000 + self.seed, True, "omit", False)
         prog = Program(self.seed, "", specs, self.scalar, self.default_k)
         args, _ = make_args(prog, self.plan0)
-        self.env = {"torch": torch, "random": random, "s0": self.scalar, "k": self.default_k}
+        self.env = {"torch": torch, "random": random, "s0": self.scalar, "k": self.default_k, **FUNCTIONS}
         self.env.update({f"x{i}": a for i, a in enumerate(args[:-1])})
 
     def tensors(self, pred=None) -> list[str]:
