@@ -15,23 +15,31 @@ from torch.nn.utils import _named_member_accessor as accessor
 
 epoch = 0  # read by generated prologues as `module_state.epoch`
 installed = False
+# The epoch of changes made inside code torch.compile traces: Dynamo would guard on the integer `epoch` it reads and
+# recompile at every call that changes module state (Llama's forward slices its ModuleList, which registers modules).
+# It records an in-place add to this tensor instead, which the compiled code runs at every call without a guard on
+# the value; prologues compare its version counter (`traced_epoch._version`) as they compare `epoch`.
+traced_epoch = torch.zeros((), dtype=torch.int64)
+_compiling = torch.compiler.is_dynamo_compiling  # (only while Dynamo traces: not AOT or make_fx tracing)
 
 
 def bump(*_args, **_kwargs):
     """Note that some module state may have changed (also usable as a torch registration hook: returns None)."""
     global epoch
-    epoch += 1
+    if _compiling():
+        traced_epoch.add_(1)
+    else:
+        epoch += 1
 
 
 def _bump_after(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        global epoch
-        epoch += 1
+        bump()
         try:
             return fn(*args, **kwargs)
         finally:
-            epoch += 1
+            bump()
 
     wrapper.__jitcore_bumps__ = True
     return wrapper
@@ -42,7 +50,10 @@ def _bump_first(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         global epoch
-        epoch += 1
+        if _compiling():
+            traced_epoch.add_(1)
+        else:
+            epoch += 1
         return fn(*args, **kwargs)
 
     wrapper.__jitcore_bumps__ = True
@@ -85,8 +96,7 @@ def _parameter_property(name):
     setter = base.__set__
 
     def fset(self, value):
-        global epoch
-        epoch += 1
+        bump()
         setter(self, value)
 
     prop = property(base.__get__, fset, doc=base.__doc__)
@@ -97,8 +107,7 @@ def _parameter_method(name):
     base = getattr(torch.Tensor, name)  # torch's own (a C method, or Tensor's Python one: detach_)
 
     def method(self, *args, **kwargs):
-        global epoch
-        epoch += 1
+        bump()
         return base(self, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
@@ -195,19 +204,19 @@ class ModuleGuardState:
     module-rooted inputs, in order, and the anchor objects the per-call checks start from). `runs` counts the
     times the module-rooted guards actually ran (tests: a call that skipped them is a hit that did not run)."""
 
-    __slots__ = ("anchors", "epoch", "fn", "guard", "inputs", "runs", "segments", "spans")
+    __slots__ = ("anchors", "epoch", "fn", "guard", "inputs", "runs", "segments", "spans", "traced")
 
     def __init__(self, guard, spans):
         self.guard = guard  # generated: (fn, args, kwargs) -> (inputs, anchors) or None
         self.spans = [tuple(s) for s in spans]  # runs of inputs the per-call part concatenates (`segments`)
         self.fn = None
-        self.epoch = -1
+        self.epoch = self.traced = -1
         self.inputs = self.segments = self.anchors = None
         self.runs = 0
 
     def refresh(self, fn, args, kwargs) -> bool:
         """Run the module-rooted guards; on success remember the epoch they passed at and what they fetched."""
-        seen = epoch
+        seen, traced = epoch, traced_epoch._version
         self.runs += 1
         self.epoch = -1
         out = self.guard(fn, args, kwargs)
@@ -216,5 +225,5 @@ class ModuleGuardState:
         self.inputs, self.anchors = out
         if len(self.spans) > 1:
             self.segments = tuple(self.inputs[a:b] for a, b in self.spans)
-        self.fn, self.epoch = fn, seen
+        self.fn, self.epoch, self.traced = fn, seen, traced
         return True

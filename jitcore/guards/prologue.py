@@ -508,7 +508,7 @@ def _print_module_state(bsym, printer):
     state, anchors = bsym.args
     st, ms = printer.const(state), printer.const(module_state)
     lines = ["# module-rooted guards (module_guards): skipped while no module state changed since they passed",
-             f"if {ms}.epoch != {st}.epoch or fn is not {st}.fn:",
+             f"if {ms}.epoch != {st}.epoch or {ms}.traced_epoch._version != {st}.traced or fn is not {st}.fn:",
              f"  if not {st}.refresh(fn, args, kwargs): return None",
              f"m = {st}.inputs"]
     if len(state.spans) > 1:
