@@ -13,7 +13,7 @@ import torch.utils.checkpoint as _checkpoint
 
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
-from jitcore.guards import data_guards, module_state
+from jitcore.guards import data_guards, module_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
 from jitcore.guards.prologue import is_ndarray
@@ -65,8 +65,6 @@ def _tensorless_draw(fn):
 
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict)
-_GLOBAL_FLAGS = frozenset({torch.are_deterministic_algorithms_enabled,
-                           torch.is_deterministic_algorithms_warn_only_enabled, torch.get_deterministic_debug_mode})
 _LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "itertools", "collections", "typing",
               "numbers", "warnings", "inspect", "types", "enum", "dataclasses", "abc", "numpy", "einops")
 _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.values()), type({}.items()),
@@ -111,7 +109,8 @@ class Guards:
     # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
     # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
     presence: dict = field(default_factory=dict)
-    # torch's process-wide flags the program read (`torch.are_deterministic_algorithms_enabled()`): reader -> value
+    # torch's process-wide settings the program read (`torch.get_num_threads()`, jitcore/guards/torch_flags.py):
+    # (reader, args, kwargs) -> value
     flags: dict = field(default_factory=dict)
     data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
     # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
@@ -198,8 +197,10 @@ class JitContext(DefaultContext):
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
-        if fn in _GLOBAL_FLAGS:  # read now, and checked by the prologue on every call
-            return lambda: self.guards.flags.setdefault(fn, fn())
+        if fn in torch_flags.READERS:  # read now, and checked by the prologue on every call
+            return lambda *args, **kwargs: self._read_setting(fn, args, kwargs)
+        if fn in torch_flags.SETTERS:
+            return torch_flags.refuse_setter(fn)
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -214,6 +215,17 @@ class JitContext(DefaultContext):
                 return None
             op = fn
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
+
+    def _read_setting(self, fn, args, kwargs):
+        """A torch setting read by user code: its value now, checked by the prologue (the first read's value: the
+        setting as the call found it)."""
+        value = fn(*args, **kwargs)
+        key = torch_flags.key(fn, args, kwargs)
+        if key is None:
+            raise UnsupportedError("global torch setting", f"{fn.__name__}() with arguments that are not constants",
+                                   hint="pass a constant (a device type such as 'cpu')")
+        self.guards.flags.setdefault(key, value)
+        return value
 
     def _checkpoint(self, function, *args, use_reentrant=None, context_fn=_checkpoint.noop_context_fn,
                     determinism_check="default", debug=False, early_stop=True, **kwargs):
@@ -719,6 +731,8 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic or trace.extra.get("run_time_sizes"):
             define_sizes(trace)
+    if "default_device" in trace.extra:  # a tensor made on the default device (torch_creation._device)
+        ctx.guards.flags.setdefault((torch.get_default_device, (), ()), trace.extra.pop("default_device"))
     ctx.finish_guards()
     _stable_identities(ctx.guards, Roots(tuple(args), dict(kwargs), fn))
     trace.set_provenance("Interpretation (jitcore bytecode interpreter)", t.seconds)

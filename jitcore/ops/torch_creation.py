@@ -14,6 +14,7 @@ from jitcore.ir import devices, dtypes
 from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy
 from jitcore.ir.ranges import range_length
 from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import get_tracectx
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -35,7 +36,13 @@ RANDOM = (Tag.CREATION, Tag.RANDOM)
 def _device(device, like=None):
     if device is not None:
         return devices.to_device(device)
-    return like.device if like is not None else devices.to_device(torch.get_default_device())
+    if like is not None:
+        return like.device
+    default = torch.get_default_device()
+    trace = get_tracectx()
+    if trace is not None:  # (torch.set_default_device between calls: the frontend has the prologue check it)
+        trace.extra["default_device"] = default
+    return devices.to_device(default)
 
 
 def _size(op, size, kwargs=None) -> tuple:
