@@ -4,6 +4,7 @@ proxy input with its provenance, and records the non-tensor values the trace dep
 """
 from __future__ import annotations
 
+import contextvars
 import enum
 import types
 from dataclasses import dataclass, field
@@ -16,10 +17,10 @@ from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
-from jitcore.guards.prologue import is_ndarray
+from jitcore.guards.prologue import COPIED_CONTAINERS, contents_copy, is_ndarray
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
-from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
+from jitcore.interpreter.provenance import Arg, Attr, Call, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy, as_size
@@ -201,6 +202,8 @@ class JitContext(DefaultContext):
             return lambda *args, **kwargs: self._read_setting(fn, args, kwargs)
         if fn in torch_flags.SETTERS:
             return torch_flags.refuse_setter(fn)
+        if type(getattr(fn, "__self__", None)) is contextvars.ContextVar:
+            return self._context_var(fn)
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -226,6 +229,25 @@ class JitContext(DefaultContext):
                                    hint="pass a constant (a device type such as 'cpu')")
         self.guards.flags.setdefault(key, value)
         return value
+
+    def _context_var(self, method):
+        """`var.get()` of a contextvars.ContextVar from outside: its value now, read again and checked by the prologue
+        (Call provenance); `var.set()` and `var.reset()` are refused (they would run once, while tracing)."""
+        var, name = method.__self__, method.__name__
+        prov = self._runtime.external.get(id(var))
+
+        def get(*args):
+            value = method(*args)
+            if prov is None or not all(isinstance(a, GUARDED_SCALARS) for a in args):
+                return value
+            return self._runtime.report(value, Call(Attr(prov, "get"), args))
+
+        def refuse(*args, **kwargs):
+            raise UnsupportedError("context variable", f"{var.name}.{name}() of a ContextVar from outside inside a "
+                                   "jitted function: it would run once, while tracing",
+                                   hint="set it outside the jitted function (reads are checked per call)")
+
+        return get if name == "get" else refuse
 
     def _checkpoint(self, function, *args, use_reentrant=None, context_fn=_checkpoint.noop_context_fn,
                     determinism_check="default", debug=False, early_stop=True, **kwargs):
@@ -354,8 +376,10 @@ class JitContext(DefaultContext):
             g.objects.setdefault(provenance, value)
         elif isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):
             g.values.setdefault(provenance, value)
-        elif (t is set or t is frozenset) and _scalar_tuple(value):  # (`k in skip`: native reads): its items, as now
-            g.values.setdefault(provenance, t(value))
+        elif (t is set or t is frozenset) and all(_by_value_or_identity(x) for x in value):  # (`k in skip`, len(s):
+            g.values.setdefault(provenance, t(value))  # native reads): its items, as now
+        elif t in COPIED_CONTAINERS and all(isinstance(x, GUARDED_SCALARS) for x in value):  # a deque, array or
+            g.values.setdefault(provenance, contents_copy(value))  # bytearray read natively (len, iteration, in)
         elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents
             g.values.setdefault(provenance, value.copy())
         elif isinstance(value, _CONTAINERS):
@@ -690,6 +714,13 @@ def _private_helper(fn, mod: str) -> bool:
 
 
 _MHA_FORWARD = torch.nn.functional.multi_head_attention_forward
+
+
+def _by_value_or_identity(x) -> bool:
+    """A set's item that compares as the set's copy holds it: a scalar, or an object that hashes and compares by
+    identity (its class defines neither __eq__ nor __hash__)."""
+    t = type(x)
+    return isinstance(x, GUARDED_SCALARS) or (t.__eq__ is object.__eq__ and t.__hash__ is object.__hash__)
 
 
 def _scalar_tuple(t) -> bool:

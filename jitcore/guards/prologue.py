@@ -6,6 +6,8 @@ The explain variant returns the failed check's text; the hot variant leaves out 
 """
 from __future__ import annotations
 
+import array
+import collections
 import dataclasses
 import math
 import re
@@ -47,6 +49,8 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
     if t is P.Item and not isinstance(prov.key, P.SliceKey):
         parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
         return f"{provenance_expr(parent, printer, bound)}[{printer.value(prov.key)}]"
+    if t is P.Call:
+        return f"{provenance_expr(prov.parent, printer, bound)}({', '.join(map(printer.value, prov.args))})"
     if t is P.Global and prov.namespace is not None:
         return f"{printer.const(prov.namespace)}[{prov.name!r}]"
     if t is P.Global and prov.module != "builtins":
@@ -204,6 +208,8 @@ def _value_check(name: str, value):
         return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
     if is_ndarray(value):  # (its contents when first read: the program read them natively)
         return lambda p: f"not {p.const(_same_array)}({name}, {p.const(value)})"
+    if type(value) in COPIED_CONTAINERS:  # (a deque, array or bytearray: its contents when first read)
+        return lambda p: f"not {p.const(_same_contents)}({name}, {p.const(value)})"
     t = type(value)
     if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
         return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
@@ -218,6 +224,21 @@ def is_ndarray(value) -> bool:
 def _same_array(a, b) -> bool:
     """Whether numpy array a has b's type, dtype, shape and bytes (no numpy import: the arrays compare themselves)."""
     return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+COPIED_CONTAINERS = (collections.deque, array.array, bytearray)
+
+
+def contents_copy(c):
+    """A copy of a deque, array or bytearray from outside whose contents native code reads (`len(dq)`, `sum(a)`)."""
+    t = type(c)
+    return t(c, c.maxlen) if t is collections.deque else t(c.typecode, c) if t is array.array else t(c)
+
+
+def _same_contents(a, b) -> bool:
+    """Whether a has b's type, items (and a deque's maxlen, an array's typecode)."""
+    return type(a) is type(b) and a == b and getattr(a, "maxlen", None) == getattr(b, "maxlen", None) and \
+        getattr(a, "typecode", None) == getattr(b, "typecode", None)
 
 
 def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_type=None) -> list:
