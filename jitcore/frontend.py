@@ -20,7 +20,7 @@ from jitcore.guards.data_guards import DataGuard
 from jitcore.guards.prologue import COPIED_CONTAINERS, contents_copy, is_ndarray
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
-from jitcore.interpreter.provenance import Arg, Attr, Call, Closure, DictView, Fn, Global, Item, Kwarg, Roots
+from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy, as_size
@@ -28,7 +28,7 @@ from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.symbol import CHECKPOINTED
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
-from jitcore.ops import per_call, prims, torch_creation, torch_map
+from jitcore.ops import generators, per_call, prims, torch_creation, torch_map
 from jitcore.ops.opaque import draws_random, opaque_symbol
 from jitcore.ops.sizes import define_sizes
 
@@ -51,13 +51,15 @@ def _draws_random(fn) -> bool:
 
 
 def _tensorless_draw(fn):
-    """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)) it is
-    recorded as its opaque op, which the torch executor runs on every call; with tensors it runs natively, and
-    their __torch_function__ records it as before."""
+    """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)), or with a
+    generator the program draws from (which torch's argument parser would refuse), it is recorded as its opaque op,
+    which the torch executor runs on every call; with tensors it runs natively, and their __torch_function__ records
+    it as before."""
 
     def call(*args, **kwargs):
         leaves = tree_flatten((args, kwargs))[0]
-        if any(isinstance(a, (torch.Tensor, TensorProxy)) for a in leaves):
+        if any(isinstance(a, (torch.Tensor, TensorProxy)) for a in leaves) and \
+                not any(isinstance(a, generators.GeneratorProxy) for a in leaves):
             return fn(*args, **kwargs)
         return opaque_symbol(fn)(*args, **kwargs)
 
@@ -198,12 +200,14 @@ class JitContext(DefaultContext):
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return _size
+        if fn is torch.Generator:  # a new generator on every call (jitcore/ops/generators.py)
+            return generators.new_generator_line
         if fn in torch_flags.READERS:  # read now, and checked by the prologue on every call
-            return lambda *args, **kwargs: self._read_setting(fn, args, kwargs)
+            return lambda *args, **kwargs: torch_flags.read(self.guards.flags, fn, args, kwargs)
         if fn in torch_flags.SETTERS:
             return torch_flags.refuse_setter(fn)
-        if type(getattr(fn, "__self__", None)) is contextvars.ContextVar:
-            return self._context_var(fn)
+        if type(getattr(fn, "__self__", None)) is contextvars.ContextVar:  # var.get(): guarded; var.set(): refused
+            return torch_flags.context_var_method(fn, self._runtime)
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -218,36 +222,6 @@ class JitContext(DefaultContext):
                 return None
             op = fn
         return lambda *args, **kwargs: op(*self._proxify(args), **self._proxify(kwargs))
-
-    def _read_setting(self, fn, args, kwargs):
-        """A torch setting read by user code: its value now, checked by the prologue (the first read's value: the
-        setting as the call found it)."""
-        value = fn(*args, **kwargs)
-        key = torch_flags.key(fn, args, kwargs)
-        if key is None:
-            raise UnsupportedError("global torch setting", f"{fn.__name__}() with arguments that are not constants",
-                                   hint="pass a constant (a device type such as 'cpu')")
-        self.guards.flags.setdefault(key, value)
-        return value
-
-    def _context_var(self, method):
-        """`var.get()` of a contextvars.ContextVar from outside: its value now, read again and checked by the prologue
-        (Call provenance); `var.set()` and `var.reset()` are refused (they would run once, while tracing)."""
-        var, name = method.__self__, method.__name__
-        prov = self._runtime.external.get(id(var))
-
-        def get(*args):
-            value = method(*args)
-            if prov is None or not all(isinstance(a, GUARDED_SCALARS) for a in args):
-                return value
-            return self._runtime.report(value, Call(Attr(prov, "get"), args))
-
-        def refuse(*args, **kwargs):
-            raise UnsupportedError("context variable", f"{var.name}.{name}() of a ContextVar from outside inside a "
-                                   "jitted function: it would run once, while tracing",
-                                   hint="set it outside the jitted function (reads are checked per call)")
-
-        return get if name == "get" else refuse
 
     def _checkpoint(self, function, *args, use_reentrant=None, context_fn=_checkpoint.noop_context_fn,
                     determinism_check="default", debug=False, early_stop=True, **kwargs):
@@ -356,6 +330,8 @@ class JitContext(DefaultContext):
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, provenance)
         t = type(value)
+        if t is torch.Generator:
+            return self._generator_input(value, provenance)
         if self.symbolic and (t is int or t is float) and type(provenance) in (Arg, Kwarg):
             return self._number_input(value, provenance)
         if _native_iterator(t):
@@ -438,6 +414,25 @@ class JitContext(DefaultContext):
                 self._params.add(id(p))
             self.inputs.append(TracedInput(p, provenance, is_param))
             self._values.append(t)
+        elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
+                (provenance, p.name) not in self.aliases:
+            self.aliases.append((provenance, p.name))
+        return p
+
+    def _generator_input(self, gen: torch.Generator, provenance) -> generators.GeneratorProxy:
+        """A torch.Generator from outside: an input of the program (a call's generator object is the one drawn from;
+        jitcore/ops/generators.py)."""
+        p = self._proxies.get(id(gen))
+        if p is None:
+            if not _refetchable(provenance):
+                raise UnsupportedError("torch.Generator", f"a generator found at {provenance}, which a later call "
+                                       "cannot fetch again", hint="pass the generator as an argument")
+            with tracectx(self.trace):
+                p = generators.generator_input(gen)
+            self._proxies[id(gen)] = p
+            self._keepalive.append(gen)
+            self.inputs.append(TracedInput(p, provenance))
+            self._values.append(gen)
         elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
                 (provenance, p.name) not in self.aliases:
             self.aliases.append((provenance, p.name))

@@ -26,6 +26,7 @@ from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace
+from jitcore.ops.generators import GeneratorProxy
 
 
 def provenance_expr(prov, printer, bound: dict | None = None) -> str:
@@ -463,6 +464,11 @@ def _input_lines(inp, binder, kw, hot, symbolic, roots, split, read=frozenset())
         if conds:
             b.append(BoundSymbol(check, (conds,), kw, None))
         _size_lines(name, inp.proxy, b, kw, covered and symbolic)
+    elif isinstance(inp.proxy, GeneratorProxy):  # a torch.Generator the program draws from: its type and device
+        gen, dev = torch.Generator, inp.proxy.device
+        conds = [] if covered else [(lambda p: f"type({name}) is not {p.const(gen)}", f"{name}: expected a Generator")]
+        conds.append((lambda p: f"{name}.device != {p.const(dev)}", f"{name}: expected a generator on {dev}"))
+        b.append(BoundSymbol(check, (conds,), kw, None))
     elif not covered:
         ty = inp.proxy.python_type.__name__
         b.append(BoundSymbol(check, ([(f"type({name}) is not {ty}", f"{name}: expected a {ty}")],), kw, None))

@@ -2,13 +2,17 @@
 `torch.get_float32_matmul_precision()`, `torch.is_anomaly_enabled()`, ...). The frontend records each value read
 (Guards.flags: (reader, arguments) -> value) and the prologue checks it on every call of the programs that read it,
 so a call after the setting changed is another call, never the first call's answer. The setters of the same settings
-are refused inside a jitted function: run natively while tracing, they would not run on later calls.
+are refused inside a jitted function: run natively while tracing, they would not run on later calls. Also a
+contextvars.ContextVar's value read by `var.get()` (guarded through Call provenance; set and reset refused).
 """
 from __future__ import annotations
 
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.interpreter.provenance import Attr, Call
+
+_PLAIN = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 
 
 def _optional(owner, *names) -> list:
@@ -82,3 +86,35 @@ def check(flag_key, value):
         def cond(p):
             return f"{p.const(fn)}({text}) != {p.const(value)}"
     return cond, f"{where}: expected {value!r}"
+
+
+def read(flags: dict, fn, args: tuple, kwargs: dict):
+    """A setting read by user code: its value now, recorded in flags for the prologue (the first read's value: the
+    setting as the call found it)."""
+    value = fn(*args, **kwargs)
+    k = key(fn, args, kwargs)
+    if k is None:
+        raise UnsupportedError("global torch setting", f"{fn.__name__}() with arguments that are not constants",
+                               hint="pass a constant (a device type such as 'cpu')")
+    flags.setdefault(k, value)
+    return value
+
+
+def context_var_method(method, runtime):
+    """`var.get()` of a contextvars.ContextVar from outside: its value now, read again and checked by the prologue
+    (Call provenance); `var.set()` and `var.reset()` are refused (they would run once, while tracing)."""
+    var, name = method.__self__, method.__name__
+    prov = runtime.external.get(id(var))
+
+    def get(*args):
+        value = method(*args)
+        if prov is None or not all(isinstance(a, _PLAIN) for a in args):
+            return value
+        return runtime.report(value, Call(Attr(prov, "get"), args))
+
+    def refuse(*args, **kwargs):
+        raise UnsupportedError("context variable", f"{var.name}.{name}() of a ContextVar from outside inside a "
+                               "jitted function: it would run once, while tracing",
+                               hint="set it outside the jitted function (reads are checked per call)")
+
+    return get if name == "get" else refuse
