@@ -157,6 +157,7 @@ class JitContext(DefaultContext):
         self.trace, self.symbolic = trace, symbolic
         self.inputs: list[TracedInput] = []
         self.guards = Guards()
+        self.context_vars = torch_flags.ContextVars()
         self._containers: dict = {}  # provenance -> external list/tuple/dict seen
         self._container_ids: dict = {}  # id -> (container, provenance), to find tensors inside containers
         self._library: dict = {}  # provenance of a module -> whether it is torch's / the stdlib's
@@ -207,7 +208,7 @@ class JitContext(DefaultContext):
         if fn in torch_flags.SETTERS:
             return torch_flags.refuse_setter(fn)
         if type(getattr(fn, "__self__", None)) is contextvars.ContextVar:  # var.get(): guarded; var.set(): refused
-            return torch_flags.context_var_method(fn, self._runtime)
+            return self.context_vars.method(fn, self._runtime)
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -739,6 +740,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
+                ctx.context_vars.check_restored()
                 ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",

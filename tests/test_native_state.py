@@ -6,7 +6,8 @@ the program while the prologue checked only the object's identity or type:
   guarded (a copy); writes into them inside the function (`dq.append(v)`, `a[0] = v`) are replayed on every call;
   a set of objects that hash by identity (`o in s`, `len(s)`): its items are guarded;
 - what a weak reference from outside refers to (`ref().v`, a WeakValueDictionary's item), a ContextVar's value
-  (`var.get()`; `var.set()` inside is refused), and what operator.attrgetter/itemgetter read: guarded as reads;
+  (`var.get()`; a var the function leaves set is refused), and what operator.attrgetter/itemgetter read: guarded
+  as reads;
 - torch's process-wide settings read by their getters (`torch.get_num_threads()`, `get_float32_matmul_precision()`,
   `is_anomaly_enabled()`, `is_warn_always_enabled()`, the autocast dtypes, cuBLAS/cuDNN flags, the default device,
   also as the device of a tensor made without device=): the prologue checks each value read; their setters inside a
@@ -192,7 +193,7 @@ def test_write_into_outside_deque_or_array(write, mode):
         assert list(mine) == list(theirs)
 
 
-def test_context_var_set_inside_refused():
+def test_context_var_left_set_refused():
     var = contextvars.ContextVar("jitcore_test_set")
 
     def f(x):
@@ -201,6 +202,26 @@ def test_context_var_set_inside_refused():
 
     with pytest.raises(UnsupportedError, match="context variable"):
         jitcore.jit(f)(torch.zeros(2))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_context_var_set_and_reset_inside(mode):
+    """A library's scoped use (transformers' output recorders): set, read, reset inside; a read before the set is
+    checked per call."""
+    var = contextvars.ContextVar("jitcore_test_scoped", default=1.0)
+
+    def f(x):
+        before = var.get()
+        token = var.set(5.0)
+        inside = var.get()
+        var.reset(token)
+        return x + before + inside
+
+    jf = jitcore.jit(f, cache=mode)
+    for value in (1.0, 1.0, 3.0):
+        token = var.set(value)
+        torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+        var.reset(token)
 
 
 @pytest.mark.parametrize("mode", CACHE_MODES)

@@ -3,7 +3,7 @@
 (Guards.flags: (reader, arguments) -> value) and the prologue checks it on every call of the programs that read it,
 so a call after the setting changed is another call, never the first call's answer. The setters of the same settings
 are refused inside a jitted function: run natively while tracing, they would not run on later calls. Also a
-contextvars.ContextVar's value read by `var.get()` (guarded through Call provenance; set and reset refused).
+contextvars.ContextVar's value read by `var.get()` (guarded through Call provenance; a var left changed is refused).
 """
 from __future__ import annotations
 
@@ -100,21 +100,40 @@ def read(flags: dict, fn, args: tuple, kwargs: dict):
     return value
 
 
-def context_var_method(method, runtime):
-    """`var.get()` of a contextvars.ContextVar from outside: its value now, read again and checked by the prologue
-    (Call provenance); `var.set()` and `var.reset()` are refused (they would run once, while tracing)."""
-    var, name = method.__self__, method.__name__
-    prov = runtime.external.get(id(var))
+_UNSET = object()
 
-    def get(*args):
-        value = method(*args)
-        if prov is None or not all(isinstance(a, _PLAIN) for a in args):
-            return value
-        return runtime.report(value, Call(Attr(prov, "get"), args))
 
-    def refuse(*args, **kwargs):
-        raise UnsupportedError("context variable", f"{var.name}.{name}() of a ContextVar from outside inside a "
-                               "jitted function: it would run once, while tracing",
-                               hint="set it outside the jitted function (reads are checked per call)")
+class ContextVars:
+    """The contextvars.ContextVar calls of one trace. `var.get()` of a var from outside the call has not set: its value
+    now, read again and checked by the prologue (Call provenance). `var.set()` and `var.reset()` run now, natively (a
+    library's scoped use, set then reset, as transformers' output recorders do); a call that leaves a var changed is
+    refused at the end of the trace (the program would not set it on later calls)."""
 
-    return get if name == "get" else refuse
+    def __init__(self):
+        self.before: dict = {}  # id(var) -> (var, its value before this call first set it)
+
+    def method(self, method, runtime):
+        var, name = method.__self__, method.__name__
+        if name in ("set", "reset"):
+            def write(*args, **kwargs):
+                self.before.setdefault(id(var), (var, var.get(_UNSET)))
+                return method(*args, **kwargs)
+
+            return write
+        prov = runtime.external.get(id(var))
+
+        def get(*args):
+            value = method(*args)
+            if prov is None or id(var) in self.before or not all(isinstance(a, _PLAIN) for a in args):
+                return value
+            return runtime.report(value, Call(Attr(prov, "get"), args))
+
+        return get if name == "get" else method
+
+    def check_restored(self):
+        for var, old in self.before.values():
+            if var.get(_UNSET) is not old:
+                raise UnsupportedError("context variable", f"the jitted function leaves the ContextVar {var.name} set "
+                                       "to another value: it would be set once, while tracing, not on later calls",
+                                       hint="set it outside the jitted function, or reset it (var.reset(token)) "
+                                            "before returning")
