@@ -50,6 +50,12 @@ def _setting(name, read, values, setter, restore_value):
     return Case(name, lambda x: x + read(), changes, lambda: setter(restore_value))
 
 
+def _set_backend(module, name, value):
+    """torch.backends.<module>.<name> = value, also after torch's test utilities disabled such global writes."""
+    with getattr(torch.backends, "__allow_nonbracketed_mutation")():
+        setattr(module, name, value)
+
+
 def _settings_cases() -> list:
     threads = torch.get_num_threads()
     precision = torch.get_float32_matmul_precision()
@@ -71,9 +77,9 @@ def _settings_cases() -> list:
         _setting("autocast_cache", lambda: 1.0 if torch.is_autocast_cache_enabled() else 2.0, [True, False],
                  torch.set_autocast_cache_enabled, cache),
         _setting("cudnn_enabled", lambda: 1.0 if torch.backends.cudnn.enabled else 2.0, [True, False],
-                 lambda v: setattr(torch.backends.cudnn, "enabled", v), torch.backends.cudnn.enabled),
+                 lambda v: _set_backend(torch.backends.cudnn, "enabled", v), torch.backends.cudnn.enabled),
         _setting("mkldnn_enabled", lambda: 1.0 if torch.backends.mkldnn.enabled else 2.0, [True, False],
-                 lambda v: setattr(torch.backends.mkldnn, "enabled", v), torch.backends.mkldnn.enabled),
+                 lambda v: _set_backend(torch.backends.mkldnn, "enabled", v), torch.backends.mkldnn.enabled),
     ]
 
 
