@@ -259,29 +259,29 @@ def _iota(length, *, start, step, device, dtype):
     return (torch.arange(length, device=device, dtype=acc) * step + start).to(dtype)
 
 
-def _uniform(shape, minval, maxval, *, device, dtype):
-    return torch.empty(shape, device=device, dtype=dtype).uniform_(minval, maxval)
+def _uniform(shape, minval, maxval, *, device, dtype, generator=None):
+    return torch.empty(shape, device=device, dtype=dtype).uniform_(minval, maxval, generator=generator)
 
 
-def _normal(shape, mean, std, *, device, dtype):
-    return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std)
+def _normal(shape, mean, std, *, device, dtype, generator=None):
+    return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std, generator=generator)
 
 
-def _normal_serial(shape, mean, std, *, device, dtype):
+def _normal_serial(shape, mean, std, *, device, dtype, generator=None):
     n = math.prod(shape)  # every other element of a buffer: not contiguous, so normal_ draws element by element
-    return torch.empty(2 * n, device=device, dtype=dtype)[::2].normal_(mean, std).reshape(shape)
+    return torch.empty(2 * n, device=device, dtype=dtype)[::2].normal_(mean, std, generator=generator).reshape(shape)
 
 
-def _bernoulli(shape, p, *, device, dtype):
-    return torch.empty(shape, device=device, dtype=dtype).bernoulli_(p)
+def _bernoulli(shape, p, *, device, dtype, generator=None):
+    return torch.empty(shape, device=device, dtype=dtype).bernoulli_(p, generator=generator)
 
 
-def _bernoulli_tensor(prob, shape, *, dtype):
-    return torch.empty(shape, device=prob.device, dtype=dtype).bernoulli_(prob)
+def _bernoulli_tensor(prob, shape, *, dtype, generator=None):
+    return torch.empty(shape, device=prob.device, dtype=dtype).bernoulli_(prob, generator=generator)
 
 
-def _sample(kind, shape, params, *, device, dtype):
-    return getattr(torch.empty(shape, device=device, dtype=dtype), kind + "_")(*params)
+def _sample(kind, shape, params, *, device, dtype, generator=None):
+    return getattr(torch.empty(shape, device=device, dtype=dtype), kind + "_")(*params, generator=generator)
 
 
 # -- misc -------------------------------------------------------------------------------------------------------------

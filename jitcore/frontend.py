@@ -5,6 +5,7 @@ proxy input with its provenance, and records the non-tensor values the trace dep
 from __future__ import annotations
 
 import abc
+import contextvars
 import enum
 import io
 import types
@@ -16,10 +17,10 @@ import torch.utils.checkpoint as _checkpoint
 from jitcore import arrays
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
-from jitcore.guards import data_guards, module_state
+from jitcore.guards import data_guards, module_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
-from jitcore.guards.prologue import Members, is_ndarray
+from jitcore.guards.prologue import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
 from jitcore.interpreter import interpret
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
@@ -30,7 +31,7 @@ from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
-from jitcore.ops import per_call, prims, torch_creation, torch_map
+from jitcore.ops import generators, per_call, prims, torch_creation, torch_map
 from jitcore.ops.opaque import FUNCTION_APPLY, draws_random, opaque_symbol, user_function_call
 from jitcore.ops.sizes import define_sizes
 
@@ -53,13 +54,15 @@ def _draws_random(fn) -> bool:
 
 
 def _tensorless_draw(fn):
-    """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)) it is
-    recorded as its opaque op, which the torch executor runs on every call; with tensors it runs natively, and
-    their __torch_function__ records it as before."""
+    """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)), or with a
+    generator the program draws from (which torch's argument parser would refuse), it is recorded as its opaque op,
+    which the torch executor runs on every call; with tensors it runs natively, and their __torch_function__ records
+    it as before."""
 
     def call(*args, **kwargs):
         leaves = tree_flatten((args, kwargs))[0]
-        if any(isinstance(a, (torch.Tensor, TensorProxy)) for a in leaves):
+        if any(isinstance(a, (torch.Tensor, TensorProxy)) for a in leaves) and \
+                not any(isinstance(a, generators.GeneratorProxy) for a in leaves):
             return fn(*args, **kwargs)
         return opaque_symbol(fn)(*args, **kwargs)
 
@@ -68,8 +71,6 @@ def _tensorless_draw(fn):
 
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
 _CONTAINERS = (list, tuple, dict)
-_GLOBAL_FLAGS = frozenset({torch.are_deterministic_algorithms_enabled,
-                           torch.is_deterministic_algorithms_warn_only_enabled, torch.get_deterministic_debug_mode})
 _LIBRARIES = ("torch", "jitcore", "builtins", "math", "operator", "functools", "itertools", "collections", "typing",
               "numbers", "warnings", "inspect", "types", "enum", "dataclasses", "abc", "numpy", "einops")
 _NO_IDENTITY = (types.ModuleType, list, tuple, dict, set, frozenset, type({}.values()), type({}.items()),
@@ -115,7 +116,8 @@ class Guards:
     # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
     # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
     presence: dict = field(default_factory=dict)
-    # torch's process-wide flags the program read (`torch.are_deterministic_algorithms_enabled()`): reader -> value
+    # torch's process-wide settings the program read (`torch.get_num_threads()`, jitcore/guards/torch_flags.py):
+    # (reader, args, kwargs) -> value
     flags: dict = field(default_factory=dict)
     data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
     # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
@@ -159,6 +161,7 @@ class JitContext(DefaultContext):
         self.trace, self.symbolic = trace, symbolic
         self.inputs: list[TracedInput] = []
         self.guards = Guards()
+        self.context_vars = torch_flags.ContextVars()
         self._containers: dict = {}  # provenance -> external list/tuple/dict seen
         self._container_ids: dict = {}  # id -> (container, provenance), to find tensors inside containers
         self._library: dict = {}  # provenance of a module -> whether it is torch's / the stdlib's
@@ -207,8 +210,14 @@ class JitContext(DefaultContext):
             return user_function_call
         if fn in arrays.CONVERSIONS:  # torch.from_numpy(arr): a tensor input sharing the array's memory
             return arrays.array_tensor(self, fn, self._runtime)
-        if fn in _GLOBAL_FLAGS:  # read now, and checked by the prologue on every call
-            return lambda: self.guards.flags.setdefault(fn, fn())
+        if fn is torch.Generator:  # a new generator on every call (jitcore/ops/generators.py)
+            return generators.new_generator_line
+        if fn in torch_flags.READERS:  # read now, and checked by the prologue on every call
+            return lambda *args, **kwargs: torch_flags.read(self.guards.flags, fn, args, kwargs)
+        if fn in torch_flags.SETTERS:
+            return torch_flags.refuse_setter(fn)
+        if type(getattr(fn, "__self__", None)) is contextvars.ContextVar:  # var.get(): guarded; var.set(): refused
+            return self.context_vars.method(fn, self._runtime)
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
@@ -331,6 +340,8 @@ class JitContext(DefaultContext):
         if isinstance(value, torch.Tensor):
             return self._tensor_input(value, provenance)
         t = type(value)
+        if t is torch.Generator:
+            return self._generator_input(value, provenance)
         if self.symbolic and (t is int or t is float) and type(provenance) in (Arg, Kwarg):
             return self._number_input(value, provenance)
         if _native_iterator(t):
@@ -351,10 +362,12 @@ class JitContext(DefaultContext):
             g.objects.setdefault(provenance, value)
         elif isinstance(value, GUARDED_SCALARS) or (t is tuple and _scalar_tuple(value)):
             g.values.setdefault(provenance, value)
-        elif (t is set or t is frozenset) and _scalar_tuple(value):  # (`k in skip`: native reads): its items, as now
-            g.values.setdefault(provenance, t(value))
-        elif t is set or t is frozenset:  # (`key in s` of objects): the objects it holds
+        elif (t is set or t is frozenset) and all(_by_value_or_identity(x) for x in value):  # (`k in skip`, len(s):
+            g.values.setdefault(provenance, t(value))  # native reads): its items, as now
+        elif t is set or t is frozenset:  # (`key in s` of objects hashed in Python): the objects it holds
             g.values.setdefault(provenance, Members(value))
+        elif t in COPIED_CONTAINERS and all(isinstance(x, GUARDED_SCALARS) for x in value):  # a deque, array or
+            g.values.setdefault(provenance, contents_copy(value))  # bytearray read natively (len, iteration, in)
         elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents,
             if not arrays.converted_next(self._runtime.frame, value):  # unless it goes straight to from_numpy
                 g.values.setdefault(provenance, value.copy())
@@ -417,6 +430,25 @@ class JitContext(DefaultContext):
             if t.is_inference():  # (views of it are inference tensors too, made by the program from it as eager's)
                 self.trace.extra.setdefault(INFERENCE, {})[p.name] = False
                 self._guard_inference(p, t)
+        elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
+                (provenance, p.name) not in self.aliases:
+            self.aliases.append((provenance, p.name))
+        return p
+
+    def _generator_input(self, gen: torch.Generator, provenance) -> generators.GeneratorProxy:
+        """A torch.Generator from outside: an input of the program (a call's generator object is the one drawn from;
+        jitcore/ops/generators.py)."""
+        p = self._proxies.get(id(gen))
+        if p is None:
+            if not _refetchable(provenance):
+                raise UnsupportedError("torch.Generator", f"a generator found at {provenance}, which a later call "
+                                       "cannot fetch again", hint="pass the generator as an argument")
+            with tracectx(self.trace):
+                p = generators.generator_input(gen)
+            self._proxies[id(gen)] = p
+            self._keepalive.append(gen)
+            self.inputs.append(TracedInput(p, provenance))
+            self._values.append(gen)
         elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
                 (provenance, p.name) not in self.aliases:
             self.aliases.append((provenance, p.name))
@@ -551,9 +583,8 @@ class JitContext(DefaultContext):
         """isinstance/issubclass against an ABC: its answer depends on what was registered with it (`MyABC.register(C)`
         after the first call), which abc's cache token counts: the prologue checks the token (Guards.flags)."""
         classes = classinfo if type(classinfo) is tuple else (classinfo,)
-        if abc.get_cache_token not in self.guards.flags and any(
-                isinstance(c, abc.ABCMeta) or type(c) is tuple for c in classes):
-            self.guards.flags[abc.get_cache_token] = abc.get_cache_token()
+        if any(isinstance(c, abc.ABCMeta) or type(c) is tuple for c in classes):
+            self.guards.flags.setdefault((abc.get_cache_token, (), ()), abc.get_cache_token())
 
     def finish_guards(self) -> Guards:
         """Length guards for every external container an item was loaded from (iteration or indexing); a dict's
@@ -732,6 +763,13 @@ def _private_helper(fn, mod: str) -> bool:
 _MHA_FORWARD = torch.nn.functional.multi_head_attention_forward
 
 
+def _by_value_or_identity(x) -> bool:
+    """A set's item that compares as the set's copy holds it: a scalar, or an object that hashes and compares by
+    identity (its class defines neither __eq__ nor __hash__)."""
+    t = type(x)
+    return isinstance(x, GUARDED_SCALARS) or (t.__eq__ is object.__eq__ and t.__hash__ is object.__hash__)
+
+
 def _scalar_tuple(t) -> bool:
     return all(isinstance(x, GUARDED_SCALARS) for x in t)
 
@@ -755,6 +793,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
+                ctx.context_vars.check_restored()
                 ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
@@ -777,6 +816,8 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic or trace.extra.get("run_time_sizes"):
             define_sizes(trace)
+    if "default_device" in trace.extra:  # a tensor made on the default device (torch_creation._device)
+        ctx.guards.flags.setdefault((torch.get_default_device, (), ()), trace.extra.pop("default_device"))
     ctx.finish_guards()
     _stable_identities(ctx.guards, Roots(tuple(args), dict(kwargs), fn))
     trace.set_provenance("Interpretation (jitcore bytecode interpreter)", t.seconds)

@@ -26,6 +26,7 @@ from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
+from jitcore.ops.generators import GeneratorProxy
 from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
@@ -290,7 +291,7 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     if not tensors or _returns_alias(bsym.sym.torch_fn) is False:  # (its schema says: never a view)
         return
     metas = [torch.empty(_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
-             else value_of(a) for a in flat]
+             else None if isinstance(a, GeneratorProxy) else value_of(a) for a in flat]  # (a draw's generator=)
     margs, mkwargs = tree_unflatten(spec, metas)
     try:
         with torch.no_grad():

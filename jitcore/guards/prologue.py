@@ -6,6 +6,8 @@ The explain variant returns the failed check's text; the hot variant leaves out 
 """
 from __future__ import annotations
 
+import array
+import collections
 import dataclasses
 import math
 import re
@@ -14,7 +16,7 @@ import sys
 
 import torch
 
-from jitcore.guards import data_guards, module_state
+from jitcore.guards import data_guards, module_state, torch_flags
 from jitcore.guards.cache import KEY_VALUE_TYPES, SYMBOLIC_VALUE_TYPES
 from jitcore.guards.module_guards import module_split
 from jitcore.guards.module_state import ModuleGuardState
@@ -24,6 +26,7 @@ from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace
+from jitcore.ops.generators import GeneratorProxy
 
 
 def provenance_expr(prov, printer, bound: dict | None = None) -> str:
@@ -50,6 +53,8 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
         return f"{provenance_expr(parent, printer, bound)}[{key}]"
     if t is P.Converted:
         return f"{printer.const(prov.fn)}({provenance_expr(prov.parent, printer, bound)})"
+    if t is P.Call:
+        return f"{provenance_expr(prov.parent, printer, bound)}({', '.join(map(printer.value, prov.args))})"
     if t is P.Global and prov.namespace is not None:
         return f"{printer.const(prov.namespace)}[{prov.name!r}]"
     if t is P.Global and prov.module != "builtins":
@@ -181,9 +186,7 @@ def _global_state(saved_hooks=False, flags=None) -> list:
         names = "/".join(getattr(f, "__qualname__", "?") for f in saved_hooks)
         out.append((lambda p: f"{p.const(ambient_hooks)}() != {p.const(saved_hooks)}",
                     f"saved-tensor hooks: expected {names} active"))
-    for fn, value in (flags or {}).items():  # process-wide flags the program read (Guards.flags)
-        out.append((lambda p, fn=fn, value=value: f"{p.const(fn)}() != {value!r}",
-                    f"{fn.__name__}(): expected {value!r}"))
+    out += [torch_flags.check(k, v) for k, v in (flags or {}).items()]  # settings the program read (Guards.flags)
     grad = torch.is_grad_enabled()
     out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
     dd = torch.get_default_dtype()
@@ -214,6 +217,8 @@ def _value_check(name: str, value):
         return lambda p: f"{p.const(value)}.differs({name})"
     if is_ndarray(value):  # (its contents when first read: the program read them natively)
         return lambda p: f"not {p.const(_same_array)}({name}, {p.const(value)})"
+    if type(value) in COPIED_CONTAINERS:  # (a deque, array or bytearray: its contents when first read)
+        return lambda p: f"not {p.const(_same_contents)}({name}, {p.const(value)})"
     t = type(value)
     if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
         return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
@@ -244,6 +249,21 @@ def is_ndarray(value) -> bool:
 def _same_array(a, b) -> bool:
     """Whether numpy array a has b's type, dtype, shape and bytes (no numpy import: the arrays compare themselves)."""
     return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+COPIED_CONTAINERS = (collections.deque, array.array, bytearray)
+
+
+def contents_copy(c):
+    """A copy of a deque, array or bytearray from outside whose contents native code reads (`len(dq)`, `sum(a)`)."""
+    t = type(c)
+    return t(c, c.maxlen) if t is collections.deque else t(c.typecode, c) if t is array.array else t(c)
+
+
+def _same_contents(a, b) -> bool:
+    """Whether a has b's type, items (and a deque's maxlen, an array's typecode)."""
+    return type(a) is type(b) and a == b and getattr(a, "maxlen", None) == getattr(b, "maxlen", None) and \
+        getattr(a, "typecode", None) == getattr(b, "typecode", None)
 
 
 def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_type=None) -> list:
@@ -468,6 +488,11 @@ def _input_lines(inp, binder, kw, hot, symbolic, roots, split, read=frozenset())
         if conds:
             b.append(BoundSymbol(check, (conds,), kw, None))
         _size_lines(name, inp.proxy, b, kw, covered and symbolic)
+    elif isinstance(inp.proxy, GeneratorProxy):  # a torch.Generator the program draws from: its type and device
+        gen, dev = torch.Generator, inp.proxy.device
+        conds = [] if covered else [(lambda p: f"type({name}) is not {p.const(gen)}", f"{name}: expected a Generator")]
+        conds.append((lambda p: f"{name}.device != {p.const(dev)}", f"{name}: expected a generator on {dev}"))
+        b.append(BoundSymbol(check, (conds,), kw, None))
     elif not covered:
         ty = inp.proxy.python_type.__name__
         b.append(BoundSymbol(check, ([(f"type({name}) is not {ty}", f"{name}: expected a {ty}")],), kw, None))

@@ -352,8 +352,8 @@ def _mutator(rt, fn, args, kwargs):
 
 # mutators that read the contents of their arguments (`out.extend(feats)`): the replay must see those contents as they
 # were at the call, not the container as the function left it (`feats.append(z)` afterwards)
-_READS_CONTENTS = frozenset({"extend", "__iadd__", "update", "__ior__", "difference_update", "intersection_update",
-                             "symmetric_difference_update", "__iand__", "__isub__", "__ixor__"})
+_READS_CONTENTS = frozenset({"extend", "extendleft", "__iadd__", "update", "__ior__", "difference_update",
+                             "intersection_update", "symmetric_difference_update", "__iand__", "__isub__", "__ixor__"})
 
 
 def _contents_now(rt, name: str, rest: tuple) -> tuple:
@@ -423,9 +423,14 @@ def install(table: dict):
               "__ixor__"),
         bytearray: ("append", "extend", "insert", "pop", "remove", "clear", "reverse", "__setitem__"),
     }
-    from collections import OrderedDict
+    from array import array
+    from collections import OrderedDict, deque
 
     mutators[OrderedDict] = mutators[dict] + ("move_to_end",)
+    mutators[deque] = ("append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft", "remove", "clear",
+                       "reverse", "rotate", "__setitem__", "__delitem__", "__iadd__", "__imul__")
+    mutators[array] = ("append", "extend", "insert", "pop", "remove", "reverse", "byteswap", "frombytes", "fromlist",
+                       "__setitem__", "__delitem__", "__iadd__", "__imul__")
     for cls, names in mutators.items():
         for name in names:
             table[id(cls.__dict__.get(name, getattr(cls, name)))] = _mutator

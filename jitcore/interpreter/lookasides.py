@@ -27,7 +27,7 @@ import types
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access, dunders
 from jitcore.interpreter.frame import NULL, Frame, code_info
-from jitcore.interpreter.run import BUILTIN_METHODS, LOOKASIDES, RETURNED, is_user_file, run_frame
+from jitcore.interpreter.run import BUILTIN_METHODS, CALLABLE_OBJECTS, LOOKASIDES, RETURNED, is_user_file, run_frame
 from jitcore.ir import ranges
 from jitcore.ir.arith import as_user
 from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
@@ -562,3 +562,26 @@ def _filter(rt, args, kwargs):
     if len(args) != 2:
         return filter(*args, **kwargs)
     return filter(*_callbacks(rt, args[:1]), _iterable(rt, args[1]))
+
+
+def _getter(read):
+    """operator.attrgetter(...)(obj) and itemgetter(...)(obj): each read as `obj.name` / `obj[key]` is (from an
+    object from outside: reported, so guarded), not natively."""
+    def call(rt, fn, args, kwargs):
+        if len(args) != 1 or kwargs:
+            return fn(*args, **kwargs)  # (its own error)
+        keys = fn.__reduce__()[1]
+        values = tuple(read(rt, args[0], k) for k in keys)
+        return values[0] if len(keys) == 1 else values
+
+    return call
+
+
+def _attr_path(rt, obj, name):
+    for part in name.split("."):
+        obj = access.load_attr(rt, obj, part)
+    return obj
+
+
+CALLABLE_OBJECTS[operator.attrgetter] = _getter(_attr_path)
+CALLABLE_OBJECTS[operator.itemgetter] = _getter(access.get_item)

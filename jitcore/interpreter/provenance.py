@@ -228,6 +228,21 @@ class Converted(Provenance):
         return self.fn(self.parent.load(roots))
 
 
+@dataclass(frozen=True)
+class Call(Provenance):
+    """`parent(*args)` (args: constants): what a weak reference from outside refers to now, a ContextVar's value
+    (`var.get()`)."""
+
+    parent: Provenance
+    args: tuple = ()
+
+    def __str__(self):
+        return f"{self.parent}({', '.join(map(repr, self.args))})"
+
+    def load(self, roots):
+        return self.parent.load(roots)(*self.args)
+
+
 _CONST_TYPES = (int, str, bytes, float, bool, type(None))
 NOT_CONST = type("NOT_CONST", (), {"__repr__": lambda self: "<not a constant>"})()
 

@@ -20,7 +20,7 @@ from jitcore.errors import JitError, MetaError, UnsupportedError
 from jitcore.interpreter import eager_errors, user_traceback
 from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
-from jitcore.interpreter.provenance import Arg, Attr, Closure, Fn, Global, Item, Kwarg
+from jitcore.interpreter.provenance import Arg, Attr, Call, Closure, Fn, Global, Item, Kwarg
 from jitcore.interpreter.side_effects import SideEffectLog
 from jitcore.ir.arith import as_user
 
@@ -30,6 +30,7 @@ RETURNED, YIELDED, GENERATOR = 1, 2, 3
 MAX_DEPTH = 1000
 RECURSION_LIMIT = 12 * MAX_DEPTH
 
+_REF_CALL = weakref.ReferenceType.__call__
 _NATIVE_TYPES = frozenset({
     types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
     types.ClassMethodDescriptorType, types.GetSetDescriptorType,
@@ -183,10 +184,14 @@ class Runtime:
                 if id(owner) not in self.external:  # `jit(obj.method)`: the object is external too
                     owner = self.report(owner, Attr(prov, "__self__"))
             return self.call(func, (owner, *args), kwargs)
-        if t is weakref.ReferenceType and not args and not kwargs:  # what a weak reference refers to, as the
-            return self.ctx.referent(fn())  # program reads it (a tensor input: its proxy)
+        if isinstance(fn, weakref.ReferenceType) and not args and not kwargs and \
+                self.lookup(t, "__call__") is _REF_CALL:  # what a weak reference refers to, as the program reads it
+            return self._referent(fn)
         if t in _NATIVE_TYPES:
             return self.call_native(fn, args, kwargs)
+        by_type = CALLABLE_OBJECTS.get(t)
+        if by_type is not None:
+            return by_type(self, fn, args, kwargs)
         if t is _partial:
             prov = self.external.get(id(fn))
             if prov is None:
@@ -212,6 +217,16 @@ class Runtime:
         if type(call) is _FunctionType:
             return self.call(call, (fn, *args), kwargs)
         return self.call_native(fn, args, kwargs)
+
+    def _referent(self, ref):
+        """`ref()`: a tensor input's proxy; for a reference from outside (a WeakValueDictionary's), what it refers to,
+        reported as read through it (`ref().scale` is guarded: the referent can be another object on a later call)."""
+        value = ref()
+        found = self.ctx.referent(value)
+        if found is not value:
+            return found
+        prov = self.external.get(id(ref))
+        return value if prov is None else self.report(value, Call(prov))
 
     def call_inlined(self, jitted, name: str, args, kwargs):
         """`jitted(*args)` where `jitted` is a jitcore.jit function or module: what it wraps (its attribute `name`)
@@ -473,3 +488,6 @@ def run_frame(frame, throw=None):
 LOOKASIDES: dict[int, object] = {}
 CONTAINER_METHODS: dict[int, object] = {}
 BUILTIN_METHODS: dict[str, object] = {}  # method name -> handler(rt, fn, args, kwargs) of a bound builtin, or NULL
+# callable objects whose call reads its argument (operator.attrgetter, itemgetter): type -> handler(rt, fn, args,
+# kwargs)
+CALLABLE_OBJECTS: dict[type, object] = {}

@@ -6,6 +6,8 @@ epilogue replays the log on every call) and undone when interpretation ends, suc
 """
 from __future__ import annotations
 
+import array
+import collections
 import types
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -142,12 +144,16 @@ class SideEffectLog:
         elif isinstance(c, (set, bytearray)):
             old = c.copy()
             self._undo.append(lambda: (c.clear(), c.update(old) if isinstance(c, set) else c.extend(old)))
+        elif isinstance(c, (collections.deque, array.array)):  # (positions as a list's: what report_item reads)
+            old = self._before[id(c)] = list(c)
+            self._undo.append(lambda: (c.clear(), c.extend(old)) if isinstance(c, collections.deque) else
+                              c.__setitem__(slice(None), type(c)(c.typecode, old)))
         else:
             self._snapshotted.discard(id(c))
             raise UnsupportedError(
                 "side effect",
-                f"writing into an external object of type {type(c).__qualname__} (only list, dict, set and "
-                "bytearray contents can be restored after tracing)",
+                f"writing into an external object of type {type(c).__qualname__} (only list, dict, set, deque, "
+                "array and bytearray contents can be restored after tracing)",
                 hint="copy the object inside the function, or move the write out of the jitted function",
             )
 

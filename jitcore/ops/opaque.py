@@ -19,6 +19,7 @@ from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
+from jitcore.ops.generators import GeneratorProxy
 from jitcore.ops.opaque_symbolic import Untranslated, shape_rule, symbolic_outputs
 from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
 
@@ -43,6 +44,8 @@ def _to_meta(x, qualname="an opaque torch op"):
         # (opaque_symbolic.py) did not translate this op's sizes
     if isinstance(x, proxies.NumberProxy):
         return x.value
+    if isinstance(x, GeneratorProxy):  # (outputs' metadata need no draw: the program draws from it when it runs)
+        return None
     return x
 
 
@@ -607,13 +610,26 @@ def _rng_state(device: torch.device) -> torch.Tensor:
 def _with_rng_state_meta(fn, args, kwargs):
     out = opaque_symbol(fn).meta(*args, **kwargs)
     dev = _device_of(args)
-    n = _rng_state(dev).numel() if dev.type in ("cpu", "cuda") else 0
+    gen = kwargs.get("generator")
+    n = gen.state_size if isinstance(gen, GeneratorProxy) else \
+        _rng_state(dev).numel() if dev.type in ("cpu", "cuda") else 0
     state = proxies.TensorProxy((n,), torch.uint8, torch.device("cpu"))
     return (*out, state) if isinstance(out, (tuple, list)) else (out, state)
 
 
+def _given_generator(kwargs):
+    gen = kwargs.get("generator")
+    return gen if isinstance(gen, torch.Generator) else None
+
+
 def with_rng_state(fn, args, kwargs):
-    """fn(*args, **kwargs)'s results followed by the state of the generator its draws start from."""
+    """fn(*args, **kwargs)'s results followed by the state of the generator its draws start from (the generator= the
+    user gave, else the device's default one)."""
+    gen = _given_generator(kwargs)
+    if gen is not None:
+        state = gen.get_state()
+        out = fn(*args, **kwargs)
+        return (*out, state) if isinstance(out, (tuple, list)) else (out, state)
     dev = _device_of(args)
     if dev.type not in ("cpu", "cuda"):
         raise UnsupportedError("random op", f"the gradient of {getattr(fn, '__name__', fn)} on {dev} replays its "
@@ -625,7 +641,13 @@ def with_rng_state(fn, args, kwargs):
 
 
 def opaque_vjp_replay(fn, args, kwargs, grads, state):
-    """opaque_vjp with the generator set to `state` (the forward's draws again), the caller's state left as it was."""
+    """opaque_vjp with the generator set to `state` (the forward's draws again), the caller's state left as it was (a
+    generator= the user gave: a copy of it at `state` draws instead)."""
+    gen = _given_generator(kwargs)
+    if gen is not None:
+        replay = torch.Generator(gen.device)
+        replay.set_state(state)
+        return opaque_vjp(fn, args, {**kwargs, "generator": replay}, grads)
     dev = _device_of(args)
     cuda = dev.type == "cuda"
     with torch.random.fork_rng(devices=[dev] if cuda else []):

@@ -1,7 +1,8 @@
 """Ops: creation prims (full, empty, iota, uniform, normal, randint, bernoulli, sample, tensor_from_sequence): tensors
 from no tensor inputs (bernoulli_tensor: from a tensor of probabilities). Shapes are tuples of ints, device a
-torch.device, dtype a torch.dtype. The random ones draw from torch's default generator when they run, with the very
-kernel eager calls (so torch.manual_seed reproduces eager's values and generator state).
+torch.device, dtype a torch.dtype. The random ones draw from torch's default generator when they run (or from the
+generator= the user gave: jitcore/ops/generators.py), with the very kernel eager calls (so torch.manual_seed reproduces
+eager's values and generator state).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _check_float(op, dtype):
 
 
 @prim("prims.uniform", tags=RANDOM)
-def uniform(shape, minval, maxval, *, device, dtype):
+def uniform(shape, minval, maxval, *, device, dtype, generator=None):
     """Samples from U[minval, maxval) (torch's Tensor.uniform_)."""
     _check_float("uniform", dtype)
     check(is_number(minval) and is_number(maxval) and minval <= maxval,
@@ -61,7 +62,7 @@ def uniform(shape, minval, maxval, *, device, dtype):
 
 
 @prim("prims.normal", tags=RANDOM)
-def normal(shape, mean, std, *, device, dtype):
+def normal(shape, mean, std, *, device, dtype, generator=None):
     """Samples from N(mean, std**2) (torch's Tensor.normal_)."""
     _check_float("normal", dtype)
     check(is_number(mean) and is_number(std) and std >= 0,
@@ -70,7 +71,7 @@ def normal(shape, mean, std, *, device, dtype):
 
 
 @prim("prims.normal_serial", tags=RANDOM)
-def normal_serial(shape, mean, std, *, device, dtype):
+def normal_serial(shape, mean, std, *, device, dtype, generator=None):
     """Samples from N(mean, std**2) drawn one element at a time, in order: eager's CPU normal_ on a tensor that is
     not contiguous (a contiguous one of 16 or more elements is drawn in batches, as prims.normal does)."""
     _check_float("normal_serial", dtype)
@@ -80,7 +81,7 @@ def normal_serial(shape, mean, std, *, device, dtype):
 
 
 @prim("prims.randint", tags=RANDOM)
-def randint(low, high, shape, *, device, dtype):
+def randint(low, high, shape, *, device, dtype, generator=None):
     """Integers drawn uniformly from [low, high) (torch.randint)."""
     check(isinstance(low, int) and isinstance(high, int) and low < high,
           lambda: f"prims.randint: random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
@@ -88,7 +89,7 @@ def randint(low, high, shape, *, device, dtype):
 
 
 @prim("prims.bernoulli", tags=RANDOM)
-def bernoulli(shape, p, *, device, dtype):
+def bernoulli(shape, p, *, device, dtype, generator=None):
     """1 with probability p (a number), else 0: torch.empty(shape).bernoulli_(p), the draw eager's dropout and
     torch.bernoulli(t, p) make."""
     check(is_number(p) and 0 <= p <= 1, lambda: f"prims.bernoulli: expects 0 <= p <= 1, but got p={p!r}")
@@ -97,7 +98,7 @@ def bernoulli(shape, p, *, device, dtype):
 
 
 @prim("prims.bernoulli_tensor", tags=(Tag.RANDOM,))
-def bernoulli_tensor(prob, shape, *, dtype):
+def bernoulli_tensor(prob, shape, *, dtype, generator=None):
     """1 with the probabilities in prob (broadcast to shape), else 0: torch.empty(shape).bernoulli_(prob), the draw
     torch.bernoulli(prob) and Tensor.bernoulli_(prob) make."""
     check(isinstance(prob, TensorProxy) and prob.dtype.is_floating_point,
@@ -112,7 +113,7 @@ SAMPLERS = ("exponential", "cauchy", "log_normal", "geometric")  # Tensor.<kind>
 
 
 @prim("prims.sample", tags=RANDOM)
-def sample(kind, shape, params, *, device, dtype):
+def sample(kind, shape, params, *, device, dtype, generator=None):
     """torch.empty(shape).<kind>_(*params) for kind in SAMPLERS (Tensor.exponential_(lambd), cauchy_(median,
     sigma), log_normal_(mean, std), geometric_(p)): eager's own draw; the arguments are checked as eager checks them."""
     check(kind in SAMPLERS, lambda: f"prims.sample: kind must be one of {SAMPLERS}, got {kind!r}")

@@ -14,12 +14,14 @@ from jitcore.ir import devices, dtypes
 from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy
 from jitcore.ir.ranges import range_length
 from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import get_tracectx
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_python
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops.generators import gen_kwargs
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP
@@ -35,7 +37,13 @@ RANDOM = (Tag.CREATION, Tag.RANDOM)
 def _device(device, like=None):
     if device is not None:
         return devices.to_device(device)
-    return like.device if like is not None else devices.to_device(torch.get_default_device())
+    if like is not None:
+        return like.device
+    default = torch.get_default_device()
+    trace = get_tracectx()
+    if trace is not None:  # (torch.set_default_device between calls: the frontend has the prologue check it)
+        trace.extra["default_device"] = default
+    return devices.to_device(default)
 
 
 def _size(op, size, kwargs=None) -> tuple:
@@ -248,34 +256,30 @@ def triu_indices(row, col, offset=0, *, dtype=torch.long, device=None, layout=No
 
 
 # -- random -----------------------------------------------------------------------------------------------------------
-def _no_generator(op, generator):
-    check(generator is None, lambda: f"{op}: an explicit generator= is not supported; use torch.manual_seed")
-
-
 def _random(op_id, draw):
     name = op_id.removeprefix("ltorch.")
 
     def body(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
              pin_memory=False, **kwargs):
-        _no_generator(name, generator)
         shape = _size(name, size, kwargs)
-        return _grad(draw(shape, dtype or torch.get_default_dtype(), _device(device)), requires_grad)
+        return _grad(draw(shape, dtype or torch.get_default_dtype(), _device(device), gen_kwargs(generator)),
+                     requires_grad)
 
     body.__name__ = name
     return torchsymbol(getattr(torch, name), id=op_id, tags=RANDOM)(body)
 
 
-def _uniform(shape, dtype, device):
-    return pc.uniform(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
+def _uniform(shape, dtype, device, gen=None):
+    return pc.uniform(tuple(shape), 0.0, 1.0, device=device, dtype=dtype, **(gen or {}))
 
 
-def _normal(shape, dtype, device):
-    return pc.normal(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
+def _normal(shape, dtype, device, gen=None):
+    return pc.normal(tuple(shape), 0.0, 1.0, device=device, dtype=dtype, **(gen or {}))
 
 
-def _serial_normal(shape, dtype, device):
+def _serial_normal(shape, dtype, device, gen=None):
     """eager's CPU normal_ on a non-contiguous tensor: one draw per element in memory order (not batched)."""
-    return pc.normal_serial(tuple(shape), 0.0, 1.0, device=device, dtype=dtype)
+    return pc.normal_serial(tuple(shape), 0.0, 1.0, device=device, dtype=dtype, **(gen or {}))
 
 
 rand = _random("ltorch.rand", _uniform)
@@ -330,11 +334,11 @@ randn_like = _random_like("ltorch.randn_like", _normal)
 @torchsymbol(torch.randint, tags=RANDOM, id="ltorch.randint")
 def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
             requires_grad=False, pin_memory=False):
-    _no_generator("randint", generator)
     if size is None:
         low, high, size = 0, low, high
     check(high is not None and size is not None, "randint(): expected high and size")
-    out = pc.randint(low, high, _size("randint", (size,)), device=_device(device), dtype=dtype or torch.int64)
+    out = pc.randint(low, high, _size("randint", (size,)), device=_device(device), dtype=dtype or torch.int64,
+                     **gen_kwargs(generator))
     return _grad(out, requires_grad)
 
 
@@ -353,26 +357,26 @@ def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=Non
 def bernoulli(input, p=None, *, generator=None):
     """1 with probability p (the input's values, or the float p), else 0; in the input's dtype. Eager's draws:
     empty_like(input).bernoulli_(input) or .bernoulli_(p)."""
-    _no_generator("bernoulli", generator)
+    gen = gen_kwargs(generator)
     if p is None:
-        return pc.bernoulli_tensor(input, tuple(input.shape), dtype=input.dtype)
+        return pc.bernoulli_tensor(input, tuple(input.shape), dtype=input.dtype, **gen)
     check(is_number(p), lambda: f"bernoulli(): p must be a number, got {p!r}")
-    return pc.bernoulli(tuple(input.shape), float(p), device=input.device, dtype=input.dtype)
+    return pc.bernoulli(tuple(input.shape), float(p), device=input.device, dtype=input.dtype, **gen)
 
 
 @torchsymbol(torch.normal, tags=RANDOM, id="ltorch.normal")
 def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
            requires_grad=False, pin_memory=False):
-    _no_generator("normal", generator)
+    gen = gen_kwargs(generator)
     if not isinstance(mean, TensorProxy) and not isinstance(std, TensorProxy):
         check(size is not None, "normal(): with float mean and std, size= is required")
         out = pc.normal(_size("normal", (size,)), mean, std, device=_device(device), dtype=dtype or
-                        torch.get_default_dtype())
+                        torch.get_default_dtype(), **gen)
         return _grad(out, requires_grad)
-    return _normal_tensor(mean, std)
+    return _normal_tensor(mean, std, gen)
 
 
-def _normal_tensor(mean, std):
+def _normal_tensor(mean, std, gen=None):
     """Eager's normal with a tensor mean or std (DistributionTemplates.h normal_out_impl): a draw in the result's
     dtype, N(0, std) for a float std, else N(0, 1) times std, then plus mean."""
     ref = mean if isinstance(mean, TensorProxy) else std
@@ -381,8 +385,9 @@ def _normal_tensor(mean, std):
     dtype = ref.dtype  # eager's result takes mean's options, or std's for a float mean; mul_/add_ keep it
     if not isinstance(std, TensorProxy):
         check(std >= 0.0, lambda: f"normal expects std >= 0.0, but found std {std}")
-        return to_dtype(te.add(pc.normal(shape, 0.0, float(std), device=ref.device, dtype=dtype), mean), dtype)
-    z = pc.normal(shape, 0.0, 1.0, device=ref.device, dtype=dtype)
+        return to_dtype(te.add(pc.normal(shape, 0.0, float(std), device=ref.device, dtype=dtype, **(gen or {})),
+                               mean), dtype)
+    z = pc.normal(shape, 0.0, 1.0, device=ref.device, dtype=dtype, **(gen or {}))
     return to_dtype(te.add(to_dtype(te.mul(z, std), dtype), mean), dtype)
 
 

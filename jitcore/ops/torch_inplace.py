@@ -18,6 +18,7 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_map
+from jitcore.ops.generators import gen_kwargs
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
@@ -130,25 +131,24 @@ def fill_(self, value):
 
 @torchsymbol(T.uniform_, method="uniform_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.uniform_")
 def uniform_(self, from_=0, to=1, *, generator=None):
-    check(generator is None, "uniform_: a generator argument is not supported under jitcore.jit")
     return write("uniform_", self, pc.uniform(tuple(self.shape), float(from_), float(to), device=self.device,
-                                              dtype=self.dtype))
+                                              dtype=self.dtype, **gen_kwargs(generator)))
 
 
 @torchsymbol(T.normal_, method="normal_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.normal_")
 def normal_(self, mean=0, std=1, *, generator=None):
-    check(generator is None, "normal_: a generator argument is not supported under jitcore.jit")
     return write("normal_", self, pc.normal(tuple(self.shape), float(mean), float(std), device=self.device,
-                                            dtype=self.dtype))
+                                            dtype=self.dtype, **gen_kwargs(generator)))
 
 
 @torchsymbol(T.bernoulli_, method="bernoulli_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.bernoulli_")
 def bernoulli_(self, p=0.5, *, generator=None):
-    check(generator is None, "bernoulli_: a generator argument is not supported under jitcore.jit")
+    gen = gen_kwargs(generator)
     if isinstance(p, TensorProxy):  # eager's draws: bernoulli_(Tensor p) / bernoulli_(float p) on self's dtype
         prob = p if p.dtype.is_floating_point else to_dtype(p, torch.float32)
-        return write("bernoulli_", self, pc.bernoulli_tensor(prob, tuple(self.shape), dtype=self.dtype))
-    return write("bernoulli_", self, pc.bernoulli(tuple(self.shape), float(p), device=self.device, dtype=self.dtype))
+        return write("bernoulli_", self, pc.bernoulli_tensor(prob, tuple(self.shape), dtype=self.dtype, **gen))
+    return write("bernoulli_", self, pc.bernoulli(tuple(self.shape), float(p), device=self.device, dtype=self.dtype,
+                                                  **gen))
 
 
 _REQUIRED = object()
@@ -167,13 +167,12 @@ def _sampler(op_id: str, spec: tuple):
     kind = name.removesuffix("_")
 
     def body(self, *args, generator=None, **kwargs):
-        check(generator is None, lambda: f"{name}: a generator argument is not supported under jitcore.jit")
         check(len(args) <= len(spec) and set(kwargs) <= {n for n, _ in spec},
               lambda: f"{name}() got unexpected arguments {args!r} {kwargs!r}")
         params = tuple(_sampler_param(name, pname, args[i] if i < len(args) else kwargs.get(pname, default))
                        for i, (pname, default) in enumerate(spec))
         return write(name, self, pc.sample(kind, tuple(self.shape), params, device=self.device,
-                                           dtype=self.dtype))
+                                           dtype=self.dtype, **gen_kwargs(generator)))
 
     body.__name__ = name
     return torchsymbol(getattr(T, name), method=name, id=op_id, tags=INPLACE + (Tag.RANDOM,))(body)
