@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils.checkpoint as _checkpoint
 
-from jitcore import arrays
+from jitcore import arrays, standins
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state, torch_flags
@@ -26,47 +26,16 @@ from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
-from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy, as_size
+from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import generators, per_call, prims, torch_creation, torch_map
-from jitcore.ops.opaque import FUNCTION_APPLY, draws_random, opaque_symbol, user_function_call
+from jitcore.ops.opaque import FUNCTION_APPLY, user_function_call
 from jitcore.ops.sizes import define_sizes
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
-
-
-def _unbound_tensor_method(fn):
-    name = fn.__name__
-
-    def call(self, *args, **kwargs):
-        if isinstance(self, TensorProxy):
-            return getattr(self, name)(*args, **kwargs)
-        return fn(self, *args, **kwargs)
-
-    return call
-
-
-def _draws_random(fn) -> bool:
-    return torch_map.is_torch_callable(fn) and draws_random(fn)
-
-
-def _tensorless_draw(fn):
-    """A torch callable that draws random numbers: called with no tensor argument (torch.randperm(n)), or with a
-    generator the program draws from (which torch's argument parser would refuse), it is recorded as its opaque op,
-    which the torch executor runs on every call; with tensors it runs natively, and their __torch_function__ records
-    it as before."""
-
-    def call(*args, **kwargs):
-        leaves = tree_flatten((args, kwargs))[0]
-        if any(isinstance(a, (torch.Tensor, TensorProxy)) for a in leaves) and \
-                not any(isinstance(a, generators.GeneratorProxy) for a in leaves):
-            return fn(*args, **kwargs)
-        return opaque_symbol(fn)(*args, **kwargs)
-
-    return call
 
 
 GUARDED_SCALARS = (int, float, bool, str, complex, type(None), torch.dtype, torch.device)
@@ -181,7 +150,7 @@ class JitContext(DefaultContext):
     def lookaside(self, fn):
         op = self._lookaside(fn)
         if op is not None and ranges.unread(self.trace):  # list(range(n)) nothing has read yet (jitcore/ir/ranges.py)
-            return _range_lists_pinned(op, torch_creation.takes_ranges(torch_map.lookup(fn)))
+            return standins.range_lists_pinned(op, torch_creation.takes_ranges(torch_map.lookup(fn)))
         return op
 
     def on_call_native(self, fn, args, kwargs):
@@ -200,12 +169,12 @@ class JitContext(DefaultContext):
         if fn is _checkpoint.checkpoint:
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
-            return _BackwardHookStandIn
-        refused = _refused_inside(fn)
+            return standins.BackwardHookStandIn
+        refused = standins.refused_inside(fn)
         if refused is not None:
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
-            return _size
+            return standins.size
         if fn is FUNCTION_APPLY:  # MyFunction.apply(x): run by torch at run time, with the user's backward
             return user_function_call
         if fn in arrays.CONVERSIONS:  # torch.from_numpy(arr): a tensor input sharing the array's memory
@@ -222,9 +191,9 @@ class JitContext(DefaultContext):
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
-            op = _unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
-        if op is None and _draws_random(fn) and not self.should_inline(fn):
-            op = _tensorless_draw(fn)  # torch.randperm(n): recorded, never run now and folded into a constant
+            op = standins.unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
+        if op is None and standins.draws_random_torch(fn) and not self.should_inline(fn):
+            op = standins.tensorless_draw(fn)  # torch.randperm(n): recorded, never run now and folded into a constant
         if not self._container_ids:
             return op
         if op is None:  # a torch callable run natively (`_VF.lstm(x, hx, ...)`) gets the tensors of `hx` as inputs too
@@ -572,7 +541,7 @@ class JitContext(DefaultContext):
         if isinstance(obj, NumberProxy):
             return isinstance(obj.value, cls)
         if type(obj) is SymbolicSize:  # a shape with symbolic entries is a torch.Size to the program
-            return isinstance(_A_SIZE, cls)
+            return isinstance(standins.A_SIZE, cls)
         return NotImplemented
 
     def issubclass_hook(self, cls, classinfo):
@@ -613,27 +582,6 @@ def _extent(container):
     return tuple(container) if isinstance(container, dict) else len(container)
 
 
-_A_SIZE = torch.Size()
-
-
-def _size(*args, **kwargs):
-    if len(args) == 1 and not kwargs and isinstance(args[0], (tuple, list)):
-        return as_size(args[0])
-    return torch.Size(*args, **kwargs)
-
-
-def _range_lists_pinned(op, takes_ranges: bool):
-    """op, called with the RangeLists among its arguments pinned; an op that takes ranges (torch.tensor) gets its data
-    argument's range instead, which it records symbolically."""
-    def call(*args, **kwargs):
-        if takes_ranges:
-            args, kwargs = ranges.range_data(args, kwargs)
-        ranges.pin_within((args, kwargs))
-        return op(*args, **kwargs)
-
-    return call
-
-
 def _is_leaf(t) -> bool:
     return t.is_leaf
 
@@ -642,65 +590,10 @@ def _is_inference(t) -> bool:
     return t.is_inference()
 
 
-def _refused_inside(fn):
-    """A stand-in raising UnsupportedError for what cannot run inside a traced program, or None: the methods of an
-    optimizer, an LR scheduler or a grad scaler (run natively, they would update the real parameters once, while
-    tracing, and the program would do nothing on later calls) and gradient computations (the program's backward is
-    made after it is traced)."""
-    mod = getattr(fn, "__module__", None) or ""
-    if mod.startswith(("torch.optim", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler")):
-        what, hint = (f"{getattr(fn, '__qualname__', fn)} ({mod}) inside a jitted function: an optimizer, scheduler "
-                      "or grad scaler reads and updates the real parameters and its own state, which a traced "
-                      "program cannot replay"), "call opt.step(), opt.zero_grad(), scheduler.step() and the grad " \
-                                                "scaler outside the jitted function; jit the model or the loss"
-    elif fn in _GRADIENT_CALLS:
-        what, hint = (f"{getattr(fn, '__qualname__', fn)} inside a jitted function: the program's backward is built "
-                      "from the whole program, after it is traced"), "return the loss and call loss.backward() (or " \
-                                                                    "torch.autograd.grad) outside the jitted function"
-    else:
-        return None
-
-    def refuse(*args, **kwargs):
-        raise UnsupportedError("callable", what, hint=hint)
-
-    return refuse
-
-
-_GRADIENT_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
-
-
 # methods of a list, tuple or dict that read it whole, natively (`shape.copy()`, `dims.index(2)`)
 _READS_WHOLE = frozenset({"copy", "index", "count", "__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
                           "__ge__", "__add__", "__mul__", "__rmul__", "__hash__", "__repr__", "__str__", "values",
                           "items"})
-
-
-class _BackwardHookStandIn:
-    """What nn.Module's call gets for torch.utils.hooks.BackwardHook inside a jitted function. The hooks of a module
-    with backward hooks (register_full_backward_hook, register_full_backward_pre_hook) need the gradients of the
-    module's own inputs and outputs, which the compiled backward (one autograd node for the program) does not hand
-    out: where eager would attach them (grad mode on, a tensor that requires grad), they are refused, not
-    dropped; elsewhere they never run in eager either."""
-
-    def __init__(self, module, *args, **kwargs):
-        self.module = module
-
-    def _unused(self, args):
-        leaves = tree_flatten(args)[0]
-        if torch.is_grad_enabled() and any(isinstance(a, TensorProxy) and a.requires_grad for a in leaves):
-            raise UnsupportedError(
-                "module backward hooks", f"{type(self.module).__name__} has backward hooks (register_full_backward_"
-                "hook or register_full_backward_pre_hook); a jitted program's backward is one autograd node, so they "
-                "would never run",
-                hint="register hooks on the output tensors instead (`y.register_hook(...)` outside the jitted call), "
-                     "jit the module's children rather than the module, or remove the hooks")
-        return args
-
-    def setup_input_hook(self, args):
-        return self._unused(args)
-
-    def setup_output_hook(self, args):
-        return self._unused(args)
 
 
 def _stable_identities(guards, roots):

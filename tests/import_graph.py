@@ -20,7 +20,8 @@ FOLDERS = ("jitcore.ir", "jitcore.ops", "jitcore.interpreter", "jitcore.guards")
 RANKS = {
     "jitcore.errors": 0, "jitcore.logs": 0, "jitcore.hooks": 0, "jitcore.ir": 1, "jitcore.ops": 2,
     "jitcore.interpreter": 3,
-    "jitcore.guards": 4, "jitcore.layouts": 5, "jitcore.epilogue": 5, "jitcore.arrays": 5, "jitcore.autograd": 5,
+    "jitcore.guards": 4, "jitcore.layouts": 5, "jitcore.epilogue": 5, "jitcore.arrays": 5, "jitcore.standins": 5,
+    "jitcore.autograd": 5,
     "jitcore.fsdp": 5,
     "jitcore.frontend": 6,
     "transforms": 7, "executors": 7, "jitcore.reproduce": 7, "jitcore.inspection": 8, "jitcore.verify": 8,
