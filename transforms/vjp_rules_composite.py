@@ -241,10 +241,13 @@ _FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def _sdpa_augment(bsym):
-    q, k, v, attn_mask, dropout_p, is_causal, scale, _gqa = bound_arguments(bsym)
+    q, k, v, attn_mask, dropout_p, is_causal, scale, gqa = bound_arguments(bsym)
     tensors = (q, k, v)
+    # (grouped-query attention, enable_gqa with fewer key/value heads: the CPU flash kernels take it as eager's
+    # dispatch hands it to them, the gradients of key and value summed over each group)
+    heads_ok = q.shape[1] == k.shape[1] or (gqa and k.shape[1] != 0 and q.shape[1] % k.shape[1] == 0)
     ok = (attn_mask is None and dropout_p == 0.0 and all(t.ndim == 4 and t.device.type == "cpu" for t in tensors)
-          and q.dtype in _FLASH_DTYPES and q.shape[-1] == k.shape[-1] == v.shape[-1] and q.shape[1] == k.shape[1]
+          and q.dtype in _FLASH_DTYPES and q.shape[-1] == k.shape[-1] == v.shape[-1] and heads_ok
           and k.shape[1] == v.shape[1] and q.shape[0] == k.shape[0] == v.shape[0] and all(t.numel() for t in tensors))
     if not ok:
         return None
