@@ -163,3 +163,51 @@ def test_the_printed_program_calls_it_and_its_backward_recomputes_it():
     forward, backward = str(jitcore.last_traces(jf)[-1]), str(jitcore.last_backward_traces(jf)[-1])
     assert "method ScaledSquare.apply" in forward and "with_rng_state(" in forward  # (its draws, for the replay)
     assert "opaque_vjp_replay(" in backward
+
+
+class WithNumber(torch.autograd.Function):
+    """Outputs a number beside its tensors."""
+
+    @staticmethod
+    def forward(ctx, x, n: int):
+        ctx.n = n
+        return x * n, x.sum(), n + 1
+
+    @staticmethod
+    def backward(ctx, g1, g2, g3):
+        return g1 * ctx.n + g2 * 0.5, None
+
+
+class WritesItsInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_dirty(x)
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def f_number(x):
+    a, b, n = WithNumber.apply(x, 3)
+    return a * n + b
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_a_number_among_its_outputs(mode):
+    _check(f_number, jitcore.jit(f_number, cache=mode), False)
+
+
+@pytest.mark.parametrize("mode", ["constant values", "no caching"])
+def test_one_writing_its_input_is_refused_where_its_gradient_is_needed(mode):
+    """ctx.mark_dirty: the backward would run it again on the written value, so it is refused, not differentiated
+    wrongly; without grad it runs."""
+    def f(x):
+        return WritesItsInput.apply(x.clone()) * 3
+
+    jf = jitcore.jit(f, cache=mode)
+    with pytest.raises(jitcore.UnsupportedError, match="mark_dirty"):
+        jf(torch.randn(2, 3, requires_grad=True))
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(jf(x), f(x))

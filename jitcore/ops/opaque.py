@@ -723,15 +723,22 @@ def _function_meta(fn, qualname):
                                                  not all(type(s) is int for s in a.shape) for a in flat):
             return out
         try:
-            def leaf(a):
+            def leaf(a):  # (not a leaf itself: a forward writing it in place runs as on a computed tensor)
                 m = _to_meta(a, qualname)
-                return m.requires_grad_(True) if isinstance(a, proxies.TensorProxy) and a.requires_grad else m
+                return m.requires_grad_(True).clone() if isinstance(a, proxies.TensorProxy) and a.requires_grad else m
 
             margs, mkwargs = tree_unflatten(spec, [leaf(a) for a in flat])
             with torch.enable_grad():
-                flags = [o.requires_grad for o in tree_flatten(fn(*margs, **mkwargs))[0] if isinstance(o, torch.Tensor)]
+                outs = tree_flatten(fn(*margs, **mkwargs))[0]
+            flags = [o.requires_grad for o in outs if isinstance(o, torch.Tensor)]
         except Exception:
             return out
+        given = {id(m) for m in tree_flatten((margs, mkwargs))[0] if isinstance(m, torch.Tensor)}
+        if any(id(o) in given for o in outs):
+            raise UnsupportedError(
+                "autograd.Function", f"{qualname} writes an input in place and returns it (ctx.mark_dirty): its "
+                "gradient would be taken by running it again on the written value",
+                hint="call it outside the jitted function, or have its forward return a new tensor")
         proxies_out = [o for o in tree_flatten(out)[0] if isinstance(o, proxies.TensorProxy)]
         if len(flags) != len(proxies_out):
             return out
