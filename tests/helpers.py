@@ -72,3 +72,12 @@ def assert_same(got, expected, atol=None, rtol=None, equal_nan=True, msg=""):
                                        check_device=True)
         else:
             assert g == e, f"{msg}: {g!r} != {e!r}"
+
+
+def assert_same_outcome(got, expected, where: str):
+    """One call's outcome against eager's: the same error (its type's name, when eager raised) or a close tensor."""
+    if isinstance(expected, str):
+        assert got == expected, where
+    else:
+        assert isinstance(got, torch.Tensor), f"{where}: {got}"
+        torch.testing.assert_close(got, expected, msg=where)

@@ -34,6 +34,7 @@ import torch.nn as nn
 
 import jitcore
 from tests.fuzz import CACHE_MODES
+from tests.helpers import assert_same_outcome
 
 
 class Bag:
@@ -204,12 +205,7 @@ def test_state_changed_between_calls(seed, mode):
     got, _ = _run(seed, lambda f: jitcore.jit(f, cache=mode))
     _, read, _, kind, as_module = _world(seed)
     for i, (g, e) in enumerate(zip(got, expected)):
-        where = f"call {i} after {steps[:i]} (read {read}, items {kind}, module {as_module})"
-        if isinstance(e, str):
-            assert g == e, where
-        else:
-            assert isinstance(g, torch.Tensor), f"{where}: {g}"
-            torch.testing.assert_close(g, e, msg=where)
+        assert_same_outcome(g, e, f"call {i} after {steps[:i]} (read {read}, items {kind}, module {as_module})")
 
 
 def test_lazy_initialization_runs_once():
@@ -379,10 +375,7 @@ def test_python_operators_read_per_call(seed, mode):
     expr, expected = _operator_run(seed, lambda f: f)
     _, got = _operator_run(seed, lambda f: jitcore.jit(f, cache=mode))
     for i, (g, e) in enumerate(zip(got, expected)):
-        if isinstance(e, str):
-            assert g == e, f"{expr}: call {i}"
-        else:
-            torch.testing.assert_close(g, e, msg=f"{expr}: call {i}")
+        assert_same_outcome(g, e, f"{expr}: call {i}")
 
 
 @pytest.mark.parametrize("mode", CACHE_MODES)
