@@ -309,3 +309,28 @@ def test_grouped_query_sdpa_uses_flash_kernels_with_eagers_gradients(cache):
                       cache=cache)
     assert "sdpa_flash_cpu(" in str(jitcore.last_traces(jfn)[-1])
     assert "sdpa_flash_cpu_backward(" in str(jitcore.last_backward_traces(jfn)[-1])
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_grouped_query_sdpa_over_calls_of_other_shapes_and_grad_modes(cache):
+    """Calls as a model makes them: other batch sizes, sequence lengths and head groupings, a call under no_grad,
+    equal head counts in between; outputs and gradients equal eager's on each."""
+    def f(q, k, v):
+        return _SDPA(q, k, v, is_causal=True, enable_gqa=True)
+
+    jf = jitcore.jit(f, cache=cache)
+    for i, (b, hq, hk, n, grad) in enumerate([(2, 4, 2, 8, True), (3, 4, 2, 8, True), (2, 4, 2, 5, False),
+                                               (2, 6, 3, 7, True), (2, 4, 4, 8, True), (1, 4, 1, 9, True)]):
+        g = torch.Generator().manual_seed(i)
+        q, k, v = (torch.randn(b, h, n, 16, generator=g, requires_grad=grad) for h in (hq, hk, hk))
+        qj, kj, vj = (t.detach().clone().requires_grad_(grad) for t in (q, k, v))
+        with torch.set_grad_enabled(grad):
+            want, got = f(q, k, v), jf(qj, kj, vj)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got.requires_grad == want.requires_grad
+        if grad:
+            ct = torch.randn(want.shape, generator=g)
+            want.backward(ct)
+            got.backward(ct)
+            for a, e in zip((qj, kj, vj), (q, k, v)):
+                torch.testing.assert_close(a.grad, e.grad, rtol=0, atol=0, msg=lambda m, i=i: f"call {i}: {m}")

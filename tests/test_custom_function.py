@@ -132,6 +132,14 @@ def _check(fn, jfn, with_k: bool, calls=((3, 4), (3, 4), (5, 4), (3, 4))):
         loss_w.backward()
         loss_g.backward()
         torch.testing.assert_close(xj.grad, x.grad, msg=lambda m, i=i: f"call {i}: {m}")
+        with torch.no_grad():  # (a call under no_grad between the training calls, on the same arguments)
+            torch.manual_seed(200 + i)
+            want = _outputs(fn(*args))
+            torch.manual_seed(200 + i)
+            got = _outputs(jfn(*jargs))
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w)
+            assert not g.requires_grad
 
 
 @pytest.mark.parametrize("mode", CACHE_MODES)
