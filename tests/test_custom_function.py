@@ -115,31 +115,32 @@ def _outputs(out):
     return out if isinstance(out, tuple) else (out,)
 
 
+def _both(fn, jfn, args, jargs, seed):
+    """Eager's and the jitted outputs from one random state, compared (values and requires_grad)."""
+    torch.manual_seed(seed)
+    want = _outputs(fn(*args))
+    torch.manual_seed(seed)
+    got = _outputs(jfn(*jargs))
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w)
+        assert g.requires_grad == w.requires_grad, (seed, w.requires_grad, g.requires_grad)
+    return want, got
+
+
 def _check(fn, jfn, with_k: bool, calls=((3, 4), (3, 4), (5, 4), (3, 4))):
     for i, shape in enumerate(calls):
         x = torch.randn(shape, generator=torch.Generator().manual_seed(i), requires_grad=True)
         xj = x.detach().clone().requires_grad_()
         args, jargs = ((x, 1.5 + i), (xj, 1.5 + i)) if with_k else ((x,), (xj,))
-        torch.manual_seed(100 + i)
-        want = _outputs(fn(*args))
-        torch.manual_seed(100 + i)
-        got = _outputs(jfn(*jargs))
-        for w, g in zip(want, got):
-            torch.testing.assert_close(g, w)
-            assert g.requires_grad == w.requires_grad, (i, w.requires_grad, g.requires_grad)
+        want, got = _both(fn, jfn, args, jargs, 100 + i)
         loss_w = sum((w.float() * 1.25).sum() for w in want if w.requires_grad)
         loss_g = sum((g.float() * 1.25).sum() for g in got if g.requires_grad)
         loss_w.backward()
         loss_g.backward()
         torch.testing.assert_close(xj.grad, x.grad, msg=lambda m, i=i: f"call {i}: {m}")
         with torch.no_grad():  # (a call under no_grad between the training calls, on the same arguments)
-            torch.manual_seed(200 + i)
-            want = _outputs(fn(*args))
-            torch.manual_seed(200 + i)
-            got = _outputs(jfn(*jargs))
-        for w, g in zip(want, got):
-            torch.testing.assert_close(g, w)
-            assert not g.requires_grad
+            _, got = _both(fn, jfn, args, jargs, 200 + i)
+        assert not any(g.requires_grad for g in got)
 
 
 @pytest.mark.parametrize("mode", CACHE_MODES)
