@@ -709,7 +709,16 @@ def main(scenario: str, out_dir: str):
         traceback.print_exc()
         sys.stdout.flush()
         os._exit(1)  # (the other rank may wait in a collective: no clean shutdown)
+    # A scenario may leave a collective unwaited on purpose (an unread functional all_reduce must still run). Gloo's
+    # barrier waits for every earlier collective of the group, so no rank tears the group down while the other's
+    # background thread still exchanges data with it (that aborted a rank at exit: "terminate called ...").
+    dist.barrier()
     dist.destroy_process_group()
+    # The unwaited work stays in torch's work registry until static destruction, where it has aborted a rank; the
+    # result is saved and the group is down, so leave without running destructors.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
