@@ -304,12 +304,13 @@ def view_of_written(x, out, value):
 
 
 def _map_strides(value, x, strides, offset, sizes):
-    """(strides, offset) in x's memory of the view (strides, offset, sizes) of value's memory, or None. value is
-    dense, of x's shape, so an offset in its memory is a position (one digit per dim, value's layout); the view
-    maps when no step along it carries from one digit into the next. x may have any strides."""
+    """(strides, offset) in x's memory of the view (strides, offset, sizes) of value's memory, or None. value has
+    x's shape and no two of its elements share memory (it may have gaps: slice_scatter keeps a strided input's
+    strides), so an offset in its memory is a position (one digit per dim, value's layout); the view maps when no
+    step along it carries from one digit into the next. x may have any strides."""
     if value.stride() == x.stride():
         return tuple(strides), offset
-    if not _dense(value):  # (x may have gaps: a position places by its strides)
+    if not _non_overlapping(value):  # (an expanded value: the functional program writes back a copy instead)
         return None
     dims = sorted(range(value.dim()), key=lambda d: -value.stride(d))
 
@@ -332,15 +333,16 @@ def _map_strides(value, x, strides, offset, sizes):
     return [place(s) for s in steps], place(base)
 
 
-def _dense(t) -> bool:
-    """Whether t's elements fill its memory without gaps or overlaps, in some order of its dims."""
-    expected = 1
+def _non_overlapping(t) -> bool:
+    """Whether no two of t's elements share memory, its dims nested in order of their strides (each stride past the
+    span of the dims with smaller ones)."""
+    span = 1
     for d in sorted(range(t.dim()), key=lambda d: t.stride(d)):
         if t.shape[d] == 1:
             continue
-        if t.stride(d) != expected:
+        if t.stride(d) < span:
             return False
-        expected *= t.shape[d]
+        span += t.stride(d) * (t.shape[d] - 1)
     return True
 
 

@@ -1,8 +1,8 @@
 """Views of written inputs handed back: `x.add_(1); return x[0]` returns, in eager, a view sharing x's memory, and a
 write through it reaches x. Generated: a write into the input (in place, through a view, by copy from a tensor of
-another layout), then views of the input returned, over input layouts (contiguous, transposed, a strided slice of a
-larger tensor), in every cache mode and with Inductor regions; after each call the caller writes through every
-output, and the input and outputs must be eager's.
+another layout, of a broadcast or strided value), then views of the input returned, over input layouts (contiguous,
+transposed, a strided slice of a larger tensor), in every cache mode and with Inductor regions; after each call the
+caller writes through every output, and the input and outputs must be eager's.
 """
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ WRITES = {
     "masked fill": lambda x, y: x.masked_fill_(x > 0, 0.5),
     "zero_": lambda x, y: x.zero_(),
     "two writes": lambda x, y: (x.sub_(y), x[:, 1].fill_(2.0)),
+    # values whose memory repeats or skips: no view of it says which view of x an output is
+    "setitem a computed number": lambda x, y: x.__setitem__(slice(None), y.sum()),
+    "setitem a broadcast row": lambda x, y: x.__setitem__(slice(None), y.sum(0)),
+    "copy_ from an expand": lambda x, y: x.copy_(y[:1].expand_as(x)),
+    "copy_ from a strided slice": lambda x, y: x.copy_(torch.cat([y, y], 1)[:, ::2]),
 }
 VIEWS = {
     "row": lambda x: x[0],

@@ -153,6 +153,12 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
             al = st.alias.get(x.name)
             if al is not None and al.chain and al.root == viewed.name and \
                     not any(p.output.name in st.overlay for p in al.chain):
+                if _maybe_not_dense(st.cur[viewed.name], args, made):
+                    # the value written may repeat or skip memory (`x[:] = s.sum()` broadcasts, `x.copy_(y[:, ::2])`
+                    # steps): no view of its memory says which view of the caller's tensor the output is, so the
+                    # value written back is a dense copy of it, which the output views
+                    st.cur[viewed.name] = ltorch.clone(st.cur[viewed.name])
+                    made[st.cur[viewed.name].name] = st.new.bound_symbols[-1]
                 v = _replay_views(st, lines, st.cur[viewed.name])
         elif root is not None:
             al = st.alias.get(x.name)
@@ -160,6 +166,13 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
                 v = ltorch.clone(v)
         out.append(v)
     return out
+
+
+def _maybe_not_dense(v: TensorProxy, args: set, made: dict) -> bool:
+    """Whether v's memory may have gaps or repeats at run time: an input, or a view of another tensor (a program's
+    computed values are dense)."""
+    b = made.get(v.name)
+    return v.name in args or b is None or b.sym.id in VIEW_OPS or b.sym.id in _PASSES_ON
 
 
 def _producers(bsyms, out=None) -> dict:
