@@ -169,3 +169,35 @@ def test_what_a_traced_program_cannot_replay_is_refused(call):
         jitcore.jit(fn)(*args)
     for p, b in zip(model.parameters(), before):
         assert torch.equal(p.detach(), b)
+
+
+def _hook_inside(x):
+    y = x * 2
+    y.register_hook(lambda g: g * 3)  # (the line the error names)
+    return y.sum()
+
+
+def _retain_inside(x):
+    y = x.sin()
+    y.retain_grad()  # (the line the error names)
+    return y.sum()
+
+
+def _hook_without_grad(x):
+    with torch.no_grad():
+        y = x * 2
+    torch.Tensor.register_hook(y, lambda g: g)
+    return y
+
+
+@pytest.mark.parametrize("fn,text", [(_hook_inside, "y.register_hook"), (_retain_inside, "y.retain_grad()")])
+def test_tensor_hooks_inside_are_refused_naming_the_line(fn, text):
+    """A hook or retain_grad on a tensor inside would never run (the program's backward is one autograd node): refused
+    with the user's line, never silently dropped; eager's RuntimeError where eager raises one."""
+    with pytest.raises(UnsupportedError, match="inside a jitted function") as info:
+        jitcore.jit(fn)(torch.randn(3, requires_grad=True))
+    assert f":{_line_of(fn, text)}" in str(info.value)
+    with pytest.raises(RuntimeError, match="doesn't require gradient"):
+        _hook_without_grad(torch.randn(3, requires_grad=True))
+    with pytest.raises(RuntimeError, match="doesn't require gradient"):
+        jitcore.jit(_hook_without_grad)(torch.randn(3, requires_grad=True))

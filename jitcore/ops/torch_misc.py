@@ -221,3 +221,34 @@ def _backward(self, *args, **kwargs):
 
 
 register_method("backward", _backward)
+
+
+# -- autograd hooks registered on a tensor inside the function: eager's error where eager has one, else refused --------
+_HOOK_ERRORS = {  # eager's RuntimeError for a tensor the hook cannot go on
+    "register_hook": (lambda t: not t.requires_grad, "cannot register a hook on a tensor that doesn't require "
+                                                      "gradient"),
+    "retain_grad": (lambda t: not t.requires_grad, "can't retain_grad on Tensor that has requires_grad=False"),
+    "register_post_accumulate_grad_hook": (lambda t: not t.is_leaf,
+                                           "post accumulate grad hooks cannot be registered on non-leaf tensors"),
+}
+
+
+def _hook_refused(name: str):
+    wrong, message = _HOOK_ERRORS[name]
+
+    def call(self, *args, **kwargs):
+        if wrong(self):
+            raise RuntimeError(message)
+        raise UnsupportedError(
+            "tensor hook", f"Tensor.{name}() inside a jitted function: the program's backward is one autograd node "
+            "built when the function is traced, so a hook or retained gradient on a tensor inside it would never be "
+            "run or filled (and on an input it would be added again on every call)",
+            hint="register it outside the jitted function, on an input or on an output it returns "
+                 "(`y = jf(x); y.register_hook(...)`), or run this code eagerly")
+
+    return call
+
+
+for _name in _HOOK_ERRORS:
+    register_method(_name, _hook_refused(_name))
+    TORCH_MAP.setdefault(getattr(T, _name), _hook_refused(_name))  # (torch.Tensor.register_hook(y, fn))
