@@ -179,3 +179,33 @@ def test_a_package_keeps_the_option(tmp_path):
     assert len(_saved(loaded)) == 4 and jitcore.cache_misses(loaded) == 0
     with pytest.raises(jitcore.PackageError, match="rematerialize"):
         jitcore.load(tmp_path / "pkg", chain, rematerialize=True)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_gpu_program_recomputes_transcendental_math_where_a_cpu_program_saves(device):
+    """The cost model by device: fused into a GPU's kernels, sin and tanh cost the memory traffic they already pay,
+    so the backward recomputes the whole chain from the input (as torch.compile's partitioner does there); on the
+    CPU their math costs more than 5% of the step, so the forward saves what the backward reads. Traced on proxies
+    (no GPU needed: nothing runs)."""
+    from jitcore.ir.proxies import TensorProxy
+    from jitcore.ir.trace import Trace, tracectx
+    from jitcore.ops import ltorch
+    from transforms.autodiff import grad_transform
+    from transforms.rematerialize import rematerialize, saved_bytes
+
+    trace = Trace("computation")
+    with tracectx(trace):
+        x = TensorProxy((512, 512), torch.float32, torch.device(device), requires_grad=True)
+        trace.args = [x]
+        y = x
+        for _ in range(5):
+            y = ltorch.tanh(ltorch.sin(y))
+        trace.output = y
+    split = grad_transform(trace)
+    fused, _, _ = rematerialize(split, fused=True)
+    unfused, _, _ = rematerialize(split, fused=False)
+    assert saved_bytes(unfused.saved) == saved_bytes(split.saved)  # (unfused, each recomputed line is a kernel)
+    if device == "cuda":
+        assert [p.name for p in fused.saved] == [x.name]
+    else:
+        assert saved_bytes(fused.saved) == saved_bytes(split.saved)

@@ -40,7 +40,9 @@ CHEAP_PRIMS = VIEW_PRIMS | frozenset(f"prims.{n}" for n in (
     "round", "trunc", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift",
     "bitwise_right_shift"))
 
-# A rough time model (nanoseconds on one CPU core; it only has to rank cuts and compare them with the step):
+# A rough time model (nanoseconds on one CPU core; it only has to rank cuts and compare them with the step). On a GPU,
+# fused elementwise math is bound by memory, so a fused recompute of any elementwise prim costs as a cheap one
+# (_on_accelerator), which is the assumption torch.compile's partitioner makes there:
 NS_CHEAP = 0.05  # per element of a cheap elementwise prim
 NS_COMPUTE, NS_COMPUTE_UNFUSED = 0.9, 2.0  # per element of a compute elementwise prim: fused, or as a torch kernel
 NS_FLOP = 0.012  # per matmul flop
@@ -212,8 +214,16 @@ def _leaf_time(b, fused: bool) -> float:
     if b.sym.id in CHEAP_PRIMS:
         return NS_CHEAP * outs
     if b.sym.id in RECOMPUTABLE_PRIMS:
+        if fused and _on_accelerator(b):  # a GPU's fused kernel waits on memory: its math (exp, sin, ...) is free
+            return NS_CHEAP * outs
         return (NS_COMPUTE if fused else NS_COMPUTE_UNFUSED) * outs
     return NS_OTHER * (outs + sum(_numel(x) for x in b.flat_proxy_args()))
+
+
+def _on_accelerator(b) -> bool:
+    """Whether the line computes on a GPU (or another accelerator): not on the CPU, whose cores spend real time on
+    transcendental math (sin/tanh chains recomputed on CPU cost 35-77% of the step; see NS_COMPUTE)."""
+    return any(isinstance(o, TensorProxy) and o.device.type not in ("cpu", "meta") for o in b.flat_proxy_outs())
 
 
 def _walk_leaves(bsym):
