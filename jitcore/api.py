@@ -60,13 +60,14 @@ class CompileOptions:
     saved_tensor_hooks: tuple | None = None  # (pack, unpack) put into the programs (transforms/saved_hooks.py)
 
 
-def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str = "int",
+def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inputs: str = "int",
         rematerialize: bool | float = True, verify=None, saved_tensor_hooks=None):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
     fn: a function, a callable object or an nn.Module (a jitted module keeps the original's parameters, buffers,
     train/eval and state_dict). Generator and coroutine functions are refused: jit the loop body. A jitted function
     or module called inside another jitted program is part of that program (inlined; its own cache is untouched).
+    Without fn, a decorator with these options: `@jitcore.jit(cache="symbolic values")`.
 
     Options (keyword-only):
 
@@ -116,6 +117,9 @@ def jit(fn, *, executors=None, cache: str = "constant values", keep_inputs: str 
                              verify_calls(verify), _hooks_option(saved_tensor_hooks))
     Cache(cache)  # validates the option now, not at the first call
     check_keep_inputs(keep_inputs)
+    if fn is None:  # @jitcore.jit(...) over a definition: the options are checked here, the function given next
+        return functools.partial(jit, executors=executors, cache=cache, keep_inputs=keep_inputs,
+                                 rematerialize=rematerialize, verify=verify, saved_tensor_hooks=saved_tensor_hooks)
     _check_callable(fn)
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, options)

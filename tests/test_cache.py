@@ -45,6 +45,23 @@ def test_hit_miss_sequence(mode, expected):
         assert "expected a tensor cpu f32[2, 2]" in reasons[1]
 
 
+def test_jit_with_options_only_is_a_decorator():
+    """`@jitcore.jit(cache=...)` as torch.compile's users write it: the options are checked at once, the function
+    comes next, and the result is the jitted function with those options."""
+    @jitcore.jit(cache="symbolic values")
+    def add(a, b):
+        return a + b
+
+    for n in (2, 3, 4):
+        a = torch.randn(n, 2)
+        torch.testing.assert_close(add(a, a), a + a)
+    assert _counts(add) == (2, 1)
+    with pytest.raises(ValueError, match="'constant values'"):
+        jitcore.jit(cache="sometimes")
+    module = jitcore.jit(executors=["torch"])(torch.nn.Linear(2, 2))
+    assert isinstance(module, torch.nn.Module)
+
+
 def test_options_give_separate_caches():
     j1, j2 = jitcore.jit(_add), jitcore.jit(_add, executors=["torch"])
     a = torch.randn(2, 2)
