@@ -31,7 +31,7 @@ from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
-from jitcore.ops import generators, per_call, prims, torch_creation, torch_map
+from jitcore.ops import generators, log_calls, per_call, prims, torch_creation, torch_map
 from jitcore.ops.opaque import FUNCTION_APPLY, user_function_call
 from jitcore.ops.sizes import define_sizes
 
@@ -190,6 +190,8 @@ class JitContext(DefaultContext):
         op = torch_map.lookup(fn)
         if op is None:  # print() and values that change per call (random, clocks) asked for by user code
             op = per_call.lookaside(fn, self._user_caller)
+        if op is None:  # logger.info(...): a line logging the call's values on every call
+            op = log_calls.lookaside(fn)
         if op is None and type(fn) is types.MethodDescriptorType and fn.__objclass__ in _TENSOR_CLASSES:
             op = standins.unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
         if op is None and standins.draws_random_torch(fn) and not self.should_inline(fn):

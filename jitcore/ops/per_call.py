@@ -1,8 +1,9 @@
 """Ops: values from outside that change on every call (Python's `random`, `numpy.random`, clocks, `os.urandom`,
 `uuid`) and `print()`. Each call becomes a line of the trace that runs when the program runs, in program order
 (`f0 = _c0()` draws from the same generator eager would; `print_(_c1, t0, sep=' ')` prints the real values), so
-a cached call draws, times and prints exactly as eager does. Numbers come back as number proxies with no
-expression: tensor math may use them, Python control flow may not (jitcore/ir/arith.py refuses it).
+a cached call draws, times and prints exactly as eager does; logging calls likewise (jitcore/ops/log_calls.py).
+Numbers come back as number proxies with no expression: tensor math may use them, Python control flow may not
+(jitcore/ir/arith.py refuses it).
 """
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""Ops: `logging` calls inside a jitted function (`logger.info("shape %s", x.shape)`, `logging.warning(...)`). Each
+becomes a line of the program that runs on every call, in program order, with the call's real values: at run time it
+asks the logger whether the level is enabled (a level changed between calls is honored, as in eager) and hands its
+handlers a record naming the user's file, line and function, as logging's own caller lookup does in eager. Without
+this, logging's code was interpreted: the record named jitcore's interpreter as its caller, a handler that keeps
+records stored the first call's objects, and `logger.exception` in an `except` block exhausted memory building
+guards over the traceback's frames.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from jitcore.errors import UnsupportedError
+from jitcore.ir.proxies import Proxy
+from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
+from jitcore.ir.trace import get_tracectx
+from jitcore.ops.per_call import _print_arg
+
+# Logger methods -> their level (None: the level is the first argument, as Logger.log takes it)
+_METHODS = {logging.Logger.debug: logging.DEBUG, logging.Logger.info: logging.INFO,
+            logging.Logger.warning: logging.WARNING, logging.Logger.error: logging.ERROR,
+            logging.Logger.critical: logging.CRITICAL, logging.Logger.exception: logging.ERROR,
+            logging.Logger.log: None}
+_METHODS.update({getattr(logging.Logger, n): _METHODS[getattr(logging.Logger, m)]
+                 for n, m in (("warn", "warning"), ("fatal", "critical")) if hasattr(logging.Logger, n)})
+_LOGGING_FILE = os.path.normcase(logging.__file__)
+
+
+def _log(logger, level, msg, args, filename, lineno, func, extra):
+    if logger.isEnabledFor(level):
+        logger.handle(logger.makeRecord(logger.name, level, filename, lineno, msg, args, None, func, extra, None))
+
+
+def _log_printer(bsym, printer):
+    logger, level, msg, args, filename, lineno, func, extra = bsym.args
+    parts = [printer.value(logger), repr(level), _print_arg(printer, msg), _print_arg(printer, tuple(args)),
+             repr(filename), repr(lineno), repr(func), _print_arg(printer, extra)]
+    return f"log_({', '.join(parts)})"
+
+
+log_ = Symbol("python.log", "log_", meta=lambda *args: None, tags=(Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE),
+              module="", printer=_log_printer, call_ctx={"log_": _log})
+EAGER_KERNELS[log_.id] = _log
+
+
+def _caller(stacklevel: int) -> tuple:
+    """(file, line, function) of the frame logging's findCaller would name: the user's frames, innermost first,
+    past logging's own, then `stacklevel - 1` frames further out."""
+    trace = get_tracectx()
+    stack = trace.extra.get("user_stack") if trace is not None else None
+    frames = [f for f in reversed(stack() if stack is not None else ())
+              if os.path.normcase(f[0].co_filename) != _LOGGING_FILE]
+    if not frames:
+        return "(unknown file)", 0, "(unknown function)"
+    code, inst = frames[min(max(stacklevel, 1), len(frames)) - 1]
+    line = getattr(getattr(inst, "positions", None), "lineno", None) or getattr(inst, "lineno", None)
+    return code.co_filename, line or code.co_firstlineno, code.co_name
+
+
+def _holds_tensor_object(obj) -> bool:
+    if isinstance(obj, (tuple, list)):
+        return any(_holds_tensor_object(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(_holds_tensor_object(x) for x in (*obj.keys(), *obj.values()))
+    d = getattr(obj, "__dict__", None)
+    return not isinstance(obj, Proxy) and isinstance(d, dict) and any(isinstance(v, Proxy) for v in d.values())
+
+
+def record_log(method, logger, args: tuple, kwargs: dict):
+    """`logger.<method>(msg, *args, **kwargs)` as a line that logs the real values on every call."""
+    level = _METHODS[method]
+    if level is None:
+        if not args:
+            raise TypeError("Logger.log() missing 2 required positional arguments: 'level' and 'msg'")
+        level, args = args[0], args[1:]
+    if not args:
+        raise TypeError(f"Logger.{method.__name__}() missing 1 required positional argument: 'msg'")
+    if not isinstance(level, int) or isinstance(level, Proxy):
+        raise TypeError("level must be an integer")
+    msg, args = args[0], tuple(args[1:])
+    exc_info = kwargs.get("exc_info", method is logging.Logger.exception)
+    unknown = set(kwargs) - {"exc_info", "stack_info", "stacklevel", "extra"}
+    if unknown:
+        raise TypeError(f"Logger.{method.__name__}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    if exc_info or kwargs.get("stack_info"):
+        raise UnsupportedError("logging", f"Logger.{method.__name__}() with the exception or the stack inside a "
+                               "jitted function: the traceback and the stack would be the interpreter's, not yours",
+                               hint="log the exception's text (`logger.error('...: %s', e)`), or log outside the "
+                                    "jitted function")
+    extra = kwargs.get("extra")
+    if _holds_tensor_object((msg, args, extra)):
+        raise UnsupportedError("logging", "a logging call with an object holding traced tensors or numbers (its text "
+                               "would show their names, not their values)",
+                               hint="log the tensors or numbers themselves, or log outside the jitted function")
+    if len(args) == 1 and isinstance(args[0], dict) and args[0]:
+        args = (dict(args[0]),)  # (logging formats `%(key)s` from a single dict argument, as eager does)
+    filename, lineno, func = _caller(kwargs.get("stacklevel", 1))
+    get_tracectx().record(BoundSymbol(log_, (logger, level, msg, args, filename, lineno, func, extra), {}, None))
+
+
+def lookaside(fn):
+    """The replacement of a Logger method (bound, or called with the logger first), else None."""
+    method = getattr(fn, "__func__", None)
+    owner = getattr(fn, "__self__", None)
+    try:
+        if method in _METHODS and isinstance(owner, logging.Logger):
+            return lambda *args, **kwargs: record_log(method, owner, args, kwargs)
+        if fn in _METHODS:
+            return lambda logger, *args, **kwargs: record_log(fn, logger, args, kwargs)
+    except TypeError:  # (an unhashable callable)
+        return None
+    return None
+
+
+__all__ = ["log_", "lookaside", "record_log"]
