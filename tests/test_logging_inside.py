@@ -1,10 +1,12 @@
-"""`logging` calls inside a jitted function (jitcore/ops/log_calls.py): every call logs what eager logs, with the
-call's values, the user's file, line and function, and the logger's level as it is at that call; in every cache
-mode. Generated: logger methods x arguments (shapes, tensors, numbers, a dict) x levels changed between calls."""
+"""`logging` calls and warnings inside a jitted function (jitcore/ops/log_calls.py): every call logs and warns what
+eager does, with the call's values, the user's file, line and function, and the logger's level and the warning
+filters as they are at that call; in every cache mode. Generated: logger methods x arguments (shapes, tensors,
+numbers, a dict) x levels changed between calls."""
 from __future__ import annotations
 
 import logging
 import random
+import warnings
 
 import pytest
 import torch
@@ -128,3 +130,34 @@ def test_what_cannot_be_logged_per_call_is_refused_at_the_users_line(kept):
     for fn, what in ((with_exception, "exception"), (with_object, "object holding traced")):
         with pytest.raises(UnsupportedError, match=what):
             jitcore.jit(fn)(torch.ones(2))
+
+
+def _warns_for(x):
+    warnings.warn("from the helper", RuntimeWarning, stacklevel=2)
+
+
+def _warning_program(x, n):
+    if x.shape[0] > 2:
+        warnings.warn(f"{n} rows is many", stacklevel=1)  # (the location eager names)
+    _warns_for(x)  # (stacklevel=2 names this line)
+    return x * n
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("action", ["always", "default", "error"])
+def test_warnings_inside_warn_as_eager_on_every_call(mode, action):
+    """warnings.warn inside warns on every call under "always" (it warned once, at trace time, from jitcore's own
+    file), once per location under "default", and raises under "error", at the user's lines, as in eager."""
+    jf = jitcore.jit(_warning_program, cache=mode)
+    for n in (3, 3, 4):
+        seen = []
+        for fn in (_warning_program, jf):
+            globals().pop("__warningregistry__", None)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter(action)
+                try:
+                    fn(torch.ones(n, 2), n)
+                    seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught])
+                except Warning as e:
+                    seen.append(("raised", type(e), str(e)))
+        assert seen[0] == seen[1], (mode, action, n)

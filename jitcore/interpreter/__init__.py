@@ -87,6 +87,7 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
     trace = get_tracectx()
     if trace is not None:  # each line records the user's frames it comes from (Trace.record)
         trace.extra["user_stack"] = rt.user_stack
+        trace.extra["user_globals"] = rt.user_globals  # (the module globals of each: warnings' registries)
     old_limit = sys.getrecursionlimit()
     if old_limit < RECURSION_LIMIT:
         sys.setrecursionlimit(RECURSION_LIMIT)
@@ -109,6 +110,7 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
     finally:
         if trace is not None:
             trace.extra.pop("user_stack", None)
+            trace.extra.pop("user_globals", None)
         try:
             rt.effects.undo()
         finally:

@@ -340,6 +340,14 @@ class Runtime:
             frame = frame.parent
         return tuple(reversed(out))
 
+    def user_globals(self) -> tuple:
+        """The globals of the interpreted frames, outermost first (as user_stack lists them)."""
+        out, frame = [], self.frame
+        while frame is not None:
+            out.append(frame.globals)
+            frame = frame.parent
+        return tuple(reversed(out))
+
     def run(self, frame):
         """Run a fresh frame to its end; returns its value, or an interpreted generator for generator code."""
         if self.depth >= MAX_DEPTH:

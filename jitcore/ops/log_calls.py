@@ -1,15 +1,19 @@
-"""Ops: `logging` calls inside a jitted function (`logger.info("shape %s", x.shape)`, `logging.warning(...)`). Each
-becomes a line of the program that runs on every call, in program order, with the call's real values: at run time it
-asks the logger whether the level is enabled (a level changed between calls is honored, as in eager) and hands its
-handlers a record naming the user's file, line and function, as logging's own caller lookup does in eager. Without
-this, logging's code was interpreted: the record named jitcore's interpreter as its caller, a handler that keeps
-records stored the first call's objects, and `logger.exception` in an `except` block exhausted memory building
-guards over the traceback's frames.
+"""Ops: messages user code emits inside a jitted function: `logging` calls (`logger.info("shape %s", x.shape)`,
+`logging.warning(...)`) and `warnings.warn(...)`. Each becomes a line of the program that runs on every call, in
+program order, with the call's real values, naming the user's file, line and function as eager's caller lookup does:
+a logging line asks the logger at run time whether its level is enabled (a level changed between calls is honored)
+and hands its handlers the record; a warning line goes through the warning filters at run time with the user's
+location and module registry (so "always" warns on every call, "default" once per location, "error" raises there,
+as in eager). Without this, logging's code was interpreted: its records named jitcore's interpreter as their caller,
+a handler that keeps records stored the first call's objects, and `logger.exception` in an `except` block exhausted
+memory building guards over the traceback's frames; a warning was issued once, at trace time, from jitcore's file.
 """
 from __future__ import annotations
 
 import logging
 import os
+import sys
+import warnings
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import Proxy
@@ -44,18 +48,19 @@ log_ = Symbol("python.log", "log_", meta=lambda *args: None, tags=(Tag.PYTHON, T
 EAGER_KERNELS[log_.id] = _log
 
 
-def _caller(stacklevel: int) -> tuple:
-    """(file, line, function) of the frame logging's findCaller would name: the user's frames, innermost first,
-    past logging's own, then `stacklevel - 1` frames further out."""
+def _caller(stacklevel: int, skip: str | None = _LOGGING_FILE) -> tuple:
+    """(file, line, function, module globals) of the frame eager's caller lookup names: the interpreted frames,
+    innermost first, past those of file `skip` (logging's own), then `stacklevel - 1` frames further out."""
     trace = get_tracectx()
     stack = trace.extra.get("user_stack") if trace is not None else None
-    frames = [f for f in reversed(stack() if stack is not None else ())
-              if os.path.normcase(f[0].co_filename) != _LOGGING_FILE]
+    scopes = trace.extra.get("user_globals") if trace is not None else None
+    pairs = list(zip(stack() if stack is not None else (), scopes() if scopes is not None else ()))
+    frames = [f for f in reversed(pairs) if os.path.normcase(f[0][0].co_filename) != skip]
     if not frames:
-        return "(unknown file)", 0, "(unknown function)"
-    code, inst = frames[min(max(stacklevel, 1), len(frames)) - 1]
+        return "(unknown file)", 0, "(unknown function)", None
+    (code, inst), scope = frames[min(max(stacklevel, 1), len(frames)) - 1]
     line = getattr(getattr(inst, "positions", None), "lineno", None) or getattr(inst, "lineno", None)
-    return code.co_filename, line or code.co_firstlineno, code.co_name
+    return code.co_filename, line or code.co_firstlineno, code.co_name, scope
 
 
 def _holds_tensor_object(obj) -> bool:
@@ -95,12 +100,51 @@ def record_log(method, logger, args: tuple, kwargs: dict):
                                hint="log the tensors or numbers themselves, or log outside the jitted function")
     if len(args) == 1 and isinstance(args[0], dict) and args[0]:
         args = (dict(args[0]),)  # (logging formats `%(key)s` from a single dict argument, as eager does)
-    filename, lineno, func = _caller(kwargs.get("stacklevel", 1))
+    filename, lineno, func, _ = _caller(kwargs.get("stacklevel", 1))
     get_tracectx().record(BoundSymbol(log_, (logger, level, msg, args, filename, lineno, func, extra), {}, None))
 
 
+def _warn(message, category, filename, lineno, module):
+    scope = vars(sys.modules[module]) if module in sys.modules else None  # (a module's globals: its registry)
+    registry = scope.setdefault("__warningregistry__", {}) if scope is not None else None
+    warnings.warn_explicit(message, category, filename, lineno, module or "<string>", registry, scope)
+
+
+def _warn_printer(bsym, printer):
+    message, category, filename, lineno, module = bsym.args
+    return f"warn_({_print_arg(printer, message)}, {printer.value(category)}, {filename!r}, {lineno!r}, {module!r})"
+
+
+warn_ = Symbol("python.warn", "warn_", meta=lambda *args: None,
+               tags=(Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE), module="", printer=_warn_printer,
+               call_ctx={"warn_": _warn})
+EAGER_KERNELS[warn_.id] = _warn
+
+
+def record_warn(message, category=None, stacklevel=1, source=None, **kwargs):
+    """`warnings.warn(message, category, stacklevel)` as a line that goes through the warning filters on every
+    call, at the user's location."""
+    if kwargs:
+        raise TypeError(f"warn() got an unexpected keyword argument {sorted(kwargs)[0]!r}")
+    if isinstance(message, Warning):
+        category = type(message)
+    elif category is None:
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
+    if _holds_tensor_object(message) or isinstance(message, Proxy):
+        raise UnsupportedError("warnings", "warnings.warn() of a traced value (its text would show its name)",
+                               hint="warn with a string, or warn outside the jitted function")
+    filename, lineno, _, scope = _caller(stacklevel, skip=None)
+    module = scope.get("__name__") if isinstance(scope, dict) else None
+    get_tracectx().record(BoundSymbol(warn_, (message, category, filename, lineno, module), {}, None))
+
+
 def lookaside(fn):
-    """The replacement of a Logger method (bound, or called with the logger first), else None."""
+    """The replacement of a Logger method (bound, or called with the logger first) or of warnings.warn, else
+    None."""
+    if fn is warnings.warn:
+        return record_warn
     method = getattr(fn, "__func__", None)
     owner = getattr(fn, "__self__", None)
     try:
@@ -113,4 +157,4 @@ def lookaside(fn):
     return None
 
 
-__all__ = ["log_", "lookaside", "record_log"]
+__all__ = ["log_", "lookaside", "record_log", "record_warn", "warn_"]
