@@ -17,7 +17,7 @@ import torch.utils.checkpoint as _checkpoint
 from jitcore import arrays, standins
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
-from jitcore.guards import data_guards, module_state, torch_flags
+from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
 from jitcore.guards.prologue import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
@@ -183,6 +183,8 @@ class JitContext(DefaultContext):
             return generators.new_generator_line
         if fn in torch_flags.READERS:  # read now, and checked by the prologue on every call
             return lambda *args, **kwargs: torch_flags.read(self.guards.flags, fn, args, kwargs)
+        if fn in process_state.READERS:  # os.stat, os.listdir, os.getcwd, ...: read now, checked on every call
+            return process_state.reader(self.guards.flags, fn, self._runtime.frame)
         if fn in torch_flags.SETTERS:
             return torch_flags.refuse_setter(fn)
         if type(getattr(fn, "__self__", None)) is contextvars.ContextVar:  # var.get(): guarded; var.set(): refused

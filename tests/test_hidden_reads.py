@@ -9,7 +9,10 @@ of calls in each cache mode. Each was silently the first call's answer before:
   `out.extend(o)`, itertools, `math.prod`, `functools.reduce`, `collections.Counter`, `sum(o, 0)`, `dict(mapping)`):
   its Python `__iter__` (or `__getitem__`) ran natively;
 - dict and set lookups keyed by objects whose class hashes and compares in Python (`d[key]`, `key in s`, `d.get(k)`),
-  and the values of a dict read at a key that is no constant (a dtype, an enum member, a class: `d[x.dtype]`).
+  and the values of a dict read at a key that is no constant (a dtype, an enum member, a class: `d[x.dtype]`);
+- the filesystem and the process read natively (`os.path.exists(p)`, `pathlib.Path(p).is_file()`, `os.listdir(d)`,
+  `glob.glob`, `os.getcwd()`), environment variables, what a functools.lru_cache function answers after
+  `cache_clear()`, and modules reached through `__import__("sys")` (`sys.argv`).
 
 A seeded generator builds a world of such objects, one read of them, and a random sequence of changes made between
 calls; every call is compared with eager in each cache mode.
@@ -20,9 +23,15 @@ import abc
 import collections
 import enum
 import functools
+import glob
 import itertools
 import math
+import os
+import pathlib
 import random
+import shutil
+import sys
+import tempfile
 import typing
 
 import pytest
@@ -128,6 +137,11 @@ READS = {
     "counter": "float(collections.Counter(w.items).most_common(1)[0][1] if w.items.vals else 0)",
     "sum_start": "float(sum(w.items, 10))",
     "mapping": "float(sum(dict(w.mapping).values()) + len(_updated(w.mapping)))",
+    "exists": "(2.0 if os.path.exists(w.path) else 3.0) + (4.0 if pathlib.Path(w.path).is_file() else 5.0)",
+    "listdir": "float(len(os.listdir(w.dir)) + 10 * len(glob.glob(os.path.join(w.dir, '*'))))",
+    "environ": "float(os.environ.get('JITCORE_TEST_HIDDEN', '1')) + float(os.getenv('JITCORE_TEST_HIDDEN', '2'))",
+    "lru_cache": "w.cached(2) + w.cached(3)",
+    "argv": "float(len(__import__('sys').argv))",
 }
 
 
@@ -158,17 +172,27 @@ def _world(r):
     w.items = (Items if r.random() < 0.5 else OldSequence)([1, 2])
     w.mapping = Mapping()
     w.by_kind = {torch.float32: 1.0, Color.RED: 2.0, int: 3.0}
+    w.dir = tempfile.mkdtemp(prefix="jitcore_hidden_")
+    w.path = os.path.join(w.dir, "flag")
+    w.state = {"k": 1.0}
+    w.cached = functools.lru_cache(maxsize=None)(lambda n: w.state["k"] * n)
     scope = {"Kind": Kind, "ByFlag": ByFlag, "torch": torch, "Color": Color, "HasScale": HasScale,
              "itertools": itertools, "math": math, "functools": functools, "collections": collections,
-             "_extended": _extended, "_updated": _updated}
+             "_extended": _extended, "_updated": _updated, "os": os, "pathlib": pathlib, "glob": glob}
     exec("def helper(v, s=2.0):\n    return v * s\n", scope)
     return w, Kind, Thing, scope
 
 
-def _change(r, w, Kind, Thing, scope):
+# reads and the change that reaches them, made more often than the others
+_TOUCHES = {"exists": "file", "listdir": "file", "environ": "environ", "lru_cache": "lru_cache", "argv": "argv"}
+
+
+def _change(r, w, Kind, Thing, scope, read=None):
     """One change made between calls, chosen at random (some do nothing to this read)."""
     what = r.choice(["key", "table", "keys", "register", "flag", "protocol", "code", "defaults", "items", "mapping",
-                     "by_kind", "none"])
+                     "by_kind", "file", "environ", "lru_cache", "argv", "none"])
+    if read in _TOUCHES and r.random() < 0.6:
+        what = _TOUCHES[read]
     if what == "key":
         w.key.v = r.randrange(4)
     elif what == "table":
@@ -195,6 +219,19 @@ def _change(r, w, Kind, Thing, scope):
         w.mapping.data[r.choice("abc")] = r.randrange(5)
     elif what == "by_kind":
         w.by_kind[r.choice([torch.float32, Color.RED, int])] = r.choice([4.0, 8.0])
+    elif what == "file":
+        if os.path.exists(w.path):
+            os.remove(w.path)
+        else:
+            open(w.path, "w").close()
+    elif what == "environ":
+        os.environ["JITCORE_TEST_HIDDEN"] = str(r.randrange(5))
+    elif what == "lru_cache":
+        w.state["k"] = r.choice([1.0, 3.0, 5.0])
+        if r.random() < 0.7:  # (without cache_clear(), eager answers from its cache: so must the jitted call)
+            w.cached.cache_clear()
+    elif what == "argv":
+        sys.argv.append("-v") if r.random() < 0.6 or len(sys.argv) < 2 else sys.argv.pop()
     return what
 
 
@@ -207,16 +244,22 @@ def _run(seed, mode):
     f = scope["f"]
     jf = jitcore.jit(f, cache=mode)
     steps, what = [], "start"
-    for _ in range(7):
-        x = torch.arange(3.0)
-        out = []
-        for fn in (f, jf):
-            try:
-                out.append(fn(x, w))
-            except Exception as e:  # (eager's own errors: the same error expected)
-                out.append(type(e).__name__)
-        steps.append((what, *out))
-        what = _change(r, w, Kind, Thing, scope)
+    argv = list(sys.argv)
+    try:
+        for _ in range(7):
+            x = torch.arange(3.0)
+            out = []
+            for fn in (f, jf):
+                try:
+                    out.append(fn(x, w))
+                except Exception as e:  # (eager's own errors: the same error expected)
+                    out.append(type(e).__name__)
+            steps.append((what, *out))
+            what = _change(r, w, Kind, Thing, scope, read)
+    finally:
+        sys.argv[:] = argv
+        os.environ.pop("JITCORE_TEST_HIDDEN", None)
+        shutil.rmtree(w.dir, ignore_errors=True)
     return read, steps
 
 
@@ -326,3 +369,61 @@ def test_numpy_array_written_through_from_numpy(kind, mode):
         expected_arr[0] += 1
     if kind in ("closure", "attribute") and mode != "no caching":
         assert jitcore.cache_misses(jg) == 1
+
+
+def _process_cases(d, path, state, cached):
+    def touch():
+        open(path, "w").close()
+
+    def remove():
+        os.remove(path)
+
+    def clear(v):
+        state["k"] = v
+        cached.cache_clear()
+
+    def argv(n):
+        sys.argv[:] = sys.argv[:1] + ["-v"] * n
+
+    return {
+        "exists": (lambda x: x + (1.0 if os.path.exists(path) else 2.0), [touch, remove, touch]),
+        "isfile": (lambda x: x + (1.0 if os.path.isfile(path) else 2.0), [touch, remove, touch]),
+        "pathlib": (lambda x: x + (1.0 if pathlib.Path(path).exists() else 2.0), [touch, remove, touch]),
+        "getsize": (lambda x: x + (os.path.getsize(path) if os.path.exists(path) else -1.0),
+                    [touch, lambda: open(path, "w").write("abc"), remove]),
+        "listdir": (lambda x: x + len(os.listdir(d)), [touch, remove, touch]),
+        "scandir": (lambda x: x + len([e.name for e in os.scandir(d)]), [touch, remove]),
+        "walk": (lambda x: x + sum(len(files) for _, _, files in os.walk(d)), [touch, remove]),
+        "glob": (lambda x: x + len(glob.glob(os.path.join(d, "*"))), [touch, remove]),
+        "getcwd": (lambda x: x + len(os.getcwd()), [lambda: os.chdir(d), lambda: os.chdir("/")]),
+        "abspath": (lambda x: x + len(os.path.abspath("name")), [lambda: os.chdir(d), lambda: os.chdir("/")]),
+        "environ": (lambda x: x + float(os.environ.get("JITCORE_TEST_PROCESS", "1")),
+                    [lambda: os.environ.__setitem__("JITCORE_TEST_PROCESS", "5"),
+                     lambda: os.environ.pop("JITCORE_TEST_PROCESS")]),
+        "lru_cache": (lambda x: x + cached(2), [lambda: clear(5.0), lambda: state.__setitem__("k", 7.0),
+                                                lambda: clear(3.0)]),
+        "import_argv": (lambda x: x + len(__import__("sys").argv), [lambda: argv(2), lambda: argv(5)]),
+    }
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("case", sorted(_process_cases(*([None] * 4))))
+def test_process_state_read_per_call(case, mode, tmp_path):
+    """Process state read natively inside the function, changed between calls: the filesystem (exists, isfile,
+    pathlib, getsize, listdir, scandir, os.walk, glob), the working directory, environment variables, what an
+    lru_cache function answers after cache_clear() (and its cached answer without), sys.argv through __import__. Each
+    was the first call's answer before (except the environment, a dict: guarded); now it is read again per call."""
+    state = {"k": 1.0}
+    cached = functools.lru_cache(maxsize=None)(lambda n: state["k"] * n)
+    fn, changes = _process_cases(str(tmp_path), str(tmp_path / "flag"), state, cached)[case]
+    jf = jitcore.jit(fn, cache=mode)
+    cwd, argv = os.getcwd(), list(sys.argv)
+    try:
+        for i, change in enumerate([None, *changes]):
+            if change is not None:
+                change()
+            torch.testing.assert_close(jf(torch.zeros(2)), fn(torch.zeros(2)), msg=f"{case}, call {i}")
+    finally:
+        os.chdir(cwd)
+        sys.argv[:] = argv
+        os.environ.pop("JITCORE_TEST_PROCESS", None)
