@@ -166,6 +166,10 @@ class JitContext(DefaultContext):
                     self._proxify(a)
 
     def _lookaside(self, fn):
+        try:
+            hash(fn)
+        except TypeError:  # (a weak reference to an unhashable object, WeakKeyDictionary's iteration guard: none here)
+            return None
         if fn is _checkpoint.checkpoint:
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
@@ -244,8 +248,8 @@ class JitContext(DefaultContext):
             return t(items) if any(a is not b for a, b in zip(items, obj)) else obj
         if t is dict:
             known = self._container_ids.get(id(obj))
-            items = {k: self._proxify_item(v, known, k) for k, v in obj.items()}
-            return items if any(items[k] is not obj[k] for k in obj) else obj
+            pairs = [(k, self._proxify_item(v, known, k)) for k, v in obj.items()]  # (no lookups: a key may have moved)
+            return dict(pairs) if any(p is not v for (_, p), v in zip(pairs, obj.values())) else obj
         return obj
 
     def input_proxy(self, t):

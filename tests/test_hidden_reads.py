@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import typing
+import weakref
 
 import pytest
 import torch
@@ -53,6 +54,13 @@ class Key:
 
     def __eq__(self, other):
         return isinstance(other, Key) and self.v == other.v
+
+
+class Obj:
+    """An object that hashes and compares by identity, with a field: a key whose field the function reads."""
+
+    def __init__(self, v):
+        self.v = v
 
 
 class Items:
@@ -142,6 +150,10 @@ READS = {
     "environ": "float(os.environ.get('JITCORE_TEST_HIDDEN', '1')) + float(os.getenv('JITCORE_TEST_HIDDEN', '2'))",
     "lru_cache": "w.cached(2) + w.cached(3)",
     "argv": "float(len(__import__('sys').argv))",
+    "object_keys": "float(sum(o.v * val for o, val in w.by_obj.items()) + sum(o.v for o in w.by_obj) * 10 + "
+                   "sum(o.v for o in w.obj_set) * 100)",
+    "weak_keys": "w.weak.get(Key(1), 0.5) + (2.0 if Key(2) in w.weak else 3.0) + float(sum(k.v for k in w.weak)) + "
+                 "w.weak.get(w.weak_held[0], 0.25)",
 }
 
 
@@ -176,21 +188,26 @@ def _world(r):
     w.path = os.path.join(w.dir, "flag")
     w.state = {"k": 1.0}
     w.cached = functools.lru_cache(maxsize=None)(lambda n: w.state["k"] * n)
+    w.by_obj = {Obj(1.0): 1.0, Obj(2.0): 2.0}
+    w.obj_set = set(w.by_obj)
+    w.weak_held = [Key(1), Key(2), Key(3)]  # (alive while the world is)
+    w.weak = weakref.WeakKeyDictionary({w.weak_held[0]: 1.0, w.weak_held[1]: 2.0})
     scope = {"Kind": Kind, "ByFlag": ByFlag, "torch": torch, "Color": Color, "HasScale": HasScale,
              "itertools": itertools, "math": math, "functools": functools, "collections": collections,
-             "_extended": _extended, "_updated": _updated, "os": os, "pathlib": pathlib, "glob": glob}
+             "_extended": _extended, "_updated": _updated, "os": os, "pathlib": pathlib, "glob": glob, "Key": Key}
     exec("def helper(v, s=2.0):\n    return v * s\n", scope)
     return w, Kind, Thing, scope
 
 
 # reads and the change that reaches them, made more often than the others
-_TOUCHES = {"exists": "file", "listdir": "file", "environ": "environ", "lru_cache": "lru_cache", "argv": "argv"}
+_TOUCHES = {"exists": "file", "listdir": "file", "environ": "environ", "lru_cache": "lru_cache", "argv": "argv",
+            "object_keys": "object_field", "weak_keys": "weak"}
 
 
 def _change(r, w, Kind, Thing, scope, read=None):
     """One change made between calls, chosen at random (some do nothing to this read)."""
     what = r.choice(["key", "table", "keys", "register", "flag", "protocol", "code", "defaults", "items", "mapping",
-                     "by_kind", "file", "environ", "lru_cache", "argv", "none"])
+                     "by_kind", "file", "environ", "lru_cache", "argv", "object_field", "weak", "none"])
     if read in _TOUCHES and r.random() < 0.6:
         what = _TOUCHES[read]
     if what == "key":
@@ -232,6 +249,14 @@ def _change(r, w, Kind, Thing, scope, read=None):
             w.cached.cache_clear()
     elif what == "argv":
         sys.argv.append("-v") if r.random() < 0.6 or len(sys.argv) < 2 else sys.argv.pop()
+    elif what == "object_field":  # (a key hashing by identity: its field may change while it is a key)
+        r.choice(list(w.by_obj)).v = r.choice([1.0, 4.0, 8.0])
+    elif what == "weak":  # (a weak reference keeps the hash its key had: a changed field is no moved key)
+        held = r.choice(w.weak_held)
+        if r.random() < 0.5:
+            held.v = r.randrange(4)
+        else:
+            w.weak[held] = r.choice([5.0, 6.0])
     return what
 
 
@@ -427,3 +452,59 @@ def test_process_state_read_per_call(case, mode, tmp_path):
         os.chdir(cwd)
         sys.argv[:] = argv
         os.environ.pop("JITCORE_TEST_PROCESS", None)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("container", ["dict", "set"])
+def test_key_changed_after_insertion(container, mode):
+    """A key whose class hashes in Python, changed while it is in an outside dict or set: Python's lookups then depend
+    on the hash it was stored with, which cannot be read: refused, naming what happened. Put in again, it is read as
+    eager reads it. (The lookup was the first call's answer, or a crash, before.)"""
+    k = Key(1)
+    box = {k: 1.0, Key(2): 2.0} if container == "dict" else {k, Key(2)}
+
+    def f(x):
+        return x + (1.0 if Key(1) in box else 2.0) + (3.0 if k in box else 4.0)
+
+    def reinsert(v):
+        if container == "dict":
+            box[k] = box.pop(k)  # (the stored hash is the one k had: pop finds it by it)
+            box.pop(k)
+            k.v = v
+            box[k] = 1.0
+        else:
+            box.remove(k)
+            k.v = v
+            box.add(k)
+
+    jf = jitcore.jit(f, cache=mode)
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+    k.v = 5
+    with pytest.raises(jitcore.errors.UnsupportedError, match="changed after it was put in"):
+        jf(torch.zeros(2))
+    k.v = 1
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+    reinsert(7)
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+    reinsert(1)
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_weak_key_dictionary_between_calls(mode):
+    """A WeakKeyDictionary keyed by objects hashing in Python, read by lookup and by iteration, its keys' fields and
+    its values changed between calls (a lookup crashed on a dead temporary reference, iteration was refused, and the
+    keys' fields were the first call's)."""
+    held = [Key(1), Key(2)]
+    table = weakref.WeakKeyDictionary({held[0]: 1.0})
+
+    def f(x):
+        return x + table.get(Key(1), 0.5) + (2.0 if Key(2) in table else 3.0) + sum(k.v for k in table)
+
+    jf = jitcore.jit(f, cache=mode)
+    changes = [lambda: setattr(held[0], "v", 2), lambda: table.__setitem__(held[1], 4.0),
+               lambda: setattr(held[0], "v", 1), lambda: table.__setitem__(held[0], 6.0), lambda: table.pop(held[1])]
+    for i, change in enumerate([None, *changes]):
+        if change is not None:
+            change()
+        torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)), msg=f"call {i}")

@@ -51,6 +51,9 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
         parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
         key = printer.const(prov.key.obj) if type(prov.key) is P.ObjectKey else printer.value(prov.key)
         return f"{provenance_expr(parent, printer, bound)}[{key}]"
+    if t is P.StoredKey:
+        parent = provenance_expr(prov.parent, printer, bound)
+        return f"{printer.const(P.stored_key)}({parent}, {printer.const(prov.key.obj)})"
     if t is P.Converted:
         return f"{printer.const(prov.fn)}({provenance_expr(prov.parent, printer, bound)})"
     if t is P.Call:
