@@ -15,6 +15,7 @@ import torch
 import torch.utils.checkpoint as _checkpoint
 
 from jitcore import arrays, standins
+from jitcore.autograd import refuse_inference_saves
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
@@ -28,7 +29,7 @@ from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
-from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
+from jitcore.ir.symbol import CHECKPOINTED, INFERENCE, INFERENCE_SAVES
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import generators, per_call, prims, torch_creation, torch_map
@@ -92,6 +93,9 @@ class Guards:
     # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
     # one tensor for both is another call
     distinct: list = field(default_factory=list)
+    # input name -> its DataGuard that it is no inference tensor: eager's autograd saves it, the program's may not
+    # (the guard is kept unless the forward saves that input itself: torch then raises as eager does)
+    not_inference: dict = field(default_factory=dict)
     # the saved_tensors_hooks active around a call that the programs were built for: None (none) or (pack, unpack);
     # False: not checked (no backward, or jit's own pair)
     saved_hooks: object = False
@@ -463,6 +467,17 @@ class JitContext(DefaultContext):
         self._guard_inference(proxy, value)
         return value.is_inference()
 
+    def guard_not_inference(self, proxy) -> bool:
+        """For an input tensor eager's autograd would save for backward: a call passing an inference tensor there is
+        another call (eager raises), unless the program saves it too (Guards.not_inference). False for a proxy that
+        is not an input."""
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor) or self._proxies.get(id(value)) is not proxy:
+            return False
+        self.guards.not_inference.setdefault(proxy.name, DataGuard(
+            _is_inference, (proxy.name,), False, f"{proxy.name}.is_inference()", on_values=False))
+        return True
+
     def _guard_inference(self, proxy, value):
         if all(g.program is not _is_inference or g.inputs != (proxy.name,) for g in self.guards.data):
             self.guards.data.append(DataGuard(_is_inference, (proxy.name,), value.is_inference(),
@@ -689,6 +704,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["input_oracle"] = ctx.input_proxy
         trace.extra["inference_oracle"] = ctx.inference_of
         trace.extra[INFERENCE] = made = {}
+        trace.extra[INFERENCE_SAVES] = lambda bsym: refuse_inference_saves(bsym, made, ctx.guard_not_inference)
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
@@ -696,7 +712,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
                 ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
-                        "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE):
+                        "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE, INFERENCE_SAVES):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         rt = getattr(ctx, "_runtime", None)

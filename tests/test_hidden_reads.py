@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import contextlib
 import enum
 import functools
 import glob
@@ -508,3 +509,43 @@ def test_weak_key_dictionary_between_calls(mode):
         if change is not None:
             change()
         torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)), msg=f"call {i}")
+
+
+_INFERENCE_OPS = {  # op over x (an argument) and w, c (inference tensors): eager's autograd saves w or c for some
+    "clamp_min_tensor": lambda x, w, c: torch.clamp(x, min=w),
+    "mask_index": lambda x, w, c: x[c],
+    "mse_loss": lambda x, w, c: torch.nn.functional.mse_loss(x, w, reduction="none"),
+    "mul": lambda x, w, c: x * w,
+    "matmul": lambda x, w, c: x @ w,
+    "add": lambda x, w, c: x + w,
+    "where": lambda x, w, c: torch.where(c, x, w),
+    "exp_mul": lambda x, w, c: x * w.exp(),
+}
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args).sum()
+    except Exception as e:  # (eager's error: the same expected)
+        return type(e).__name__
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", range(4))
+def test_inference_tensor_saved_for_backward(seed, mode):
+    """An inference tensor (made under torch.inference_mode() outside) that eager's autograd saves for an op's backward
+    makes eager raise RuntimeError; the program's backward saved something else (clamp's mask, the index's positions)
+    and answered. Now it raises the same error, on every call that needs the gradient, in each cache mode; calls that
+    need none (no_grad, x not requiring grad, ordinary tensors) run. A seeded sequence of such calls per op."""
+    r = random.Random(seed)
+    with torch.inference_mode():
+        frozen_w, frozen_c = torch.rand(3, 3) + 0.5, torch.rand(3, 3) > 0.5
+    for name, op in _INFERENCE_OPS.items():
+        jf = jitcore.jit(lambda x, w, c, op=op: op(x, w, c), cache=mode)
+        for i in range(4):
+            grad, frozen, no_grad = r.random() < 0.7, r.random() < 0.7, r.random() < 0.2
+            w, c = (frozen_w, frozen_c) if frozen else (frozen_w.clone(), frozen_c.clone())
+            x = torch.rand(3, 3, requires_grad=grad)
+            with torch.no_grad() if no_grad else contextlib.nullcontext():
+                expected, got = _outcome(op, x, w, c), _outcome(jf, x, w, c)
+            assert_same_outcome(got, expected, f"{name}, call {i} (grad={grad}, inference={frozen}, no_grad={no_grad})")
