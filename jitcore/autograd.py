@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from jitcore.hooks import eager, top_hooks
-from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.arith import value_of
+from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ops.early_grads import DELIVERIES, Delivery
 
@@ -353,20 +354,37 @@ def refuse_inference_saves(bsym, made: dict, guard_not_inference):
 _SAVED_INFERENCE = "Inference tensors cannot be saved for backward"
 
 
+class _Unknown(Exception):
+    pass
+
+
 def _saves_inference(fn, bsym, made: dict) -> str | None:
     """eager's error, when fn over meta tensors like bsym's arguments (those named in made made under inference mode)
     raises as it does when it saves an inference tensor for backward; else None."""
     def meta(a):
+        """a as a meta tensor or a plain number: the values the proxies hold now, read without recording a
+        predicate or a data guard (symbolic sizes stay symbolic)."""
+        if isinstance(a, NumberProxy):
+            a = value_of(a)
+            if not isinstance(a, (int, float, bool)):
+                raise _Unknown
+            return a
         if not isinstance(a, TensorProxy):
             return a
-        shape = tuple(int(s) for s in a.shape)
+        shape = tuple(value_of(s) for s in a.shape)
+        if not all(type(s) is int for s in shape):
+            raise _Unknown
         if a.name in made:
             with torch.inference_mode():
                 return torch.empty(shape, dtype=a.dtype, device="meta")
         return torch.empty(shape, dtype=a.dtype, device="meta", requires_grad=a.requires_grad)
 
     try:
-        fn(*tree_map(meta, bsym.args), **tree_map(meta, bsym.kwargs))
+        args, kwargs = tree_map(meta, bsym.args), tree_map(meta, bsym.kwargs)
+    except _Unknown:  # (a size only the run knows: nothing is known, the program decides)
+        return None
+    try:
+        fn(*args, **kwargs)
     except Exception as e:  # (an op meta tensors cannot run: nothing is known, the program decides)
         return str(e) if isinstance(e, RuntimeError) and _SAVED_INFERENCE in str(e) else None
     return None

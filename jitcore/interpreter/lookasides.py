@@ -593,11 +593,14 @@ def _lru_cached(rt, fn, args, kwargs):
     natively, so its cache answers as in eager, and its result reported as read through that call (Call provenance):
     the prologue calls it again on every call (a hit is one dict lookup) and checks what the program used of the
     result, so after `scale.cache_clear()` and a change of what the function reads, a call is traced again, never the
-    first call's answer. With other arguments (tensors, objects, symbolic numbers), or a wrapper the call made itself,
-    the wrapped function is interpreted (what it reads is guarded as anywhere else)."""
+    first call's answer. Given values of the program (tensors, symbolic numbers), the wrapped function is interpreted
+    (what it reads is guarded as anywhere else); with other arguments (objects: `logger.warning_once(msg)`), or a
+    wrapper the call made itself, it is called natively (its cache then answers while tracing only)."""
     prov = rt.external.get(id(fn))
     if prov is not None and not kwargs and all(type(a) in _CALL_CONSTANTS for a in args):
         return rt.report(fn(*args), Call(prov, tuple(args)))
+    if not any(type(a).__module__ == "jitcore.ir.proxies" for a in (*args, *kwargs.values())):
+        return rt.call_native(fn, args, kwargs)
     wrapped = fn.__wrapped__
     if prov is not None:
         wrapped = rt.report(wrapped, Attr(prov, "__wrapped__"))
