@@ -12,7 +12,11 @@ of calls in each cache mode. Each was silently the first call's answer before:
   and the values of a dict read at a key that is no constant (a dtype, an enum member, a class: `d[x.dtype]`);
 - the filesystem and the process read natively (`os.path.exists(p)`, `pathlib.Path(p).is_file()`, `os.listdir(d)`,
   `glob.glob`, `os.getcwd()`), environment variables, what a functools.lru_cache function answers after
-  `cache_clear()`, and modules reached through `__import__("sys")` (`sys.argv`).
+  `cache_clear()`, and modules reached through `__import__("sys")` (`sys.argv`);
+- the fields of objects that are keys of an outside dict or set (iterated, or compared in a lookup), a
+  WeakKeyDictionary's lookups and keys; a key whose hash changed after it was put in is refused (eager's lookups then
+  depend on the hash it was stored with);
+- an inference tensor that eager's autograd saves for backward: eager's RuntimeError, on every call.
 
 A seeded generator builds a world of such objects, one read of them, and a random sequence of changes made between
 calls; every call is compared with eager in each cache mode.
