@@ -473,8 +473,9 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
             copied = [w for w in program.writebacks if w.output_index not in executable.written_in_place]
+            saved = {p.name for p in program.split.saved if isinstance(p, Proxy)} if program.split else set()
             guarded = guard(traced, copied, predicates, Roots(args, kwargs, fn), symbolic,
-                            _hooks_guard(program, options), autodiff=program.split is not None)
+                            _hooks_guard(program, options), autodiff=program.split is not None, saved=saved)
     prologues, epilogue = guarded.prologues, guarded.epilogue
     entry = CacheEntry(prologues.hot, computation, traced.output_spec, traced.n_outputs, executable.traces,
                        prologues.traces, prologues.explain, executable.backward_traces,
@@ -661,10 +662,12 @@ class Guarded:
 
 
 def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool,
-          saved_hooks=False, autodiff: bool = False) -> Guarded:
+          saved_hooks=False, autodiff: bool = False, saved=frozenset()) -> Guarded:
     """Stage "guards": the prologues (every guard of the trace, the predicates the stages recorded, the saved-tensor
-    hooks the programs were built for) and the epilogue (side effects and writebacks of inputs)."""
-    guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks)
+    hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
+    the forward saves for backward (an input among them needs no guard that it is no inference tensor)."""
+    data = traced.guards.data + [g for name, g in traced.guards.not_inference.items() if name not in saved]
+    guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}

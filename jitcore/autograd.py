@@ -5,6 +5,7 @@ derivative silently missing the jitted part). An output the loss does not reach 
 that backward runs a program without its cotangent (transforms/autodiff.drop_cotangents), built once per pattern.
 Under DDP the parameters enter the node detached and their gradients reach them from inside the backward, as soon
 as computed (jitcore/ops/early_grads.py), so DDP's all-reduces start before the backward ends.
+Also, at trace time: an op that eager's autograd would save an inference tensor for raises eager's RuntimeError.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from jitcore.hooks import eager, top_hooks
+from jitcore.ir.arith import value_of
+from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ops.early_grads import DELIVERIES, Delivery
 
 
@@ -324,3 +328,63 @@ def saved_tensor_bytes(call) -> SavedTensors:
 
 def _identity(t):
     return t
+
+
+def refuse_inference_saves(bsym, made: dict, guard_not_inference):
+    """Eager's autograd refuses to save an inference tensor (made under torch.inference_mode()) for an op's backward;
+    the program's own backward may save something else (a mask instead of clamp's bound), and would answer. For a line
+    of the user's recorded with grad on, reading a tensor that requires grad: its torch function run on meta tensors
+    like its inputs (inference ones, made: the trace's INFERENCE names, made under inference mode) tells whether eager
+    raises; if so the same RuntimeError is raised now, so no program is cached and every call raises as eager does.
+    An argument tensor that requires no grad and that eager would save is guarded not to be an inference tensor
+    (guard_not_inference(proxy)): a later call passing one is another call."""
+    fn = getattr(bsym.sym, "torch_fn", None)
+    leaves = [a for a in tree_flatten((bsym.args, bsym.kwargs))[0] if isinstance(a, TensorProxy)]
+    if fn is None or not any(a.requires_grad for a in leaves):
+        return
+    error = _saves_inference(fn, bsym, made) if any(a.name in made for a in leaves) else None
+    if error is not None:
+        raise RuntimeError(error) from None
+    for a in leaves:
+        if not a.requires_grad and a.name not in made and \
+                _saves_inference(fn, bsym, {**made, a.name: True}) is not None:
+            guard_not_inference(a)
+
+
+_SAVED_INFERENCE = "Inference tensors cannot be saved for backward"
+
+
+class _Unknown(Exception):
+    pass
+
+
+def _saves_inference(fn, bsym, made: dict) -> str | None:
+    """eager's error, when fn over meta tensors like bsym's arguments (those named in made made under inference mode)
+    raises as it does when it saves an inference tensor for backward; else None."""
+    def meta(a):
+        """a as a meta tensor or a plain number: the values the proxies hold now, read without recording a
+        predicate or a data guard (symbolic sizes stay symbolic)."""
+        if isinstance(a, NumberProxy):
+            a = value_of(a)
+            if not isinstance(a, (int, float, bool)):
+                raise _Unknown
+            return a
+        if not isinstance(a, TensorProxy):
+            return a
+        shape = tuple(value_of(s) for s in a.shape)
+        if not all(type(s) is int for s in shape):
+            raise _Unknown
+        if a.name in made:
+            with torch.inference_mode():
+                return torch.empty(shape, dtype=a.dtype, device="meta")
+        return torch.empty(shape, dtype=a.dtype, device="meta", requires_grad=a.requires_grad)
+
+    try:
+        args, kwargs = tree_map(meta, bsym.args), tree_map(meta, bsym.kwargs)
+    except _Unknown:  # (a size only the run knows: nothing is known, the program decides)
+        return None
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:  # (an op meta tensors cannot run: nothing is known, the program decides)
+        return str(e) if isinstance(e, RuntimeError) and _SAVED_INFERENCE in str(e) else None
+    return None

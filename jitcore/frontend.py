@@ -15,9 +15,10 @@ import torch
 import torch.utils.checkpoint as _checkpoint
 
 from jitcore import arrays, standins
+from jitcore.autograd import refuse_inference_saves
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
-from jitcore.guards import data_guards, module_state, torch_flags
+from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
 from jitcore.guards.prologue import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
@@ -28,7 +29,7 @@ from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
-from jitcore.ir.symbol import CHECKPOINTED, INFERENCE
+from jitcore.ir.symbol import CHECKPOINTED, INFERENCE, INFERENCE_SAVES
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import generators, log_calls, per_call, prims, torch_creation, torch_map
@@ -92,6 +93,9 @@ class Guards:
     # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
     # one tensor for both is another call
     distinct: list = field(default_factory=list)
+    # input name -> its DataGuard that it is no inference tensor: eager's autograd saves it, the program's may not
+    # (the guard is kept unless the forward saves that input itself: torch then raises as eager does)
+    not_inference: dict = field(default_factory=dict)
     # the saved_tensors_hooks active around a call that the programs were built for: None (none) or (pack, unpack);
     # False: not checked (no backward, or jit's own pair)
     saved_hooks: object = False
@@ -166,6 +170,10 @@ class JitContext(DefaultContext):
                     self._proxify(a)
 
     def _lookaside(self, fn):
+        try:
+            hash(fn)
+        except TypeError:  # (a weak reference to an unhashable object, WeakKeyDictionary's iteration guard: none here)
+            return None
         if fn is _checkpoint.checkpoint:
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
@@ -183,6 +191,8 @@ class JitContext(DefaultContext):
             return generators.new_generator_line
         if fn in torch_flags.READERS:  # read now, and checked by the prologue on every call
             return lambda *args, **kwargs: torch_flags.read(self.guards.flags, fn, args, kwargs)
+        if fn in process_state.READERS:  # os.stat, os.listdir, os.getcwd, ...: read now, checked on every call
+            return process_state.reader(self.guards.flags, fn, self._runtime.frame)
         if fn in torch_flags.SETTERS:
             return torch_flags.refuse_setter(fn)
         if type(getattr(fn, "__self__", None)) is contextvars.ContextVar:  # var.get(): guarded; var.set(): refused
@@ -244,8 +254,8 @@ class JitContext(DefaultContext):
             return t(items) if any(a is not b for a, b in zip(items, obj)) else obj
         if t is dict:
             known = self._container_ids.get(id(obj))
-            items = {k: self._proxify_item(v, known, k) for k, v in obj.items()}
-            return items if any(items[k] is not obj[k] for k in obj) else obj
+            pairs = [(k, self._proxify_item(v, known, k)) for k, v in obj.items()]  # (no lookups: a key may have moved)
+            return dict(pairs) if any(p is not v for (_, p), v in zip(pairs, obj.values())) else obj
         return obj
 
     def input_proxy(self, t):
@@ -458,6 +468,17 @@ class JitContext(DefaultContext):
             return proxy.name in self.trace.extra.get(INFERENCE, ())
         self._guard_inference(proxy, value)
         return value.is_inference()
+
+    def guard_not_inference(self, proxy) -> bool:
+        """For an input tensor eager's autograd would save for backward: a call passing an inference tensor there is
+        another call (eager raises), unless the program saves it too (Guards.not_inference). False for a proxy that
+        is not an input."""
+        value = self.real_value(proxy)
+        if not isinstance(value, torch.Tensor) or self._proxies.get(id(value)) is not proxy:
+            return False
+        self.guards.not_inference.setdefault(proxy.name, DataGuard(
+            _is_inference, (proxy.name,), False, f"{proxy.name}.is_inference()", on_values=False))
+        return True
 
     def _guard_inference(self, proxy, value):
         if all(g.program is not _is_inference or g.inputs != (proxy.name,) for g in self.guards.data):
@@ -685,6 +706,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra["input_oracle"] = ctx.input_proxy
         trace.extra["inference_oracle"] = ctx.inference_of
         trace.extra[INFERENCE] = made = {}
+        trace.extra[INFERENCE_SAVES] = lambda bsym: refuse_inference_saves(bsym, made, ctx.guard_not_inference)
         try:
             with tracectx(trace), module_state.suspended():
                 result = interpret(fn, args, kwargs, ctx)
@@ -692,7 +714,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
                 ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         finally:
             for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
-                        "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE):
+                        "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE, INFERENCE_SAVES):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
         rt = getattr(ctx, "_runtime", None)

@@ -9,7 +9,14 @@ of calls in each cache mode. Each was silently the first call's answer before:
   `out.extend(o)`, itertools, `math.prod`, `functools.reduce`, `collections.Counter`, `sum(o, 0)`, `dict(mapping)`):
   its Python `__iter__` (or `__getitem__`) ran natively;
 - dict and set lookups keyed by objects whose class hashes and compares in Python (`d[key]`, `key in s`, `d.get(k)`),
-  and the values of a dict read at a key that is no constant (a dtype, an enum member, a class: `d[x.dtype]`).
+  and the values of a dict read at a key that is no constant (a dtype, an enum member, a class: `d[x.dtype]`);
+- the filesystem and the process read natively (`os.path.exists(p)`, `pathlib.Path(p).is_file()`, `os.listdir(d)`,
+  `glob.glob`, `os.getcwd()`), environment variables, what a functools.lru_cache function answers after
+  `cache_clear()`, and modules reached through `__import__("sys")` (`sys.argv`);
+- the fields of objects that are keys of an outside dict or set (iterated, or compared in a lookup), a
+  WeakKeyDictionary's lookups and keys; a key whose hash changed after it was put in is refused (eager's lookups then
+  depend on the hash it was stored with);
+- an inference tensor that eager's autograd saves for backward: eager's RuntimeError, on every call.
 
 A seeded generator builds a world of such objects, one read of them, and a random sequence of changes made between
 calls; every call is compared with eager in each cache mode.
@@ -18,12 +25,20 @@ from __future__ import annotations
 
 import abc
 import collections
+import contextlib
 import enum
 import functools
+import glob
 import itertools
 import math
+import os
+import pathlib
 import random
+import shutil
+import sys
+import tempfile
 import typing
+import weakref
 
 import pytest
 import torch
@@ -44,6 +59,13 @@ class Key:
 
     def __eq__(self, other):
         return isinstance(other, Key) and self.v == other.v
+
+
+class Obj:
+    """An object that hashes and compares by identity, with a field: a key whose field the function reads."""
+
+    def __init__(self, v):
+        self.v = v
 
 
 class Items:
@@ -128,6 +150,15 @@ READS = {
     "counter": "float(collections.Counter(w.items).most_common(1)[0][1] if w.items.vals else 0)",
     "sum_start": "float(sum(w.items, 10))",
     "mapping": "float(sum(dict(w.mapping).values()) + len(_updated(w.mapping)))",
+    "exists": "(2.0 if os.path.exists(w.path) else 3.0) + (4.0 if pathlib.Path(w.path).is_file() else 5.0)",
+    "listdir": "float(len(os.listdir(w.dir)) + 10 * len(glob.glob(os.path.join(w.dir, '*'))))",
+    "environ": "float(os.environ.get('JITCORE_TEST_HIDDEN', '1')) + float(os.getenv('JITCORE_TEST_HIDDEN', '2'))",
+    "lru_cache": "w.cached(2) + w.cached(3)",
+    "argv": "float(len(__import__('sys').argv))",
+    "object_keys": "float(sum(o.v * val for o, val in w.by_obj.items()) + sum(o.v for o in w.by_obj) * 10 + "
+                   "sum(o.v for o in w.obj_set) * 100)",
+    "weak_keys": "w.weak.get(Key(1), 0.5) + (2.0 if Key(2) in w.weak else 3.0) + float(sum(k.v for k in w.weak)) + "
+                 "w.weak.get(w.weak_held[0], 0.25)",
 }
 
 
@@ -158,17 +189,32 @@ def _world(r):
     w.items = (Items if r.random() < 0.5 else OldSequence)([1, 2])
     w.mapping = Mapping()
     w.by_kind = {torch.float32: 1.0, Color.RED: 2.0, int: 3.0}
+    w.dir = tempfile.mkdtemp(prefix="jitcore_hidden_")
+    w.path = os.path.join(w.dir, "flag")
+    w.state = {"k": 1.0}
+    w.cached = functools.lru_cache(maxsize=None)(lambda n: w.state["k"] * n)
+    w.by_obj = {Obj(1.0): 1.0, Obj(2.0): 2.0}
+    w.obj_set = set(w.by_obj)
+    w.weak_held = [Key(1), Key(2), Key(3)]  # (alive while the world is)
+    w.weak = weakref.WeakKeyDictionary({w.weak_held[0]: 1.0, w.weak_held[1]: 2.0})
     scope = {"Kind": Kind, "ByFlag": ByFlag, "torch": torch, "Color": Color, "HasScale": HasScale,
              "itertools": itertools, "math": math, "functools": functools, "collections": collections,
-             "_extended": _extended, "_updated": _updated}
+             "_extended": _extended, "_updated": _updated, "os": os, "pathlib": pathlib, "glob": glob, "Key": Key}
     exec("def helper(v, s=2.0):\n    return v * s\n", scope)
     return w, Kind, Thing, scope
 
 
-def _change(r, w, Kind, Thing, scope):
+# reads and the change that reaches them, made more often than the others
+_TOUCHES = {"exists": "file", "listdir": "file", "environ": "environ", "lru_cache": "lru_cache", "argv": "argv",
+            "object_keys": "object_field", "weak_keys": "weak"}
+
+
+def _change(r, w, Kind, Thing, scope, read=None):
     """One change made between calls, chosen at random (some do nothing to this read)."""
     what = r.choice(["key", "table", "keys", "register", "flag", "protocol", "code", "defaults", "items", "mapping",
-                     "by_kind", "none"])
+                     "by_kind", "file", "environ", "lru_cache", "argv", "object_field", "weak", "none"])
+    if read in _TOUCHES and r.random() < 0.6:
+        what = _TOUCHES[read]
     if what == "key":
         w.key.v = r.randrange(4)
     elif what == "table":
@@ -195,6 +241,27 @@ def _change(r, w, Kind, Thing, scope):
         w.mapping.data[r.choice("abc")] = r.randrange(5)
     elif what == "by_kind":
         w.by_kind[r.choice([torch.float32, Color.RED, int])] = r.choice([4.0, 8.0])
+    elif what == "file":
+        if os.path.exists(w.path):
+            os.remove(w.path)
+        else:
+            open(w.path, "w").close()
+    elif what == "environ":
+        os.environ["JITCORE_TEST_HIDDEN"] = str(r.randrange(5))
+    elif what == "lru_cache":
+        w.state["k"] = r.choice([1.0, 3.0, 5.0])
+        if r.random() < 0.7:  # (without cache_clear(), eager answers from its cache: so must the jitted call)
+            w.cached.cache_clear()
+    elif what == "argv":
+        sys.argv.append("-v") if r.random() < 0.6 or len(sys.argv) < 2 else sys.argv.pop()
+    elif what == "object_field":  # (a key hashing by identity: its field may change while it is a key)
+        r.choice(list(w.by_obj)).v = r.choice([1.0, 4.0, 8.0])
+    elif what == "weak":  # (a weak reference keeps the hash its key had: a changed field is no moved key)
+        held = r.choice(w.weak_held)
+        if r.random() < 0.5:
+            held.v = r.randrange(4)
+        else:
+            w.weak[held] = r.choice([5.0, 6.0])
     return what
 
 
@@ -207,16 +274,22 @@ def _run(seed, mode):
     f = scope["f"]
     jf = jitcore.jit(f, cache=mode)
     steps, what = [], "start"
-    for _ in range(7):
-        x = torch.arange(3.0)
-        out = []
-        for fn in (f, jf):
-            try:
-                out.append(fn(x, w))
-            except Exception as e:  # (eager's own errors: the same error expected)
-                out.append(type(e).__name__)
-        steps.append((what, *out))
-        what = _change(r, w, Kind, Thing, scope)
+    argv = list(sys.argv)
+    try:
+        for _ in range(7):
+            x = torch.arange(3.0)
+            out = []
+            for fn in (f, jf):
+                try:
+                    out.append(fn(x, w))
+                except Exception as e:  # (eager's own errors: the same error expected)
+                    out.append(type(e).__name__)
+            steps.append((what, *out))
+            what = _change(r, w, Kind, Thing, scope, read)
+    finally:
+        sys.argv[:] = argv
+        os.environ.pop("JITCORE_TEST_HIDDEN", None)
+        shutil.rmtree(w.dir, ignore_errors=True)
     return read, steps
 
 
@@ -326,3 +399,157 @@ def test_numpy_array_written_through_from_numpy(kind, mode):
         expected_arr[0] += 1
     if kind in ("closure", "attribute") and mode != "no caching":
         assert jitcore.cache_misses(jg) == 1
+
+
+def _process_cases(d, path, state, cached):
+    def touch():
+        open(path, "w").close()
+
+    def remove():
+        os.remove(path)
+
+    def clear(v):
+        state["k"] = v
+        cached.cache_clear()
+
+    def argv(n):
+        sys.argv[:] = sys.argv[:1] + ["-v"] * n
+
+    return {
+        "exists": (lambda x: x + (1.0 if os.path.exists(path) else 2.0), [touch, remove, touch]),
+        "isfile": (lambda x: x + (1.0 if os.path.isfile(path) else 2.0), [touch, remove, touch]),
+        "pathlib": (lambda x: x + (1.0 if pathlib.Path(path).exists() else 2.0), [touch, remove, touch]),
+        "getsize": (lambda x: x + (os.path.getsize(path) if os.path.exists(path) else -1.0),
+                    [touch, lambda: open(path, "w").write("abc"), remove]),
+        "listdir": (lambda x: x + len(os.listdir(d)), [touch, remove, touch]),
+        "scandir": (lambda x: x + len([e.name for e in os.scandir(d)]), [touch, remove]),
+        "walk": (lambda x: x + sum(len(files) for _, _, files in os.walk(d)), [touch, remove]),
+        "glob": (lambda x: x + len(glob.glob(os.path.join(d, "*"))), [touch, remove]),
+        "getcwd": (lambda x: x + len(os.getcwd()), [lambda: os.chdir(d), lambda: os.chdir("/")]),
+        "abspath": (lambda x: x + len(os.path.abspath("name")), [lambda: os.chdir(d), lambda: os.chdir("/")]),
+        "environ": (lambda x: x + float(os.environ.get("JITCORE_TEST_PROCESS", "1")),
+                    [lambda: os.environ.__setitem__("JITCORE_TEST_PROCESS", "5"),
+                     lambda: os.environ.pop("JITCORE_TEST_PROCESS")]),
+        "lru_cache": (lambda x: x + cached(2), [lambda: clear(5.0), lambda: state.__setitem__("k", 7.0),
+                                                lambda: clear(3.0)]),
+        "import_argv": (lambda x: x + len(__import__("sys").argv), [lambda: argv(2), lambda: argv(5)]),
+    }
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("case", sorted(_process_cases(*([None] * 4))))
+def test_process_state_read_per_call(case, mode, tmp_path):
+    """Process state read natively inside the function, changed between calls: the filesystem (exists, isfile,
+    pathlib, getsize, listdir, scandir, os.walk, glob), the working directory, environment variables, what an
+    lru_cache function answers after cache_clear() (and its cached answer without), sys.argv through __import__. Each
+    was the first call's answer before (except the environment, a dict: guarded); now it is read again per call."""
+    state = {"k": 1.0}
+    cached = functools.lru_cache(maxsize=None)(lambda n: state["k"] * n)
+    fn, changes = _process_cases(str(tmp_path), str(tmp_path / "flag"), state, cached)[case]
+    jf = jitcore.jit(fn, cache=mode)
+    cwd, argv = os.getcwd(), list(sys.argv)
+    try:
+        for i, change in enumerate([None, *changes]):
+            if change is not None:
+                change()
+            torch.testing.assert_close(jf(torch.zeros(2)), fn(torch.zeros(2)), msg=f"{case}, call {i}")
+    finally:
+        os.chdir(cwd)
+        sys.argv[:] = argv
+        os.environ.pop("JITCORE_TEST_PROCESS", None)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("container", ["dict", "set"])
+def test_key_changed_after_insertion(container, mode):
+    """A key whose class hashes in Python, changed while it is in an outside dict or set: Python's lookups then depend
+    on the hash it was stored with, which cannot be read: refused, naming what happened. Put in again, it is read as
+    eager reads it. (The lookup was the first call's answer, or a crash, before.)"""
+    k = Key(1)
+    box = {k: 1.0, Key(2): 2.0} if container == "dict" else {k, Key(2)}
+
+    def f(x):
+        return x + (1.0 if Key(1) in box else 2.0) + (3.0 if k in box else 4.0)
+
+    def reinsert(v):
+        if container == "dict":
+            box[k] = box.pop(k)  # (the stored hash is the one k had: pop finds it by it)
+            box.pop(k)
+            k.v = v
+            box[k] = 1.0
+        else:
+            box.remove(k)
+            k.v = v
+            box.add(k)
+
+    jf = jitcore.jit(f, cache=mode)
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+    k.v = 5
+    with pytest.raises(jitcore.errors.UnsupportedError, match="changed after it was put in"):
+        jf(torch.zeros(2))
+    k.v = 1
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+    reinsert(7)
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+    reinsert(1)
+    torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_weak_key_dictionary_between_calls(mode):
+    """A WeakKeyDictionary keyed by objects hashing in Python, read by lookup and by iteration, its keys' fields and
+    its values changed between calls (a lookup crashed on a dead temporary reference, iteration was refused, and the
+    keys' fields were the first call's)."""
+    held = [Key(1), Key(2)]
+    table = weakref.WeakKeyDictionary({held[0]: 1.0})
+
+    def f(x):
+        return x + table.get(Key(1), 0.5) + (2.0 if Key(2) in table else 3.0) + sum(k.v for k in table)
+
+    jf = jitcore.jit(f, cache=mode)
+    changes = [lambda: setattr(held[0], "v", 2), lambda: table.__setitem__(held[1], 4.0),
+               lambda: setattr(held[0], "v", 1), lambda: table.__setitem__(held[0], 6.0), lambda: table.pop(held[1])]
+    for i, change in enumerate([None, *changes]):
+        if change is not None:
+            change()
+        torch.testing.assert_close(jf(torch.zeros(2)), f(torch.zeros(2)), msg=f"call {i}")
+
+
+_INFERENCE_OPS = {  # op over x (an argument) and w, c (inference tensors): eager's autograd saves w or c for some
+    "clamp_min_tensor": lambda x, w, c: torch.clamp(x, min=w),
+    "mask_index": lambda x, w, c: x[c],
+    "mse_loss": lambda x, w, c: torch.nn.functional.mse_loss(x, w, reduction="none"),
+    "mul": lambda x, w, c: x * w,
+    "matmul": lambda x, w, c: x @ w,
+    "add": lambda x, w, c: x + w,
+    "where": lambda x, w, c: torch.where(c, x, w),
+    "exp_mul": lambda x, w, c: x * w.exp(),
+}
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args).sum()
+    except Exception as e:  # (eager's error: the same expected)
+        return type(e).__name__
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", range(4))
+def test_inference_tensor_saved_for_backward(seed, mode):
+    """An inference tensor (made under torch.inference_mode() outside) that eager's autograd saves for an op's backward
+    makes eager raise RuntimeError; the program's backward saved something else (clamp's mask, the index's positions)
+    and answered. Now it raises the same error, on every call that needs the gradient, in each cache mode; calls that
+    need none (no_grad, x not requiring grad, ordinary tensors) run. A seeded sequence of such calls per op."""
+    r = random.Random(seed)
+    with torch.inference_mode():
+        frozen_w, frozen_c = torch.rand(3, 3) + 0.5, torch.rand(3, 3) > 0.5
+    for name, op in _INFERENCE_OPS.items():
+        jf = jitcore.jit(lambda x, w, c, op=op: op(x, w, c), cache=mode)
+        for i in range(4):
+            grad, frozen, no_grad = r.random() < 0.7, r.random() < 0.7, r.random() < 0.2
+            w, c = (frozen_w, frozen_c) if frozen else (frozen_w.clone(), frozen_c.clone())
+            x = torch.rand(3, 3, requires_grad=grad)
+            with torch.no_grad() if no_grad else contextlib.nullcontext():
+                expected, got = _outcome(op, x, w, c), _outcome(jf, x, w, c)
+            assert_same_outcome(got, expected, f"{name}, call {i} (grad={grad}, inference={frozen}, no_grad={no_grad})")

@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from jitcore.guards import data_guards, module_state, torch_flags
+from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import KEY_VALUE_TYPES, SYMBOLIC_VALUE_TYPES
 from jitcore.guards.module_guards import module_split
 from jitcore.guards.module_state import ModuleGuardState
@@ -51,6 +51,9 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
         parent = prov.parent.parent if type(prov.parent) is P.DictView else prov.parent
         key = printer.const(prov.key.obj) if type(prov.key) is P.ObjectKey else printer.value(prov.key)
         return f"{provenance_expr(parent, printer, bound)}[{key}]"
+    if t is P.StoredKey:
+        parent = provenance_expr(prov.parent, printer, bound)
+        return f"{printer.const(P.stored_key)}({parent}, {printer.const(prov.key.obj)})"
     if t is P.Converted:
         return f"{printer.const(prov.fn)}({provenance_expr(prov.parent, printer, bound)})"
     if t is P.Call:
@@ -186,7 +189,9 @@ def _global_state(saved_hooks=False, flags=None) -> list:
         names = "/".join(getattr(f, "__qualname__", "?") for f in saved_hooks)
         out.append((lambda p: f"{p.const(ambient_hooks)}() != {p.const(saved_hooks)}",
                     f"saved-tensor hooks: expected {names} active"))
-    out += [torch_flags.check(k, v) for k, v in (flags or {}).items()]  # settings the program read (Guards.flags)
+    # settings and process state the program read (Guards.flags)
+    out += [(process_state.check if k[0] is process_state.outcome else torch_flags.check)(k, v)
+            for k, v in (flags or {}).items()]
     grad = torch.is_grad_enabled()
     out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
     dd = torch.get_default_dtype()

@@ -6,13 +6,15 @@ and property getters of user classes are interpreted; everything else runs nativ
 """
 from __future__ import annotations
 
+import enum
 import operator
 import types
+import weakref
 
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import dunders
 from jitcore.interpreter.frame import NULL
-from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, constant_key
+from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, ObjectKey, StoredKey, constant_key
 from jitcore.interpreter.side_effects import MISSING, NOT_WRITTEN, SideEffect
 from jitcore.ir.proxies import SHADOWED_TENSOR_ATTRS, TensorProxy
 
@@ -281,7 +283,9 @@ class ExternalIter:
         k2 = constant_key(k, True)
         if k2 is not NOT_CONST:
             v = self.rt.report(v, Item(self.prov, k2))
-        return v if self.kind == "values" else (k, v)
+        if self.kind == "values":
+            return v
+        return (self.rt.report(k, StoredKey(self.prov, k2)) if _object_key(k) else k), v
 
 
 def get_iter(rt, obj):
@@ -293,6 +297,8 @@ def get_iter(rt, obj):
         view = rt.views.get(id(obj))
         if view is not None and view[1] in ("values", "items"):
             return ExternalIter(rt, iter(view[0].items()), view[2], view[1])
+        if t is dict or t is set or t is frozenset or (view is not None and view[1] == "keys"):
+            return _stored_keys(rt, obj if view is None else view[0], rt.external[id(obj)] if view is None else view[2])
     if t not in _PLAIN:
         fn = rt.lookup(t, "__iter__")
         if type(fn) is _FunctionType:
@@ -303,6 +309,20 @@ def get_iter(rt, obj):
         if fn is NULL and _python_dunder(rt, t, "__getitem__") is not None:
             return _sequence_items(rt, obj)
     return iter(obj)
+
+
+def _stored_keys(rt, container, prov):
+    """The keys of an external dict or set as iteration gives them; a key that is an object of a user class (its
+    fields can change) is read through the container (StoredKey), so what the program reads of it is guarded."""
+    for k in container:
+        yield rt.report(k, StoredKey(prov, ObjectKey(k))) if _object_key(k) else k
+
+
+def _object_key(k) -> bool:
+    """A key whose fields can change (an object of a user class), or a weak reference (a WeakKeyDictionary's key:
+    what it refers to is read through it)."""
+    return isinstance(k, weakref.ref) or (type(k).__module__ != "builtins" and hasattr(k, "__dict__") and
+                                          not isinstance(k, (type, types.FunctionType, types.ModuleType, enum.Enum)))
 
 
 def _sequence_items(rt, obj):

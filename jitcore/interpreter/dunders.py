@@ -11,9 +11,11 @@ from __future__ import annotations
 import enum
 import operator
 import types
+import weakref
 
+from jitcore.errors import UnsupportedError
 from jitcore.interpreter.frame import NULL
-from jitcore.interpreter.provenance import Attr
+from jitcore.interpreter.provenance import Attr, ObjectKey, StoredKey
 
 NATIVE = object()  # "no Python dunder involved": the caller runs the operation natively
 
@@ -208,15 +210,21 @@ def _text(r, name):
 
 def hashed_in_python(rt, key) -> bool:
     """Whether a dict or set lookup of `key` runs Python code: its class writes __hash__ or __eq__ in Python (enum
-    members aside: a member's hash is its name's, fixed)."""
+    members aside: a member's hash is its name's, fixed); for a weak reference (a WeakKeyDictionary's lookup), its
+    referent's class does."""
     t = type(key)
     if t in _PLAIN or isinstance(key, enum.Enum):
         return False
+    if isinstance(key, weakref.ref):
+        key = key()
+        return key is not None and hashed_in_python(rt, key)
     return python_dunder(rt, t, "__hash__") is not None or python_dunder(rt, t, "__eq__") is not None
 
 
 def hash_of(rt, v) -> int:
     """hash(v), interpreting a __hash__ written in Python (what it reads is then guarded)."""
+    if isinstance(v, weakref.ref) and v() is not None:  # (a live reference hashes as its referent)
+        v = v()
     fn = python_dunder(rt, type(v), "__hash__")
     if fn is None:
         return hash(v)
@@ -229,16 +237,47 @@ def hash_of(rt, v) -> int:
 def find_key(rt, container, key):
     """The key stored in a dict or set that a lookup of `key` finds (NULL: none), or NATIVE when no Python __hash__ or
     __eq__ takes part. Python's lookup, interpreted: key's hash, then among the stored keys with that hash the one
-    that is key or equals it. The stored keys' hashes are the dict's own (native) for a container from outside (its
-    keys are guarded) and interpreted for one the call built (they were computed from what the call read)."""
+    that is key or equals it (weak references: their referents compared). For a container from outside, the stored
+    keys' hashes are its own (native: a key changed after it was put in, whose hash is no longer the one stored, is
+    refused) and the keys compared are read through it (StoredKey: what their __eq__ reads is guarded); for one the
+    call built they are interpreted (computed from what the call read)."""
     if not hashed_in_python(rt, key):
         return NATIVE
     h = hash_of(rt, key)
-    own = id(container) not in rt.external
+    prov = rt.external.get(id(container))
+    if prov is not None:
+        _refuse_moved_keys(rt, container)
     for k in list(container):
-        if (hash_of(rt, k) if own else hash(k)) == h and (k is key or _truth(rt, _equal(rt, k, key))):
+        if (hash_of(rt, k) if prov is None else hash(k)) != h:
+            continue
+        if k is key:
+            return k
+        seen = k if prov is None else rt.report(k, StoredKey(prov, ObjectKey(k)))
+        if _truth(rt, _equal(rt, *_referents(rt, seen, key))):
             return k
     return NULL
+
+
+def _referents(rt, a, b) -> tuple:
+    """(a, b) as == compares them: two live weak references compare their referents."""
+    if isinstance(a, weakref.ref) and isinstance(b, weakref.ref):
+        ra, rb = rt.call(a, (), {}), b()
+        if ra is not None and rb is not None:
+            return ra, rb
+    return a, b
+
+
+def _refuse_moved_keys(rt, container):
+    """A key of an outside dict or set whose Python __hash__ now gives another value than when it was put in (a field
+    it hashes changed): Python's lookups then depend on the hash it was stored with, which cannot be read."""
+    is_dict = isinstance(container, dict)
+    for k, v in (container.items() if is_dict else ((k, None) for k in container)):
+        if hashed_in_python(rt, k) and not isinstance(k, weakref.ref) and \
+                (k not in container or (is_dict and container.get(k, NULL) is not v)):  # (found: another equal key's)
+            raise UnsupportedError(
+                "changed dict key", f"a key of a {type(container).__name__} from outside ({type(k).__qualname__}) "
+                "was changed after it was put in: its hash is no longer the one the container stored it under, and "
+                "lookups in it depend on that", hint="put the key in again after changing it (or keep keys unchanged)")
 
 
 def stored_key(rt, container, key):

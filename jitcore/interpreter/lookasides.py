@@ -27,6 +27,7 @@ import types
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access, dunders
 from jitcore.interpreter.frame import NULL, Frame, code_info
+from jitcore.interpreter.provenance import Attr, Call, Module
 from jitcore.interpreter.run import BUILTIN_METHODS, CALLABLE_OBJECTS, LOOKASIDES, RETURNED, is_user_file, run_frame
 from jitcore.ir import ranges
 from jitcore.ir.arith import as_user
@@ -585,3 +586,36 @@ def _attr_path(rt, obj, name):
 
 CALLABLE_OBJECTS[operator.attrgetter] = _getter(_attr_path)
 CALLABLE_OBJECTS[operator.itemgetter] = _getter(access.get_item)
+
+
+def _lru_cached(rt, fn, args, kwargs):
+    """A functools.lru_cache (functools.cache) wrapper from outside, called with constants (`scale(2)`): called
+    natively, so its cache answers as in eager, and its result reported as read through that call (Call provenance):
+    the prologue calls it again on every call (a hit is one dict lookup) and checks what the program used of the
+    result, so after `scale.cache_clear()` and a change of what the function reads, a call is traced again, never the
+    first call's answer. Given values of the program (tensors, symbolic numbers), the wrapped function is interpreted
+    (what it reads is guarded as anywhere else); with other arguments (objects: `logger.warning_once(msg)`), or a
+    wrapper the call made itself, it is called natively (its cache then answers while tracing only)."""
+    prov = rt.external.get(id(fn))
+    if prov is not None and not kwargs and all(type(a) in _CALL_CONSTANTS for a in args):
+        return rt.report(fn(*args), Call(prov, tuple(args)))
+    if not any(type(a).__module__ == "jitcore.ir.proxies" for a in (*args, *kwargs.values())):
+        return rt.call_native(fn, args, kwargs)
+    wrapped = fn.__wrapped__
+    if prov is not None:
+        wrapped = rt.report(wrapped, Attr(prov, "__wrapped__"))
+    return rt.call(wrapped, args, kwargs)
+
+
+_CALL_CONSTANTS = (int, str, bytes, float, bool, type(None))
+CALLABLE_OBJECTS[functools._lru_cache_wrapper] = _lru_cached
+
+
+@lookaside(builtins.__import__)
+def _import(rt, args, kwargs):
+    """`__import__("sys")`: the module, read as an import statement reads it (its attributes are guarded reads)."""
+    mod = builtins.__import__(*args, **kwargs)
+    name = getattr(mod, "__name__", None)
+    if isinstance(mod, types.ModuleType) and sys.modules.get(name) is mod:
+        mod = rt.report(mod, Module(name))
+    return mod

@@ -201,6 +201,30 @@ class Item(Provenance):
 
 
 @dataclass(frozen=True)
+class StoredKey(Provenance):
+    """A key object stored in an external dict or set (`key`: ObjectKey), as the program met it (iterating the
+    container, or comparing it with a key looked up): its fields are read through this, so they are guarded; it is
+    found again by identity (a key no longer in the container fails to fetch: a miss)."""
+
+    parent: Provenance
+    key: Any
+
+    def __str__(self):
+        return f"{self.parent}.<key {self.key!r}>"
+
+    def load(self, roots):
+        return stored_key(self.parent.load(roots), self.key.obj)
+
+
+def stored_key(container, obj):
+    """obj, if it is (by identity) a key of container; KeyError otherwise."""
+    for k in container:
+        if k is obj:
+            return k
+    raise KeyError(obj)
+
+
+@dataclass(frozen=True)
 class DictView(Provenance):
     """`parent.values()` / `.items()` / `.keys()` of an external dict."""
 

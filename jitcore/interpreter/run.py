@@ -58,6 +58,14 @@ def is_user_file(filename: str) -> bool:
     return p.startswith(_SITE_DIRS) or not p.startswith(_STDLIB_DIRS)
 
 
+def is_stdlib_file(filename: str) -> bool:
+    """Whether this file is the standard library's (a frozen module's too: `<frozen genericpath>`)."""
+    if filename.startswith("<frozen "):
+        return True
+    p = os.path.normpath(filename)
+    return p.startswith(_STDLIB_DIRS) and not p.startswith(_SITE_DIRS)
+
+
 def type_lookup(t, name):
     """`name` looked up on the type `t` along its MRO, without descriptors applied; NULL if absent."""
     for k in t.__mro__:

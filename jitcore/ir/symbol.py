@@ -215,12 +215,18 @@ def _in_context(bsym: BoundSymbol) -> BoundSymbol:
         mode = torch.is_inference_mode_enabled()
         if mode or made:
             _note_inference(bsym, made, mode)
+        if not mode and torch.is_grad_enabled() and trace.at_top_level():
+            # a user's op with grad on: eager may save an inference tensor for its backward (and raise)
+            trace.extra[INFERENCE_SAVES](bsym)
     return bsym
 
 
 # Trace.extra key (the interpreter's trace): name -> True for the tensors eager makes as inference tensors (under
 # torch.inference_mode(), or views of one), False for views of an inference tensor the function was given
 INFERENCE = "inference_tensors"
+# Trace.extra key (the interpreter's trace): bsym -> None, raising eager's error where eager's autograd would save an
+# inference tensor for the op's backward (jitcore/autograd.py, refuse_inference_saves)
+INFERENCE_SAVES = "inference_saves"
 
 
 def _note_inference(bsym, made: dict, mode: bool):

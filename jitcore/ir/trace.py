@@ -60,6 +60,10 @@ class Trace:
             bsym.extra[USER_STACK] = stack()
         self._scopes[-1].append(bsym)
 
+    def at_top_level(self) -> bool:
+        """Whether a line recorded now is a line of the trace itself, not a subsymbol of one."""
+        return len(self._scopes) == 1
+
     @contextlib.contextmanager
     def subsymbol_scope(self):
         scope: list = []
