@@ -178,7 +178,7 @@ class JitContext(DefaultContext):
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
             return standins.BackwardHookStandIn
-        refused = standins.refused_inside(fn)
+        refused = standins.refused_inside(fn, self._user_caller)
         if refused is not None:
             return refused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)

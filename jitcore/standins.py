@@ -1,9 +1,14 @@
 """Frontend: stand-ins for what user code calls inside a jitted function, which the frontend's context hands the
 interpreter in place of the real callable (JitContext._lookaside): torch.Tensor's unbound methods called on proxies,
 random draws with no tensor argument, torch.Size of symbolic sizes, ops given RangeLists, refusals of what cannot
-run inside a traced program (optimizers, gradient computations), and nn.Module's backward-hook machinery.
+run inside a traced program (optimizers, gradient computations, files opened by user code), and nn.Module's
+backward-hook machinery.
 """
 from __future__ import annotations
+
+import builtins
+import io
+import pathlib
 
 import torch
 
@@ -67,13 +72,18 @@ def range_lists_pinned(op, takes_ranges: bool):
     return call
 
 
-def refused_inside(fn):
+def refused_inside(fn, from_user=lambda: True):
     """A stand-in raising UnsupportedError for what cannot run inside a traced program, or None: the methods of an
     optimizer, an LR scheduler or a grad scaler (run natively, they would update the real parameters once, while
-    tracing, and the program would do nothing on later calls) and gradient computations (the program's backward is
-    made after it is traced)."""
+    tracing, and the program would do nothing on later calls), gradient computations (the program's backward is
+    made after it is traced), and files opened by user code (from_user(): the caller is user code; read once while
+    tracing, a file's contents were baked into the program, and writes happened once)."""
     mod = getattr(fn, "__module__", None) or ""
-    if mod.startswith(("torch.optim", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler")):
+    if _is_file_call(fn) and from_user():
+        what, hint = (f"{getattr(fn, '__qualname__', fn)}() inside a jitted function: the file would be read or "
+                      "written once, while the function is traced, and later calls would reuse what was read then"), \
+            "read or write the file outside the jitted function and pass what you read in as an argument"
+    elif mod.startswith(("torch.optim", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler")):
         what, hint = (f"{getattr(fn, '__qualname__', fn)} ({mod}) inside a jitted function: an optimizer, scheduler "
                       "or grad scaler reads and updates the real parameters and its own state, which a traced "
                       "program cannot replay"), "call opt.step(), opt.zero_grad(), scheduler.step() and the grad " \
@@ -92,6 +102,15 @@ def refused_inside(fn):
 
 
 _GRADIENT_CALLS = frozenset({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
+_FILE_CALLS = frozenset({builtins.open, io.open, pathlib.Path.open, pathlib.Path.read_text, pathlib.Path.read_bytes,
+                         pathlib.Path.write_text, pathlib.Path.write_bytes})
+
+
+def _is_file_call(fn) -> bool:
+    try:
+        return fn in _FILE_CALLS or getattr(fn, "__func__", None) in _FILE_CALLS
+    except TypeError:  # (an unhashable callable)
+        return False
 
 
 class BackwardHookStandIn:

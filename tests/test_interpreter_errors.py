@@ -201,3 +201,30 @@ def test_tensor_hooks_inside_are_refused_naming_the_line(fn, text):
         _hook_without_grad(torch.randn(3, requires_grad=True))
     with pytest.raises(RuntimeError, match="doesn't require gradient"):
         jitcore.jit(_hook_without_grad)(torch.randn(3, requires_grad=True))
+
+
+@pytest.mark.parametrize("how", ["open read", "open append", "Path.read_text", "Path.write_text"])
+def test_files_opened_inside_are_refused(how, tmp_path):
+    """A file read inside a jitted function was read once, while tracing, and its contents baked into the program
+    (later calls returned them after the file changed); a write happened once. Refused at the user's line; the file is
+    left as it was."""
+    import pathlib
+
+    path = tmp_path / "value.txt"
+    path.write_text("1.5")
+
+    def read(x):
+        with open(path) as fh:
+            return x + float(fh.read())
+
+    def append(x):
+        with open(path, "a") as fh:
+            fh.write("more")
+        return x + 1
+
+    fn = {"open read": read, "open append": append,
+          "Path.read_text": lambda x: x + float(pathlib.Path(path).read_text()),
+          "Path.write_text": lambda x: (pathlib.Path(path).write_text("9"), x * 2)[1]}[how]
+    with pytest.raises(UnsupportedError, match="read or written once"):
+        jitcore.jit(fn)(torch.zeros(2))
+    assert path.read_text() == "1.5"
