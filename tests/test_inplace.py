@@ -547,3 +547,29 @@ def test_leaf_written_under_no_grad_then_saved_for_backward(fn, cache):
         torch.testing.assert_close(out, expected)
         torch.testing.assert_close(x.grad, xe.grad)
         torch.testing.assert_close(x.detach(), xe.detach())
+
+
+def _cat_of_written_then_view_written(x0, w):
+    x0[::2] = w.sum()  # (x0's new value has a length of another name: the pad that writes every other element)
+    t1 = torch.cat([x0, x0 * 2])
+    with torch.no_grad():
+        mask = t1 > 0
+        torch.sin(t1[::2], out=t1[::2])  # (a view of the cat, whose length is a size of the first trace)
+    return t1, mask.view(-1) * -2
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_a_write_through_a_view_of_a_tensor_made_from_a_written_input(cache):
+    """Fuzz seed 28084: the write through `t1[::2]` read t1's length by the name it had before x0 was written, a
+    size the program defined only later (UnboundLocalError at run time)."""
+    jf = jitcore.jit(_cat_of_written_then_view_written, cache=cache)
+    for n in (5, 6, 5):
+        x, w = torch.randn(n), torch.randn(3, requires_grad=True)
+        xe, we = x.clone(), w.detach().clone().requires_grad_()
+        got, want = jf(x, w), _cat_of_written_then_view_written(xe, we)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+        torch.testing.assert_close(x, xe)
+        got[0].sum().backward()
+        want[0].sum().backward()
+        torch.testing.assert_close(w.grad, we.grad)

@@ -595,14 +595,26 @@ def _replay_views(st: _State, lines: list, value):
 def _replay_chain(st: _State, al: Alias, value):
     for p in al.chain:
         _define_numbers(st, p)
-        value = _replay(p, value)
+        value = _replay(_current_numbers(st, p), value)
     return value
+
+
+def _current_numbers(st: _State, p: BoundSymbol) -> BoundSymbol:
+    """The view line p with the numbers it reads as they are now named: a size of a tensor a write made anew (the
+    cat of a written input: its length is another symbol) reads as that tensor's (fuzz seed 28084: a slice's end read
+    a size the program defined only later)."""
+    flat, spec = tree_flatten(p.args)
+    now = [st.cur.get(a.name, a) if isinstance(a, NumberProxy) else a for a in flat]
+    if all(a is b for a, b in zip(flat, now)):
+        return p
+    return p.from_bsym(args=tree_unflatten(spec, now))
 
 
 def _scatter_back(st: _State, chain: tuple, top, value):
     """The new value of `top` after writing `value` into its view made by chain."""
     for p in chain:
         _define_numbers(st, p)
+    chain = tuple(_current_numbers(st, p) for p in chain)
     values, written = [top], value
     for p in chain[:-1]:
         values.append(_replay(p, values[-1]))
