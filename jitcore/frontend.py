@@ -29,7 +29,7 @@ from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
-from jitcore.ir.symbol import CHECKPOINTED, INFERENCE, INFERENCE_SAVES
+from jitcore.ir.symbol import CHECKPOINTED, INFERENCE, INFERENCE_INPUTS, INFERENCE_SAVES
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import generators, log_calls, per_call, prims, torch_creation, torch_map
@@ -717,6 +717,8 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
                         "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE, INFERENCE_SAVES):
                 del trace.extra[key]
         trace.args = [i.proxy for i in ctx.inputs]
+        # inputs that are inference tensors (guarded): rematerialization never saves one (autograd refuses it)
+        trace.extra[INFERENCE_INPUTS] = frozenset(n for n, made_here in made.items() if made_here is False)
         rt = getattr(ctx, "_runtime", None)
         trace.extra["entered_code"] = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
         trace.extra["meta_results"] = list(layouts.used)  # (a package carries them: jitcore/layouts.py)

@@ -209,3 +209,22 @@ def test_a_gpu_program_recomputes_transcendental_math_where_a_cpu_program_saves(
         assert [p.name for p in fused.saved] == [x.name]
     else:
         assert saved_bytes(fused.saved) == saved_bytes(split.saved)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_an_inference_tensor_input_is_never_saved_in_place_of_what_eager_saves(cache):
+    """`x * w.exp()` with w made under inference_mode: eager saves exp's result; recomputing exp from a saved w made
+    autograd refuse to save an inference tensor (RuntimeError where eager trains)."""
+    with torch.inference_mode():
+        w = torch.randn(64, 64) * 0.1
+
+    def f(x):
+        return torch.tanh(x * w.exp())
+
+    jf = jitcore.jit(f, cache=cache, executors=[inductor_ex], rematerialize=ALL)
+    for n in (64, 64):
+        x = torch.randn(n, 64, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        jf(x).sum().backward()
+        f(xe).sum().backward()
+        torch.testing.assert_close(x.grad, xe.grad, rtol=1e-4, atol=1e-5)

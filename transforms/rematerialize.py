@@ -18,7 +18,7 @@ from collections import deque
 
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
-from jitcore.ir.symbol import CHECKPOINTED, Tag
+from jitcore.ir.symbol import CHECKPOINTED, INFERENCE_INPUTS, Tag
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.fsdp import SCOPED_OUTPUTS
 from jitcore.ops.registry import PRIMS
@@ -268,11 +268,13 @@ class _Cut:
                     add((("in", o.name), ("out", o.name), INF // 4 if forced else nbytes(o) * 8))
         roots = [a for a in forward.args if isinstance(a, Proxy)]
         roots += [p for b in forward.bound_symbols for p in reads(b).values()]
+        inference = forward.extra.get(INFERENCE_INPUTS, ())  # (autograd refuses to save one: `x * w.exp()` with
         for p in roots:  # inputs, and sizes the forward defines from its inputs' shapes: computed in the forward
-            if p.name not in made:
+            if p.name not in made:  # an inference w saves exp's result, as eager does, never w)
                 made.add(p.name)
                 add(("source", ("in", p.name), INF))
-                add((("in", p.name), ("out", p.name), int(nbytes(p) * 8 * INPUT_SAVE)))
+                add((("in", p.name), ("out", p.name),
+                     INF // 4 if p.name in inference else int(nbytes(p) * 8 * INPUT_SAVE)))
         for p in needed:
             if p.name in made:  # (one made nowhere is left to the caller's check)
                 add((("out", p.name), "sink", INF))
