@@ -181,3 +181,71 @@ def header_builds_in_background(build, header, hashable_cmd_line, command):
         entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked)
         return entry[2]
     return entry[2] if not entry[0].is_alive() else None
+
+
+# -- C++ builds in the background ----------------------------------------------------------------------------------
+# A CPU region's compile ends with one compiler run (its C++ wrapper module, seconds), after Inductor's Python work.
+# A compile made ahead of the region's first run (executors/ahead.py) hands that build to a thread (the compiler is a
+# subprocess: it runs beside whatever Python does next, the next region's compile included) and returns at once with a
+# PendingEntry where the module's entry function goes; the region's first run awaits it (CompiledRegion).
+_BUILD_POOL: list = []  # [ThreadPoolExecutor], made on first use
+
+
+class PendingEntry:
+    """The entry function of a C++ wrapper module still being built: `resolve()` waits for the build and loads the
+    module (raising what the build raised); a call before that resolves first."""
+
+    def __init__(self, future):
+        self._future, self.fn = future, None
+
+    def resolve(self):
+        if self.fn is None:
+            self.fn = self._future()
+        return self.fn
+
+    def __call__(self, *args):
+        return self.resolve()(*args)
+
+
+@contextlib.contextmanager
+def builds_in_background(pending: list):
+    """Inside: the C++ wrapper modules Inductor builds for this thread's compiles are built in a background thread;
+    each compile gets a PendingEntry (appended to `pending`) in place of the module's entry function."""
+    _defer_wrapper_builds()
+    before = getattr(_OWN, "pending", None)
+    _OWN.pending = pending
+    try:
+        yield
+    finally:
+        _OWN.pending = before
+
+
+def _defer_wrapper_builds():
+    """Puts a deferring load_pybinding on Inductor's CppWrapperCodeCache (once per process)."""
+    from torch._inductor import codecache
+
+    cls = codecache.CppWrapperCodeCache
+    if getattr(cls.load_pybinding, "jitcore_original", None) is not None:
+        return
+    original = cls.load_pybinding
+
+    def load_pybinding(*args, **kwargs):
+        pending = getattr(_OWN, "pending", None)
+        if pending is None or kwargs.get("submit_fn") is not None:
+            return original(*args, **kwargs)
+        entry = PendingEntry(cls.load_pybinding_async(*args, submit_fn=_build_pool().submit, **kwargs))
+        pending.append(entry)
+        return entry
+
+    load_pybinding.jitcore_original = original
+    cls.load_pybinding = load_pybinding  # (a plain function on the class: Inductor's module calls it on the class)
+
+
+def _build_pool():
+    if not _BUILD_POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # (threads that only wait for compiler subprocesses; concurrent.futures joins them at exit, after the
+        # builds in flight end)
+        _BUILD_POOL.append(ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1)), thread_name_prefix="jitcore-build"))
+    return _BUILD_POOL[0]

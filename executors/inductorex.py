@@ -20,7 +20,7 @@ import warnings
 import torch
 
 from executors import inductor_kernels
-from executors.cpu_compiler import own_compile, warm_cpu_compiler
+from executors.cpu_compiler import builds_in_background, own_compile, warm_cpu_compiler
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
@@ -278,6 +278,8 @@ class CompiledRegion:
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
         self.failures: dict = {}  # strides (None: a dynamic region) -> why compiling failed (the region runs eagerly)
         self._boxed: dict = {}  # id(variant) -> (variant, its boxed call: list of arguments -> outputs)
+        self.device_type = device_type
+        self.ahead: set = set()  # the strides of the variants compiled ahead of their first run (compile_ahead)
 
     def to_record(self) -> dict | None:
         """The compiled variants as data for a package (executors/inductor_kernels.py), or None when the region
@@ -336,18 +338,74 @@ class CompiledRegion:
             self.variants[strides] = self.eager_fn
         return self.eager_fn
 
-    def _compile(self, args, strides):
+    def _compile(self, args, strides, ahead: bool = False):
         COMPILE_EVENTS[0] += 1
+        pending = []  # (ahead: the C++ builds this compile left running in the background)
         try:
-            with _quiet(), own_compile():
+            with _quiet(), own_compile(), builds_in_background(pending) if ahead else contextlib.nullcontext():
                 graph = _graph_of(self.eager_fn, "fake", args)
                 warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
                 run = torch._inductor.compile(graph, list(args), options=self.options)
         except Exception as e:
             return self._failed(e, strides)
+        if pending:
+            self.variants[strides] = self._awaiting(run, strides, pending)
+            return self.variants[strides]
         self._store(run, strides, None)
         self.variants[strides] = run
         return run
+
+    def compile_ahead(self, fakes):
+        """Called by executors/ahead.py's run of the program over fake tensors, before the region's first run: the
+        variant for these arguments' strides is compiled now (its C++ build left in the background), unless the
+        region has it; the eager program's outputs over the fakes let the run go on."""
+        if not self.dynamic and self.device_type == "cpu" and all(isinstance(a, torch.Tensor) for a in fakes):
+            strides = tuple(tuple(a.stride()) for a in fakes)
+            if strides not in self.variants:
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+                with unset_fake_temporarily():
+                    self._compile([_example(a) for a in fakes], strides, ahead=True)
+                self.ahead.add(strides)
+        with torch.no_grad():
+            return self.eager_fn(*fakes)
+
+    def _awaiting(self, run, strides, pending):
+        """The variant `run` whose C++ build is under way: its first call waits for the build (a build that failed:
+        the region runs eagerly for these strides, with a warning), then it is the variant."""
+        def first_call(*args):
+            try:
+                for p in pending:
+                    p.resolve()
+            except Exception as e:
+                return self._failed(e, strides)(*args)
+            _unwrap_pending(run, pending)
+            self.variants[strides] = run
+            self._store(run, strides, None)
+            return run(*args)
+
+        return first_call
+
+    def _adapted(self, args, strides):
+        """A variant compiled ahead that these arguments fit once their broadcast ones (a stride 0 on a dimension
+        longer than 1, the cotangent of `y.sum()`: memory nothing can write into) are copied to the dense layout
+        it was compiled for; None when there is none. The ahead run guesses a cotangent's layout (dense): it is
+        known only when the backward is called."""
+        for ahead in self.ahead:
+            run = self.variants.get(ahead)
+            if run is None or run is self.eager_fn:
+                continue
+            copy = []
+            for i, (a, want, have) in enumerate(zip(args, ahead, strides)):
+                if want == have:
+                    continue
+                if not _broadcast(a) or not _dense(a.shape, want):
+                    break
+                copy.append((i, want))
+            else:
+                if copy:
+                    return _densifying(run, copy)
+        return None
 
     def _store(self, run, strides, guard):
         """Write a compiled variant to the cache on disk (executors/inductor_kernels.py), when it can be."""
@@ -391,7 +449,11 @@ class CompiledRegion:
         strides = tuple([a.stride() for a in args])
         run = self.variants.get(strides)
         if run is None:
-            run = self._compile(args, strides)
+            run = self._adapted(args, strides) if self.ahead else None
+            if run is not None:
+                self.variants[strides] = run
+            else:
+                run = self._compile(args, strides)
         return run
 
     def __call__(self, *args):
@@ -410,6 +472,52 @@ class CompiledRegion:
             if found is None:
                 found = self._boxed[id(run)] = (run, boxed_call(run, self.single))
             return found[1](box)
+
+
+def _example(fake):
+    """A real tensor laid out as `fake` is (sizes, strides, storage offset), its memory left unset: what a region
+    compiled ahead is traced and compiled with."""
+    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(fake.shape, fake.stride())) if fake.numel() else 0
+    base = torch.empty(fake.storage_offset() + extent, dtype=fake.dtype, device=fake.device)
+    return base.as_strided(fake.shape, fake.stride(), fake.storage_offset())
+
+
+def _broadcast(a) -> bool:
+    return any(s == 0 and n > 1 for n, s in zip(a.shape, a.stride()))
+
+
+def _dense(shape, strides) -> bool:
+    """Whether `strides` lay out a tensor of `shape` densely, each element once (a copy into it is exact)."""
+    order = sorted((s, n) for n, s in zip(shape, strides) if n != 1)
+    expected = 1
+    for s, n in order:
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _densifying(run, copy):
+    """run called with the arguments at the positions of `copy` copied to the strides given there."""
+    def densified(*args):
+        args = list(args)
+        for i, strides in copy:
+            args[i] = torch.empty_strided(args[i].shape, strides, dtype=args[i].dtype,
+                                          device=args[i].device).copy_(args[i])
+        return run(*args)
+
+    return densified
+
+
+def _unwrap_pending(run, pending):
+    """Put each built entry function where its PendingEntry stood in the compiled wrapper (the closure of its
+    `call`), so a call no longer goes through the PendingEntry (which still forwards, where it is not found)."""
+    graph = inductor_kernels._compiled_graph(run)
+    call = getattr(graph, "current_callable", None)
+    for cell in getattr(call, "__closure__", None) or ():
+        for p in pending:
+            if cell.cell_contents is p:
+                cell.cell_contents = p.fn
 
 
 # functions of what torch._inductor.compile / compile_fx returns that only pass the arguments on (the single
