@@ -1,11 +1,12 @@
 """Executors: the C++ compiler behind Inductor's CPU regions, made ready while the program is formed. Two things cost
 seconds before a process's first CPU region compiles, both in Inductor's own code: its check of which vector
 instruction sets the compiler can build for, and its precompiled header (a build of the headers every region
-includes, kept in Inductor's folder of headers beside its cache). The checks run here side by side in threads from the
-moment a region is formed (warm_cpu_compiler); a compile waits for them where Inductor first asks for their answer
-(cpu_compiler_ready). A precompiled header
-that is not on disk yet is built in a thread while the region compiles without it (header_builds_in_background):
-the region is then ready after one compiler run, not after two in a row, and later compiles use the header.
+includes, kept in Inductor's folder of headers beside its cache). The checks run here in a thread from the moment a
+region is formed (warm_cpu_compiler), in Inductor's order of preference up to the set Inductor will pick; a compile
+waits for them where Inductor first asks for their answer (cpu_compiler_ready). A precompiled header that is not
+on disk yet is built in a thread while the region compiles without it (header_builds_in_background):
+the region is then ready after one compiler run, not after two in a row, and later compiles use the header. A region
+compiled ahead of its first run (executors/ahead.py) leaves its C++ build to a thread (builds_in_background).
 """
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ _ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_c
 def warm_cpu_compiler():
     """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
     for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
-    compiles, where Inductor runs them one after another). They run here side by side in threads, from the moment a
-    CPU region is formed that no cache holds (compile_region) while the rest of the program is formed and the region
-    traced to an aten graph and Inductor lowers it; the first compile waits for them where Inductor picks the set
-    for its kernels (cpu_compiler_ready, from _wait_where_inductor_picks). Nothing else runs in those
-    threads: an import there could race the program's own imports while it is traced."""
+    compiles, where Inductor runs them all one after another). They run here in a thread, up to the first set that
+    builds (the one Inductor picks: _check_in_order), from the moment a CPU region is formed that no cache holds
+    (compile_region) while the rest of the program is formed and the region traced to an aten graph and Inductor
+    lowers it; the first compile waits for them where Inductor picks the set for its kernels (cpu_compiler_ready,
+    from _wait_where_inductor_picks). Nothing else runs in that thread: an import there could race the program's
+    own imports while it is traced."""
     if _ISA_CHECKS:
         return
     _ISA_CHECKS.append(None)
@@ -42,8 +44,8 @@ def warm_cpu_compiler():
             return
         flags = cpu_vec_isa.x86_isa_checker()
         todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
-        pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
-        _ISA_CHECKS.extend(pool.submit(_check_isa, isa) for isa in todo)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="jitcore-isa")
+        _ISA_CHECKS.append(pool.submit(_check_in_order, todo))
         pool.shutdown(wait=False)
         _wait_where_inductor_picks(cpu_vec_isa)
     except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
@@ -72,6 +74,20 @@ def _check_isa(isa) -> bool:
     return bool(isa)
 
 
+_FIRST_VALID: list = []  # [the first set of Inductor's order of preference the compiler builds for, or None]
+
+
+def _check_in_order(todo: list):
+    """Check the sets in Inductor's order of preference, up to the first that builds: the one Inductor picks (its
+    first valid one, see _wait_where_inductor_picks); the sets after it are not checked (each check is compiler
+    runs: CPU time a loaded machine lacks)."""
+    for isa in todo:
+        if _check_isa(isa):
+            _FIRST_VALID.append(isa)
+            return
+    _FIRST_VALID.append(None)
+
+
 def _wait_where_inductor_picks(cpu_vec_isa):
     """Inductor asks for the valid instruction sets (valid_vec_isa_list, through pick_vec_isa) when it generates a
     region's kernels, after tracing, lowering and scheduling the graph: the wait for the checks moves there, so they
@@ -83,6 +99,12 @@ def _wait_where_inductor_picks(cpu_vec_isa):
     def valid_vec_isa_list():
         if not threading.current_thread().name.startswith("jitcore-isa"):
             cpu_compiler_ready()
+        from torch._inductor import config
+
+        if _FIRST_VALID and _FIRST_VALID[0] is not None and config.cpp.simdlen is None and \
+                not os.getenv("ATEN_CPU_CAPABILITY"):
+            # what pick_vec_isa takes from the full list under these settings: its first set (the rest unchecked)
+            return [_FIRST_VALID[0]]
         return original()
 
     valid_vec_isa_list.jitcore_original = original
