@@ -292,9 +292,10 @@ class CompiledRegion:
             made = [(strides, None, run) for strides, run in self.variants.items() if run is not self.eager_fn]
         variants = [{"strides": strides, "guard": None, "failed": why} for strides, why in self.failures.items()]
         for strides, guard, run in made:
-            record = inductor_kernels.export_variant(run, self.n_args)
+            densify = getattr(run, "densify", None)
+            record = inductor_kernels.export_variant(getattr(run, "run", run) if densify else run, self.n_args)
             if record is not None:
-                variants.append({**record, "strides": strides, "guard": guard})
+                variants.append({**record, "strides": strides, "guard": guard, "densify": densify})
         if not variants:
             return None
         return {"text": self.key[0], "dynamic": self.dynamic, "single": self.single, "variants": variants}
@@ -310,6 +311,8 @@ class CompiledRegion:
                 continue
             try:
                 run = inductor_kernels.load_variant(v, libraries, self.single)
+                if v.get("densify"):
+                    run = _densifying(run, v["densify"])
                 guard = _always if v["guard"] is None else guard_function(self.n_args, v["guard"])
             except Exception as e:  # (a library that will not load here, say: that variant compiles again)
                 warnings.warn(f"inductor: a stored compiled region variant could not be loaded ({type(e).__name__}: "
@@ -371,30 +374,36 @@ class CompiledRegion:
             return self.eager_fn(*fakes)
 
     def _awaiting(self, run, strides, pending):
-        """The variant `run` whose C++ build is under way: its first call waits for the build (a build that failed:
-        the region runs eagerly for these strides, with a warning), then it is the variant."""
-        def first_call(*args):
-            try:
-                for p in pending:
-                    p.resolve()
-            except Exception as e:
-                return self._failed(e, strides)(*args)
-            _unwrap_pending(run, pending)
-            self.variants[strides] = run
-            self._store(run, strides, None)
-            return run(*args)
+        """The variant `run` whose C++ build is under way: its first call waits for the build (resolve), then it is
+        the variant; a build that failed leaves the region eager for these strides, with a warning."""
+        done = []
 
+        def resolve():
+            if not done:
+                try:
+                    for p in pending:
+                        p.resolve()
+                except Exception as e:
+                    done.append(self._failed(e, strides))
+                    return done[0]
+                _unwrap_pending(run, pending)
+                self.variants[strides] = run
+                self._store(run, strides, None)
+                done.append(run)
+            return done[0]
+
+        def first_call(*args):
+            return resolve()(*args)
+
+        first_call.resolve = resolve
         return first_call
 
     def _adapted(self, args, strides):
         """A variant compiled ahead that these arguments fit once their broadcast ones (a stride 0 on a dimension
         longer than 1, the cotangent of `y.sum()`: memory nothing can write into) are copied to the dense layout
         it was compiled for; None when there is none. The ahead run guesses a cotangent's layout (dense): it is
-        known only when the backward is called."""
+        known only when the backward is called. The adapted variant is stored as such (the cache on disk)."""
         for ahead in self.ahead:
-            run = self.variants.get(ahead)
-            if run is None or run is self.eager_fn:
-                continue
             copy = []
             for i, (a, want, have) in enumerate(zip(args, ahead, strides)):
                 if want == have:
@@ -403,17 +412,22 @@ class CompiledRegion:
                     break
                 copy.append((i, want))
             else:
-                if copy:
+                run = self.variants.get(ahead)
+                if getattr(run, "resolve", None) is not None:  # (its build still under way: awaited now)
+                    run = run.resolve()
+                if copy and run is not None and run is not self.eager_fn:
+                    self._store(run, strides, None, copy)
                     return _densifying(run, copy)
         return None
 
-    def _store(self, run, strides, guard):
-        """Write a compiled variant to the cache on disk (executors/inductor_kernels.py), when it can be."""
+    def _store(self, run, strides, guard, densify=None):
+        """Write a compiled variant to the cache on disk (executors/inductor_kernels.py), when it can be; `densify`:
+        the variant is `run` called with those arguments copied to those strides (_adapted)."""
         if self.key[1] or inductor_kernels.cache_dir() is None:
             return
         record = inductor_kernels.export_variant(run, self.n_args)
         if record is not None:
-            inductor_kernels.store(self.key[0], self.options, {**record, "strides": strides,
+            inductor_kernels.store(self.key[0], self.options, {**record, "strides": strides, "densify": densify,
                                                                   "guard": getattr(guard, "text", None)})
 
     def _compile_dynamic(self, args):
@@ -506,18 +520,25 @@ def _densifying(run, copy):
                                           device=args[i].device).copy_(args[i])
         return run(*args)
 
+    densified.run, densified.densify = run, copy
     return densified
 
 
 def _unwrap_pending(run, pending):
     """Put each built entry function where its PendingEntry stood in the compiled wrapper (the closure of its
-    `call`), so a call no longer goes through the PendingEntry (which still forwards, where it is not found)."""
+    `call`, the module's globals), so a call no longer goes through the PendingEntry (which still forwards, where
+    it is not found) and the variant exports as one compiled without it (executors/inductor_kernels.py)."""
     graph = inductor_kernels._compiled_graph(run)
     call = getattr(graph, "current_callable", None)
     for cell in getattr(call, "__closure__", None) or ():
         for p in pending:
             if cell.cell_contents is p:
                 cell.cell_contents = p.fn
+    namespace = getattr(call, "__globals__", None) or {}  # (the module's own name for it: inductor_entry)
+    for name, value in list(namespace.items()):
+        for p in pending:
+            if value is p:
+                namespace[name] = p.fn
 
 
 # functions of what torch._inductor.compile / compile_fx returns that only pass the arguments on (the single

@@ -150,3 +150,51 @@ def test_calls_of_varying_shapes_and_grad_modes_equal_eager(mode):
                 torch.testing.assert_close(jf(x, w), f(x, w))
             continue
         _check_against_eager(f, jf, [x, w], (lambda t: t.sum()) if i % 2 else (lambda t: (t * t).sum()))
+
+
+CACHED = '''
+import sys, torch, jitcore
+from executors import inductor_ex, inductorex
+
+
+def f(x, w):
+    h = torch.tanh(x * w + 0.125) * torch.sigmoid(x - 0.125)
+    return torch.nn.functional.gelu(h * h + x) * 0.5
+
+
+jf = jitcore.jit(f, executors=[inductor_ex])
+g = torch.Generator().manual_seed(0)
+x, w = torch.randn(6, 16, generator=g, requires_grad=True), torch.randn(16, generator=g, requires_grad=True)
+for _ in range(2):
+    x.grad = w.grad = None
+    y = jf(x, w)
+    y.sum().backward()  # (a broadcast cotangent: the backward's variant compiled ahead, densified)
+torch.save({"out": y.detach(), "grads": [x.grad, w.grad], "compiles": inductorex.COMPILE_EVENTS[0],
+            "loaded": inductorex.STATS["loaded"], "x": x.detach(), "w": w.detach()}, sys.argv[1])
+'''
+
+
+def test_regions_compiled_ahead_and_densified_are_cached_on_disk_across_processes(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "JITCORE_REGION_CACHE": "1", "JITCORE_CACHE_DIR": str(tmp_path / "jitcore-cache"),
+           "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    runs = []
+    for i in range(2):  # each with an empty Inductor cache: only jitcore's cache can help the second
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / f"inductor-{i}")
+        proc = subprocess.run([sys.executable, "-c", CACHED, str(tmp_path / f"run{i}.pt")], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(torch.load(tmp_path / f"run{i}.pt", weights_only=False))
+    assert runs[0]["compiles"] >= 2 and runs[1]["compiles"] == 0 and runs[1]["loaded"] >= 3, runs
+    x, w = runs[0]["x"].requires_grad_(), runs[0]["w"].requires_grad_()
+    h = torch.tanh(x * w + 0.125) * torch.sigmoid(x - 0.125)
+    y = torch.nn.functional.gelu(h * h + x) * 0.5  # (the script's f)
+    y.sum().backward()
+    for run in runs:
+        torch.testing.assert_close(run["out"], y.detach())
+        torch.testing.assert_close(run["grads"], [x.grad, w.grad])
