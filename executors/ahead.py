@@ -18,7 +18,10 @@ import types
 
 import torch
 
+from executors.regions import has_side_effect
+from jitcore.autograd import AutogradProgram
 from jitcore.ir.symbol import BoundSymbol
+from jitcore.ops.autocast import outside_autocast
 
 log = logging.getLogger("jitcore.ahead")
 MIN_REGIONS = 2  # fewer regions to compile than this: nothing to build side by side, no fake run
@@ -41,8 +44,6 @@ def compile_ahead(entry, inputs) -> int:
 def _programs(entry, inputs) -> list:
     """[(trace, callable)] of the forward, and of the backward when this call's autograd node will run it; [] when
     a program has lines a fake run could change the world with."""
-    from jitcore.autograd import AutogradProgram
-
     if not entry.traces:
         return []
     traces = [entry.traces[-1]]
@@ -56,8 +57,6 @@ def _programs(entry, inputs) -> list:
 
 
 def _effects(bsym: BoundSymbol) -> bool:
-    from executors.regions import has_side_effect
-
     return "region_trace" not in bsym.extra and has_side_effect(bsym)
 
 
@@ -90,9 +89,7 @@ def _with_regions_ahead(fn):
 
 
 def _fake_run(programs: list, inputs, entry) -> int:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from jitcore.ops.autocast import outside_autocast
+    from torch._subclasses.fake_tensor import FakeTensorMode  # (torch's, loaded by then: Inductor imports it)
 
     met = sum(len(_regions_to_compile(fn)) for _, fn in programs)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
