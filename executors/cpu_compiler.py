@@ -1,11 +1,12 @@
 """Executors: the C++ compiler behind Inductor's CPU regions, made ready while the program is formed. Two things cost
 seconds before a process's first CPU region compiles, both in Inductor's own code: its check of which vector
 instruction sets the compiler can build for, and its precompiled header (a build of the headers every region
-includes, kept in Inductor's folder of headers beside its cache). The checks run here side by side in threads from the
-moment a region is formed (warm_cpu_compiler); a compile waits for them where Inductor first asks for their answer
-(cpu_compiler_ready). A precompiled header
-that is not on disk yet is built in a thread while the region compiles without it (header_builds_in_background):
-the region is then ready after one compiler run, not after two in a row, and later compiles use the header.
+includes, kept in Inductor's folder of headers beside its cache). The checks run here in a thread from the moment a
+region is formed (warm_cpu_compiler), in Inductor's order of preference up to the set Inductor will pick; a compile
+waits for them where Inductor first asks for their answer (cpu_compiler_ready). A precompiled header that is not
+on disk yet is built in a thread while the region compiles without it (header_builds_in_background):
+the region is then ready after one compiler run, not after two in a row, and later compiles use the header. A region
+compiled ahead of its first run (executors/ahead.py) leaves its C++ build to a thread (builds_in_background).
 """
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ _ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_c
 def warm_cpu_compiler():
     """Start, once per process, Inductor's check of which vector instruction sets this CPU's compiler can build
     for (a g++ build and a load per candidate set: seconds in a new environment, before the first CPU kernel
-    compiles, where Inductor runs them one after another). They run here side by side in threads, from the moment a
-    CPU region is formed that no cache holds (compile_region) while the rest of the program is formed and the region
-    traced to an aten graph and Inductor lowers it; the first compile waits for them where Inductor picks the set
-    for its kernels (cpu_compiler_ready, from _wait_where_inductor_picks). Nothing else runs in those
-    threads: an import there could race the program's own imports while it is traced."""
+    compiles, where Inductor runs them all one after another). They run here in a thread, up to the first set that
+    builds (the one Inductor picks: _check_in_order), from the moment a CPU region is formed that no cache holds
+    (compile_region) while the rest of the program is formed and the region traced to an aten graph and Inductor
+    lowers it; the first compile waits for them where Inductor picks the set for its kernels (cpu_compiler_ready,
+    from _wait_where_inductor_picks). Nothing else runs in that thread: an import there could race the program's
+    own imports while it is traced."""
     if _ISA_CHECKS:
         return
     _ISA_CHECKS.append(None)
@@ -42,8 +44,8 @@ def warm_cpu_compiler():
             return
         flags = cpu_vec_isa.x86_isa_checker()
         todo = [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(isa).split())]
-        pool = ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1)), thread_name_prefix="jitcore-isa")
-        _ISA_CHECKS.extend(pool.submit(_check_isa, isa) for isa in todo)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="jitcore-isa")
+        _ISA_CHECKS.append(pool.submit(_check_in_order, todo))
         pool.shutdown(wait=False)
         _wait_where_inductor_picks(cpu_vec_isa)
     except Exception:  # (an Inductor without these internals: it checks on its own, one at a time)
@@ -72,6 +74,20 @@ def _check_isa(isa) -> bool:
     return bool(isa)
 
 
+_FIRST_VALID: list = []  # [the first set of Inductor's order of preference the compiler builds for, or None]
+
+
+def _check_in_order(todo: list):
+    """Check the sets in Inductor's order of preference, up to the first that builds: the one Inductor picks (its
+    first valid one, see _wait_where_inductor_picks); the sets after it are not checked (each check is compiler
+    runs: CPU time a loaded machine lacks)."""
+    for isa in todo:
+        if _check_isa(isa):
+            _FIRST_VALID.append(isa)
+            return
+    _FIRST_VALID.append(None)
+
+
 def _wait_where_inductor_picks(cpu_vec_isa):
     """Inductor asks for the valid instruction sets (valid_vec_isa_list, through pick_vec_isa) when it generates a
     region's kernels, after tracing, lowering and scheduling the graph: the wait for the checks moves there, so they
@@ -83,6 +99,12 @@ def _wait_where_inductor_picks(cpu_vec_isa):
     def valid_vec_isa_list():
         if not threading.current_thread().name.startswith("jitcore-isa"):
             cpu_compiler_ready()
+        from torch._inductor import config
+
+        if _FIRST_VALID and _FIRST_VALID[0] is not None and config.cpp.simdlen is None and \
+                not os.getenv("ATEN_CPU_CAPABILITY"):
+            # what pick_vec_isa takes from the full list under these settings: its first set (the rest unchecked)
+            return [_FIRST_VALID[0]]
         return original()
 
     valid_vec_isa_list.jitcore_original = original
@@ -181,3 +203,71 @@ def header_builds_in_background(build, header, hashable_cmd_line, command):
         entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked)
         return entry[2]
     return entry[2] if not entry[0].is_alive() else None
+
+
+# -- C++ builds in the background ----------------------------------------------------------------------------------
+# A CPU region's compile ends with one compiler run (its C++ wrapper module, seconds), after Inductor's Python work.
+# A compile made ahead of the region's first run (executors/ahead.py) hands that build to a thread (the compiler is a
+# subprocess: it runs beside whatever Python does next, the next region's compile included) and returns at once with a
+# PendingEntry where the module's entry function goes; the region's first run awaits it (CompiledRegion).
+_BUILD_POOL: list = []  # [ThreadPoolExecutor], made on first use
+
+
+class PendingEntry:
+    """The entry function of a C++ wrapper module still being built: `resolve()` waits for the build and loads the
+    module (raising what the build raised); a call before that resolves first."""
+
+    def __init__(self, future):
+        self._future, self.fn = future, None
+
+    def resolve(self):
+        if self.fn is None:
+            self.fn = self._future()
+        return self.fn
+
+    def __call__(self, *args):
+        return self.resolve()(*args)
+
+
+@contextlib.contextmanager
+def builds_in_background(pending: list):
+    """Inside: the C++ wrapper modules Inductor builds for this thread's compiles are built in a background thread;
+    each compile gets a PendingEntry (appended to `pending`) in place of the module's entry function."""
+    _defer_wrapper_builds()
+    before = getattr(_OWN, "pending", None)
+    _OWN.pending = pending
+    try:
+        yield
+    finally:
+        _OWN.pending = before
+
+
+def _defer_wrapper_builds():
+    """Puts a deferring load_pybinding on Inductor's CppWrapperCodeCache (once per process)."""
+    from torch._inductor import codecache
+
+    cls = codecache.CppWrapperCodeCache
+    if getattr(cls.load_pybinding, "jitcore_original", None) is not None:
+        return
+    original = cls.load_pybinding
+
+    def load_pybinding(*args, **kwargs):
+        pending = getattr(_OWN, "pending", None)
+        if pending is None or kwargs.get("submit_fn") is not None:
+            return original(*args, **kwargs)
+        entry = PendingEntry(cls.load_pybinding_async(*args, submit_fn=_build_pool().submit, **kwargs))
+        pending.append(entry)
+        return entry
+
+    load_pybinding.jitcore_original = original
+    cls.load_pybinding = load_pybinding  # (a plain function on the class: Inductor's module calls it on the class)
+
+
+def _build_pool():
+    if not _BUILD_POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # (threads that only wait for compiler subprocesses; concurrent.futures joins them at exit, after the
+        # builds in flight end)
+        _BUILD_POOL.append(ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1)), thread_name_prefix="jitcore-build"))
+    return _BUILD_POOL[0]

@@ -21,7 +21,7 @@ import warnings
 import torch
 
 from executors import inductor_kernels
-from executors.cpu_compiler import own_compile, warm_cpu_compiler
+from executors.cpu_compiler import builds_in_background, own_compile, warm_cpu_compiler
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
@@ -290,6 +290,8 @@ class CompiledRegion:
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
         self.failures: dict = {}  # strides (None: a dynamic region) -> why compiling failed (the region runs eagerly)
         self._boxed: dict = {}  # id(variant) -> (variant, its boxed call: list of arguments -> outputs)
+        self.device_type = device_type
+        self.ahead: set = set()  # the strides of the variants compiled ahead of their first run (compile_ahead)
 
     def to_record(self) -> dict | None:
         """The compiled variants as data for a package (executors/inductor_kernels.py), or None when the region
@@ -302,9 +304,10 @@ class CompiledRegion:
             made = [(strides, None, run) for strides, run in self.variants.items() if run is not self.eager_fn]
         variants = [{"strides": strides, "guard": None, "failed": why} for strides, why in self.failures.items()]
         for strides, guard, run in made:
-            record = inductor_kernels.export_variant(run, self.n_args)
+            densify = getattr(run, "densify", None)
+            record = inductor_kernels.export_variant(getattr(run, "run", run) if densify else run, self.n_args)
             if record is not None:
-                variants.append({**record, "strides": strides, "guard": guard})
+                variants.append({**record, "strides": strides, "guard": guard, "densify": densify})
         if not variants:
             return None
         return {"text": self.key[0], "dynamic": self.dynamic, "single": self.single, "variants": variants}
@@ -320,6 +323,8 @@ class CompiledRegion:
                 continue
             try:
                 run = inductor_kernels.load_variant(v, libraries, self.single)
+                if v.get("densify"):
+                    run = _densifying(run, v["densify"])
                 guard = _always if v["guard"] is None else guard_function(self.n_args, v["guard"])
             except Exception as e:  # (a library that will not load here, say: that variant compiles again)
                 warnings.warn(f"inductor: a stored compiled region variant could not be loaded ({type(e).__name__}: "
@@ -348,26 +353,95 @@ class CompiledRegion:
             self.variants[strides] = self.eager_fn
         return self.eager_fn
 
-    def _compile(self, args, strides):
+    def _compile(self, args, strides, ahead: bool = False):
+        if any(type(a).__name__ == "FakeTensor" for a in args):  # (a fake run reaching the region other than through
+            return self.eager_fn  # executors/ahead.py's stand-in: the eager program runs on them, nothing compiles)
         COMPILE_EVENTS[0] += 1
+        pending = []  # (ahead: the C++ builds this compile left running in the background)
         try:
-            with _quiet(), own_compile():
+            with _quiet(), own_compile(), builds_in_background(pending) if ahead else contextlib.nullcontext():
                 graph = _graph_of(self.eager_fn, "fake", args)
                 warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
                 run = torch._inductor.compile(graph, list(args), options=self.options)
         except Exception as e:
             return self._failed(e, strides)
+        if pending:
+            self.variants[strides] = self._awaiting(run, strides, pending)
+            return self.variants[strides]
         self._store(run, strides, None)
         self.variants[strides] = run
         return run
 
-    def _store(self, run, strides, guard):
-        """Write a compiled variant to the cache on disk (executors/inductor_kernels.py), when it can be."""
+    def compile_ahead(self, fakes):
+        """Called by executors/ahead.py's run of the program over fake tensors, before the region's first run: the
+        variant for these arguments' strides is compiled now (its C++ build left in the background), unless the
+        region has it; the eager program's outputs over the fakes let the run go on."""
+        if not self.dynamic and self.device_type == "cpu" and all(isinstance(a, torch.Tensor) for a in fakes):
+            strides = tuple(tuple(a.stride()) for a in fakes)
+            if strides not in self.variants:
+                from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+                with unset_fake_temporarily():
+                    self._compile([_example(a) for a in fakes], strides, ahead=True)
+                self.ahead.add(strides)
+        with torch.no_grad():
+            return self.eager_fn(*fakes)
+
+    def _awaiting(self, run, strides, pending):
+        """The variant `run` whose C++ build is under way: its first call waits for the build (resolve), then it is
+        the variant; a build that failed leaves the region eager for these strides, with a warning."""
+        done = []
+
+        def resolve():
+            if not done:
+                try:
+                    for p in pending:
+                        p.resolve()
+                except Exception as e:
+                    done.append(self._failed(e, strides))
+                    return done[0]
+                _unwrap_pending(run, pending)
+                self.variants[strides] = run
+                self._store(run, strides, None)
+                done.append(run)
+            return done[0]
+
+        def first_call(*args):
+            return resolve()(*args)
+
+        first_call.resolve = resolve
+        return first_call
+
+    def _adapted(self, args, strides):
+        """A variant compiled ahead that these arguments fit once their broadcast ones (a stride 0 on a dimension
+        longer than 1, the cotangent of `y.sum()`: memory nothing can write into) are copied to the dense layout
+        it was compiled for; None when there is none. The ahead run guesses a cotangent's layout (dense): it is
+        known only when the backward is called. The adapted variant is stored as such (the cache on disk)."""
+        for ahead in self.ahead:
+            copy = []
+            for i, (a, want, have) in enumerate(zip(args, ahead, strides)):
+                if want == have:
+                    continue
+                if not _broadcast(a) or not _dense(a.shape, want):
+                    break
+                copy.append((i, want))
+            else:
+                run = self.variants.get(ahead)
+                if getattr(run, "resolve", None) is not None:  # (its build still under way: awaited now)
+                    run = run.resolve()
+                if copy and run is not None and run is not self.eager_fn:
+                    self._store(run, strides, None, copy)
+                    return _densifying(run, copy)
+        return None
+
+    def _store(self, run, strides, guard, densify=None):
+        """Write a compiled variant to the cache on disk (executors/inductor_kernels.py), when it can be; `densify`:
+        the variant is `run` called with those arguments copied to those strides (_adapted)."""
         if self.key[1] or inductor_kernels.cache_dir() is None:
             return
         record = inductor_kernels.export_variant(run, self.n_args)
         if record is not None:
-            inductor_kernels.store(self.key[0], self.options, {**record, "strides": strides,
+            inductor_kernels.store(self.key[0], self.options, {**record, "strides": strides, "densify": densify,
                                                                   "guard": getattr(guard, "text", None)})
 
     def _compile_dynamic(self, args):
@@ -403,7 +477,11 @@ class CompiledRegion:
         strides = tuple([a.stride() for a in args])
         run = self.variants.get(strides)
         if run is None:
-            run = self._compile(args, strides)
+            run = self._adapted(args, strides) if self.ahead else None
+            if run is not None:
+                self.variants[strides] = run
+            else:
+                run = self._compile(args, strides)
         return run
 
     def __call__(self, *args):
@@ -422,6 +500,59 @@ class CompiledRegion:
             if found is None:
                 found = self._boxed[id(run)] = (run, boxed_call(run, self.single))
             return found[1](box)
+
+
+def _example(fake):
+    """A real tensor laid out as `fake` is (sizes, strides, storage offset), its memory left unset: what a region
+    compiled ahead is traced and compiled with."""
+    extent = 1 + sum((n - 1) * abs(s) for n, s in zip(fake.shape, fake.stride())) if fake.numel() else 0
+    base = torch.empty(fake.storage_offset() + extent, dtype=fake.dtype, device=fake.device)
+    return base.as_strided(fake.shape, fake.stride(), fake.storage_offset())
+
+
+def _broadcast(a) -> bool:
+    return any(s == 0 and n > 1 for n, s in zip(a.shape, a.stride()))
+
+
+def _dense(shape, strides) -> bool:
+    """Whether `strides` lay out a tensor of `shape` densely, each element once (a copy into it is exact)."""
+    order = sorted((s, n) for n, s in zip(shape, strides) if n != 1)
+    expected = 1
+    for s, n in order:
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _densifying(run, copy):
+    """run called with the arguments at the positions of `copy` copied to the strides given there."""
+    def densified(*args):
+        args = list(args)
+        for i, strides in copy:
+            args[i] = torch.empty_strided(args[i].shape, strides, dtype=args[i].dtype,
+                                          device=args[i].device).copy_(args[i])
+        return run(*args)
+
+    densified.run, densified.densify = run, copy
+    return densified
+
+
+def _unwrap_pending(run, pending):
+    """Put each built entry function where its PendingEntry stood in the compiled wrapper (the closure of its
+    `call`, the module's globals), so a call no longer goes through the PendingEntry (which still forwards, where
+    it is not found) and the variant exports as one compiled without it (executors/inductor_kernels.py)."""
+    graph = inductor_kernels._compiled_graph(run)
+    call = getattr(graph, "current_callable", None)
+    for cell in getattr(call, "__closure__", None) or ():
+        for p in pending:
+            if cell.cell_contents is p:
+                cell.cell_contents = p.fn
+    namespace = getattr(call, "__globals__", None) or {}  # (the module's own name for it: inductor_entry)
+    for name, value in list(namespace.items()):
+        for p in pending:
+            if value is p:
+                namespace[name] = p.fn
 
 
 # functions of what torch._inductor.compile / compile_fx returns that only pass the arguments on (the single

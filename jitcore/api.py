@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from executors import python_ex, torch_ex
+from executors.ahead import compile_ahead
 from executors.base import Executor, FusionExecutor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
@@ -423,6 +424,8 @@ class JitFunction:
         if inputs is None:
             why = entry.explain(self.fn, args, kwargs)
             raise AssertionError(f"jitcore internal error: a fresh prologue rejected its own call ({why})")
+        if _fuses(self.options.executors):  # its fusion regions' C++ builds, side by side before the first run
+            compile_ahead(entry, inputs)
         return entry, inputs
 
 

@@ -85,3 +85,29 @@ def test_a_cold_process_compiles_its_first_region_and_leaves_the_header_built(tm
     assert "runs eagerly" not in proc.stderr, proc.stderr[-3000:]
     headers = list((tmp_path / f"torchinductor_{getpass.getuser()}" / "precompiled_headers").glob("*.gch"))
     assert headers, list(tmp_path.rglob("*"))[:50]  # built before the process ended, for the next one
+
+
+def test_isa_checks_stop_at_the_first_set_that_builds(monkeypatch):
+    checked = []
+    monkeypatch.setattr(cpu_compiler, "_check_isa", lambda isa: checked.append(isa) or isa in ("vnni", "avx2"))
+    monkeypatch.setattr(cpu_compiler, "_FIRST_VALID", [])
+    cpu_compiler._check_in_order(["amx", "vnni", "avx512", "avx2"])  # (Inductor's order of preference)
+    assert checked == ["amx", "vnni"] and cpu_compiler._FIRST_VALID == ["vnni"]
+    monkeypatch.setattr(cpu_compiler, "_FIRST_VALID", [])
+    cpu_compiler._check_in_order(["amx"])
+    assert cpu_compiler._FIRST_VALID == [None]
+
+
+def test_inductor_picks_the_set_it_picks_after_checking_them_all(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    cpu_compiler.cpu_compiler_ready()
+    original = getattr(cpu_vec_isa.valid_vec_isa_list, "jitcore_original", None)
+    if original is None:
+        pytest.skip("the checks are Inductor's own on this platform")
+    full = original()
+    assert cpu_vec_isa.pick_vec_isa() == (full[0] if full else cpu_vec_isa.invalid_vec_isa)
+    if any("avx2" in str(isa) for isa in full):  # a setting that picks from the whole list gets the whole list
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+        assert cpu_vec_isa.valid_vec_isa_list() == full
+        assert "avx2" in str(cpu_vec_isa.pick_vec_isa())
