@@ -324,7 +324,7 @@ class CompiledRegion:
             try:
                 run = inductor_kernels.load_variant(v, libraries, self.single)
                 if v.get("densify"):
-                    run = _densifying(run, v["densify"])
+                    run = _densifying(run, v["densify"], self.single)
                 guard = _always if v["guard"] is None else guard_function(self.n_args, v["guard"])
             except Exception as e:  # (a library that will not load here, say: that variant compiles again)
                 warnings.warn(f"inductor: a stored compiled region variant could not be loaded ({type(e).__name__}: "
@@ -431,7 +431,7 @@ class CompiledRegion:
                     run = run.resolve()
                 if copy and run is not None and run is not self.eager_fn:
                     self._store(run, strides, None, copy)
-                    return _densifying(run, copy)
+                    return _densifying(run, copy, self.single)
         return None
 
     def _store(self, run, strides, guard, densify=None):
@@ -525,16 +525,28 @@ def _dense(shape, strides) -> bool:
     return True
 
 
-def _densifying(run, copy):
-    """run called with the arguments at the positions of `copy` copied to the strides given there."""
+def _densifying(run, copy, single: bool):
+    """run called with the arguments at the positions of `copy` copied to the strides given there; called boxed
+    (`.boxed(box)`, as the program's region lines call it), the copies go into the box and run's own boxed call
+    frees each argument after its last use inside, as for any variant (called with a tuple of them, the saved
+    tensors stayed alive to the region's end: the GPT-2 block's backward peaked 5.33 MiB, not 5.02)."""
+    def dense(a, strides):
+        return torch.empty_strided(a.shape, strides, dtype=a.dtype, device=a.device).copy_(a)
+
     def densified(*args):
         args = list(args)
         for i, strides in copy:
-            args[i] = torch.empty_strided(args[i].shape, strides, dtype=args[i].dtype,
-                                          device=args[i].device).copy_(args[i])
+            args[i] = dense(args[i], strides)
         return run(*args)
 
-    densified.run, densified.densify = run, copy
+    inner = boxed_call(run, single)
+
+    def boxed(box: list):
+        for i, strides in copy:
+            box[i] = dense(box[i], strides)
+        return inner(box)
+
+    densified.run, densified.densify, densified.boxed = run, copy, boxed
     return densified
 
 
