@@ -19,7 +19,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import Proxy
 from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
-from jitcore.ops.per_call import _print_arg
+from jitcore.ops.per_call import _holds_proxy, _print_arg
 
 # Logger methods -> their level (None: the level is the first argument, as Logger.log takes it)
 _METHODS = {logging.Logger.debug: logging.DEBUG, logging.Logger.info: logging.INFO,
@@ -63,15 +63,6 @@ def _caller(stacklevel: int, skip: str | None = _LOGGING_FILE) -> tuple:
     return code.co_filename, line or code.co_firstlineno, code.co_name, scope
 
 
-def _holds_tensor_object(obj) -> bool:
-    if isinstance(obj, (tuple, list)):
-        return any(_holds_tensor_object(x) for x in obj)
-    if isinstance(obj, dict):
-        return any(_holds_tensor_object(x) for x in (*obj.keys(), *obj.values()))
-    d = getattr(obj, "__dict__", None)
-    return not isinstance(obj, Proxy) and isinstance(d, dict) and any(isinstance(v, Proxy) for v in d.values())
-
-
 def record_log(method, logger, args: tuple, kwargs: dict):
     """`logger.<method>(msg, *args, **kwargs)` as a line that logs the real values on every call."""
     level = _METHODS[method]
@@ -94,7 +85,7 @@ def record_log(method, logger, args: tuple, kwargs: dict):
                                hint="log the exception's text (`logger.error('...: %s', e)`), or log outside the "
                                     "jitted function")
     extra = kwargs.get("extra")
-    if _holds_tensor_object((msg, args, extra)):
+    if _holds_proxy((msg, args, extra)):
         raise UnsupportedError("logging", "a logging call with an object holding traced tensors or numbers (its text "
                                "would show their names, not their values)",
                                hint="log the tensors or numbers themselves, or log outside the jitted function")
@@ -132,7 +123,7 @@ def record_warn(message, category=None, stacklevel=1, source=None, **kwargs):
         category = UserWarning
     if not (isinstance(category, type) and issubclass(category, Warning)):
         raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
-    if _holds_tensor_object(message) or isinstance(message, Proxy):
+    if _holds_proxy(message) or isinstance(message, Proxy):
         raise UnsupportedError("warnings", "warnings.warn() of a traced value (its text would show its name)",
                                hint="warn with a string, or warn outside the jitted function")
     filename, lineno, _, scope = _caller(stacklevel, skip=None)
