@@ -136,12 +136,19 @@ _HEADERS_LOCK = threading.Lock()
 def own_compile():
     """Marks a compile as jitcore's: the precompiled headers it asks for are built in the background when missing
     (torch.compile's compiles in the same process keep Inductor's own behaviour)."""
-    before = getattr(_OWN, "compiling", False)
-    _OWN.compiling = True
+    with _set_for_thread("compiling", True):
+        yield
+
+
+@contextlib.contextmanager
+def _set_for_thread(name: str, value):
+    """Inside: this thread's `_OWN.<name>` is value (what it was before, after)."""
+    before = getattr(_OWN, name, None)
+    setattr(_OWN, name, value)
     try:
         yield
     finally:
-        _OWN.compiling = before
+        setattr(_OWN, name, before)
 
 
 def _build_headers_in_background(codecache):
@@ -234,12 +241,8 @@ def builds_in_background(pending: list):
     """Inside: the C++ wrapper modules Inductor builds for this thread's compiles are built in a background thread;
     each compile gets a PendingEntry (appended to `pending`) in place of the module's entry function."""
     _defer_wrapper_builds()
-    before = getattr(_OWN, "pending", None)
-    _OWN.pending = pending
-    try:
+    with _set_for_thread("pending", pending):
         yield
-    finally:
-        _OWN.pending = before
 
 
 def _defer_wrapper_builds():
