@@ -1,5 +1,6 @@
 """Executors: who runs each op. Import the executor objects from here (`from executors import torch_ex`)."""
-from executors import torchex_native  # noqa: F401  (the torch executor's fused native kernels)
+# the torch executor's fused native kernels, and its max pooling through a channels-last copy
+from executors import torchex_native, torchex_pool  # noqa: F401
 from executors.base import Executor, FusionExecutor, OperatorExecutor, get_executor, register_executor
 from executors.pythonex import python_ex
 from executors.torchex import torch_ex

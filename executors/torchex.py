@@ -33,7 +33,7 @@ class TorchExecutor(OperatorExecutor):
         return bsym if _is_opaque(bsym) else super().execute(bsym)
 
     def execute(self, bsym: BoundSymbol) -> BoundSymbol:
-        choose = None if _is_opaque(bsym) else BY_INPUT.get(bsym.sym.id)
+        choose = BY_INPUT.get(bsym.sym.id)
         chosen = choose(bsym) if choose is not None else None
         return chosen if chosen is not None else self.traceable_line(bsym)
 
@@ -489,10 +489,10 @@ def _aten_out_overload(fn):
 _ATEN_OUT: dict = {}
 
 
-# torch functions (by printed path) whose results never alias their inputs, beside OUT_FUNCTIONS
-FRESH_FUNCTIONS = frozenset({"torch.matmul", "torch.nn.functional.linear", "torch.cat", "torch.convolution",
-                             "torch.conv1d", "torch.conv2d", "torch.conv3d", "torchex.batch_norm_train",
-                             "torchex.native_batch_norm_backward"})
+# torch functions (by printed path) whose results never alias their inputs, beside OUT_FUNCTIONS (a table: the
+# torch executor's kernel modules add theirs)
+FRESH_FUNCTIONS = {"torch.matmul", "torch.nn.functional.linear", "torch.cat", "torch.convolution", "torch.conv1d",
+                   "torch.conv2d", "torch.conv3d", "torchex.batch_norm_train", "torchex.native_batch_norm_backward"}
 
 
 def makes_fresh(bsym) -> bool:

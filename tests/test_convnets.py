@@ -238,3 +238,58 @@ def test_adaptive_avg_pool2d_gradient_like_eager(output_size, dtype, cache):
         tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
         torch.testing.assert_close(j, e, **tol)
         torch.testing.assert_close(xj.grad, x.grad, **tol)
+
+
+# -- max pooling through a channels-last copy (executors/torchex_pool.py) ------------------------------------------
+def _pool_input(rng, shape, dtype, kind, layout):
+    x = torch.randn(shape, generator=rng)
+    if kind == "ties":  # relu'd (many zeros) and small integers: windows with equal maxima
+        x = torch.where(x > 0, torch.round(x * 2), torch.zeros(()))
+    elif kind == "nonfinite":
+        x = torch.where(x > 1.2, float("nan"), torch.where(x < -1.4, float("-inf"), x))
+    x = x.to(dtype)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        x = x.transpose(2, 3).contiguous().transpose(2, 3)
+    return x
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+def test_max_pool2d_through_channels_last_is_bitwise_eager(mode):
+    """Seeded call sequences of max pooling (with and without indices, grad on and off, ties, NaN and -inf, dtypes,
+    layouts, window shapes): outputs, indices, strides and input gradients equal eager's bit for bit, and the trace
+    names the channels-last kernel exactly where the input's sizes make it pay."""
+    from executors.torchex_pool import _pays
+
+    rng = torch.Generator().manual_seed(7)
+    shapes = [(8, 16, 16, 16), (4, 8, 32, 32), (2, 3, 64, 64), (2, 32, 4, 4), (8, 24, 12, 20)]
+    windows = [(3, 2, 1, 1, False), (2, 2, 0, 1, False), (3, 1, 1, 2, True), (2, 3, 1, 1, True)]
+
+    def fn(x, k, s, p, d, ceil, indices):
+        y = x * 1.5
+        if indices:
+            out, idx = F.max_pool2d(y, k, s, p, d, ceil, return_indices=True)
+            return out, idx
+        return F.max_pool2d(y, k, s, p, d, ceil) + 1
+
+    jfn = jitcore.jit(fn, cache=mode)
+    for call in range(24):
+        shape = shapes[call % len(shapes)]
+        dtype = (torch.float32, torch.bfloat16, torch.float64, torch.float16)[call % 4]
+        layout = ("contiguous", "contiguous", "channels_last", "transposed")[call // 6 % 4]
+        x = _pool_input(rng, shape, dtype, ("randn", "ties", "nonfinite")[call % 3], layout)
+        window, indices, grad = windows[call % 4], call % 5 == 0, call % 2 == 0
+        xe, xj = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+        expected, got = fn(xe, *window, indices), jfn(xj, *window, indices)
+        expected, got = (expected, got) if indices else ((expected,), (got,))
+        for e, g in zip(expected, got):
+            assert e.dtype == g.dtype and e.stride() == g.stride(), (call, e.stride(), g.stride())
+            assert torch.equal(e.nan_to_num(9.0), g.nan_to_num(9.0)), call
+        if grad:
+            seed = torch.randn(expected[0].shape, generator=rng).to(dtype)
+            (ge,), (gj,) = torch.autograd.grad(expected[0], xe, seed), torch.autograd.grad(got[0], xj, seed)
+            assert torch.equal(ge, gj) and ge.stride() == gj.stride(), call
+        named = "_channels_last(" in str(jitcore.last_traces(jfn)[-1])
+        # chosen by the input's sizes (static ones only); on another layout the kernel runs eager's call as given
+        assert named == (_pays(x) and mode != "symbolic values"), (call, shape, dtype)
