@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,3 +195,36 @@ def test_gpt2_like_block_one_compile():
         ids = torch.randint(0, 50, (2, seq))
         torch.testing.assert_close(jf(ids, past), f(ids, past))
     assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+
+
+# fn(x, w, a, b): geometry arguments of the nn ops passed in as Python ints (symbolic numbers under "symbolic
+# values"), varied from call to call; x a [2, 4, 8, 8] float32 batch, w a [4, 4, 3, 3] weight
+GEOMETRY = {
+    "conv2d_stride_padding": (lambda x, w, a, b: F.conv2d(x, w, None, a, b), [(1, 1), (2, 0), (1, 2), (2, 0)]),
+    "conv2d_tuple_stride": (lambda x, w, a, b: F.conv2d(x, w, None, (a, b)), [(1, 2), (2, 1), (1, 1)]),
+    "conv_transpose2d": (lambda x, w, a, b: F.conv_transpose2d(x, w, None, a, b), [(1, 0), (2, 1), (2, 0)]),
+    "max_pool2d": (lambda x, w, a, b: F.max_pool2d(x, a, 2, b), [(3, 1), (2, 0), (3, 0), (2, 1)]),
+    "max_pool2d_indices": (lambda x, w, a, b: F.max_pool2d(x, a, b, return_indices=True)[1], [(2, 2), (3, 1)]),
+    "max_pool1d": (lambda x, w, a, b: F.max_pool1d(x[0], a, b), [(2, 2), (3, 1), (2, 1)]),
+    "avg_pool2d": (lambda x, w, a, b: F.avg_pool2d(x, a, b), [(2, 2), (4, 1), (3, 2)]),
+    "adaptive_avg_pool2d": (lambda x, w, a, b: F.adaptive_avg_pool2d(x, (a, b)), [(2, 2), (3, 5), (1, 1), (2, 2)]),
+    "adaptive_max_pool2d": (lambda x, w, a, b: F.adaptive_max_pool2d(x, a), [(2, 0), (3, 0), (8, 0)]),
+    "interpolate_scale": (lambda x, w, a, b: F.interpolate(x, scale_factor=a), [(2, 0), (3, 0), (1, 0)]),
+    "interpolate_size": (lambda x, w, a, b: F.interpolate(x, size=(a, b), mode="bilinear"), [(4, 6), (9, 3)]),
+    "unfold": (lambda x, w, a, b: F.unfold(x, a, stride=b), [(2, 2), (3, 1)]),
+}
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("name", sorted(GEOMETRY))
+def test_nn_geometry_arguments_passed_in(name, mode):
+    """Kernel sizes, strides, paddings and output sizes passed in as ints work in every cache mode and each call
+    gets its own values' answer (they were refused with "'IntegerProxy' object is not iterable" under symbolic
+    values)."""
+    fn, calls = GEOMETRY[name]
+    jfn = jitcore.jit(fn, cache=mode)
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(4, 4, 3, 3)
+    for a, b in calls:
+        expected, got = fn(x, w, a, b), jfn(x, w, a, b)
+        assert expected.shape == got.shape and expected.dtype == got.dtype, (a, b)
+        torch.testing.assert_close(got, expected)

@@ -9,7 +9,7 @@ import math
 import torch
 
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import IntegerProxy
+from jitcore.ir.proxies import FloatProxy, IntegerProxy
 from jitcore.ops import nn_helpers as nh
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
@@ -99,7 +99,7 @@ def pad(input, pad, mode="constant", value=None):
 def _pool_args(op, n, input, kernel_size, stride, padding, dilation=1):
     check(input.ndim in (n + 1, n + 2),
           lambda: f"{op}: Expected {n + 1}D or {n + 2}D (batch mode) tensor for input, got {list(input.shape)}")
-    k = nh.ntuple(kernel_size, n, "kernel_size", op)
+    k, stride = nh.ntuple(kernel_size, n, "kernel_size", op), nh.static_ints(stride)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else nh.ntuple(stride, n, "stride",
                                                                                                  op)
     p, d = nh.ntuple(padding, n, "padding", op), nh.ntuple(dilation, n, "dilation", op)
@@ -242,6 +242,7 @@ def _adaptive_avg(op, n, input, output_size):
     check(all(s > 0 for s in input.shape[1:]),
           lambda: f"{op}(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
                   f"{list(input.shape)} with dimension {list(input.shape).index(0)} being empty")
+    output_size = nh.static_ints(output_size)
     sizes = (output_size,) * n if isinstance(output_size, int) or output_size is None else tuple(output_size)
     check(len(sizes) == n, lambda: f"{op}: output_size must be {n} ints, got {output_size}")
     x = nh.upcast(input)
@@ -329,9 +330,14 @@ _LINEAR = {"linear": 1, "bilinear": 2, "trilinear": 3}
 def _output_sizes(input, n, size, scale_factor):
     check((size is None) != (scale_factor is None), "only one of size or scale_factor should be defined")
     if size is not None:
-        sizes = (size,) * n if isinstance(size, IntegerProxy) else nh.ntuple(size, n, "size", "interpolate")
+        if isinstance(size, IntegerProxy):
+            sizes = (size,) * n
+        else:  # (numbers passed in stay symbolic: the output sizes follow them)
+            sizes = tuple(size) if type(size) in (list, tuple) and len(size) == n else nh.ntuple(size, n, "size",
+                                                                                                 "interpolate")
         return tuple(sizes), (None,) * n
-    scales = tuple(float(s) for s in ((scale_factor,) * n if isinstance(scale_factor, (int, float)) else scale_factor))
+    single = isinstance(scale_factor, (int, float, IntegerProxy, FloatProxy))
+    scales = tuple(float(s) for s in ((scale_factor,) * n if single else scale_factor))
     check(len(scales) == n, lambda: f"Input and scale_factor must have the same number of spatial dimensions, but got "
                                     f"input with spatial dimensions of {list(input.shape[2:])} and scale_factor of "
                                     f"shape {list(scales)}.")
