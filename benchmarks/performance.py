@@ -28,6 +28,7 @@ import copy
 import functools
 import os
 import re
+import resource
 import shlex
 import statistics
 import sys
@@ -90,6 +91,27 @@ def note_recompiles(rows: list[dict], before: tuple[int, int]):
                                                 + (", recompile limit hit: runs eagerly past it" if hits else "")]))
 
 
+class PageFaults:
+    """Minor page faults per call of each variant. A step whose memory glibc gave back to the system since the last
+    step touches fresh pages (about 1 us each); which variant pays depends on the process's history of large frees,
+    not on its code, and can move a ratio by several percent: the rows say how many each variant took."""
+
+    def __init__(self):
+        self.faults, self.calls = {}, {}
+
+    def counted(self, name, call):
+        def counting():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            call()
+            self.faults[name] = self.faults.get(name, 0) + resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+            self.calls[name] = self.calls.get(name, 0) + 1
+
+        return counting
+
+    def note(self, name) -> str:
+        return f"{self.faults[name] / self.calls[name]:.0f} page faults per step" if self.calls.get(name) else ""
+
+
 def has_dropout(model) -> bool:
     return any(isinstance(m, torch.nn.Dropout) for m in model.modules())
 
@@ -99,6 +121,7 @@ def part_convnets(models, variants, rounds, per_round, limit, clock, log) -> lis
     step's loss checked against eager's (same batch, same seed), then paired rounds of `per_round` steps each."""
     out = []
     for name in models:
+        faults = PageFaults()
         base, _ = convnets.make_pair(name)
         base.train()
         x, y = convnets.batch(name=name)
@@ -122,12 +145,13 @@ def part_convnets(models, variants, rounds, per_round, limit, clock, log) -> lis
                 continue
             finally:
                 log(f"convnets {name} {v}: set up in {time.perf_counter() - start:.1f} s")
-            calls[v] = functools.partial(step, x, y)
+            calls[v] = faults.counted(v, functools.partial(step, x, y))
         samples = paired_samples(calls, rounds, inner=per_round, clock=clock)
         rows = timed_rows("convnets", name, "training step", samples)
         for r in rows:
             if r["variant"] != "eager" and not r["variant"].startswith("jitcore") and has_dropout(base):
                 r["note"] = "loss not compared (dropout draws another mask)"
+            r["note"] = "; ".join(filter(None, [r["note"], faults.note(r["variant"])]))
         note_recompiles(rows, dynamo)
         out += rows
         log(perf_report.progress(rows))
