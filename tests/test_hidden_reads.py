@@ -154,6 +154,7 @@ READS = {
     "listdir": "float(len(os.listdir(w.dir)) + 10 * len(glob.glob(os.path.join(w.dir, '*'))))",
     "environ": "float(os.environ.get('JITCORE_TEST_HIDDEN', '1')) + float(os.getenv('JITCORE_TEST_HIDDEN', '2'))",
     "lru_cache": "w.cached(2) + w.cached(3)",
+    "lru_cache_objects": "w.cached_obj(w.obj) + w.cached_pair(w.obj, 3)",
     "argv": "float(len(__import__('sys').argv))",
     "object_keys": "float(sum(o.v * val for o, val in w.by_obj.items()) + sum(o.v for o in w.by_obj) * 10 + "
                    "sum(o.v for o in w.obj_set) * 100)",
@@ -193,6 +194,9 @@ def _world(r):
     w.path = os.path.join(w.dir, "flag")
     w.state = {"k": 1.0}
     w.cached = functools.lru_cache(maxsize=None)(lambda n: w.state["k"] * n)
+    w.obj = Obj(2.0)  # (an lru_cache function's argument: hashed by identity, its field read inside)
+    w.cached_obj = functools.lru_cache(maxsize=None)(lambda o: o.v * w.state["k"])
+    w.cached_pair = functools.lru_cache(maxsize=None)(lambda o, n: o.v * n)
     w.by_obj = {Obj(1.0): 1.0, Obj(2.0): 2.0}
     w.obj_set = set(w.by_obj)
     w.weak_held = [Key(1), Key(2), Key(3)]  # (alive while the world is)
@@ -206,13 +210,15 @@ def _world(r):
 
 # reads and the change that reaches them, made more often than the others
 _TOUCHES = {"exists": "file", "listdir": "file", "environ": "environ", "lru_cache": "lru_cache", "argv": "argv",
+            "lru_cache_objects": "lru_cache_objects",
             "object_keys": "object_field", "weak_keys": "weak"}
 
 
 def _change(r, w, Kind, Thing, scope, read=None):
     """One change made between calls, chosen at random (some do nothing to this read)."""
     what = r.choice(["key", "table", "keys", "register", "flag", "protocol", "code", "defaults", "items", "mapping",
-                     "by_kind", "file", "environ", "lru_cache", "argv", "object_field", "weak", "none"])
+                     "by_kind", "file", "environ", "lru_cache", "lru_cache_objects", "argv", "object_field", "weak",
+                     "none"])
     if read in _TOUCHES and r.random() < 0.6:
         what = _TOUCHES[read]
     if what == "key":
@@ -252,6 +258,12 @@ def _change(r, w, Kind, Thing, scope, read=None):
         w.state["k"] = r.choice([1.0, 3.0, 5.0])
         if r.random() < 0.7:  # (without cache_clear(), eager answers from its cache: so must the jitted call)
             w.cached.cache_clear()
+    elif what == "lru_cache_objects":
+        w.obj.v = r.choice([1.0, 2.0, 4.0]) if r.random() < 0.5 else w.obj.v
+        w.state["k"] = r.choice([1.0, 3.0]) if r.random() < 0.5 else w.state["k"]
+        for fn in (w.cached_obj, w.cached_pair):
+            if r.random() < 0.7:  # (without cache_clear(), eager answers from its cache: so must the jitted call)
+                fn.cache_clear()
     elif what == "argv":
         sys.argv.append("-v") if r.random() < 0.6 or len(sys.argv) < 2 else sys.argv.pop()
     elif what == "object_field":  # (a key hashing by identity: its field may change while it is a key)

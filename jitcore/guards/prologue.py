@@ -57,7 +57,9 @@ def provenance_expr(prov, printer, bound: dict | None = None) -> str:
     if t is P.Converted:
         return f"{printer.const(prov.fn)}({provenance_expr(prov.parent, printer, bound)})"
     if t is P.Call:
-        return f"{provenance_expr(prov.parent, printer, bound)}({', '.join(map(printer.value, prov.args))})"
+        args = (provenance_expr(a, printer, bound) if isinstance(a, P.Provenance) else printer.value(a)
+                for a in prov.args)
+        return f"{provenance_expr(prov.parent, printer, bound)}({', '.join(args)})"
     if t is P.Global and prov.namespace is not None:
         return f"{printer.const(prov.namespace)}[{prov.name!r}]"
     if t is P.Global and prov.module != "builtins":

@@ -593,13 +593,18 @@ def _lru_cached(rt, fn, args, kwargs):
     natively, so its cache answers as in eager, and its result reported as read through that call (Call provenance):
     the prologue calls it again on every call (a hit is one dict lookup) and checks what the program used of the
     result, so after `scale.cache_clear()` and a change of what the function reads, a call is traced again, never the
-    first call's answer. Given values of the program (tensors, symbolic numbers), the wrapped function is interpreted
-    (what it reads is guarded as anywhere else); with other arguments (objects: `logger.warning_once(msg)`), or a
-    wrapper the call made itself, it is called natively (its cache then answers while tracing only)."""
+    first call's answer. Objects from outside as arguments (`scale_of(self.cfg)`) are fetched again for that call.
+    Given values of the program (tensors, symbolic numbers), the wrapped function is interpreted (what it reads is
+    guarded as anywhere else); with other arguments (objects the function made: `logger.warning_once(msg)` on a
+    message it built), or a wrapper the call made itself, it is called natively (its cache then answers while tracing
+    only)."""
     prov = rt.external.get(id(fn))
     if prov is not None and not kwargs and all(type(a) in _CALL_CONSTANTS for a in args):
         return rt.report(fn(*args), Call(prov, tuple(args)))
     if not any(type(a).__module__ == "jitcore.ir.proxies" for a in (*args, *kwargs.values())):
+        fetched = _fetched_args(rt, args) if prov is not None and not kwargs else None
+        if fetched is not None:  # objects from outside (`scale_of(self.cfg)`): fetched again by the prologue
+            return rt.report(fn(*args), Call(prov, fetched))
         return rt.call_native(fn, args, kwargs)
     wrapped = fn.__wrapped__
     if prov is not None:
@@ -608,6 +613,17 @@ def _lru_cached(rt, fn, args, kwargs):
 
 
 _CALL_CONSTANTS = (int, str, bytes, float, bool, type(None))
+
+
+def _fetched_args(rt, args):
+    """Per argument: the constant, or the provenance of an object from outside (None if one has neither)."""
+    out = []
+    for a in args:
+        a_prov = None if type(a) in _CALL_CONSTANTS else rt.external.get(id(a))
+        if a_prov is None and type(a) not in _CALL_CONSTANTS:
+            return None
+        out.append(a if a_prov is None else a_prov)
+    return tuple(out)
 CALLABLE_OBJECTS[functools._lru_cache_wrapper] = _lru_cached
 
 

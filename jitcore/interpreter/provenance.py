@@ -254,17 +254,17 @@ class Converted(Provenance):
 
 @dataclass(frozen=True)
 class Call(Provenance):
-    """`parent(*args)` (args: constants): what a weak reference from outside refers to now, a ContextVar's value
-    (`var.get()`)."""
+    """`parent(*args)` (each arg a constant, or the Provenance of an object fetched again per call): what a weak
+    reference from outside refers to now, a ContextVar's value (`var.get()`), an lru_cache function's answer."""
 
     parent: Provenance
     args: tuple = ()
 
     def __str__(self):
-        return f"{self.parent}({', '.join(map(repr, self.args))})"
+        return f"{self.parent}({', '.join(str(a) if isinstance(a, Provenance) else repr(a) for a in self.args)})"
 
     def load(self, roots):
-        return self.parent.load(roots)(*self.args)
+        return self.parent.load(roots)(*[a.load(roots) if isinstance(a, Provenance) else a for a in self.args])
 
 
 _CONST_TYPES = (int, str, bytes, float, bool, type(None))
