@@ -5,6 +5,8 @@ checked, a predicate that really fails is a miss whose reason names it with this
 equals eager's. The bounds analysis itself (jitcore/ir/bounds.py) is checked on expressions against a grid of sizes."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -388,3 +390,37 @@ def test_a_size_pinned_by_a_predicate_leaves_no_other_predicate():
         with pytest.raises(RuntimeError):  # eager's error for another token count (a miss, then eager's check)
             jm(torch.randn(2, 6, 4))
     assert "predicate 9 == i1 (i1=6)" in jitcore.cache_miss_reasons(jm)[-1]
+
+
+# branches on a float passed in, true or false for NaN and the infinities where they are for finite values
+FLOAT_BRANCHES = {
+    "self_equal": lambda s: s == s, "self_unequal": lambda s: s != s, "self_ge": lambda s: s >= s,
+    "plus_one_greater": lambda s: s + 1 > s, "times_zero": lambda s: s * 0 == 0, "minus_self": lambda s: s - s == 0,
+    "not_inf": lambda s: s != float("inf"), "below_inf": lambda s: s < float("inf"), "isnan": lambda s: math.isnan(s),
+    "square": lambda s: s * s >= 0, "sign_bit": lambda s: math.copysign(1.0, s) > 0,
+    "text": lambda s: str(s).startswith("-"),
+}
+NON_FINITE = (float("nan"), float("inf"), float("-inf"))
+
+
+@pytest.mark.parametrize("mode", [SYM, "constant values"])
+@pytest.mark.parametrize("name", sorted(FLOAT_BRANCHES))
+def test_float_branches_with_nan_and_infinities_take_eager_s_path(name, mode):
+    """A float passed in may be NaN or infinite: a comparison of an expression with itself is not decided without
+    its value (`s == s` is False for NaN), the prologue names inf as `float('inf')`, and a value it specialises on
+    is checked by its bits where == cannot tell (NaN, -0.0 against 0.0). Sequences starting at each of NaN, inf,
+    -inf and a finite value. Under "constant values" the value check and the signature key tell -0.0 from 0.0 and
+    find a NaN's entry again (one compile per value, not one per NaN call)."""
+    branch = FLOAT_BRANCHES[name]
+
+    def fn(x, s):
+        return x * 3 if branch(s) else x * 2
+
+    x = torch.tensor([1.0, -2.0])
+    for first in (*NON_FINITE, 1.5):
+        jfn = jitcore.jit(fn, cache=mode)
+        values = (first, *NON_FINITE, 2.0, 0.0, -0.0, -0.5, float("nan"), 0.0, -0.0)
+        for s in values:
+            assert torch.equal(jfn(x, s), fn(x, s)), (first, s)
+        if mode == "constant values":
+            assert jitcore.cache_misses(jfn) == len({v.hex() for v in values})

@@ -227,6 +227,8 @@ def _value_check(name: str, value):
     if type(value) in COPIED_CONTAINERS:  # (a deque, array or bytearray: its contents when first read)
         return lambda p: f"not {p.const(_same_contents)}({name}, {p.const(value)})"
     t = type(value)
+    if t is float and (value != value or value == 0.0):  # (-0.0 == 0.0, and a NaN equals nothing: its bits)
+        return f"type({name}) is not float or {name}.hex() != {value.hex()!r}"
     if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
         return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
     return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"

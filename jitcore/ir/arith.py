@@ -78,7 +78,8 @@ def implied(op: str, a, b):
     """The comparison's answer if what the prologue checks decides it (for every input it lets through: the sizes'
     lower bounds, the predicates recorded so far; jitcore/ir/bounds.py), else None: a decided comparison needs no
     predicate."""
-    if isinstance(a, SymbolicNumber) and isinstance(b, SymbolicNumber) and a.expr == b.expr:
+    if (isinstance(a, SymbolicNumber) and isinstance(b, SymbolicNumber) and a.expr == b.expr
+            and float not in (a.python_type, b.python_type)):  # (a float may be NaN: `s == s` is then False)
         return op in ("==", "<=", ">=")  # the same expression: decided without looking at the inputs
     if isinstance(b, SymbolicNumber) and not isinstance(a, SymbolicNumber):
         a, b, op = b, a, bounds.FLIP[op]
@@ -231,6 +232,13 @@ def expr_of(x) -> str:
         if x.expr is None:
             refuse(x)
         return x.expr
+    return literal(x)
+
+
+def literal(x) -> str:
+    """Python source for the constant x (`float('inf')`, not repr's `inf`, which generated code cannot name)."""
+    if type(x) is float and not math.isfinite(x):
+        return f"float('{x}')"
     return repr(x)
 
 
@@ -313,9 +321,16 @@ def concretize(p, why: str = ""):
     v = p.value
     implied_eq = implied("==", p, v)
     if implied_eq is None:
-        record(f"{_strip(expr_of(p))} == {v!r}")
+        record(_value_check(_strip(expr_of(p)), v))
         _learn("==", p, v)
     return v
+
+
+def _value_check(expr: str, v) -> str:
+    """`expr == v`; for a float that == cannot pin (NaN equals nothing, -0.0 equals 0.0), its bits: `.hex()`."""
+    if type(v) is float and (v != v or v == 0.0 or not math.isfinite(v)):
+        return f"({expr}).hex() == {v.hex()!r}"
+    return f"{expr} == {literal(v)}"
 
 
 def truth(b) -> bool:
