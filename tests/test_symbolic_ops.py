@@ -228,3 +228,37 @@ def test_nn_geometry_arguments_passed_in(name, mode):
         expected, got = fn(x, w, a, b), jfn(x, w, a, b)
         assert expected.shape == got.shape and expected.dtype == got.dtype, (a, b)
         torch.testing.assert_close(got, expected)
+
+
+# fn(x, d): a dim, a correction, an index or a group count passed in as a Python int (x a [4, 4] float32 tensor);
+# these ops' primitives take them as structure
+NUMBERS_PASSED_IN = {
+    "topk": lambda x, d: torch.topk(x, 2, d).values,
+    "sort": lambda x, d: x.sort(d).values,
+    "argsort": lambda x, d: x.argsort(d, descending=True),
+    "gather": lambda x, d: x.gather(d, (x > 0).long()),
+    "scatter": lambda x, d: x.scatter(d, (x > 0).long(), x),
+    "scatter_add": lambda x, d: x.scatter_add(d, (x > 0).long(), x),
+    "index_add": lambda x, d: x.index_add(d, torch.tensor([0, 2]), x.narrow(d, 1, 2)),
+    "index_select": lambda x, d: x.index_select(d, torch.tensor([3, 0])),
+    "var_correction": lambda x, d: x.var(0, correction=d),
+    "std_mean_correction": lambda x, d: torch.std_mean(x, 1, correction=d)[0],
+    "index_list": lambda x, d: x[[d, d - 1, 0]],
+    "index_list_dim1": lambda x, d: x[:, [0, d]],
+    "conv_groups": lambda x, d: F.conv1d(x[None], torch.ones(4, 4 // (d + 1), 2), groups=d + 1),
+    "norm_p": lambda x, d: torch.norm(x, float("inf") if d else 2.0),
+}
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("name", sorted(NUMBERS_PASSED_IN))
+def test_numbers_passed_in_that_ops_take_as_structure(name, mode):
+    """Each call's own value, in every cache mode (under symbolic values these raised: the primitives got the
+    number's proxy; a norm of p=inf printed a prologue naming `inf`)."""
+    fn = NUMBERS_PASSED_IN[name]
+    jfn = jitcore.jit(fn, cache=mode)
+    for d in (1, 0, 1, 0):
+        x = torch.randn(4, 4)
+        expected, got = fn(x, d), jfn(x, d)
+        assert expected.shape == got.shape and expected.dtype == got.dtype, d
+        torch.testing.assert_close(got, expected)

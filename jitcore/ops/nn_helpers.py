@@ -7,13 +7,13 @@ from __future__ import annotations
 import torch
 
 from jitcore.ir import dtypes
-from jitcore.ir.proxies import IntegerProxy, TensorProxy
+from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_reduction as pr
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.torch_elementwise import broadcast, div, expand_to, to_dtype
-from jitcore.ops.utils import canonical_dims, check
+from jitcore.ops.utils import canonical_dims, check, static_numbers
 
 
 def dims_of(a, dim) -> tuple[int, ...]:
@@ -127,20 +127,9 @@ def _dtname(dtype) -> str:
             torch.bool: "Bool"}.get(dtype, str(dtype).replace("torch.", ""))
 
 
-def static_ints(x):
-    """A geometry argument (an int, or a list or tuple of ints and None) with each number passed in under
-    cache="symbolic values" made this call's int, guarded: kernel sizes, strides, paddings and output sizes shape the
-    program (its windows and slices), so a call with another value gets its own program."""
-    if isinstance(x, IntegerProxy):
-        return int(x)
-    if type(x) in (list, tuple) and any(isinstance(v, IntegerProxy) for v in x):
-        return type(x)(int(v) if isinstance(v, IntegerProxy) else v for v in x)
-    return x
-
-
 def ntuple(x, n: int, name: str, op: str) -> tuple:
     """An int or a sequence of n ints as a tuple of n ints (conv/pool arguments)."""
-    x = static_ints(x)
+    x = static_numbers(x)
     if isinstance(x, int):
         return (x,) * n
     x = tuple(x)

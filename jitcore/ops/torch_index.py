@@ -24,7 +24,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_reduction import cumsum
 from jitcore.ops.torch_shape import _permute, dim_of, size_max, slice_dim
-from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices
+from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices, static_numbers
 
 T = torch.Tensor
 ND = (Tag.NON_DIFFERENTIABLE,)
@@ -38,7 +38,8 @@ def _is_index_tensor(x) -> bool:
 def _python_index_list(a, seq, device):
     """A list index (x[[0, 2]], x[[True, False]]) as an int64 tensor; Python bool lists are static masks."""
     flat = list(_leaves(seq))
-    check(all(isinstance(v, (int, bool)) for v in flat), lambda: f"__getitem__: unsupported index list {seq!r}")
+    check(all(isinstance(v, (int, bool, IntegerProxy)) for v in flat),
+          lambda: f"__getitem__: unsupported index list {seq!r}")
     if flat and all(isinstance(v, bool) for v in flat) and not any(isinstance(v, list) for v in seq):
         seq = [i for i, v in enumerate(seq) if v]
     return pc.tensor_from_sequence(list(seq), dtype=torch.int64, device=device)
@@ -213,7 +214,7 @@ def setitem(self, indices, value):
 # -- gather / scatter -------------------------------------------------------------------------------------------------
 @torchsymbol(torch.gather, T.gather, method="gather", id="ltorch.gather")
 def gather(input, dim, index, *, sparse_grad=False):
-    return pi.take_along_axis(input, index, dim)
+    return pi.take_along_axis(input, index, static_numbers(dim))
 
 
 @torchsymbol(torch.take_along_dim, T.take_along_dim, method="take_along_dim", id="ltorch.take_along_dim")
@@ -249,17 +250,17 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None):
     check(src is not None, "scatter(): expected src (a tensor) or value (a number)")
     if reduce is not None:
         return opaque_symbol(torch.scatter)(input, dim, index, src, reduce=reduce)
-    return pi.scatter(input, index, _src_like("scatter", input, src), dim)
+    return pi.scatter(input, index, _src_like("scatter", input, src), static_numbers(dim))
 
 
 @torchsymbol(torch.scatter_add, T.scatter_add, method="scatter_add", id="ltorch.scatter_add")
 def scatter_add(input, dim, index, src):
-    return pi.scatter_add(input, index, _src_like("scatter_add", input, src), dim)
+    return pi.scatter_add(input, index, _src_like("scatter_add", input, src), static_numbers(dim))
 
 
 @torchsymbol(torch.index_select, T.index_select, method="index_select", id="ltorch.index_select")
 def index_select(input, dim, index):
-    return pi.take(input, index, dim)
+    return pi.take(input, index, static_numbers(dim))
 
 
 @torchsymbol(torch.take, T.take, method="take", id="ltorch.take")
@@ -276,7 +277,7 @@ def index_add(input, dim, index, source, *, alpha=1):
                                                f"have the same scalar type")
     if alpha != 1:
         source = to_dtype(te.mul(source, alpha), input.dtype)
-    return pi.index_add(input, index, source, dim)
+    return pi.index_add(input, index, source, static_numbers(dim))
 
 
 def _along_dim_put(op, input, dim, index, values):

@@ -16,7 +16,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import add, eq, to_dtype
 from jitcore.ops.torch_linalg import einsum
 from jitcore.ops.torch_map import TORCH_MAP
-from jitcore.ops.utils import check
+from jitcore.ops.utils import check, static_numbers
 
 F = torch.nn.functional
 
@@ -74,7 +74,7 @@ def _conv(op, n, input, weight, bias, stride, padding, dilation, groups):
         else:
             x, padding = _same_padding(op, x, weight, stride, dilation, n)
     padding = nh.ntuple(padding, n, "padding", op)
-    out = pn.convolution(x, weight, bias, stride, padding, dilation, False, (0,) * n, groups)
+    out = pn.convolution(x, weight, bias, stride, padding, dilation, False, (0,) * n, static_numbers(groups))
     return nh.squeeze(out, 0) if unbatched else out
 
 
@@ -102,7 +102,7 @@ def _conv_transpose(op, n, input, weight, bias, stride, padding, output_padding,
         if not output_padding[i] < max(stride[i], dilation[i]):
             check(False, f"{op}: output padding must be smaller than either stride or dilation, but got "
                          f"output_padding={output_padding[i]}, stride={stride[i]}, dilation={dilation[i]}")
-    out = pn.convolution(x, weight, bias, stride, padding, dilation, True, output_padding, groups)
+    out = pn.convolution(x, weight, bias, stride, padding, dilation, True, output_padding, static_numbers(groups))
     return nh.squeeze(out, 0) if unbatched else out
 
 

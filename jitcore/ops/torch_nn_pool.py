@@ -33,7 +33,7 @@ from jitcore.ops.torch_elementwise import (
 )
 from jitcore.ops.torch_linalg import matmul
 from jitcore.ops.torch_map import TORCH_MAP
-from jitcore.ops.utils import check
+from jitcore.ops.utils import check, static_numbers
 
 F = torch.nn.functional
 
@@ -99,7 +99,7 @@ def pad(input, pad, mode="constant", value=None):
 def _pool_args(op, n, input, kernel_size, stride, padding, dilation=1):
     check(input.ndim in (n + 1, n + 2),
           lambda: f"{op}: Expected {n + 1}D or {n + 2}D (batch mode) tensor for input, got {list(input.shape)}")
-    k, stride = nh.ntuple(kernel_size, n, "kernel_size", op), nh.static_ints(stride)
+    k, stride = nh.ntuple(kernel_size, n, "kernel_size", op), static_numbers(stride)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else nh.ntuple(stride, n, "stride",
                                                                                                  op)
     p, d = nh.ntuple(padding, n, "padding", op), nh.ntuple(dilation, n, "dilation", op)
@@ -242,7 +242,7 @@ def _adaptive_avg(op, n, input, output_size):
     check(all(s > 0 for s in input.shape[1:]),
           lambda: f"{op}(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
                   f"{list(input.shape)} with dimension {list(input.shape).index(0)} being empty")
-    output_size = nh.static_ints(output_size)
+    output_size = static_numbers(output_size)
     sizes = (output_size,) * n if isinstance(output_size, int) or output_size is None else tuple(output_size)
     check(len(sizes) == n, lambda: f"{op}: output_size must be {n} ints, got {output_size}")
     x = nh.upcast(input)

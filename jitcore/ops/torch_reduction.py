@@ -20,7 +20,7 @@ from jitcore.ops import torch_elementwise as te
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
-from jitcore.ops.utils import canonical_dims, check, is_int
+from jitcore.ops.utils import canonical_dims, check, is_int, static_numbers
 
 ND = (Tag.NON_DIFFERENTIABLE,)
 T = torch.Tensor
@@ -189,6 +189,7 @@ def _var_args(op, input, dim, unbiased, correction):
           lambda: f"{op}(): cannot specify both unbiased and correction")
     if correction is None:
         correction = 0 if unbiased is False else 1
+    correction = static_numbers(correction)
     check(dtypes.is_inexact(input.dtype),
           lambda: f"{op}(): std and var only support floating point and complex dtypes, got {input.dtype}")
     return reduction_dims(op, input, dim), correction
@@ -352,17 +353,17 @@ def cumprod(input, dim, *, dtype=None):
 # -- selection and sorting -----------------------------------------------------------------------------------
 @torchsymbol(torch.topk, T.topk, method="topk", id="ltorch.topk")
 def topk(input, k, dim=-1, largest=True, sorted=True):
-    return torch.return_types.topk(pr.topk(input, k, -1 if dim is None else dim, largest, sorted))
+    return torch.return_types.topk(pr.topk(input, k, -1 if dim is None else static_numbers(dim), largest, sorted))
 
 
 @torchsymbol(torch.sort, T.sort, method="sort", id="ltorch.sort")
 def sort(input, dim=-1, descending=False, *, stable=False):
-    return torch.return_types.sort(pr.sort(input, dim, descending, builtins.bool(stable)))
+    return torch.return_types.sort(pr.sort(input, static_numbers(dim), descending, builtins.bool(stable)))
 
 
 @torchsymbol(torch.argsort, T.argsort, method="argsort", tags=ND, id="ltorch.argsort")
 def argsort(input, dim=-1, descending=False, *, stable=False):
-    return pr.sort(input, dim, descending, builtins.bool(stable))[1]
+    return pr.sort(input, static_numbers(dim), descending, builtins.bool(stable))[1]
 
 
 @torchsymbol(torch.msort, T.msort, method="msort", id="ltorch.msort")

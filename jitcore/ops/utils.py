@@ -42,6 +42,17 @@ def same_device(op: str, *tensors) -> torch.device:
     return next(iter(devs)) if devs else torch.device("cpu")
 
 
+def static_numbers(x):
+    """An argument that shapes the program (a dim, a correction, a kernel size, stride, padding or output size: a
+    number, or a list or tuple of numbers and None) with each number passed in under cache="symbolic values" made
+    this call's value, guarded: a call with another value gets its own program."""
+    if isinstance(x, NumberProxy):
+        return x.python_type(x)
+    if type(x) in (list, tuple) and any(isinstance(v, NumberProxy) for v in x):
+        return type(x)(v.python_type(v) if isinstance(v, NumberProxy) else v for v in x)
+    return x
+
+
 def canonical_dims(dims, rank: int) -> tuple[int, ...]:
     if is_int(dims):
         dims = (dims,)
