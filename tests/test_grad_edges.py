@@ -139,3 +139,32 @@ def test_abs_of_complex_backward(mode):
         f(z).backward()
         jf(z2).backward()
         torch.testing.assert_close(z2.grad, z.grad)
+
+
+# a * b ** c over bases and exponents at 0 (a positive, negative and zero exponent each meet a zero base), and ops
+# whose gradient is zero everywhere: outputs require grad as eager's do and gradients equal eager's (NaN included)
+ZERO_EXPONENT_CASES = {
+    "tensor_pow_zero": lambda x, y: x ** 0,
+    "tensor_pow_zero_float": lambda x, y: torch.pow(x, 0.0) * y,
+    "tensor_pow_tensor": lambda x, y: x ** y,
+    "tensor_pow_zeroed_tensor": lambda x, y: torch.pow(x, y * 0),
+    "tensor_pow_negative": lambda x, y: x ** (-y.abs() - 1),
+    "number_pow_tensor": lambda x, y: 2.0 ** y,
+    "zero_pow_tensor": lambda x, y: 0.0 ** y,
+    "norm_order_zero": lambda x, y: torch.linalg.vector_norm(x, 0) * y,
+    "norm_order_zero_dim": lambda x, y: x.norm(0, dim=0),
+    "cdist_order_zero": lambda x, y: torch.cdist(x[None, :, None], y[None, :, None], 0.0),
+    "copysign_sign_operand": lambda x, y: torch.copysign(x, y),
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("name", sorted(ZERO_EXPONENT_CASES))
+def test_zero_exponents_and_zero_gradients(name, cache):
+    fn = ZERO_EXPONENT_CASES[name]
+    x = torch.tensor([0.0, 2.0, -1.5, 0.0, 0.0]).requires_grad_()
+    y = torch.tensor([0.0, 1.5, 2.0, -1.0, 3.0]).requires_grad_()
+    want, got = fn(x, y), jitcore.jit(fn, cache=cache)(x, y)
+    assert got.requires_grad == want.requires_grad
+    torch.testing.assert_close(got, want, equal_nan=True)
+    _check(fn, x, y, cache=cache)

@@ -73,13 +73,19 @@ VJP_RULES["prims.div"] = binary(lambda a, b, out, g: div(g, b), lambda a, b, out
 
 
 def _pow_grad_a(a, b, out, g):
-    return mul(g, mul(b, te.pow(a, sub(b, 1) if isinstance(b, TensorProxy) else b - 1)))
+    """b * a**(b - 1), and 0 where b is 0 (as eager: x**0 has gradient 0 at x = 0, not 0 * inf)."""
+    if not isinstance(b, TensorProxy):
+        return zeros_like(g) if b == 0 else mul(g, mul(b, te.pow(a, b - 1)))
+    return mul(g, te.where(te.eq(b, 0), 0.0, mul(b, te.pow(a, sub(b, 1)))))
 
 
 def _pow_grad_b(a, b, out, g):
-    if not isinstance(a, TensorProxy):  # a number base: d(a**b)/db = a**b * log(a)
-        return mul(g, mul(out, math.log(a))) if a != 0 else mul(g, 0.0)
-    return mul(g, te.where(te.eq(a, 0), 0.0, mul(out, te.log(a))))
+    """a**b * log(a), and 0 where a is 0 and b >= 0 (as eager: 0 * log(0) would be NaN)."""
+    if not isinstance(a, TensorProxy):  # a number base
+        if a != 0:
+            return mul(g, mul(out, math.log(a)))
+        return mul(g, te.where(te.ge(b, 0), 0.0, mul(out, -math.inf)))
+    return mul(g, te.where(te.logical_and(te.eq(a, 0), te.ge(b, 0)), 0.0, mul(out, te.log(a))))
 
 
 VJP_RULES["prims.pow"] = binary(_pow_grad_a, _pow_grad_b)
@@ -105,7 +111,7 @@ def _minmax_grads(pick):
 VJP_RULES["prims.maximum"] = binary(*_minmax_grads(te.gt))
 VJP_RULES["prims.minimum"] = binary(*_minmax_grads(te.lt))
 VJP_RULES["prims.copysign"] = binary(lambda a, b, out, g: mul(g, te.where(te.eq(a, 0), 0.0, div(out, a))),
-                                     lambda a, b, out, g: None)
+                                     lambda a, b, out, g: zeros_like(g))  # (eager: a zero gradient for the sign)
 
 
 def where_vjp(bsym, g):

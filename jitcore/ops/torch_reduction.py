@@ -302,8 +302,8 @@ def _vector_norm(op, x, ord, dim, keepdim, dtype):
         out = pr.amax(a, dims)
     elif ord == -math.inf:
         out = pr.amin(a, dims)
-    elif ord == 0:
-        out = pr.sum(to_dtype(te.ne(a, 0), a.dtype), dims)
+    elif ord == 0:  # the count of nonzeros; a**0 (1 everywhere, gradient 0) keeps eager's zero gradient
+        out = pr.sum(te.where(te.ne(a, 0), te.pow(a, 0), 0.0), dims)
     elif ord == 1:
         out = pr.sum(a, dims)
     elif ord == 2:
