@@ -92,8 +92,9 @@ VJP_RULES["prims.pow"] = binary(_pow_grad_a, _pow_grad_b)
 VJP_RULES["prims.atan2"] = binary(lambda a, b, out, g: mul(g, div(b, add(mul(a, a), mul(b, b)))),
                                   lambda a, b, out, g: mul(g, div(neg(a), add(mul(a, a), mul(b, b)))))
 VJP_RULES["prims.remainder"] = binary(lambda a, b, out, g: g, lambda a, b, out, g: mul(g, neg(te.floor(div(a, b)))))
-# eager: a step from a, none at b
-VJP_RULES["prims.nextafter"] = binary(lambda a, b, out, g: te.where(te.ne(a, b), g, 0.0), lambda a, b, out, g: None)
+# eager: a step from a, a zero gradient at b
+VJP_RULES["prims.nextafter"] = binary(lambda a, b, out, g: te.where(te.ne(a, b), g, 0.0),
+                                      lambda a, b, out, g: zeros_like(g))
 VJP_RULES["prims.fmod"] = binary(lambda a, b, out, g: g, lambda a, b, out, g: mul(g, neg(te.trunc(div(a, b)))))
 
 
