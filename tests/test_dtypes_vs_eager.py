@@ -212,3 +212,32 @@ def test_dtypes_vs_eager_sample(family):
 @pytest.mark.slow
 def test_dtypes_vs_eager_full():
     _run_cases(_cases(full=True))
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.float64])
+def test_average_pooling_of_integers_and_floats(dtype, mode):
+    """avg_pool1d/2d/3d over int64 tensors as eager's CPU kernels: exact sums, quotients truncated toward zero
+    (they were refused as not implemented), other integer dtypes refused as eager refuses them; windows with padding, ceil_mode, count_include_pad, divisor_override."""
+    import torch.nn.functional as F
+
+    pools = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+    configs = [(2, 2, 0, False, True, None), (3, 2, 1, True, True, None), (3, 1, 1, False, False, None),
+               (2, 1, 1, True, False, None), (3, 2, 1, False, True, 3)]
+    g = torch.Generator().manual_seed(3)
+    for n, pool in pools.items():
+        jpool = jitcore.jit(lambda *a, pool=pool: pool(*a), cache=mode)
+        for k, s, p, ceil, include, divisor in configs:
+            if n == 1 and divisor:
+                continue
+            low = 0 if dtype is torch.uint8 else -50
+            x = torch.randint(low, 200, (2, 3) + (7,) * n, generator=g).to(dtype)
+            args = (x, k, s, p, ceil, include) + ((divisor,) if n > 1 else ())
+            if dtype in (torch.int32, torch.uint8):  # (not implemented by eager's kernels: the same error)
+                for f in (pool, jpool):
+                    with pytest.raises((NotImplementedError, JitError), match="not implemented for"):
+                        f(*args)
+                continue
+            expected, got = pool(*args), jpool(*args)
+            assert got.dtype == expected.dtype
+            torch.testing.assert_close(got, expected)

@@ -146,18 +146,20 @@ def _avg_pool(op, n, input, kernel_size, stride, padding, ceil_mode, count_inclu
                 for i in range(n)]
     outs = [_pool_out(input.shape[input.ndim - n + i], k[i], s[i], p[i], 1, ceil_mode)[0] for i in range(n)]
     _check_out(op, input, n, outs)
-    nh.check_float(op, input)
-    x = nh.upcast(input)
+    integer = input.dtype is torch.int64  # (eager's CPU kernels pool int64 only: exact sums, truncated quotients)
+    if not integer:
+        nh.check_float(op, input)
+    x, rounding = (input, "trunc") if integer else (nh.upcast(input), None)
     window_dims = tuple(range(x.ndim, x.ndim + n))
-    sums = nh.sum_(_windows(x, n, k, s, d, geometry, 0.0), window_dims)
+    sums = nh.sum_(_windows(x, n, k, s, d, geometry, 0), window_dims)
     if divisor_override:
-        return to_dtype(div(sums, divisor_override), input.dtype)
-    ones = nh.full(tuple(input.shape[-n:]), 1.0, x)
+        return to_dtype(div(sums, divisor_override, rounding_mode=rounding), input.dtype)
+    ones = nh.full(tuple(input.shape[-n:]), 1, x)
     if count_include_pad:
-        ones = ps.pad(ones, 1.0, tuple((pi_, pi_, 0) for pi_ in p))
+        ones = ps.pad(ones, to_dtype(1, ones.dtype), tuple((pi_, pi_, 0) for pi_ in p))
         geometry = [(0, extra) for _, extra in geometry]
-    counts = nh.sum_(_windows(ones, n, k, s, d, geometry, 0.0), tuple(range(n, 2 * n)))
-    return to_dtype(div(sums, counts), input.dtype)
+    counts = nh.sum_(_windows(ones, n, k, s, d, geometry, 0), tuple(range(n, 2 * n)))
+    return to_dtype(div(sums, counts, rounding_mode=rounding), input.dtype)
 
 
 @torchsymbol(F.avg_pool1d, torch.avg_pool1d, id="ltorch.avg_pool1d")
