@@ -218,7 +218,8 @@ def test_dtypes_vs_eager_full():
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.float64])
 def test_average_pooling_of_integers_and_floats(dtype, mode):
     """avg_pool1d/2d/3d over int64 tensors as eager's CPU kernels: exact sums, quotients truncated toward zero
-    (they were refused as not implemented), other integer dtypes refused as eager refuses them; windows with padding, ceil_mode, count_include_pad, divisor_override."""
+    (they were refused as not implemented), other integer dtypes refused as eager refuses them; windows with
+    padding, ceil_mode, count_include_pad, divisor_override."""
     import torch.nn.functional as F
 
     pools = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
