@@ -189,7 +189,7 @@ def expose(bsyms, needed: set) -> list:
     decomposition (as deep as needed), so the forward computes every value the backward reads."""
     out = []
     for bsym in bsyms:
-        own = {o.name for o in bsym.flat_proxy_outs()}
+        own = _names_and_sizes(bsym.flat_proxy_outs())
         if bsym.subsymbols and (_made_inside(bsym) - own) & needed:
             subs = bsym.subsymbols
             if bsym.extra.get(CHECKPOINTED):  # the lines of a checkpointed line are checkpointed
@@ -201,10 +201,21 @@ def expose(bsyms, needed: set) -> list:
 
 
 def _made_inside(bsym) -> set:
+    """The names a composite's decomposition makes: its lines' outputs, and the symbolic sizes of the tensors they
+    make (a slice's length `i7` that the backward's slices read, which no line outputs)."""
     names = set()
     for sub in bsym.subsymbols:
-        names.update(o.name for o in sub.flat_proxy_outs())
-        names |= _made_inside(sub)
+        names |= _names_and_sizes(sub.flat_proxy_outs()) | _made_inside(sub)
+    return names
+
+
+def _names_and_sizes(proxies) -> set:
+    """The proxies' names and those of their tensors' symbolic sizes (which the program reads from a tensor)."""
+    names = set()
+    for p in proxies:
+        names.add(p.name)
+        if isinstance(p, TensorProxy):
+            names.update(s.name for s in p.shape if isinstance(s, Proxy))
     return names
 
 

@@ -49,6 +49,12 @@ def _pad_pairs(op, input, pad):
 
 
 def _pad_dim(x, d, lo, hi, mode):
+    if lo < 0 or hi < 0:  # a negative side crops, as eager's kernels do: circular wraps around the cropped part,
+        n = x.shape[d]  # reflect and replicate read the whole input, then crop
+        if mode == "circular":
+            return _pad_dim(nh.slice_dim(x, d, max(-lo, 0), n - max(-hi, 0)), d, max(lo, 0), max(hi, 0), mode)
+        y = _pad_dim(x, d, max(lo, 0), max(hi, 0), mode)
+        return nh.slice_dim(y, d, max(-lo, 0), y.shape[d] - max(-hi, 0))
     n = x.shape[d]
     if mode == "reflect":
         check(lo < n and hi < n, lambda: f"Argument #4: Padding size should be less than the corresponding input "
@@ -87,8 +93,6 @@ def pad(input, pad, mode="constant", value=None):
     check(k <= 3 and input.ndim in (k + 1, k + 2),
           lambda: f"pad: {mode} padding of the last {k} dims expects a {k + 1}D or {k + 2}D input, got "
                   f"{list(input.shape)}")
-    check(all(lo >= 0 and hi >= 0 for lo, hi in pairs.values()),
-          lambda: f"pad: negative padding {tuple(pad)} is only supported by this decomposition in constant mode")
     x = input
     for d in sorted(pairs):
         x = _pad_dim(x, d, *pairs[d], mode)
