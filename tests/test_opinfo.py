@@ -18,7 +18,6 @@ common = pytest.importorskip("torch.testing._internal.common_methods_invocations
 
 # op name (OpInfo.name, or name.variant) -> why it does not match eager here
 XFAIL = {
-    "nn.functional.pad.replicate_negative": "pad's decomposition crops (negative padding) only in constant mode",
     "linspace.tensor_overload": "start/end given as 0-d tensors: the decomposition needs Python numbers",
     "logspace.tensor_overload": "start/end given as 0-d tensors: the decomposition needs Python numbers",
 }
