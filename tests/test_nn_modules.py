@@ -450,3 +450,28 @@ def test_recurrent_modules_compile_once(name, cache):
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
     assert jitcore.cache_misses(jm) == 1, jitcore.cache_miss_reasons(jm)
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("cls,features", [(nn.BatchNorm1d, (5,)), (nn.BatchNorm2d, (5, 2, 2)),
+                                          (nn.BatchNorm3d, (5, 2, 1, 2))])
+def test_batch_norm_training_with_empty_batches_between_others(cls, features, mode):
+    """An empty batch in training mode gives an empty output, leaves the running stats as they were and zero
+    parameter gradients, as eager's kernels (it was refused as "more than 1 value per channel")."""
+    m = cls(5)
+    mj = copy.deepcopy(m)
+    jm = jitcore.jit(mj, cache=mode)
+    for batch in (0, 3, 0, 4):
+        x = torch.randn(batch, *features)
+        xe, xj = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ye, yj = m(xe), jm(xj)
+        seed = torch.randn_like(ye)
+        ye.backward(seed)
+        yj.backward(seed)
+        torch.testing.assert_close(yj, ye)
+        torch.testing.assert_close(xj.grad, xe.grad)
+        for a, b in zip(list(m.buffers()) + [p.grad for p in m.parameters()],
+                        list(mj.buffers()) + [p.grad for p in mj.parameters()]):
+            torch.testing.assert_close(b, a)
+        m.zero_grad()
+        mj.zero_grad()

@@ -133,6 +133,8 @@ def _update_running(buffer, new_stat, momentum):
 @torchsymbol(F.batch_norm, id="ltorch.batch_norm")
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-05):
     c, stat_shape = _check_batch_norm(input, running_mean, running_var, weight, bias)
+    if training and input.numel() == 0:  # (eager's kernels: an empty batch, its running stats left as they are)
+        return to_dtype(_affine(nh.upcast(input), weight, bias, (c,) + (1,) * (input.ndim - 2)), input.dtype)
     if training and running_mean is not None and running_var is not None:
         out, _mean, _rstd, new_mean, new_var = batch_norm_train(input, weight, bias, running_mean, running_var,
                                                                 momentum, eps)
