@@ -516,9 +516,20 @@ def _structure(obj):
     return "tensor" if isinstance(obj, torch.Tensor) else type(obj).__name__
 
 
-def _tol(dtype, loose: bool = False):
+def _tol(exp: torch.Tensor, loose: bool = False):
+    """Element-wise tolerances for a tensor eager computed. In half precision an error scales with the magnitude of
+    the values that were combined, not with the element's own: one rounding of an intermediate of magnitude M to
+    bfloat16 moves every result it reaches by up to 2**-9 M, and where terms cancel the result is far smaller
+    than M. So half-precision tensors (and float32 ones of a program that computes in half precision somewhere)
+    also allow 2**-7 of the tensor's largest magnitude, which stands for M. (Eager's autograd rounds a gradient
+    summed over broadcast dimensions to the dtype of the output's gradient before casting it to the input's;
+    jitcore sums in the input's dtype. Seed 28179, a bfloat16 product plus a float32 scalar: eager's rounded sum
+    shifts every element of the input's gradient by 0.12, 9% of the two elements where the other terms cancel;
+    jitcore's sum equals the float64 sum.)"""
+    dtype = exp.dtype
     if dtype in (torch.float16, torch.bfloat16) or loose:
-        return {"rtol": 2e-2, "atol": 2e-2}
+        scale = exp.detach().abs().nan_to_num(0, 0, 0).amax().item() if exp.numel() and dtype.is_floating_point else 0
+        return {"rtol": 2e-2, "atol": max(2e-2, 2**-7 * scale)}
     return {"rtol": 1e-4, "atol": 1e-4} if dtype.is_floating_point else {"rtol": 0, "atol": 0}
 
 
@@ -530,7 +541,7 @@ def _close(what: str, got, exp, problems: list, loose: bool = False):
             problems.append(f"{what}: {got.dtype}{tuple(got.shape)} vs eager {exp.dtype}{tuple(exp.shape)}")
         else:
             try:
-                torch.testing.assert_close(got.detach(), exp.detach(), equal_nan=True, **_tol(exp.dtype, loose))
+                torch.testing.assert_close(got.detach(), exp.detach(), equal_nan=True, **_tol(exp, loose))
             except AssertionError as e:
                 problems.append(f"{what}: values differ: {str(e).splitlines()[-3:]}")
     elif isinstance(exp, float) and isinstance(got, float):
@@ -538,6 +549,14 @@ def _close(what: str, got, exp, problems: list, loose: bool = False):
             problems.append(f"{what}: {got!r} vs eager {exp!r}")
     elif got != exp or type(got) is not type(exp):
         problems.append(f"{what}: {got!r} vs eager {exp!r}")
+
+
+def _integer_history(t: torch.Tensor, requires_grad: bool) -> bool:
+    """Eager gave an integer tensor autograd history, which its own backward then refuses (an internal assert in
+    the engine: an integer gradient): `x[x > 0] = w` or `x.masked_fill_(m, w)` into an integer x with a w that
+    requires grad records IndexPutBackward0 on x (seed 30266). jitcore leaves integer tensors without history, as
+    every other op does; their requires_grad flags are not compared."""
+    return requires_grad and not (t.dtype.is_floating_point or t.dtype.is_complex)
 
 
 def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
@@ -554,7 +573,8 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
         return [f"output structure {_structure(jit.result)} vs eager {_structure(eager.result)}"]
     for i, (g, e) in enumerate(zip(_flat(jit.result), _flat(eager.result))):
         _close(f"output {i}", g, e, problems, loose)
-        if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and g.requires_grad != e.requires_grad:
+        if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and g.requires_grad != e.requires_grad \
+                and not _integer_history(e, e.requires_grad):
             problems.append(f"output {i}: requires_grad {g.requires_grad} vs eager {e.requires_grad}")
     for i, (g, e) in enumerate(zip(jit.aliases or [], eager.aliases or [])):
         # `return x` hands back the caller's own tensor; an output eager computed afresh must not share an input's
@@ -571,7 +591,7 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
     for i, (g, e) in enumerate(zip(jit.inputs_after or [], eager.inputs_after or [])):
         if isinstance(e, tuple):
             _close(f"input {i} after the call", g[0], e[0], problems)
-            if g[1:] != e[1:]:
+            if g[1:] != e[1:] and not _integer_history(e[0], e[1]):
                 problems.append(f"input {i} after the call: (requires_grad, grad_fn is None) {g[1:]} vs eager {e[1:]}")
     if eager.grad_error is None and jit.grad_error is not None:
         problems.append(f"backward raised {type(jit.grad_error).__name__}: {str(jit.grad_error)[:200]}")
