@@ -573,3 +573,36 @@ def test_a_write_through_a_view_of_a_tensor_made_from_a_written_input(cache):
         got[0].sum().backward()
         want[0].sum().backward()
         torch.testing.assert_close(w.grad, we.grad)
+
+
+# tensors whose length only a decomposition computes (a reshape's product, a cat's sum), written element by element
+# through views in a loop (a running sum, a scan), with and without grad
+SIZED = {"reshape": lambda x: x.reshape(-1) * 1, "flatten_t": lambda x: x.t().flatten() + 0.5,
+         "cat": lambda x: torch.cat([x[0], x[1]]) * 2}
+STEPS = {"copy_scan": lambda t, i: t.select(0, i).copy_(t.select(0, i - 1) * 0.5 + t.select(0, i)),
+         "add_prev": lambda t, i: t[i].add_(t[i - 1]),
+         "setitem": lambda t, i: t.__setitem__(i, t[i - 1].tanh())}
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("sized,step", [(s, k) for s in SIZED for k in STEPS])
+@pytest.mark.parametrize("no_grad", [True, False])
+def test_writes_in_a_loop_into_a_tensor_whose_size_a_decomposition_computes(sized, step, no_grad, cache):
+    """Fuzz seed 36: the checks the loop's writes recorded (`i3 >= 2`, a reshape's size i3 = i1 * i2) came before
+    the line computing that size (the trace read a name not yet defined)."""
+    def f(x):
+        t = SIZED[sized](x)
+        for i in range(1, t.shape[0]):
+            with torch.set_grad_enabled(not no_grad and torch.is_grad_enabled()):
+                STEPS[step](t, i)
+        return t
+
+    jf = jitcore.jit(f, cache=cache)
+    for rows, cols in ((2, 3), (2, 3), (2, 4)):
+        x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(cols))
+        xe, xj = x.clone().requires_grad_(), x.clone().requires_grad_()
+        want, got = f(xe), jf(xj)
+        torch.testing.assert_close(got, want)
+        want.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(xj.grad, xe.grad)

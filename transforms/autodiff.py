@@ -184,17 +184,20 @@ def _augmented(bsym, augment_fn):
     return new
 
 
-def expose(bsyms, needed: set) -> list:
+def expose(bsyms, needed: set, top: set | None = None) -> list:
     """bsyms with each composite that makes a needed value only inside its decomposition replaced by that
-    decomposition (as deep as needed), so the forward computes every value the backward reads."""
+    decomposition (as deep as needed), so the forward computes every value the backward reads. A value a line of
+    the program also makes (`i11 = 4 % i2`, a size functionalization computes for a write, that an index's
+    decomposition computes too) is not a reason: exposing it would define it twice."""
+    top = {o.name for b in bsyms for o in b.flat_proxy_outs()} if top is None else top
     out = []
     for bsym in bsyms:
         own = {o.name for o in bsym.flat_proxy_outs()}
-        if bsym.subsymbols and (_made_inside(bsym) - own) & needed:
+        if bsym.subsymbols and (_made_inside(bsym) - own - top) & needed:
             subs = bsym.subsymbols
             if bsym.extra.get(CHECKPOINTED):  # the lines of a checkpointed line are checkpointed
                 subs = [s.from_bsym(extra={**s.extra, CHECKPOINTED: True}) for s in subs]
-            out += expose(subs, needed)
+            out += expose(subs, needed, top)
         else:
             out.append(bsym)
     return out
