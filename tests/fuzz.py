@@ -153,6 +153,10 @@ SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vect
            "torch.stack([{v}, {v} * 2]).sum(0)", "torch.einsum('ij,kj->ik', {v}, {v})",
            "{v} * ({v}.data_ptr() != 0)", "{v}.view(-1)[:2]", "torch.cdist({v}, {v})",
            "({v} * 0).std(correction=0)", "torch.linalg.norm({v} * 0)", "torch.linalg.vector_norm({v} - {v}, dim=0)")
+# the step of a loop writing into views (loop_stmt): {cur} is the view at step i, {prev} the one before it
+LOOP_BODIES = ("{cur}.add_({prev})", "{cur}.mul_({prev}.sigmoid())", "{cur}.copy_({prev} * 0.5 + {cur})",
+               "{cur}.sub_({prev}, alpha=0.5)", "{cur}.addcmul_({prev}, {prev}, value=0.1)", "{cur}.clamp_(min=-0.5)",
+               "{cur}[...] = {prev}.tanh()", "{n}.narrow({d}, i, 1).div_(2)", "{cur}.add_({n}.select({d}, 0) * i)")
 SCALARS = ("2", "0.5", "-1.5", "True", "3", "s0", "k", "{v}.shape[0]", "-2")
 
 
@@ -377,6 +381,36 @@ class Generator:
             raise ValueError(kind)
         return [name] if self.try_lines(lines) else None
 
+    def loop_stmt(self) -> list[str] | None:
+        """A loop that writes into views of a tensor step by step, as users write scans, running sums and
+        row-by-row updates: into a copy, or into an input (written back after the call)."""
+        rng = self.rng
+        v = self.var(lambda t: t.dim() > 0 and t.dtype.is_floating_point)
+        if v is None:
+            return None
+        d = rng.randrange(self.env[v].dim())
+        name = self.fresh()
+        into_input = v.startswith("x") and not self.env[v].requires_grad and rng.random() < 0.4
+        lines = [] if into_input else [f"{name} = {rng.choice(('{v}.clone()', '{v} * 1', '{v} + 0.5')).format(v=v)}"]
+        n = v if into_input else name
+        cur, prev = f"{n}.select({d}, i)", f"{n}.select({d}, i - 1)"
+        body = rng.choice(LOOP_BODIES).format(cur=cur, prev=prev, n=n, d=d)
+        form = rng.choice(("range", "range_step", "enumerate", "while", "unbind", "no_grad"))
+        if form == "range":
+            lines += [f"for i in range(1, {n}.shape[{d}]):", f"    {body}"]
+        elif form == "range_step":
+            lines += [f"for i in range(1, {n}.shape[{d}], 2):", f"    {body}"]
+        elif form == "enumerate":
+            lines += [f"for i, row in enumerate({n}.unbind({d})):", "    if i > 0:", f"        {body}",
+                      f"    row.mul_({rng.choice(('2', 's0', 'k', '0.5'))})"]
+        elif form == "while":
+            lines += ["i = 1", f"while i < {n}.shape[{d}]:", f"    {body}", f"    i += {rng.choice((1, 2))}"]
+        elif form == "unbind":
+            lines += [f"for row in {n}.unbind({d}):", f"    row.{rng.choice(('add_(1)', 'clamp_(min=0)', 'mul_(s0)'))}"]
+        else:
+            lines += [f"for i in range(1, {n}.shape[{d}]):", "    with torch.no_grad():", f"        {body}"]
+        return [n] if self.try_lines(lines) else None
+
     def inner_lines(self, v: str, name: str) -> list[str]:
         rng = self.rng
         expr = self.fill(rng.choice(BINARY + REDUCTIONS[:6]), v)
@@ -422,12 +456,21 @@ class Generator:
             return "{" + ", ".join(f"'o{i}': {c}" for i, c in enumerate(chosen)) + "}"
         return f"[{', '.join(chosen)}]" if form == "list" else f"({', '.join(chosen)},)"
 
-    def build(self) -> Program:
+    def build(self, loops: bool = True) -> Program:
+        """The program; loops=False: without the loop writing into views (loop_stmt), as seeds made before it
+        existed were."""
         self._start()
         for _ in range(self.rng.randint(3, 9)):
             for _attempt in range(6):
                 if self.statement() is not None:
                     break
+        extra = random.Random(f"loops {self.seed}")  # (a stream of its own: a program without a loop is unchanged)
+        if extra.random() < 0.4 and loops:
+            main, self.rng = self.rng, extra
+            for _attempt in range(6):
+                if self.loop_stmt() is not None:
+                    break
+            self.rng = main
         params = ", ".join([f"x{i}" for i in range(len(self.specs))] + ["s0", f"k={self.default_k}"])
         body = textwrap.indent("\n".join([*self.lines, f"return {self.outputs()}"]), "    ")
         prog = Program(self.seed, f"def f({params}):\n{body}\n", self.specs, self.scalar, self.default_k)
@@ -446,8 +489,8 @@ class Generator:
         return plans
 
 
-def generate(seed: int) -> Program:
-    return Generator(seed).build()
+def generate(seed: int, loops: bool = True) -> Program:
+    return Generator(seed).build(loops)
 
 
 # -- running and comparing ----------------------------------------------------------------------------------------
