@@ -606,3 +606,32 @@ def test_writes_in_a_loop_into_a_tensor_whose_size_a_decomposition_computes(size
         want.sum().backward()
         got.sum().backward()
         torch.testing.assert_close(xj.grad, xe.grad)
+
+
+# a write through a view whose making pins the written tensor's size (unbind: one output per element), then a
+# reduction whose decomposition divides by that size
+PINNING_WRITES = {"unbind_add": lambda t: t.unbind(-1)[1].add_(0.5), "unbind_copy": lambda t: t.unbind(0)[0].copy_(
+    t[1] * 2)}
+SIZE_REDUCTIONS = {"mean": lambda t: t.mean(0, keepdim=True), "var": lambda t: t.var(0), "std": lambda t: t.std()}
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("write,reduce", [(w, r) for w in PINNING_WRITES for r in SIZE_REDUCTIONS])
+@pytest.mark.parametrize("no_grad", [True, False])
+def test_a_reduction_after_a_write_that_pinned_the_size_it_divides_by(write, reduce, no_grad, cache):
+    """Fuzz seed 31372: the reduction's line read the written tensor's new value, whose size is the number the
+    unbind pinned, while its decomposition still divided by the old size's name (which no input of the line
+    had, so the trace checker refused the trace)."""
+    def f(x):
+        t = x * 2
+        PINNING_WRITES[write](t)
+        with torch.set_grad_enabled(not no_grad and torch.is_grad_enabled()):
+            r = SIZE_REDUCTIONS[reduce](t)
+        return t * 1, r
+
+    jf = jitcore.jit(f, cache=cache)
+    for n in (3, 3, 5):  # (x without grad: eager refuses a write into an unbind output that requires grad)
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        want, got = f(x.clone()), jf(x.clone())
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)

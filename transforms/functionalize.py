@@ -387,8 +387,10 @@ def _subst_subs(st, bsym):
         if v is not a:
             renames[a.name] = v
             if isinstance(a, TensorProxy) and isinstance(v, TensorProxy):  # (and its sizes: `x.copy_(y)` makes
-                for s, n in zip(a._shape, v._shape):  # x's value y, whose symbols are other names of the same sizes)
-                    if isinstance(s, NumberProxy) and isinstance(n, NumberProxy) and s.name != n.name:
+                for s, n in zip(a._shape, v._shape):  # x's value y, whose symbols are other names of the same sizes;
+                    # a number where the new value has one: a size pinned by a predicate, `i0 == 3` of x.unbind(0))
+                    if isinstance(s, NumberProxy) and (type(n) is int or (isinstance(n, NumberProxy)
+                                                                         and s.name != n.name)):
                         renames.setdefault(s.name, n)
     if not renames:
         return bsym.subsymbols
