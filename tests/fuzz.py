@@ -22,6 +22,7 @@ import torch
 
 import jitcore
 from jitcore.errors import JitError
+from jitcore.ir import lint
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 SIZE_CHOICES = (3, 4, 5, 6)  # every variable dim is >= 3, so the indices and narrows below fit every variant
@@ -735,6 +736,7 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="a sweep prints one line per failure")
     p.add_argument("--minimize", action="store_true", help="print the failing program with lines dropped")
     opts = p.parse_args(argv)
+    lint.CHECK = True  # every trace checked, as the test suite does (tests/conftest.py): a malformed one is a failure
     modes = opts.cache or list(CACHE_MODES)
     executors = tuple(e for e in opts.executors.split(",") if e)
     seeds = [opts.seed] if opts.seed is not None else range(opts.start, opts.start + opts.count)
