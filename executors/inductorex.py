@@ -668,7 +668,10 @@ def _compile_symbolic(fn, args, dims, options):
                 checks.append(f"t{i} == {a}")
         else:
             sizes = [DimDynamic.DYNAMIC if s else DimDynamic.STATIC for s in d]
-            fakes.append(mode.from_tensor(a, source=source,
+            # (detached: a region never records autograd, but the wrapper compile_fx returns remakes an output that
+            # aliases an input (x.mT) with the requires_grad its fake had, so a variant compiled in a call whose
+            # input required grad gave later calls' views requires_grad=True: fuzz seed 27224 with inductor)
+            fakes.append(mode.from_tensor(a.detach(), source=source,
                                           symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
     warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
     with torch._guards.tracing(torch._guards.TracingContext(mode)):

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from jitcore.guards.data_guards import DataGuard
-from jitcore.ir.arith import concretize
+from jitcore.ir.arith import concretize, unit_sizes
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ir.symbol import EAGER_KERNELS, Tag
@@ -54,6 +54,7 @@ class Layouts:
         if meta is not None:
             for name in inputs:
                 self._guard(name, level)
+            unit_sizes(proxy._shape)  # (the guarded inputs' contiguity decides the answer only with these)
         return meta
 
     # -- replay ----------------------------------------------------------------------------------------------------

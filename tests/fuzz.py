@@ -22,6 +22,7 @@ import torch
 
 import jitcore
 from jitcore.errors import JitError
+from jitcore.ir import lint
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 SIZE_CHOICES = (3, 4, 5, 6)  # every variable dim is >= 3, so the indices and narrows below fit every variant
@@ -153,6 +154,10 @@ SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vect
            "torch.stack([{v}, {v} * 2]).sum(0)", "torch.einsum('ij,kj->ik', {v}, {v})",
            "{v} * ({v}.data_ptr() != 0)", "{v}.view(-1)[:2]", "torch.cdist({v}, {v})",
            "({v} * 0).std(correction=0)", "torch.linalg.norm({v} * 0)", "torch.linalg.vector_norm({v} - {v}, dim=0)")
+# the step of a loop writing into views (loop_stmt): {cur} is the view at step i, {prev} the one before it
+LOOP_BODIES = ("{cur}.add_({prev})", "{cur}.mul_({prev}.sigmoid())", "{cur}.copy_({prev} * 0.5 + {cur})",
+               "{cur}.sub_({prev}, alpha=0.5)", "{cur}.addcmul_({prev}, {prev}, value=0.1)", "{cur}.clamp_(min=-0.5)",
+               "{cur}[...] = {prev}.tanh()", "{n}.narrow({d}, i, 1).div_(2)", "{cur}.add_({n}.select({d}, 0) * i)")
 SCALARS = ("2", "0.5", "-1.5", "True", "3", "s0", "k", "{v}.shape[0]", "-2")
 
 
@@ -377,6 +382,36 @@ class Generator:
             raise ValueError(kind)
         return [name] if self.try_lines(lines) else None
 
+    def loop_stmt(self) -> list[str] | None:
+        """A loop that writes into views of a tensor step by step, as users write scans, running sums and
+        row-by-row updates: into a copy, or into an input (written back after the call)."""
+        rng = self.rng
+        v = self.var(lambda t: t.dim() > 0 and t.dtype.is_floating_point)
+        if v is None:
+            return None
+        d = rng.randrange(self.env[v].dim())
+        name = self.fresh()
+        into_input = v.startswith("x") and not self.env[v].requires_grad and rng.random() < 0.4
+        lines = [] if into_input else [f"{name} = {rng.choice(('{v}.clone()', '{v} * 1', '{v} + 0.5')).format(v=v)}"]
+        n = v if into_input else name
+        cur, prev = f"{n}.select({d}, i)", f"{n}.select({d}, i - 1)"
+        body = rng.choice(LOOP_BODIES).format(cur=cur, prev=prev, n=n, d=d)
+        form = rng.choice(("range", "range_step", "enumerate", "while", "unbind", "no_grad"))
+        if form == "range":
+            lines += [f"for i in range(1, {n}.shape[{d}]):", f"    {body}"]
+        elif form == "range_step":
+            lines += [f"for i in range(1, {n}.shape[{d}], 2):", f"    {body}"]
+        elif form == "enumerate":
+            lines += [f"for i, row in enumerate({n}.unbind({d})):", "    if i > 0:", f"        {body}",
+                      f"    row.mul_({rng.choice(('2', 's0', 'k', '0.5'))})"]
+        elif form == "while":
+            lines += ["i = 1", f"while i < {n}.shape[{d}]:", f"    {body}", f"    i += {rng.choice((1, 2))}"]
+        elif form == "unbind":
+            lines += [f"for row in {n}.unbind({d}):", f"    row.{rng.choice(('add_(1)', 'clamp_(min=0)', 'mul_(s0)'))}"]
+        else:
+            lines += [f"for i in range(1, {n}.shape[{d}]):", "    with torch.no_grad():", f"        {body}"]
+        return [n] if self.try_lines(lines) else None
+
     def inner_lines(self, v: str, name: str) -> list[str]:
         rng = self.rng
         expr = self.fill(rng.choice(BINARY + REDUCTIONS[:6]), v)
@@ -422,12 +457,21 @@ class Generator:
             return "{" + ", ".join(f"'o{i}': {c}" for i, c in enumerate(chosen)) + "}"
         return f"[{', '.join(chosen)}]" if form == "list" else f"({', '.join(chosen)},)"
 
-    def build(self) -> Program:
+    def build(self, loops: bool = True) -> Program:
+        """The program; loops=False: without the loop writing into views (loop_stmt), as seeds made before it
+        existed were."""
         self._start()
         for _ in range(self.rng.randint(3, 9)):
             for _attempt in range(6):
                 if self.statement() is not None:
                     break
+        extra = random.Random(f"loops {self.seed}")  # (a stream of its own: a program without a loop is unchanged)
+        if extra.random() < 0.4 and loops:
+            main, self.rng = self.rng, extra
+            for _attempt in range(6):
+                if self.loop_stmt() is not None:
+                    break
+            self.rng = main
         params = ", ".join([f"x{i}" for i in range(len(self.specs))] + ["s0", f"k={self.default_k}"])
         body = textwrap.indent("\n".join([*self.lines, f"return {self.outputs()}"]), "    ")
         prog = Program(self.seed, f"def f({params}):\n{body}\n", self.specs, self.scalar, self.default_k)
@@ -446,8 +490,8 @@ class Generator:
         return plans
 
 
-def generate(seed: int) -> Program:
-    return Generator(seed).build()
+def generate(seed: int, loops: bool = True) -> Program:
+    return Generator(seed).build(loops)
 
 
 # -- running and comparing ----------------------------------------------------------------------------------------
@@ -516,9 +560,20 @@ def _structure(obj):
     return "tensor" if isinstance(obj, torch.Tensor) else type(obj).__name__
 
 
-def _tol(dtype, loose: bool = False):
+def _tol(exp: torch.Tensor, loose: bool = False):
+    """Element-wise tolerances for a tensor eager computed. In half precision an error scales with the magnitude of
+    the values that were combined, not with the element's own: one rounding of an intermediate of magnitude M to
+    bfloat16 moves every result it reaches by up to 2**-9 M, and where terms cancel the result is far smaller
+    than M. So half-precision tensors (and float32 ones of a program that computes in half precision somewhere)
+    also allow 2**-7 of the tensor's largest magnitude, which stands for M. (Eager's autograd rounds a gradient
+    summed over broadcast dimensions to the dtype of the output's gradient before casting it to the input's;
+    jitcore sums in the input's dtype. Seed 28179, a bfloat16 product plus a float32 scalar: eager's rounded sum
+    shifts every element of the input's gradient by 0.12, 9% of the two elements where the other terms cancel;
+    jitcore's sum equals the float64 sum.)"""
+    dtype = exp.dtype
     if dtype in (torch.float16, torch.bfloat16) or loose:
-        return {"rtol": 2e-2, "atol": 2e-2}
+        scale = exp.detach().abs().nan_to_num(0, 0, 0).amax().item() if exp.numel() and dtype.is_floating_point else 0
+        return {"rtol": 2e-2, "atol": max(2e-2, 2**-7 * scale)}
     return {"rtol": 1e-4, "atol": 1e-4} if dtype.is_floating_point else {"rtol": 0, "atol": 0}
 
 
@@ -530,7 +585,7 @@ def _close(what: str, got, exp, problems: list, loose: bool = False):
             problems.append(f"{what}: {got.dtype}{tuple(got.shape)} vs eager {exp.dtype}{tuple(exp.shape)}")
         else:
             try:
-                torch.testing.assert_close(got.detach(), exp.detach(), equal_nan=True, **_tol(exp.dtype, loose))
+                torch.testing.assert_close(got.detach(), exp.detach(), equal_nan=True, **_tol(exp, loose))
             except AssertionError as e:
                 problems.append(f"{what}: values differ: {str(e).splitlines()[-3:]}")
     elif isinstance(exp, float) and isinstance(got, float):
@@ -538,6 +593,14 @@ def _close(what: str, got, exp, problems: list, loose: bool = False):
             problems.append(f"{what}: {got!r} vs eager {exp!r}")
     elif got != exp or type(got) is not type(exp):
         problems.append(f"{what}: {got!r} vs eager {exp!r}")
+
+
+def _integer_history(t: torch.Tensor, requires_grad: bool) -> bool:
+    """Eager gave an integer tensor autograd history, which its own backward then refuses (an internal assert in
+    the engine: an integer gradient): `x[x > 0] = w` or `x.masked_fill_(m, w)` into an integer x with a w that
+    requires grad records IndexPutBackward0 on x (seed 30266). jitcore leaves integer tensors without history, as
+    every other op does; their requires_grad flags are not compared."""
+    return requires_grad and not (t.dtype.is_floating_point or t.dtype.is_complex)
 
 
 def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
@@ -554,7 +617,8 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
         return [f"output structure {_structure(jit.result)} vs eager {_structure(eager.result)}"]
     for i, (g, e) in enumerate(zip(_flat(jit.result), _flat(eager.result))):
         _close(f"output {i}", g, e, problems, loose)
-        if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and g.requires_grad != e.requires_grad:
+        if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and g.requires_grad != e.requires_grad \
+                and not _integer_history(e, e.requires_grad):
             problems.append(f"output {i}: requires_grad {g.requires_grad} vs eager {e.requires_grad}")
     for i, (g, e) in enumerate(zip(jit.aliases or [], eager.aliases or [])):
         # `return x` hands back the caller's own tensor; an output eager computed afresh must not share an input's
@@ -571,7 +635,7 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
     for i, (g, e) in enumerate(zip(jit.inputs_after or [], eager.inputs_after or [])):
         if isinstance(e, tuple):
             _close(f"input {i} after the call", g[0], e[0], problems)
-            if g[1:] != e[1:]:
+            if g[1:] != e[1:] and not _integer_history(e[0], e[1]):
                 problems.append(f"input {i} after the call: (requires_grad, grad_fn is None) {g[1:]} vs eager {e[1:]}")
     if eager.grad_error is None and jit.grad_error is not None:
         problems.append(f"backward raised {type(jit.grad_error).__name__}: {str(jit.grad_error)[:200]}")
@@ -672,6 +736,7 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="a sweep prints one line per failure")
     p.add_argument("--minimize", action="store_true", help="print the failing program with lines dropped")
     opts = p.parse_args(argv)
+    lint.CHECK = True  # every trace checked, as the test suite does (tests/conftest.py): a malformed one is a failure
     modes = opts.cache or list(CACHE_MODES)
     executors = tuple(e for e in opts.executors.split(",") if e)
     seeds = [opts.seed] if opts.seed is not None else range(opts.start, opts.start + opts.count)

@@ -573,3 +573,65 @@ def test_a_write_through_a_view_of_a_tensor_made_from_a_written_input(cache):
         got[0].sum().backward()
         want[0].sum().backward()
         torch.testing.assert_close(w.grad, we.grad)
+
+
+# tensors whose length only a decomposition computes (a reshape's product, a cat's sum), written element by element
+# through views in a loop (a running sum, a scan), with and without grad
+SIZED = {"reshape": lambda x: x.reshape(-1) * 1, "flatten_t": lambda x: x.t().flatten() + 0.5,
+         "cat": lambda x: torch.cat([x[0], x[1]]) * 2}
+STEPS = {"copy_scan": lambda t, i: t.select(0, i).copy_(t.select(0, i - 1) * 0.5 + t.select(0, i)),
+         "add_prev": lambda t, i: t[i].add_(t[i - 1]),
+         "setitem": lambda t, i: t.__setitem__(i, t[i - 1].tanh())}
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("sized,step", [(s, k) for s in SIZED for k in STEPS])
+@pytest.mark.parametrize("no_grad", [True, False])
+def test_writes_in_a_loop_into_a_tensor_whose_size_a_decomposition_computes(sized, step, no_grad, cache):
+    """Fuzz seed 36: the checks the loop's writes recorded (`i3 >= 2`, a reshape's size i3 = i1 * i2) came before
+    the line computing that size (the trace read a name not yet defined)."""
+    def f(x):
+        t = SIZED[sized](x)
+        for i in range(1, t.shape[0]):
+            with torch.set_grad_enabled(not no_grad and torch.is_grad_enabled()):
+                STEPS[step](t, i)
+        return t
+
+    jf = jitcore.jit(f, cache=cache)
+    for rows, cols in ((2, 3), (2, 3), (2, 4)):
+        x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(cols))
+        xe, xj = x.clone().requires_grad_(), x.clone().requires_grad_()
+        want, got = f(xe), jf(xj)
+        torch.testing.assert_close(got, want)
+        want.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(xj.grad, xe.grad)
+
+
+# a write through a view whose making pins the written tensor's size (unbind: one output per element), then a
+# reduction whose decomposition divides by that size
+PINNING_WRITES = {"unbind_add": lambda t: t.unbind(-1)[1].add_(0.5), "unbind_copy": lambda t: t.unbind(0)[0].copy_(
+    t[1] * 2)}
+SIZE_REDUCTIONS = {"mean": lambda t: t.mean(0, keepdim=True), "var": lambda t: t.var(0), "std": lambda t: t.std()}
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("write,reduce", [(w, r) for w in PINNING_WRITES for r in SIZE_REDUCTIONS])
+@pytest.mark.parametrize("no_grad", [True, False])
+def test_a_reduction_after_a_write_that_pinned_the_size_it_divides_by(write, reduce, no_grad, cache):
+    """Fuzz seed 31372: the reduction's line read the written tensor's new value, whose size is the number the
+    unbind pinned, while its decomposition still divided by the old size's name (which no input of the line
+    had, so the trace checker refused the trace)."""
+    def f(x):
+        t = x * 2
+        PINNING_WRITES[write](t)
+        with torch.set_grad_enabled(not no_grad and torch.is_grad_enabled()):
+            r = SIZE_REDUCTIONS[reduce](t)
+        return t * 1, r
+
+    jf = jitcore.jit(f, cache=cache)
+    for n in (3, 3, 5):  # (x without grad: eager refuses a write into an unbind output that requires grad)
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        want, got = f(x.clone()), jf(x.clone())
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)

@@ -111,3 +111,35 @@ def test_reshape_of_property_view_follows_eager_layout(view, reshape, write, cac
     f = _program(PROPERTY_VIEWS[view], RESHAPES[reshape], PIECE_WRITES[write])
     for layout in LAYOUTS:
         _check(f, jitcore.jit(f, cache=cache), layout, seed=0)
+
+
+# slices whose width follows a size: under symbolic values one entry serves every width, but a slice 1 wide is laid
+# out like a contiguous tensor (a size-1 dimension's stride does not count), so its reshape is a view where a wider
+# slice's is a copy: the entry must not serve both
+WIDTH_SLICES = {
+    "chunk": lambda x: x.chunk(2, -1)[1],
+    "narrow": lambda x: x.narrow(-1, 2, x.shape[-1] - 2),
+    "split": lambda x: x.split(2, -1)[-1],
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("slicer,reshape", list(itertools.product(WIDTH_SLICES, ("reshape_flat", "flatten",
+                                                                                 "reshape_2d"))))
+def test_reshape_of_a_slice_whose_width_becomes_one(slicer, reshape, cache):
+    def f(x):
+        t = WIDTH_SLICES[slicer](x)
+        r = RESHAPES[reshape](t) if reshape != "reshape_2d" or t.numel() % 2 == 0 else t.reshape(-1)
+        r.mul_(2)
+        return r, t.is_contiguous()
+
+    jf = jitcore.jit(f, cache=cache)
+    for i, width in enumerate((6, 4, 3, 5, 3, 4, 6)):
+        xe = torch.randn(4, width, generator=torch.Generator().manual_seed(i))
+        xj = xe.clone()
+        want, got = f(xe), jf(xj)
+        torch.testing.assert_close(got, want, msg=lambda m, w=width: f"output (width {w}): {m}")
+        torch.testing.assert_close(xj, xe, msg=lambda m, w=width: f"input after the call (width {w}): {m}")
+        shares = [o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for o, x in ((got[0], xj),
+                                                                                               (want[0], xe))]
+        assert shares[0] == shares[1], f"width {width}: the reshape shares the input's memory: {shares} (jit, eager)"

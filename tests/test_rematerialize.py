@@ -228,3 +228,31 @@ def test_an_inference_tensor_input_is_never_saved_in_place_of_what_eager_saves(c
         jf(x).sum().backward()
         f(xe).sum().backward()
         torch.testing.assert_close(x.grad, xe.grad, rtol=1e-4, atol=1e-5)
+
+
+# reductions whose gradient goes where the input equals the result (ties share it), of elementwise math that Inductor
+# computes with kernels of its own (its exp can differ from torch's in the last bit)
+EXTREMA = {"amax": lambda t: t.amax(-1), "amin": lambda t: t.amin(-1), "max_dim": lambda t: t.max(-1).values,
+           "min_all": lambda t: t.min(), "amax_keepdim": lambda t: t.amax(-1, keepdim=True)}
+MATH = {"exp": torch.exp, "sigmoid": torch.sigmoid, "tanh_sin": lambda x: torch.tanh(torch.sin(x))}
+
+
+@pytest.mark.parametrize("cache", ("constant values", "symbolic values", "no caching"))
+@pytest.mark.parametrize("reduce", sorted(EXTREMA))
+@pytest.mark.parametrize("math", sorted(MATH))
+def test_a_value_the_backward_compares_with_its_extremum_is_saved_not_recomputed(math, reduce, cache):
+    """amax's gradient is where `y == amax(y)`: a y recomputed in the backward by Inductor's kernel and compared
+    with the amax torch computed from the forward's y found no equal element in some rows (a NaN gradient)."""
+    def f(x):
+        return EXTREMA[reduce](MATH[math](x))
+
+    jf = jitcore.jit(f, cache=cache, executors=[inductor_ex, "torch"])
+    for seed in range(4):
+        x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(seed))
+        xe, xj = x.clone().requires_grad_(), x.clone().requires_grad_()
+        want, got = f(xe), jf(xj)
+        g = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed))
+        want.backward(g)
+        got.backward(g)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(xj.grad, xe.grad, msg=lambda m, s=seed: f"call {s}: {m}")

@@ -270,3 +270,27 @@ def test_a_region_whose_inputs_are_all_sizes_compiles():
         for g, e in zip(got, exp):
             torch.testing.assert_close(g, e)
         torch.testing.assert_close(x, want)
+
+
+ALIAS_VIEWS = {"mT": lambda x: x.mT, "slice": lambda x: x[1:], "unsqueeze": lambda x: x.unsqueeze(0)}
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("view", sorted(ALIAS_VIEWS))
+def test_a_region_output_that_views_an_input_requires_grad_as_in_eager(view, cache):
+    """A region returning a view of an input, compiled in a call whose input required grad, then called without
+    grad: the view follows this call's input (the wrapper Inductor's compile returns remade it with the
+    requires_grad the input had when the region compiled)."""
+    def f(x, y):
+        return ALIAS_VIEWS[view](x), torch.linalg.vector_norm(y, dim=-1), (y.sin() * 2).exp()
+
+    jf = jitcore.jit(f, cache=cache, executors=EXECUTORS)
+    for i, (rg, grad) in enumerate(((True, True), (False, False), (False, True), (True, False), (True, True))):
+        gen = torch.Generator().manual_seed(i)
+        x, y = torch.randn(4, 3, generator=gen), torch.randn(4, 3, generator=gen).double()
+        with torch.set_grad_enabled(grad):
+            want = f(x.clone().requires_grad_(rg), y.clone().requires_grad_(rg))
+            got = jf(x.clone().requires_grad_(rg), y.clone().requires_grad_(rg))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+            assert g.requires_grad == w.requires_grad, (i, rg, grad, [o.requires_grad for o in got])

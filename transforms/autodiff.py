@@ -126,7 +126,8 @@ def grad_transform(trace: Trace) -> Split:
         saved = free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
         bw.extra["arg_groups"] = [("saved", len(saved)), ("cotangents", sum(c is not None for c in cts))]
-        fw.bound_symbols = expose(bsyms, {p.name for p in saved})
+        top = _names_and_sizes([*tree_leaves(trace.args), *(o for b in bsyms for o in b.flat_proxy_outs())])
+        fw.bound_symbols = expose(bsyms, {p.name for p in saved}, top)
         fw.output = tuple(flat_out) + tuple(saved)
     fw.set_provenance("Forward pass of the grad transform", t.seconds)
     bw.set_provenance("Backward pass of the grad transform", t.seconds)
@@ -184,17 +185,21 @@ def _augmented(bsym, augment_fn):
     return new
 
 
-def expose(bsyms, needed: set) -> list:
+def expose(bsyms, needed: set, top: set | None = None) -> list:
     """bsyms with each composite that makes a needed value only inside its decomposition replaced by that
-    decomposition (as deep as needed), so the forward computes every value the backward reads."""
+    decomposition (as deep as needed), so the forward computes every value the backward reads. A value a line of
+    the program also makes (`i11 = 4 % i2`, a size functionalization computes for a write, that an index's
+    decomposition computes too) is not a reason: exposing it would define it twice. `top`: the names the program
+    has outside any decomposition (its inputs' and lines' values, and their tensors' sizes)."""
+    top = _names_and_sizes(o for b in bsyms for o in b.flat_proxy_outs()) if top is None else top
     out = []
     for bsym in bsyms:
         own = _names_and_sizes(bsym.flat_proxy_outs())
-        if bsym.subsymbols and (_made_inside(bsym) - own) & needed:
+        if bsym.subsymbols and (_made_inside(bsym) - own - top) & needed:
             subs = bsym.subsymbols
             if bsym.extra.get(CHECKPOINTED):  # the lines of a checkpointed line are checkpointed
                 subs = [s.from_bsym(extra={**s.extra, CHECKPOINTED: True}) for s in subs]
-            out += expose(subs, needed)
+            out += expose(subs, needed, top)
         else:
             out.append(bsym)
     return out

@@ -115,6 +115,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
         new.output = tree_unflatten(spec, outs[: len(out_leaves)])
         if writebacks:
             new.output = tuple(outs) if isinstance(new.output, tuple) else (new.output, *outs[len(out_leaves):])
+        new.bound_symbols = _numbers_before_use(new.bound_symbols, new.args)
         define_sizes(new)  # sizes read by the inlined writes: unpacked before their first use
     new.set_provenance("Functionalization (in-place ops and views)", t.seconds)
     return new, writebacks
@@ -223,6 +224,35 @@ def _define_numbers(st: _State, p: BoundSymbol):
         bsyms.append(producer)
         st.defined.update(o.name for o in producer.flat_proxy_outs())
         st.seen = len(bsyms)
+
+
+def _numbers_before_use(lines: list, args) -> list:
+    """lines, with each line that computes numbers from numbers moved before the first line reading its result.
+    A write's ops, called again here, record the predicates they check (`i3 >= 2`, a select's index within a size
+    that only a decomposition computed, `i3 = i1 * i2` of a reshape) as lines of their own, and _define_numbers may
+    have emitted that size's line only later, for a later line (fuzz seed 36: writes into views in a loop)."""
+    first = {}
+    for b in lines:
+        if b.sym is not pm.shape and not any(isinstance(x, TensorProxy) for x in b.flat_proxy_outs() +
+                                             b.flat_proxy_args()):
+            for o in b.flat_proxy_outs():
+                first.setdefault(o.name, b)
+    out, placed = [], set()
+    defined = {a.name for a in args if isinstance(a, Proxy)}
+
+    def put(b):
+        placed.add(id(b))
+        for a in b.flat_args():
+            later = first.get(a.name) if isinstance(a, NumberProxy) and a.name not in defined else None
+            if later is not None and id(later) not in placed:
+                put(later)
+        out.append(b)
+        defined.update(o.name for o in b.flat_proxy_outs())
+
+    for b in lines:
+        if id(b) not in placed:
+            put(b)
+    return out
 
 
 def _values(xs) -> tuple:
@@ -357,8 +387,10 @@ def _subst_subs(st, bsym):
         if v is not a:
             renames[a.name] = v
             if isinstance(a, TensorProxy) and isinstance(v, TensorProxy):  # (and its sizes: `x.copy_(y)` makes
-                for s, n in zip(a._shape, v._shape):  # x's value y, whose symbols are other names of the same sizes)
-                    if isinstance(s, NumberProxy) and isinstance(n, NumberProxy) and s.name != n.name:
+                for s, n in zip(a._shape, v._shape):  # x's value y, whose symbols are other names of the same sizes;
+                    # a number where the new value has one: a size pinned by a predicate, `i0 == 3` of x.unbind(0))
+                    if isinstance(s, NumberProxy) and (type(n) is int or (isinstance(n, NumberProxy)
+                                                                         and s.name != n.name)):
                         renames.setdefault(s.name, n)
     if not renames:
         return bsym.subsymbols

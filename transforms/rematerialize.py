@@ -297,8 +297,10 @@ def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: flo
     user's). budget None: checkpointed lines only."""
     lines = forward.bound_symbols
     scoped = {o.name for b in lines if b.sym.id in SCOPED_OUTPUTS for o in b.flat_proxy_outs()}
+    compared = compared_exactly(backward)
     times = {i: line_time(b, fused) for i, b in enumerate(lines)
-             if recomputable(b) and not (scoped and any(a.name in scoped for a in b.flat_proxy_args()))}
+             if recomputable(b) and not (scoped and any(a.name in scoped for a in b.flat_proxy_args()))
+             and not any(o.name in compared for o in b.flat_proxy_outs())}
     free = {i for i in times if lines[i].extra.get(CHECKPOINTED) or leaf_ids(lines[i]) <= VIEW_PRIMS}
     if budget is None:
         free = {i for i in free if lines[i].extra.get(CHECKPOINTED)}
@@ -311,6 +313,21 @@ def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: flo
         if spent <= budget * step:
             return chosen
     return _Cut(forward, needed, free).recomputed(dict.fromkeys(free, 1))
+
+
+def compared_exactly(backward: Trace) -> set:
+    """Names of the values the backward tests for equality (prims.eq/ne at any depth of a line: amax's gradient
+    goes where `x == amax(x)`): they are saved as the forward computed them, never recomputed, since a recompute by
+    another kernel (Inductor's exp against torch's) can differ in the last bit, and then no element of a row equals
+    its saved maximum (a count of 0: a NaN gradient)."""
+    names = set()
+    for b in backward.bound_symbols:
+        if leaf_ids(b) & _EXACT:
+            names.update(reads(b))
+    return names
+
+
+_EXACT = frozenset({"prims.eq", "prims.ne"})
 
 
 def traffic_saved(forward: Trace, n_outputs: int, needed: list, chosen: set, fused: bool) -> float:

@@ -357,6 +357,15 @@ def truth(b) -> bool:
     return v
 
 
+def unit_sizes(shape):
+    """Records, of each symbolic size in shape, whether it is 1: an answer that depends on a tensor's layout (is it
+    contiguous, can a reshape be a view) ignores the strides of size-1 dimensions, so the answer given for a size
+    other than 1 need not hold for 1 (`x.chunk(2, -1)[1].flatten()` copies a chunk 2 wide, views one 1 wide)."""
+    for s in shape:
+        if isinstance(s, SymbolicNumber):
+            bool(s == 1)
+
+
 _NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}  # (of ints: what the analysis learns from)
 
 

@@ -114,6 +114,7 @@ def _reshape_or_copy(a, shape):
     if not same_shape(shape, a.shape):
         meta = a.eager_layout()
         if meta is not None:
+            arith.unit_sizes(shape)
             try:
                 meta.view(tuple(s.value if hasattr(s, "expr") else s for s in shape))
             except RuntimeError:
@@ -150,6 +151,7 @@ def check_view(a, shape):
     nothing when a's layout is not known (a reshape, which the program runs, gives the same values)."""
     meta = a.eager_layout()
     if meta is not None:
+        arith.unit_sizes(shape)
         meta.view(tuple(s.value if hasattr(s, "expr") else s for s in shape))
 
 
