@@ -54,7 +54,8 @@ class Layouts:
         if meta is not None:
             for name in inputs:
                 self._guard(name, level)
-            unit_sizes(proxy._shape)  # (the guarded inputs' contiguity decides the answer only with these)
+            # (the guarded inputs' contiguity decides the answer only with these)
+            unit_sizes(proxy._shape, ones_only=meta.is_contiguous())
         return meta
 
     # -- replay ----------------------------------------------------------------------------------------------------

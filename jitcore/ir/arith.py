@@ -357,12 +357,13 @@ def truth(b) -> bool:
     return v
 
 
-def unit_sizes(shape):
+def unit_sizes(shape, ones_only: bool = False):
     """Records, of each symbolic size in shape, whether it is 1: an answer that depends on a tensor's layout (is it
     contiguous, can a reshape be a view) ignores the strides of size-1 dimensions, so the answer given for a size
-    other than 1 need not hold for 1 (`x.chunk(2, -1)[1].flatten()` copies a chunk 2 wide, views one 1 wide)."""
+    other than 1 need not hold for 1 (`x.chunk(2, -1)[1].flatten()` copies a chunk 2 wide, views one 1 wide).
+    ones_only: only the sizes that are 1 (a contiguous layout stays contiguous where another size becomes 1)."""
     for s in shape:
-        if isinstance(s, SymbolicNumber):
+        if isinstance(s, SymbolicNumber) and (not ones_only or s.value == 1):
             bool(s == 1)
 
 

@@ -114,7 +114,8 @@ def _reshape_or_copy(a, shape):
     if not same_shape(shape, a.shape):
         meta = a.eager_layout()
         if meta is not None:
-            arith.unit_sizes(shape)
+            if not meta.is_contiguous():  # (a contiguous tensor is viewed as any shape)
+                arith.unit_sizes(shape)
             try:
                 meta.view(tuple(s.value if hasattr(s, "expr") else s for s in shape))
             except RuntimeError:
@@ -151,7 +152,8 @@ def check_view(a, shape):
     nothing when a's layout is not known (a reshape, which the program runs, gives the same values)."""
     meta = a.eager_layout()
     if meta is not None:
-        arith.unit_sizes(shape)
+        if not meta.is_contiguous():
+            arith.unit_sizes(shape)
         meta.view(tuple(s.value if hasattr(s, "expr") else s for s in shape))
 
 
