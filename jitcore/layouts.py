@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from jitcore.guards.data_guards import DataGuard
-from jitcore.ir.arith import concretize, unit_sizes
+from jitcore.ir.arith import concretize, expr_of, unit_sizes
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ir.symbol import EAGER_KERNELS, Tag
@@ -119,6 +119,9 @@ class Layouts:
             if isinstance(o, TensorProxy):
                 ok = isinstance(m, torch.Tensor) and tuple(m.shape) == _sizes(o)
                 self._metas[o.name] = (m if ok else None, inputs)
+        if line.sym.id in _SLICING and len(args) == 1:
+            _full_slices(args[0], outs)
+
 
     def _guard(self, name, level):
         inp = next((i for i in self.ctx.inputs if i.proxy.name == name), None)
@@ -135,6 +138,25 @@ class Layouts:
         self._guarded.add((name, program))
         text = f"{name}.is_contiguous()" if program is _contiguous else f"({name}.stride(), {name}.storage_offset())"
         self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text, on_values=False))
+
+
+# lines that take part of their input along its dims (the dims they keep line up with the input's)
+_SLICING = frozenset({"ltorch.getitem", "ltorch.narrow", "prims.slice", "ltorch.split", "ltorch.split_with_sizes",
+                      "ltorch.chunk", "ltorch.tensor_split"})
+
+
+def _full_slices(a: TensorProxy, outs):
+    """Records whether a slice is as long as the dim it slices, where that holds or fails only at this call's sizes
+    (`x[:, :2]` of x 3 x C, `x.narrow(1, 0, n)`): a whole dim is contiguous where the input is, and a reshape of it
+    a view, which it is not for other sizes (a write through it would reach the input where eager's copy does not,
+    or the reverse)."""
+    for o in outs:
+        if not isinstance(o, TensorProxy) or o.ndim != a.ndim:
+            continue
+        for s_in, s_out in zip(a._shape, o._shape):
+            symbolic = isinstance(s_in, NumberProxy) or isinstance(s_out, NumberProxy)
+            if symbolic and s_in is not s_out and expr_of(s_in) != expr_of(s_out):
+                bool(s_in == s_out)  # (whichever holds: a call where the other does is another program)
 
 
 def _maker(line, name: str):

@@ -143,3 +143,36 @@ def test_reshape_of_a_slice_whose_width_becomes_one(slicer, reshape, cache):
         shares = [o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for o, x in ((got[0], xj),
                                                                                                (want[0], xe))]
         assert shares[0] == shares[1], f"width {width}: the reshape shares the input's memory: {shares} (jit, eager)"
+
+
+# a part of x (3 x C) taken along its last dim, then flattened (a view where the part is the whole dim, else a
+# copy) and written, or viewed (an error where it is not the whole dim)
+WHOLE_OR_PART = {
+    "getitem_flatten_write": lambda x, n: x[:, :2].flatten().mul_(2),
+    "narrow_reshape_write": lambda x, n: x.narrow(1, 0, n).reshape(-1).add_(1),
+    "getitem_n_view": lambda x, n: x[:, :n].view(-1) * 3,
+    "split_flatten_write": lambda x, n: x.split(2, 1)[0].flatten().sub_(1),
+    "tensor_split_reshape_write": lambda x, n: x.tensor_split([n], 1)[0].reshape(-1).mul_(-1),
+}
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("name", sorted(WHOLE_OR_PART))
+def test_a_slice_that_is_the_whole_dim_only_at_some_sizes(name, mode):
+    """Whether a slice covers its whole dim decides view or copy; under symbolic values it is a predicate, so a call
+    where it no longer holds (or starts to) gets its own program: writes reach the input exactly when eager's do,
+    and a view eager refuses is refused."""
+    fn = WHOLE_OR_PART[name]
+    jfn = jitcore.jit(fn, cache=mode)
+    for c, n in ((2, 2), (5, 2), (4, 4), (2, 2), (6, 3), (3, 3)):
+        x = torch.arange(3.0 * c).reshape(3, c)
+        xj = x.clone()
+        try:
+            expected = fn(x, n)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                jfn(xj, n)
+            continue
+        got = jfn(xj, n)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(xj, x, msg=lambda m: f"C={c}, n={n}: the input after the call: {m}")
