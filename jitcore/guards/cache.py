@@ -79,12 +79,14 @@ _TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 KEY_VALUE_TYPES = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device})
 SYMBOLIC_VALUE_TYPES = KEY_VALUE_TYPES - {int, float}
 _KW = object()
+_NAN = object()
 
 
 def key_constant(args, kwargs):
-    """Per argument: (type, sizes, dtype, device, requires_grad) for tensors, (type, value) for scalars, else type."""
+    """Per argument: (type, sizes, dtype, device, requires_grad) for tensors, (type, value) for scalars, else type.
+    (A NaN, unequal to itself, is keyed as one: each call's new float('nan') finds the entry traced for a NaN.)"""
     k = tuple([(t, a.shape, a.dtype, a.device, a.requires_grad) if (t := type(a)) in _TENSORS
-               else (t, a) if t in KEY_VALUE_TYPES else t for a in args])
+               else ((t, a) if a == a else (t, _NAN)) if t in KEY_VALUE_TYPES else t for a in args])
     if kwargs:
         k += (_KW, *[(name, key_constant((v,), None)) for name, v in kwargs.items()])
     return k

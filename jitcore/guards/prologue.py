@@ -214,6 +214,9 @@ def _global_state(saved_hooks=False, flags=None) -> list:
 def _value_check(name: str, value):
     if value is None or isinstance(value, (bool, torch.dtype)):
         return f"{name} is not {value}"
+    if data_guards.has_nan(value):  # (math.nan, a float argument that is NaN: `!=` would reject every call)
+        return lambda p: (f"type({name}) is not {p.const(type(value))} or "
+                          f"not {p.const(data_guards.same_value)}({name}, {p.value(value)})")
     if isinstance(value, torch.device):
         return lambda p: f"{name} != {p.value(value)}"
     if type(value) in (set, frozenset):
@@ -459,7 +462,10 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
 
 def _data_condition(g):
     def text(printer):
-        return f"{printer.const(g.program)}({', '.join(g.inputs)}) != {printer.value(g.value)}"
+        value = f"{printer.const(g.program)}({', '.join(g.inputs)})"
+        if data_guards.has_nan(g.value):  # (a NaN read by .item(): `!=` would miss on every call)
+            return f"not {printer.const(data_guards.same_value)}({value}, {printer.value(g.value)})"
+        return f"{value} != {printer.value(g.value)}"
 
     return text
 

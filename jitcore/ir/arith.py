@@ -78,7 +78,8 @@ def implied(op: str, a, b):
     """The comparison's answer if what the prologue checks decides it (for every input it lets through: the sizes'
     lower bounds, the predicates recorded so far; jitcore/ir/bounds.py), else None: a decided comparison needs no
     predicate."""
-    if isinstance(a, SymbolicNumber) and isinstance(b, SymbolicNumber) and a.expr == b.expr:
+    if isinstance(a, SymbolicNumber) and isinstance(b, SymbolicNumber) and a.expr == b.expr and \
+            a.python_type is not float:  # (a float may be NaN, unequal to itself: `v != v` is a predicate)
         return op in ("==", "<=", ">=")  # the same expression: decided without looking at the inputs
     if isinstance(b, SymbolicNumber) and not isinstance(a, SymbolicNumber):
         a, b, op = b, a, bounds.FLIP[op]
@@ -231,6 +232,8 @@ def expr_of(x) -> str:
         if x.expr is None:
             refuse(x)
         return x.expr
+    if type(x) is float and not math.isfinite(x):  # (repr gives `inf`, `nan`: no such names in the prologue)
+        return f"float('{x}')"
     return repr(x)
 
 
@@ -312,8 +315,9 @@ def concretize(p, why: str = ""):
         refuse(p)
     v = p.value
     implied_eq = implied("==", p, v)
-    if implied_eq is None:
-        record(f"{_strip(expr_of(p))} == {v!r}")
+    if implied_eq is None:  # (a NaN is the one value unequal to itself)
+        e = _strip(expr_of(p))
+        record(f"{e} != {e}" if v != v else f"{e} == {expr_of(v)}")
         _learn("==", p, v)
     return v
 
