@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import collections
 import collections.abc
+import math
 import random
 
 import pytest
@@ -156,3 +157,28 @@ def test_abc_registration_while_tracing_is_the_registry_the_guard_reads():
     jf = jitcore.jit(f)
     for items in ([1], (1,), {1}, [1]):
         torch.testing.assert_close(jf(torch.ones(1), items), f(torch.ones(1), items))
+
+
+# Values `==` finds equal that eager tells apart: 1, 1.0 and True as dict keys, tuple or set items, and 0.0 / -0.0 as
+# a float (an argument, or concretized under symbolic values by str()). Their guards compared with `==`: the first
+# call's answer to `isinstance(k, float)`, `str(v)` or `1 / v` was reused silently.
+EQUAL_VALUES = {
+    "dict keys": ([{1: 0}, {1.0: 0}, {True: 0}, {1: 0}], "sum(2 if isinstance(k, float) else 3 for k in c)"),
+    "tuple items": ([(1, 2), (1.0, 2), (True, 2), (1, 2.0)], "sum(len(type(k).__name__) for k in c)"),
+    "set items": ([{1, 2}, {1.0, 2}, {True, 2}, {1, 2}], "sum(len(type(k).__name__) for k in c)"),
+    "signed zero": ([0.0, -0.0, 0.0, -0.0], "len(str(c)) + math.copysign(1.0, c)"),
+    "signed zero in a tuple": ([(0.0,), (-0.0,), (0.0,)], "math.copysign(1.0, c[0])"),
+}
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("case", sorted(EQUAL_VALUES))
+def test_values_equal_under_eq_but_not_to_eager(case, mode):
+    values, read = EQUAL_VALUES[case]
+    scope = {"math": math}
+    exec(f"def f(x, c):\n    return x * ({read})\n", scope)
+    f = scope["f"]
+    jf = jitcore.jit(f, cache=mode)
+    for i, c in enumerate(values * 2):
+        x = torch.arange(3.0)
+        torch.testing.assert_close(jf(x, c), f(x, c), msg=lambda m, i=i, c=c: f"call {i} ({c!r}): {m}")

@@ -219,6 +219,9 @@ def _value_check(name: str, value):
                           f"not {p.const(data_guards.same_value)}({name}, {p.value(value)})")
     if isinstance(value, torch.device):
         return lambda p: f"{name} != {p.value(value)}"
+    if type(value) in (set, frozenset) and _mixes_numbers(value):  # ({1} == {1.0}, {0.0} == {-0.0})
+        return lambda p: (f"type({name}) is not {type(value).__name__} or "
+                          f"not {p.const(same_scalars)}({name}, {p.const(value)})")
     if type(value) in (set, frozenset):
         return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
     if type(value) is Members:
@@ -230,7 +233,29 @@ def _value_check(name: str, value):
     t = type(value)
     if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
         return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
+    if (t is float and value == 0) or (t is tuple and _mixes_numbers(value)):  # (-0.0 == 0.0, (1,) == (1.0,))
+        return lambda p: (f"type({name}) is not {t.__name__} or "
+                          f"not {p.const(same_scalars)}({name}, {p.value(value)})")
     return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"
+
+
+def _typed(x) -> tuple:
+    return type(x), x, math.copysign(1.0, x) if type(x) is float else 0
+
+
+def _mixes_numbers(items) -> bool:
+    """Whether `==` of a collection like `items` can hold for other items: numbers of another type (1 == 1.0 ==
+    True) or a zero of the other sign."""
+    return any(type(x) in (int, float, bool, complex) for x in items)
+
+
+def same_scalars(a, b) -> bool:
+    """a == b with the same types and signs of zero item for item (as sets, for sets); b a float, a tuple, a set."""
+    if type(b) is float:
+        return type(a) is float and _typed(a) == _typed(b)
+    if isinstance(b, (set, frozenset)):
+        return {_typed(x) for x in a} == {_typed(x) for x in b}
+    return len(a) == len(b) and all(_typed(x) == _typed(y) for x, y in zip(a, b))
 
 
 class Members:
@@ -613,8 +638,9 @@ def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
         binder.bind(name, prov)
     where = str(prov)
     if kind == "length" and type(value) is tuple:  # a dict: its keys, in order (iteration follows it)
-        conds = [(lambda p: f"tuple({name}) != {p.const(value)}",
-                  f"keys of {where}: expected {reprlib.repr(value)}, in this order")]
+        keys = (lambda p: f"not {p.const(same_scalars)}(tuple({name}), {p.const(value)})") if _mixes_numbers(value) \
+            else (lambda p: f"tuple({name}) != {p.const(value)}")  # ({1: a} and {1.0: a} have equal keys)
+        conds = [(keys, f"keys of {where}: expected {reprlib.repr(value)}, in this order")]
     elif kind == "length":
         conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")]
     elif kind == "object":

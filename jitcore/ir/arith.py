@@ -318,6 +318,8 @@ def concretize(p, why: str = ""):
     if implied_eq is None:  # (a NaN is the one value unequal to itself)
         e = _strip(expr_of(p))
         record(f"{e} != {e}" if v != v else f"{e} == {expr_of(v)}")
+        if type(v) is float and v == 0:  # (-0.0 == 0.0: its text, 1 / v differ)
+            record(f"str({e}) == {str(v)!r}")
         _learn("==", p, v)
     return v
 
