@@ -497,7 +497,7 @@ def _data_condition(g):
 
 def _items(guards) -> list:
     """(n, (provenance, kind, value)) for every guard, shallowest first; n names its value (`g{n}`)."""
-    items = [(p, "length", n) for p, n in guards.lengths.items()]
+    items = [(p, "length", (n, guards.container_types.get(p))) for p, n in guards.lengths.items()]
     items += [(p, "object", o) for p, o in guards.objects.items()]
     items += [(p, "type", ty) for p, ty in guards.types.items()]
     items += [(p, "value", v) for p, v in guards.values.items()]
@@ -637,12 +637,16 @@ def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
     else:
         binder.bind(name, prov)
     where = str(prov)
+    if kind == "length":  # (its type checked on the same line: a tuple after a list, an OrderedDict after a dict)
+        value, ctype = value
+        typed = [] if ctype is None else [(lambda p: f"type({name}) is not {p.const(ctype)}",
+                                           f"{where}: expected a {ctype.__name__}")]
     if kind == "length" and type(value) is tuple:  # a dict: its keys, in order (iteration follows it)
         keys = (lambda p: f"not {p.const(same_scalars)}(tuple({name}), {p.const(value)})") if _mixes_numbers(value) \
             else (lambda p: f"tuple({name}) != {p.const(value)}")  # ({1: a} and {1.0: a} have equal keys)
-        conds = [(keys, f"keys of {where}: expected {reprlib.repr(value)}, in this order")]
+        conds = [(keys, f"keys of {where}: expected {reprlib.repr(value)}, in this order")] + typed
     elif kind == "length":
-        conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")]
+        conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")] + typed
     elif kind == "object":
         conds = [(lambda p: f"{name} is not {p.const(value)}", f"{where}: expected the object {_short(value)}")]
     elif kind == "type":
