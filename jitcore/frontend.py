@@ -82,6 +82,7 @@ class Guards:
     objects: dict = field(default_factory=dict)
     types: dict = field(default_factory=dict)
     lengths: dict = field(default_factory=dict)
+    container_types: dict = field(default_factory=dict)  # provenance -> the type of a container lengths guards
     predicates: list = field(default_factory=list)
     # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
     # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
@@ -582,9 +583,14 @@ class JitContext(DefaultContext):
         """Length guards for every external container an item was loaded from (iteration or indexing); a dict's
         guard is its keys in order (iterating it, its values or items follows insertion order)."""
         g = self.guards
-        # a container's truthiness or length decides code too (`if self._forward_hooks:`): guard every one seen
+        token = (abc.get_cache_token, (), ())
+        if token in g.flags:  # the registry as the trace leaves it: a registration while tracing (a lazy import of
+            g.flags[token] = abc.get_cache_token()  # torch._dynamo, `Base.register(C)` in the function) counts
+        # a container's truthiness or length decides code too (`if self._forward_hooks:`): guard every one seen, and
+        # its type (`isinstance(xs, list)`, `type(d) is dict`: a tuple or an OrderedDict of the same length differs)
         for prov, value in self._containers.items():
             g.lengths.setdefault(prov, _extent(value))
+            g.container_types.setdefault(prov, type(value))
         provs = [i.provenance for i in self.inputs] + list(g.values) + list(g.objects) + list(g.types)
         provs += list(self._containers)
         for prov in provs:

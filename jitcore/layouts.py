@@ -218,7 +218,9 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
     leaves, spec = tree_flatten((args, kwargs))
     if any(isinstance(x, Proxy) for x in leaves):
         return None
-    key = _result_key(sym.id, leaves, spec)
+    on_cpu = sym.id in CPU_LAYOUTS and any(a.device.type == "cpu" for a in line.flat_proxy_args()
+                                           if isinstance(a, TensorProxy))
+    key = _result_key(sym.id + (" on cpu" if on_cpu else ""), leaves, spec)
     if key is not None and used is not None:
         used[key] = None
     if key is not None and key not in META_RESULTS and not _DISK["loaded"]:
@@ -227,7 +229,7 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
         return [None if d is None else _rebuild(d) for d in META_RESULTS[key]]
     with detached(), torch.no_grad():
         try:
-            out = fn(*args, **kwargs)
+            out = _run_on_cpu(fn, args, kwargs) if on_cpu else fn(*args, **kwargs)
         except Exception:  # an op with no meta kernel, or a device the meta tensors cannot reach
             return None
     outs = tree_flatten(out)[0]  # an absent output (None: F.multi_head_attention_forward's weights) stays absent
@@ -314,6 +316,27 @@ def write_atomically(path: Path, data: bytes):
     os.replace(tmp, path)
 _PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
                     torch.layout})
+
+
+# ops whose CPU kernels lay out their outputs otherwise than torch's meta kernels say (a convolution of a channels_last
+# input or weight, group_norm, a reflect or replicate pad and roll of a channels_last input keep channels_last on the
+# CPU; the meta kernels answer contiguous): their layout is the CPU kernel's own, run on zeros laid out as the inputs
+CPU_LAYOUTS = frozenset(f"ltorch.{n}" for n in (
+    "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d group_norm pad roll pixel_shuffle "
+    "pixel_unshuffle").split())
+
+
+def _run_on_cpu(fn, args, kwargs):
+    """fn's outputs, as meta tensors laid out as its CPU kernel lays them out, from a run on zeros of the inputs'
+    layouts (meta tensors in args)."""
+    def real(x):
+        if not isinstance(x, torch.Tensor) or x.device.type != "meta":
+            return x
+        storage = torch.zeros((x.untyped_storage().nbytes() // x.element_size(),), dtype=x.dtype)
+        return storage.as_strided(x.shape, x.stride(), x.storage_offset())
+
+    out = fn(*tree_map(real, args), **tree_map(real, kwargs))
+    return tree_map(lambda o: _rebuild(_described(o)) if isinstance(o, torch.Tensor) else o, out)
 
 
 def _described(t: torch.Tensor) -> tuple:

@@ -75,9 +75,10 @@ def range_lists_pinned(op, takes_ranges: bool):
 def refused_inside(fn, from_user=lambda: True):
     """A stand-in raising UnsupportedError for what cannot run inside a traced program, or None: the methods of an
     optimizer, an LR scheduler or a grad scaler (run natively, they would update the real parameters once, while
-    tracing, and the program would do nothing on later calls), gradient computations (the program's backward is
-    made after it is traced), and files opened by user code (from_user(): the caller is user code; read once while
-    tracing, a file's contents were baked into the program, and writes happened once)."""
+    tracing, and the program would do nothing on later calls), in-place gradient clipping (likewise), gradient
+    computations (the program's backward is made after it is traced), and files opened by user code (from_user():
+    the caller is user code; read once while tracing, a file's contents were baked into the program, and writes
+    happened once)."""
     mod = getattr(fn, "__module__", None) or ""
     if _is_file_call(fn) and from_user():
         what, hint = (f"{getattr(fn, '__qualname__', fn)}() inside a jitted function: the file would be read or "
@@ -88,6 +89,10 @@ def refused_inside(fn, from_user=lambda: True):
                       "or grad scaler reads and updates the real parameters and its own state, which a traced "
                       "program cannot replay"), "call opt.step(), opt.zero_grad(), scheduler.step() and the grad " \
                                                 "scaler outside the jitted function; jit the model or the loss"
+    elif mod.startswith("torch.nn.utils.clip_grad") and getattr(fn, "__name__", "").endswith("_"):
+        what, hint = (f"{getattr(fn, '__qualname__', fn)} ({mod}) inside a jitted function: gradient clipping reads "
+                      "and rescales the parameters' real .grad tensors, which a traced program cannot replay"), \
+            "clip after loss.backward(), outside the jitted function (before opt.step())"
     elif fn in _GRADIENT_CALLS:
         what, hint = (f"{getattr(fn, '__qualname__', fn)} inside a jitted function: the program's backward is built "
                       "from the whole program, after it is traced"), "return the loss and call loss.backward() (or " \

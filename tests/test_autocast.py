@@ -1,4 +1,6 @@
 """torch.autocast inside the jitted function or around the call: the same casts as eager, recorded in the trace."""
+import random
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -229,3 +231,64 @@ def test_autocast_gradients_per_op_match_eager(name, how):
         if w is not None:
             assert g.dtype == w.dtype, f"{name} {how}: grad dtype {g.dtype}, eager {w.dtype}"
             torch.testing.assert_close(g, w, atol=5e-2, rtol=3e-2, msg=lambda m: f"{name} {how}: {m}")
+
+
+# -- where the gradients of a tensor's several casts are summed -------------------------------------------------------
+# Each use of a tensor cast by autocast (or by the user: `x.bfloat16()`) gets its own cast in eager, and each cast's
+# backward hands its gradient back in the tensor's own dtype, where autograd sums them; torch's cast cache shares one
+# cast of a float32 leaf that requires grad (a parameter) per autocast region instead, its uses' gradients summed in the
+# low dtype. CSE used to merge every such cast, so an activation feeding q, k and v had its gradient summed in bfloat16.
+
+SOURCES = ("parameter", "leaf argument", "computed argument", "activation")
+USES = {
+    "linear": lambda h, w: torch.nn.functional.linear(h, w),
+    "matmul": lambda h, w: h @ w.t(),
+    "bfloat16()": lambda h, w: h.bfloat16() * 2,
+    "to(float16)": lambda h, w: h.to(torch.float16).float() * 3,
+    "half()": lambda h, w: h.half().relu() * 2,
+    "double()": lambda h, w: h.double().tanh(),
+}
+
+
+def _cast_program(seed):
+    r = random.Random(seed)
+    source = SOURCES[seed % len(SOURCES)]
+    uses = [r.choice(list(USES)) for _ in range(r.randint(2, 4))]
+    scales = [r.choice([1.0, -2.0, 3.0, 0.5]) for _ in uses]
+    region = r.choice(["inside", "around"])
+    weight = torch.nn.Parameter(torch.randn(6, 6, generator=torch.Generator().manual_seed(seed)))
+
+    def f(x):
+        def body():
+            h = weight if source == "parameter" else torch.tanh(x) * 3 if source == "activation" else x
+            outs = [USES[u](h, weight) for u in uses]
+            return sum((o.float().sum(-1) * s for o, s in zip(outs, scales)), torch.zeros(()))
+        if region == "around":
+            return body()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return body()
+
+    return f, weight, source, region, f"{source}, uses {uses}, autocast {region}"
+
+
+def _cast_call(f, weight, source, n, seed):
+    leaf = torch.randn(n, 6, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+    x = leaf * 1 if source == "computed argument" else leaf
+    weight.grad = None
+    out = f(x)
+    out.sum().backward()
+    return out.detach(), leaf.grad, weight.grad
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("seed", range(24))
+def test_gradients_of_several_casts_are_summed_as_in_eager(seed, mode):
+    f, weight, source, region, what = _cast_program(seed)
+    jf = jitcore.jit(f, cache=mode)
+    for i, n in enumerate((4, 4, 7, 2)):
+        with _outer_ctx("inside" if region == "inside" else "around", torch.bfloat16):
+            want = _cast_call(f, weight, source, n, seed + i)
+            got = _cast_call(jf, weight, source, n, seed + i)
+        for name, g, w in zip(("output", "input grad", "weight grad"), got, want):
+            where = f"{what}, call {i}: {name}"
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4, msg=lambda m, where=where: f"{where}: {m}")

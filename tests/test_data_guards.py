@@ -1,5 +1,9 @@
 """Data-dependent Python values (`if mask.all():`, `x.item()`): computed from the call's inputs, guarded, and a
 different value retraces; random or in-place sources are refused with the user's line."""
+import math
+import operator
+import random
+
 import pytest
 import torch
 
@@ -195,3 +199,87 @@ def test_data_guard_refuses_a_value_written_into_an_input():
 
     with pytest.raises(jitcore.DataDependentError, match="in-place writes"):
         jitcore.jit(f)(torch.randn(3))
+
+
+# Python conversions of a tensor read from its value: each a conversion of the call's tensor, which varies over the
+# sequence in dtype and size. A list indexed by a float tensor (`xs[t]`, `range(t)`, `hex(t)`) raises TypeError in
+# eager; jitcore truncated the value and answered. int()/float()/complex() of a tensor of several elements raise
+# ValueError in eager (a RuntimeError here before), and __index__ of one a TypeError.
+_CONVERSIONS = {
+    "xs[t]": lambda x, t: x * [1.0, 2.0, 3.0, 4.0][t],
+    "range(t)": lambda x, t: x * len(range(t)),
+    "operator.index(t)": lambda x, t: x * operator.index(t),
+    "x[:t]": lambda x, t: x[:t].sum() + x,
+    "int(t)": lambda x, t: x * int(t),
+    "float(t)": lambda x, t: x * float(t),
+    "complex(t)": lambda x, t: x * complex(t).real,
+    "bool(t)": lambda x, t: x * 2 if t else x,
+    "t.item()": lambda x, t: x * t.item(),
+    "torch.equal(t, t)": lambda x, t: x * 2 if torch.equal(t, t) else x,
+    "torch.equal(t, t + 0)": lambda x, t: x * 2 if torch.equal(t, t + 0) else x,
+}
+_CONVERTED = (torch.tensor([1]), torch.tensor([1.5]), torch.tensor(2), torch.tensor([1, 2]), torch.tensor(True),
+              torch.zeros(0), torch.tensor([[3]], dtype=torch.uint8), torch.tensor(float("nan")), torch.tensor(0.0))
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # (eager's errors: the same type expected)
+        return type(e).__name__
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("conversion", sorted(_CONVERSIONS))
+def test_conversions_of_a_tensor_raise_and_answer_as_eager(conversion, mode):
+    fn = _CONVERSIONS[conversion]
+    jf = jitcore.jit(fn, cache=mode)
+    order = random.Random(conversion).sample(_CONVERTED, len(_CONVERTED))
+    for i, t in enumerate(order * 2):
+        x = torch.arange(4.0)
+        want, got = _outcome(fn, x, t), _outcome(jf, x, t)
+        where = f"{conversion} of {t!r} ({t.dtype}), call {i}"
+        if isinstance(want, str) or isinstance(got, str):
+            assert got == want, f"{where}: {got}, eager {want}"
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m, where=where: f"{where}: {m}")
+
+
+# A NaN read as a Python value (`math.nan`, `torch.nan` or a global NaN in a masked_fill, a float argument that is
+# NaN, `t.item()` of a NaN) was guarded with `!=`, which never finds NaN equal to itself: the first call failed with
+# "a fresh prologue rejected its own call", or each later call missed. Under symbolic values a float argument's
+# `v != v` was decided as False without a predicate (a later NaN took the finite value's branch, and the reverse),
+# and a predicate over a non-finite value printed `inf` or `nan`, names the prologue does not have (NameError).
+NAN_HOLDER = {"value": math.nan}
+_NAN_READS = {
+    "argument": lambda x, v: x.masked_fill(x > 1, v),
+    "math.nan": lambda x, v: x.masked_fill(x > 1, math.nan) + v,
+    "torch.nan": lambda x, v: torch.full_like(x, torch.nan) * v,
+    "global": lambda x, v: x * NAN_HOLDER["value"] + v,
+    "tuple argument": lambda x, v: x * (1.0, v)[1],
+    "item": lambda x, v: x * torch.tensor(v).item(),
+    "tolist": lambda x, v: x * torch.tensor([v, 1.0]).tolist()[0],
+    "v != v": lambda x, v: x * 2 if v != v else x * 3,
+    "v <= v": lambda x, v: x * 2 if v <= v else x * 3,
+    "math.isnan": lambda x, v: x * 2 if math.isnan(v) else x * 3,
+    "math.isinf": lambda x, v: x * 2 if math.isinf(v) else x - 1,
+    "v == inf": lambda x, v: x * 2 if v == math.inf else x * 3,
+    "v - v": lambda x, v: x * (v - v),
+}
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("read", sorted(_NAN_READS))
+def test_nan_values_are_read_as_in_eager(read, mode):
+    fn = _NAN_READS[read]
+    values = [math.nan, float("nan"), 1.5, math.inf, float("nan"), -0.0, math.nan, -math.inf, 2.5, float("nan")]
+    for start in (0, 2):  # (traced first with a NaN, then with a finite value)
+        jf = jitcore.jit(fn, cache=mode)
+        for i, v in enumerate(values[start:] + values[:start]):
+            NAN_HOLDER["value"] = (math.nan, float("nan"), 2.0)[i % 3]
+            x = torch.arange(4.0)
+            torch.testing.assert_close(jf(x, v), fn(x, v), equal_nan=True,
+                                       msg=lambda m, i=i, v=v: f"call {i} ({v}): {m}")
+        if mode == "constant values":  # a NaN call finds the entry a NaN call made (each a new float object)
+            kinds = {(v if v == v else "nan", i % 3 == 2) for i, v in enumerate(values[start:] + values[:start])}
+            assert jitcore.cache_misses(jf) <= len(kinds), jitcore.cache_misses(jf)

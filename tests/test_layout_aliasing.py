@@ -10,8 +10,10 @@ import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import jitcore
+from tests.fuzz import CACHE_MODES
 
 CACHES = ("constant values", "symbolic values", "no caching")
 
@@ -175,4 +177,47 @@ def test_a_slice_that_is_the_whole_dim_only_at_some_sizes(name, mode):
             continue
         got = jfn(xj, n)
         torch.testing.assert_close(got, expected)
-        torch.testing.assert_close(xj, x, msg=lambda m: f"C={c}, n={n}: the input after the call: {m}")
+        torch.testing.assert_close(xj, x, msg=lambda m, c=c, n=n: f"C={c}, n={n}: the input after the call: {m}")
+
+
+# Layouts the CPU kernels decide otherwise than torch's meta kernels: a convolution of a channels_last input or
+# weight (a model moved to channels_last), group_norm, reflect/replicate pads, roll and pixel_shuffle keep
+# channels_last on the CPU; the layout replay read them as contiguous, so `y.is_contiguous()` and `y.stride()` of
+# such a result answered wrongly inside a jitted function (and a branch on them took the other way).
+_CL_OPS = {
+    "conv2d": lambda x, w: F.conv2d(x, w, padding=1),
+    "conv2d stride 2": lambda x, w: F.conv2d(x, w, stride=2),
+    "conv_transpose2d": lambda x, w: F.conv_transpose2d(x, w.transpose(0, 1)),
+    "group_norm": lambda x, w: F.group_norm(x, 2),
+    "reflect pad": lambda x, w: F.pad(x, (1, 1, 1, 1), mode="reflect"),
+    "replicate pad": lambda x, w: F.pad(x, (1, 2, 0, 1), mode="replicate"),
+    "roll": lambda x, w: x.roll(1, 1),
+    "pixel_shuffle": lambda x, w: F.pixel_shuffle(x, 2),
+    "conv then relu": lambda x, w: F.conv2d(x, w).relu(),
+}
+
+
+def _layout_answers(op):
+    def f(x, w):
+        y = _CL_OPS[op](x, w)
+        scale = 2.0 if y.is_contiguous() else 3.0
+        return y * scale, y.stride(), y.is_contiguous(memory_format=torch.channels_last)
+    return f
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("op", sorted(_CL_OPS))
+def test_cpu_kernel_layouts_are_eagers(op, mode):
+    f = _layout_answers(op)
+    jf = jitcore.jit(f, cache=mode)
+    g = torch.Generator().manual_seed(0)
+    cl = torch.channels_last
+    for i, (x_cl, w_cl, n) in enumerate([(True, False, 6), (False, False, 6), (False, True, 6), (True, True, 7),
+                                         (True, False, 8), (False, False, 6)]):
+        x = torch.randn(2, 4, n, n, generator=g)
+        w = torch.randn(4, 4, 3, 3, generator=g)
+        x, w = (x.to(memory_format=cl) if x_cl else x), (w.to(memory_format=cl) if w_cl else w)
+        got, want = jf(x, w), f(x, w)
+        where = f"{op}, call {i} (input channels_last {x_cl}, weight channels_last {w_cl})"
+        assert got[1:] == want[1:], f"{where}: stride, channels_last {got[1:]}, eager {want[1:]}"
+        torch.testing.assert_close(got[0], want[0], msg=lambda m, where=where: f"{where}: {m}")

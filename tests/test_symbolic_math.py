@@ -121,3 +121,30 @@ def test_bitwise_operators_of_sizes(mode):
         torch.testing.assert_close(jf(x), f(x))
     if mode == "symbolic values":
         assert jitcore.cache_misses(jf) == 2  # (odd, even)
+
+
+# The rest of int's and float's API on a number argument or a size (`n.bit_length()`, a next power of two;
+# `v.is_integer()`): under symbolic values the proxies had no such attribute (AttributeError where eager answers).
+NUMBER_METHODS = {
+    "bit_length": lambda x, n, v: x * (1 << (n.bit_length())),
+    "size bit_length": lambda x, n, v: x * (1 << (x.shape[0] - 1).bit_length()),
+    "bit_count": lambda x, n, v: x * n.bit_count(),
+    "int real/imag/conjugate": lambda x, n, v: x * n.real * n.conjugate() + n.imag,
+    "numerator/denominator": lambda x, n, v: x * n.numerator / n.denominator,
+    "int as_integer_ratio": lambda x, n, v: x * n.as_integer_ratio()[0],
+    "to_bytes": lambda x, n, v: x * n.to_bytes(2, "little", signed=True)[0],
+    "is_integer": lambda x, n, v: x * 2 if v.is_integer() else x * 3,
+    "float real/imag/conjugate": lambda x, n, v: x * v.real * v.conjugate() + v.imag,
+    "float as_integer_ratio": lambda x, n, v: x * v.as_integer_ratio()[1],
+    "hex": lambda x, n, v: x * len(v.hex()),
+}
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("method", sorted(NUMBER_METHODS))
+def test_number_methods_answer_as_eager(method, mode):
+    fn = NUMBER_METHODS[method]
+    jf = jitcore.jit(fn, cache=mode)
+    for i, (size, n, v) in enumerate([(3, 5, 1.5), (5, 6, 2.0), (9, 1000, 2.0), (3, 5, 1.5), (4, -3, -0.25)]):
+        x = torch.arange(float(size))
+        torch.testing.assert_close(jf(x, n, v), fn(x, n, v), msg=lambda m, i=i: f"call {i}: {m}")

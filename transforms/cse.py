@@ -2,7 +2,9 @@
 same arguments, same grad mode where its inputs require grad) is dropped and later uses read the earlier result;
 random draws, in-place writes and lines that must stay are never merged, and no line is merged across an in-place
 write. A line whose tensor is returned to the user is kept (`return x + 1, x + 1` gives two tensors in eager: a write
-into one must not change the other). Typical catch: the backward of `y * y` computes `g * y` twice.
+into one must not change the other), and so is one that changes the dtype of a tensor needing grad (two
+`x.bfloat16()`, autocast's casts of one activation for q, k and v: eager sums their gradients in x's float32, one
+merged cast would sum them in bfloat16). Typical catch: the backward of `y * y` computes `g * y` twice.
 """
 from __future__ import annotations
 
@@ -37,6 +39,15 @@ def line_key(bsym) -> tuple:
 
 def _never(bsym) -> bool:
     return bool(bsym.sym.tags & NEVER) or any(_never(s) for s in bsym.subsymbols)
+
+
+def _changes_grad_dtype(bsym) -> bool:
+    """Whether a floating output's dtype differs from that of a floating input needing grad: each use's gradient
+    goes back through its own cast in eager, to be summed in the input's dtype."""
+    needs = {a.dtype for a in bsym.flat_proxy_args()
+             if isinstance(a, TensorProxy) and a.requires_grad and a.dtype.is_floating_point}
+    return bool(needs) and any(isinstance(o, TensorProxy) and o.dtype.is_floating_point and o.dtype not in needs
+                               for o in bsym.flat_proxy_outs())
 
 
 def rename_args(bsym, names: dict):
@@ -82,7 +93,7 @@ def cse(trace: Trace, distinct_outputs: bool = True) -> Trace:
                 continue
             key = line_key(bsym)
             first = seen.get(key)
-            if first is None or any(o.name in returned for o in outs):
+            if first is None or any(o.name in returned for o in outs) or _changes_grad_dtype(bsym):
                 seen[key] = bsym
                 kept.append(bsym)
                 continue

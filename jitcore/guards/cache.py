@@ -82,10 +82,12 @@ _KW = object()
 
 
 def key_constant(args, kwargs):
-    """Per argument: (type, sizes, dtype, device, requires_grad) for tensors, (type, value) for scalars, else type."""
+    """Per argument: (type, sizes, dtype, device, requires_grad) for tensors, (type, value) for scalars, else type.
+    (A float zero or NaN by its bits: -0.0 is keyed apart from 0.0, and each call's new float('nan') finds the
+    entry traced for a NaN.)"""
     k = tuple([(t, a.shape, a.dtype, a.device, a.requires_grad) if (t := type(a)) in _TENSORS
                else (t, a if t is not float or (a == a and a) else a.hex()) if t in KEY_VALUE_TYPES else t
-               for a in args])  # (a float zero or NaN by its bits: -0.0 == 0.0, and a NaN equals no NaN)
+               for a in args])
     if kwargs:
         k += (_KW, *[(name, key_constant((v,), None)) for name, v in kwargs.items()])
     return k

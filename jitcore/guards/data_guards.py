@@ -32,6 +32,24 @@ class DataGuard:
     on_values: bool = True  # False: it reads metadata only (strides, contiguity, is_leaf), not tensor values
 
 
+def has_nan(value) -> bool:
+    """Whether a guarded value holds a NaN (`x.item()` of a NaN), which `!=` never finds equal to itself."""
+    if isinstance(value, (float, complex)):
+        return value != value
+    return isinstance(value, (tuple, list)) and any(has_nan(v) for v in value)
+
+
+def same_value(a, b) -> bool:
+    """a == b, NaN equal to NaN: the check of a guarded value that holds a NaN."""
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if a == b:
+        return True
+    if not (isinstance(a, (float, complex)) and type(a) is type(b)):
+        return False
+    return all(x == y or (x != x and y != y) for x, y in ((a.real, b.real), (a.imag, b.imag)))
+
+
 def _needed(trace: Trace, target) -> list:
     """The recorded lines (including those of composites still being recorded) that produce `target`, with the
     in-place writes into it or into any tensor it shares memory with (through views) made before it is read. A size
@@ -116,9 +134,12 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
     number arguments, under symbolic values), or anything when no real inputs are at hand (examine())."""
     what = {"bool": "a Python bool (e.g. `if tensor:`)", "item": "tensor.item()", "tolist": "tensor.tolist()"}.get(
         kind, f"a Python {kind}")
+    if kind == "index" and (proxy.dtype.is_floating_point or proxy.dtype.is_complex or proxy.numel() != 1):
+        raise TypeError("only integer tensors of a single element can be converted to an index")  # (as eager)
     if kind not in ("item", "tolist") and proxy.numel() != 1:
-        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous" if kind == "bool" else
-                           "only one element tensors can be converted to Python scalars")
+        if kind == "bool":
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        raise ValueError("only one element tensors can be converted to Python scalars")
     return guarded_value(ctx, [proxy], _CONVERT[kind], kind, f"converting a tensor to {what}")
 
 
@@ -229,7 +250,11 @@ def _free(lines, wanted) -> list:
                 seen.add(a.name)
                 free.append(a)
         made.update(o.name for o in b.flat_proxy_outs())
-    return free + [p for p in wanted if p.name not in made and p.name not in seen]
+    for p in wanted:  # (each once: `torch.equal(x, x)` wants x twice)
+        if p.name not in made and p.name not in seen:
+            seen.add(p.name)
+            free.append(p)
+    return free
 
 
 def real_values(ctx, wanted: list) -> list:
@@ -264,4 +289,4 @@ def _describe(program: Trace, kind: str) -> str:
     return f"{kind}({' -> '.join(ops) or ', '.join(o.name for o in outs)})"
 
 
-__all__ = ["DataGuard", "Proxy", "concrete_value", "guarded_value", "merged", "real_values"]
+__all__ = ["DataGuard", "Proxy", "concrete_value", "guarded_value", "has_nan", "merged", "real_values", "same_value"]

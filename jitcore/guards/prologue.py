@@ -216,8 +216,14 @@ def _global_state(saved_hooks=False, flags=None) -> list:
 def _value_check(name: str, value):
     if value is None or isinstance(value, (bool, torch.dtype)):
         return f"{name} is not {value}"
+    if data_guards.has_nan(value):  # (math.nan, a float argument that is NaN: `!=` would reject every call)
+        return lambda p: (f"type({name}) is not {p.const(type(value))} or "
+                          f"not {p.const(data_guards.same_value)}({name}, {p.value(value)})")
     if isinstance(value, torch.device):
         return lambda p: f"{name} != {p.value(value)}"
+    if type(value) in (set, frozenset) and _mixes_numbers(value):  # ({1} == {1.0}, {0.0} == {-0.0})
+        return lambda p: (f"type({name}) is not {type(value).__name__} or "
+                          f"not {p.const(same_scalars)}({name}, {p.const(value)})")
     if type(value) in (set, frozenset):
         return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
     if type(value) is Members:
@@ -227,11 +233,31 @@ def _value_check(name: str, value):
     if type(value) in COPIED_CONTAINERS:  # (a deque, array or bytearray: its contents when first read)
         return lambda p: f"not {p.const(_same_contents)}({name}, {p.const(value)})"
     t = type(value)
-    if t is float and (value != value or value == 0.0):  # (-0.0 == 0.0, and a NaN equals nothing: its bits)
-        return f"type({name}) is not float or {name}.hex() != {value.hex()!r}"
     if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
         return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
+    if (t is float and value == 0) or (t is tuple and _mixes_numbers(value)):  # (-0.0 == 0.0, (1,) == (1.0,))
+        return lambda p: (f"type({name}) is not {t.__name__} or "
+                          f"not {p.const(same_scalars)}({name}, {p.value(value)})")
     return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"
+
+
+def _typed(x) -> tuple:
+    return type(x), x, math.copysign(1.0, x) if type(x) is float else 0
+
+
+def _mixes_numbers(items) -> bool:
+    """Whether `==` of a collection like `items` can hold for other items: numbers of another type (1 == 1.0 ==
+    True) or a zero of the other sign."""
+    return any(type(x) in (int, float, bool, complex) for x in items)
+
+
+def same_scalars(a, b) -> bool:
+    """a == b with the same types and signs of zero item for item (as sets, for sets); b a float, a tuple, a set."""
+    if type(b) is float:
+        return type(a) is float and _typed(a) == _typed(b)
+    if isinstance(b, (set, frozenset)):
+        return {_typed(x) for x in a} == {_typed(x) for x in b}
+    return len(a) == len(b) and all(_typed(x) == _typed(y) for x, y in zip(a, b))
 
 
 class Members:
@@ -463,14 +489,17 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
 
 def _data_condition(g):
     def text(printer):
-        return f"{printer.const(g.program)}({', '.join(g.inputs)}) != {printer.value(g.value)}"
+        value = f"{printer.const(g.program)}({', '.join(g.inputs)})"
+        if data_guards.has_nan(g.value):  # (a NaN read by .item(): `!=` would miss on every call)
+            return f"not {printer.const(data_guards.same_value)}({value}, {printer.value(g.value)})"
+        return f"{value} != {printer.value(g.value)}"
 
     return text
 
 
 def _items(guards) -> list:
     """(n, (provenance, kind, value)) for every guard, shallowest first; n names its value (`g{n}`)."""
-    items = [(p, "length", n) for p, n in guards.lengths.items()]
+    items = [(p, "length", (n, guards.container_types.get(p))) for p, n in guards.lengths.items()]
     items += [(p, "object", o) for p, o in guards.objects.items()]
     items += [(p, "type", ty) for p, ty in guards.types.items()]
     items += [(p, "value", v) for p, v in guards.values.items()]
@@ -610,11 +639,16 @@ def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
     else:
         binder.bind(name, prov)
     where = str(prov)
+    if kind == "length":  # (its type checked on the same line: a tuple after a list, an OrderedDict after a dict)
+        value, ctype = value
+        typed = [] if ctype is None else [(lambda p: f"type({name}) is not {p.const(ctype)}",
+                                           f"{where}: expected a {ctype.__name__}")]
     if kind == "length" and type(value) is tuple:  # a dict: its keys, in order (iteration follows it)
-        conds = [(lambda p: f"tuple({name}) != {p.const(value)}",
-                  f"keys of {where}: expected {reprlib.repr(value)}, in this order")]
+        keys = (lambda p: f"not {p.const(same_scalars)}(tuple({name}), {p.const(value)})") if _mixes_numbers(value) \
+            else (lambda p: f"tuple({name}) != {p.const(value)}")  # ({1: a} and {1.0: a} have equal keys)
+        conds = [(keys, f"keys of {where}: expected {reprlib.repr(value)}, in this order")] + typed
     elif kind == "length":
-        conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")]
+        conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")] + typed
     elif kind == "object":
         conds = [(lambda p: f"{name} is not {p.const(value)}", f"{where}: expected the object {_short(value)}")]
     elif kind == "type":

@@ -283,6 +283,26 @@ class IntegerProxy(NumberProxy):
     def __index__(self):
         return arith.concretize(self)
 
+    # the rest of int's API: the number itself (real, numerator, conjugate()) or its value's answer, specialised
+    real = numerator = property(lambda self: self)
+    imag = property(lambda self: 0)
+    denominator = property(lambda self: 1)
+
+    def conjugate(self):
+        return self
+
+    def bit_length(self):
+        return arith.concretize(self).bit_length()
+
+    def bit_count(self):
+        return arith.concretize(self).bit_count()
+
+    def as_integer_ratio(self):
+        return self, 1
+
+    def to_bytes(self, *args, **kwargs):
+        return arith.concretize(self).to_bytes(*args, **kwargs)
+
 
 def run_time_size(value: int) -> IntegerProxy:
     """A size known only when the program runs (the row count of `nonzero`, of a boolean-mask selection): named
@@ -305,6 +325,22 @@ class FloatProxy(NumberProxy):
 
     def __init__(self, value, name=None):
         super().__init__(float(value), float, name)
+
+    # the rest of float's API: the number itself (real, conjugate()) or its value's answer, specialised
+    real = property(lambda self: self)
+    imag = property(lambda self: 0.0)
+
+    def conjugate(self):
+        return self
+
+    def is_integer(self):
+        return arith.concretize(self).is_integer()
+
+    def as_integer_ratio(self):
+        return arith.concretize(self).as_integer_ratio()
+
+    def hex(self):
+        return arith.concretize(self).hex()
 
 
 class BoolProxy(NumberProxy):

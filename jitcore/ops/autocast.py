@@ -8,6 +8,11 @@ POLICY maps (device type, op name) to "lower" (floating inputs other than float6
 "fp32" (such inputs cast to float32) or "promote" (floating inputs cast to their widest dtype); the lists follow
 torch's autocast op reference for CPU and CUDA. The policy is installed into the IR (jitcore/ir/symbol.py, whose
 Symbol.__call__ applies it) with symbol.register_autocast when this module is imported.
+
+As torch's cast cache: a float32 leaf that requires grad (a parameter) is cast to the autocast dtype once per traced
+program (with grad enabled), and each later op reads that cast, so the gradients of its uses are summed in the
+autocast dtype as in eager; any other tensor is cast again at each op, its uses' gradients summed in its own dtype
+(CSE keeps those casts).
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import contextlib
 
 import torch
 
+from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import register_autocast
@@ -72,8 +78,23 @@ def autocast_args(sym, args, kwargs):
     target = _target(policy, dev, tensors)
     if target is None:
         return args, kwargs, True
-    cast = [to_dtype(x, target) if _eligible(x) and x.dtype != target else x for x in leaves]
+    cached = target == torch.get_autocast_dtype(dev) and torch.is_autocast_cache_enabled()
+    cast = [_cast(x, target, cached) if _eligible(x) and x.dtype != target else x for x in leaves]
     return (*tree_unflatten(spec, cast), True)
+
+
+def _cast(x: TensorProxy, target, cached: bool):
+    """x cast to target; from the trace's cast cache where torch's cached_cast keeps it (a float32 leaf needing grad,
+    cast to the autocast dtype, with grad enabled: one made under no_grad is not kept for later uses)."""
+    trace = get_tracectx()
+    if not (cached and trace is not None and torch.is_grad_enabled() and x.dtype is torch.float32
+            and x.requires_grad and x.is_leaf):
+        return to_dtype(x, target)
+    casts = trace.extra.setdefault("autocast_casts", {})
+    key = (x.name, target)
+    if key not in casts:
+        casts[key] = to_dtype(x, target)
+    return casts[key]
 
 
 def _target(policy, dev, tensors):

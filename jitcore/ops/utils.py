@@ -110,6 +110,8 @@ def numel(shape) -> int:
 def slice_indices(k: slice, n) -> tuple:
     """`k.indices(n)` for step > 0, written in Python so symbolic bounds and sizes stay symbolic (the comparisons
     record predicates) instead of being specialised by slice.indices' __index__ calls."""
+    if isinstance(k.start, TensorProxy) or isinstance(k.stop, TensorProxy):  # (`x[:t]`: its value, as an index)
+        k = slice(*(v.__index__() if isinstance(v, TensorProxy) else v for v in (k.start, k.stop, k.step)))
     step = 1 if k.step is None else int(k.step)
     if step <= 0 or not any(isinstance(v, NumberProxy) for v in (k.start, k.stop, n)):
         return k.indices(n)
