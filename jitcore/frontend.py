@@ -32,9 +32,11 @@ from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.symbol import CHECKPOINTED, INFERENCE, INFERENCE_INPUTS, INFERENCE_SAVES
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
-from jitcore.ops import generators, log_calls, per_call, prims, torch_creation, torch_map
+from jitcore.ops import autocast, generators, log_calls, per_call, prims, torch_creation, torch_map
 from jitcore.ops.opaque import FUNCTION_APPLY, user_function_call
 from jitcore.ops.sizes import define_sizes
+
+_AUTOCAST = torch.amp.autocast_mode.autocast
 
 _TENSOR_CLASSES = (torch.Tensor, torch._C.TensorBase)
 
@@ -182,6 +184,8 @@ class JitContext(DefaultContext):
         refused = standins.refused_inside(fn, self._user_caller)
         if refused is not None:
             return refused
+        if isinstance(getattr(fn, "__self__", None), _AUTOCAST) and getattr(fn, "__name__", "") == "__exit__":
+            return autocast.region_exit(fn)  # leaving an autocast region: after the outermost, its casts are not reused
         if fn is torch.Size:  # torch.Size([i0, 2]) keeps its symbolic entries (a SymbolicSize)
             return standins.size
         if fn is FUNCTION_APPLY:  # MyFunction.apply(x): run by torch at run time, with the user's backward

@@ -97,6 +97,23 @@ def _cast(x: TensorProxy, target, cached: bool):
     return casts[key]
 
 
+def region_exit(exit_method):
+    """A stand-in for torch.autocast's `__exit__` bound to its region, run in a traced function: it leaves the region
+    natively, and after the outermost region (where eager's exit clears torch's cast cache, so the next region casts
+    its parameters afresh) drops the trace's cache of casts too: a parameter used in two regions then has its
+    gradients summed per region in the cast dtype, and across regions in float32, as in eager."""
+    def leave(*args, **kwargs):
+        result = exit_method(*args, **kwargs)
+        depth = torch.autocast_increment_nesting()  # (the nesting after the exit, plus one: read, then put back)
+        torch.autocast_decrement_nesting()
+        trace = get_tracectx()
+        if depth == 1 and trace is not None:
+            trace.extra.pop("autocast_casts", None)
+        return result
+
+    return leave
+
+
 def _target(policy, dev, tensors):
     if policy == "lower":
         return torch.get_autocast_dtype(dev)
