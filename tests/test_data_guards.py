@@ -283,3 +283,25 @@ def test_nan_values_are_read_as_in_eager(read, mode):
         if mode == "constant values":  # a NaN call finds the entry a NaN call made (each a new float object)
             kinds = {(v if v == v else "nan", i % 3 == 2) for i, v in enumerate(values[start:] + values[:start])}
             assert jitcore.cache_misses(jf) <= len(kinds), jitcore.cache_misses(jf)
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+def test_a_float_read_after_writes_into_an_input_is_read_per_call_and_never_branched_on(mode):
+    """float(t) after the program writes into t: read when the program runs, for arithmetic (each call's value);
+    a branch on it is refused naming the user's line, never decided by the first call's value."""
+    def scale(t, x):
+        t.add_(1)
+        return x * (1.0 / float(t))
+
+    def branch(t, x):
+        t.add_(1)
+        return x * 2 if float(t) > 2 else x
+
+    js = jitcore.jit(scale, cache=mode)
+    te, tj = torch.zeros(()), torch.zeros(())
+    for _ in range(4):
+        torch.testing.assert_close(js(tj, torch.ones(3)), scale(te, torch.ones(3)))
+        assert tj.item() == te.item()
+    assert jitcore.cache_misses(js) == 1
+    with pytest.raises(jitcore.UnsupportedError, match="changes on every call"):
+        jitcore.jit(branch, cache=mode)(torch.zeros(()), torch.ones(2))

@@ -49,8 +49,7 @@ def _layer(r, width):
     if kind == "linear":
         return nn.Linear(width, width, bias=r.random() < 0.7)
     if kind == "bn":
-        # (momentum=None, a cumulative average, reads float(num_batches_tracked) after its in-place add: refused)
-        return nn.BatchNorm1d(width, momentum=r.choice([0.1, 0.5]), affine=r.random() < 0.8)
+        return nn.BatchNorm1d(width, momentum=r.choice([0.1, 0.5, None]), affine=r.random() < 0.8)
     if kind == "ln":
         return nn.LayerNorm(width, elementwise_affine=r.random() < 0.8)
     if kind == "dropout":
@@ -66,7 +65,13 @@ def _model(seed):
     r = random.Random(seed)
     width = r.choice([8, 12, 16])
     torch.manual_seed(seed)
-    return nn.Sequential(*[_layer(r, width) for _ in range(r.randint(3, 7))], nn.Linear(width, 3)), width, r
+    layers = []
+    for _ in range(r.randint(3, 7)):
+        layer = _layer(r, width)
+        if getattr(layer, "inplace", False) and layers and getattr(layers[-1], "inplace", False):
+            layer = nn.GELU()  # (an in-place activation over another's output: eager's backward refuses it)
+        layers.append(layer)
+    return nn.Sequential(*layers, nn.Linear(width, 3)), width, r
 
 
 def _grad_mode(name):

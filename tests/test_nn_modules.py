@@ -475,3 +475,28 @@ def test_batch_norm_training_with_empty_batches_between_others(cls, features, mo
             torch.testing.assert_close(b, a)
         m.zero_grad()
         mj.zero_grad()
+
+
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
+@pytest.mark.parametrize("cls,features", [(nn.BatchNorm1d, (4,)), (nn.BatchNorm2d, (4, 3, 3))])
+def test_batch_norm_cumulative_average_momentum_none(cls, features, mode):
+    """BatchNorm(momentum=None) averages over all batches with 1 / float(num_batches_tracked), read after the
+    counter's in-place add: a number read when the program runs (it was refused as data-dependent). Running stats,
+    outputs and gradients equal eager's over train/eval calls; one program per mode, not one per step."""
+    m = nn.Sequential(nn.Linear(features[0], features[0]) if len(features) == 1 else nn.Identity(),
+                      cls(4, momentum=None))
+    mj = copy.deepcopy(m)
+    jm = jitcore.jit(mj, cache=mode)
+    for step, training in enumerate((True, True, True, False, True, True)):
+        m.train(training)
+        mj.train(training)
+        x = torch.randn(5 + step % 2, *features)
+        ye, yj = m(x), jm(x)
+        ye.sum().backward()
+        yj.sum().backward()
+        torch.testing.assert_close(yj, ye)
+        for a, b in zip(list(m.buffers()) + [p.grad for p in m.parameters()],
+                        list(mj.buffers()) + [p.grad for p in mj.parameters()]):
+            torch.testing.assert_close(b, a)
+    if mode != "no caching":
+        assert jitcore.cache_misses(jm) <= 3  # (train and eval; a batch size under constant values)

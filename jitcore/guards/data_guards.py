@@ -14,6 +14,7 @@ from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Tag, writes_in_place
 from jitcore.ir.trace import Trace, detached
 from jitcore.ir.views import VIEW_OPS
+from jitcore.ops import per_call
 from jitcore.ops import prims_misc as pm
 
 _CONVERT = {"bool": bool, "int": int, "float": float, "index": int, "item": lambda t: t.item(),
@@ -140,7 +141,18 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
         if kind == "bool":
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         raise ValueError("only one element tensors can be converted to Python scalars")
-    return guarded_value(ctx, [proxy], _CONVERT[kind], kind, f"converting a tensor to {what}")
+    try:
+        return guarded_value(ctx, [proxy], _CONVERT[kind], kind, f"converting a tensor to {what}")
+    except WrittenInputs:
+        if kind == "float" or (kind == "item" and proxy.numel() == 1 and proxy.dtype.is_floating_point):
+            # a float read after writes into the inputs (BatchNorm(momentum=None)'s 1 / float(num_batches_tracked)):
+            # read when the program runs, for arithmetic only (control flow on it is refused: jitcore/ir/arith.py)
+            return per_call.tensor_number(proxy, kind)
+        raise
+
+
+class WrittenInputs(DataDependentError):
+    """A value that comes from in-place writes into the program's inputs: no prologue can compute it beforehand."""
 
 
 def guarded_value(ctx, wanted: list, convert, kind: str, what: str):
@@ -156,7 +168,7 @@ def guarded_value(ctx, wanted: list, convert, kind: str, what: str):
     for b in lines:  # writes into tensors the program makes are its own; into its inputs, the prologue cannot
         w = _written(b)
         if w is not None and roots.get(w.name, w.name) in inputs:
-            raise DataDependentError(f"{what} needs its value, which comes from in-place writes into {w.name} here")
+            raise WrittenInputs(f"{what} needs its value, which comes from in-place writes into {w.name} here")
     for a in free:
         if isinstance(a, NumberProxy) and a.runtime:
             raise DataDependentError(f"{what} needs {a.name}, a size known only at run time, and no line makes it")

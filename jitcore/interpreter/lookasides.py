@@ -485,10 +485,13 @@ def _int(rt, args, kwargs):
 
 @lookaside(builtins.float)
 def _float(rt, args, kwargs):
-    """float() of a symbolic number stays symbolic (a recorded conversion)."""
+    """float() of a symbolic number stays symbolic (a recorded conversion); of a tensor, the number its proxy gives
+    (guarded, or read when the program runs: a proxy, which the builtin would refuse as __float__'s result)."""
     if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
         x = args[0]
         return x if x.python_type is float else x.as_float()
+    if len(args) == 1 and not kwargs and type(args[0]).__name__ == "TensorProxy":
+        return args[0].__float__()
     r = dunders.to_number(rt, float, args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
     return float(*args, **kwargs) if r is dunders.NATIVE else r
 

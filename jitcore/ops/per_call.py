@@ -86,6 +86,37 @@ print_ = Symbol("python.print", "print_", meta=lambda *args, **kwargs: None, tag
 EAGER_KERNELS[print_.id] = _print
 
 
+# -- numbers read from a tensor when the program runs --------------------------------------------------------------
+def _tensor_number_printer(bsym, printer):
+    (t,) = bsym.args
+    value = f"{printer.value(t)}.item()" if bsym.kwargs["kind"] == "item" else f"float({printer.value(t)})"
+    return f"{bsym.output.name} = {value}"
+
+
+def _read_number(t, *, kind):
+    return t.item() if kind == "item" else float(t)
+
+
+def _tensor_number_meta(t, *, kind):  # the output proxy is made by `tensor_number`
+    raise AssertionError("tensor_number is recorded by jitcore.ops.per_call.tensor_number")
+
+
+read_tensor_number = Symbol("python.tensor_number", "tensor_number", meta=_tensor_number_meta,
+                            tags=(Tag.PYTHON, Tag.NON_DIFFERENTIABLE), module="", printer=_tensor_number_printer)
+EAGER_KERNELS[read_tensor_number.id] = _read_number
+
+
+def tensor_number(t: TensorProxy, kind: str) -> FloatProxy:
+    """`float(t)` / `t.item()` of a one-element tensor whose value no guard can know beforehand (it comes from the
+    program's writes into its inputs): a line reading it when the program runs, its number a proxy with no
+    expression, which tensor math and arithmetic may use and Python control flow may not."""
+    out = FloatProxy(float("nan"))  # (no value while tracing: nothing may branch on it)
+    out.expr = None
+    get_tracectx().extra.setdefault("per_call", {})[out.name] = f"{'float' if kind == 'float' else 'item'}({t.name})"
+    get_tracectx().record(BoundSymbol(read_tensor_number, (t,), {"kind": kind}, out))
+    return out
+
+
 # -- which callables are per-call sources -------------------------------------------------------------------------
 def _numpy_random():
     np = sys.modules.get("numpy")
