@@ -220,3 +220,33 @@ def test_one_writing_its_input_is_refused_where_its_gradient_is_needed(mode):
         jf(torch.randn(2, 3, requires_grad=True))
     x = torch.randn(2, 3)
     torch.testing.assert_close(jf(x), f(x))
+
+
+class _UsesGlobalLinear(torch.autograd.Function):
+    """A Function whose forward reads a module from outside (its parameters are not apply()'s arguments)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _GLOBAL_LINEAR(x) * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+_GLOBAL_LINEAR = torch.nn.Linear(4, 4)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_function_reading_a_module_from_outside_under_autocast_is_refused_clearly(requires_grad):
+    """Under autocast its outputs were inferred on fake tensors, which met the module's real parameters: an
+    internal AssertionError from FakeTensorMode. Now a refusal naming the user's line and what to pass instead."""
+    def f(x):
+        return _UsesGlobalLinear.apply(x).sum()
+
+    x = torch.randn(2, 4, requires_grad=requires_grad)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        f(x)  # (eager runs it)
+        with pytest.raises(jitcore.UnsupportedError, match="apply") as info:
+            jitcore.jit(f)(x)
+    assert "test_custom_function.py" in str(info.value)

@@ -347,12 +347,20 @@ def _fake_meta(fn):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         flat, spec = tree_flatten((args, kwargs))
-        with FakeTensorMode():
-            fakes = [torch.empty(tuple(_to_meta(a).shape), dtype=a.dtype, device=a.device)
-                     if isinstance(a, proxies.TensorProxy) else _to_meta(a) for a in flat]
-            margs, mkwargs = tree_unflatten(spec, fakes)
-            with torch.no_grad():
-                out = fn(*margs, **mkwargs)
+        try:
+            with FakeTensorMode():
+                fakes = [torch.empty(tuple(_to_meta(a).shape), dtype=a.dtype, device=a.device)
+                         if isinstance(a, proxies.TensorProxy) else _to_meta(a) for a in flat]
+                margs, mkwargs = tree_unflatten(spec, fakes)
+                with torch.no_grad():
+                    out = fn(*margs, **mkwargs)
+        except Exception as e:  # (it reads real tensors of its own, a module's parameters: a real run tells, except
+            name = getattr(fn, "__name__", "op")  # for a user's Function, whose forward may have effects)
+            if user_function_op(getattr(fn, "stands_for", fn)) is not None:
+                raise UnsupportedError("torch callable", f"{name} could not be run on fake tensors to infer its "
+                                       f"outputs: {str(e).splitlines()[0]}", hint="pass the tensors the Function's "
+                                       "forward reads (a module's parameters) to apply() as arguments") from e
+            out = _from_real_run(fn, name, flat, spec, e)
         rg = proxies_require_grad(flat)
         return tree_map(lambda o: proxies.TensorProxy(o.shape, o.dtype, o.device, rg and (
             o.dtype.is_floating_point or o.is_complex())) if isinstance(o, torch.Tensor) else o, out)
