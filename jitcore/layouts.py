@@ -122,7 +122,6 @@ class Layouts:
         if line.sym.id in _SLICING and len(args) == 1:
             _full_slices(args[0], outs)
 
-
     def _guard(self, name, level):
         inp = next((i for i in self.ctx.inputs if i.proxy.name == name), None)
         if inp is None or not self.ctx.is_argument_input(inp):

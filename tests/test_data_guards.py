@@ -285,7 +285,7 @@ def test_nan_values_are_read_as_in_eager(read, mode):
             assert jitcore.cache_misses(jf) <= len(kinds), jitcore.cache_misses(jf)
 
 
-@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
 def test_a_float_read_after_writes_into_an_input_is_read_per_call_and_never_branched_on(mode):
     """float(t) after the program writes into t: read when the program runs, for arithmetic (each call's value);
     a branch on it is refused naming the user's line, never decided by the first call's value."""
@@ -302,6 +302,6 @@ def test_a_float_read_after_writes_into_an_input_is_read_per_call_and_never_bran
     for _ in range(4):
         torch.testing.assert_close(js(tj, torch.ones(3)), scale(te, torch.ones(3)))
         assert tj.item() == te.item()
-    assert jitcore.cache_misses(js) == 1
+    assert mode == "no caching" or jitcore.cache_misses(js) == 1
     with pytest.raises(jitcore.UnsupportedError, match="changes on every call"):
         jitcore.jit(branch, cache=mode)(torch.zeros(()), torch.ones(2))

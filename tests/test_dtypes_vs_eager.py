@@ -214,7 +214,7 @@ def test_dtypes_vs_eager_full():
     _run_cases(_cases(full=True))
 
 
-@pytest.mark.parametrize("mode", ["constant values", "symbolic values"])
+@pytest.mark.parametrize("mode", ["constant values", "symbolic values", "no caching"])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.float64])
 def test_average_pooling_of_integers_and_floats(dtype, mode):
     """avg_pool1d/2d/3d over int64 tensors as eager's CPU kernels: exact sums, quotients truncated toward zero

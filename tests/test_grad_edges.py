@@ -158,7 +158,7 @@ ZERO_EXPONENT_CASES = {
 }
 
 
-@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("cache", [*CACHES, "no caching"])
 @pytest.mark.parametrize("name", sorted(ZERO_EXPONENT_CASES))
 def test_zero_exponents_and_zero_gradients(name, cache):
     fn = ZERO_EXPONENT_CASES[name]

@@ -403,7 +403,7 @@ FLOAT_BRANCHES = {
 NON_FINITE = (float("nan"), float("inf"), float("-inf"))
 
 
-@pytest.mark.parametrize("mode", [SYM, "constant values"])
+@pytest.mark.parametrize("mode", [SYM, "constant values", "no caching"])
 @pytest.mark.parametrize("name", sorted(FLOAT_BRANCHES))
 def test_float_branches_with_nan_and_infinities_take_eager_s_path(name, mode):
     """A float passed in may be NaN or infinite: a comparison of an expression with itself is not decided without

@@ -185,13 +185,12 @@ def _augmented(bsym, augment_fn):
     return new
 
 
-def expose(bsyms, needed: set, top: set | None = None) -> list:
+def expose(bsyms, needed: set, top: set) -> list:
     """bsyms with each composite that makes a needed value only inside its decomposition replaced by that
     decomposition (as deep as needed), so the forward computes every value the backward reads. A value a line of
     the program also makes (`i11 = 4 % i2`, a size functionalization computes for a write, that an index's
     decomposition computes too) is not a reason: exposing it would define it twice. `top`: the names the program
     has outside any decomposition (its inputs' and lines' values, and their tensors' sizes)."""
-    top = _names_and_sizes(o for b in bsyms for o in b.flat_proxy_outs()) if top is None else top
     out = []
     for bsym in bsyms:
         own = _names_and_sizes(bsym.flat_proxy_outs())

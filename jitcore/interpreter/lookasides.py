@@ -31,7 +31,7 @@ from jitcore.interpreter.provenance import Attr, Call, Module
 from jitcore.interpreter.run import BUILTIN_METHODS, CALLABLE_OBJECTS, LOOKASIDES, RETURNED, is_user_file, run_frame
 from jitcore.ir import ranges
 from jitcore.ir.arith import as_user
-from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, ir_op
+from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, TensorProxy, ir_op
 
 _CellType = types.CellType
 _FUTURE_FLAGS = functools.reduce(
@@ -490,7 +490,7 @@ def _float(rt, args, kwargs):
     if len(args) == 1 and not kwargs and _symbolic_number(args[0]):
         x = args[0]
         return x if x.python_type is float else x.as_float()
-    if len(args) == 1 and not kwargs and type(args[0]).__name__ == "TensorProxy":
+    if len(args) == 1 and not kwargs and isinstance(args[0], TensorProxy):
         return args[0].__float__()
     r = dunders.to_number(rt, float, args[0]) if len(args) == 1 and not kwargs else dunders.NATIVE
     return float(*args, **kwargs) if r is dunders.NATIVE else r
@@ -627,6 +627,8 @@ def _fetched_args(rt, args):
             return None
         out.append(a if a_prov is None else a_prov)
     return tuple(out)
+
+
 CALLABLE_OBJECTS[functools._lru_cache_wrapper] = _lru_cached
 
 

@@ -321,12 +321,12 @@ def concretize(p, why: str = ""):
     v = p.value
     implied_eq = implied("==", p, v)
     if implied_eq is None:
-        record(_value_check(_strip(expr_of(p)), v))
+        record(_equals_check(_strip(expr_of(p)), v))
         _learn("==", p, v)
     return v
 
 
-def _value_check(expr: str, v) -> str:
+def _equals_check(expr: str, v) -> str:
     """`expr == v`; for a float that == cannot pin (NaN equals nothing, -0.0 equals 0.0), its bits: `.hex()`."""
     if type(v) is float and (v != v or v == 0.0 or not math.isfinite(v)):
         return f"({expr}).hex() == {v.hex()!r}"
