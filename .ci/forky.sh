@@ -61,8 +61,13 @@ venv() {  # venv 3.13: the venv /venv3.13 with torch 2.13.0 and jitcore[test] (e
         log "installing torch 2.13.0 into $v (PyPI's build, runs on the CPU; ~2.7 GB the first time)"
         in_root "$v/bin/pip" install -q torch==2.13.0
     fi
-    # cheap when nothing changed; tests run as `python -m pytest` from a clone, whose own jitcore comes first
-    in_root sh -c "cd '$REPO' && $v/bin/pip install -q -e '.[test]'"
+    # skipped when this clone's pyproject was installed last; tests run as `python -m pytest` from a clone, whose
+    # own jitcore comes first on sys.path
+    local stamp="$REPO $(sha1sum "$REPO/pyproject.toml" | cut -c1-40)"
+    if [ "$(cat "$ROOT$v/.jitcore-installed" 2>/dev/null)" != "$stamp" ]; then
+        in_root sh -c "cd '$REPO' && $v/bin/pip install -q -e '.[test]'"
+        echo "$stamp" > "$ROOT$v/.jitcore-installed"
+    fi
 }
 
 main() {
