@@ -59,10 +59,11 @@ class Env:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def autocast(self, precision: str):
+    def autocast(self, precision: str, cache: bool = True):
+        """bf16 autocast (or nothing for fp32); cache=False for CUDA graph capture, as torch's docs require."""
         if precision == "fp32":
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=cache)
 
     def rng_state(self) -> torch.Tensor:
         return torch.cuda.get_rng_state() if self.device.type == "cuda" else torch.get_rng_state()
@@ -104,14 +105,15 @@ class Step:
         self.leaves = [*module.parameters(), *(x for x in self.inputs if x.requires_grad)]
         module.train(phase == "train")
         self.cotangent = None
+        self.autocast_cache = True  # off for a CUDA graph capture
 
     def __call__(self):
         if self.phase == "forward":
-            with torch.no_grad(), self.env.autocast(self.precision):
+            with torch.no_grad(), self.env.autocast(self.precision, self.autocast_cache):
                 return flat_tensors(self.run(*self.inputs)), []
         for p in self.leaves:
             p.grad = None
-        with self.env.autocast(self.precision):
+        with self.env.autocast(self.precision, self.autocast_cache):
             outs = flat_tensors(self.run(*self.inputs))
         if self.cotangent is None:
             g = torch.Generator(device=self.env.device).manual_seed(1)
@@ -220,6 +222,7 @@ def measure_graphed(env: Env, case: dict, row: dict, reference: dict, shared: di
     step = shared.get("step")
     if step is None:
         raise RuntimeError(f"no compiled {INDUCTOR} callable to capture (its row failed or did not run)")
+    step.autocast_cache = False  # autocast's cast cache must be off in a captured region (torch.cuda.graph's docs)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -96,7 +96,7 @@ class Check:
         if not unit.selected or unit.skip:
             row["status"] = unit.skip or "skipped: not selected"
             return
-        if left <= 0:
+        if left <= 0 and unit.section != "environment":
             row["status"] = "skipped: budget"
             self._log(unit.name, row)
             return
@@ -228,8 +228,6 @@ class Check:
             row.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
                        multiprocessors=props.multi_processor_count, gpu_memory_gib=props.total_memory / 2**30,
                        tf32_matmul=torch.backends.cuda.matmul.allow_tf32)
-        elif not self.args.dry_run:
-            raise RuntimeError("no CUDA device: run with --dry-run on a CPU machine")
         for name in ("triton", "transformers", "optree", "looseversion"):
             try:
                 row[name] = getattr(__import__(name), "__version__", "installed")
@@ -296,10 +294,15 @@ def parse(argv=None):
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    if args.dry_run:
-        torch.set_num_threads(1)  # the dry run checks the plumbing; on a shared CPU, OpenMP threads only stall
     check = Check(args)
-    for unit in check.plan():
+    units = check.plan()
+    check.run_unit(units[0])  # the environment
+    if not args.dry_run and not torch.cuda.is_available():
+        check.results["meta"]["aborted"] = "no CUDA device: nothing else to check here (on a CPU machine: --dry-run)"
+        check.write()
+        print(check.results["meta"]["aborted"], flush=True)
+        raise SystemExit(2)
+    for unit in units[1:]:
         check.run_unit(unit)
     check.write()
     print(markdown(check.results, short=True), flush=True)
@@ -307,4 +310,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    if "--dry-run" in sys.argv:
+        torch.set_num_threads(1)  # the dry run checks the plumbing; on a shared CPU, OpenMP threads only stall
     main()

@@ -70,6 +70,8 @@ def markdown(results: dict, short: bool = False) -> str:
            f"{env.get('python', '-')}, torch {env.get('torch', '-')} (CUDA {env.get('cuda')}), triton "
            f"{env.get('triton', '-')}, transformers {env.get('transformers', '-')}, jitcore {env.get('jitcore_rev')}",
            ""]
+    if meta.get("aborted"):
+        out += [f"**Aborted**: {meta['aborted']}", ""]
     counts = {}
     for r in [*s["cases"], *s["dropout_rng"], *s["cache_shapes"]]:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
