@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import sys
 import time
 import traceback
@@ -43,6 +44,14 @@ GRACE_S = 90  # a unit started before the budget ran out may run this long past 
 # the models' own code: where the innermost frame of a failure in one of them is "the user's line" (code jitcore
 # traces runs in its own interpreter, whose errors carry that line as `where`)
 USER_CODE = ("/benchmarks/models.py", "/benchmarks/suites.py", "/transformers/")
+
+
+class Stopped(BaseException):
+    """SIGTERM arrived (`timeout` in benchmarks/gpu_check.sh): the unit running is recorded and the run ends."""
+
+
+def _stop(signum, frame):
+    raise Stopped(f"signal {signum}")
 
 
 @dataclass
@@ -108,6 +117,12 @@ class Check:
                 row["status"] = "pass" if row.get("correct", True) else "wrong"
         except (Exception, TimeLimit) as e:
             row["status"], row["error"] = "error", error_record(e)
+        except Stopped as e:  # SIGTERM (the device script's timeout): this unit's record, then out
+            row["status"], row["error"] = "error", error_record(e)
+            row["wall_s"] = time.monotonic() - start
+            self.results["meta"]["aborted"] = f"stopped from outside ({e}) during {unit.name}"
+            self.write()
+            raise
         row["wall_s"] = time.monotonic() - start
         self.env.release()
         self._log(unit.name, row)
@@ -302,8 +317,14 @@ def main(argv=None) -> dict:
         check.write()
         print(check.results["meta"]["aborted"], flush=True)
         raise SystemExit(2)
-    for unit in units[1:]:
-        check.run_unit(unit)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        for unit in units[1:]:
+            check.run_unit(unit)
+    except Stopped:
+        raise SystemExit(124) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     check.write()
     print(markdown(check.results, short=True), flush=True)
     return check.results
