@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import os
 import platform
@@ -66,8 +67,8 @@ class Unit:
 
 
 def error_record(e: BaseException) -> dict:
-    """What a failure was: type, message, the user's line (jitcore's `where`, else the innermost frame outside the
-    compiler and this script), where it was raised, and the last frames."""
+    """What a failure was: type, message, the user's line (jitcore's `where`, else the innermost frame in the models'
+    own code), where it was raised, and the last frames."""
     frames = traceback.extract_tb(e.__traceback__)
     user = [f for f in frames if any(part in f.filename for part in USER_CODE)]
     where = getattr(e, "where", None)
@@ -130,7 +131,7 @@ class Check:
 
     def _log(self, name, row):
         err = row.get("error", {})
-        detail = f"{err.get('type')}: {err.get('message', '').splitlines()[0][:120]}" if err else ""
+        detail = f"{err.get('type')}: {(err.get('message', '').splitlines() or [''])[0][:120]}" if err else ""
         print(f"[{self.elapsed():6.1f}s] {name}: {row['status']} {detail}", flush=True)
 
     def write(self):
@@ -248,6 +249,11 @@ class Check:
                 row[name] = getattr(__import__(name), "__version__", "installed")
             except Exception as e:
                 row[name] = f"missing: {type(e).__name__}: {e}"
+        start = time.perf_counter()  # imported once here, so no variant's first call counts their import
+        importlib.import_module("torch._dynamo")
+        importlib.import_module("torch._inductor.compile_fx")
+
+        row["compiler_import_s"] = time.perf_counter() - start
         try:  # jitcore itself, and its executors: each later unit would fail the same way
             import jitcore  # noqa: F401
             from executors import inductor_ex

@@ -49,14 +49,15 @@ def failures(results: dict) -> list[str]:
         name = r.get("name", "?")
         if r.get("error"):
             e = r["error"]
-            first = e["message"].splitlines()[0] if e["message"] else ""
+            first = (e["message"].splitlines() or [""])[0]
             lines.append(f"- **{name}**: {e['type']}: {first}  \n  user's line: `{e.get('user_line')}`; raised at "
                          f"`{e.get('raised_at')}`")
         elif r.get("status") == "wrong":
             lines.append(f"- **{name}**: differs from eager: {r.get('mismatch') or r}")
     imp = sections["environment"].get("jitcore_import")
     if isinstance(imp, dict):
-        lines.insert(0, f"- **import jitcore**: {imp['type']}: {imp['message'].splitlines()[0]}")
+        lines.insert(0, f"- **import jitcore**: {imp['type']}: {(imp['message'].splitlines() or [''])[0]}  \n"
+                        f"  raised at `{imp.get('raised_at')}`")
     return lines or ["none"]
 
 
