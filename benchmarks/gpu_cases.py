@@ -226,7 +226,7 @@ def measure_graphed(env: Env, case: dict, row: dict, reference: dict, shared: di
     step = shared.get("step")
     if step is None:
         raise RuntimeError(f"no compiled {INDUCTOR} callable to capture (its row failed or did not run)")
-    step.autocast_cache = False  # autocast's cast cache must be off in a captured region (torch.cuda.graph's docs)
+    step.autocast_cache = False  # no autocast cast cache in a captured region (make_graphed_callables refuses it)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

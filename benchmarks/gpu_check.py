@@ -1,8 +1,9 @@
-"""Benchmarks: the one prepared check for a lent GPU machine (issue 36). In one process, on CUDA: the `cuda`-marked
-tests; a GPT-2 style block and a small HuggingFace Llama, forward and training step, fp32 and bf16 autocast, under
-eager / torch.compile / jitcore [torch] / jitcore [inductor, torch] / that captured in a CUDA graph, each checked
-against eager and timed; dropout's values and RNG state; the cache over a few shapes under symbolic values. Writes
-results.json and results.md into the folder given (the device tool's $OUT).
+"""Benchmarks: the one prepared check for a lent GPU machine (issue 36). On CUDA: the `cuda`-marked tests (pytest in
+a subprocess, whose conftest turns the trace checker on); then in this process, a GPT-2 style block and a small
+HuggingFace Llama, forward and training step, fp32 and bf16 autocast, under eager / torch.compile / jitcore [torch] /
+jitcore [inductor, torch] / that captured in a CUDA graph, each checked against eager and timed; dropout's values and
+RNG state; the cache over a few shapes under symbolic values. Writes results.json and results.md into the folder
+given (the device tool's $OUT).
 
     python -m benchmarks.gpu_check $OUT                  # on the GPU machine: see benchmarks/gpu_check.sh
     python -m benchmarks.gpu_check /tmp/gc --dry-run     # the same plan on CPU tensors, tiny sizes (CI's check)
