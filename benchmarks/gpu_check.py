@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import platform
+import shlex
 import signal
 import sys
 import time
@@ -86,7 +87,7 @@ class Check:
         self.args, self.out = args, Path(args.out)
         self.env = gc.Env(args.dry_run)
         self.start = time.monotonic()
-        self.results = {"meta": {"command": " ".join(["python -m benchmarks.gpu_check", *sys.argv[1:]]),
+        self.results = {"meta": {"command": "python -m benchmarks.gpu_check " + shlex.join(sys.argv[1:]),
                                  "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                                  "dry_run": args.dry_run, "budget_s": args.budget, "device": str(self.env.device)},
                         "sections": {"environment": {}, "cuda_tests": {}, "cases": [], "dropout_rng": [],
