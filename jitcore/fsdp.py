@@ -14,6 +14,7 @@ import textwrap
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.guards import module_state
 from jitcore.ir.context import get_tracectx
@@ -285,10 +286,10 @@ def refuse_unhooked_shards(fn):
     """On a compile: parameters that are DTensors reach a jitted module only when FSDP's hooks did not run around
     it (fully_shard applied to the jitted module, jit first): refused, naming the order that works."""
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
-    dtensor = sys.modules.get("torch.distributed.tensor")  # (not imported: no DTensor exists)
+    dtensor = compat.dtensor_type()  # (None when torch.distributed.tensor is not imported: no DTensor exists)
     if not isinstance(module, torch.nn.Module) or dtensor is None:
         return
-    if any(isinstance(p, dtensor.DTensor) for p in module.parameters()):
+    if any(isinstance(p, dtensor) for p in module.parameters()):
         raise UnsupportedError("FSDP2", f"the parameters of {type(module).__name__} are DTensors (sharded) when the "
                                "jitted program reads them: fully_shard was applied to the jitted module "
                                "(fully_shard(jitcore.jit(block))), whose calls FSDP's hooks never see", hint=HINT)

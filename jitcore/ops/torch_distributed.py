@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import prims_distributed as pd
@@ -21,8 +22,9 @@ from jitcore.ops.utils import check
 AVAILABLE = torch.distributed.is_available()
 if AVAILABLE:
     import torch.distributed as dist
-    import torch.distributed._functional_collectives as funcol
     from torch.distributed import distributed_c10d as c10d
+
+    funcol = compat.functional_collectives()
 
 
 def _refuse_async(name: str, async_op):
