@@ -78,6 +78,35 @@ get_cublas_allow_tf32 = torch._C._get_cublas_allow_tf32
 set_cublas_allow_tf32 = torch._C._set_cublas_allow_tf32
 
 
+# -- torch.autograd.Function.apply ------------------------------------------------------------------------------------
+# 2.10-2.14: a classmethod over a Python function (`MyFunction.apply` is a bound method whose __func__ is it); 2.15: a
+# C classmethod descriptor (`MyFunction.apply` is a builtin method bound to the class, with no __func__).
+_APPLY = torch.autograd.Function.__dict__["apply"]
+FUNCTION_APPLY = _APPLY.__func__ if isinstance(_APPLY, classmethod) else None  # the function, where it is Python's
+_BUILTIN_METHOD = type(len)
+
+
+def autograd_function_class(fn) -> type | None:
+    """The torch.autograd.Function subclass when fn is its `Cls.apply` (in either form above), else None."""
+    cls = getattr(fn, "__self__", None)
+    if not isinstance(cls, type) or not issubclass(cls, torch.autograd.Function):
+        return None
+    if FUNCTION_APPLY is not None:
+        return cls if getattr(fn, "__func__", None) is FUNCTION_APPLY else None
+    return cls if type(fn) is _BUILTIN_METHOD and fn == _APPLY.__get__(None, cls) else None
+
+
+def builtin_apply_class(fn) -> type | None:
+    """The class when fn is `Cls.apply` as a builtin method (2.15: the interpreter cannot unwrap it into a function
+    and its class, as it does a Python bound method); None otherwise, and always on 2.10-2.14."""
+    return None if FUNCTION_APPLY is not None else autograd_function_class(fn)
+
+
+def call_apply(cls, *args, **kwargs):
+    """torch's own `cls.apply(*args, **kwargs)`."""
+    return _APPLY.__get__(None, cls)(*args, **kwargs)
+
+
 def inductor_tensor_pointer() -> int | None:
     """The address Inductor's C++ kernels read tensors' data through (Inductor sets it into the environment as
     _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR when it loads a kernel), or None on a release without it."""

@@ -677,7 +677,7 @@ EAGER_KERNELS[opaque_vjp_replay_sym.id] = opaque_vjp_replay
 _FUNCTIONS: dict = {}  # the user's torch.autograd.Function subclass -> its opaque op
 
 
-FUNCTION_APPLY = torch.autograd.Function.apply.__func__  # what `MyFunction.apply(x)` calls, with the class first
+FUNCTION_APPLY = compat.FUNCTION_APPLY  # what `MyFunction.apply(x)` calls, with the class first (None on torch 2.15)
 
 
 def user_function_call(cls, *args, **kwargs):
@@ -685,7 +685,7 @@ def user_function_call(cls, *args, **kwargs):
     (user_function_op), or, for torch's own Functions, apply run natively as before (their ops on proxies record
     themselves)."""
     sym = user_function_op(cls.apply)
-    return sym(*args, **kwargs) if sym is not None else FUNCTION_APPLY(cls, *args, **kwargs)
+    return sym(*args, **kwargs) if sym is not None else compat.call_apply(cls, *args, **kwargs)
 
 
 def user_function_op(fn):
@@ -696,9 +696,8 @@ def user_function_op(fn):
     user wrote, not the derivative of the forward's ops (interpreting the forward, as for any Python code, silently
     differentiated those instead). Tagged RANDOM, so the recomputation replays the forward's draws (a dropout
     inside), and EFFECTS, so passes keep it where it is (a forward may write its inputs, ctx.mark_dirty)."""
-    cls = getattr(fn, "__self__", None)
-    if getattr(fn, "__func__", None) is not FUNCTION_APPLY or not isinstance(cls, type) or \
-            not issubclass(cls, torch.autograd.Function) or cls.__module__.split(".")[0] == "torch":
+    cls = compat.autograd_function_class(fn)
+    if cls is None or cls.__module__.split(".")[0] == "torch":
         return None
     sym = _FUNCTIONS.get(cls)
     if sym is None:
