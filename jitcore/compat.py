@@ -59,6 +59,13 @@ def require(feature: str, since: tuple, where: str = ""):
                                hint=f"install a torch release from {since[0]}.{since[1]} to {NEWEST[0]}.{NEWEST[1]}")
 
 
+# -- what torch computes differently --------------------------------------------------------------------------------
+# torch.clamp's gradient where the input equals a bound: up to 2.14 all of it goes to the input; from 2.15 none of it
+# for a number bound, and half of it for a tensor bound (the other half to the bound). jitcore's clamp follows the
+# installed torch (jitcore/ops/torch_elementwise.py).
+CLAMP_TIES_SPLIT = LINE >= (2, 15)
+
+
 # -- the dispatcher: operator overloads, their schemas and tags (stable 2.10-2.15) -------------------------------------
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
