@@ -272,6 +272,28 @@ def functional_collectives():
     return funcol
 
 
+# the functional collectives jitcore records, by name; the ones a release lacks are simply not there to call
+# (all_gather_single: absent in 2.10, present from 2.13 on; the *_autograd forms: 2.10-2.15)
+FUNCTIONAL_GATHERS = ("all_gather_tensor", "all_gather_single", "all_gather_tensor_autograd",
+                      "all_gather_single_autograd")
+FUNCTIONAL_SCATTERS = ("reduce_scatter_tensor", "reduce_scatter_tensor_autograd", "reduce_scatter_single_autograd")
+
+
+def functional_group(group, tag: str) -> tuple[str, int]:
+    """(group name, group size) of a functional collective's group (a ProcessGroup, a list of ranks, a DeviceMesh):
+    funcol._resolve_group_name and c10d._get_group_size_by_name (2.10-2.15)."""
+    from torch.distributed import distributed_c10d as c10d  # (lazy: only programs that use collectives)
+
+    name = functional_collectives()._resolve_group_name(group, tag)
+    return name, c10d._get_group_size_by_name(name)
+
+
+def default_process_group():
+    from torch.distributed import distributed_c10d as c10d  # (lazy: as functional_group)
+
+    return c10d._get_default_group()
+
+
 def dtensor_type():
     """DTensor when torch.distributed.tensor is loaded (FSDP2 shards parameters as DTensors), else None."""
     module = sys.modules.get("torch.distributed.tensor")
