@@ -264,6 +264,18 @@ def compiled_graph_type_name() -> str:
     return "CompiledFxGraph"  # what compile/compile_fx wrap their result around (2.10-2.15)
 
 
+# -- nvFuser -----------------------------------------------------------------------------------------------------------
+NVFUSER_TORCH_LINES = ((2, 10),)  # the torch lines nvFuser publishes wheels for (nvfuser-cu128-torch210, -cu130-)
+
+
+def nvfuser_install_hint() -> str:
+    """What to install for nvFuser under this torch, or why there is nothing to install."""
+    if LINE in NVFUSER_TORCH_LINES:
+        return f"pip install nvfuser-cu128-torch{LINE[0]}{LINE[1]} (or -cu130-, matching torch's CUDA)"
+    lines = ", ".join(f"{a}.{b}" for a, b in NVFUSER_TORCH_LINES)
+    return f"nvFuser publishes wheels only for torch {lines}; this is torch {torch.__version__}: use 'inductor'"
+
+
 # -- distributed ------------------------------------------------------------------------------------------------------
 def functional_collectives():
     """torch.distributed._functional_collectives (all_reduce, all_gather_tensor, wait_tensor: 2.10-2.15)."""
