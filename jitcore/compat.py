@@ -160,10 +160,11 @@ def constant_source(name: str):
 
 
 def sympy_functions():
-    """(FloorDiv, Mod, PythonMod): the sympy functions shape environments write sizes with."""
-    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod  # (lazy: sympy)
+    """(FloorDiv, Mod, PythonMod, Max, Min): torch's sympy functions shape environments write sizes with (torch's own
+    Max and Min, not sympy's: 2.10's fake max_pool2d writes its output size as Max(1, s // 2))."""
+    from torch.utils._sympy.functions import FloorDiv, Max, Min, Mod, PythonMod  # (lazy: sympy)
 
-    return FloorDiv, Mod, PythonMod
+    return FloorDiv, Mod, PythonMod, Max, Min
 
 
 def tensorify_restart():

@@ -61,6 +61,18 @@ def test_both_forms_of_function_apply():
     torch.testing.assert_close(compat.call_apply(Double, torch.ones(2)), torch.full((2,), 2.0))
 
 
+def test_torchs_own_max_and_min_translate_to_numbers():
+    """2.10's fake max_pool2d writes an output size as torch's Max(1, s // 2) (not sympy's Max): it translates."""
+    import sympy
+
+    from jitcore.ops.opaque_symbolic import _translate
+
+    floor_div, _, _, torch_max, torch_min = compat.sympy_functions()
+    s = sympy.Symbol("s0", integer=True, positive=True)
+    assert _translate(torch_max(1, floor_div(s, 2)), {s: 7}) == 3
+    assert _translate(torch_min(5, s), {s: 7}) == 5
+
+
 def _dotted(node) -> str | None:
     parts = []
     while isinstance(node, ast.Attribute):

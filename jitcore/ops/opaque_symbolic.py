@@ -104,7 +104,7 @@ def symbolic_outputs(fn, flat, spec, rg: bool, real=None):
 def _translate(expr, symbols):
     """A sympy expression over the environment's symbols as Python number ops over the proxies (recorded)."""
     import sympy
-    FloorDiv, Mod, PythonMod = compat.sympy_functions()
+    FloorDiv, Mod, PythonMod, Max, Min = compat.sympy_functions()
 
     if expr.is_Integer:
         return int(expr)
@@ -115,7 +115,7 @@ def _translate(expr, symbols):
             raise Untranslated(f"the symbol {expr}")
         return symbols[expr]
     args = [_translate(a, symbols) for a in expr.args]
-    binary = {sympy.Add: operator.add, sympy.Mul: operator.mul, sympy.Max: max, sympy.Min: min}
+    binary = {sympy.Add: operator.add, sympy.Mul: operator.mul, sympy.Max: max, sympy.Min: min, Max: max, Min: min}
     if type(expr) in binary:
         if type(expr) is sympy.Mul and any(a.is_Rational and not a.is_Integer for a in expr.args):
             raise Untranslated(f"a fraction in {expr}")
