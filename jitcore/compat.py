@@ -66,6 +66,20 @@ def require(feature: str, since: tuple, where: str = ""):
 CLAMP_TIES_SPLIT = LINE >= (2, 15)
 
 
+# What eager torch raises on before a release, where jitcore has an answer (tests compare with eager only where
+# eager has one; jitcore refuses the nextafter gradient as eager does, see transforms/vjp_rules_elementwise.py).
+# Seen absent in 2.10 and present in 2.13 (2.11 and 2.12 were not tested: named from 2.13 on).
+EAGER_SINCE = {
+    "nextafter gradient": (2, 13),  # 2.10: "the derivative for 'nextafter' is not implemented"
+    "aminmax gradient": (2, 13),  # 2.10: "derivative for aten::aminmax is not implemented"
+    "isclose of a 0-d tensor with a larger one": (2, 13),  # 2.10: "output with shape [] doesn't match ..."
+}
+
+
+def eager_has(what: str) -> bool:
+    return LINE >= EAGER_SINCE[what]
+
+
 # -- the dispatcher: operator overloads, their schemas and tags (stable 2.10-2.15) -------------------------------------
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
