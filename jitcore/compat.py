@@ -321,6 +321,23 @@ def default_process_group():
     return c10d._get_default_group()
 
 
+def fsdp_param_groups(state) -> list:
+    """FSDP2's parameter groups of a sharded module's state: `_fsdp_param_groups` (a list: 2.13-2.15) or
+    `_fsdp_param_group` (one or None: 2.10)."""
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [] if group is None else [group]
+
+
+def fsdp_training_state():
+    """FSDP2's TrainingState enum (IDLE, FORWARD, ...; torch.distributed.fsdp._fully_shard, 2.10-2.15)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState  # (lazy: FSDP2 programs only)
+
+    return TrainingState
+
+
 def dtensor_type():
     """DTensor when torch.distributed.tensor is loaded (FSDP2 shards parameters as DTensors), else None."""
     module = sys.modules.get("torch.distributed.tensor")

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from jitcore import compat
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -500,7 +502,7 @@ def fsdp_events(model, call, rank: int) -> list:
     gpt_loss(call or model, gpt_batch(rank, 0)).backward()
     model.zero_grad(set_to_none=True)
     groups = [(name, g) for name, m in model.named_modules() if m is not model and isinstance(m, FSDPModule)
-              for g in m._get_fsdp_state()._fsdp_param_groups]
+              for g in compat.fsdp_param_groups(m._get_fsdp_state())]
     log = []
 
     def logged(group, step, name):

@@ -18,7 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PRIVATE = ("torch._inductor", "torch._subclasses", "torch._dynamo", "torch._C._", "torch._ops", "torch._decomp",
            "torch._guards", "torch._prims", "torch._refs", "torch._functorch", "torch.testing._internal",
            "torch.utils._sympy", "torch.utils._python_dispatch", "torch.utils._filelock",
-           "torch.distributed._functional_collectives", "torch.fx.experimental.symbolic_shapes")
+           "torch.distributed._functional_collectives", "torch.fx.experimental.symbolic_shapes",
+           "torch.distributed.fsdp._")
 
 
 def test_release_parsing_and_range():
