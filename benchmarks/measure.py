@@ -48,7 +48,7 @@ def make_variant(name: str, fn):
     if name == "eager":
         return fn
     if name == "torch.compile":
-        torch._dynamo.reset()  # a fresh compile: dynamo caches compiled code on the function's code object
+        torch.compiler.reset()  # a fresh compile: dynamo caches compiled code on the function's code object
         return torch.compile(fn)
     import jitcore
 
@@ -271,8 +271,9 @@ def _compiles(variant: str, run) -> int | None:
     if variant == "thunder":
         return thunder_adapter.cache_misses(run)
     if variant == "torch.compile":
-        from torch._dynamo.utils import counters
+        from jitcore.compat import dynamo_counters  # (lazy: as jitcore, imported where it is measured)
 
+        counters = dynamo_counters()
         return int(counters["stats"]["unique_graphs"])
     return 0
 

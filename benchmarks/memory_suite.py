@@ -75,7 +75,7 @@ def make(variant: str, fn):
     if variant == "eager":
         return fn
     if variant == "torch.compile":
-        torch._dynamo.reset()
+        torch.compiler.reset()
         return torch.compile(fn)
     remat = not variant.endswith("no remat")
     if " remat " in variant:  # "jit [inductor,torch] remat 1.0": the step-time budget rematerialization may spend

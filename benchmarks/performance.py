@@ -77,8 +77,9 @@ def timed_rows(part, workload, mode, samples: dict, unit="ms", scale=1e3) -> lis
 def dynamo_state() -> tuple[int, int]:
     """(graphs torch.compile has compiled in this process, times it hit its recompile limit): read before and after
     a torch.compile variant, a row says when the variant recompiled and ran past the limit (then eagerly)."""
-    from torch._dynamo.utils import counters
+    from jitcore.compat import dynamo_counters  # (lazy: as jitcore, imported where it is measured)
 
+    counters = dynamo_counters()
     hits = sum(n for k, n in counters["unimplemented"].items() if "recompile limit" in k.lower())
     return int(counters["stats"]["unique_graphs"]), hits
 

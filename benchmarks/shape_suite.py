@@ -158,7 +158,7 @@ def make_variant(name: str, fn):
     if name == SYMBOLIC_INDUCTOR:
         return jitcore.jit(fn, cache="symbolic values", executors=[inductor_executor()])
     if name == TORCH_COMPILE_DYNAMIC:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         return torch.compile(fn, dynamic=True)
     if name == THUNDER_SYMBOLIC:
         ok, why = thunder_adapter.available()
@@ -170,16 +170,18 @@ def make_variant(name: str, fn):
 
 def dynamo_frames() -> int:
     """Frames Dynamo compiled in this process (torch.compile's compiles and recompiles, graph breaks' frames)."""
-    from torch._dynamo.utils import counters
+    from jitcore.compat import dynamo_counters  # (lazy: as jitcore, imported where it is measured)
 
+    counters = dynamo_counters()
     return int(counters["frames"]["ok"])
 
 
 def dynamo_graphs() -> int:
     """Graphs Dynamo captured in this process: torch.compile's (a graph break makes two), and the dynamic fusion
     regions jitcore's Inductor executor compiles with torch.compile(fullgraph=True), which count no frames."""
-    from torch._dynamo.utils import counters
+    from jitcore.compat import dynamo_counters  # (lazy: as jitcore, imported where it is measured)
 
+    counters = dynamo_counters()
     return int(counters["stats"]["unique_graphs"])
 
 
@@ -281,7 +283,7 @@ def child(argv=None):
     parser.add_argument("--repeat", type=int, default=0)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     found = {w.name: w for w in shape_workloads(args.quick)}
     if args.one not in found:
         parser.error(f"unknown workload {args.one!r} (from: {', '.join(found)})")

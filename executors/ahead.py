@@ -19,6 +19,7 @@ import types
 import torch
 
 from executors.regions import has_side_effect
+from jitcore import compat
 from jitcore.autograd import AutogradProgram
 from jitcore.ir.symbol import BoundSymbol
 from jitcore.ops.autocast import outside_autocast
@@ -89,10 +90,8 @@ def _with_regions_ahead(fn):
 
 
 def _fake_run(programs: list, inputs, entry) -> int:
-    from torch._subclasses.fake_tensor import FakeTensorMode  # (torch's, loaded by then: Inductor imports it)
-
     met = sum(len(_regions_to_compile(fn)) for _, fn in programs)
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = compat.fake_tensor_mode(allow_non_fake_inputs=True)  # (loaded by then: Inductor imports it)
     with torch.no_grad():
         fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
         with mode:

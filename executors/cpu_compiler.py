@@ -15,6 +15,8 @@ import os
 import sys
 import threading
 
+from jitcore import compat
+
 _ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_cpu_compiler
 
 
@@ -36,8 +38,7 @@ def warm_cpu_compiler():
 
         # what the checks import, loaded here in this thread: an import in the workers could race the program's own
         # imports while it is traced
-        from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
-        from torch.utils import _filelock  # noqa: F401
+        codecache, _cpp_builder, cpu_vec_isa = compat.inductor_cpp_modules()  # (and the file lock they use)
 
         _build_headers_in_background(codecache)
         if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
@@ -99,8 +100,7 @@ def _wait_where_inductor_picks(cpu_vec_isa):
     def valid_vec_isa_list():
         if not threading.current_thread().name.startswith("jitcore-isa"):
             cpu_compiler_ready()
-        from torch._inductor import config
-
+        config = compat.inductor_config()
         if _FIRST_VALID and _FIRST_VALID[0] is not None and config.cpp.simdlen is None and \
                 not os.getenv("ATEN_CPU_CAPABILITY"):
             # what pick_vec_isa takes from the full list under these settings: its first set (the rest unchecked)
@@ -247,9 +247,7 @@ def builds_in_background(pending: list):
 
 def _defer_wrapper_builds():
     """Puts a deferring load_pybinding on Inductor's CppWrapperCodeCache (once per process)."""
-    from torch._inductor import codecache
-
-    cls = codecache.CppWrapperCodeCache
+    cls = compat.wrapper_code_cache()
     if getattr(cls.load_pybinding, "jitcore_original", None) is not None:
         return
     original = cls.load_pybinding

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from jitcore import compat
 from jitcore.layouts import cache_root, write_atomically
 
 _KERNEL_LINE = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.M)
@@ -80,7 +81,7 @@ def source_digest(text: str) -> str:
 def _compiled_graph(run):
     """The CompiledFxGraph inside what torch._inductor.compile / compile_fx returned, or None."""
     for _ in range(8):
-        if type(run).__name__ == "CompiledFxGraph":
+        if type(run).__name__ == compat.compiled_graph_type_name():
             return run
         run = getattr(run, "__wrapped__", None)
         if run is None:
@@ -94,8 +95,7 @@ def _extern_paths(source: str) -> dict | None:
     names = set(_EXTERN.findall(source))
     if not names:
         return {}
-    from torch._inductor.select_algorithm import extern_kernels  # (saving: Inductor compiled the wrapper, it is loaded)
-
+    extern_kernels = compat.extern_kernels()  # (saving: Inductor compiled the wrapper, it is loaded)
     out = {}
     for name in names:
         fn = getattr(extern_kernels, name, None)
@@ -211,7 +211,7 @@ class _PackagedWrapper:
 def load_library(path: str, digest: str, entry: str = "kernel"):
     """The `entry` function of a packaged C++ library (a Python extension module named as that function: `kernel`
     for a kernel, `inductor_entry_cpp` for a C++ wrapper)."""
-    pointer = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+    pointer = compat.inductor_tensor_pointer()
     if pointer is not None:  # (the kernels read tensors' data through this, as when Inductor loads them)
         os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
     name = f"jitcore_kernel_{digest[:40]}.{entry}"
@@ -274,13 +274,12 @@ def _disk_folder(text: str, options: dict) -> Path | None:
     if not _DISK_KEY:
         from importlib import metadata
 
-        import torch._inductor.config as inductor_config  # (only where regions compile: Inductor is imported)
-
         try:
             own = metadata.version("jitcore")
         except metadata.PackageNotFoundError:
             own = "unknown"
-        config = hashlib.sha256(repr(sorted(inductor_config.save_config_portable().items())).encode()).hexdigest()
+        # (only where regions compile: Inductor is imported)
+        config = hashlib.sha256(repr(compat.inductor_config_digest_items()).encode()).hexdigest()
         _DISK_KEY.append(repr((own, torch.__version__, sys.version_info[:2], machine(), config)))
     key = source_digest(f"{_DISK_KEY[0]}\n{sorted(options.items())!r}\n{text}")
     return folder / key[:2] / key

@@ -24,6 +24,7 @@ from executors import inductor_kernels
 from executors.cpu_compiler import builds_in_background, own_compile, warm_cpu_compiler
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
+from jitcore import compat
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Tag
 from jitcore.ir.trace import Trace
@@ -85,7 +86,7 @@ def is_pure_aten(fn) -> bool:
     only calls such operators: PURE_WRAPPERS)."""
     if is_pure_wrapper(fn):
         return True
-    if not isinstance(fn, torch._ops.OpOverload) or fn.namespace != "aten" or aten_effects(fn):
+    if not isinstance(fn, compat.OpOverload) or fn.namespace != "aten" or aten_effects(fn):
         return False
     return torch.Tag.dynamic_output_shape not in fn.tags and torch.Tag.data_dependent_output not in fn.tags
 
@@ -95,11 +96,9 @@ def _settle_environment():
     C++ kernels read), to the values it would set. `jit` asks is_available before anything is traced, so a program
     that reads os.environ (transformers does) sees at its first call the environment its later calls see: the
     regions compiled lazily during the first call would otherwise change it, and the next call miss its guard."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
     with contextlib.suppress(OSError):  # (a folder it cannot make: its compiles will say so)
-        cache_dir()  # sets TORCHINDUCTOR_CACHE_DIR
-    pointer = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+        compat.inductor_cache_dir()  # sets TORCHINDUCTOR_CACHE_DIR
+    pointer = compat.inductor_tensor_pointer()
     if pointer is not None:  # (torch releases that have it set this variable at every kernel load)
         os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(pointer)
 
@@ -119,13 +118,11 @@ def _inductor_loops(fn) -> bool:
     """Whether Inductor turns an aten operator into loops it can fuse (a pointwise operator, or one with a
     decomposition: torch's own table, loaded with torch, so deciding imports nothing), rather than calling a kernel
     as torch does (matmul, attention, convolution: extern kernels and fallbacks)."""
-    if is_pure_wrapper(fn) or not isinstance(fn, torch._ops.OpOverload):
+    if is_pure_wrapper(fn) or not isinstance(fn, compat.OpOverload):
         return False  # (the CPU flash-attention wrappers: Inductor calls the same kernels)
     if torch.Tag.pointwise in fn.tags:
         return True
-    from torch._decomp import decomposition_table
-
-    return fn in decomposition_table and fn._opname not in _MATMUL_ATEN
+    return fn in compat.decomposition_table() and fn._opname not in _MATMUL_ATEN
 
 
 def op_class(bsym: BoundSymbol) -> str:
@@ -178,10 +175,9 @@ class InductorExecutor(TorchLinesFusionExecutor):
     def is_available(self) -> tuple[bool, str]:
         if inductor_kernels.LOADING[0]:  # a package's compiled regions are being loaded: they need neither Inductor
             return True, ""  # (seconds to import) nor a compiler; a region they lack imports it when it compiles
-        try:
-            import torch._inductor  # noqa: F401  (whether it imports)
-        except Exception as e:
-            return False, f"torch._inductor cannot be imported ({e})"
+        why = compat.inductor_importable()
+        if why is not None:
+            return False, why
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             return False, "no C++ compiler found (torch.compile's CPU backend needs g++ or clang++)"
         _settle_environment()
@@ -354,7 +350,7 @@ class CompiledRegion:
         return self.eager_fn
 
     def _compile(self, args, strides, ahead: bool = False):
-        if any(type(a).__name__ == "FakeTensor" for a in args):  # (a fake run reaching the region other than through
+        if any(compat.is_fake(a) for a in args):  # (a fake run reaching the region other than through
             return self.eager_fn  # executors/ahead.py's stand-in: the eager program runs on them, nothing compiles)
         COMPILE_EVENTS[0] += 1
         pending = []  # (ahead: the C++ builds this compile left running in the background)
@@ -362,7 +358,7 @@ class CompiledRegion:
             with _quiet(), own_compile(), builds_in_background(pending) if ahead else contextlib.nullcontext():
                 graph = _graph_of(self.eager_fn, "fake", args)
                 warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
-                run = torch._inductor.compile(graph, list(args), options=self.options)
+                run = compat.inductor_compile(graph, args, self.options)
         except Exception as e:
             return self._failed(e, strides)
         if pending:
@@ -379,9 +375,7 @@ class CompiledRegion:
         if not self.dynamic and self.device_type == "cpu" and all(isinstance(a, torch.Tensor) for a in fakes):
             strides = tuple(tuple(a.stride()) for a in fakes)
             if strides not in self.variants:
-                from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-                with unset_fake_temporarily():
+                with compat.unset_fake_temporarily():
                     self._compile([_example(a) for a in fakes], strides, ahead=True)
                 self.ahead.add(strides)
         with torch.no_grad():
@@ -620,10 +614,9 @@ def _graph_of(fn, tracing_mode: str, args):
     Inductor's decompositions give (its `cat` of one non-empty tensor keeps that tensor's strides, where eager's
     is contiguous), not eager's; traced without them, Inductor's later decomposition broke the region's views
     (HF GPT-2's attention: "Cannot view a tensor with shape ...")."""
-    from torch._inductor.decomposition import select_decomp_table
-    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.proxy_tensor import make_fx  # (lazy: loads part of Dynamo; public, 2.10-2.15)
 
-    return make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode=tracing_mode)(*args)
+    return make_fx(fn, decomposition_table=compat.inductor_decompositions(), tracing_mode=tracing_mode)(*args)
 
 
 def compile_symbolic(fn, args, dims, options=None):
@@ -635,29 +628,24 @@ def compile_symbolic(fn, args, dims, options=None):
     tensors must specialize makes it ask for a restart of the analysis (TensorifyScalarRestartAnalysis, which Dynamo
     catches); it names the float in Dynamo's TensorifyState, so the second attempt specializes it (its value becomes
     part of the guard). The names added are removed after, as Dynamo clears them after each frame."""
-    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
-    from torch._dynamo.symbolic_convert import TensorifyState
-
-    before = set(TensorifyState.force_specializations)
+    restart, specialized = compat.tensorify_restart()
+    before = set(specialized)
     try:
         for attempt in range(3):
             try:
                 return _compile_symbolic(fn, args, dims, options)
-            except TensorifyScalarRestartAnalysis:
+            except restart:
                 if attempt == 2:
                     raise
     finally:
-        TensorifyState.force_specializations.intersection_update(before)
+        specialized.intersection_update(before)
 
 
 def _compile_symbolic(fn, args, dims, options):
-    from torch._dynamo.source import LocalSource
-    from torch._inductor.compile_fx import compile_fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
-
-    env = ShapeEnv(duck_shape=False)
-    mode = FakeTensorMode(shape_env=env)
+    shapes = compat.symbolic_shapes()
+    DimDynamic, LocalSource = shapes.DimDynamic, compat.local_source
+    env = shapes.ShapeEnv(duck_shape=False)
+    mode = compat.fake_tensor_mode(shape_env=env)
     fakes, checks = [], []
     for i, (a, d) in enumerate(zip(args, dims)):
         source = LocalSource(f"t{i}")
@@ -672,17 +660,17 @@ def _compile_symbolic(fn, args, dims, options):
             # aliases an input (x.mT) with the requires_grad its fake had, so a variant compiled in a call whose
             # input required grad gave later calls' views requires_grad=True: fuzz seed 27224 with inductor)
             fakes.append(mode.from_tensor(a.detach(), source=source,
-                                          symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+                                          symbolic_context=shapes.StatelessSymbolicContext(dynamic_sizes=sizes)))
     warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
-    with torch._guards.tracing(torch._guards.TracingContext(mode)):
+    with compat.tracing_context(mode):
         # (traced in the context of this fake mode: a region whose inputs are all integers, torch.full((1, i0, i1)),
         # has no fake tensor make_fx would find it from, and its own shape environment lacked the symbols' ranges:
         # "vr must not be None for symbol s34")
         graph = _graph_of(fn, "symbolic", fakes)
         # (Inductor's on-disk graph cache re-checks its stored guards against sources it names by position, which
         # are not these: it fails on a hit, so a dynamic region is compiled without it)
-        run = compile_fx(graph, fakes, config_patches={**(COMPILE_OPTIONS if options is None else options),
-                                                       "fx_graph_cache": False})
+        run = compat.compile_fx(graph, fakes, config_patches={**(COMPILE_OPTIONS if options is None else options),
+                                                              "fx_graph_cache": False})
     # after compiling, so Inductor's own assumptions are in it too
     placed = [(f, LocalSource(f"t{i}")) for i, f in enumerate(fakes) if type(f) is not int]
     checks += env.produce_guards([f for f, _ in placed], [s for _, s in placed], ignore_static=False)
@@ -698,9 +686,7 @@ def guard_function(n_args: int, body: str):
     env = {}
     names = set(compile(body, "<guard>", "eval").co_names) - {f"t{i}" for i in range(n_args)}
     if any(not hasattr(builtins, n) and n not in _METHODS for n in names):
-        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
-
-        env = dict(SYMPY_INTERP)
+        env = dict(compat.symbolic_shapes().SYMPY_INTERP)
     guard = eval(f"lambda {params}: {body}", env)
     guard.text = body
     return guard

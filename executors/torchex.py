@@ -12,6 +12,7 @@ import torch
 import jitcore.ops  # noqa: F401  (registers every op)
 from executors.base import FusionExecutor, OperatorExecutor, no_meta
 from executors.regions import boxed_region_line
+from jitcore import compat
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Tag
 from jitcore.ops.opaque import opaque_symbol
@@ -474,7 +475,7 @@ OUT_FUNCTIONS = frozenset({
 
 def _aten_out_overload(fn):
     """(overload, out argument name) writing the same result into a given tensor, for a pointwise aten op."""
-    if not isinstance(fn, torch._ops.OpOverload) or torch.Tag.pointwise not in fn.tags:
+    if not isinstance(fn, compat.OpOverload) or torch.Tag.pointwise not in fn.tags:
         return None
     names = [a.name for a in fn._schema.arguments]
     packet = fn.overloadpacket
@@ -501,7 +502,7 @@ def makes_fresh(bsym) -> bool:
     if f"{sym.module}.{sym.name}" in FRESH_FUNCTIONS and sym.id.startswith("torch."):
         return True
     fn = sym.torch_fn
-    if not isinstance(fn, torch._ops.OpOverload) or fn.namespace != "aten":
+    if not isinstance(fn, compat.OpOverload) or fn.namespace != "aten":
         return False
     schema = fn._schema
     return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
@@ -518,7 +519,7 @@ def out_form(bsym):
         return lambda buffer: bsym.from_bsym(sym=opaque_symbol(torch.ops.aten.clamp_min.out), args=(bsym.args[0], 0),
                                              kwargs={"out": buffer})
     fn = sym.torch_fn
-    if fn is None or not isinstance(fn, torch._ops.OpOverload):
+    if fn is None or not isinstance(fn, compat.OpOverload):
         return None
     if fn not in _ATEN_OUT:
         _ATEN_OUT[fn] = _aten_out_overload(fn)

@@ -18,7 +18,7 @@ from executors.ahead import compile_ahead
 from executors.base import Executor, FusionExecutor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
-from jitcore import logs
+from jitcore import compat, logs
 from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, saved_tensor_bytes  # noqa: F401 (public)
 from jitcore.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
 from jitcore.errors import UnsupportedError
@@ -321,7 +321,7 @@ for _name in _DELEGATED:
 del _name
 
 
-_functorch_active = torch._C._are_functorch_transforms_active
+_functorch_active = compat.functorch_transforms_active
 
 
 def _regions_since(start: int) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from jitcore import compat
 from jitcore.hooks import eager, top_hooks
 from jitcore.ir.arith import value_of
 from jitcore.ir.proxies import NumberProxy, TensorProxy
@@ -271,11 +272,11 @@ def without_ambient_hooks():
     if top is None:
         yield
         return
-    torch._C._autograd._pop_saved_tensors_default_hooks()
+    compat.pop_saved_tensors_hooks()
     try:
         yield
     finally:
-        torch._C._autograd._push_saved_tensors_default_hooks(*top)
+        compat.push_saved_tensors_hooks(*top)
 
 
 def hooks_around(pack, unpack):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import abc
 import contextvars
 import enum
+import functools
 import io
 import types
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils.checkpoint as _checkpoint
 
-from jitcore import arrays, standins
+from jitcore import arrays, compat, standins
 from jitcore.autograd import refuse_inference_saves
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
@@ -190,6 +191,9 @@ class JitContext(DefaultContext):
             return standins.size
         if fn is FUNCTION_APPLY:  # MyFunction.apply(x): run by torch at run time, with the user's backward
             return user_function_call
+        applied = compat.builtin_apply_class(fn)  # (the same on torch 2.15, where apply is a builtin method)
+        if applied is not None:
+            return functools.partial(user_function_call, applied)
         if fn in arrays.CONVERSIONS:  # torch.from_numpy(arr): a tensor input sharing the array's memory
             return arrays.array_tensor(self, fn, self._runtime)
         if fn is torch.Generator:  # a new generator on every call (jitcore/ops/generators.py)

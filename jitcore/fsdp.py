@@ -14,6 +14,7 @@ import textwrap
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.guards import module_state
 from jitcore.ir.context import get_tracectx
@@ -121,11 +122,11 @@ class _Unit:
     # -- around the program: the module holds its unsharded parameters (their storage freed until fsdp_unshard) ----
     def enter(self):
         if not self.params:
-            fps = [fp for group in self.state._fsdp_param_groups for fp in group.fsdp_params]
+            fps = [fp for group in compat.fsdp_param_groups(self.state) for fp in group.fsdp_params]
             self.params = {_relative(fp._param_fqn, self.key) or str(i): fp for i, fp in enumerate(fps)}
             if len(self.params) != len(fps):
                 self.params = {str(i): fp for i, fp in enumerate(fps)}
-        for group in self.state._fsdp_param_groups:
+        for group in compat.fsdp_param_groups(self.state):
             if not all(hasattr(fp, "_unsharded_param") for fp in group.fsdp_params):
                 group.unshard()  # the first call: FSDP makes the unsharded parameters at its first all-gather
                 group.wait_for_unshard()
@@ -140,7 +141,7 @@ class _Unit:
     def leave(self, failed: bool):
         """After the program: sharded groups hold their sharded parameters again (a block the forward did not run
         still held its unsharded ones); after a failure, every group is resharded."""
-        for group in self.state._fsdp_param_groups:
+        for group in compat.fsdp_param_groups(self.state):
             if failed and not group.is_sharded:
                 group._training_state = _idle()
                 group.reshard()
@@ -153,12 +154,12 @@ class _Unit:
     # -- the lines of jitcore/ops/fsdp.py ----------------------------------------------------------------------------
     def unshard(self, names) -> tuple:
         self.state._training_state = type(self.state._training_state).FORWARD
-        for group in self.state._fsdp_param_groups:
+        for group in compat.fsdp_param_groups(self.state):
             group.pre_forward(self.module, (), {})  # all-gather (and wait)
         return tuple(self.params[n].unsharded_param for n in names)
 
     def reshard(self):
-        for group in self.state._fsdp_param_groups:
+        for group in compat.fsdp_param_groups(self.state):
             group.post_forward(self.module, (), None)
         self.state._training_state = _idle()
 
@@ -176,7 +177,7 @@ class _Unit:
                 p.grad = g
             else:
                 p.grad += g
-        for group in self.state._fsdp_param_groups:
+        for group in compat.fsdp_param_groups(self.state):
             group.post_backward()  # reduce-scatter (or accumulate) and reshard
 
 
@@ -187,9 +188,7 @@ def _relative(fqn, key: str):
 
 
 def _idle():
-    from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
-
-    return TrainingState.IDLE
+    return compat.fsdp_training_state().IDLE
 
 
 class ShardedCall:
@@ -285,10 +284,10 @@ def refuse_unhooked_shards(fn):
     """On a compile: parameters that are DTensors reach a jitted module only when FSDP's hooks did not run around
     it (fully_shard applied to the jitted module, jit first): refused, naming the order that works."""
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
-    dtensor = sys.modules.get("torch.distributed.tensor")  # (not imported: no DTensor exists)
+    dtensor = compat.dtensor_type()  # (None when torch.distributed.tensor is not imported: no DTensor exists)
     if not isinstance(module, torch.nn.Module) or dtensor is None:
         return
-    if any(isinstance(p, dtensor.DTensor) for p in module.parameters()):
+    if any(isinstance(p, dtensor) for p in module.parameters()):
         raise UnsupportedError("FSDP2", f"the parameters of {type(module).__name__} are DTensors (sharded) when the "
                                "jitted program reads them: fully_shard was applied to the jitted module "
                                "(fully_shard(jitcore.jit(block))), whose calls FSDP's hooks never see", hint=HINT)

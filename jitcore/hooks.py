@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import torch
 
-top_hooks = torch._C._autograd._top_saved_tensors_default_hooks  # (pack, unpack) or None: torch's own lookup
+from jitcore import compat
+
+top_hooks = compat.top_saved_tensors_hooks  # (pack, unpack) or None: torch's own lookup
 EAGER_MARK = "__jitcore_eager_hook__"
 
 

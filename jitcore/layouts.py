@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from jitcore import compat
 from jitcore.guards.data_guards import DataGuard
 from jitcore.ir.arith import concretize, expr_of, unit_sizes
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
@@ -343,7 +344,7 @@ def _described(t: torch.Tensor) -> tuple:
 
 
 def _result_key(op: str, leaves: list, spec):
-    if torch._C._is_any_autocast_enabled():
+    if compat.is_any_autocast_enabled():
         return None
     parts = [op, str(spec), torch.get_default_dtype()]
     for x in leaves:

@@ -16,11 +16,13 @@ A package is a folder:
 - `DIGEST`: a SHA-256 over the other files, which load verifies.
 
 Loading checks, before anything runs, that the package was written for this function (name, signature, the digests
-of the code it entered, unless `check_source=False`), by these versions of jitcore, torch and Python, with the jit
-options asked for (its own when none are given) and executors that are available here; any difference is an error
-naming it. It then rebuilds each cache entry from its input description: the call is traced, transformed and claimed
-under the entry's grad mode and autocast, and cached, without running it (no side effect happens at load); the fusion
-regions it makes take the packaged compiled code (kernels built on another machine compile again, with a warning).
+of the code it entered, unless `check_source=False`), by these versions of jitcore and Python, with the jit options
+asked for (its own when none are given) and executors that are available here; any difference is an error naming it.
+A package written under another torch release loads with a warning naming both: what torch computed or compiled for
+it (layouts, kernels) is not used, its entries are traced again and their regions compile again. It then rebuilds
+each cache entry from its input description: the call is traced, transformed and claimed under the entry's grad mode
+and autocast, and cached, without running it (no side effect happens at load); the fusion regions it makes take the
+packaged compiled code (kernels built on another machine compile again, with a warning).
 A later call that satisfies an entry's guards runs with no interpretation; others trace as usual. Modules, parameters,
 globals and closures are never stored: the entries bind them through the function or module given to load.
 
@@ -324,14 +326,22 @@ def save(jfn, path) -> Path:
 
 
 # -- load ---------------------------------------------------------------------------------------------------------
-def _check_versions(saved: dict):
+def _check_versions(saved: dict) -> str | None:
+    """Refuses a package of another jitcore or Python; for one written under another torch, returns what to warn
+    (its entries are traced again from their input descriptions, as in a new process; what torch itself computed
+    or compiled, the fusion regions' kernels and the layout answers, is not used)."""
     here = _versions()
-    for name in ("jitcore", "torch"):
-        if LooseVersion(str(saved.get(name))) != LooseVersion(here[name]):
-            raise PackageError(f"the package was written with {name} {saved.get(name)}; this is {name} {here[name]}")
+    if LooseVersion(str(saved.get("jitcore"))) != LooseVersion(here["jitcore"]):
+        raise PackageError(f"the package was written with jitcore {saved.get('jitcore')}; this is jitcore "
+                           f"{here['jitcore']}")
     if saved.get("python", "").split(".")[:2] != here["python"].split(".")[:2]:
         raise PackageError(f"the package was written with Python {saved.get('python')}; this is Python "
                            f"{here['python']}")
+    if str(saved.get("torch")) != here["torch"]:
+        return (f"jitcore.load: the package was written with torch {saved.get('torch')}; this is torch "
+                f"{here['torch']}: its compiled kernels and recorded layouts are not used, its entries are traced "
+                "again now and their fusion regions compile again at their first run")
+    return None
 
 
 def _options(saved: dict, jit_options: dict) -> dict:
@@ -395,7 +405,7 @@ def load(path, fn, *, check_source: bool = True, **jit_options):
         raise PackageError(f"{folder}: the files do not match the package's digest (changed or corrupted)")
     if manifest.get("format") != FORMAT:
         raise PackageError(f"package format {manifest.get('format')}; this jitcore reads format {FORMAT}")
-    _check_versions(manifest["versions"])
+    other_torch = _check_versions(manifest["versions"])
     target, qualname = _target(fn)
     if manifest["qualname"] != qualname:
         raise PackageError(f"the package was saved for {manifest['qualname']}, not {qualname}")
@@ -407,11 +417,14 @@ def load(path, fn, *, check_source: bool = True, **jit_options):
         if changes:
             raise PackageError("the code the package was traced through changed: " + "; ".join(changes) +
                                " (load with check_source=False to trace against the code as it is now)")
-    if (folder / _LAYOUTS).exists():  # answers keyed by exactly what was asked: used only for the same question
+    if other_torch is not None:
+        warnings.warn(other_torch, stacklevel=2)
+    elif (folder / _LAYOUTS).exists():  # answers keyed by exactly what was asked: used only for the same question
         known = torch.load(folder / _LAYOUTS, weights_only=False)["results"]
         layouts.META_RESULTS.update(list(known.items())[:max(0, layouts.MAX_RESULTS - len(layouts.META_RESULTS))])
     with inductor_kernels.loading():  # (no compiler is warmed up, unless a region is missing from the package)
-        _load_regions(folder, manifest)
+        if other_torch is None:
+            _load_regions(folder, manifest)
         jfn = jit(fn, **_options(manifest["options"], jit_options))
         skipped = _restore_entries(_jitted(jfn), folder, manifest)
     if skipped:

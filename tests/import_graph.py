@@ -18,14 +18,14 @@ FOLDERS = ("jitcore.ir", "jitcore.ops", "jitcore.interpreter", "jitcore.guards")
 # the stages, lowest first: a stage may import its own modules and those of lower stages, never a higher one.
 # Stages on one rank never import each other (transforms and executors are independent of each other).
 RANKS = {
-    "jitcore.errors": 0, "jitcore.logs": 0, "jitcore.hooks": 0, "jitcore.ir": 1, "jitcore.ops": 2,
-    "jitcore.interpreter": 3,
-    "jitcore.guards": 4, "jitcore.layouts": 5, "jitcore.epilogue": 5, "jitcore.arrays": 5, "jitcore.standins": 5,
-    "jitcore.autograd": 5,
-    "jitcore.fsdp": 5,
-    "jitcore.frontend": 6,
-    "transforms": 7, "executors": 7, "jitcore.reproduce": 7, "jitcore.inspection": 8, "jitcore.verify": 8,
-    "jitcore.api": 9, "jitcore.packages": 10, "jitcore.explanation": 10, "jitcore": 11,
+    "jitcore.errors": 0, "jitcore.logs": 0, "jitcore.compat": 1, "jitcore.hooks": 2, "jitcore.ir": 2,
+    "jitcore.ops": 3, "jitcore.interpreter": 4,
+    "jitcore.guards": 5, "jitcore.layouts": 6, "jitcore.epilogue": 6, "jitcore.arrays": 6, "jitcore.standins": 6,
+    "jitcore.autograd": 6,
+    "jitcore.fsdp": 6,
+    "jitcore.frontend": 7,
+    "transforms": 8, "executors": 8, "jitcore.reproduce": 8, "jitcore.inspection": 9, "jitcore.verify": 9,
+    "jitcore.api": 10, "jitcore.packages": 11, "jitcore.explanation": 11, "jitcore": 12,
 }
 # the modules that assemble the stages: importing any of them is their job (DESIGN.md: api.py imports all three)
 ASSEMBLERS = ("jitcore.api", "jitcore.packages", "jitcore")

@@ -11,6 +11,7 @@ import jitcore
 from executors import cpu_compiler, inductor_ex
 from executors import inductorex as ix
 from executors.ahead import compile_ahead
+from jitcore import compat
 from tests.fuzz import CACHE_MODES
 
 
@@ -84,9 +85,8 @@ def test_a_broadcast_cotangent_is_densified_for_the_backward_compiled_ahead():
 def test_a_background_build_that_fails_leaves_the_region_eager_with_a_warning(monkeypatch):
     f = _program(0.75)
     jf = jitcore.jit(f, executors=[inductor_ex])
-    from torch._inductor import codecache
-
-    original = codecache.CppWrapperCodeCache.load_pybinding_async
+    cache = compat.wrapper_code_cache()
+    original = cache.load_pybinding_async
 
     def failing_build(*args, submit_fn=None, **kwargs):
         if submit_fn is None:
@@ -98,7 +98,7 @@ def test_a_background_build_that_fails_leaves_the_region_eager_with_a_warning(mo
         future = submit_fn(fail)
         return lambda: future.result()
 
-    monkeypatch.setattr(codecache.CppWrapperCodeCache, "load_pybinding_async", failing_build)
+    monkeypatch.setattr(cache, "load_pybinding_async", failing_build)
     x, w = _inputs()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

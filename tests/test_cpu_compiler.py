@@ -12,6 +12,7 @@ import time
 import pytest
 
 from executors import cpu_compiler
+from jitcore import compat
 
 
 def _fake_build(found: bool, seconds: float, calls: list, fail: bool = False):
@@ -99,8 +100,7 @@ def test_isa_checks_stop_at_the_first_set_that_builds(monkeypatch):
 
 
 def test_inductor_picks_the_set_it_picks_after_checking_them_all(monkeypatch):
-    from torch._inductor import cpu_vec_isa
-
+    cpu_vec_isa = compat.inductor_cpp_modules()[2]
     cpu_compiler.cpu_compiler_ready()
     original = getattr(cpu_vec_isa.valid_vec_isa_list, "jitcore_original", None)
     if original is None:

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 
+from jitcore import compat
 from tests.distributed_workers import launch
 
 pytestmark = pytest.mark.skipif(
@@ -203,6 +204,8 @@ def check_functional_collectives(per_rank):
         assert_call_like_eager(case, "functional collectives")
         assert [c for c in case["forward"] if c != "wait_tensor"] == [
             "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_into_tensor"]
+        if not compat.eager_has("functional collectives under autograd"):
+            continue  # (eager cannot differentiate them on this torch: the forward alone is compared)
         # the backward's collectives: each forward collective's adjoint, in reverse program order
         assert [c for c in case["backward"] if c != "wait_tensor"] == [
             "reduce_scatter_tensor", "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"]

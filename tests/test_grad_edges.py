@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import jitcore
+from jitcore import compat
 
 CACHES = ("constant values", "symbolic values")
 
@@ -112,7 +113,8 @@ KINKS = {
     F.relu: (0.0,), F.logsigmoid: (0.0, 30.0, -30.0), F.leaky_relu: (0.0,), F.elu: (0.0,), F.celu: (0.0,),
     F.selu: (0.0,), F.hardshrink: (0.5, -0.5), F.softshrink: (0.5, -0.5), torch.abs: (0.0,), torch.sqrt: (0.0,),
     lambda x: torch.clamp(x, -1.0, 1.0): (-1.0, 1.0), lambda x: F.hardtanh(x, -2.0, 0.5): (-2.0, 0.5),
-    lambda x: torch.nextafter(x, torch.zeros_like(x)): (0.0, 1.0),
+    **({lambda x: torch.nextafter(x, torch.zeros_like(x)): (0.0, 1.0)} if compat.eager_has("nextafter gradient")
+       else {}),
 }
 
 

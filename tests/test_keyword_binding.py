@@ -14,6 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import jitcore
+from jitcore import compat
 from jitcore.errors import DataDependentError
 from jitcore.ops import torch_map
 from tests.test_opinfo import SKIP, XFAIL, _id, _outputs, common
@@ -191,7 +192,7 @@ def _torch_keyword_only(fn) -> set | None:
         return {n for n, p in params.items() if p.kind == inspect.Parameter.KEYWORD_ONLY}
     except (TypeError, ValueError):
         pass
-    schemas = torch._C._jit_get_schemas_for_operator(f"aten::{getattr(fn, '__name__', '')}")
+    schemas = compat.schemas_of(f"aten::{getattr(fn, '__name__', '')}")
     if not schemas:
         return None
     flags: dict = {}

@@ -31,6 +31,7 @@ import pytest
 import torch
 
 import jitcore
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from tests.fuzz import CACHE_MODES
 
@@ -60,7 +61,7 @@ def _settings_cases() -> list:
     threads = torch.get_num_threads()
     precision = torch.get_float32_matmul_precision()
     cpu_dtype = torch.get_autocast_dtype("cpu")
-    tf32 = torch._C._get_cublas_allow_tf32()
+    tf32 = compat.get_cublas_allow_tf32()
     cache = torch.is_autocast_cache_enabled()
     return [
         _setting("num_threads", torch.get_num_threads, [1, 2, threads], torch.set_num_threads, threads),
@@ -70,8 +71,8 @@ def _settings_cases() -> list:
                  torch.set_anomaly_enabled, False),
         _setting("warn_always", lambda: 1.0 if torch.is_warn_always_enabled() else 2.0, [True, False],
                  torch.set_warn_always, False),
-        _setting("cublas_tf32", lambda: 1.0 if torch._C._get_cublas_allow_tf32() else 2.0, [True, False],
-                 torch._C._set_cublas_allow_tf32, tf32),
+        _setting("cublas_tf32", lambda: 1.0 if compat.get_cublas_allow_tf32() else 2.0, [True, False],
+                 compat.set_cublas_allow_tf32, tf32),
         _setting("autocast_dtype", lambda: 1.0 if torch.get_autocast_dtype("cpu") is torch.bfloat16 else 2.0,
                  [torch.float16, torch.bfloat16], lambda d: torch.set_autocast_dtype("cpu", d), cpu_dtype),
         _setting("autocast_cache", lambda: 1.0 if torch.is_autocast_cache_enabled() else 2.0, [True, False],

@@ -131,6 +131,42 @@ def test_kernels_of_another_machine_compile_again(tmp_path, monkeypatch):
     torch.testing.assert_close(jl(x), want)
 
 
+def test_kernels_of_another_torch_compile_again(tmp_path):
+    """A package written under another torch release (faked in its manifest): its kernels are not offered, the load
+    says why, and the region compiles again and gives the same numbers."""
+    import json
+
+    from jitcore.packages import _digest
+
+    jf = jitcore.jit(_tanh_chain, executors=["inductor"])
+    x = torch.randn(5, 7)
+    want = jf(x)
+    folder = jitcore.save(jf, tmp_path / "pkg")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["versions"]["torch"] = "2.10.0+fake"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "DIGEST").write_text(_digest(folder))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jl = jitcore.load(folder, _tanh_chain)
+    assert any("written with torch 2.10.0+fake" in str(w.message) for w in caught)
+    assert not inductor_kernels.PACKAGED  # nothing offered to the executors
+    torch.testing.assert_close(jl(x), want)
+
+
+def test_the_region_cache_on_disk_is_keyed_by_torchs_version(tmp_path, monkeypatch):
+    """A region stored on disk under one torch release is not found under another (it compiles again)."""
+    monkeypatch.setenv("JITCORE_REGION_CACHE", "1")
+    monkeypatch.setenv("JITCORE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(inductor_kernels, "_DISK_KEY", [])
+    variant = {"kernels": [], "strides": None, "guard": None}
+    inductor_kernels.store("region text", {}, variant)
+    assert inductor_kernels.stored("region text", {}, True, False) is not None
+    monkeypatch.setattr(inductor_kernels, "_DISK_KEY", [])
+    monkeypatch.setattr(torch, "__version__", "2.10.0+fake")
+    assert inductor_kernels.stored("region text", {}, True, False) is None
+
+
 def test_a_kernel_that_does_not_match_its_source_is_not_used():
     """The loaded wrapper checks each kernel against the digest of the C++ source it asks for."""
     kernels = inductor_kernels._PackagedKernels([(inductor_kernels.source_digest("int a;"), print)])

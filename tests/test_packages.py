@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -175,11 +176,16 @@ def test_a_changed_file_fails_the_digest(tmp_path):
         jitcore.load(folder, _double)
 
 
-def test_another_torch_version_is_refused(tmp_path):
+def test_another_torch_version_warns_and_traces_again(tmp_path):
+    """A package written under another torch (faked in its manifest): a warning naming both releases, the entries
+    traced again from their input descriptions, eager's numbers."""
     folder = _saved(tmp_path)
     _rewrite_manifest(folder, lambda m: m["versions"].update(torch="2.12.0"))
-    with pytest.raises(PackageError, match=r"torch 2\.12\.0"):
-        jitcore.load(folder, _double)
+    with pytest.warns(UserWarning, match=rf"written with torch 2\.12\.0; this is torch {re.escape(torch.__version__)}"):
+        jf = jitcore.load(folder, _double)
+    x = torch.randn(3)
+    torch.testing.assert_close(jf(x), x * 2)
+    assert (jitcore.cache_hits(jf), jitcore.cache_misses(jf)) == (1, 0)  # the entry was traced again at load
 
 
 def test_another_jitcore_version_is_refused(tmp_path):

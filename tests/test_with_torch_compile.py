@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import jitcore
+from jitcore import compat
 from tests.fuzz import CACHE_MODES
 
 
@@ -68,10 +69,8 @@ def test_torch_compile_does_not_recompile_for_jitcores_module_state_epoch():
     """Module state changed inside code Dynamo traces bumps an epoch Dynamo does not guard on (an in-place add to a
     tensor, jitcore/guards/module_state.py): torch.compile of a model slicing its ModuleList compiles once in a
     process where jitcore watches module state (it recompiled at every call up to its limit, then ran eagerly)."""
-    import torch._dynamo.testing
-
     jitcore.jit(_Sliced())(torch.randn(2, 4))  # (installs jitcore's module-state hooks)
-    counter = torch._dynamo.testing.CompileCounter()
+    counter = compat.compile_counter()
     m = _Sliced()
     compiled = torch.compile(m, backend=counter)
     for _ in range(4):

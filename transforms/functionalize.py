@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
@@ -360,12 +361,12 @@ def _returns_alias(fn) -> bool | None:
     """Whether aten's schema of fn (an overload, or every overload of the aten op named like it) lets an output
     alias an input; None when fn has no aten schema."""
     fn = getattr(fn, "stands_for", fn)
-    if isinstance(fn, torch._ops.OpOverload):
+    if isinstance(fn, compat.OpOverload):
         overloads = [fn]
     else:
         name = getattr(fn, "__name__", "") or ""
         packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
-        if not isinstance(packet, torch._ops.OpOverloadPacket):
+        if not isinstance(packet, compat.OpOverloadPacket):
             return None
         overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]  # (out= ones alias out=)
     return any(r.alias_info is not None for o in overloads for r in o._schema.returns)

@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from jitcore import compat
+from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
@@ -92,9 +94,15 @@ VJP_RULES["prims.pow"] = binary(_pow_grad_a, _pow_grad_b)
 VJP_RULES["prims.atan2"] = binary(lambda a, b, out, g: mul(g, div(b, add(mul(a, a), mul(b, b)))),
                                   lambda a, b, out, g: mul(g, div(neg(a), add(mul(a, a), mul(b, b)))))
 VJP_RULES["prims.remainder"] = binary(lambda a, b, out, g: g, lambda a, b, out, g: mul(g, neg(te.floor(div(a, b)))))
-# eager: a step from a, a zero gradient at b
-VJP_RULES["prims.nextafter"] = binary(lambda a, b, out, g: te.where(te.ne(a, b), g, 0.0),
-                                      lambda a, b, out, g: zeros_like(g))
+# eager: a step from a, a zero gradient at b (none before torch 2.13: refused as eager refuses it)
+def _nextafter_grad_a(a, b, out, g):
+    if not compat.eager_has("nextafter gradient"):
+        raise UnsupportedError("torch version", f"the gradient of torch.nextafter: torch {torch.__version__} has none "
+                               "(eager raises NotImplementedError)", hint="torch 2.13 or newer computes it")
+    return te.where(te.ne(a, b), g, 0.0)
+
+
+VJP_RULES["prims.nextafter"] = binary(_nextafter_grad_a, lambda a, b, out, g: zeros_like(g))
 VJP_RULES["prims.fmod"] = binary(lambda a, b, out, g: g, lambda a, b, out, g: mul(g, neg(te.trunc(div(a, b)))))
 
 

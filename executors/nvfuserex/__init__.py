@@ -12,6 +12,7 @@ from executors.nvfuserex.text import TextDataType, TextFusion
 from executors.nvfuserex.translate import DTYPE_NAMES, TRANSLATORS, lower_region, tensor_signature, translatable
 from executors.regions import canonical_key, fuse_regions, has_side_effect
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
+from jitcore import compat
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import BoundSymbol, Tag
@@ -39,7 +40,7 @@ class NvFuserExecutor(TorchLinesFusionExecutor):
         try:
             _import_nvfuser()
         except Exception as e:
-            return False, f"nvFuser cannot be imported ({type(e).__name__}: {e}); pip install nvfuser-cu12X-torchXY"
+            return False, f"nvFuser cannot be imported ({type(e).__name__}: {e}); {compat.nvfuser_install_hint()}"
         return True, ""
 
     def _tensors_ok(self, bsym: BoundSymbol) -> bool:

@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from jitcore import compat
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import KEY_VALUE_TYPES, SYMBOLIC_VALUE_TYPES
 from jitcore.guards.module_guards import module_split
@@ -199,8 +200,8 @@ def _global_state(saved_hooks=False, flags=None) -> list:
     dd = torch.get_default_dtype()
     out.append((lambda p: f"{p.const(torch.get_default_dtype)}() is not {p.const(dd)}",
                 f"default dtype: expected {dd}"))
-    if not torch._C._is_any_autocast_enabled():
-        out.append((lambda p: f"{p.const(torch._C._is_any_autocast_enabled)}()", "autocast: expected disabled"))
+    if not compat.is_any_autocast_enabled():
+        out.append((lambda p: f"{p.const(compat.is_any_autocast_enabled)}()", "autocast: expected disabled"))
         return out
     for dev in ("cpu", "cuda"):
         on = torch.is_autocast_enabled(dev)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter.provenance import Attr, Call
 
@@ -78,7 +79,7 @@ def check(flag_key, value):
     if fn is torch.get_default_device and value == torch.device("cpu"):
         # (the Python reader costs microseconds: with no torch function mode active, the default device is the CPU)
         def cond(p):
-            return f"({p.const(torch._C._len_torch_function_stack)}() and {p.const(fn)}() != {p.const(value)})"
+            return f"({p.const(compat.torch_function_stack_depth)}() and {p.const(fn)}() != {p.const(value)})"
     elif value is None or isinstance(value, (bool, torch.dtype)):
         def cond(p):
             return f"{p.const(fn)}({text}) is not {p.const(value)}"

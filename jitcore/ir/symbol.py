@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from jitcore.compat import is_any_autocast_enabled
 from jitcore.errors import MetaError
 from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.context import get_tracectx
@@ -140,7 +141,7 @@ class Symbol:
         if trace is None:
             return self.eager(*args, **kwargs)
         try:
-            if _autocast_below == 0 and torch._C._is_any_autocast_enabled() and _records_user_code(trace):
+            if _autocast_below == 0 and is_any_autocast_enabled() and _records_user_code(trace):
                 return self._call_under_autocast(trace, args, kwargs)
             return self._record(trace, args, kwargs)
         except MetaError as e:  # the outermost op call it leaves: what the interpreter asks torch about (eager's type)

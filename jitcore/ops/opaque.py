@@ -11,9 +11,8 @@ import re
 import typing
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from jitcore import logs
+from jitcore import compat, logs
 from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
@@ -122,7 +121,7 @@ def _make_meta(fn, qualname):
     return meta
 
 
-class _ValueDependentShapes(TorchDispatchMode):
+class _ValueDependentShapes(compat.TorchDispatchMode):
     """Notes whether an aten op whose output sizes depend on its inputs' values ran (nonzero, unique, ...)."""
 
     def __init__(self):
@@ -257,7 +256,7 @@ def draws_random(fn) -> bool:
     drop or reorder it, and its backward replays its draws."""
     seeded = torch.Tag.nondeterministic_seeded
     fn = getattr(fn, "stands_for", fn)  # a wrapper (the functional form of an in-place method) names what it runs
-    if isinstance(fn, torch._ops.OpOverload):
+    if isinstance(fn, compat.OpOverload):
         return seeded in fn.tags
     if _python_draws(fn):
         return True
@@ -266,7 +265,7 @@ def draws_random(fn) -> bool:
         packet = getattr(torch.ops.aten, name) if name.isidentifier() else None
     except (AttributeError, RuntimeError):
         return False
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
+    if not isinstance(packet, compat.OpOverloadPacket):
         return False
     return any(seeded in getattr(packet, o).tags for o in packet.overloads())
 
@@ -279,7 +278,7 @@ _EFFECTFUL_NAMES = ("rand", "normal", "bernoulli", "dropout", "multinomial", "un
 def aten_effects(fn) -> bool | None:
     """For a torch operator overload (torch.ops.aten.x.default): whether it mutates or draws random numbers;
     None for other callables (their schema is unknown)."""
-    if not isinstance(fn, torch._ops.OpOverload):
+    if not isinstance(fn, compat.OpOverload):
         return None
     return fn._schema.is_mutable or torch.Tag.nondeterministic_seeded in fn.tags
 
@@ -344,11 +343,9 @@ class AutocastCall:
 def _fake_meta(fn):
     """A meta over proxies from running fn on fake tensors of the proxies' devices."""
     def meta(*args, **kwargs):
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         flat, spec = tree_flatten((args, kwargs))
         try:
-            with FakeTensorMode():
+            with compat.fake_tensor_mode():
                 fakes = [torch.empty(tuple(_to_meta(a).shape), dtype=a.dtype, device=a.device)
                          if isinstance(a, proxies.TensorProxy) else _to_meta(a) for a in flat]
                 margs, mkwargs = tree_unflatten(spec, fakes)
@@ -680,7 +677,7 @@ EAGER_KERNELS[opaque_vjp_replay_sym.id] = opaque_vjp_replay
 _FUNCTIONS: dict = {}  # the user's torch.autograd.Function subclass -> its opaque op
 
 
-FUNCTION_APPLY = torch.autograd.Function.apply.__func__  # what `MyFunction.apply(x)` calls, with the class first
+FUNCTION_APPLY = compat.FUNCTION_APPLY  # what `MyFunction.apply(x)` calls, with the class first (None on torch 2.15)
 
 
 def user_function_call(cls, *args, **kwargs):
@@ -688,7 +685,7 @@ def user_function_call(cls, *args, **kwargs):
     (user_function_op), or, for torch's own Functions, apply run natively as before (their ops on proxies record
     themselves)."""
     sym = user_function_op(cls.apply)
-    return sym(*args, **kwargs) if sym is not None else FUNCTION_APPLY(cls, *args, **kwargs)
+    return sym(*args, **kwargs) if sym is not None else compat.call_apply(cls, *args, **kwargs)
 
 
 def user_function_op(fn):
@@ -699,9 +696,8 @@ def user_function_op(fn):
     user wrote, not the derivative of the forward's ops (interpreting the forward, as for any Python code, silently
     differentiated those instead). Tagged RANDOM, so the recomputation replays the forward's draws (a dropout
     inside), and EFFECTS, so passes keep it where it is (a forward may write its inputs, ctx.mark_dirty)."""
-    cls = getattr(fn, "__self__", None)
-    if getattr(fn, "__func__", None) is not FUNCTION_APPLY or not isinstance(cls, type) or \
-            not issubclass(cls, torch.autograd.Function) or cls.__module__.split(".")[0] == "torch":
+    cls = compat.autograd_function_class(fn)
+    if cls is None or cls.__module__.split(".")[0] == "torch":
         return None
     sym = _FUNCTIONS.get(cls)
     if sym is None:

@@ -12,6 +12,7 @@ import operator
 
 import torch
 
+from jitcore import compat
 from jitcore.ir import proxies
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ops import prims_python as pp
@@ -27,9 +28,8 @@ def symbolic_outputs(fn, flat, spec, rg: bool, real=None):
     is a size known only at run time (jitcore/ir/proxies.py run_time_size) with that output's value; the same
     symbol is the same size (unique's values and counts)."""
     import sympy
-    from torch._dynamo.source import ConstantSource
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    shapes = compat.symbolic_shapes()
+    ShapeEnv, DimDynamic = shapes.ShapeEnv, shapes.DimDynamic
 
     env = ShapeEnv(duck_shape=False)
     symbols: dict = {}  # sympy symbol -> the proxy it stands for
@@ -37,7 +37,7 @@ def symbolic_outputs(fn, flat, spec, rg: bool, real=None):
 
     def symint(p):
         if p.name not in made:
-            source = ConstantSource(p.name)
+            source = compat.constant_source(p.name)
             s = env.create_symbol(int(p.value), source, dynamic_dim=DimDynamic.DYNAMIC)
             node = env.create_symintnode(s, hint=int(p.value), source=source)
             if isinstance(node, int) or not isinstance(s, sympy.Symbol):  # (0 and 1 are specialized)
@@ -56,7 +56,7 @@ def symbolic_outputs(fn, flat, spec, rg: bool, real=None):
             raise Untranslated("a float or bool number argument")
         return a
 
-    mode = FakeTensorMode(shape_env=env)
+    mode = compat.fake_tensor_mode(shape_env=env)
     quiet = logging.getLogger("torch._subclasses.fake_tensor")  # (it logs an op's failure as an error: this module
     level = quiet.level  # falls back quietly instead)
     quiet.setLevel(logging.CRITICAL)
@@ -104,7 +104,7 @@ def symbolic_outputs(fn, flat, spec, rg: bool, real=None):
 def _translate(expr, symbols):
     """A sympy expression over the environment's symbols as Python number ops over the proxies (recorded)."""
     import sympy
-    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
+    FloorDiv, Mod, PythonMod, Max, Min = compat.sympy_functions()
 
     if expr.is_Integer:
         return int(expr)
@@ -115,7 +115,7 @@ def _translate(expr, symbols):
             raise Untranslated(f"the symbol {expr}")
         return symbols[expr]
     args = [_translate(a, symbols) for a in expr.args]
-    binary = {sympy.Add: operator.add, sympy.Mul: operator.mul, sympy.Max: max, sympy.Min: min}
+    binary = {sympy.Add: operator.add, sympy.Mul: operator.mul, sympy.Max: max, sympy.Min: min, Max: max, Min: min}
     if type(expr) in binary:
         if type(expr) is sympy.Mul and any(a.is_Rational and not a.is_Integer for a in expr.args):
             raise Untranslated(f"a fraction in {expr}")

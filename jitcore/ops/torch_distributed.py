@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import prims_distributed as pd
@@ -21,8 +22,8 @@ from jitcore.ops.utils import check
 AVAILABLE = torch.distributed.is_available()
 if AVAILABLE:
     import torch.distributed as dist
-    import torch.distributed._functional_collectives as funcol
-    from torch.distributed import distributed_c10d as c10d
+
+    funcol = compat.functional_collectives()
 
 
 def _refuse_async(name: str, async_op):
@@ -49,7 +50,7 @@ def _reduce_op_name(name: str, op) -> str:
 def _process_group(name: str, group):
     """(group name, group size) of a c10d collective's `group` argument (None: the default group)."""
     if group is None:
-        group = c10d._get_default_group()
+        group = compat.default_process_group()
     if not isinstance(group, dist.ProcessGroup):
         raise UnsupportedError("torch.distributed", f"torch.distributed.{name}: group {group!r} is not a ProcessGroup")
     return group.group_name, group.size()
@@ -57,8 +58,7 @@ def _process_group(name: str, group):
 
 def _funcol_group(group, tag: str):
     """(group name, group size) of a functional collective's group (a ProcessGroup, a list of ranks, a DeviceMesh)."""
-    group_name = funcol._resolve_group_name(group, tag)
-    return group_name, c10d._get_group_size_by_name(group_name)
+    return compat.functional_group(group, tag)
 
 
 def _tensor(name: str, what: str, t):
@@ -172,14 +172,12 @@ def _register():
     table.update({
         dist.all_reduce: all_reduce, dist.all_gather_into_tensor: all_gather_into_tensor,
         dist.reduce_scatter_tensor: reduce_scatter_tensor,
-        funcol.all_reduce: funcol_all_reduce, funcol.all_gather_tensor: funcol_all_gather_tensor,
-        funcol.all_gather_single: funcol_all_gather_tensor,
-        funcol.reduce_scatter_tensor: funcol_reduce_scatter_tensor, funcol.wait_tensor: funcol_wait_tensor,
+        funcol.all_reduce: funcol_all_reduce, funcol.wait_tensor: funcol_wait_tensor,
     })
-    for name in ("all_gather_tensor_autograd", "all_gather_single_autograd"):
+    for name in compat.FUNCTIONAL_GATHERS:
         if hasattr(funcol, name):
             table[getattr(funcol, name)] = funcol_all_gather_tensor
-    for name in ("reduce_scatter_tensor_autograd", "reduce_scatter_single_autograd"):
+    for name in compat.FUNCTIONAL_SCATTERS:
         if hasattr(funcol, name):
             table[getattr(funcol, name)] = funcol_reduce_scatter_tensor
     ops = torch.ops._c10d_functional

@@ -8,12 +8,14 @@ import math
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import MetaError
 from jitcore.ir import dtypes
 from jitcore.ir.dtypes import Promotion
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_elementwise as pe
+from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_python
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.registry import torchsymbol
@@ -450,6 +452,8 @@ TORCH_MAP.setdefault(T.where, _where_method)
 def clamp(input, min=None, max=None):
     check(min is not None or max is not None, "torch.clamp: At least one of 'min' or 'max' must not be None")
     out = input
+    if compat.CLAMP_TIES_SPLIT:  # (torch 2.15's gradient where the input equals a bound: see compat)
+        out = _clamp_ties(out, min, max)
     if min is not None:
         out = where(logical_or(lt(out, min), isnan(out)) if dtypes.is_inexact(out.dtype) else lt(out, min),
                     to_dtype(min, dtypes.promote_dtypes(input, min)) if is_number(min) else min, out)
@@ -457,6 +461,17 @@ def clamp(input, min=None, max=None):
     if max is not None:
         out = where(gt(out, max), max, out)
     return to_dtype(out, dtypes.promote_dtypes(input, *[m for m in (min, max) if m is not None]))
+
+
+def _clamp_ties(x, *bounds):
+    """x with torch 2.15's gradient where it equals a bound (the same values): none for a number bound; half of it
+    for a tensor bound, the other half going to the bound."""
+    for b in bounds:
+        if b is None or not dtypes.is_inexact(x.dtype):
+            continue
+        tied = pm.stop_gradient(x) if not isinstance(b, TensorProxy) else add(x, mul(sub(b, x), 0.5))
+        x = where(eq(x, b), tied, x)
+    return x
 
 
 @torchsymbol(torch.clamp_min, T.clamp_min, method="clamp_min", id="ltorch.clamp_min")

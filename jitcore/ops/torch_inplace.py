@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir import proxies
 from jitcore.ir.proxies import TENSOR_METHODS, TensorProxy
@@ -467,15 +468,15 @@ _OPAQUE_INPLACE_FUNCTIONS: dict = {}
 
 
 def _schema_of(fn):
-    if isinstance(fn, torch._ops.OpOverload):
+    if isinstance(fn, compat.OpOverload):
         return fn._schema
-    packet = fn if isinstance(fn, torch._ops.OpOverloadPacket) else None
+    packet = fn if isinstance(fn, compat.OpOverloadPacket) else None
     if packet is None and type(fn) is type(torch.add) and getattr(fn, "__module__", None) == "torch":
         try:  # torch.native_batch_norm: the aten operator of the same name
             packet = getattr(torch.ops.aten, fn.__name__)
         except (AttributeError, RuntimeError):
             return None
-    if not isinstance(packet, torch._ops.OpOverloadPacket) or not packet.overloads():
+    if not isinstance(packet, compat.OpOverloadPacket) or not packet.overloads():
         return None
     names = packet.overloads()
     return getattr(packet, "default" if "default" in names else names[0])._schema

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import MetaError, UnsupportedError
 from jitcore.ir import devices
 from jitcore.ir.proxies import TENSOR_PROPERTIES, TensorProxy
@@ -144,7 +145,7 @@ def diag(input, diagonal=0):
     return ps.reshape(flat, (size, size))
 
 
-@torchsymbol(torch.meshgrid, torch.functional._meshgrid, torch._C._VariableFunctionsClass.meshgrid,
+@torchsymbol(torch.meshgrid, torch.functional._meshgrid, compat.VariableFunctions.meshgrid,
              id="ltorch.meshgrid")
 def meshgrid(*tensors, indexing=None):
     if len(tensors) == 1 and isinstance(tensors[0], (tuple, list)):

@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import MetaError
 from jitcore.ir import arith, dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy, canonical_dim
@@ -421,17 +422,17 @@ def _atleast(op, n, tensors):
     return ps.reshape(x, shape)
 
 
-@torchsymbol(torch.atleast_1d, torch._C._VariableFunctionsClass.atleast_1d, id="ltorch.atleast_1d")
+@torchsymbol(torch.atleast_1d, compat.VariableFunctions.atleast_1d, id="ltorch.atleast_1d")
 def atleast_1d(*tensors):
     return _atleast("atleast_1d", 1, tensors)
 
 
-@torchsymbol(torch.atleast_2d, torch._C._VariableFunctionsClass.atleast_2d, id="ltorch.atleast_2d")
+@torchsymbol(torch.atleast_2d, compat.VariableFunctions.atleast_2d, id="ltorch.atleast_2d")
 def atleast_2d(*tensors):
     return _atleast("atleast_2d", 2, tensors)
 
 
-@torchsymbol(torch.atleast_3d, torch._C._VariableFunctionsClass.atleast_3d, id="ltorch.atleast_3d")
+@torchsymbol(torch.atleast_3d, compat.VariableFunctions.atleast_3d, id="ltorch.atleast_3d")
 def atleast_3d(*tensors):
     return _atleast("atleast_3d", 3, tensors)
 
