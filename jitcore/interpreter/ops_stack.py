@@ -42,9 +42,11 @@ def _never_in_code(frame, inst):
                            "interpreter's exit) and never appears in a code object's co_code", where=frame.where(inst))
 
 
-for _name in ("INTERPRETER_EXIT", "RESERVED", "ENTER_EXECUTOR", "EXIT_INIT_CHECK"):
-    handler(_name)(_never_in_code)
-for _name in bytecode.OPMAP:
+handler("INTERPRETER_EXIT", since=(3, 12))(_never_in_code)
+handler("RESERVED", since=(3, 12))(_never_in_code)
+handler("ENTER_EXECUTOR", since=(3, 13))(_never_in_code)
+handler("EXIT_INIT_CHECK", since=(3, 13))(_never_in_code)
+for _name in bytecode.OPMAP:  # (this Python's own: their set changes with every version)
     if _name.startswith("INSTRUMENTED_") and bytecode.OPMAP[_name] < 256:
         handler(_name, since=bytecode.VERSION, until=bytecode.VERSION[:1] + (bytecode.VERSION[1] + 1,))(_never_in_code)
 
