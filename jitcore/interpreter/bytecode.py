@@ -93,7 +93,7 @@ class Ins:
 
 def exception_entries(code) -> list[tuple[int, int, int, int, bool]]:
     """(start, end, target, depth, lasti) of `code`'s exception table, offsets in bytes, `end` exclusive."""
-    return [(e.start, e.end + 2, e.target, e.depth, e.lasti) for e in dis._parse_exception_table(code)]
+    return [(e.start, e.end, e.target, e.depth, e.lasti) for e in dis._parse_exception_table(code)]
 
 
 def decode(code) -> list[Ins]:
