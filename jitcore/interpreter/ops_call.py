@@ -79,12 +79,15 @@ def func_str(fn) -> str:
     return f"{qualname}()"
 
 
+_CALLABLE_FIRST = bytecode.CALLABLE_FIRST
+
+
 @handler("CALL_FUNCTION_EX")
 def CALL_FUNCTION_EX(frame, inst):
     stack = frame.stack
     kwargs = stack.pop() if inst.arg & 1 else {}
     callargs = stack.pop()
-    if bytecode.CALLABLE_FIRST:
+    if _CALLABLE_FIRST:
         stack.pop()  # NULL
         fn = stack.pop()
     else:

@@ -187,11 +187,19 @@ def LOAD_GLOBAL(frame, inst):
     frame.stack.append(_load_global(frame, inst.argval))
 
 
-@handler("LOAD_GLOBAL", since=(3, 13))
+def _prepare_load_global(inst, code, insts):
+    if not inst.arg & 1:
+        inst.fn = _LOAD_GLOBAL_VALUE
+
+
+@handler("LOAD_GLOBAL", since=(3, 13), prepare=_prepare_load_global)
 def LOAD_GLOBAL_313(frame, inst):
+    """3.13: the NULL goes above the value (the callable first); without the low bit, the value alone."""
+    frame.stack += (_load_global(frame, inst.argval), NULL)
+
+
+def _LOAD_GLOBAL_VALUE(frame, inst):
     frame.stack.append(_load_global(frame, inst.argval))
-    if inst.arg & 1:  # (3.13: the NULL goes above the callable)
-        frame.stack.append(NULL)
 
 
 @handler("STORE_GLOBAL")
@@ -269,7 +277,7 @@ def SETUP_ANNOTATIONS(frame, inst):
 
 # -- attributes and items -----------------------------------------------------------------------------------------
 @handler("LOAD_ATTR", until=(3, 12))
-def LOAD_ATTR(frame, inst):
+def LOAD_ATTR(frame, inst):  # (3.12+: the handler of LOAD_ATTR without the method bit, picked when decoded)
     frame.stack[-1] = access.load_attr(frame.rt, frame.stack[-1], inst.argval)
 
 
@@ -295,31 +303,31 @@ def LOAD_METHOD(frame, inst):
     stack.append(v)
 
 
-@handler("LOAD_ATTR", since=(3, 12), until=(3, 13))
-def LOAD_ATTR_312(frame, inst):
-    """3.12: the low bit asks for a method load, pushing (NULL, attribute) or (function, self) as LOAD_METHOD did."""
+def _prepare_load_attr(inst, code, insts):
+    if not inst.arg & 1:  # (the low bit: a method load, the handler registered; else a plain attribute)
+        inst.fn = LOAD_ATTR
+
+
+@handler("LOAD_ATTR", since=(3, 12), until=(3, 13), prepare=_prepare_load_attr)
+def LOAD_METHOD_312(frame, inst):
+    """3.12: LOAD_ATTR with the low bit set loads a method, pushing (NULL, attribute) or (function, self) as 3.11's
+    LOAD_METHOD did."""
     stack = frame.stack
-    if inst.arg & 1:
-        stack[-1], v = _method(frame.rt, stack[-1], inst.argval)
-        stack.append(v)
-    else:
-        stack[-1] = access.load_attr(frame.rt, stack[-1], inst.argval)
+    stack[-1], v = _method(frame.rt, stack[-1], inst.argval)
+    stack.append(v)
 
 
-@handler("LOAD_ATTR", since=(3, 13))
-def LOAD_ATTR_313(frame, inst):
+@handler("LOAD_ATTR", since=(3, 13), prepare=_prepare_load_attr)
+def LOAD_METHOD_313(frame, inst):
     """3.13: a method load pushes (attribute, NULL) or (function, self)."""
     stack = frame.stack
-    if inst.arg & 1:
-        null_or_func, v = _method(frame.rt, stack[-1], inst.argval)
-        if null_or_func is NULL:
-            stack[-1] = v
-            stack.append(NULL)
-        else:
-            stack[-1] = null_or_func
-            stack.append(v)
+    null_or_func, v = _method(frame.rt, stack[-1], inst.argval)
+    if null_or_func is NULL:
+        stack[-1] = v
+        stack.append(NULL)
     else:
-        stack[-1] = access.load_attr(frame.rt, stack[-1], inst.argval)
+        stack[-1] = null_or_func
+        stack.append(v)
 
 
 @handler("LOAD_SUPER_ATTR", since=(3, 12))

@@ -155,12 +155,18 @@ def COMPARE_OP(frame, inst):
     stack[-1] = inst.aux(stack[-1], b) if r is dunders.NATIVE else r
 
 
-@handler("COMPARE_OP", since=(3, 13), prepare=_prepare_compare)
-def COMPARE_OP_313(frame, inst):
-    """3.13: the operator is oparg >> 5; oparg & 16 asks for the result as a bool (`if a < b:` has no TO_BOOL)."""
+def _prepare_compare_313(inst, code, insts):
+    _prepare_compare(inst, code, insts)
+    if not inst.arg & bytecode.COMPARE_TO_BOOL:
+        inst.fn = COMPARE_OP
+
+
+@handler("COMPARE_OP", since=(3, 13), prepare=_prepare_compare_313)
+def COMPARE_OP_TO_BOOL(frame, inst):
+    """3.13: the operator is oparg >> 5; oparg & 16 asks for the result as a bool (`if a < b:` has no TO_BOOL), else
+    COMPARE_OP's handler is picked when decoded."""
     COMPARE_OP(frame, inst)
-    if inst.arg & bytecode.COMPARE_TO_BOOL:
-        frame.stack[-1] = access.truth(frame.rt, frame.stack[-1])
+    frame.stack[-1] = access.truth(frame.rt, frame.stack[-1])
 
 
 @handler("TO_BOOL", since=(3, 13))
