@@ -1,11 +1,11 @@
 """Benchmarks: jitcore's cost per Python and torch release, one record per environment, side by side.
 
-Each environment (this Python; the forky chroot's 3.13 and 3.14 venvs; the torch 2.10 / 2.15 venvs, where they
-exist) measures, in one process: the cached-call overhead over eager of `a + b` on 2x2 tensors (forward, and
-forward+backward; medians of paired rounds), the first call of a small function with the torch executor (trace +
-transforms + codegen; median over fresh functions), the first call and steady forward+backward step of the GPT-2
-style block with [torch] against eager, and the interpreter's overhead on a 100-op float function. The records
-are printed as a table with each row's ratio to the first environment's (3.11 + torch 2.13.0 on CI's machine).
+Each environment (this Python; pyenv's 3.12 venv, .ci/py312.sh; the forky chroot's 3.13 and 3.14 venvs; the torch 2.10 /
+2.15 venvs, where they exist) measures, in one process: the cached-call overhead over eager of `a + b` on 2x2 tensors
+(forward, and forward+backward; medians of paired rounds), the first call of a small function with the torch executor
+(trace + transforms + codegen; median over fresh functions), the first call and steady forward+backward step of the
+GPT-2 style block with [torch] against eager, and the interpreter's overhead on a 100-op float function. The records are
+printed as a table with each row's ratio to the first environment's (3.11 + torch 2.13.0 on CI's machine).
 
     python -m benchmarks.versions                  # this environment only, one JSON line
     python -m benchmarks.versions --all            # every environment present (run from the repo root, as root)
@@ -95,6 +95,9 @@ def record(reps: int) -> dict:
 def environments() -> list[tuple[str, list[str]]]:
     """(label, command prefix) of every environment present on this machine, this one first."""
     envs = [(f"{sys.version_info[0]}.{sys.version_info[1]} (this)", [sys.executable])]
+    py312 = Path(os.environ.get("JITCORE_PY312", "/opt/venv312"), "bin", "python")  # (.ci/py312.sh)
+    if py312.exists():
+        envs.append(("3.12 pyenv", [str(py312)]))
     forky = ROOT / ".ci" / "forky.sh"
     for py in ("3.13", "3.14"):
         if Path(FORKY, f"venv{py}", "bin", "python").exists():

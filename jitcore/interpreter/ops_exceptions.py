@@ -1,4 +1,4 @@
-"""Interpreter stage: exception and context-manager opcodes (3.11).
+"""Interpreter stage: exception and context-manager opcodes (3.11-3.13).
 
 RAISE_VARARGS/RERAISE raise natively and the run loop routes the exception through the exception table;
 PUSH_EXC_INFO/POP_EXCEPT maintain the handled-exception state (Runtime.exc_stack) that bare `raise` and
@@ -127,15 +127,15 @@ def _same_metadata(a, b) -> bool:
             and a.__cause__ is b.__cause__ and a.__context__ is b.__context__)
 
 
-@handler("PREP_RERAISE_STAR")
+@handler("PREP_RERAISE_STAR", until=(3, 12))  # (3.12+: CALL_INTRINSIC_2 INTRINSIC_PREP_RERAISE_STAR)
 def PREP_RERAISE_STAR(frame, inst):
     stack = frame.stack
     excs = stack.pop()
     orig = stack.pop()
-    stack.append(_prep_reraise_star(orig, excs))
+    stack.append(prep_reraise_star(orig, excs))
 
 
-def _prep_reraise_star(orig, excs):
+def prep_reraise_star(orig, excs):
     if not excs:
         return None
     if not isinstance(orig, BaseExceptionGroup):
