@@ -11,6 +11,7 @@ import sys
 
 from jitcore.interpreter import access, dunders
 from jitcore.interpreter.frame import NULL
+from jitcore.interpreter.ops_load_store import BINARY_SUBSCR
 from jitcore.interpreter.registry import handler
 from jitcore.ir.arith import as_user
 
@@ -21,6 +22,7 @@ _SYMBOL_OPS = {
     "+=": operator.iadd, "&=": operator.iand, "//=": operator.ifloordiv, "<<=": operator.ilshift,
     "@=": operator.imatmul, "*=": operator.imul, "%=": operator.imod, "|=": operator.ior, "**=": operator.ipow,
     ">>=": operator.irshift, "-=": operator.isub, "/=": operator.itruediv, "^=": operator.ixor,
+    "[]": operator.getitem,  # 3.14: NB_SUBSCR, what BINARY_SUBSCR was (its instructions run BINARY_SUBSCR's handler)
 }
 BINARY_OPS = [_SYMBOL_OPS[sym] for _, sym in dis._nb_ops]
 COMPARE_OPS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
@@ -33,9 +35,11 @@ def _nop(frame, inst):
 
 for _name in ("NOP", "RESUME", "CACHE", "EXTENDED_ARG", "PRECALL"):
     handler(_name)(_nop)
+handler("NOT_TAKEN", since=(3, 14))(_nop)  # (a branch hint for CPython's monitoring)
 
 
 @handler("POP_TOP")
+@handler("POP_ITER", since=(3, 14))  # (the iterator left by an exhausted FOR_ITER; a plain pop here)
 def POP_TOP(frame, inst):
     frame.stack.pop()
 
@@ -60,6 +64,20 @@ def SWAP(frame, inst):
 @handler("LOAD_CONST")
 def LOAD_CONST(frame, inst):
     frame.stack.append(inst.argval)
+
+
+@handler("LOAD_SMALL_INT", since=(3, 14))
+def LOAD_SMALL_INT(frame, inst):
+    frame.stack.append(inst.arg)
+
+
+def _prepare_common_constant(inst, code):
+    inst.aux = dis._common_constants[inst.arg]  # AssertionError, NotImplementedError, tuple, all, any (3.14)
+
+
+@handler("LOAD_COMMON_CONSTANT", since=(3, 14), prepare=_prepare_common_constant)
+def LOAD_COMMON_CONSTANT(frame, inst):
+    frame.stack.append(inst.aux)  # (the builtins themselves: `tuple(genexp)` compares the global with it, IS_OP)
 
 
 @handler("UNARY_POSITIVE")
@@ -87,6 +105,8 @@ def UNARY_INVERT(frame, inst):
 
 def _prepare_binary(inst, code):
     inst.aux = BINARY_OPS[inst.arg]
+    if inst.aux is operator.getitem:  # 3.14's `a[b]`: an item read with provenance, as BINARY_SUBSCR was
+        inst.fn = BINARY_SUBSCR
 
 
 # in-place operators that change a builtin container: on an external one (`out += feats`) they go through the
