@@ -71,7 +71,7 @@ def LOAD_SMALL_INT(frame, inst):
     frame.stack.append(inst.arg)
 
 
-def _prepare_common_constant(inst, code):
+def _prepare_common_constant(inst, code, insts=None):
     inst.aux = dis._common_constants[inst.arg]  # AssertionError, NotImplementedError, tuple, all, any (3.14)
 
 
@@ -103,7 +103,7 @@ def UNARY_INVERT(frame, inst):
     frame.stack[-1] = ~frame.stack[-1] if r is dunders.NATIVE else r
 
 
-def _prepare_binary(inst, code):
+def _prepare_binary(inst, code, insts=None):
     inst.aux = BINARY_OPS[inst.arg]
     if inst.aux is operator.getitem:  # 3.14's `a[b]`: an item read with provenance, as BINARY_SUBSCR was
         inst.fn = BINARY_SUBSCR
