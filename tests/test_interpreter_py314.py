@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import jitcore
+from jitcore.errors import UnsupportedError
 from jitcore.interpreter import DefaultContext, interpret
 
 PY314 = sys.version_info >= (3, 14)
@@ -318,3 +319,16 @@ def star_calls(args, kw):
 def test_star_calls():
     check(star_calls, (1, 2, 3), {"y": 2})
 
+
+
+_tstring_escape_src = '''
+def tstring_escape(x):
+    return t"{x * 2}"
+'''
+
+
+@only_314
+def test_tstring_holding_tensors_returned_is_refused():
+    f = _compile(_tstring_escape_src, "tstring_escape")
+    with pytest.raises(UnsupportedError, match="Template holding tensors"):
+        jitcore.jit(f)(torch.randn(3))
