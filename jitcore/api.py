@@ -31,6 +31,7 @@ from jitcore.guards.input_storage import check_keep_inputs, describe, value_depe
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
 from jitcore.inspection import ExamineReport, examine_call
+from jitcore.interpreter import versions
 from jitcore.interpreter.provenance import Roots
 from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
 from jitcore.ir import lint as ir_lint
@@ -114,6 +115,7 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
     >>> jitcore.cache_misses(jfoo)
     1
     """
+    versions.check_jit()  # (a Python the interpreter cannot run: refused; 3.12: said once to be untested)
     options = CompileOptions(_resolve_executors(executors), cache, keep_inputs, _remat_option(rematerialize),
                              verify_calls(verify), _hooks_option(saved_tensor_hooks))
     Cache(cache)  # validates the option now, not at the first call

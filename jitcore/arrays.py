@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from jitcore.guards.prologue import is_ndarray
+from jitcore.interpreter.frame import pending_callables
 from jitcore.interpreter.provenance import Converted
 from jitcore.ops import torch_map
 
@@ -32,10 +33,7 @@ def converted_next(frame, arr) -> bool:
     """Whether the array being loaded is the one argument of the torch.from_numpy / torch.as_tensor call the next
     instruction of `frame` makes (`torch.from_numpy(self.buf)`): its values are then read through that tensor, an
     input fetched per call, not natively (its contents need no guard)."""
-    if frame is None or frame.ip >= len(frame.insts):
-        return False
-    nxt = frame.insts[frame.ip]
-    if nxt.opname != "PRECALL" or nxt.arg != 1 or not any(x is c for x in frame.stack[-2:] for c in CONVERSIONS):
+    if frame is None or not any(x is c for x in pending_callables(frame, 1) for c in CONVERSIONS):
         return False
     return shares_memory(arr) is not None
 

@@ -1,4 +1,4 @@
-"""Interpreter stage (frontend): run a Python function's CPython 3.11 bytecode opcode by opcode.
+"""Interpreter stage (frontend): run a Python function's CPython bytecode (3.11-3.14) opcode by opcode.
 
 `interpret(fn, args, kwargs, ctx)` runs `fn` and everything it calls in the interpreter, reporting every value
 that enters from outside to `ctx.on_external_value` (with its provenance) and logging, then undoing, every
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jitcore.errors import JitError, UnsupportedError
-from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode handlers)  # noqa: F401
+from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode handlers)
     access,
     lookasides,
     ops_build,
@@ -19,6 +19,7 @@ from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode
     ops_control,
     ops_exceptions,
     ops_generators,
+    ops_intrinsics,
     ops_load_store,
     ops_stack,
     user_traceback,

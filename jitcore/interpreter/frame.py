@@ -7,13 +7,14 @@ and caches it; `Frame` is one activation: its code, fast locals/cells, value sta
 from __future__ import annotations
 
 import builtins
-import dis
 import functools
 import linecache
 import sys
 import types
 
 from jitcore.errors import UnsupportedError
+from jitcore.interpreter import bytecode
+from jitcore.interpreter.bytecode import Ins, decode  # noqa: F401  (Ins, decode: this module's names too)
 from jitcore.interpreter.registry import table_for
 
 
@@ -33,18 +34,6 @@ CO_VARKEYWORDS = 0x08
 CO_GENERATOR = 0x20
 CO_ASYNC = 0x80 | 0x100 | 0x200  # coroutine, iterable coroutine, async generator
 
-_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
-
-
-class Ins:
-    """One decoded instruction; `fn` is its handler, `target` the instruction index a jump goes to."""
-
-    __slots__ = ("arg", "argval", "aux", "fn", "idx", "lineno", "offset", "opname", "target")
-
-    def __repr__(self):
-        return f"<{self.idx}: {self.opname} {self.argval!r}>"
-
-
 def _unsupported(frame, inst):
     raise UnsupportedError(
         "opcode",
@@ -56,81 +45,8 @@ def _unsupported(frame, inst):
 
 
 def parse_exception_table(code) -> list[tuple[int, int, int, int, bool]]:
-    """(start, end, target, depth, lasti) entries, offsets in bytes, from `code.co_exceptiontable`."""
-    data = code.co_exceptiontable
-    entries, i, n = [], 0, len(data)
-
-    def varint(i):
-        b = data[i]
-        val = b & 63
-        i += 1
-        while b & 64:
-            b = data[i]
-            i += 1
-            val = (val << 6) | (b & 63)
-        return val, i
-
-    while i < n:
-        start, i = varint(i)
-        length, i = varint(i)
-        target, i = varint(i)
-        dl, i = varint(i)
-        entries.append((start * 2, (start + length) * 2, target * 2, dl >> 1, bool(dl & 1)))
-    return entries
-
-
-_OPNAME = dis.opname
-_CACHES = dis._inline_cache_entries
-_HAVE_ARGUMENT = dis.HAVE_ARGUMENT
-_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
-_LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
-_HASCONST, _HASNAME = frozenset(dis.hasconst), frozenset(dis.hasname)
-_HASJREL, _HASJABS = frozenset(dis.hasjrel), frozenset(dis.hasjabs)
-_HASLOCAL = frozenset(dis.haslocal) | frozenset(dis.hasfree)
-_HASCOMPARE = frozenset(dis.hascompare)
-
-
-def decode(code) -> list[Ins]:
-    """The instructions of `code` (caches skipped, specialised forms deoptimised by co_code), with
-    argval resolved as `dis` does (constant, name, jump target offset, variable name, comparison)."""
-    co = code.co_code
-    positions = list(code.co_positions())
-    consts, names, varname = code.co_consts, code.co_names, code._varname_from_oparg
-    insts, ext, caches, line = [], 0, 0, code.co_firstlineno
-    for i in range(0, len(co), 2):
-        if caches:
-            caches -= 1
-            continue
-        op = co[i]
-        caches = _CACHES[op]
-        if op >= _HAVE_ARGUMENT:
-            arg = co[i + 1] | ext
-            ext = (arg << 8) if op == _EXTENDED_ARG else 0
-        else:
-            arg, ext = None, 0
-        argval = arg
-        if arg is not None:
-            if op in _HASCONST:
-                argval = consts[arg]
-            elif op in _HASNAME:
-                argval = names[arg >> 1] if op == _LOAD_GLOBAL else names[arg]
-            elif op in _HASJABS:
-                argval = arg * 2
-            elif op in _HASJREL:
-                argval = i + 2 + (-arg if "JUMP_BACKWARD" in _OPNAME[op] else arg) * 2
-            elif op in _HASLOCAL:
-                argval = varname(arg)
-            elif op in _HASCOMPARE:
-                argval = dis.cmp_op[arg]
-        ins = Ins()
-        ins.opname, ins.arg, ins.argval, ins.offset = _OPNAME[op], arg, argval, i
-        ins.idx, ins.aux, ins.target = len(insts), None, -1
-        pos_line = positions[i // 2][0]
-        if pos_line is not None:
-            line = pos_line
-        ins.lineno = line
-        insts.append(ins)
-    return insts
+    """(start, end, target, depth, lasti) entries, offsets in bytes (end exclusive), from `code.co_exceptiontable`."""
+    return bytecode.exception_entries(code)
 
 
 class CodeInfo:
@@ -140,13 +56,14 @@ class CodeInfo:
         self.code = code
         insts = decode(code)
         off2idx = {i.offset: i.idx for i in insts}
-        for i in insts:
-            row = table.get(i.opname)
+        rows = [table.get(i.opname) for i in insts]
+        for i, row in zip(insts, rows):
             i.fn = row[0] if row else _unsupported
-            if dis.opmap.get(i.opname) in _JUMPS:
+            if bytecode.is_jump(i.opname):
                 i.target = off2idx[i.argval]
+        for i, row in zip(insts, rows):  # (after every jump's target is known: a prepare may read the next ones)
             if row and row[1] is not None:
-                row[1](i, code)
+                row[1](i, code, insts)
         self.insts = insts
         self.handlers = [None] * len(insts)
         for start, end, target, depth, lasti in parse_exception_table(code):
@@ -181,6 +98,26 @@ def code_info(code) -> CodeInfo:
     info = CodeInfo(code, _TABLE)
     _CODE_CACHE[id(code)] = (code, info)
     return info
+
+
+def pending_callables(frame, nargs: int = 1) -> tuple:
+    """What the frame's next instruction may call, when it is a call of `nargs` positional arguments and the value
+    being loaded now is the last of them (`torch.from_numpy(self.buf)`: the owner `self` may still be on the stack):
+    the candidates for the callable (none when the next instruction is not such a call). Versions differ in the
+    instruction (3.11: PRECALL) and in the slots below the arguments (bytecode.CALLABLE_FIRST)."""
+    insts, ip = frame.insts, frame.ip
+    if ip >= len(insts):
+        return ()
+    nxt = insts[ip]
+    if nxt.opname != bytecode.CALL_OPNAME or nxt.arg != nargs:
+        return ()
+    stack, out = frame.stack, []
+    for top in (len(stack) - nargs + 1, len(stack) - nargs):  # (the value's owner on the stack, or not)
+        if top < 2:
+            continue
+        below, above = stack[top - 2], stack[top - 1]
+        out.append(below if bytecode.CALLABLE_FIRST or below is not NULL else above)
+    return tuple(out)
 
 
 def _builtins_of(globals_: dict) -> dict:

@@ -2,10 +2,12 @@
 
 Calling an interpreted generator function gives an InterpGenerator. It implements the iterator and
 generator protocols (__next__, send, throw, close), so native code (zip, list, sum, ...) can drive it and
-each resumption continues the interpreted frame, with 3.11's yield-from delegation rules.
+each resumption continues the interpreted frame, with CPython's yield-from delegation rules (3.11 jumps over the SEND
+loop itself when the delegate finishes during throw(); 3.12+ raise that in the frame, where CLEANUP_THROW ends it).
 """
 from __future__ import annotations
 
+from jitcore.interpreter import bytecode
 from jitcore.interpreter.run import YIELDED, run_frame
 
 
@@ -72,7 +74,7 @@ class InterpGenerator:
             return None
         frame = self._frame
         nxt = frame.insts[frame.ip] if frame.ip < len(frame.insts) else None
-        if nxt is None or nxt.opname != "RESUME" or nxt.arg < 2:
+        if nxt is None or nxt.opname != "RESUME" or nxt.arg & 3 < 2:  # (its low bits: after yield from / await)
             return None
         return frame.stack[-1]
 
@@ -89,12 +91,17 @@ class InterpGenerator:
                 try:
                     return meth(exc)
                 except StopIteration as e:
-                    value, err = e.value, None
+                    if bytecode.THROW_INTO_SEND:  # (3.12+: CLEANUP_THROW takes its value)
+                        value, err = None, e
+                    else:
+                        value, err = e.value, None
+                        self._leave_yield_from()
                 except BaseException as e:
                     value, err = None, e
+                    if not bytecode.THROW_INTO_SEND:
+                        self._leave_yield_from()
                 finally:
                     self._running = False
-                self._leave_yield_from()
                 return self._resume(value, err)
         return self._resume(None, exc)
 
@@ -142,8 +149,8 @@ class InterpGenerator:
         parent = rt.frame
         rt.frame = frame
         try:
+            frame.stack.append(value)  # (also under a throw, as CPython: the handler's depth counts it)
             if exc is None:
-                frame.stack.append(value)
                 sig = run_frame(frame)
             else:
                 sig = run_frame(frame, throw=exc)

@@ -1,4 +1,4 @@
-"""Interpreter stage: opcodes that build and unpack containers (3.11).
+"""Interpreter stage: opcodes that build and unpack containers (3.11-3.14).
 
 BUILD_*, the comprehension helpers (LIST_APPEND, SET_ADD, MAP_ADD), the star/double-star helpers
 (LIST_EXTEND, SET_UPDATE, DICT_UPDATE, DICT_MERGE, LIST_TO_TUPLE), UNPACK_SEQUENCE / UNPACK_EX, and 3.14's
@@ -7,7 +7,7 @@ Unpacking an external sequence reports its items (Item provenance).
 """
 from __future__ import annotations
 
-from jitcore.interpreter import access
+from jitcore.interpreter import access, bytecode
 from jitcore.interpreter.ops_call import func_str
 from jitcore.interpreter.registry import handler
 
@@ -46,7 +46,7 @@ def BUILD_MAP(frame, inst):
     frame.stack.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
 
 
-@handler("BUILD_CONST_KEY_MAP")
+@handler("BUILD_CONST_KEY_MAP", until=(3, 14))  # (3.14: BUILD_MAP)
 def BUILD_CONST_KEY_MAP(frame, inst):
     stack = frame.stack
     keys = stack.pop()
@@ -59,7 +59,7 @@ def BUILD_SLICE(frame, inst):
     frame.stack.append(slice(*_pop_n(frame.stack, inst.arg)))
 
 
-@handler("LIST_TO_TUPLE")
+@handler("LIST_TO_TUPLE", until=(3, 12))  # (3.12+: CALL_INTRINSIC_1 INTRINSIC_LIST_TO_TUPLE)
 def LIST_TO_TUPLE(frame, inst):
     frame.stack[-1] = tuple(frame.stack[-1])
 
@@ -140,7 +140,7 @@ def DICT_MERGE(frame, inst):
     stack = frame.stack
     update = stack.pop()
     target = stack[-inst.arg]
-    fn = stack[-inst.arg - 2]
+    fn = stack[-inst.arg - (3 if bytecode.CALLABLE_FIRST else 2)]  # (the callable, for the error's text)
     if not hasattr(update, "keys"):
         raise TypeError(f"{func_str(fn)} argument after ** must be a mapping, not {type(update).__name__}")
     external = id(update) in frame.rt.external  # `f(**d)` of an argument: its values read with provenance

@@ -1,10 +1,13 @@
-"""Interpreter stage: control flow opcodes: jumps, GET_ITER/FOR_ITER and the MATCH_* family (3.11).
+"""Interpreter stage: control flow opcodes: jumps, GET_ITER/FOR_ITER/END_FOR and the MATCH_* family (3.11-3.14).
 
-Jump targets were resolved to instruction indices when the code object was decoded (`inst.target`).
+Jump targets were resolved to instruction indices when the code object was decoded (`inst.target`). 3.12 replaced the
+forward/backward conditional jumps by one POP_JUMP_IF_* each (3.13 gives them exact bools, after TO_BOOL) and ends
+loops with END_FOR, which an exhausted FOR_ITER jumps over.
 """
 from __future__ import annotations
 
-from jitcore.interpreter import access
+from jitcore.errors import UnsupportedError
+from jitcore.interpreter import access, bytecode
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.registry import handler
 
@@ -16,35 +19,39 @@ def JUMP(frame, inst):
     frame.ip = inst.target
 
 
-@handler("POP_JUMP_FORWARD_IF_TRUE")
-@handler("POP_JUMP_BACKWARD_IF_TRUE")
+@handler("POP_JUMP_FORWARD_IF_TRUE", until=(3, 12))
+@handler("POP_JUMP_BACKWARD_IF_TRUE", until=(3, 12))
+@handler("POP_JUMP_IF_TRUE", since=(3, 12))
 def POP_JUMP_IF_TRUE(frame, inst):
     if access.truth(frame.rt, frame.stack.pop()):
         frame.ip = inst.target
 
 
-@handler("POP_JUMP_FORWARD_IF_FALSE")
-@handler("POP_JUMP_BACKWARD_IF_FALSE")
+@handler("POP_JUMP_FORWARD_IF_FALSE", until=(3, 12))
+@handler("POP_JUMP_BACKWARD_IF_FALSE", until=(3, 12))
+@handler("POP_JUMP_IF_FALSE", since=(3, 12))
 def POP_JUMP_IF_FALSE(frame, inst):
     if not access.truth(frame.rt, frame.stack.pop()):
         frame.ip = inst.target
 
 
-@handler("POP_JUMP_FORWARD_IF_NONE")
-@handler("POP_JUMP_BACKWARD_IF_NONE")
+@handler("POP_JUMP_FORWARD_IF_NONE", until=(3, 12))
+@handler("POP_JUMP_BACKWARD_IF_NONE", until=(3, 12))
+@handler("POP_JUMP_IF_NONE", since=(3, 12))
 def POP_JUMP_IF_NONE(frame, inst):
     if frame.stack.pop() is None:
         frame.ip = inst.target
 
 
-@handler("POP_JUMP_FORWARD_IF_NOT_NONE")
-@handler("POP_JUMP_BACKWARD_IF_NOT_NONE")
+@handler("POP_JUMP_FORWARD_IF_NOT_NONE", until=(3, 12))
+@handler("POP_JUMP_BACKWARD_IF_NOT_NONE", until=(3, 12))
+@handler("POP_JUMP_IF_NOT_NONE", since=(3, 12))
 def POP_JUMP_IF_NOT_NONE(frame, inst):
     if frame.stack.pop() is not None:
         frame.ip = inst.target
 
 
-@handler("JUMP_IF_TRUE_OR_POP")
+@handler("JUMP_IF_TRUE_OR_POP", until=(3, 12))
 def JUMP_IF_TRUE_OR_POP(frame, inst):
     if access.truth(frame.rt, frame.stack[-1]):
         frame.ip = inst.target
@@ -52,7 +59,7 @@ def JUMP_IF_TRUE_OR_POP(frame, inst):
         frame.stack.pop()
 
 
-@handler("JUMP_IF_FALSE_OR_POP")
+@handler("JUMP_IF_FALSE_OR_POP", until=(3, 12))
 def JUMP_IF_FALSE_OR_POP(frame, inst):
     if not access.truth(frame.rt, frame.stack[-1]):
         frame.ip = inst.target
@@ -65,7 +72,24 @@ def GET_ITER(frame, inst):
     frame.stack[-1] = access.get_iter(frame.rt, frame.stack[-1])
 
 
-@handler("FOR_ITER")
+# what follows a loop's FOR_ITER target: END_FOR, then (3.13) POP_TOP or (3.14) POP_ITER for the iterator
+_LOOP_ENDS = {(3, 12): ("END_FOR",), (3, 13): ("END_FOR", "POP_TOP"), (3, 14): ("END_FOR", "POP_ITER")}
+
+
+def _prepare_for_iter(inst, code, insts):
+    """3.12+: the target is the loop's END_FOR; an exhausted FOR_ITER pops the iterator and goes past it (3.12: END_FOR
+    pops two; 3.13: END_FOR and the POP_TOP after it pop one each; 3.14: POP_ITER instead of POP_TOP), as CPython
+    does."""
+    skip = _LOOP_ENDS[min(bytecode.VERSION, (3, 14))]
+    t = inst.target
+    if tuple(i.opname for i in insts[t:t + len(skip)]) != skip:
+        raise UnsupportedError("opcode", f"FOR_ITER at offset {inst.offset} of {code.co_qualname} does not end at "
+                               f"{' + '.join(skip)}")
+    inst.target = t + len(skip)
+
+
+@handler("FOR_ITER", until=(3, 12))
+@handler("FOR_ITER", since=(3, 12), prepare=_prepare_for_iter)
 def FOR_ITER(frame, inst):
     stack = frame.stack
     v = next(stack[-1], NULL)
@@ -74,6 +98,16 @@ def FOR_ITER(frame, inst):
         frame.ip = inst.target
     else:
         stack.append(v)
+
+
+@handler("END_FOR", since=(3, 12), until=(3, 13))
+def END_FOR_312(frame, inst):
+    del frame.stack[-2:]
+
+
+@handler("END_FOR", since=(3, 13))
+def END_FOR(frame, inst):
+    frame.stack.pop()
 
 
 # -- structural pattern matching ----------------------------------------------------------------------------------

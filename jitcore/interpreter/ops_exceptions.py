@@ -1,4 +1,4 @@
-"""Interpreter stage: exception and context-manager opcodes (3.11).
+"""Interpreter stage: exception and context-manager opcodes (3.11-3.14).
 
 RAISE_VARARGS/RERAISE raise natively and the run loop routes the exception through the exception table;
 PUSH_EXC_INFO/POP_EXCEPT maintain the handled-exception state (Runtime.exc_stack) that bare `raise` and
@@ -8,9 +8,9 @@ them instead of BEFORE_WITH.
 """
 from __future__ import annotations
 
-import dis
 import types
 
+from jitcore.interpreter import bytecode
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.registry import handler
 
@@ -129,15 +129,15 @@ def _same_metadata(a, b) -> bool:
             and a.__cause__ is b.__cause__ and a.__context__ is b.__context__)
 
 
-@handler("PREP_RERAISE_STAR")
+@handler("PREP_RERAISE_STAR", until=(3, 12))  # (3.12+: CALL_INTRINSIC_2 INTRINSIC_PREP_RERAISE_STAR)
 def PREP_RERAISE_STAR(frame, inst):
     stack = frame.stack
     excs = stack.pop()
     orig = stack.pop()
-    stack.append(_prep_reraise_star(orig, excs))
+    stack.append(prep_reraise_star(orig, excs))
 
 
-def _prep_reraise_star(orig, excs):
+def prep_reraise_star(orig, excs):
     if not excs:
         return None
     if not isinstance(orig, BaseExceptionGroup):
@@ -194,7 +194,6 @@ def WITH_EXCEPT_START(frame, inst):
 # 3.14: `with` loads __exit__ and __enter__ with LOAD_SPECIAL (BEFORE_WITH is gone); each pushes the method and
 # the object (a function or method descriptor found on the type) or the bound method and NULL (other descriptors),
 # and the exit pair stays below the block: [exit, self_or_null, lasti, prev_exc, exc] when WITH_EXCEPT_START runs
-_SPECIAL_NAMES = getattr(dis, "_special_method_names", ())
 _UNBOUND = (types.FunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
@@ -202,7 +201,7 @@ _UNBOUND = (types.FunctionType, types.MethodDescriptorType, types.WrapperDescrip
 def LOAD_SPECIAL(frame, inst):
     stack, rt = frame.stack, frame.rt
     owner = stack[-1]
-    name = _SPECIAL_NAMES[inst.arg]
+    name = bytecode.SPECIAL_METHOD_NAMES[inst.arg]
     t = type(owner)
     fn = rt.lookup(t, name)
     if fn is NULL:

@@ -1,5 +1,5 @@
-"""Interpreter stage: generator opcodes (RETURN_GENERATOR, YIELD_VALUE, SEND, GET_YIELD_FROM_ITER) and the
-async opcodes, which are refused with UnsupportedError (coroutines are not interpreted).
+"""Interpreter stage: generator opcodes (RETURN_GENERATOR, YIELD_VALUE, SEND, GET_YIELD_FROM_ITER; 3.12+: END_SEND,
+CLEANUP_THROW) and the async opcodes, which are refused with UnsupportedError (coroutines are not interpreted).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def YIELD_VALUE(frame, inst):
     return YIELDED
 
 
-@handler("SEND")
+@handler("SEND", until=(3, 12))
 def SEND(frame, inst):
     stack = frame.stack
     v = stack.pop()
@@ -39,6 +39,42 @@ def SEND(frame, inst):
         return
     stack.append(r)
     return
+
+
+@handler("SEND", since=(3, 12))
+def SEND_312(frame, inst):
+    """3.12+: a finished receiver leaves (receiver, its return value) and jumps to END_SEND, which drops the
+    receiver."""
+    stack = frame.stack
+    v = stack[-1]
+    receiver = stack[-2]
+    try:
+        if v is None and hasattr(type(receiver), "__next__"):
+            r = type(receiver).__next__(receiver)
+        else:
+            r = receiver.send(v)
+    except StopIteration as e:
+        stack[-1] = e.value
+        frame.ip = inst.target
+        return
+    stack[-1] = r
+
+
+@handler("END_SEND", since=(3, 12))
+def END_SEND(frame, inst):
+    del frame.stack[-2]
+
+
+@handler("CLEANUP_THROW", since=(3, 12))
+def CLEANUP_THROW(frame, inst):
+    """An exception thrown into a `yield from` (InterpGenerator.throw): a StopIteration ends it with its value; any
+    other is raised on. Stack: (receiver, last sent value, exception) -> (None, value)."""
+    stack = frame.stack
+    exc = stack[-1]
+    if not isinstance(exc, StopIteration):
+        raise exc
+    del stack[-3:]
+    stack += (None, exc.value)
 
 
 @handler("GET_YIELD_FROM_ITER")
@@ -59,5 +95,7 @@ def _async_refused(frame, inst):
     )
 
 
-for _name in ("GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH", "END_ASYNC_FOR", "ASYNC_GEN_WRAP"):
+for _name in ("GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR"):
     handler(_name)(_async_refused)
+handler("BEFORE_ASYNC_WITH", until=(3, 14))(_async_refused)  # (3.14: LOAD_SPECIAL __aenter__/__aexit__)
+handler("ASYNC_GEN_WRAP", until=(3, 12))(_async_refused)  # (3.12+: CALL_INTRINSIC_1 INTRINSIC_ASYNC_GEN_WRAP)

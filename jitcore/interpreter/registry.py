@@ -15,8 +15,9 @@ _HANDLERS: dict[str, list[tuple]] = {}
 def handler(name: str, since: tuple = (3, 11), until: tuple | None = None, prepare=None):
     """Register `fn(frame, inst)` as the handler of opcode `name` for Python versions [since, until).
 
-    `prepare(inst, code)`, if given, runs once when a code object is decoded and may fill `inst.aux`
-    (e.g. the operator function of a BINARY_OP) so the handler does no lookups at run time.
+    `prepare(inst, code, insts)`, if given, runs once when a code object is decoded (after every jump's target is
+    resolved) and may fill `inst.aux` (e.g. the operator function of a BINARY_OP) or `inst.target`, so the handler
+    does no lookups at run time.
     """
 
     def deco(fn):
@@ -33,6 +34,8 @@ def table_for(version: tuple | None = None) -> dict:
     for name, rows in _HANDLERS.items():
         for since, until, fn, prepare in rows:
             if since <= v and (until is None or v < until):
+                if name in out:  # two rows for one version: which runs would depend on import order
+                    raise AssertionError(f"two handlers of {name} for Python {v}: {out[name][0]} and {fn}")
                 out[name] = (fn, prepare)
     return out
 

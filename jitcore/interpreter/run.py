@@ -2,7 +2,7 @@
 
 `Runtime` holds one interpretation's state (context, external values and their provenance, the side-effect
 log, the handled-exception stack). `run_frame` executes a frame opcode by opcode, routing exceptions through
-the 3.11 exception table; `Runtime.call` decides, for every call the program makes, whether to interpret
+the code's exception table; `Runtime.call` decides, for every call the program makes, whether to interpret
 the callee, call it natively, or use a lookaside.
 """
 from __future__ import annotations
