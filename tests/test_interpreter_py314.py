@@ -5,7 +5,9 @@ every version; those of 3.14-only syntax or library features are skipped before 
 annotations` here: the annotations of functions defined inside jitted code must be compiled as 3.14 compiles them.)
 """
 import functools
+import inspect
 import sys
+import typing
 
 import pytest
 import torch
@@ -244,6 +246,18 @@ def test_annotations_are_lazy_on_314():
     if not PY314:
         pytest.skip("annotations are evaluated when the function is defined before 3.14")
     check(f, 4)
+
+
+def introspected(x):
+    def h(a: int, b: float = 2.0) -> list[int]:
+        return [a] * int(b)
+
+    sig = inspect.signature(h)
+    return [(p.name, p.annotation, p.default) for p in sig.parameters.values()], typing.get_type_hints(h), h(x)
+
+
+def test_annotations_read_by_inspect_and_typing_inside():
+    check(introspected, 2)
 
 
 def test_annotated_function_inside_jit():
