@@ -346,3 +346,27 @@ def test_tstring_holding_tensors_returned_is_refused():
     f = _compile(_tstring_escape_src, "tstring_escape")
     with pytest.raises(UnsupportedError, match="Template holding tensors"):
         jitcore.jit(f)(torch.randn(3))
+
+
+def test_autocast_regions_leave_through_their_exit():
+    """Two autocast regions: eager casts the weight afresh in each (its cast cache is cleared when a region exits),
+    which jitcore follows by recognising the region's bound __exit__ (3.14 loads it with LOAD_SPECIAL)."""
+    weight = torch.nn.Parameter(torch.randn(6, 6, generator=torch.Generator().manual_seed(4)))
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            first = torch.nn.functional.linear(weight, weight).float().sum(-1) * 3.0
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return first + (weight @ weight.t()).float().sum(-1) * -2.0
+
+    jf = jitcore.jit(f)
+    for n in (4, 7):
+        got, want = [], []
+        for fn, out in ((f, want), (jf, got)):
+            weight.grad = None
+            x = torch.randn(n, 6, requires_grad=True)
+            r = fn(x)
+            r.sum().backward()
+            out += [r.detach(), weight.grad]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)

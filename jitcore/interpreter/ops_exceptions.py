@@ -191,12 +191,10 @@ def WITH_EXCEPT_START(frame, inst):
     stack.append(frame.rt.call(exit_fn, (type(val), val, val.__traceback__), {}))
 
 
-# 3.14: `with` loads __exit__ and __enter__ with LOAD_SPECIAL (BEFORE_WITH is gone); each pushes the method and
-# the object (a function or method descriptor found on the type) or the bound method and NULL (other descriptors),
-# and the exit pair stays below the block: [exit, self_or_null, lasti, prev_exc, exc] when WITH_EXCEPT_START runs
-_UNBOUND = (types.FunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
-
-
+# 3.14: `with` loads __exit__ and __enter__ with LOAD_SPECIAL (BEFORE_WITH is gone). CPython pushes the function and
+# the object for a method; here, as BEFORE_WITH did, the bound method and NULL (what is called is then the bound
+# method, which the context's lookasides recognise: torch.autocast's __exit__). The exit pair stays below the block:
+# [exit, NULL, lasti, prev_exc, exc] when WITH_EXCEPT_START runs.
 @handler("LOAD_SPECIAL", since=(3, 14))
 def LOAD_SPECIAL(frame, inst):
     stack, rt = frame.stack, frame.rt
@@ -207,12 +205,7 @@ def LOAD_SPECIAL(frame, inst):
     if fn is NULL:
         protocol = "context manager" if name in ("__enter__", "__exit__") else "asynchronous context manager"
         raise TypeError(f"'{t.__name__}' object does not support the {protocol} protocol (missed {name} method)")
-    if type(fn) in _UNBOUND:
-        stack.append(owner)
-        stack[-2] = fn
-        return
-    get = getattr(type(fn), "__get__", None)
-    stack[-1] = get(fn, owner, t) if get is not None else fn
+    stack[-1] = _bind(rt, owner, name, fn)
     stack.append(NULL)
 
 
