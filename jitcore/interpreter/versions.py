@@ -2,7 +2,7 @@
 
 `refusal()` names what is wrong with the running Python (a version without handlers, a free-threaded build) or gives
 None; importing the interpreter on an unsupported version raises it as ImportError, and `check_jit()` (called by
-`jitcore.jit`) raises it for a free-threaded build and warns once on a version not yet run on hardware (3.12).
+`jitcore.jit`) raises it for a free-threaded build and warns once on a version not yet run on GPU hardware (3.12).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import warnings
 from jitcore.errors import UnsupportedError
 
 SUPPORTED = ((3, 11), (3, 12), (3, 13), (3, 14))  # CPython versions with opcode handlers (registry since/until)
-# supported, but this project's tests have not run on it yet (no archive it can reach has it): said once at jit()
-UNTESTED = {(3, 12): "no CI machine has CPython 3.12; its handlers follow the 3.12 `dis` documentation and await a run "
-                     "on the lent GPU machine (Python 3.12.3)"}
+# supported, but not tested where users run it: said once at jit()
+UNTESTED = {(3, 12): "its tests ran on CPU only (CPython 3.12.1, .ci/py312.sh), not yet on a GPU machine (CUDA paths, "
+                     "Python 3.12.3)"}
 _NAMES = ", ".join(f"{a}.{b}" for a, b in SUPPORTED)
 _warned = False
 
