@@ -173,3 +173,42 @@ def test_untested_version_warns_once_at_jit(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         jitcore.jit(lambda x: x)
+
+
+class _Holder:
+    def __init__(self, arr):
+        self.arr = arr
+
+
+def test_pending_callables_sees_the_call_a_value_is_loaded_for():
+    """What the next call instruction calls, asked while its last argument is being loaded (arrays.py: an array going
+    straight into torch.from_numpy): a global, an attribute (its owner still on the stack), a method's argument."""
+    import numpy as np
+    import torch
+
+    from jitcore.interpreter import DefaultContext, interpret
+    from jitcore.interpreter.frame import pending_callables
+
+    seen = []
+
+    class Ctx(DefaultContext):
+        def attach_runtime(self, rt):
+            self.rt = rt
+
+        def on_external_value(self, value, prov):
+            if isinstance(value, np.ndarray) and self.rt.frame is not None:
+                seen.append(pending_callables(self.rt.frame, 1))
+            return value
+
+    holder = _Holder(np.ones(3, dtype=np.float32))
+    interpret(lambda h: torch.from_numpy(h.arr), (holder,), {}, Ctx())
+    interpret(lambda h: torch.as_tensor(h.arr), (holder,), {}, Ctx())
+    interpret(lambda h: torch.as_tensor(h.arr, dtype=torch.float64), (holder,), {}, Ctx())
+    interpret(lambda h: torch.add(torch.ones(3), torch.from_numpy(h.arr)), (holder,), {}, Ctx())
+    interpret(lambda: torch.from_numpy(_ARRAY), (), {}, Ctx())
+    interpret(lambda h: h.arr.sum(), (holder,), {}, Ctx())
+    assert [any(c is torch.from_numpy for c in s) for s in seen] == [True, False, False, True, True, False]
+    assert any(c is torch.as_tensor for c in seen[1]) and not any(c is torch.as_tensor for c in seen[2])
+
+
+_ARRAY = __import__("numpy").zeros(2)
