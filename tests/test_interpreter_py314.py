@@ -260,6 +260,30 @@ def test_annotations_read_by_inspect_and_typing_inside():
     check(introspected, 2)
 
 
+SCALE = 2.0
+
+
+def scaled_by_annotation(x):
+    def h(a: SCALE):
+        return a
+
+    return x * h.__annotations__["a"]
+
+
+def test_annotation_values_read_from_globals_are_guarded():
+    """The annotation names a global: on 3.14 it is computed when `__annotations__` is read, by the interpreter (the
+    global is reported and guarded, as when 3.11 evaluates it at the def), so a changed global is a new call."""
+    global SCALE
+    jf = jitcore.jit(scaled_by_annotation)
+    x = torch.randn(3)
+    try:
+        for scale in (2.0, 5.0):
+            SCALE = scale
+            torch.testing.assert_close(jf(x), x * scale)
+    finally:
+        SCALE = 2.0
+
+
 def test_annotated_function_inside_jit():
     def f(x):
         def scale(t: torch.Tensor, k: float = 3.0) -> torch.Tensor:

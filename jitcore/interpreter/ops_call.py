@@ -171,6 +171,7 @@ def SET_FUNCTION_ATTRIBUTE(frame, inst):
         fn.__annotations__ = dict(zip(value[::2], value[1::2])) if isinstance(value, tuple) else value
     elif flag == 0x10:  # 3.14 (PEP 649): the function computing the annotations when they are first read
         fn.__annotate__ = value
+        frame.rt.lazy_annotations[id(fn)] = value  # (read through access.get_attr: computed interpreted)
     elif flag == 0x08:
         if fn.__closure__ is not value:  # (given at creation: MAKE_FUNCTION_313)
             raise SystemError(f"closure of {fn.__qualname__} differs from the one it was made with")

@@ -87,6 +87,7 @@ class Runtime:
         self.frame: Frame | None = None
         self.depth = 0
         self.created_fns: set[int] = set()
+        self.lazy_annotations: dict = {}  # id(function made here) -> its __annotate__, until its annotations are read
         self.defaults_owners: dict = {}  # id(function) -> the provenance of its owner (set_root)
         self.ext_cells: dict[int, object] = {}
         self.views: dict[int, tuple] = {}
