@@ -56,13 +56,17 @@ venv() {  # venv 3.13: the venv /venv3.13 with torch 2.13.0 and jitcore[test] (e
     if [ ! -x "$ROOT$v/bin/python" ]; then
         in_root "python$py" -m venv "$v"
     fi
-    if ! in_root "$v/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" \
-            2>/dev/null; then
+    if ! ls -d "$ROOT$v/lib/python$py/site-packages/torch-2.13.0"*.dist-info >/dev/null 2>&1; then
         log "installing torch 2.13.0 into $v (PyPI's build, runs on the CPU; ~2.7 GB the first time)"
         in_root "$v/bin/pip" install -q torch==2.13.0
     fi
-    # cheap when nothing changed; tests run as `python -m pytest` from a clone, whose own jitcore comes first
-    in_root sh -c "cd '$REPO' && $v/bin/pip install -q -e '.[test]'"
+    # skipped when this clone's pyproject was installed last; tests run as `python -m pytest` from a clone, whose
+    # own jitcore comes first on sys.path
+    local stamp="$REPO $(sha1sum "$REPO/pyproject.toml" | cut -c1-40)"
+    if [ "$(cat "$ROOT$v/.jitcore-installed" 2>/dev/null)" != "$stamp" ]; then
+        in_root sh -c "cd '$REPO' && $v/bin/pip install -q -e '.[test]'"
+        echo "$stamp" > "$ROOT$v/.jitcore-installed"
+    fi
 }
 
 main() {
@@ -76,7 +80,8 @@ main() {
     mounts
     for py in "${PYTHONS[@]}"; do venv "$py"; done
     for py in "${PYTHONS[@]}"; do
-        in_root "/venv$py/bin/python" -c "import sys, torch; print('[forky]', sys.version.split()[0], torch.__version__)"
+        in_root "/venv$py/bin/python" -c "import sys, importlib.metadata as m; print('[forky]', sys.version.split()[0], \
+            'torch', m.version('torch'))"
     done
 }
 
