@@ -38,7 +38,10 @@ def get_attr(rt, obj, name):
         return SHADOWED_TENSOR_ATTRS[name](obj)
     if t not in _PLAIN and not isinstance(obj, type):
         d = rt.lookup(t, name)
-        if type(d) is property and type(d.fget) is _FunctionType and t.__getattribute__ is object.__getattribute__:
+        if type(d) is property and type(d.fget) is _FunctionType and t.__getattribute__ is object.__getattribute__ \
+                and not (d.fget.__module__ or "").startswith("jitcore."):
+            # (3.14: subclasses of list, dict, tuple, int... come here too, their base no longer having its own
+            # __getattribute__; a property of jitcore's own objects, RangeList.__class__, is read natively as before)
             return rt.call(d.fget, (obj,), {})
     if rt.lazy_annotations and t is _FunctionType and name == "__annotations__" and id(obj) in rt.lazy_annotations:
         _annotate(rt, obj)
