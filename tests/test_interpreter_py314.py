@@ -394,3 +394,29 @@ def test_autocast_regions_leave_through_their_exit():
             out += [r.detach(), weight.grad]
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+
+
+class Cfg(dict):
+    @property
+    def scale(self):
+        return self["scale"] * 2
+
+
+CFG = Cfg(scale=1.5)
+
+
+def by_property_of_dict_subclass(x):
+    return x * CFG.scale
+
+
+def test_property_of_a_builtin_subclass():
+    """3.14's builtin types lost their own __getattribute__: a Python property of a dict subclass is interpreted
+    there (as on a plain class) and read natively before; either way what it reads is guarded."""
+    jf = jitcore.jit(by_property_of_dict_subclass)
+    x = torch.randn(3)
+    try:
+        for scale in (1.5, 4.0):
+            CFG["scale"] = scale
+            torch.testing.assert_close(jf(x), x * scale * 2)
+    finally:
+        CFG["scale"] = 1.5
