@@ -156,6 +156,8 @@ def _holds_proxy(obj, seen=None, depth=0) -> bool:
         return False
     d = getattr(obj, "__dict__", None)
     values = list(d.values()) if isinstance(d, dict) else []
+    if type(obj).__module__ == "string.templatelib":  # 3.14's t-strings: a Template's interpolations hold values
+        values += list(getattr(obj, "interpolations", ())) + [getattr(obj, "value", None)]
     for c in type(obj).__mro__:
         slots = c.__dict__.get("__slots__", ())
         values += [getattr(obj, n, None) for n in ((slots,) if isinstance(slots, str) else slots)

@@ -38,8 +38,13 @@ def get_attr(rt, obj, name):
         return SHADOWED_TENSOR_ATTRS[name](obj)
     if t not in _PLAIN and not isinstance(obj, type):
         d = rt.lookup(t, name)
-        if type(d) is property and type(d.fget) is _FunctionType and t.__getattribute__ is object.__getattribute__:
+        if type(d) is property and type(d.fget) is _FunctionType and t.__getattribute__ is object.__getattribute__ \
+                and not (d.fget.__module__ or "").startswith("jitcore."):
+            # (3.14: subclasses of list, dict, tuple, int... come here too, their base no longer having its own
+            # __getattribute__; a property of jitcore's own objects, RangeList.__class__, is read natively as before)
             return rt.call(d.fget, (obj,), {})
+    if rt.lazy_annotations and t is _FunctionType and name == "__annotations__" and id(obj) in rt.lazy_annotations:
+        _annotate(rt, obj)
     try:
         return getattr(obj, name)
     except AttributeError:
@@ -49,6 +54,15 @@ def get_attr(rt, obj, name):
         if prov is not None and rt.effects.attribute_before(obj, name) in (NOT_WRITTEN, MISSING):
             rt.on_attr_presence(Attr(prov, name), False)  # (absent before the call, not deleted by it)
         raise
+
+
+def _annotate(rt, fn):
+    """3.14 (PEP 649): the annotations of a function made in this interpretation, computed by its __annotate__ run
+    interpreted on their first read (the globals they name are reported, as when 3.11-3.13 evaluate them at the def),
+    not natively by the function's `__annotations__` getter."""
+    annotate = rt.lazy_annotations.pop(id(fn))
+    if fn.__annotate__ is annotate:
+        fn.__annotations__ = rt.call(annotate, (1,), {})  # (1: annotationlib.Format.VALUE)
 
 
 def has_attr(rt, obj, name) -> bool:

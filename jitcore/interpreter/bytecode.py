@@ -49,6 +49,10 @@ BINARY_OP_SYMBOLS = tuple(sym for _, sym in dis._nb_ops)
 # CALL_INTRINSIC_1/2's oparg -> the intrinsic's name (3.12+; "INTRINSIC_PRINT", ...)
 INTRINSIC_1 = tuple(getattr(dis, "_intrinsic_1_descs", ()))
 INTRINSIC_2 = tuple(getattr(dis, "_intrinsic_2_descs", ()))
+# 3.14: LOAD_COMMON_CONSTANT's oparg -> the object (AssertionError, NotImplementedError, tuple, all, any);
+# LOAD_SPECIAL's oparg -> the method's name (__enter__, __exit__, __aenter__, __aexit__)
+COMMON_CONSTANTS = tuple(getattr(dis, "_common_constants", ()))
+SPECIAL_METHOD_NAMES = tuple(getattr(dis, "_special_method_names", ()))
 
 # -- argument encodings dis keeps in code, not tables: one row per version ---------------------------------------
 # name index = oparg >> shift (the low bits are flags: LOAD_GLOBAL's push-NULL, LOAD_ATTR's method load,

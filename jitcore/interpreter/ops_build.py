@@ -1,7 +1,8 @@
-"""Interpreter stage: opcodes that build and unpack containers (3.11-3.13).
+"""Interpreter stage: opcodes that build and unpack containers (3.11-3.14).
 
 BUILD_*, the comprehension helpers (LIST_APPEND, SET_ADD, MAP_ADD), the star/double-star helpers
-(LIST_EXTEND, SET_UPDATE, DICT_UPDATE, DICT_MERGE, LIST_TO_TUPLE) and UNPACK_SEQUENCE / UNPACK_EX.
+(LIST_EXTEND, SET_UPDATE, DICT_UPDATE, DICT_MERGE, LIST_TO_TUPLE), UNPACK_SEQUENCE / UNPACK_EX, and 3.14's
+t-strings (BUILD_INTERPOLATION, BUILD_TEMPLATE).
 Unpacking an external sequence reports its items (Item provenance).
 """
 from __future__ import annotations
@@ -9,6 +10,11 @@ from __future__ import annotations
 from jitcore.interpreter import access, bytecode
 from jitcore.interpreter.ops_call import func_str
 from jitcore.interpreter.registry import handler
+
+try:
+    from string import templatelib  # (3.14)
+except ImportError:
+    templatelib = None
 
 
 def _pop_n(stack, n):
@@ -40,7 +46,7 @@ def BUILD_MAP(frame, inst):
     frame.stack.append({items[i]: items[i + 1] for i in range(0, len(items), 2)})
 
 
-@handler("BUILD_CONST_KEY_MAP")
+@handler("BUILD_CONST_KEY_MAP", until=(3, 14))  # (3.14: BUILD_MAP)
 def BUILD_CONST_KEY_MAP(frame, inst):
     stack = frame.stack
     keys = stack.pop()
@@ -56,6 +62,29 @@ def BUILD_SLICE(frame, inst):
 @handler("LIST_TO_TUPLE", until=(3, 12))  # (3.12+: CALL_INTRINSIC_1 INTRINSIC_LIST_TO_TUPLE)
 def LIST_TO_TUPLE(frame, inst):
     frame.stack[-1] = tuple(frame.stack[-1])
+
+
+# -- t-strings (3.14, PEP 750): the Template holds the values themselves (proxies among them) --------------------
+_CONVERSION_CHARS = (None, "s", "r", "a")
+
+
+@handler("BUILD_INTERPOLATION", since=(3, 14))
+def BUILD_INTERPOLATION(frame, inst):
+    stack = frame.stack
+    spec = stack.pop() if inst.arg & 1 else ""
+    expression = stack.pop()
+    stack[-1] = templatelib.Interpolation(stack[-1], expression, _CONVERSION_CHARS[inst.arg >> 2], spec)
+
+
+@handler("BUILD_TEMPLATE", since=(3, 14))
+def BUILD_TEMPLATE(frame, inst):
+    stack = frame.stack
+    interpolations = stack.pop()
+    strings = stack[-1]
+    parts = [strings[0]]
+    for i, s in zip(interpolations, strings[1:]):
+        parts += (i, s)
+    stack[-1] = templatelib.Template(*parts)
 
 
 @handler("LIST_APPEND")

@@ -85,7 +85,11 @@ _CALLABLE_FIRST = bytecode.CALLABLE_FIRST
 @handler("CALL_FUNCTION_EX")
 def CALL_FUNCTION_EX(frame, inst):
     stack = frame.stack
-    kwargs = stack.pop() if inst.arg & 1 else {}
+    if inst.arg is None:  # 3.14: no oparg; the slot of the ** mapping is always there (NULL without one)
+        kwargs = stack.pop()
+        kwargs = {} if kwargs is NULL else kwargs
+    else:
+        kwargs = stack.pop() if inst.arg & 1 else {}
     callargs = stack.pop()
     if _CALLABLE_FIRST:
         stack.pop()  # NULL
@@ -165,6 +169,9 @@ def SET_FUNCTION_ATTRIBUTE(frame, inst):
         fn.__kwdefaults__ = value
     elif flag == 0x04:
         fn.__annotations__ = dict(zip(value[::2], value[1::2])) if isinstance(value, tuple) else value
+    elif flag == 0x10:  # 3.14 (PEP 649): the function computing the annotations when they are first read
+        fn.__annotate__ = value
+        frame.rt.lazy_annotations[id(fn)] = value  # (read through access.get_attr: computed interpreted)
     elif flag == 0x08:
         if fn.__closure__ is not value:  # (given at creation: MAKE_FUNCTION_313)
             raise SystemError(f"closure of {fn.__qualname__} differs from the one it was made with")
@@ -180,7 +187,7 @@ def RETURN_VALUE(frame, inst):
     return RETURNED
 
 
-@handler("RETURN_CONST", since=(3, 12))
+@handler("RETURN_CONST", since=(3, 12), until=(3, 14))  # (3.14: LOAD_CONST + RETURN_VALUE)
 def RETURN_CONST(frame, inst):
     frame.retval = inst.argval
     return RETURNED

@@ -1,4 +1,4 @@
-"""Interpreter stage: control flow opcodes: jumps, GET_ITER/FOR_ITER/END_FOR and the MATCH_* family (3.11-3.13).
+"""Interpreter stage: control flow opcodes: jumps, GET_ITER/FOR_ITER/END_FOR and the MATCH_* family (3.11-3.14).
 
 Jump targets were resolved to instruction indices when the code object was decoded (`inst.target`). 3.12 replaced the
 forward/backward conditional jumps by one POP_JUMP_IF_* each (3.13 gives them exact bools, after TO_BOOL) and ends
@@ -72,10 +72,15 @@ def GET_ITER(frame, inst):
     frame.stack[-1] = access.get_iter(frame.rt, frame.stack[-1])
 
 
+# what follows a loop's FOR_ITER target: END_FOR, then (3.13) POP_TOP or (3.14) POP_ITER for the iterator
+_LOOP_ENDS = {(3, 12): ("END_FOR",), (3, 13): ("END_FOR", "POP_TOP"), (3, 14): ("END_FOR", "POP_ITER")}
+
+
 def _prepare_for_iter(inst, code, insts):
     """3.12+: the target is the loop's END_FOR; an exhausted FOR_ITER pops the iterator and goes past it (3.12: END_FOR
-    pops two; 3.13: END_FOR and the POP_TOP after it pop one each), as CPython does."""
-    skip = ("END_FOR",) if bytecode.VERSION < (3, 13) else ("END_FOR", "POP_TOP")
+    pops two; 3.13: END_FOR and the POP_TOP after it pop one each; 3.14: POP_ITER instead of POP_TOP), as CPython
+    does."""
+    skip = _LOOP_ENDS[min(bytecode.VERSION, (3, 14))]
     t = inst.target
     if tuple(i.opname for i in insts[t:t + len(skip)]) != skip:
         raise UnsupportedError("opcode", f"FOR_ITER at offset {inst.offset} of {code.co_qualname} does not end at "
@@ -84,7 +89,7 @@ def _prepare_for_iter(inst, code, insts):
 
 
 @handler("FOR_ITER", until=(3, 12))
-@handler("FOR_ITER", since=(3, 12), until=(3, 14), prepare=_prepare_for_iter)
+@handler("FOR_ITER", since=(3, 12), prepare=_prepare_for_iter)
 def FOR_ITER(frame, inst):
     stack = frame.stack
     v = next(stack[-1], NULL)
@@ -100,7 +105,7 @@ def END_FOR_312(frame, inst):
     del frame.stack[-2:]
 
 
-@handler("END_FOR", since=(3, 13), until=(3, 14))
+@handler("END_FOR", since=(3, 13))
 def END_FOR(frame, inst):
     frame.stack.pop()
 

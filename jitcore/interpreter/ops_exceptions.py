@@ -1,14 +1,16 @@
-"""Interpreter stage: exception and context-manager opcodes (3.11-3.13).
+"""Interpreter stage: exception and context-manager opcodes (3.11-3.14).
 
 RAISE_VARARGS/RERAISE raise natively and the run loop routes the exception through the exception table;
 PUSH_EXC_INFO/POP_EXCEPT maintain the handled-exception state (Runtime.exc_stack) that bare `raise` and
 implicit chaining use; CHECK_EG_MATCH/PREP_RERAISE_STAR implement except*; BEFORE_WITH/WITH_EXCEPT_START
-call __enter__/__exit__ through the call policy (interpreted when written in Python).
+call __enter__/__exit__ through the call policy (interpreted when written in Python); 3.14's LOAD_SPECIAL loads
+them instead of BEFORE_WITH.
 """
 from __future__ import annotations
 
 import types
 
+from jitcore.interpreter import bytecode
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.registry import handler
 
@@ -168,7 +170,7 @@ def _bind(rt, obj, name, fn):
     return get(fn, obj, type(obj)) if get is not None else fn
 
 
-@handler("BEFORE_WITH")
+@handler("BEFORE_WITH", until=(3, 14))
 def BEFORE_WITH(frame, inst):
     stack, rt = frame.stack, frame.rt
     mgr = stack.pop()
@@ -181,9 +183,36 @@ def BEFORE_WITH(frame, inst):
     stack.append(rt.call(_bind(rt, mgr, "__enter__", enter), (), {}))
 
 
-@handler("WITH_EXCEPT_START")
+@handler("WITH_EXCEPT_START", until=(3, 14))
 def WITH_EXCEPT_START(frame, inst):
     stack = frame.stack
     val = stack[-1]
     exit_fn = stack[-4]
     stack.append(frame.rt.call(exit_fn, (type(val), val, val.__traceback__), {}))
+
+
+# 3.14: `with` loads __exit__ and __enter__ with LOAD_SPECIAL (BEFORE_WITH is gone). CPython pushes the function and
+# the object for a method; here, as BEFORE_WITH did, the bound method and NULL (what is called is then the bound
+# method, which the context's lookasides recognise: torch.autocast's __exit__). The exit pair stays below the block:
+# [exit, NULL, lasti, prev_exc, exc] when WITH_EXCEPT_START runs.
+@handler("LOAD_SPECIAL", since=(3, 14))
+def LOAD_SPECIAL(frame, inst):
+    stack, rt = frame.stack, frame.rt
+    owner = stack[-1]
+    name = bytecode.SPECIAL_METHOD_NAMES[inst.arg]
+    t = type(owner)
+    fn = rt.lookup(t, name)
+    if fn is NULL:
+        protocol = "context manager" if name in ("__enter__", "__exit__") else "asynchronous context manager"
+        raise TypeError(f"'{t.__name__}' object does not support the {protocol} protocol (missed {name} method)")
+    stack[-1] = _bind(rt, owner, name, fn)
+    stack.append(NULL)
+
+
+@handler("WITH_EXCEPT_START", since=(3, 14))
+def WITH_EXCEPT_START_314(frame, inst):
+    stack = frame.stack
+    val = stack[-1]
+    exit_fn, exit_self = stack[-5], stack[-4]
+    args = (type(val), val, val.__traceback__)
+    stack.append(frame.rt.call(exit_fn, args if exit_self is NULL else (exit_self, *args), {}))

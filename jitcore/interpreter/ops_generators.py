@@ -95,6 +95,7 @@ def _async_refused(frame, inst):
     )
 
 
-for _name in ("GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH", "END_ASYNC_FOR"):
+for _name in ("GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR"):
     handler(_name)(_async_refused)
+handler("BEFORE_ASYNC_WITH", until=(3, 14))(_async_refused)  # (3.14: LOAD_SPECIAL __aenter__/__aexit__)
 handler("ASYNC_GEN_WRAP", until=(3, 12))(_async_refused)  # (3.12+: CALL_INTRINSIC_1 INTRINSIC_ASYNC_GEN_WRAP)

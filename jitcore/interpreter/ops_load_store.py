@@ -26,6 +26,7 @@ def _unbound_local(name):
 
 
 @handler("LOAD_FAST")
+@handler("LOAD_FAST_BORROW", since=(3, 14))  # (a reference CPython need not count: the same load here)
 def LOAD_FAST(frame, inst):
     v = frame.localsplus[inst.arg]
     if v is NULL:
@@ -47,6 +48,7 @@ def LOAD_FAST_AND_CLEAR(frame, inst):
 
 
 @handler("LOAD_FAST_LOAD_FAST", since=(3, 13))
+@handler("LOAD_FAST_BORROW_LOAD_FAST_BORROW", since=(3, 14))  # (borrowed references: the same loads here)
 def LOAD_FAST_LOAD_FAST(frame, inst):
     ls, arg = frame.localsplus, inst.arg
     a, b = ls[arg >> 4], ls[arg & 15]
@@ -365,7 +367,7 @@ def DELETE_ATTR(frame, inst):
     access.delete_attr(frame.rt, frame.stack.pop(), inst.argval)
 
 
-@handler("BINARY_SUBSCR")
+@handler("BINARY_SUBSCR", until=(3, 14))  # (3.14: BINARY_OP's NB_SUBSCR, which runs this handler)
 def BINARY_SUBSCR(frame, inst):
     stack = frame.stack
     key = stack.pop()
@@ -456,7 +458,7 @@ def import_star(frame, mod):
         ns[k] = getattr(mod, k)
 
 
-@handler("LOAD_ASSERTION_ERROR")
+@handler("LOAD_ASSERTION_ERROR", until=(3, 14))  # (3.14: LOAD_COMMON_CONSTANT)
 def LOAD_ASSERTION_ERROR(frame, inst):
     frame.stack.append(AssertionError)
 

@@ -1,8 +1,9 @@
-"""Interpreter stage: stack, constant, unary/binary operator, comparison and f-string opcodes (3.11-3.13).
+"""Interpreter stage: stack, constant, unary/binary operator, comparison and f-string opcodes (3.11-3.14).
 
 Operators run natively through the `operator` module (a TensorProxy's operators record ops themselves);
 the operator function of BINARY_OP / COMPARE_OP is picked once when the code object is decoded, from this Python's
-own tables (bytecode.py). 3.13 adds TO_BOOL, COMPARE_OP's to-bool bit and FORMAT_SIMPLE/FORMAT_WITH_SPEC/CONVERT_VALUE.
+own tables (bytecode.py). 3.13 adds TO_BOOL, COMPARE_OP's to-bool bit and FORMAT_SIMPLE/FORMAT_WITH_SPEC/CONVERT_VALUE;
+3.14 LOAD_SMALL_INT, LOAD_COMMON_CONSTANT, NOT_TAKEN, POP_ITER and BINARY_OP's subscript.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access, bytecode, dunders
 from jitcore.interpreter.frame import NULL
+from jitcore.interpreter.ops_load_store import BINARY_SUBSCR
 from jitcore.interpreter.registry import handler
 from jitcore.ir.arith import as_user
 
@@ -22,6 +24,7 @@ _SYMBOL_OPS = {
     "+=": operator.iadd, "&=": operator.iand, "//=": operator.ifloordiv, "<<=": operator.ilshift,
     "@=": operator.imatmul, "*=": operator.imul, "%=": operator.imod, "|=": operator.ior, "**=": operator.ipow,
     ">>=": operator.irshift, "-=": operator.isub, "/=": operator.itruediv, "^=": operator.ixor,
+    "[]": operator.getitem,  # 3.14: NB_SUBSCR, what BINARY_SUBSCR was (its instructions run BINARY_SUBSCR's handler)
 }
 BINARY_OPS = [_SYMBOL_OPS.get(sym) for sym in bytecode.BINARY_OP_SYMBOLS]  # (None: an operator without a row)
 COMPARE_OPS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
@@ -35,6 +38,7 @@ def _nop(frame, inst):
 for _name in ("NOP", "RESUME", "CACHE", "EXTENDED_ARG"):
     handler(_name)(_nop)
 handler("PRECALL", until=(3, 12))(_nop)
+handler("NOT_TAKEN", since=(3, 14))(_nop)  # (a branch hint for CPython's monitoring)
 
 
 def _never_in_code(frame, inst):
@@ -52,6 +56,7 @@ for _name in bytecode.OPMAP:  # (this Python's own: their set changes with every
 
 
 @handler("POP_TOP")
+@handler("POP_ITER", since=(3, 14))  # (the iterator left by an exhausted FOR_ITER; a plain pop here)
 def POP_TOP(frame, inst):
     frame.stack.pop()
 
@@ -76,6 +81,20 @@ def SWAP(frame, inst):
 @handler("LOAD_CONST")
 def LOAD_CONST(frame, inst):
     frame.stack.append(inst.argval)
+
+
+@handler("LOAD_SMALL_INT", since=(3, 14))
+def LOAD_SMALL_INT(frame, inst):
+    frame.stack.append(inst.arg)
+
+
+def _prepare_common_constant(inst, code, insts):
+    inst.aux = bytecode.COMMON_CONSTANTS[inst.arg]  # AssertionError, NotImplementedError, tuple, all, any (3.14)
+
+
+@handler("LOAD_COMMON_CONSTANT", since=(3, 14), prepare=_prepare_common_constant)
+def LOAD_COMMON_CONSTANT(frame, inst):
+    frame.stack.append(inst.aux)  # (the builtins themselves: `tuple(genexp)` compares the global with it, IS_OP)
 
 
 @handler("UNARY_POSITIVE", until=(3, 12))  # (3.12+: CALL_INTRINSIC_1 INTRINSIC_UNARY_POSITIVE)
@@ -105,6 +124,8 @@ def _prepare_binary(inst, code, insts):
     inst.aux = BINARY_OPS[inst.arg]
     if inst.aux is None:
         inst.fn = _unknown_binary
+    elif inst.aux is operator.getitem:  # 3.14's `a[b]`: an item read with provenance, as BINARY_SUBSCR was
+        inst.fn = BINARY_SUBSCR
 
 
 def _unknown_binary(frame, inst):

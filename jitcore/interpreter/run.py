@@ -87,6 +87,7 @@ class Runtime:
         self.frame: Frame | None = None
         self.depth = 0
         self.created_fns: set[int] = set()
+        self.lazy_annotations: dict = {}  # id(function made here) -> its __annotate__, until its annotations are read
         self.defaults_owners: dict = {}  # id(function) -> the provenance of its owner (set_root)
         self.ext_cells: dict[int, object] = {}
         self.views: dict[int, tuple] = {}
@@ -203,14 +204,14 @@ class Runtime:
         if t is _partial:
             prov = self.external.get(id(fn))
             if prov is None:
-                return self.call(fn.func, fn.args + args, {**fn.keywords, **kwargs})
+                return self.call(fn.func, _partial_args(fn.args, args), {**fn.keywords, **kwargs})
             # a partial from outside: its function and bound arguments are read from it (guarded, or inputs)
             func = self.report(fn.func, Attr(prov, "func"))
             bound = self.report(fn.args, Attr(prov, "args"))
             bound = tuple(self.report(a, Item(Attr(prov, "args"), i)) for i, a in enumerate(bound))
             kw = self.report(fn.keywords, Attr(prov, "keywords"))
             kw = {k: self.report(v, Item(Attr(prov, "keywords"), k)) for k, v in kw.items()}
-            return self.call(func, bound + args, {**kw, **kwargs})
+            return self.call(func, _partial_args(bound, args), {**kw, **kwargs})
         if isinstance(fn, type):
             return self.instantiate(fn, args, kwargs)
         if _is_jitcore_obj(fn):
@@ -414,6 +415,21 @@ class Runtime:
             if id(cell) not in self.ext_cells:
                 self.ext_cells[id(cell)] = Closure(parent, fn.__qualname__, name)
                 self.keepalive.append(cell)
+
+
+_PLACEHOLDER = getattr(functools, "Placeholder", NULL)  # (3.14: partial(f, Placeholder, 2)(x) is f(x, 2))
+
+
+def _partial_args(bound: tuple, args: tuple) -> tuple:
+    """The positional arguments a functools.partial with arguments `bound` passes when called with `args`."""
+    if _PLACEHOLDER is NULL or not any(a is _PLACEHOLDER for a in bound):
+        return bound + args
+    holes = sum(a is _PLACEHOLDER for a in bound)
+    if len(args) < holes:
+        raise TypeError(f"missing positional arguments in 'partial' call; expected at least {holes}, got {len(args)}")
+    rest = iter(args)
+    filled = tuple(next(rest) if a is _PLACEHOLDER else a for a in bound)
+    return filled + tuple(rest)
 
 
 def _is_jitcore_obj(obj) -> bool:
