@@ -28,7 +28,7 @@ build() {
         ln -sfn "$nv" "$site/nvidia"
     fi
     "$VENV/bin/pip" install -q filelock fsspec jinja2 networkx setuptools sympy typing-extensions \
-        "optree>=0.13" "looseversion>=1.3" "numpy>=1.26" "pytest>=8" "hypothesis>=6" "expecttest>=0.2" \
+        "optree>=0.13" "looseversion>=1.3" "numpy>=1.26" "pytest>=8" "pytest-xdist>=3" "hypothesis>=6" "expecttest>=0.2" \
         "transformers>=5"
     "$VENV/bin/python" -c "import sys, torch; print('[py312]', sys.version.split()[0], torch.__version__)"
 }

@@ -102,6 +102,9 @@ def environments() -> list[tuple[str, list[str]]]:
     for py in ("3.13", "3.14"):
         if Path(FORKY, f"venv{py}", "bin", "python").exists():
             envs.append((f"{py} forky", ["bash", str(forky), "run", py]))
+    py312 = Path(os.environ.get("JITCORE_PY312", "/opt/venv312"), "bin", "python")
+    if py312.exists():
+        envs.append(("3.12 pyenv", [str(py312)]))
     venvs = Path(TORCH_VENVS)
     if venvs.is_dir():
         for v in sorted(venvs.iterdir()):
