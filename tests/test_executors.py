@@ -15,6 +15,7 @@ from executors import OperatorExecutor, python_ex, torch_ex
 from executors.base import FusionExecutor
 from executors.claim import claim
 from executors.regions import fuse_regions, has_side_effect
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ops import ltorch
 from jitcore.ops.registry import PRIMS
@@ -266,7 +267,9 @@ def test_inductor_regions_round_half_precision_like_eager():
     x = torch.randn(4, 8)
     jfn = jitcore.jit(f, executors=["inductor"])
     torch.testing.assert_close(jfn(x), f(x))
-    assert "inductor_fusion0" in str(jitcore.last_traces(jfn)[-1])
+    # (torch 2.11's CPU kernels would keep the product in float32: the region is not fused there, see compat)
+    fused = "inductor_fusion0" in str(jitcore.last_traces(jfn)[-1])
+    assert fused != compat.INDUCTOR_CPU_DROPS_HALF_ROUNDING
 
 
 def test_inductor_region_compiles_a_variant_per_input_strides():
