@@ -17,7 +17,8 @@ from jitcore.errors import UnsupportedError
 
 # -- the releases ------------------------------------------------------------------------------------------------------
 # Tested on 2.10.0, 2.13.0 and 2.15.0 on Python 3.11 (.ci/torch_venvs.sh builds the venvs for 2.10 and 2.15);
-# pyproject.toml declares the same range. 2.11 (the lent GPU machine's, with CUDA 13) lies inside it.
+# pyproject.toml declares the same range. 2.11 (the lent GPU machine's, with CUDA 13, on Python 3.12.3) lies inside
+# it: its CPU side ran on Python 3.12.1 (.ci/torch_venvs.sh 2.11-py3.12), not yet on a GPU.
 OLDEST = (2, 10)
 NEWEST = (2, 15)
 PYTHONS = ((3, 11), (3, 14))  # the interpreter's bytecode tables (jitcore/interpreter) cover these
