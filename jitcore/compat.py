@@ -215,7 +215,8 @@ def decomposition_table() -> dict:
 # Inductor's C++ (CPU) kernels and the emulate_precision_casts option jitcore compiles with (a value the program
 # rounds to half precision stays rounded inside a fused kernel): 2.13-2.15 honour it (codegen/cpp.py reads it);
 # 2.11's ignore it silently (x.to(bfloat16) * 3, then .float(): the product stayed float32, 2e-3 from eager, under
-# torch.compile too); 2.10's reject it when generating code (CppVecOverrides.to_dtype: use_compute_types) and the
+# torch.compile too: their to_dtype caches a float->bf16 conversion's inverse, eliding the round trip, which 2.13's
+# skips under the option); 2.10's reject it when generating code (CppVecOverrides.to_dtype: use_compute_types) and the
 # region runs eagerly with a warning. 2.12 was not tested: grouped with 2.11. Where this is True, jitcore's Inductor
 # executor leaves CPU regions that compute half-precision values unfused (executors/inductorex.py worth_fusing).
 INDUCTOR_CPU_DROPS_HALF_ROUNDING = (2, 11) <= LINE < (2, 13)
