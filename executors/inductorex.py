@@ -139,6 +139,12 @@ def op_class(bsym: BoundSymbol) -> str:
     return "loop"
 
 
+def computes_cpu_half(region: Region) -> bool:
+    """Whether a line of the region makes a float16 or bfloat16 tensor on the CPU."""
+    return any(isinstance(p, TensorProxy) and p.dtype in (torch.float16, torch.bfloat16) and p.device.type == "cpu"
+               for b in region.members for p in b.flat_proxy_outs())
+
+
 def region_numel(region: Region) -> int | None:
     """The most elements of a tensor the region reads or makes; None when a size is symbolic (unknown: large)."""
     most = 0
@@ -204,7 +210,11 @@ class InductorExecutor(TorchLinesFusionExecutor):
 
     def worth_fusing(self, region: Region) -> bool:
         """The rule (see op_class, worth_compiling): a region is compiled when it has at least `min_compute_ops`
-        loop ops, and either FEW_LOOPS of them or a tensor of LARGE_NUMEL elements."""
+        loop ops, and either FEW_LOOPS of them or a tensor of LARGE_NUMEL elements. Never on a torch whose CPU
+        kernels drop eager's half-precision rounding (compat.INDUCTOR_CPU_DROPS_HALF_ROUNDING) when the region
+        computes a half-precision value on the CPU: those lines run as eager runs them."""
+        if compat.INDUCTOR_CPU_DROPS_HALF_ROUNDING and computes_cpu_half(region):
+            return False
         return worth_compiling([op_class(b) for b in region.members], region_numel(region), self.min_compute_ops)
 
     def fuse(self, trace: Trace) -> Trace:

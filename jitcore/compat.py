@@ -17,7 +17,8 @@ from jitcore.errors import UnsupportedError
 
 # -- the releases ------------------------------------------------------------------------------------------------------
 # Tested on 2.10.0, 2.13.0 and 2.15.0 on Python 3.11 (.ci/torch_venvs.sh builds the venvs for 2.10 and 2.15);
-# pyproject.toml declares the same range. 2.11 (the lent GPU machine's, with CUDA 13) lies inside it.
+# pyproject.toml declares the same range. 2.11 (the lent GPU machine's, with CUDA 13, on Python 3.12.3) lies inside
+# it: its CPU side ran on Python 3.12.1 (.ci/torch_venvs.sh 2.11-py3.12), not yet on a GPU.
 OLDEST = (2, 10)
 NEWEST = (2, 15)
 PYTHONS = ((3, 11), (3, 14))  # the interpreter's bytecode tables (jitcore/interpreter) cover these
@@ -211,6 +212,16 @@ def decomposition_table() -> dict:
 # its C++ builder to run its instruction-set checks and precompiled-header builds in threads
 # (executors/cpu_compiler.py). Each of these is looked up with getattr where a release may lack it, and jitcore
 # then does what Inductor does on its own.
+# Inductor's C++ (CPU) kernels and the emulate_precision_casts option jitcore compiles with (a value the program
+# rounds to half precision stays rounded inside a fused kernel): 2.13-2.15 honour it (codegen/cpp.py reads it);
+# 2.11's ignore it silently (x.to(bfloat16) * 3, then .float(): the product stayed float32, 2e-3 from eager, under
+# torch.compile too: their to_dtype caches a float->bf16 conversion's inverse, eliding the round trip, which 2.13's
+# skips under the option); 2.10's reject it when generating code (CppVecOverrides.to_dtype: use_compute_types) and the
+# region runs eagerly with a warning. 2.12 was not tested: grouped with 2.11. Where this is True, jitcore's Inductor
+# executor leaves CPU regions that compute half-precision values unfused (executors/inductorex.py worth_fusing).
+INDUCTOR_CPU_DROPS_HALF_ROUNDING = (2, 11) <= LINE < (2, 13)
+
+
 def inductor_importable() -> str | None:
     """None when torch._inductor imports; else why not."""
     try:

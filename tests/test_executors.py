@@ -15,6 +15,7 @@ from executors import OperatorExecutor, python_ex, torch_ex
 from executors.base import FusionExecutor
 from executors.claim import claim
 from executors.regions import fuse_regions, has_side_effect
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ops import ltorch
 from jitcore.ops.registry import PRIMS
@@ -264,6 +265,23 @@ def test_inductor_regions_round_half_precision_like_eager():
         return torch.nn.functional.layer_norm(y.float(), (x.shape[-1],)).relu().mean(0)
 
     x = torch.randn(4, 8)
+    jfn = jitcore.jit(f, executors=["inductor"])
+    torch.testing.assert_close(jfn(x), f(x))
+    # (torch 2.11's CPU kernels would keep the product in float32: the region is not fused there, see compat)
+    fused = "inductor_fusion0" in str(jitcore.last_traces(jfn)[-1])
+    assert fused != compat.INDUCTOR_CPU_DROPS_HALF_ROUNDING
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_inductor_cuda_regions_round_half_precision_like_eager():
+    # the same on a GPU (Triton's kernels): a bf16 product kept in float32 would be ~1e-3 from eager, far above
+    # float32's reordering noise; jitcore asks Inductor for emulate_precision_casts on every device
+    def f(x):
+        y = x.to(torch.bfloat16) * 3
+        return torch.nn.functional.layer_norm(y.float(), (x.shape[-1],)).relu().mean(0)
+
+    x = torch.randn(64, 256, device="cuda")
     jfn = jitcore.jit(f, executors=["inductor"])
     torch.testing.assert_close(jfn(x), f(x))
     assert "inductor_fusion0" in str(jitcore.last_traces(jfn)[-1])

@@ -79,6 +79,25 @@ def _hf(kind):
     return model, (ids,), {"labels": labels}, lambda r: (r.logits, r.loss)
 
 
+def _layerdrop_drawn_always(name) -> bool:
+    """BART's LayerDrop in training mode: transformers 5.17 (the GPU machine's) draws `torch.rand([])` and branches on
+    `< layerdrop` even when layerdrop is 0; 5.24 skips the draw then (`self.training and self.layerdrop > 0.0`). A
+    branch on a random value is data-dependent: jitcore refuses it, naming that line (never a silent guess)."""
+    if name != "bart":
+        return False
+    import inspect
+
+    from transformers.models.bart import modeling_bart
+
+    source = inspect.getsource(modeling_bart.BartEncoder.forward)
+    return "torch.rand([])" in source and "self.layerdrop > 0" not in source
+
+
+def _expect_layerdrop_refusal(jm, *args, **kwargs):
+    with pytest.raises(jitcore.errors.DataDependentError, match=r"modeling_bart\.py:\d+: .*layerdrop"):
+        jm(*args, **kwargs)
+
+
 VIT_CLASSES = 10
 
 
@@ -127,6 +146,8 @@ def test_inference(name):
 def test_training_step(name):
     model, ref, args, kwargs, read = _pair(name, train=True)
     jm = jitcore.jit(model)
+    if _layerdrop_drawn_always(name):
+        return _expect_layerdrop_refusal(jm, *args, **kwargs)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     for _step in range(2):
@@ -204,6 +225,8 @@ def test_symbolic_values_training_steps_compile_once(name):
         kw = {} if name == "nanogpt" else {"labels": ids}
         if name in ("bart", "t5"):
             kw["decoder_input_ids"] = ids
+        if _layerdrop_drawn_always(name):
+            return _expect_layerdrop_refusal(jm, ids, **kw)
         out, expected = jm(ids, **kw), ref(ids, **kw)
         loss = out.loss if hasattr(out, "loss") else out.float().pow(2).mean()
         ref_loss = expected.loss if hasattr(expected, "loss") else expected.float().pow(2).mean()
