@@ -1,7 +1,8 @@
 """Random ops that draw "like" a tensor (rand_like, randint_like, dropout) fill eager's
 torch.empty_like(input), which keeps a permuted input's strides, in memory order: the values land where eager puts
 them only if jitcore draws in the same order. Generated: input layouts x how the like-input is made (the input
-itself, an elementwise result, a tensor rewritten by fill_, whose jitcore value is a fresh contiguous one) x the
+itself, an elementwise result, a tensor rewritten by fill_, whose jitcore value is a fresh contiguous one, an input
+written through a transposed view, whose jitcore value is a transposed one) x the
 random ops (and torch.bernoulli, which eager draws contiguous whatever the layout), compared with eager (values
 and the generator's state after the call), in every cache mode.
 """
@@ -28,6 +29,9 @@ MAKERS = {
     "exp": lambda x: x.exp(),
     "filled": lambda x: (x * 2).fill_(0.5),
     "relu_twice_filled": lambda x: (x.relu() + x.relu()).fill_(0.25),
+    # the input itself, written through a transpose first: eager's x keeps its layout, but jitcore's value of x after
+    # functionalization is the transpose of a fresh filled tensor (fuzz seed 100427)
+    "written_through_transpose": lambda x: (x.transpose(0, -1).fill_(0.5), x)[1],
 }
 RANDOM = {
     "rand_like": torch.rand_like,
