@@ -87,3 +87,27 @@ def test_random_like_of_a_view_written_with_a_gradient(op, cache):
         torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
         assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"
         torch.testing.assert_close(got_grad, want_grad, msg=lambda m, layout=layout: f"{layout} grad: {m}")
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("fmt", ["contiguous_format", "channels_last", "preserve_format"])
+@pytest.mark.parametrize("op", ["rand_like", "randn_like", "randint_like"])
+def test_random_like_with_a_memory_format_draws_in_its_order(op, fmt, cache):
+    """memory_format= decides the layout of the tensor eager fills, whatever the input's layout."""
+    def f(x):
+        like = {"rand_like": torch.rand_like, "randn_like": torch.randn_like,
+                "randint_like": lambda t, **k: torch.randint_like(t, 9, **k)}[op]
+        return like(x, memory_format=getattr(torch, fmt)) * 3
+
+    jf = jitcore.jit(f, cache=cache)
+    layouts = {"contiguous": lambda g: torch.randn(2, 3, 4, 5, generator=g),
+               "permuted": lambda g: torch.randn(4, 2, 5, 3, generator=g).permute(1, 3, 0, 2),
+               "channels_last": lambda g: torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last)}
+    for layout, make in layouts.items():
+        x = make(torch.Generator().manual_seed(1))
+        torch.manual_seed(0)
+        want, want_state = f(x.clone()), torch.get_rng_state()
+        torch.manual_seed(0)
+        got, got_state = jf(x.clone()), torch.get_rng_state()
+        torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
+        assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"
