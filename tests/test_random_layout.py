@@ -111,3 +111,39 @@ def test_random_like_with_a_memory_format_draws_in_its_order(op, fmt, cache):
         got, got_state = jf(x.clone()), torch.get_rng_state()
         torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
         assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"
+
+
+FILLS = {
+    "normal_": lambda t: t.normal_(),
+    "uniform_": lambda t: t.uniform_(-1, 2),
+    "bernoulli_": lambda t: t.bernoulli_(0.3),
+    "exponential_": lambda t: t.exponential_(),
+    "cauchy_": lambda t: t.cauchy_(),
+    "log_normal_": lambda t: t.log_normal_(),
+    "geometric_": lambda t: t.geometric_(0.3),
+}
+FILLED = {
+    "input": lambda x: x,
+    "exp": lambda x: x.exp(),
+    "rows of it": lambda x: x[1:],
+    "transpose of it": lambda x: x.transpose(0, -1),
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("maker,op", list(itertools.product(FILLED, FILLS)))
+def test_inplace_random_fill_draws_in_eager_memory_order(maker, op, cache):
+    """x.normal_() and the other in-place fills visit x's own memory in order (and normal_ draws one by one into a
+    non-contiguous x): the values land where eager puts them only if jitcore draws in that order."""
+    def f(x):
+        return FILLS[op](FILLED[maker](x)) * 3
+
+    jf = jitcore.jit(f, cache=cache)
+    for layout, make in LAYOUTS.items():
+        x = make(torch.Generator().manual_seed(1))
+        torch.manual_seed(0)
+        want, want_state = f(x.clone()), torch.get_rng_state()
+        torch.manual_seed(0)
+        got, got_state = jf(x.clone()), torch.get_rng_state()
+        torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
+        assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"

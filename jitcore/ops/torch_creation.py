@@ -318,6 +318,21 @@ def like_order(op: str, input, memory_format):
     return order
 
 
+def fill_order(self):
+    """The dims of `self` from outermost to innermost in memory, as eager's in-place random fills (x.normal_(),
+    x.uniform_()) visit them (TensorIterator orders dims by stride), or None when that is the contiguous order or
+    the layout is not known; self's layout is guarded. Unlike eager_memory_order this holds for a view with gaps
+    (x.t()[1:]), whose own memory the fill walks."""
+    if not isinstance(self, TensorProxy) or self.ndim < 2:
+        return None
+    meta = self.eager_layout()
+    if meta is None or meta.is_contiguous():
+        return None
+    strides, sizes = meta.stride(), meta.shape
+    order = tuple(sorted(range(self.ndim), key=lambda d: (-strides[d] if sizes[d] != 1 else 0, d)))
+    return order if order != tuple(range(self.ndim)) else None
+
+
 def draw_like(input, draw, order=None):
     """draw(shape) laid out as eager's empty_like(input) and filled in its memory order: drawn contiguous in the
     permuted shape, then permuted back. order: eager_memory_order(input) when the caller has it already (() for
