@@ -127,6 +127,7 @@ FILLED = {
     "exp": lambda x: x.exp(),
     "rows of it": lambda x: x[1:],
     "transpose of it": lambda x: x.transpose(0, -1),
+    "empty_like of a result": lambda x: torch.empty_like(x * 2),  # (laid out as x: fuzz seed 573)
 }
 
 
