@@ -143,7 +143,10 @@ INDEXING = ("torch.index_select({v}, {d}, torch.tensor([0, 2, 1]))", "{v}.gather
             "{v}[{v} > 0].sum()", "torch.where({v} > 0)[0].float()")
 RANDOM = ("torch.rand_like({v}) + {v}", "torch.nn.functional.dropout({v}, p=0.5, training=True)",
           "{v} * torch.randn({v}.shape)", "torch.randn_like({v}) * {v}", "{v} * random.random()",
-          "{v} + random.randint(0, 9)", "torch.bernoulli(torch.full_like({v}, 0.5)) * {v}")
+          "{v} + random.randint(0, 9)", "torch.bernoulli(torch.full_like({v}, 0.5)) * {v}",
+          # in-place fills: eager visits the filled tensor's own memory in order (a layout empty_like keeps, a view)
+          "torch.empty_like({v}).normal_() * {v}",
+          "{v}.detach().exp().transpose(0, -1).uniform_().transpose(0, -1) + {v}")
 SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vector_norm({v}, dim=-1)",
            "torch.linalg.multi_dot([{v}, {v}.mT, {v}])", "torch.nextafter({v}, {v} * 2)",
            "torch.nn.functional.embedding_bag(torch.tensor([0, 1, 2, 1]), {v}, torch.tensor([0, 2]))",
