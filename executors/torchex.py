@@ -424,18 +424,16 @@ def _register_all():
 _register_all()
 
 
-# random ops that fill torch.empty_like(input): their decomposition draws in eager's memory order of the input (a
-# transpose after the draw) where that is not the contiguous order; the direct kernel would draw in the order of
-# the tensor jitcore computed, whose layout can differ from eager's (a fill_ result, a fused region's output)
+# random ops that fill torch.empty_like(input): their decomposition draws in the memory order eager's value of the
+# input has (known when the line was traced; a transpose after the draw where that is not the contiguous order). The
+# direct kernel would draw in the order of the tensor jitcore computes at run time, which can differ from eager's even
+# where eager's is contiguous: functionalization hands `x.t().fill_(1); torch.randn_like(x)` the transpose of the
+# filled tensor, a fused region's output has its own strides. So these always run their decomposition.
 _DRAWS_LIKE = frozenset({"ltorch.rand_like", "ltorch.randn_like", "ltorch.randint_like", "ltorch.dropout"})
 
 
-def _has_transpose(bsym) -> bool:
-    return any(s.sym is PRIMS["transpose"] or _has_transpose(s) for s in bsym.subsymbols)
-
-
 def _draws_in_own_order(bsym) -> bool:
-    return bsym.sym.id in _DRAWS_LIKE and _has_transpose(bsym)
+    return bsym.sym.id in _DRAWS_LIKE
 
 
 def _is_opaque(bsym) -> bool:

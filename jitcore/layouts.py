@@ -201,8 +201,8 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
     """line's outputs computed on meta tensors by the torch function it stands for (or its prim's kernel); the key
     of the answer in META_RESULTS goes into `used`."""
     sym = line.sym
-    if Tag.PYTHON in sym.tags or Tag.CREATION in sym.tags:
-        return None
+    if Tag.PYTHON in sym.tags or (Tag.CREATION in sym.tags and not sym.id.endswith("_like")):
+        return None  # (a *_like op lays its result out as its input: torch.empty_like(x.t() * 1) keeps x.t()'s)
     fn = sym.torch_fn if sym.torch_fn is not None else (EAGER_KERNELS.get(sym.id) if sym.is_prim else None)
     if any(m is None for m in metas.values()):
         return None

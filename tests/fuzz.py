@@ -144,6 +144,12 @@ INDEXING = ("torch.index_select({v}, {d}, torch.tensor([0, 2, 1]))", "{v}.gather
 RANDOM = ("torch.rand_like({v}) + {v}", "torch.nn.functional.dropout({v}, p=0.5, training=True)",
           "{v} * torch.randn({v}.shape)", "torch.randn_like({v}) * {v}", "{v} * random.random()",
           "{v} + random.randint(0, 9)", "torch.bernoulli(torch.full_like({v}, 0.5)) * {v}")
+# in-place fills: eager visits the filled tensor's own memory in order (a layout empty_like keeps, a view). Chosen
+# instead of a RANDOM template, in programs of seeds divisible by 4 only, by a side generator (Generator.side): the
+# programs of other seeds are those from before the fills were added (seeds named in issues and commits still
+# reproduce their programs)
+FILLS = ("torch.empty_like({v}).normal_() * {v}",
+         "{v}.detach().exp().transpose(0, -1).uniform_().transpose(0, -1) + {v}")
 SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vector_norm({v}, dim=-1)",
            "torch.linalg.multi_dot([{v}, {v}.mT, {v}])", "torch.nextafter({v}, {v} * 2)",
            "torch.nn.functional.embedding_bag(torch.tensor([0, 1, 2, 1]), {v}, torch.tensor([0, 2]))",
@@ -207,6 +213,7 @@ class Generator:
 
     def __init__(self, seed: int):
         self.seed, self.rng = seed, random.Random(seed)
+        self.side = random.Random(f"{seed} side")  # choices added later, leaving self.rng's draws as they were
         self.lines: list[str] = []
         self.exprs: list[tuple[str, bool]] = []  # (pure expression, under no_grad) for twins
         self.n = 0
@@ -296,6 +303,8 @@ class Generator:
                 else f"{v}.{op}()"
         else:
             expr = self.fill(self.rng.choice(table), v)
+            if kind == "random" and self.seed % 4 == 0 and self.side.random() < 0.5:
+                expr = self.fill(self.side.choice(FILLS), v)
         name = self.fresh()
         if self.try_lines([f"{name} = {expr}"]):
             if kind in ("unary", "binary", "reduction"):

@@ -14,7 +14,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
-from jitcore.ir.symbol import CHECKPOINTED, Tag, recorded_without_grad
+from jitcore.ir.symbol import CHECKPOINTED, Tag, is_eager_view, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from jitcore.ops import ltorch, prims
 from jitcore.ops import prims_creation as pc
@@ -194,7 +194,11 @@ def expose(bsyms, needed: set, top: set) -> list:
     out = []
     for bsym in bsyms:
         own = _names_and_sizes(bsym.flat_proxy_outs())
-        if bsym.subsymbols and (_made_inside(bsym) - own - top) & needed:
+        inside = (_made_inside(bsym) - own - top) & needed if bsym.subsymbols else set()
+        numbers = _number_lines(bsym, inside) if inside and is_eager_view(bsym) else None
+        if numbers is not None:  # a view: it stays one line (its prims need not make a view), the numbers beside it
+            out += [bsym, *numbers]
+        elif inside:
             subs = bsym.subsymbols
             if bsym.extra.get(CHECKPOINTED):  # the lines of a checkpointed line are checkpointed
                 subs = [s.from_bsym(extra={**s.extra, CHECKPOINTED: True}) for s in subs]
@@ -202,6 +206,31 @@ def expose(bsyms, needed: set, top: set) -> list:
         else:
             out.append(bsym)
     return out
+
+
+def _number_lines(bsym, needed: set) -> list | None:
+    """The lines of a view's decomposition that compute numbers from its own inputs and outputs (a slice's end
+    `i7 = i6 + 1`, `(i13,) = prims.shape(t2)`), when they make every value in `needed`; else None. Exposing the
+    decomposition itself would change what runs: eager's x.diagonal() is a view of any x, its prims (a reshape
+    to 1-d, then a strided slice) copy a non-contiguous x, so a write through the result would not reach x (fuzz
+    seed 100869, cache="symbolic values", where the backward reads the sizes those lines compute)."""
+    known = {p.name for p in bsym.flat_proxy_args()} | {p.name for p in bsym.flat_proxy_outs()}
+    lines, made = [], set()
+
+    def visit(b):
+        if b.subsymbols and not b.sym.is_prim:
+            return all(visit(s) for s in b.subsymbols)
+        outs = b.flat_proxy_outs()
+        if any(isinstance(o, TensorProxy) for o in outs):
+            return True  # a tensor line: stays inside the view
+        if any(isinstance(a, TensorProxy) and a.name not in known for a in b.flat_proxy_args()):
+            return True  # (the size of a tensor made inside: not computable beside the view)
+        lines.append(b)
+        made.update(_names_and_sizes(outs))
+        return True
+
+    visit(bsym)
+    return lines if needed <= made else None
 
 
 def _made_inside(bsym) -> set:

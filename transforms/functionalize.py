@@ -313,7 +313,10 @@ def _emit(st: _State, bsym: BoundSymbol):
     args, kwargs = _subst(st, (bsym.args, bsym.kwargs))
     if _gained_grad(bsym, (args, kwargs)):  # a value written with a gradient: record again, outputs need grad too
         with torch.set_grad_enabled(not recorded_without_grad(bsym)):  # ... unless the line ran without grad
+            n_lines = len(st.new.bound_symbols)
             out = bsym.sym(*args, **kwargs)
+        if Tag.RANDOM in bsym.sym.tags:
+            _keep_draws(st, bsym, n_lines, out)
         for old, new in zip(bsym.flat_outs(), tree_flatten(out)[0]):
             if isinstance(old, Proxy):
                 st.cur[old.name] = new
@@ -378,6 +381,20 @@ def _gained_grad(bsym, new_args) -> bool:
     return any(n.requires_grad and not o.requires_grad for n, o in zip(new, old))
 
 
+def _keep_draws(st: _State, bsym: BoundSymbol, n_lines: int, out):
+    """A random op recorded again (its input gained a gradient) keeps the draws it was traced with: how it draws
+    (the memory order of eager's value of its input, for rand_like and dropout) was decided from the layout
+    eager's tensor has, which the new value (a functional one, laid out otherwise) no longer tells (the
+    layout oracle is gone here). Only whether its outputs need a gradient changes (fuzz seed 100799)."""
+    added = st.new.bound_symbols[n_lines:]
+    if len(added) != 1 or added[0].sym is not bsym.sym or not bsym.subsymbols:
+        return
+    renames = {o.name: n for o, n in zip(bsym.flat_outs(), tree_flatten(out)[0])
+               if isinstance(o, Proxy) and isinstance(n, Proxy)}
+    subs = tuple(_rename_bsym(s, renames, outputs=True) for s in _subst_subs(st, bsym))
+    st.new.bound_symbols[-1] = added[0].from_bsym(subsymbols=subs)
+
+
 def _subst_subs(st, bsym):
     """Subsymbols read the inputs under their old names: rename those that changed (the body stays the same)."""
     if not bsym.subsymbols:
@@ -398,13 +415,14 @@ def _subst_subs(st, bsym):
     return tuple(_rename_bsym(s, renames) for s in bsym.subsymbols)
 
 
-def _rename_bsym(bsym, renames):
+def _rename_bsym(bsym, renames, outputs: bool = False):
     def r(tree):
         leaves, spec = tree_flatten(tree)
         return tree_unflatten(spec, [renames.get(x.name, x) if isinstance(x, Proxy) else x for x in leaves])
 
     args, kwargs = r((bsym.args, bsym.kwargs))
-    return bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=tuple(_rename_bsym(s, renames) for s in bsym.subsymbols))
+    return bsym.from_bsym(args=args, kwargs=kwargs, output=r(bsym.output) if outputs else bsym.output,
+                          subsymbols=tuple(_rename_bsym(s, renames, outputs) for s in bsym.subsymbols))
 
 
 # -- views ---------------------------------------------------------------------------------------------------------

@@ -302,6 +302,37 @@ def eager_memory_order(input):
     return tuple(sorted(range(input.ndim), key=lambda d: (-strides[d], d)))
 
 
+_FORMAT_ORDERS = {torch.channels_last: (0, 2, 3, 1), torch.channels_last_3d: (0, 2, 3, 4, 1)}
+
+
+def like_order(op: str, input, memory_format):
+    """The memory order of eager's torch.empty_like(input, memory_format=memory_format), for draw_like: the input's
+    own (preserve_format), () for contiguous_format, or the order a channels-last format lays out."""
+    if memory_format is None or memory_format is torch.preserve_format:
+        return eager_memory_order(input) or ()
+    if memory_format is torch.contiguous_format:
+        return ()
+    order = _FORMAT_ORDERS.get(memory_format)
+    check(order is not None and len(order) == input.ndim,
+          lambda: f"{op}(): memory_format {memory_format} does not apply to a {input.ndim}-d tensor")
+    return order
+
+
+def fill_order(self):
+    """The dims of `self` from outermost to innermost in memory, as eager's in-place random fills (x.normal_(),
+    x.uniform_()) visit them (TensorIterator orders dims by stride), or None when that is the contiguous order or
+    the layout is not known; self's layout is guarded. Unlike eager_memory_order this holds for a view with gaps
+    (x.t()[1:]), whose own memory the fill walks."""
+    if not isinstance(self, TensorProxy) or self.ndim < 2:
+        return None
+    meta = self.eager_layout()
+    if meta is None or meta.is_contiguous():
+        return None
+    strides, sizes = meta.stride(), meta.shape
+    order = tuple(sorted(range(self.ndim), key=lambda d: (-strides[d] if sizes[d] != 1 else 0, d)))
+    return order if order != tuple(range(self.ndim)) else None
+
+
 def draw_like(input, draw, order=None):
     """draw(shape) laid out as eager's empty_like(input) and filled in its memory order: drawn contiguous in the
     permuted shape, then permuted back. order: eager_memory_order(input) when the caller has it already (() for
@@ -319,9 +350,9 @@ def _random_like(op_id, draw):
     def body(input, *, dtype=None, layout=None, device=None, requires_grad=False,
              memory_format=torch.preserve_format):
         dtype, device = dtype or input.dtype, _device(device, input)
-        order = eager_memory_order(input)
+        order = like_order(name, input, memory_format)
         how = _serial_normal if order and name == "randn_like" and device.type == "cpu" else draw
-        return _grad(draw_like(input, lambda shape: how(shape, dtype, device), order or ()), requires_grad)
+        return _grad(draw_like(input, lambda shape: how(shape, dtype, device), order), requires_grad)
 
     body.__name__ = name
     return torchsymbol(getattr(torch, name), id=op_id, tags=RANDOM)(body)
@@ -348,7 +379,8 @@ def randint_like(input, low=0, high=None, *, dtype=None, layout=None, device=Non
     if high is None:
         low, high = 0, low
     out = draw_like(input, lambda shape: pc.randint(low, high, shape, device=_device(device, input),
-                                                    dtype=dtype or input.dtype))
+                                                    dtype=dtype or input.dtype),
+                    like_order("randint_like", input, memory_format))
     return _grad(out, requires_grad)
 
 

@@ -22,6 +22,7 @@ from jitcore.ops import torch_map
 from jitcore.ops.generators import gen_kwargs
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
+from jitcore.ops.torch_creation import draw_like, fill_order
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_index import getitem, setitem
 from jitcore.ops.torch_shape import size_max
@@ -130,16 +131,28 @@ def fill_(self, value):
     return write("fill_", self, value)
 
 
+def _fill(self, draw, serial_normal=None):
+    """draw(shape) written into self in the order eager's in-place fill visits self's memory (see fill_order): drawn
+    contiguous in that order, then permuted back. serial_normal: normal_'s draw for a non-contiguous self (eager's
+    CPU normal_ batches its draws only into a contiguous tensor)."""
+    order = fill_order(self)
+    if order and serial_normal is not None and self.device.type == "cpu":
+        draw = serial_normal
+    return draw_like(self, draw, order or ())
+
+
 @torchsymbol(T.uniform_, method="uniform_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.uniform_")
 def uniform_(self, from_=0, to=1, *, generator=None):
-    return write("uniform_", self, pc.uniform(tuple(self.shape), float(from_), float(to), device=self.device,
-                                              dtype=self.dtype, **gen_kwargs(generator)))
+    return write("uniform_", self, _fill(self, lambda shape: pc.uniform(
+        shape, float(from_), float(to), device=self.device, dtype=self.dtype, **gen_kwargs(generator))))
 
 
 @torchsymbol(T.normal_, method="normal_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.normal_")
 def normal_(self, mean=0, std=1, *, generator=None):
-    return write("normal_", self, pc.normal(tuple(self.shape), float(mean), float(std), device=self.device,
-                                            dtype=self.dtype, **gen_kwargs(generator)))
+    def draw(shape, how=pc.normal):
+        return how(shape, float(mean), float(std), device=self.device, dtype=self.dtype, **gen_kwargs(generator))
+
+    return write("normal_", self, _fill(self, draw, lambda shape: draw(shape, pc.normal_serial)))
 
 
 @torchsymbol(T.bernoulli_, method="bernoulli_", tags=INPLACE + (Tag.RANDOM,), id="ltorch.bernoulli_")
@@ -148,8 +161,8 @@ def bernoulli_(self, p=0.5, *, generator=None):
     if isinstance(p, TensorProxy):  # eager's draws: bernoulli_(Tensor p) / bernoulli_(float p) on self's dtype
         prob = p if p.dtype.is_floating_point else to_dtype(p, torch.float32)
         return write("bernoulli_", self, pc.bernoulli_tensor(prob, tuple(self.shape), dtype=self.dtype, **gen))
-    return write("bernoulli_", self, pc.bernoulli(tuple(self.shape), float(p), device=self.device, dtype=self.dtype,
-                                                  **gen))
+    return write("bernoulli_", self, _fill(self, lambda shape: pc.bernoulli(
+        shape, float(p), device=self.device, dtype=self.dtype, **gen)))
 
 
 _REQUIRED = object()
@@ -172,8 +185,8 @@ def _sampler(op_id: str, spec: tuple):
               lambda: f"{name}() got unexpected arguments {args!r} {kwargs!r}")
         params = tuple(_sampler_param(name, pname, args[i] if i < len(args) else kwargs.get(pname, default))
                        for i, (pname, default) in enumerate(spec))
-        return write(name, self, pc.sample(kind, tuple(self.shape), params, device=self.device,
-                                           dtype=self.dtype, **gen_kwargs(generator)))
+        return write(name, self, _fill(self, lambda shape: pc.sample(kind, shape, params, device=self.device,
+                                                                     dtype=self.dtype, **gen_kwargs(generator))))
 
     body.__name__ = name
     return torchsymbol(getattr(T, name), method=name, id=op_id, tags=INPLACE + (Tag.RANDOM,))(body)
