@@ -14,21 +14,10 @@ import torch
 
 import jitcore
 from jitcore.errors import UnsupportedError
-from jitcore.interpreter import DefaultContext, interpret
+from tests.test_interpreter_basic import check, run
 
 PY314 = sys.version_info >= (3, 14)
 only_314 = pytest.mark.skipif(not PY314, reason="3.14 syntax or library")
-
-
-def run(f, *args, **kwargs):
-    return interpret(f, args, kwargs, DefaultContext()).output
-
-
-def check(f, *args, **kwargs):
-    expected = f(*args, **kwargs)
-    got = run(f, *args, **kwargs)
-    assert got == expected, (got, expected)
-    return got
 
 
 def jit_check(f, *args):

@@ -23,22 +23,26 @@ def YIELD_VALUE(frame, inst):
     return YIELDED
 
 
+def _send(receiver, v):
+    """One step of `yield from` / `await`: (True, the value yielded) or (False, the receiver's return value)."""
+    try:
+        if v is None and hasattr(type(receiver), "__next__"):
+            return True, type(receiver).__next__(receiver)
+        return True, receiver.send(v)
+    except StopIteration as e:
+        return False, e.value
+
+
 @handler("SEND", until=(3, 12))
 def SEND(frame, inst):
     stack = frame.stack
     v = stack.pop()
-    receiver = stack[-1]
-    try:
-        if v is None and hasattr(type(receiver), "__next__"):
-            r = type(receiver).__next__(receiver)
-        else:
-            r = receiver.send(v)
-    except StopIteration as e:
-        stack[-1] = e.value
+    going, r = _send(stack[-1], v)
+    if going:
+        stack.append(r)
+    else:
+        stack[-1] = r
         frame.ip = inst.target
-        return
-    stack.append(r)
-    return
 
 
 @handler("SEND", since=(3, 12))
@@ -46,18 +50,9 @@ def SEND_312(frame, inst):
     """3.12+: a finished receiver leaves (receiver, its return value) and jumps to END_SEND, which drops the
     receiver."""
     stack = frame.stack
-    v = stack[-1]
-    receiver = stack[-2]
-    try:
-        if v is None and hasattr(type(receiver), "__next__"):
-            r = type(receiver).__next__(receiver)
-        else:
-            r = receiver.send(v)
-    except StopIteration as e:
-        stack[-1] = e.value
+    going, stack[-1] = _send(stack[-2], stack[-1])
+    if not going:
         frame.ip = inst.target
-        return
-    stack[-1] = r
 
 
 @handler("END_SEND", since=(3, 12))
