@@ -402,8 +402,23 @@ def _view_as(a, other):
     return a.reshape(other.shape)
 
 
+def _in_contiguous_order(fn):
+    """A random *_like op or dropout whose traced draw order is the contiguous one (its decomposition has no transpose,
+    `_draws_in_own_order`) run by torch's kernel on a contiguous input: the kernel draws in its input's memory order,
+    and the tensor jitcore computes at run time can have other strides than eager's value had (functionalization hands
+    `x.t().fill_(1); torch.randn_like(x)` the transpose of the filled tensor; a fused region's output has its own)."""
+    def run(a, *args, **kwargs):
+        return fn(a.contiguous(), *args, **kwargs)
+
+    return run
+
+
 DIRECT_OVERRIDES: dict = {
     "ltorch.view": _view, "ltorch.view_as": _view_as,
+    "ltorch.rand_like": _in_contiguous_order(torch.rand_like),
+    "ltorch.randn_like": _in_contiguous_order(torch.randn_like),
+    "ltorch.randint_like": _in_contiguous_order(torch.randint_like),
+    "ltorch.dropout": _in_contiguous_order(torch.nn.functional.dropout),
     "ltorch.maximum": _as_tensor_pair("maximum", torch.maximum, promote=True),
     "ltorch.minimum": _as_tensor_pair("minimum", torch.minimum, promote=True),
 }
@@ -425,15 +440,18 @@ _register_all()
 
 
 # random ops that fill torch.empty_like(input): their decomposition draws in the memory order eager's value of the
-# input has (known when the line was traced; a transpose after the draw where that is not the contiguous order). The
-# direct kernel would draw in the order of the tensor jitcore computes at run time, which can differ from eager's even
-# where eager's is contiguous: functionalization hands `x.t().fill_(1); torch.randn_like(x)` the transpose of the
-# filled tensor, a fused region's output has its own strides. So these always run their decomposition.
+# input has (known when the line was traced; a transpose after the draw where that is not the contiguous order), and
+# runs where that order is not the contiguous one. Where it is, torch's kernel runs (dropout's fused kernel on CUDA)
+# on a contiguous input (DIRECT_OVERRIDES, _in_contiguous_order), whatever strides jitcore's value has at run time.
 _DRAWS_LIKE = frozenset({"ltorch.rand_like", "ltorch.randn_like", "ltorch.randint_like", "ltorch.dropout"})
 
 
+def _has_transpose(bsym) -> bool:
+    return any(s.sym is PRIMS["transpose"] or _has_transpose(s) for s in bsym.subsymbols)
+
+
 def _draws_in_own_order(bsym) -> bool:
-    return bsym.sym.id in _DRAWS_LIKE
+    return bsym.sym.id in _DRAWS_LIKE and _has_transpose(bsym)
 
 
 def _is_opaque(bsym) -> bool:

@@ -202,8 +202,8 @@ def test_random_op_is_never_crossed():
     x = torch.randn(64)
     t = claim(trace_fn(with_dropout, x), [eager_fusion, torch_ex])
     names = kernel_names(t)
-    drop = names.index("torch.nn.functional.dropout")
-    assert names == ["eager_fusion0", "torch.nn.functional.dropout", "eager_fusion1"], names
+    drop = names.index("torchex.dropout")  # torch's dropout on a contiguous input (the draw order eager's had)
+    assert names == ["eager_fusion0", "torchex.dropout", "eager_fusion1"], names
     # cos (after the draw in the source) stays after it
     assert all(b.sym.id != "torch.cos" for b in t.bound_symbols[drop - 1].subsymbols)
     torch.manual_seed(0)
