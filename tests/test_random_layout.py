@@ -43,14 +43,10 @@ RANDOM = {
 }
 
 
-@pytest.mark.parametrize("cache", CACHES)
-@pytest.mark.parametrize("maker,op", list(itertools.product(MAKERS, RANDOM)))
-def test_random_like_draws_in_eager_memory_order(maker, op, cache):
-    def f(x):
-        return RANDOM[op](MAKERS[maker](x)) * 3
-
-    jf = jitcore.jit(f, cache=cache)
-    for layout, make in LAYOUTS.items():
+def _check_layouts(f, jf, layouts):
+    """jf against eager f on inputs of each layout, one call after another from the same seed: values and the
+    generator state after the call."""
+    for layout, make in layouts.items():
         x = make(torch.Generator().manual_seed(1))
         torch.manual_seed(0)
         want, want_state = f(x.clone()), torch.get_rng_state()
@@ -58,6 +54,16 @@ def test_random_like_draws_in_eager_memory_order(maker, op, cache):
         got, got_state = jf(x.clone()), torch.get_rng_state()
         torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
         assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("maker,op", list(itertools.product(MAKERS, RANDOM)))
+def test_random_like_draws_in_eager_memory_order(maker, op, cache):
+    def f(x):
+        return RANDOM[op](MAKERS[maker](x)) * 3
+
+    jf = jitcore.jit(f, cache=cache)
+    _check_layouts(f, jf, LAYOUTS)
 
 
 @pytest.mark.parametrize("cache", CACHES)
@@ -103,14 +109,7 @@ def test_random_like_with_a_memory_format_draws_in_its_order(op, fmt, cache):
     layouts = {"contiguous": lambda g: torch.randn(2, 3, 4, 5, generator=g),
                "permuted": lambda g: torch.randn(4, 2, 5, 3, generator=g).permute(1, 3, 0, 2),
                "channels_last": lambda g: torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last)}
-    for layout, make in layouts.items():
-        x = make(torch.Generator().manual_seed(1))
-        torch.manual_seed(0)
-        want, want_state = f(x.clone()), torch.get_rng_state()
-        torch.manual_seed(0)
-        got, got_state = jf(x.clone()), torch.get_rng_state()
-        torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
-        assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"
+    _check_layouts(f, jf, layouts)
 
 
 FILLS = {
@@ -140,11 +139,4 @@ def test_inplace_random_fill_draws_in_eager_memory_order(maker, op, cache):
         return FILLS[op](FILLED[maker](x)) * 3
 
     jf = jitcore.jit(f, cache=cache)
-    for layout, make in LAYOUTS.items():
-        x = make(torch.Generator().manual_seed(1))
-        torch.manual_seed(0)
-        want, want_state = f(x.clone()), torch.get_rng_state()
-        torch.manual_seed(0)
-        got, got_state = jf(x.clone()), torch.get_rng_state()
-        torch.testing.assert_close(got, want, msg=lambda m, layout=layout: f"{layout}: {m}")
-        assert torch.equal(got_state, want_state), f"{layout}: generator state after the call differs"
+    _check_layouts(f, jf, LAYOUTS)
