@@ -58,7 +58,7 @@ def _programs(entry, inputs) -> list:
 
 
 def _effects(bsym: BoundSymbol) -> bool:
-    return "region_trace" not in bsym.extra and has_side_effect(bsym)
+    return bsym.region_trace is None and has_side_effect(bsym)
 
 
 def _regions_to_compile(fn) -> list:

@@ -1,6 +1,6 @@
 """Executors: the claim pass, the only place that decides who runs each op (first executor in priority order
 whose implementation accepts the line), then each fusion executor groups the lines it claimed into regions.
-Each claimed line records its executor in `extra["claimed_by"]`, which later passes ask (transforms/memory.py).
+Each claimed line records its executor in `BoundSymbol.claimed_by`, which later passes ask (transforms/memory.py).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def claim_bsym(bsym, executors) -> list:
         if ex.can_execute(bsym):
             line = ex.execute(bsym)
             line = line.from_bsym() if line is bsym else line  # a line that runs as it prints: mark a copy
-            line.extra["claimed_by"] = ex
+            line.claimed_by = ex
             return [line]
     if bsym.subsymbols:
         out = []
@@ -29,7 +29,7 @@ def claim_bsym(bsym, executors) -> list:
 
 
 def claim(trace: Trace, executors, fn_name: str | None = None) -> Trace:
-    """A new trace where every line is a call of the executor that runs it (recorded in `extra["claimed_by"]`,
+    """A new trace where every line is a call of the executor that runs it (recorded in its `claimed_by`,
     for later passes to ask it about the line through the Executor interface, executors/base.py). Then each
     fusion executor (one with a `fuse` method) groups the lines it claimed into dependency-safe regions
     (executors/regions.py); the region lines it makes name it too."""
@@ -41,7 +41,8 @@ def claim(trace: Trace, executors, fn_name: str | None = None) -> Trace:
         for ex in fusion:
             new = ex.fuse(new)
             for b in new.bound_symbols:  # the region lines it made
-                b.extra.setdefault("claimed_by", ex)
+                if b.claimed_by is None:
+                    b.claimed_by = ex
     new.set_provenance("Transform for execution (claim)", t.seconds)
     return new
 

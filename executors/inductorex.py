@@ -206,7 +206,7 @@ class InductorExecutor(TorchLinesFusionExecutor):
         return leaf_ids(bsym) <= self.fusible_ids()
 
     def claimed(self, bsym: BoundSymbol) -> bool:
-        return bsym.extra.get("executor") == self.name and "region_trace" not in bsym.extra
+        return bsym.executor == self.name and bsym.region_trace is None
 
     def worth_fusing(self, region: Region) -> bool:
         """The rule (see op_class, worth_compiling): a region is compiled when it has at least `min_compute_ops`

@@ -187,12 +187,12 @@ def _no_meta(*args, **kwargs):
 
 def region_bsym(name: str, executor_name: str, region: Region, sub: Trace, fn: Callable) -> BoundSymbol:
     """One line running the whole region: prints as `(outs) = name(ins)`; the members stay as its subsymbols, and
-    its `extra["region_trace"]` is the region as a printable, runnable sub-Trace."""
+    its `region_trace` is the region as a printable, runnable sub-Trace."""
     sym = Symbol(f"{executor_name}.{name}", name, meta=_no_meta, module="", call_ctx={name: fn})
     output = region.outputs[0] if len(region.outputs) == 1 else tuple(region.outputs)
     bsym = BoundSymbol(sym, tuple(region.inputs), {}, output, tuple(region.members))
-    bsym.extra["region_trace"] = sub
-    bsym.extra["executor"] = executor_name
+    bsym.region_trace = sub
+    bsym.executor = executor_name
     return bsym
 
 
@@ -206,7 +206,7 @@ def boxed_region_line(bsym: BoundSymbol, dead: list) -> BoundSymbol | None:
     use inside the region. None when the line is not a region line or its callable has no `boxed`."""
     name = bsym.sym.name
     fn = (bsym.sym.call_ctx or {}).get(name)
-    if "region_trace" not in bsym.extra or not callable(getattr(fn, "boxed", None)):
+    if bsym.region_trace is None or not callable(getattr(fn, "boxed", None)):
         return None
     box, gone = f"{name}_args", ", ".join(a.name for a in dead)
 

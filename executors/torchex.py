@@ -53,7 +53,7 @@ class TorchExecutor(OperatorExecutor):
 
     def densify_line(self, a: TensorProxy, output: TensorProxy) -> BoundSymbol:
         line = densify.bind(a, output=output)
-        line.extra["claimed_by"] = self
+        line.claimed_by = self
         return line
 
     def write_form(self, bsym: BoundSymbol, targets: dict) -> BoundSymbol | None:
@@ -71,11 +71,11 @@ class TorchLinesFusionExecutor(FusionExecutor):
     def execute(self, bsym: BoundSymbol) -> BoundSymbol:
         line = torch_ex.traceable_line(bsym)
         line = line.from_bsym() if line is bsym else line  # an opaque line runs as it prints: mark a copy
-        line.extra["executor"] = self.name
+        line.executor = self.name
         return line
 
     def _torch_line(self, bsym: BoundSymbol) -> bool:
-        return "region_trace" not in bsym.extra
+        return bsym.region_trace is None
 
     def out_form(self, bsym: BoundSymbol):
         return torch_ex.out_form(bsym) if self._torch_line(bsym) else None

@@ -466,7 +466,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
     with recording(recorded):  # symbolic values: every concrete answer Python needs becomes a predicate
         with _stage(stats, "interpret"):
             traced = trace_function(fn, args, kwargs, symbolic=symbolic)
-        sized = symbolic or bool(traced.trace.extra.get("run_time_sizes"))  # sizes the program reads as values
+        sized = symbolic or bool(traced.trace.run_time_sizes)  # sizes the program reads as values
         with _stage(stats, "transforms"):
             program = transform(traced, sized, options, hooks_for(options.saved_tensor_hooks))
         with _stage(stats, "claim"):
@@ -686,13 +686,13 @@ def _backward_without(backward: Trace, options: CompileOptions, early_grads: tup
     """present -> the traces of the backward for calls where the cotangents marked False are None (the last one
     runs; built on first use). Under symbolic sizes, a backward that would read zeros of a size it is not given
     is not built: [the dropped trace] marked "zeros from runtime", which says the gradients that are None."""
-    n_saved = dict(backward.extra["arg_groups"])["saved"]
+    n_saved = dict(backward.arg_groups)["saved"]
     symbolic = not all(type(d) is int for ct in backward.args[n_saved:] for d in ct.shape)
 
     def build(present: tuple):
         dropped = drop_cotangents(backward, present)
         if symbolic and _reads_undefined(define_sizes(dropped)):  # zeros of a symbolic size no value gives
-            dropped.extra["zeros from runtime"] = True
+            dropped.zeros_from_runtime = True
             return [dropped]
         ready = with_grads_ready(dropped, early_grads) if early_grads else dropped
         traces = [dropped, *([ready] if ready is not dropped else []), *_after_claim(claim(ready, options.executors))]

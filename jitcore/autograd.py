@@ -180,7 +180,7 @@ class AutogradProgram:
         built = self._without.get(present)
         if built is None:
             traces = self._build_without(present)
-            if traces[-1].extra.get("zeros from runtime"):  # (None, which gradients are None)
+            if traces[-1].zeros_from_runtime:  # (None, which gradients are None)
                 built = (traces, None, tuple(g is None for g in traces[-1].output))
             else:
                 built = (traces, traces[-1].python_callable(), None)

@@ -164,12 +164,12 @@ def _executors(trace) -> list[OpRow]:
     """Per op of the program that runs (as the program recorded it): the executor that runs it."""
     counts: Counter = Counter()
     for b in trace.bound_symbols:
-        region = b.extra.get("region_trace")
+        region = b.region_trace
         if region is not None:
             inside = sorted({_original(s) for s in region.bound_symbols if not _bookkeeping(s)})
-            counts[(f"{b.sym.name} ({', '.join(inside)})", b.extra.get("executor", "?"))] += 1
+            counts[(f"{b.sym.name} ({', '.join(inside)})", b.executor or "?")] += 1
             continue
-        ex = b.extra.get("claimed_by")
+        ex = b.claimed_by
         if ex is None or _bookkeeping(b):
             continue
         # a line a fusion executor claimed but left out of its regions (a region of one op is not compiled) runs

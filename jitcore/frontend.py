@@ -16,9 +16,9 @@ import torch
 import torch.utils.checkpoint as _checkpoint
 
 from jitcore import arrays, compat, standins
-from jitcore.autograd import refuse_inference_saves
 from jitcore.epilogue import Escapes, effect_proxies
 from jitcore.errors import UnsupportedError
+from jitcore.frontend_services import JitServices
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
@@ -30,7 +30,6 @@ from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
-from jitcore.ir.symbol import CHECKPOINTED, INFERENCE, INFERENCE_INPUTS, INFERENCE_SAVES
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
 from jitcore.layouts import Layouts
 from jitcore.ops import autocast, generators, log_calls, per_call, prims, torch_creation, torch_map
@@ -149,6 +148,9 @@ class JitContext(DefaultContext):
         self._params: set[int] = set()
         self.aliases: list = []
         self._arrays: dict = {}  # id(numpy array from outside) -> the input proxy of torch.from_numpy of it
+        self._runtime = None  # the interpreter's Runtime, attached when it starts (attach_runtime)
+        # name -> True for the tensors eager makes as inference tensors, False for (views of) inference tensor inputs
+        self.inference_tensors: dict = {}
 
     def pinned(self, prov) -> bool:
         """Whether a call's object at `prov` is the one this trace saw: its identity is guarded, or it is not
@@ -242,7 +244,7 @@ class JitContext(DefaultContext):
         start = len(lines)
         out = self._runtime.call(function, args, kwargs)
         for bsym in lines[start:]:
-            bsym.extra[CHECKPOINTED] = True
+            bsym.checkpointed = True
         return out
 
     def attach_runtime(self, rt):
@@ -418,7 +420,7 @@ class JitContext(DefaultContext):
             self.inputs.append(TracedInput(p, provenance, is_param))
             self._values.append(t)
             if t.is_inference():  # (views of it are inference tensors too, made by the program from it as eager's)
-                self.trace.extra.setdefault(INFERENCE, {})[p.name] = False
+                self.inference_tensors[p.name] = False
                 self._guard_inference(p, t)
         elif all(i.provenance != provenance for i in self.inputs if i.proxy is p) and \
                 (provenance, p.name) not in self.aliases:
@@ -474,7 +476,7 @@ class JitContext(DefaultContext):
         of one); an input is what the tensor it stands for is, guarded."""
         value = self.real_value(proxy)
         if not isinstance(value, torch.Tensor):
-            return proxy.name in self.trace.extra.get(INFERENCE, ())
+            return proxy.name in self.inference_tensors
         self._guard_inference(proxy, value)
         return value.is_inference()
 
@@ -711,31 +713,18 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     trace = Trace("computation")
     ctx = JitContext(trace, symbolic)
     with Timer() as t:
-        trace.extra["data_oracle"] = ctx.concrete_value
-        trace.extra["value_oracle"] = ctx.real_values
-        trace.extra["layout_oracle"] = layouts = Layouts(ctx)
-        trace.extra["leaf_oracle"] = ctx.leaf_input
-        trace.extra["input_attr_oracle"] = ctx.input_attribute
-        trace.extra["runtime_oracle"] = ctx.run_time_value
-        trace.extra["input_oracle"] = ctx.input_proxy
-        trace.extra["inference_oracle"] = ctx.inference_of
-        trace.extra[INFERENCE] = made = {}
-        trace.extra[INFERENCE_SAVES] = lambda bsym: refuse_inference_saves(bsym, made, ctx.guard_not_inference)
-        try:
-            with tracectx(trace), module_state.suspended():
-                result = interpret(fn, args, kwargs, ctx)
-                ctx.context_vars.check_restored()
-                ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
-        finally:
-            for key in ("data_oracle", "value_oracle", "layout_oracle", "leaf_oracle", "input_attr_oracle",
-                        "runtime_oracle", "input_oracle", "inference_oracle", INFERENCE, INFERENCE_SAVES):
-                del trace.extra[key]
+        found = JitServices(ctx, Layouts(ctx))  # what the IR and the ops ask while recording (jitcore/ir/services.py)
+        with tracectx(trace, found), module_state.suspended():
+            result = interpret(fn, args, kwargs, ctx)
+            ctx.context_vars.check_restored()
+            ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
         trace.args = [i.proxy for i in ctx.inputs]
+        made = ctx.inference_tensors
         # inputs that are inference tensors (guarded): rematerialization never saves one (autograd refuses it)
-        trace.extra[INFERENCE_INPUTS] = frozenset(n for n, made_here in made.items() if made_here is False)
-        rt = getattr(ctx, "_runtime", None)
-        trace.extra["entered_code"] = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
-        trace.extra["meta_results"] = list(layouts.used)  # (a package carries them: jitcore/layouts.py)
+        trace.inference_inputs = frozenset(n for n, made_here in made.items() if made_here is False)
+        rt = ctx._runtime
+        trace.entered_code = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
+        trace.meta_results = list(found.layouts.used)  # (a package carries them: jitcore/layouts.py)
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
         leaves, spec = tree_flatten(escapes.given_containers(result.output))
@@ -747,10 +736,10 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
                           for x in leaves]
         stored = effect_proxies(result.side_effects, escapes)
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
-        if symbolic or trace.extra.get("run_time_sizes"):
+        if symbolic or trace.run_time_sizes:
             define_sizes(trace)
-    if "default_device" in trace.extra:  # a tensor made on the default device (torch_creation._device)
-        ctx.guards.flags.setdefault((torch.get_default_device, (), ()), trace.extra.pop("default_device"))
+    if found.default_device is not None:  # a tensor made on the default device (torch_creation._device)
+        ctx.guards.flags.setdefault((torch.get_default_device, (), ()), found.default_device)
     ctx.finish_guards()
     _stable_identities(ctx.guards, Roots(tuple(args), dict(kwargs), fn))
     trace.set_provenance("Interpretation (jitcore bytecode interpreter)", t.seconds)

@@ -17,7 +17,7 @@ import torch
 from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.guards import module_state
-from jitcore.ir.context import get_tracectx
+from jitcore.ir.context import services
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ops.fsdp import UNITS, fsdp_reshard_sym, fsdp_unshard_sym
@@ -94,10 +94,10 @@ class _Unit:
 
     def _reshard_line(self, out):
         """The block's outputs through its fsdp_reshard line, which also names the parameters the block read."""
-        oracle = get_tracectx().extra["input_oracle"]
+        found = services()
         names, params = [], []
         for name, fp in self.params.items():
-            p = oracle(fp.unsharded_param)
+            p = found.input_proxy(fp.unsharded_param)
             if p is not None:
                 names.append(name)
                 params.append(p)
@@ -271,9 +271,9 @@ class ShardedCall:
             backward.append(f"After it, FSDP's end-of-backward callback reduce-scatters the gradients of {own} "
                             "(under set_requires_gradient_sync(False) every gradient stays unsharded, accumulating).")
         if entry.traces:
-            entry.traces[-1].extra["comments"] = _wrap(forward)
+            entry.traces[-1].comments = _wrap(forward)
         for trace in entry.backward_traces:
-            trace.extra["comments"] = _wrap(backward)
+            trace.comments = _wrap(backward)
 
 
 def _wrap(lines) -> list:

@@ -110,7 +110,7 @@ def _entered(jfn) -> list:
     """[(file, qualified name, digest)] of the user code the interpreter entered for any of jfn's entries."""
     seen: dict = {}
     for entry in jfn.entries():
-        for code in entry.traces[0].extra.get("entered_code", ()):
+        for code in entry.traces[0].entered_code:
             seen[code] = None
     return [(c.co_filename, c.co_qualname, code_digest(c)) for c in seen]
 
@@ -269,7 +269,7 @@ def _meta_results(entries) -> dict:
     them without running torch's meta kernels."""
     out = {}
     for entry in entries:
-        for key in entry.traces[0].extra.get("meta_results", ()):
+        for key in entry.traces[0].meta_results:
             if key in layouts.META_RESULTS:
                 out[key] = layouts.META_RESULTS[key]
     return out

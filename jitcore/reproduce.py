@@ -20,8 +20,8 @@ def programs_text(entry) -> str:
     parts += [("epilogue", entry.epilogue_traces[-1])] if entry.epilogue_traces else []
     for i, trace in enumerate(final_traces(entry)):  # the fusion regions' bodies (compiled: regions.pt)
         program = ("forward", "backward")[i] if i < 2 else f"backward {i - 1} for some gradients None"
-        parts += [(f"region {b.sym.name} of the {program}", b.extra["region_trace"]) for b in trace.bound_symbols
-                  if "region_trace" in b.extra]
+        parts += [(f"region {b.sym.name} of the {program}", b.region_trace) for b in trace.bound_symbols
+                  if b.region_trace is not None]
     return "\n".join(f"# ---- {name} ----\n{trace}" for name, trace in parts)
 
 

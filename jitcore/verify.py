@@ -29,7 +29,7 @@ from jitcore.errors import VerificationError
 from jitcore.guards.input_storage import describe
 from jitcore.interpreter.provenance import Arg, Fn, Kwarg
 from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.trace import USER_STACK, from_trace
+from jitcore.ir.trace import from_trace
 from jitcore.reproduce import write_repro
 
 # (rtol, atol) per dtype: looser than torch.testing's defaults for fused kernels, which reorder reductions
@@ -182,7 +182,7 @@ def _every_value(trace, inputs_by_name: dict) -> dict:
 
 
 def _user_line(bsym) -> str:
-    stack = bsym.extra.get(USER_STACK)
+    stack = bsym.user_stack
     if not stack:
         return "(no user source line)"
     code, inst = stack[-1]

@@ -22,7 +22,7 @@ RANKS = {
     "jitcore.ops": 3, "jitcore.interpreter": 4,
     "jitcore.guards": 5, "jitcore.layouts": 6, "jitcore.epilogue": 6, "jitcore.arrays": 6, "jitcore.standins": 6,
     "jitcore.autograd": 6,
-    "jitcore.fsdp": 6,
+    "jitcore.fsdp": 6, "jitcore.frontend_services": 6.5,
     "jitcore.frontend": 7,
     "transforms": 8, "executors": 8, "jitcore.reproduce": 8, "jitcore.inspection": 9, "jitcore.verify": 9,
     "jitcore.api": 10, "jitcore.packages": 11, "jitcore.explanation": 11, "jitcore": 12,

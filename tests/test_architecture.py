@@ -72,3 +72,104 @@ def test_the_layout_is_described_in_the_clone():
     text = (ROOT / "jitcore" / "README.md").read_text()
     for folder in ("ir/", "ops/", "interpreter/", "guards/", "frontend.py", "api.py", "transforms/", "executors/"):
         assert folder in text, f"jitcore/README.md does not describe {folder}"
+
+
+# -- Trace.extra: notes, not a service bus (issue 37) ---------------------------------------------------------------
+def _extra_uses(root: pathlib.Path):
+    """(file:line, key, value node or None) for each `<x>.extra[key]`, `.extra.get/setdefault/pop(key, ...)` in the
+    project's code; a key given by a module-level name is resolved to its string."""
+    import ast
+
+    out = []
+    for pkg in ("jitcore", "executors", "transforms"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            names = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                     and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}
+
+            def key_of(node):
+                if isinstance(node, ast.Constant):
+                    return node.value
+                return names.get(node.id, f"<{node.id}>") if isinstance(node, ast.Name) else f"<{ast.dump(node)}>"
+
+            assigned = {id(t): n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets}
+            where = f"{path.relative_to(root)}"
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and \
+                        node.value.attr == "extra":
+                    out.append((f"{where}:{node.lineno}", key_of(node.slice), assigned.get(id(node))))
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "extra":
+                    if node.func.attr in ("get", "setdefault", "pop") and node.args:
+                        value = node.args[1] if node.func.attr == "setdefault" and len(node.args) > 1 else None
+                        out.append((f"{where}:{node.lineno}", key_of(node.args[0]), value))
+                    else:  # (update, __setitem__ through another name, ...: keys the check cannot see)
+                        out.append((f"{where}:{node.lineno}", f"<extra.{node.func.attr}>", None))
+    return out
+
+
+def test_extra_keys_are_the_declared_notes():
+    """The source uses `Trace.extra` only with the handful of notes jitcore/ir/trace.py declares; facts other stages
+    read are named fields of Trace/BoundSymbol, and services travel with the trace context (jitcore/ir/services.py)."""
+    import ast
+
+    from jitcore.ir.trace import EXTRA_KEYS
+
+    uses = _extra_uses(ROOT)
+    assert uses, "the scan found no use of Trace.extra at all: it no longer sees them"
+    undeclared = [f"{w}: {k!r}" for w, k, _ in uses if k not in EXTRA_KEYS]
+    assert undeclared == [], "keys of Trace.extra outside EXTRA_KEYS"
+    assert len(EXTRA_KEYS) <= 5
+    callables = [w for w, _, v in uses if isinstance(v, (ast.Lambda, ast.Attribute))]
+    assert callables == [], "a lambda or a bound method stored into Trace.extra (a service is not a note)"
+
+
+def test_extra_refuses_callables_and_undeclared_keys():
+    from jitcore.ir.symbol import BoundSymbol
+    from jitcore.ir.trace import Trace
+
+    trace = Trace()
+    with pytest.raises(TypeError, match="a callable is a service"):
+        trace.extra["nested_masks"] = lambda: None
+    with pytest.raises(TypeError, match="a callable is a service"):
+        trace.extra.setdefault("range_lists", print)
+    with pytest.raises(KeyError, match="declared notes"):
+        trace.extra["data_oracle"] = {}
+    with pytest.raises(KeyError, match="declared notes"):
+        trace.extra.update(user_stack=())
+    trace.extra.setdefault("nonzero_counts", {})["t0"] = 1
+    assert dict(trace.extra) == {"nonzero_counts": {"t0": 1}}
+    assert not hasattr(BoundSymbol, "extra") and "extra" not in BoundSymbol.__dataclass_fields__
+
+
+def test_services_travel_with_the_trace_being_recorded():
+    """Outside the interpreter's recording, every question gets the documented default (NO_SERVICES); the frontend's
+    services are seen by the trace they were handed down with, not by another trace recorded inside."""
+    import torch
+
+    import jitcore
+    from jitcore.ir.services import NO_SERVICES, TracingServices
+    from jitcore.ir.trace import Trace, services, tracectx
+
+    assert services() is NO_SERVICES and type(NO_SERVICES) is TracingServices
+    mine, other = Trace(), Trace()
+    given = TracingServices()
+    with tracectx(mine, given):
+        assert services() is given
+        with tracectx(mine):
+            assert services() is given
+        with tracectx(other):
+            assert services() is NO_SERVICES
+    assert services() is NO_SERVICES
+
+    seen = []
+
+    def fn(x):
+        seen.append(type(services()).__name__)
+        return x * 2
+
+    jfn = jitcore.jit(fn)
+    jfn(torch.randn(3))
+    assert seen == ["JitServices"]
+    for trace in jitcore.last_traces(jfn):
+        assert all(not callable(v) for v in trace.extra.values())

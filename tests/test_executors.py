@@ -33,11 +33,11 @@ class EagerFusion(FusionExecutor):
 
     def execute(self, bsym):
         line = torch_ex.execute(bsym)
-        line.extra["executor"] = self.name
+        line.executor = self.name
         return line
 
     def fuse(self, trace):
-        return fuse_regions(trace, lambda b: b.extra.get("executor") == self.name and "region_trace" not in b.extra,
+        return fuse_regions(trace, lambda b: b.executor == self.name and b.region_trace is None,
                             lambda sub: sub.python_callable(), prefix="eager_fusion", executor_name=self.name)
 
 
@@ -150,7 +150,7 @@ def test_chain_is_one_region_printed_as_one_line():
     text = str(t)
     assert "t5 = eager_fusion0(t0)" in text
     assert "# t1 = torch.mul(t0, 2.0)" in text  # the body stays visible as comments
-    sub = region.extra["region_trace"]
+    sub = region.region_trace
     assert [b.sym.qualname for b in sub.bound_symbols] == ["torch.mul", "torch.sin", "torch.add", "torch.exp",
                                                            "torch.sub"]
     assert "def eager_fusion0(t0):" in str(sub)
@@ -438,7 +438,7 @@ def test_inductor_fuses_under_symbolic_values_without_a_compile_per_size():
     assert jitcore.cache_misses(jfn) == 1
     fwd, bwd = jitcore.last_traces(jfn)[-1], jitcore.last_backward_traces(jfn)[-1]
     assert "inductor_fusion0" in str(fwd) and "inductor_fusion0" in str(bwd)
-    region = next(b for b in fwd.bound_symbols if "region_trace" in b.extra).sym.call_ctx["inductor_fusion0"]
+    region = next(b for b in fwd.bound_symbols if b.region_trace is not None).sym.call_ctx["inductor_fusion0"]
     assert region.dynamic and len(region.guarded) == 1  # one compiled variant for every size
     assert region.guarded[0][1] is not region.eager_fn  # compiled, not fallen back
 
@@ -468,7 +468,7 @@ def test_split_of_symbolic_size_keeps_torch_split():
 
 # -- which regions the inductor executor compiles (op class and cost: executors/inductorex.py worth_compiling) -----
 def _regions(trace) -> list[str]:
-    return [b.sym.name for b in trace.bound_symbols if "region_trace" in b.extra]
+    return [b.sym.name for b in trace.bound_symbols if b.region_trace is not None]
 
 
 def test_inductor_leaves_library_kernels_and_small_regions_to_torch():

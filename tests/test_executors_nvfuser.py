@@ -93,7 +93,7 @@ def test_regions_form_and_print():
     assert [b.sym.name for b in t.bound_symbols] == ["nvFusion0"]  # matmul has a row: one region
     assert "t6 = nvFusion0(t0, t1)" in str(t)
     region = t.bound_symbols[0]
-    prog = nvfuser_program(region.extra["region_trace"])
+    prog = nvfuser_program(region.region_trace)
     assert "fd.ops.matmul(" in prog and "fd.ops.sigmoid(" in prog
 
 

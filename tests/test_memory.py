@@ -209,7 +209,7 @@ def test_memory_questions_go_to_the_executor_that_claimed_each_line():
     x = torch.randn(16)
     trace = trace_fn(f, x)
     claimed = claim(trace, [torch_ex, python_ex])
-    assert all(b.extra["claimed_by"] in (torch_ex, python_ex) for b in claimed.bound_symbols)
+    assert all(b.claimed_by in (torch_ex, python_ex) for b in claimed.bound_symbols)
     reused = reuse_buffers(claimed)
     assert "out=" in str(reused)
     torch.testing.assert_close(reused.python_callable()(*tensor_inputs(x)), f(x))
@@ -218,7 +218,7 @@ def test_memory_questions_go_to_the_executor_that_claimed_each_line():
     for op, fn in ((ltorch.mul, torch.mul), (ltorch.sin, torch.sin), (ltorch.add, torch.add), (ltorch.exp, torch.exp)):
         quiet.register_implementation(op, lambda *a, fn=fn, **k: fn(*a, **k), name=op.name)
     claimed = claim(trace, [quiet, torch_ex, python_ex])
-    assert all(b.extra["claimed_by"] is quiet for b in claimed.bound_symbols)
+    assert all(b.claimed_by is quiet for b in claimed.bound_symbols)
     assert reuse_buffers(claimed) is claimed
 
 

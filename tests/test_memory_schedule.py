@@ -113,7 +113,7 @@ def test_inductor_saves_the_input_and_recomputes_cheap_work_in_its_region():
     torch.testing.assert_close(grads[0], want[0], rtol=1e-5, atol=1e-6)
     assert peak < eager_peak
     bw = jitcore.last_backward_traces(jfn)[-1]
-    saved = bw.args[: dict(bw.extra["arg_groups"])["saved"]]
+    saved = bw.args[: dict(bw.arg_groups)["saved"]]
     assert jitcore.last_traces(jfn)[-1].args[0].name in [p.name for p in saved]
     assert "# t1 = torch.mul(t0, 2.0)" in str(bw)  # (inside the backward's region)
 

@@ -46,7 +46,7 @@ def _grads_like_eager(fn, jfn, shapes, exact=True, seed=None, extra=()):
 def _saved(jfn) -> list:
     """Names of the values the last entry's forward saves for the backward."""
     bw = jitcore.last_backward_traces(jfn)[-1]
-    n = dict(bw.extra["arg_groups"])["saved"]
+    n = dict(bw.arg_groups)["saved"]
     return [p.name for p in bw.args[:n]]
 
 

@@ -26,7 +26,7 @@ def _no_region_falls_back_to_eager():
 
 
 def _regions(trace) -> list[CompiledRegion]:
-    return [b.sym.call_ctx[b.sym.name] for b in trace.bound_symbols if "region_trace" in b.extra]
+    return [b.sym.call_ctx[b.sym.name] for b in trace.bound_symbols if b.region_trace is not None]
 
 
 def _region_counts(jfn) -> tuple[int, int]:
@@ -165,7 +165,7 @@ def test_attention_block_is_one_region_forward_and_one_backward():
     fwd, bwd = jitcore.last_traces(jm)[-1], jitcore.last_backward_traces(jm)[-1]
     assert len(_regions(fwd)) == 1 and len(_regions(bwd)) == 1, (str(fwd), str(bwd))
     for trace in (fwd, bwd):
-        region = next(b for b in trace.bound_symbols if "region_trace" in b.extra)
+        region = next(b for b in trace.bound_symbols if b.region_trace is not None)
         assert any("sdpa_flash_cpu" in s.sym.id for s in region.subsymbols), str(trace)
 
 

@@ -14,7 +14,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
-from jitcore.ir.symbol import CHECKPOINTED, Tag, is_eager_view, recorded_without_grad
+from jitcore.ir.symbol import Tag, is_eager_view, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from jitcore.ops import ltorch, prims
 from jitcore.ops import prims_creation as pc
@@ -62,7 +62,7 @@ class _Backprop:
             return  # (a line recorded under no_grad is a constant even where its inputs require grad)
         if not any(needs_grad(a) for a in bsym.flat_proxy_args()):
             return
-        aug = bsym.extra.get("vjp")
+        aug = bsym.vjp
         if aug is not None:  # a line swapped by an augmented forward: pull back through the original op
             backward, orig, residuals = aug
             ogs = [self.cot.get(o.name) if isinstance(o, TensorProxy) else None for o in tree_leaves(orig.output)]
@@ -125,7 +125,7 @@ def grad_transform(trace: Trace) -> Split:
         bw = dce(bw)
         saved = free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
-        bw.extra["arg_groups"] = [("saved", len(saved)), ("cotangents", sum(c is not None for c in cts))]
+        bw.arg_groups = [("saved", len(saved)), ("cotangents", sum(c is not None for c in cts))]
         top = _names_and_sizes([*tree_leaves(trace.args), *(o for b in bsyms for o in b.flat_proxy_outs())])
         fw.bound_symbols = expose(bsyms, {p.name for p in saved}, top)
         fw.output = tuple(flat_out) + tuple(saved)
@@ -179,9 +179,9 @@ def _augmented(bsym, augment_fn):
     residuals = new_leaves[len(orig):]
     output = tree_unflatten(spec, list(orig) + residuals)
     new = sym.bind(*args, output=output, **kwargs)
-    new.extra["vjp"] = (backward, bsym, residuals)
-    if bsym.extra.get(CHECKPOINTED):
-        new.extra[CHECKPOINTED] = True
+    new.vjp = (backward, bsym, residuals)
+    if bsym.checkpointed:
+        new.checkpointed = True
     return new
 
 
@@ -200,8 +200,8 @@ def expose(bsyms, needed: set, top: set) -> list:
             out += [bsym, *numbers]
         elif inside:
             subs = bsym.subsymbols
-            if bsym.extra.get(CHECKPOINTED):  # the lines of a checkpointed line are checkpointed
-                subs = [s.from_bsym(extra={**s.extra, CHECKPOINTED: True}) for s in subs]
+            if bsym.checkpointed:  # the lines of a checkpointed line are checkpointed
+                subs = [s.from_bsym(checkpointed=True) for s in subs]
             out += expose(subs, needed, top)
         else:
             out.append(bsym)
@@ -277,7 +277,7 @@ def drop_cotangents(bw: Trace, present: tuple) -> Trace:
     zeros is None, as in eager. An accumulation `add(zeros, g)` reads g alone; any other line that mixes zeros with
     a real cotangent reads zeros made once at the top. `present`: one bool per cotangent argument of bw."""
     with Timer() as t:
-        n_saved = dict(bw.extra["arg_groups"])["saved"]
+        n_saved = dict(bw.arg_groups)["saved"]
         cts = bw.args[n_saved:]
         carries = {c.name for c in cts}  # values computed from a cotangent
         zero = {c.name for c, p in zip(cts, present) if not p}  # ... from missing ones only
@@ -304,7 +304,7 @@ def drop_cotangents(bw: Trace, present: tuple) -> Trace:
             kept.append(bsym)
         new = from_trace(bw)
         new.args = bw.args[:n_saved] + [c for c, p in zip(cts, present) if p]
-        new.extra["arg_groups"] = [("saved", n_saved), ("cotangents", len(new.args) - n_saved)]
+        new.arg_groups = [("saved", n_saved), ("cotangents", len(new.args) - n_saved)]
         zeros = {}
         with tracectx(new):
             for name, z in read.items():

@@ -19,7 +19,7 @@ from transforms.cse import rename_args
 class MemoryAnswers(Protocol):
     """What the memory passes ask the executor that claimed a line (see executors/base.py's Executor).
 
-    The claim pass records that executor in the line's `extra["claimed_by"]`; executors/base.py's Executor gives
+    The claim pass records that executor in the line's `claimed_by`; executors/base.py's Executor gives
     always-safe defaults (the pass leaves the line alone) and the torch executor answers for its lines. A line no
     executor claimed (one a pass added) gets the same safe answers (`_Unclaimed`).
     """
@@ -69,7 +69,7 @@ _UNCLAIMED = _Unclaimed()
 
 def claimed_by(bsym: BoundSymbol) -> MemoryAnswers:
     """The executor that claimed the line (the claim pass records it), or the safe answers when none did."""
-    return bsym.extra.get("claimed_by") or _UNCLAIMED
+    return bsym.claimed_by or _UNCLAIMED
 
 
 def del_last_used(trace: Trace) -> Trace:

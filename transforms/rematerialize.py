@@ -8,7 +8,7 @@ Split.
 Only cheap, pure lines are recomputed (elementwise, views, dtype conversions, fills): never matmul, convolution,
 reduction, random draws, opaque torch calls or lines with effects, nor lines reading values whose memory a later
 line frees (jitcore.ops.fsdp.SCOPED_OUTPUTS: FSDP2's unsharded parameters). Lines a user checkpointed
-(torch.utils.checkpoint, marked CHECKPOINTED in their `extra`) are recomputed whatever they compute (matmuls, opaque
+(torch.utils.checkpoint, marked `checkpointed`) are recomputed whatever they compute (matmuls, opaque
 kernels, norms with their residuals) except random draws and effects: a draw's outputs are saved, so the recompute
 sees the forward's masks, as eager's preserve_rng_state does.
 """
@@ -18,7 +18,7 @@ from collections import deque
 
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
-from jitcore.ir.symbol import CHECKPOINTED, INFERENCE_INPUTS, Tag
+from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.fsdp import SCOPED_OUTPUTS
 from jitcore.ops.registry import PRIMS
@@ -71,7 +71,7 @@ def _pure(bsym, checkpointed: bool = False) -> bool:
     """No random draw, no write, no effect, tensors out: the line may run again. Opaque kernels and augmented
     forwards (a kernel with its residuals) only where the user checkpointed them."""
     never = _NEVER - {Tag.OPAQUE} if checkpointed else _NEVER
-    if (bsym.extra.get("vjp") is not None and not checkpointed) or draws_random(bsym) or tags_deep(bsym) & never:
+    if (bsym.vjp is not None and not checkpointed) or draws_random(bsym) or tags_deep(bsym) & never:
         return False
     outs = bsym.flat_proxy_outs()
     return bool(outs) and all(isinstance(o, TensorProxy) for o in outs)
@@ -86,7 +86,7 @@ def tags_deep(bsym) -> set:
 
 
 def recomputable(bsym) -> bool:
-    if bsym.extra.get(CHECKPOINTED):
+    if bsym.checkpointed:
         return _pure(bsym, checkpointed=True)
     return _pure(bsym) and Tag.PYTHON not in bsym.sym.tags and leaf_ids(bsym) <= RECOMPUTABLE_PRIMS
 
@@ -244,7 +244,7 @@ def line_time(bsym, fused: bool) -> float:
 
 def checkpointed(trace: Trace) -> bool:
     """Whether any line of the trace ran inside torch.utils.checkpoint."""
-    return any(b.extra.get(CHECKPOINTED) for b in trace.bound_symbols)
+    return any(b.checkpointed for b in trace.bound_symbols)
 
 
 class _Cut:
@@ -260,7 +260,7 @@ class _Cut:
             if i in candidates:
                 add(("source", ("line", i), None))
                 self.edges += [(("out", name), ("line", i), INF) for name in reads(b)]
-            forced = b.extra.get(CHECKPOINTED) and i in candidates  # checkpointed: saving its outputs is a last resort
+            forced = b.checkpointed and i in candidates  # checkpointed: saving its outputs is a last resort
             for o in b.flat_proxy_outs():
                 if o.name not in made:
                     made.add(o.name)
@@ -268,7 +268,7 @@ class _Cut:
                     add((("in", o.name), ("out", o.name), INF // 4 if forced else nbytes(o) * 8))
         roots = [a for a in forward.args if isinstance(a, Proxy)]
         roots += [p for b in forward.bound_symbols for p in reads(b).values()]
-        inference = forward.extra.get(INFERENCE_INPUTS, ())  # (autograd refuses to save one: `x * w.exp()` with
+        inference = forward.inference_inputs  # (autograd refuses to save one: `x * w.exp()` with
         for p in roots:  # inputs, and sizes the forward defines from its inputs' shapes: computed in the forward
             if p.name not in made:  # an inference w saves exp's result, as eager does, never w)
                 made.add(p.name)
@@ -301,9 +301,9 @@ def plan(forward: Trace, backward: Trace, needed: list, fused: bool, budget: flo
     times = {i: line_time(b, fused) for i, b in enumerate(lines)
              if recomputable(b) and not (scoped and any(a.name in scoped for a in b.flat_proxy_args()))
              and not any(o.name in compared for o in b.flat_proxy_outs())}
-    free = {i for i in times if lines[i].extra.get(CHECKPOINTED) or leaf_ids(lines[i]) <= VIEW_PRIMS}
+    free = {i for i in times if lines[i].checkpointed or leaf_ids(lines[i]) <= VIEW_PRIMS}
     if budget is None:
-        free = {i for i in free if lines[i].extra.get(CHECKPOINTED)}
+        free = {i for i in free if lines[i].checkpointed}
         return _Cut(forward, needed, free).recomputed(dict.fromkeys(free, 1))
     cut = _Cut(forward, needed, set(times))
     step = sum(line_time(b, fused) + NS_LINE for b in [*lines, *backward.bound_symbols])
@@ -347,7 +347,7 @@ def traffic_saved(forward: Trace, n_outputs: int, needed: list, chosen: set, fus
         still.update(n for n in reads(lines[i]) if n not in made)
     dropped = {p.name: p for p in needed if p.name in made and p.name not in still}
     for b in lines:  # a value an unfused line reads (matmul) is written out anyway
-        if not recomputable(b) or b.extra.get(CHECKPOINTED):
+        if not recomputable(b) or b.checkpointed:
             for n in reads(b):
                 dropped.pop(n, None)
     return 2 * NS_BYTE * sum(nbytes(p) for n, p in dropped.items() if n not in outputs)
@@ -361,7 +361,7 @@ def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> t
     with Timer() as t:
         fw, bw = split.forward, split.backward
         recomputed = plan(fw, bw, split.saved, fused, budget, split.n_outputs)
-        n_cts = dict(bw.extra["arg_groups"])["cotangents"]
+        n_cts = dict(bw.arg_groups)["cotangents"]
         cts = bw.args[len(bw.args) - n_cts:] if n_cts else []
         new_bw = from_trace(bw)
         new_bw.bound_symbols = before_first_use([b for i, b in enumerate(fw.bound_symbols) if i in recomputed],
@@ -369,7 +369,7 @@ def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> t
         new_bw = dce(new_bw)
         saved = free_proxies(new_bw, {c.name for c in cts})
         new_bw.args = saved + list(cts)
-        new_bw.extra["arg_groups"] = [("saved", len(saved)), ("cotangents", len(cts))]
+        new_bw.arg_groups = [("saved", len(saved)), ("cotangents", len(cts))]
         new_fw = from_trace(fw)
         new_fw.bound_symbols = list(fw.bound_symbols)
         new_fw.output = tuple(fw.output[: split.n_outputs]) + tuple(saved)

@@ -16,6 +16,7 @@ import torch
 from jitcore import logs
 from jitcore.autograd import hooks_around, without_ambient_hooks
 from jitcore.frontend import GUARDED_SCALARS, JitContext
+from jitcore.frontend_services import HookServices
 from jitcore.hooks import ambient_hooks
 from jitcore.interpreter import interpret
 from jitcore.ir.proxies import Proxy, TensorProxy
@@ -90,7 +91,7 @@ def _trace_hook(fn, arg, target: Trace, symbolic: bool) -> _Hooked:
     scratch.names, scratch._counters = target.names, target._counters  # shared: the lines' names stay unique
     ctx = JitContext(scratch, symbolic)
     try:
-        with tracectx(scratch), torch.no_grad():
+        with tracectx(scratch, HookServices(ctx)), torch.no_grad():  # (its lines keep the user's frames)
             result = interpret(fn, (arg,), {}, ctx)
     except Exception as e:  # (unsupported code, data-dependent Python, an error of the hook itself)
         raise NotTraceable(f"{_hook_name(fn)} could not be interpreted: {type(e).__name__}: {e}") from e
@@ -121,7 +122,7 @@ def with_saved_tensor_hooks(split: Split, pack, unpack, symbolic: bool) -> Split
         fw, bw = split.forward, split.backward
         n = split.n_outputs
         saved_fw = list(fw.output[n:])
-        n_saved = dict(bw.extra["arg_groups"])["saved"]
+        n_saved = dict(bw.arg_groups)["saved"]
         saved_bw, cts = bw.args[:n_saved], bw.args[n_saved:]
         new_fw = from_trace(fw)
         packed, specs = {}, {}  # forward name -> (the packed leaves, their structure): once per saved tensor
@@ -164,7 +165,7 @@ def with_saved_tensor_hooks(split: Split, pack, unpack, symbolic: bool) -> Split
         new_bw.bound_symbols.extend(before.get(len(bw.bound_symbols), []))
         new_bw.args = bw_args + list(cts)
         new_bw.output = tuple(unpacked.get(o.name, o) if isinstance(o, Proxy) else o for o in bw.output)
-        new_bw.extra["arg_groups"] = [("saved", len(bw_args)), ("cotangents", len(cts))]
+        new_bw.arg_groups = [("saved", len(bw_args)), ("cotangents", len(cts))]
     names = f"pack={_hook_name(pack)}, unpack={_hook_name(unpack)}"
     new_fw.set_provenance(f"Saved-tensor hooks ({names}): pack after each saved tensor's last use", t.seconds)
     new_bw.set_provenance(f"Saved-tensor hooks ({names}): unpack before each saved tensor's first use", t.seconds)

@@ -60,7 +60,7 @@ class NvFuserExecutor(TorchLinesFusionExecutor):
         return not has_side_effect(bsym) and self._tensors_ok(bsym) and translatable(bsym)
 
     def claimed(self, bsym: BoundSymbol) -> bool:
-        return bsym.extra.get("executor") == self.name and "region_trace" not in bsym.extra
+        return bsym.executor == self.name and bsym.region_trace is None
 
     def fuse(self, trace: Trace) -> Trace:
         return fuse_regions(trace, self.claimed, NvFusionRegion, prefix="nvFusion", executor_name=self.name,

@@ -155,6 +155,6 @@ def value_dependence(traced) -> str:
     reasons = []
     if any(g.on_values for g in traced.guards.data):
         reasons.append("branches on tensor values (data guards)")
-    if traced.trace.extra.get("run_time_sizes"):
+    if traced.trace.run_time_sizes:
         reasons.append("has sizes that depend on tensor values (nonzero, masked_select, ...)")
     return " and ".join(reasons)

@@ -169,7 +169,7 @@ def _fallible(bsym) -> bool:
     argument, `fn` and an imported module are always there once the call's shape matched), or a length."""
     if bsym.sym is bind:
         return type(bsym.args[1]) not in (P.Arg, P.Kwarg, P.Fn, P.Module)
-    return bsym.extra.get("fallible", False)
+    return bsym.fallible
 
 
 def _guard_fetches(b: list, start: int, kw: dict):
@@ -545,7 +545,7 @@ def _alias_check(prov, name, binder, kw):
         return f"{provenance_expr(prov, p, binder.bound)} is not {name}"
 
     return BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None,
-                       extra={"fallible": type(prov) not in (P.Arg, P.Kwarg)})
+                       fallible=type(prov) not in (P.Arg, P.Kwarg))
 
 
 def _output(inputs, split):
@@ -658,7 +658,7 @@ def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
         conds = [(_value_check(name, value), f"{where}: expected {value!r}")]
     out = binder.b[start:]
     del binder.b[start:]
-    return out + [BoundSymbol(check, (conds,), kw, None, extra={"fallible": kind == "length"})]
+    return out + [BoundSymbol(check, (conds,), kw, None, fallible=kind == "length")]
 
 
 class _CellProv(P.Provenance):

@@ -42,7 +42,6 @@ from jitcore.interpreter.provenance import (
 )
 from jitcore.interpreter.run import CONTAINER_METHODS, MAX_DEPTH, RECURSION_LIMIT, Runtime
 from jitcore.interpreter.side_effects import SideEffect
-from jitcore.ir.context import get_tracectx
 
 access.install(CONTAINER_METHODS)
 
@@ -85,10 +84,6 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
     ctx = DefaultContext() if ctx is None else ctx
     kwargs = {} if kwargs is None else kwargs
     rt = Runtime(ctx)
-    trace = get_tracectx()
-    if trace is not None:  # each line records the user's frames it comes from (Trace.record)
-        trace.extra["user_stack"] = rt.user_stack
-        trace.extra["user_globals"] = rt.user_globals  # (the module globals of each: warnings' registries)
     old_limit = sys.getrecursionlimit()
     if old_limit < RECURSION_LIMIT:
         sys.setrecursionlimit(RECURSION_LIMIT)
@@ -109,9 +104,6 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
         user_traceback.rebuild(rt, e)
         raise
     finally:
-        if trace is not None:
-            trace.extra.pop("user_stack", None)
-            trace.extra.pop("user_globals", None)
         try:
             rt.effects.undo()
         finally:

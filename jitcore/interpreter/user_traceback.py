@@ -12,8 +12,6 @@ import os
 import re
 import types
 
-from jitcore.ir.trace import USER_STACK
-
 _OWN = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), d) + os.sep
              for d in ("jitcore", "executors", "transforms"))
 
@@ -152,7 +150,7 @@ def _stacks_by_name(trace) -> dict:
             visit(sub, stack)
 
     for b in trace.bound_symbols:
-        stack = b.extra.get(USER_STACK)
+        stack = b.user_stack
         if stack:
             visit(b, stack)
     return out

@@ -14,7 +14,7 @@ import operator
 
 from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir import bounds
-from jitcore.ir.context import get_tracectx
+from jitcore.ir.context import get_tracectx, services
 
 
 class SymbolicNumber:
@@ -115,7 +115,7 @@ def _facts():
     run_time_size); None when nothing is known."""
     facts = getattr(SINK.get(), "facts", None)
     trace = get_tracectx()
-    run_time = trace.extra.get("run_time_sizes") if trace is not None else None
+    run_time = trace.run_time_sizes if trace is not None else None
     if not run_time:
         return facts if facts is not None and (facts.lower or facts.ints) else None
     if facts is None:
@@ -245,7 +245,7 @@ def literal(x) -> str:
 def per_call_origin(x) -> str | None:
     """The per-call source (`random.random()`, `time.time()`) a number with no expression comes from, if any."""
     trace = get_tracectx()
-    return None if trace is None else trace.extra.get("per_call", {}).get(getattr(x, "name", None))
+    return None if trace is None or trace.per_call is None else trace.per_call.get(getattr(x, "name", None))
 
 
 def unknown_expr(args) -> bool:
@@ -258,7 +258,16 @@ def inherit_origin(out, args):
     origins = [per_call_origin(a) for a in args if getattr(a, "expr", "") is None]
     origin = next((o for o in origins if o is not None), None)
     if origin is not None and get_tracectx() is not None:
-        get_tracectx().extra.setdefault("per_call", {})[out.name] = origin
+        note_per_call(out, origin)
+
+
+def note_per_call(out, origin: str):
+    """Number proxy `out` (of the trace being recorded) comes from a per-call source (`random.random()`): kept in
+    the trace's per_call, for refusals."""
+    trace = get_tracectx()
+    if trace.per_call is None:
+        trace.per_call = {}
+    trace.per_call[out.name] = origin
 
 
 def refuse(x):
@@ -285,12 +294,8 @@ def run_time_answer(p, convert, what: str = ""):
     key, flip = _answer_key(p)  # again (functionalization, autodiff) get the same answer
     if known is not None and key in known:
         return (not known[key]) if flip else known[key]
-    trace = get_tracectx()
-    oracle = None if trace is None else trace.extra.get("runtime_oracle")
     what = what or f"Python control flow (or a conversion to a Python value) on {_strip(p.expr)}"
-    if oracle is None:
-        raise DataDependentError(f"{what} needs the value of a size known only at run time (a data-dependent size)")
-    value = oracle(p, convert, what)
+    value = services().run_time_value(p, convert, what)  # (DataDependentError outside the recording)
     if known is not None:
         known[key] = (not value) if flip else value
         _note_same(key, known[key])

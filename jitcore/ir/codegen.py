@@ -146,11 +146,11 @@ def _namespaces(trace) -> dict[str, object]:
 
 def _signature(trace) -> tuple[list[str], list[str]]:
     """(parameters, lines that bind the arguments). Plain: one parameter per argument. With
-    extra["arg_groups"] = [(name, count), ...]: one list per group, unpacked and emptied on entry, so each value
+    trace.arg_groups = [(name, count), ...]: one list per group, unpacked and emptied on entry, so each value
     is freed after its last use (a positional argument stays referenced by the caller until the call returns)."""
     names = [a.name if isinstance(a, Proxy) else str(a) for a in trace.args]
     types = [f'  # {a.name}: "{a.type_string()}"' for a in trace.args if isinstance(a, Proxy)]
-    groups = trace.extra.get("arg_groups")
+    groups = trace.arg_groups
     if not groups:
         return names, types
     body, start = [], 0
@@ -173,7 +173,7 @@ def trace_source(trace) -> str:
     header = []
     if trace.provenance:
         header.append(f"# {trace.provenance}")
-    header += [f"# {line}" for line in trace.extra.get("comments", ())]  # (what runs around it: jitcore/fsdp.py)
+    header += [f"# {line}" for line in trace.comments]  # (what runs around it: jitcore/fsdp.py)
     names = _namespaces(trace)
     imports = [NAMESPACE_IMPORTS.get(n) for n in names]
     header += sorted({i for i in imports if i})
@@ -182,9 +182,8 @@ def trace_source(trace) -> str:
     for name in names:
         if name not in NAMESPACE_IMPORTS and name != "torch":
             header.append(f"# {name}: {_describe(names[name])}")
-    decorator = trace.extra.get("decorator")
     sig = f"def {trace.fn_name}({', '.join(params)}):"
-    return "\n".join(header + ([decorator] if decorator else []) + [sig] + body) + "\n"
+    return "\n".join(header + [sig] + body) + "\n"
 
 
 def _describe(obj) -> str:

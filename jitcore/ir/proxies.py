@@ -15,7 +15,7 @@ from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir import arith
 from jitcore.ir import devices as _devices
 from jitcore.ir import dtypes as _dtypes
-from jitcore.ir.context import get_tracectx
+from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.pytree import NAMESPACE
 
 
@@ -314,7 +314,9 @@ def run_time_size(value: int) -> IntegerProxy:
     trace.names.discard(name)  # (reserved by make_name; the proxy adds it back)
     p = IntegerProxy(value, name=name)
     p.lower, p.runtime = 0, True
-    trace.extra.setdefault("run_time_sizes", {})[name] = 0  # (its lower bound, for jitcore/ir/arith.py; and for
+    if trace.run_time_sizes is None:
+        trace.run_time_sizes = {}
+    trace.run_time_sizes[name] = 0  # (its lower bound, for jitcore/ir/arith.py; and for
     arith.declare_lower(name, 0)  # the passes after tracing, which ask in other traces)
     return p
 
@@ -479,7 +481,7 @@ class TensorProxy(Proxy):
     # a proxy stands for a dense, strided, unquantized, non-nested tensor (inputs of other layouts are refused)
     is_sparse = is_sparse_csr = is_quantized = is_mkldnn = property(lambda self: False)
     # a dense stand-in for nn.TransformerEncoder's nested batch (jitcore/ops/torch_misc.py) answers True
-    is_nested = property(lambda self: self.name in (getattr(get_tracectx(), "extra", None) or {}).get(
+    is_nested = property(lambda self: (trace := get_tracectx()) is not None and self.name in trace.extra.get(
         "nested_masks", ()))
 
     @property
@@ -497,11 +499,9 @@ class TensorProxy(Proxy):
 
     # -- autograd state of the tensor a proxy stands for ---------------------------------------------------------
     def _input_attr(self, name: str, default):
-        """An input's attribute read from the tensor it stands for (the trace's input-attribute oracle reports it
-        as a value read from that input, so it is an input or a guard of its own); `default` for computed tensors."""
-        trace = get_tracectx()
-        oracle = trace.extra.get("input_attr_oracle") if trace is not None else None
-        return default if oracle is None else oracle(self, name, default)
+        """An input's attribute read from the tensor it stands for (the frontend's services report it as a value read
+        from that input, so it is an input or a guard of its own); `default` for computed tensors."""
+        return services().input_attribute(self, name, default)
 
     @property
     def grad(self):
@@ -528,22 +528,16 @@ class TensorProxy(Proxy):
     @property
     def is_leaf(self) -> bool:
         """As eager: tensors that need no grad are leaves; computed ones that need grad are not; an input is what
-        the tensor it stands for is (asked to the trace's leaf oracle, which guards it)."""
+        the tensor it stands for is (asked to the frontend's services, which guard it)."""
         if not self.requires_grad:
             return True
-        trace = get_tracectx()
-        oracle = trace.extra.get("leaf_oracle") if trace is not None else None
-        if oracle is None:
-            return True
-        known = oracle(self)
+        known = services().leaf_input(self)
         return False if known is None else known
 
     def is_inference(self) -> bool:
         """As eager: a tensor made under torch.inference_mode() (and views of one); an input is what the tensor it
-        stands for is (asked to the trace's inference oracle, which guards it)."""
-        trace = get_tracectx()
-        oracle = trace.extra.get("inference_oracle") if trace is not None else None
-        return False if oracle is None else oracle(self)
+        stands for is (asked to the frontend's services, which guard it)."""
+        return services().inference_of(self)
 
     @property
     def grad_fn(self):
@@ -595,13 +589,9 @@ class TensorProxy(Proxy):
         return ir_op("torch_function")(func, args, kwargs or {})
 
     def _concrete(self, kind: str, what: str):
-        """The value Python needs now, from the data oracle of the trace being recorded (jitcore/guards/data_guards.py:
-        computed from the call's real inputs and guarded), or a DataDependentError when there is none."""
-        trace = get_tracectx()
-        oracle = trace.extra.get("data_oracle") if trace is not None else None
-        if oracle is None:
-            raise DataDependentError(f"{what} needs its value")
-        return oracle(self, kind)
+        """The value Python needs now, from the services of the trace being recorded (jitcore/guards/data_guards.py:
+        computed from the call's real inputs and guarded), or a DataDependentError outside the recording."""
+        return services().concrete_value(self, kind, what)
 
     def __bool__(self):
         return self._concrete("bool", "converting a tensor to a Python bool (e.g. `if tensor:`)")
@@ -625,12 +615,10 @@ class TensorProxy(Proxy):
         raise DataDependentError("tensor.numpy() inside a jitted function needs its data (an array shares the "
                                  "tensor's memory, which the traced program does not have)")
 
-    # -- layout: eager's strides, from the layout oracle of the trace being recorded (jitcore/layouts.py) ---------
+    # -- layout: eager's strides, from the services of the trace being recorded (jitcore/layouts.py) --------------
     def eager_layout(self, level: str = "contiguous"):
         """A meta tensor with the sizes and strides eager's value would have (its inputs guarded), or None."""
-        trace = get_tracectx()
-        oracle = trace.extra.get("layout_oracle") if trace is not None else None
-        return oracle(self, level) if oracle is not None else None
+        return services().eager_layout(self, level)
 
     def _layout(self, level: str, what: str):
         meta = self.eager_layout(level)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ import torch
 from jitcore.compat import is_any_autocast_enabled
 from jitcore.errors import MetaError
 from jitcore.ir.codegen import bsym_lines
-from jitcore.ir.context import get_tracectx
+from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import Proxy, TensorProxy, ir_op
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
@@ -42,13 +42,6 @@ def register_autocast(ops, transparent, cast_args):
 
 # op id -> callable running the op on real tensors; the torch executor fills it (see executors/torchex.py)
 EAGER_KERNELS: dict[str, Callable] = {}
-
-# BoundSymbol.extra key, set on a line recorded with grad mode off (no_grad, inference_mode, set_grad_enabled(False)):
-# such a line and the same line recorded with grad are different values for autodiff, and passes keep them apart
-NO_GRAD = "no_grad"
-# BoundSymbol.extra key, set on a line recorded inside torch.utils.checkpoint.checkpoint: the backward recomputes it
-# rather than the forward saving its outputs (transforms/rematerialize.py)
-CHECKPOINTED = "checkpointed"
 
 
 class Tag(enum.Enum):
@@ -200,36 +193,26 @@ class Symbol:
 
 
 def _records_user_code(trace) -> bool:
-    """Whether trace is the interpreter's, recording the user's function (its data oracle is set only then): autocast
-    is the user's state, recorded as explicit casts there; passes that record ops later (autodiff) never cast."""
-    return "data_oracle" in trace.extra
+    """Whether trace is the interpreter's, recording the user's function (jitcore/ir/services.py): autocast is the
+    user's state, recorded as explicit casts there; passes that record ops later (autodiff) never cast."""
+    return services().records_user_code
 
 
 def _in_context(bsym: BoundSymbol) -> BoundSymbol:
-    """bsym marked with the grad mode it is recorded under (see NO_GRAD); its outputs noted as inference tensors (the
-    trace's INFERENCE set of names) where eager's are."""
+    """bsym marked with the grad mode it is recorded under (BoundSymbol.no_grad); its outputs noted as inference
+    tensors (the services' inference_tensors) where eager's are."""
     if not torch.is_grad_enabled():
-        bsym.extra[NO_GRAD] = True
-    trace = get_tracectx()
-    made = trace.extra.get(INFERENCE) if trace is not None else None
+        bsym.no_grad = True
+    found = services()
+    made = found.inference_tensors
     if made is not None:
         mode = torch.is_inference_mode_enabled()
         if mode or made:
             _note_inference(bsym, made, mode)
-        if not mode and torch.is_grad_enabled() and trace.at_top_level():
+        if not mode and torch.is_grad_enabled() and get_tracectx().at_top_level():
             # a user's op with grad on: eager may save an inference tensor for its backward (and raise)
-            trace.extra[INFERENCE_SAVES](bsym)
+            found.refuse_inference_saves(bsym)
     return bsym
-
-
-# Trace.extra key (the interpreter's trace): name -> True for the tensors eager makes as inference tensors (under
-# torch.inference_mode(), or views of one), False for views of an inference tensor the function was given
-INFERENCE = "inference_tensors"
-# Trace.extra key (the interpreter's trace): bsym -> None, raising eager's error where eager's autograd would save an
-# inference tensor for the op's backward (jitcore/autograd.py, refuse_inference_saves)
-INFERENCE_SAVES = "inference_saves"
-# Trace.extra key (kept by every pass): the names of the program's inputs that are inference tensors
-INFERENCE_INPUTS = "inference_inputs"
 
 
 def _note_inference(bsym, made: dict, mode: bool):
@@ -248,7 +231,7 @@ def _note_inference(bsym, made: dict, mode: bool):
 
 def recorded_without_grad(bsym) -> bool:
     """Whether bsym was recorded with grad mode off: its outputs are constants for autodiff."""
-    return bool(bsym.extra.get(NO_GRAD))
+    return bsym.no_grad
 
 
 def is_eager_view(bsym) -> bool:
@@ -342,7 +325,25 @@ class BoundSymbol:
     output: Any
     subsymbols: tuple = ()
     header: str = ""
-    extra: dict = field(default_factory=dict)  # pass-specific annotations (e.g. saved-for-backward)
+    # -- what passes and the recording note on the line (from_bsym copies each) -------------------------------------
+    # recorded with grad mode off (no_grad, inference_mode, set_grad_enabled(False)): the line and the same line
+    # recorded with grad are different values for autodiff, and passes keep them apart
+    no_grad: bool = False
+    # recorded inside torch.utils.checkpoint.checkpoint: the backward recomputes it rather than the forward saving its
+    # outputs (transforms/rematerialize.py)
+    checkpointed: bool = False
+    # ((code, instruction), ...) of the user's frames the line comes from, outermost first (Trace.record)
+    user_stack: tuple = ()
+    # the forward line of a differentiated op: (its backward, the original line, its residuals) (transforms/autodiff.py)
+    vjp: tuple | None = None
+    # the executor that runs this line (executors/claim.py; transforms/memory.py asks it)
+    claimed_by: Any = None
+    # the name of the fusion executor a line is given to, and on its fused region's line (executors/regions.py)
+    executor: str | None = None
+    # a fused region's line: the region as a printable, runnable sub-Trace (executors/regions.py)
+    region_trace: Any = None
+    # a prologue check that may fail on an input the cache takes (not an argument's own): jitcore/guards/prologue.py
+    fallible: bool = False
 
     def __post_init__(self):
         self.args = tuple(self.args)
@@ -350,7 +351,10 @@ class BoundSymbol:
 
     def from_bsym(self, **changes) -> BoundSymbol:
         fields = {"sym": self.sym, "args": self.args, "kwargs": self.kwargs, "output": self.output,
-                  "subsymbols": self.subsymbols, "header": self.header, "extra": dict(self.extra)}
+                  "subsymbols": self.subsymbols, "header": self.header, "no_grad": self.no_grad,
+                  "checkpointed": self.checkpointed, "user_stack": self.user_stack, "vjp": self.vjp,
+                  "claimed_by": self.claimed_by, "executor": self.executor, "region_trace": self.region_trace,
+                  "fallible": self.fallible}
         fields.update(changes)
         return BoundSymbol(**fields)
 

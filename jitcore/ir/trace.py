@@ -10,10 +10,49 @@ import contextlib
 import time
 
 from jitcore.ir.codegen import compile_trace, trace_source
-from jitcore.ir.context import detached, get_tracectx, tracectx
+from jitcore.ir.context import detached, get_tracectx, services, tracectx
 from jitcore.ir.ranges import RangeList
 
-__all__ = ["Timer", "Trace", "detached", "from_trace", "get_tracectx", "snapshot", "source_html", "tracectx"]
+__all__ = ["EXTRA_KEYS", "Notes", "Timer", "Trace", "detached", "from_trace", "get_tracectx", "services", "snapshot",
+           "source_html", "tracectx"]
+
+# The keys `Trace.extra` may hold: notes of one stage about the trace being recorded, read by that stage only, never a
+# callable (tests/test_architecture.py checks the source uses no other). Facts other stages read are Trace fields.
+EXTRA_KEYS = frozenset({
+    "range_lists",  # jitcore/ir/ranges.py: the RangeLists of the trace being recorded that nothing has read yet
+    "nonzero_counts",  # jitcore/ops/prims_index.py: tensor name -> the run-time size of its nonzero count
+    "nested_masks",  # jitcore/ops/torch_misc.py: the dense stand-ins of nested batches (TensorProxy.is_nested)
+    "autocast_casts",  # jitcore/ops/autocast.py: the cast cache of the autocast region being recorded
+})
+
+
+class Notes(dict):
+    """Trace.extra: a dict that takes only the declared EXTRA_KEYS, and no callable (services are not notes: they
+    are handed down with the trace context, jitcore/ir/services.py)."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key, value):
+        _check_note(key, value)
+        dict.__setitem__(self, key, value)
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            _check_note(key, default)
+        return dict.setdefault(self, key, default)
+
+    def update(self, *args, **kwargs):
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+
+def _check_note(key, value):
+    if key not in EXTRA_KEYS:
+        raise KeyError(f"Trace.extra takes only the declared notes {sorted(EXTRA_KEYS)}, not {key!r} (a fact other "
+                       "stages read is a Trace field: jitcore/ir/trace.py)")
+    if callable(value):
+        raise TypeError(f"Trace.extra[{key!r}]: a callable is a service, handed down with the trace context "
+                        "(jitcore/ir/services.py), not a note")
 
 
 class Trace:
@@ -34,7 +73,25 @@ class Trace:
         self._counters: dict[str, int] = {}
         self._scopes: list[list] = [self.bound_symbols]
         self._callable = None
-        self.extra: dict = {}
+        # -- facts that outlive tracing (from_trace copies each; None/empty: not set) --------------------------------
+        # run-time size name (u0, ...) -> its lower bound (jitcore/ir/proxies.py run_time_size; arith's bounds)
+        self.run_time_sizes: dict | None = None
+        # number proxy name -> the per-call source it comes from (`random.random()`), for refusals (jitcore/ir/arith.py)
+        self.per_call: dict | None = None
+        # a backward's arguments in groups, [(name, count), ...] (transforms/autodiff.py; jitcore/ir/codegen.py)
+        self.arg_groups: list | None = None
+        # lines printed as `# ...` comments atop the program (what runs around it: jitcore/fsdp.py)
+        self.comments: list | tuple = ()
+        # the interpreter's trace: the code objects it entered (jitcore/packages.py checks them)
+        self.entered_code: list = []
+        # the interpreter's trace: the layout replays it asked (jitcore/layouts.py; a package carries them)
+        self.meta_results: list = []
+        # the names of the program's inputs that are inference tensors (guarded): never saved for backward
+        self.inference_inputs: frozenset = frozenset()
+        # a backward whose None gradients were dropped: the runtime gives zeros for them (jitcore/autograd.py)
+        self.zeros_from_runtime: bool = False
+        # notes of one stage about this trace, only the declared EXTRA_KEYS (see Notes)
+        self.extra: Notes = Notes()
 
     # -- names ----------------------------------------------------------------------------------------------
     def make_name(self, prefix: str) -> str:
@@ -55,9 +112,10 @@ class Trace:
     def record(self, bsym):
         """Append bsym to the current scope, with a snapshot of its arguments and outputs (see `snapshot`)."""
         bsym.args, bsym.kwargs, bsym.output = snapshot(bsym.args), _snapshot_kwargs(bsym.kwargs), snapshot(bsym.output)
-        stack = self.extra.get("user_stack")
-        if stack is not None and len(self._scopes) == 1:  # the user's frames a line comes from (the interpreter's)
-            bsym.extra[USER_STACK] = stack()
+        if len(self._scopes) == 1:  # the user's frames a line comes from (the interpreter's; () for a pass's)
+            stack = services().user_stack()
+            if stack:
+                bsym.user_stack = stack
         self._scopes[-1].append(bsym)
 
     def at_top_level(self) -> bool:
@@ -102,9 +160,6 @@ class Trace:
         return self.python_callable()(*args)
 
 
-USER_STACK = "user_stack"  # BoundSymbol.extra key: ((code, instruction), ...) of the user's frames, outermost first
-
-
 def source_html(text: str) -> str:
     """Python source as HTML: highlighted by pygments (inline styles, no stylesheet needed) or escaped in <pre>."""
     try:  # optional dependency
@@ -126,7 +181,11 @@ def from_trace(trace: Trace, fn_name: str | None = None) -> Trace:
     t.output = trace.output
     t.names = set(trace.names)
     t._counters = dict(trace._counters)
-    t.extra = dict(trace.extra)
+    t.run_time_sizes, t.per_call, t.arg_groups, t.comments = (trace.run_time_sizes, trace.per_call, trace.arg_groups,
+                                                              trace.comments)
+    t.entered_code, t.meta_results, t.inference_inputs = trace.entered_code, trace.meta_results, trace.inference_inputs
+    t.zeros_from_runtime = trace.zeros_from_runtime
+    t.extra = Notes(trace.extra)
     return t
 
 

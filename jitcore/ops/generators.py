@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from jitcore.errors import UnsupportedError
-from jitcore.ir import devices
+from jitcore.ir import arith, devices
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
@@ -66,7 +66,7 @@ def _number(what: str) -> IntegerProxy:
     """A number known only when the program runs (no expression: Python control flow on it is refused)."""
     out = IntegerProxy(0)
     out.expr = None
-    get_tracectx().extra.setdefault("per_call", {})[out.name] = f"generator.{what}()"
+    arith.note_per_call(out, f"generator.{what}()")
     return out
 
 

@@ -18,7 +18,7 @@ import warnings
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import Proxy
 from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
-from jitcore.ir.trace import get_tracectx
+from jitcore.ir.trace import get_tracectx, services
 from jitcore.ops.per_call import _holds_proxy, _print_arg
 
 # Logger methods -> their level (None: the level is the first argument, as Logger.log takes it)
@@ -51,10 +51,8 @@ EAGER_KERNELS[log_.id] = _log
 def _caller(stacklevel: int, skip: str | None = _LOGGING_FILE) -> tuple:
     """(file, line, function, module globals) of the frame eager's caller lookup names: the interpreted frames,
     innermost first, past those of file `skip` (logging's own), then `stacklevel - 1` frames further out."""
-    trace = get_tracectx()
-    stack = trace.extra.get("user_stack") if trace is not None else None
-    scopes = trace.extra.get("user_globals") if trace is not None else None
-    pairs = list(zip(stack() if stack is not None else (), scopes() if scopes is not None else ()))
+    found = services()
+    pairs = list(zip(found.user_stack(), found.user_globals()))
     frames = [f for f in reversed(pairs) if os.path.normcase(f[0][0].co_filename) != skip]
     if not frames:
         return "(unknown file)", 0, "(unknown function)", None

@@ -17,7 +17,7 @@ from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
-from jitcore.ir.trace import get_tracectx
+from jitcore.ir.trace import get_tracectx, services
 from jitcore.ops.generators import GeneratorProxy
 from jitcore.ops.opaque_symbolic import Untranslated, shape_rule, symbolic_outputs
 from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
@@ -146,19 +146,18 @@ def _from_real_run(fn, qualname, flat, spec, error):
     """An op with no meta kernel: its outputs' metadata from running it on this call's values (computed from clones
     of the real inputs; the RNG state restored). Sizes this depends on are pinned (symbolic sizes record their
     predicates); outputs whose sizes depend on values, and calls with no real inputs at hand, are refused."""
-    trace = get_tracectx()
-    oracle = trace.extra.get("value_oracle") if trace is not None else None
+    found = services()
     refuse = UnsupportedError("torch callable", f"{qualname} could not be run on meta tensors to infer its outputs, "
                               f"nor on this call's values: {error}",
                               hint="add an op for it in jitcore/ops (a decomposition or a prim with a meta)")
-    if oracle is None or may_have_effects(fn) or draws_random(fn):
+    if not found.records_user_code or may_have_effects(fn) or draws_random(fn):
         raise refuse from error
     tensors = [a for a in flat if isinstance(a, proxies.TensorProxy)]
     for t in tensors:  # the outputs' sizes are learnt for these sizes only
         for size in t.shape:
             if not isinstance(size, int):
                 arith.concretize(size)
-    values = oracle(tensors)
+    values = found.real_values(tensors)
     if values is None or any(v.layout != torch.strided for v in values):  # sparse tensors are not traced
         raise refuse from error
     real = iter(values)
@@ -189,7 +188,8 @@ def _from_real_run(fn, qualname, flat, spec, error):
         def sizes(*values):
             return _output_sizes(fn, spec, flat, values)
 
-        if oracle(tensors, guard=(sizes, f"the output sizes of {qualname}")) != _output_sizes(fn, spec, flat, values):
+        guarded = found.real_values(tensors, guard=(sizes, f"the output sizes of {qualname}"))
+        if guarded != _output_sizes(fn, spec, flat, values):
             raise DataDependentError(f"{qualname}: its output sizes differ between runs on the same values")
     return out
 
@@ -396,9 +396,7 @@ def opaque_symbol(fn) -> Symbol:
 
 def _user_line() -> str:
     """"file:line" of the user's line being traced (the interpreter's innermost user frame), else the call site."""
-    trace = get_tracectx()
-    stack = trace.extra.get("user_stack") if trace is not None else None
-    frames = stack() if stack is not None else ()
+    frames = services().user_stack()
     if frames:
         code, inst = frames[-1]
         return f"{code.co_filename}:{getattr(inst, 'lineno', '?')}"

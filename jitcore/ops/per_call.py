@@ -17,6 +17,7 @@ import uuid
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.ir import arith
 from jitcore.ir.arith import value_of
 from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_map
@@ -112,7 +113,7 @@ def tensor_number(t: TensorProxy, kind: str) -> FloatProxy:
     expression, which tensor math and arithmetic may use and Python control flow may not."""
     out = FloatProxy(float("nan"))  # (no value while tracing: nothing may branch on it)
     out.expr = None
-    get_tracectx().extra.setdefault("per_call", {})[out.name] = f"{'float' if kind == 'float' else 'item'}({t.name})"
+    arith.note_per_call(out, f"{'float' if kind == 'float' else 'item'}({t.name})")
     get_tracectx().record(BoundSymbol(read_tensor_number, (t,), {"kind": kind}, out))
     return out
 
@@ -258,7 +259,7 @@ def call_source(fn, name: str, args: tuple, kwargs: dict):
         out.expr = None
         if ptype is bool:
             out.cmp = None
-        get_tracectx().extra.setdefault("per_call", {})[out.name] = what
+        arith.note_per_call(out, what)
     get_tracectx().record(BoundSymbol(per_call_value, (fn, tuple(args), dict(kwargs)), {}, out))
     return out
 

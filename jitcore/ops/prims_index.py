@@ -10,7 +10,7 @@ from jitcore.errors import MetaError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import TensorProxy, run_time_size
 from jitcore.ir.symbol import Tag
-from jitcore.ir.trace import get_tracectx
+from jitcore.ir.trace import get_tracectx, services
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import broadcast_shapes, canonical_dims, check, is_number, requires_grad, same_device, same_size
 
@@ -200,7 +200,5 @@ def nonzero(a):
 def _count_now(a) -> int:
     """This call's number of nonzero entries of a (the trace's real values, when at hand), for the run-time size's
     value; 0 where they are not (examine(): no real inputs)."""
-    trace = get_tracectx()
-    oracle = None if trace is None else trace.extra.get("value_oracle")
-    values = oracle([a]) if oracle is not None else None
+    values = services().real_values([a])
     return 0 if values is None else int(torch.count_nonzero(values[0]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from jitcore.ir.proxies import TensorProxy, run_time_size
 from jitcore.ir.symbol import Tag
-from jitcore.ir.trace import get_tracectx
+from jitcore.ir.trace import services
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, requires_grad
 
@@ -58,9 +58,7 @@ def item_as_size(a):
     _tensor("item_as_size", a)
     check(a.ndim == 0 and not a.dtype.is_floating_point and not a.dtype.is_complex,
           lambda: f"prims.item_as_size: expected a 0-dim integer tensor, got {a.dtype} of shape {tuple(a.shape)}")
-    trace = get_tracectx()
-    oracle = None if trace is None else trace.extra.get("value_oracle")
-    values = oracle([a]) if oracle is not None else None
+    values = services().real_values([a])
     return run_time_size(0 if values is None else max(int(values[0]), 0))
 
 

@@ -14,7 +14,7 @@ from jitcore.ir import devices, dtypes
 from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy
 from jitcore.ir.ranges import range_length
 from jitcore.ir.symbol import Tag
-from jitcore.ir.trace import get_tracectx
+from jitcore.ir.trace import services
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -40,9 +40,7 @@ def _device(device, like=None):
     if like is not None:
         return like.device
     default = torch.get_default_device()
-    trace = get_tracectx()
-    if trace is not None:  # (torch.set_default_device between calls: the frontend has the prologue check it)
-        trace.extra["default_device"] = default
+    services().note_default_device(default)  # (torch.set_default_device between calls: the prologue checks it)
     return devices.to_device(default)
 
 
