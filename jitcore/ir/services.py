@@ -12,7 +12,7 @@ class TracingServices:
     """What the IR and the ops ask the frontend while the interpreter records the user's function. Each method's body
     here is its answer outside that recording (passes recording into other traces, a printed trace run as a program,
     code that asks with no trace active): the default object NO_SERVICES is an instance of this class itself. The
-    frontend's implementation (jitcore/frontend_services.py) overrides every method."""
+    frontend's implementation (jitcore/frontend/jit_services.py) overrides every method."""
 
     # whether the trace being recorded is the interpreter's recording of the user's function: autocast is then the
     # user's state, recorded as explicit casts (jitcore/ir/symbol.py); passes that record ops later never cast
@@ -41,7 +41,7 @@ class TracingServices:
 
     def eager_layout(self, proxy, level: str):
         """A meta tensor with the sizes and strides eager's value of `proxy` would have, its inputs guarded at
-        `level` ("contiguous" or "exact": jitcore/layouts.py), or None when unknown. Default: None."""
+        `level` ("contiguous" or "exact": jitcore/frontend/layouts.py), or None when unknown. Default: None."""
         return None
 
     def leaf_input(self, proxy) -> bool | None:
@@ -61,12 +61,12 @@ class TracingServices:
 
     def refuse_inference_saves(self, bsym) -> None:
         """For a line of the user's recorded with grad on: raise eager's error where eager's autograd would save an
-        inference tensor for the op's backward (jitcore/autograd.py). Default: nothing (asked only when
+        inference tensor for the op's backward (jitcore/runtime/autograd.py). Default: nothing (asked only when
         inference_tensors is tracked)."""
 
     def input_proxy(self, tensor):
         """The proxy of a tensor the program already reads as an input (by identity), else None. Default: an error
-        (only a traced module's stand-ins ask: jitcore/fsdp.py)."""
+        (only a traced module's stand-ins ask: jitcore/runtime/fsdp_units.py)."""
         raise RuntimeError("input_proxy: only the interpreter's recording of a function knows its inputs")
 
     def user_stack(self) -> tuple:

@@ -80,15 +80,15 @@ class Trace:
         self.per_call: dict | None = None
         # a backward's arguments in groups, [(name, count), ...] (transforms/autodiff.py; jitcore/ir/codegen.py)
         self.arg_groups: list | None = None
-        # lines printed as `# ...` comments atop the program (what runs around it: jitcore/fsdp.py)
+        # lines printed as `# ...` comments atop the program (what runs around it: jitcore/runtime/fsdp_units.py)
         self.comments: list | tuple = ()
         # the interpreter's trace: the code objects it entered (jitcore/packages.py checks them)
         self.entered_code: list = []
-        # the interpreter's trace: the layout replays it asked (jitcore/layouts.py; a package carries them)
+        # the interpreter's trace: the layout replays it asked (jitcore/frontend/layouts.py; a package carries them)
         self.meta_results: list = []
         # the names of the program's inputs that are inference tensors (guarded): never saved for backward
         self.inference_inputs: frozenset = frozenset()
-        # a backward whose None gradients were dropped: the runtime gives zeros for them (jitcore/autograd.py)
+        # a backward whose None gradients were dropped: the runtime gives zeros for them (jitcore/runtime/autograd.py)
         self.zeros_from_runtime: bool = False
         # notes of one stage about this trace, only the declared EXTRA_KEYS (see Notes)
         self.extra: Notes = Notes()

@@ -1,11 +1,12 @@
 """Frontend: the tracing services (jitcore/ir/services.py) a recording of the user's function gets, answered by the
-frontend's JitContext and the interpreter's runtime it is attached to. trace_function hands JitServices down with the
-trace it records; a saved-tensor hook's recording (transforms/saved_hooks.py) gets HookServices: its user frames only.
+frontend's JitContext and the interpreter's runtime it is attached to. trace_function (tracing.py) hands JitServices
+down with the trace it records; a saved-tensor hook's recording (transforms/saved_hooks.py) gets HookServices: its
+user frames only.
 """
 from __future__ import annotations
 
-from jitcore.autograd import refuse_inference_saves
 from jitcore.ir.services import TracingServices
+from jitcore.runtime.autograd import refuse_inference_saves
 
 
 class HookServices(TracingServices):
@@ -24,14 +25,14 @@ class HookServices(TracingServices):
 
 
 class JitServices(HookServices):
-    """Every service, for the interpreter's recording of the user's function (jitcore/frontend.py trace_function):
-    the JitContext answers from this call's real inputs and guards what it answers."""
+    """Every service, for the interpreter's recording of the user's function (trace_function, tracing.py): the
+    JitContext answers from this call's real inputs and guards what it answers."""
 
     records_user_code = True
 
     def __init__(self, ctx, layouts):
         super().__init__(ctx)
-        self.layouts = layouts  # jitcore/layouts.py Layouts(ctx): its `used` replays go with the trace
+        self.layouts = layouts  # jitcore/frontend/layouts.py Layouts(ctx): its `used` replays go with the trace
         self.inference_tensors = ctx.inference_tensors
         self.default_device = None  # the default device a tensor was made on (the prologue checks it), if any
 
