@@ -335,6 +335,16 @@ def default_process_group():
     return c10d._get_default_group()
 
 
+def leaf_grad_dtype(param):
+    """The dtype autograd's engine casts a gradient reaching the leaf `param` to before its AccumulateGrad keeps it
+    (jitcore hands FSDP2 blocks' gradients to their parameters itself, jitcore/fsdp.py): `param.grad_dtype`, param's
+    dtype unless set; None lets any dtype through, uncast (2.10-2.15). Only 2.15's FSDP2 sets it, on the unsharded
+    parameters under a MixedPrecisionPolicy with a wider reduce_dtype: that dtype (float32 for bfloat16 parameters)
+    where a backward accumulates without reducing (set_requires_gradient_sync(False)) and no gradient exists yet,
+    so the micro-batches' gradients accumulate in it; else None. 2.10-2.14's FSDP2 leaves it at the parameter's."""
+    return param.grad_dtype
+
+
 def fsdp_param_groups(state) -> list:
     """FSDP2's parameter groups of a sharded module's state: `_fsdp_param_groups` (a list: 2.13-2.15) or
     `_fsdp_param_group` (one or None: 2.10)."""

@@ -170,6 +170,9 @@ class _Unit:
         seen = set()
         for name, g in zip(names, grads):
             p = self.params[name].unsharded_param
+            dtype = compat.leaf_grad_dtype(p)
+            if dtype is not None and g.dtype != dtype:  # (as autograd casts it: 2.15's FSDP2 asks for reduce_dtype)
+                g = g.to(dtype)
             if not g.is_contiguous() or id(g) in seen:  # (the parameters' layout; a gradient of its own)
                 g = g.contiguous() if not g.is_contiguous() else g.clone()
             seen.add(id(g))
