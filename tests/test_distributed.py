@@ -64,13 +64,14 @@ def check_buckets_reduced_during_the_backward(per_rank):
             assert torch.equal(local["ddp"][name], g), (rank, name)
 
 
-def assert_sharded_training_like_eager(per_rank, what, tol):
+def assert_sharded_training_like_eager(per_rank, what, tol, state_tol=None):
+    state_tol = tol if state_tol is None else state_tol
     for rank, result in enumerate(r[what] for r in per_rank):
         eager, jitted = result["eager"], result["jitted"]
         torch.testing.assert_close(jitted["losses"], eager["losses"], rtol=tol, atol=tol)
         assert eager["state"].keys() == jitted["state"].keys()
         for name, value in eager["state"].items():
-            torch.testing.assert_close(jitted["state"][name], value, rtol=tol, atol=tol,
+            torch.testing.assert_close(jitted["state"][name], value, rtol=state_tol, atol=state_tol,
                                        msg=lambda m, where=f"rank {rank}, {what}, {name}": f"{where}: {m}")
         assert eager["sharded"] and jitted["sharded"]  # the parameters stay DTensors sharded over the ranks
 
@@ -89,8 +90,9 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     per_rank = run("fsdp", tmp_path)
     # fully_shard per block and on the root, then jitcore.jit(model): 2 steps of 2 micro-batches each
     assert_sharded_training_like_eager(per_rank, "fsdp", 1e-6)
-    # bf16 parameters, fp32 reduction: the losses (bf16) may differ by a rounding step of bf16 at ~4 (0.03)
-    assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2)
+    # bf16 parameters, fp32 reduction: the losses (bf16) may differ by a rounding step of bf16 at ~4 (0.03); the
+    # parameters after the steps are eager's bit for bit (the tied embedding's two contributions summed as eager's)
+    assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2, state_tol=0)
     # jitted blocks inside the sharded model (the root eager)
     assert_sharded_training_like_eager(per_rank, "fsdp_blocks", 1e-6)
     for result in per_rank:
@@ -128,6 +130,11 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
                                                             result["elementwise"]["eager"]):
             torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
             torch.testing.assert_close(grads, eager_grads, rtol=1e-6, atol=1e-6)
+        # parameters read twice (in a block, and the root's), bf16 with float32 reduction, accumulating without
+        # reducing first: torch 2.15's FSDP2 has autograd sum their contributions in float32, each cast first
+        twice = result["twice"]
+        for name, value in twice["eager"].items():
+            assert torch.equal(twice["jitted"][name], value), name
         assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
         assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 
