@@ -336,12 +336,14 @@ def default_process_group():
 
 
 def leaf_grad_dtype(param):
-    """The dtype autograd's engine casts a gradient reaching the leaf `param` to before its AccumulateGrad keeps it
-    (jitcore hands FSDP2 blocks' gradients to their parameters itself, jitcore/fsdp.py): `param.grad_dtype`, param's
-    dtype unless set; None lets any dtype through, uncast (2.10-2.15). Only 2.15's FSDP2 sets it, on the unsharded
-    parameters under a MixedPrecisionPolicy with a wider reduce_dtype: that dtype (float32 for bfloat16 parameters)
-    where a backward accumulates without reducing (set_requires_gradient_sync(False)) and no gradient exists yet,
-    so the micro-batches' gradients accumulate in it; else None. 2.10-2.14's FSDP2 leaves it at the parameter's."""
+    """The dtype autograd's engine casts each gradient contribution reaching the leaf `param` to, before it sums them
+    for its AccumulateGrad: `param.grad_dtype` (2.10-2.15), param's dtype unless set; None lets any dtype through,
+    uncast. Where it is not param's dtype the backward keeps param's contributions apart, for the engine (or jitcore/
+    fsdp.py, which hands FSDP2 blocks' gradients over itself) to cast and sum (transforms/autodiff.py
+    grad_transform). 2.15's FSDP2 sets it on the unsharded parameters under a MixedPrecisionPolicy whose reduce_dtype
+    is wider than param_dtype: that dtype (float32 for bfloat16 parameters) from the forward on, and None from the
+    block's pre-backward where the backward reduces or a gradient exists (set_requires_gradient_sync accumulation
+    makes the first micro-batch's float32). 2.10-2.14's FSDP2 leaves it at the parameter's dtype."""
     return param.grad_dtype
 
 
