@@ -340,10 +340,11 @@ def leaf_grad_dtype(param):
     for its AccumulateGrad: `param.grad_dtype` (2.10-2.15), param's dtype unless set; None lets any dtype through,
     uncast. Where it is not param's dtype the backward keeps param's contributions apart, for the engine (or
     jitcore/runtime/fsdp_units.py, which hands FSDP2 blocks' gradients over itself) to cast and sum
-    (transforms/autodiff.py grad_transform). 2.15's FSDP2 sets it on the unsharded parameters under a MixedPrecisionPolicy whose reduce_dtype
-    is wider than param_dtype: that dtype (float32 for bfloat16 parameters) from the forward on, and None from the
-    block's pre-backward where the backward reduces or a gradient exists (set_requires_gradient_sync accumulation
-    makes the first micro-batch's float32). 2.10-2.14's FSDP2 leaves it at the parameter's dtype."""
+    (transforms/autodiff.py grad_transform). 2.15's FSDP2 sets it on the unsharded parameters under a
+    MixedPrecisionPolicy whose reduce_dtype is wider than param_dtype: that dtype (float32 for bfloat16 parameters)
+    from the forward on, and None from the block's pre-backward where the backward reduces or a gradient exists
+    (set_requires_gradient_sync accumulation makes the first micro-batch's float32). 2.10-2.14's FSDP2 leaves it at
+    the parameter's dtype."""
     return param.grad_dtype
 
 
