@@ -245,7 +245,12 @@ def compile_fx(graph, fakes, config_patches):
 
 
 def inductor_decompositions() -> dict:
-    from torch._inductor.decomposition import select_decomp_table  # (lazy: Inductor)
+    """Inductor's decomposition table. Its max_pool*_with_indices decompositions read `torch._inductor.lowering`
+    without importing it (2.10-2.15), and jitcore runs them before compile_fx imports it: it is imported here (else, in
+    a process whose first region holds a max_pool2d, "module 'torch._inductor' has no attribute 'lowering'" and the
+    region ran eagerly)."""
+    import torch._inductor.lowering  # noqa: F401  (lazy: Inductor)
+    from torch._inductor.decomposition import select_decomp_table
 
     return select_decomp_table()
 
