@@ -355,20 +355,26 @@ def test_clamps_decided_by_size_bounds(expr, op, other, want):
         assert arith.implied(op, _Expr(expr, values), b) == want
 
 
-# -- decompositions reading the sizes of a written tensor (fuzz seed 101285) -----------------------------------------
+# -- decompositions reading the sizes of a renamed tensor (fuzz seed 101285) ------------------------------------------
 def _slice_assign(x, y):
     t = torch.index_select(x, 2, torch.tensor([0, 2, 1]))
     t[:, 1] = -1.5  # functionalized as slice_scatter: its result must carry t's own size proxies
-    return t
+    return t, ()
 
 
 def _copy_from(x, y):
     t = x * 2
-    t.copy_(y)  # t's value becomes y, whose sizes are other symbols (of the same values)
-    return t
+    t.copy_(y)  # functionalization: t's value becomes y, whose sizes are other symbols (of the same values)
+    return t, ()
 
 
-RENAMING_WRITES = {"slice_assign": _slice_assign, "copy_from": _copy_from}
+def _merged_reshape(x, y):
+    a = x.reshape(-1, x.shape[1], 3)
+    b = x.reshape(-1, x.shape[1], 3)  # CSE: b reads as a, b's size (computed by its reshape) as a's
+    return b, (a.sum(),)
+
+
+RENAMINGS = {"slice_assign": _slice_assign, "copy_from": _copy_from, "merged_reshape": _merged_reshape}
 SIZE_READERS = {  # composites whose decomposition nests a composite that reshapes by its own inputs' sizes
     "cdist": lambda t: torch.cdist(t, t),
     "layer_norm": lambda t: torch.nn.functional.layer_norm(t, t.shape[-2:]),
@@ -376,19 +382,21 @@ SIZE_READERS = {  # composites whose decomposition nests a composite that reshap
 }
 
 
-@pytest.mark.parametrize("write", list(RENAMING_WRITES))
+@pytest.mark.parametrize("renaming", list(RENAMINGS))
 @pytest.mark.parametrize("reader", list(SIZE_READERS))
-def test_decomposition_reads_the_written_tensors_sizes(write, reader):
-    """A write renames the sizes a later composite's decomposition reads (functionalization: the written value's
-    sizes); every nested line of that decomposition must read them under the names its own inputs carry. The trace
-    checker (on in the tests) raised TraceLintError once DCE dropped the top-level unpack of the renamed size."""
+def test_decomposition_reads_the_renamed_tensors_sizes(renaming, reader):
+    """A pass renames a tensor and its sizes (functionalization: a written tensor's new value; CSE: a merged
+    duplicate) in a later composite's decomposition; every nested line of it must read the sizes under the names its
+    own inputs carry. The trace checker (on in the tests) raised TraceLintError once DCE dropped the top-level unpack
+    of the new size name, or when claim inlined the composite."""
     def f(x, y):
-        return SIZE_READERS[reader](RENAMING_WRITES[write](x, y))
+        t, kept = RENAMINGS[renaming](x, y)
+        return SIZE_READERS[reader](t), *kept
 
     jf = jitcore.jit(f, cache="symbolic values")
     for shape in ((4, 5, 3), (3, 6, 3), (5, 4, 3), (2, 7, 3)):
         x, y = torch.randn(shape), torch.randn(shape)
-        torch.testing.assert_close(jf(x, y), f(x, y), msg=lambda m, s=shape: f"{write}/{reader} {s}: {m}")
+        torch.testing.assert_close(jf(x, y), f(x, y), msg=lambda m, s=shape: f"{renaming}/{reader} {s}: {m}")
     assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
 
 

@@ -18,7 +18,6 @@ import torch
 from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
-from jitcore.ir.context import detached
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path, writes_in_place
@@ -32,6 +31,7 @@ from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
+from transforms.cse import rename_args
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
@@ -411,43 +411,16 @@ def _subst_subs(st, bsym):
                     if isinstance(s, NumberProxy) and (type(n) is int or (isinstance(n, NumberProxy)
                                                                          and s.name != n.name)):
                         renames.setdefault(s.name, n)
-    if not renames:
-        return bsym.subsymbols
-    reshaped = _reshaped_outputs(bsym, renames)
-    renames.update(reshaped)
-    return tuple(_rename_bsym(s, renames, outputs=set(reshaped)) for s in bsym.subsymbols)
+    return rename_args(bsym, renames).subsymbols if renames else bsym.subsymbols  # (with the sizes they make)
 
 
-def _reshaped_outputs(bsym, renames) -> dict:
-    """name -> a same-named copy, shape renamed, of each tensor a subsymbol (any depth) makes with a renamed size:
-    a nested composite's body reads its inputs' sizes, under the names they carry (fuzz seed 101285: cdist's
-    `ltorch.sub(t20, t21)` read i43 while t20 said i4; DCE dropped i43's unpack). bsym's own outputs stay."""
-    keep, out = {o.name for o in bsym.flat_proxy_outs()} | set(renames), {}
-
-    def visit(b):
-        for s in b.subsymbols:
-            for o in s.flat_proxy_outs():
-                shape = getattr(o, "_shape", ())
-                new = tuple(renames.get(d.name, d) if isinstance(d, NumberProxy) else d for d in shape)
-                if o.name not in keep and o.name not in out and any(a is not b for a, b in zip(new, shape)):
-                    with detached():  # (the same name: it stands for the same value)
-                        out[o.name] = o.like(shape=new, name=o.name)
-            visit(s)
-
-    visit(bsym)
-    return out
-
-
-def _rename_bsym(bsym, renames, outputs: bool | set = False):
-    """bsym with renames applied to its arguments, at any depth, and to its outputs (all, or those named in a set)."""
-    def r(tree, only=None):
+def _rename_bsym(bsym, renames, outputs: bool = False):
+    def r(tree):
         leaves, spec = tree_flatten(tree)
-        return tree_unflatten(spec, [renames.get(x.name, x) if isinstance(x, Proxy) and (only is None or x.name in only)
-                                     else x for x in leaves])
+        return tree_unflatten(spec, [renames.get(x.name, x) if isinstance(x, Proxy) else x for x in leaves])
 
     args, kwargs = r((bsym.args, bsym.kwargs))
-    output = r(bsym.output, None if outputs is True else outputs) if outputs else bsym.output
-    return bsym.from_bsym(args=args, kwargs=kwargs, output=output,
+    return bsym.from_bsym(args=args, kwargs=kwargs, output=r(bsym.output) if outputs else bsym.output,
                           subsymbols=tuple(_rename_bsym(s, renames, outputs) for s in bsym.subsymbols))
 
 
