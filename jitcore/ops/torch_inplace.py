@@ -245,7 +245,7 @@ def _scatter_slice(input, src, dim, start, end, step):
     placed = ps.pad(to_dtype(src, input.dtype), 0, config)
     keep = ps.pad(pc.full(tuple(src.shape), False, device=input.device, dtype=torch.bool), True, config)
     out = te.where(keep, input, placed)
-    check(all(a is b for a, b in zip(out.shape, input.shape)),
+    check(all(a is b or (type(a) is int and a == b) for a, b in zip(out._shape, input._shape)),
           lambda: f"slice_scatter: the result's shape {tuple(out.shape)} is not the input's {tuple(input.shape)}")
     return out
 
