@@ -37,6 +37,7 @@ from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
+from jitcore.runtime import autograd as node
 from jitcore.runtime.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, saved_tensor_bytes  # noqa: F401 (public)
 from jitcore.runtime.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
 from jitcore.runtime.fsdp_units import ShardedCall, is_sharded, refuse_unhooked_shards
@@ -44,7 +45,7 @@ from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.early_grads import with_grads_ready
-from transforms.fsdp_order import check_backward_order, thread_sharded_params
+from transforms.fsdp_order import check_backward_order, gathered_apart, thread_sharded_params
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
@@ -529,6 +530,7 @@ class Program:
     writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
     hooks: SavedHooks | None = None  # the saved-tensor hooks of the programs (None: none, or no backward)
     early_grads: tuple = ()  # input positions whose gradients the backward hands over as computed (under DDP)
+    extra_grads: tuple = ()  # per backward output after one per input: the input it is one more contribution to
 
 
 def _hooks_guard(program: Program, options: CompileOptions):
@@ -555,7 +557,12 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
     traces.append(cse(traces[-1]))
     if not _needs_autodiff(traces[-1]):
         return Program([*traces[:-1], _with_sizes(traces[-1])] if symbolic else traces, [], None, writebacks)
-    split = grad_transform(traces[-1])
+    early = _early_grad_positions(traced)
+    apart = traced.grads_apart - {traced.inputs[i].proxy.name for i in early}  # (their gradients: grads_ready)
+    if apart and blocks is not traced.trace:
+        apart = apart | gathered_apart(traces[-1], apart)
+    split = grad_transform(traces[-1], apart)
+    extra_grads = split.extra_grads
     backward = [split.backward]
     if options.rematerialize is not False or checkpointed(split.forward):  # (False: the user's checkpoints only)
         traces.append(_with_sizes(split.forward) if symbolic else split.forward)  # the grad transform's stays
@@ -579,11 +586,10 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
             backward.append(hooked.backward)
     if blocks is not traced.trace:
         check_backward_order(backward[-1], forward)
-    early = _early_grad_positions(traced)
     if early:  # the last backward without them stays the base of the backward_without variants
         backward.append(with_grads_ready(backward[-1], early))
     return Program([*traces, _with_sizes(forward) if symbolic else forward], backward, split, writebacks, hooks,
-                   early)
+                   early, extra_grads)
 
 
 def _early_grad_positions(traced: TraceResult) -> tuple:
@@ -648,12 +654,16 @@ def codegen(traced: TraceResult, program: Program, executable: Executable, optio
     if split is None:
         return WithoutHistory(forward, nograd_views) if nograd_views else forward
     plain_backward = program.backward_traces[-2 if program.early_grads else -1]  # (without grads_ready lines)
-    computation = AutogradProgram(forward, outside_autocast(executable.backward_traces[-1].python_callable()),
+    if program.extra_grads:  # (the node takes such an input again per extra gradient: the engine sums them)
+        forward = node.first_inputs(forward, len(traced.trace.args))
+    computation = (node.GradsApart if program.extra_grads else AutogradProgram)(
+                                  forward, outside_autocast(executable.backward_traces[-1].python_callable()),
                                   split.n_outputs,
                                   split.output_requires_grad,
                                   [isinstance(p, TensorProxy) for p in split.saved],
                                   _backward_without(plain_backward, options, program.early_grads),
                                   saving(program.hooks), program.early_grads)
+    computation.extra_grads = program.extra_grads
     computation.enables_grad = not torch.is_grad_enabled()  # (the cache guards the grad mode)
     computation.nograd_views = nograd_views
     return computation

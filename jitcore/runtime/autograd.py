@@ -230,6 +230,25 @@ class AutogradProgram:
         return without_history(outputs, self.nograd_views, inputs) if self.nograd_views else outputs
 
 
+class GradsApart(AutogradProgram):
+    """An AutogradProgram whose backward returns some inputs' gradient contributions apart (transforms/autodiff.py
+    grad_transform: leaves whose grad_dtype is not their dtype): the node takes each such input once more per extra
+    contribution (extra_grads: their positions), so autograd's engine sums them as it sums eager's, each cast to the
+    leaf's grad_dtype first. The forward program reads the first inputs only (first_inputs)."""
+
+    extra_grads: tuple = ()
+
+    def __call__(self, *inputs):
+        return super().__call__(*inputs, *[inputs[i] for i in self.extra_grads])
+
+
+def first_inputs(program, n: int):
+    """program(*inputs[:n]): a forward program called with the extra inputs of GradsApart."""
+    def run(*inputs):
+        return program(*inputs[:n])
+    return run
+
+
 def without_history(outputs, positions: tuple, inputs):
     """Views made under no_grad of tensors that require grad: eager's have no grad_fn (no gradient reaches what they
     view), whatever the program computed them from, and require grad as their root base does (the input they view,
