@@ -12,15 +12,15 @@ import torch
 
 from executors.regions import COMPILE_EVENTS
 from jitcore import compat, logs, pipeline
-from jitcore.autograd import saved_tensor_bytes  # noqa: F401 (public: jitcore.saved_tensor_bytes)
-from jitcore.fsdp import ShardedCall, is_sharded
+from jitcore.debug.inspection import ExamineReport, examine_call
+from jitcore.debug.verify import CheckingCache, finish_check, prepare_check
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
-from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter import versions
 from jitcore.interpreter.user_traceback import at_user_line
-from jitcore.verify import CheckingCache, finish_check, prepare_check
+from jitcore.runtime.autograd import saved_tensor_bytes  # noqa: F401 (public: jitcore.saved_tensor_bytes)
+from jitcore.runtime.fsdp_units import ShardedCall, is_sharded
 
 
 def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inputs: str = "int",
@@ -50,8 +50,8 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
         True (default), a number (that fraction instead; float("inf"): save the fewest bytes whatever the recompute
         costs), or False (save exactly what the backward reads). Blocks run through
         torch.utils.checkpoint.checkpoint(..., use_reentrant=False) are recomputed in the backward whatever this says.
-    verify: check the compiled programs against eager (jitcore/verify.py). True, or a number of calls N: the first
-        call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
+    verify: check the compiled programs against eager (jitcore/debug/verify.py). True, or a number of calls N: the
+        first call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
         inputs and module state after the call); a mismatch raises VerificationError with the first differing
         program line and a repro folder. False, or None (default) with no JITCORE_VERIFY=1 in the environment: off,
         at no cost per call.
@@ -297,8 +297,9 @@ class JitFunction:
 
 class VerifyingJitFunction(JitFunction):
     """A JitFunction made with jit(..., verify=N): the first N calls of each new entry are checked against eager
-    (jitcore/verify.py). Its own class, so the hot path of the others pays nothing for it: its cache and its compile
-    prepare the check of a call (copies, RNG state) before JitFunction.__call__ runs it; the comparison follows."""
+    (jitcore/debug/verify.py). Its own class, so the hot path of the others pays nothing for it: its cache and its
+    compile prepare the check of a call (copies, RNG state) before JitFunction.__call__ runs it; the comparison
+    follows."""
 
     def __init__(self, fn, options: pipeline.CompileOptions):
         super().__init__(fn, options)

@@ -19,11 +19,9 @@ from executors.ahead import compile_ahead
 from executors.base import Executor, FusionExecutor, get_executor
 from executors.claim import claim
 from jitcore import logs
-from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps
-from jitcore.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
+from jitcore.debug.verify import external_effect, verify_calls
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
-from jitcore.fsdp import refuse_unhooked_shards
+from jitcore.frontend.tracing import TraceResult, define_sizes, prune_sizes, trace_function
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry, Compiled, EntryRecord
 from jitcore.guards.input_storage import check_keep_inputs, describe, value_dependence
@@ -36,12 +34,14 @@ from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
-from jitcore.verify import external_effect, verify_calls
+from jitcore.runtime.autograd import AutogradProgram, WithoutHistory, ddp_overlaps
+from jitcore.runtime.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
+from jitcore.runtime.fsdp_units import refuse_unhooked_shards
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.early_grads import with_grads_ready
-from transforms.fsdp import check_backward_order, thread_sharded_params
+from transforms.fsdp_order import check_backward_order, thread_sharded_params
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
@@ -56,7 +56,7 @@ class CompileOptions:
     cache: str
     keep_inputs: str = "int"
     rematerialize: bool | float = True  # what the forward saves: transforms/rematerialize.py
-    verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/verify.py)
+    verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/debug/verify.py)
     saved_tensor_hooks: tuple | None = None  # (pack, unpack) put into the programs (transforms/saved_hooks.py)
 
 
@@ -283,7 +283,7 @@ def _with_backward(p: Passing) -> bool:
 
 
 def _fsdp_blocks(p: Passing):
-    """FSDP2: each sharded block reads its parameters as gathered (transforms/fsdp.py)."""
+    """FSDP2: each sharded block reads its parameters as gathered (transforms/fsdp_order.py)."""
     blocks = thread_sharded_params(p.traces[-1])
     if blocks is not p.traces[-1]:
         p.traces.append(blocks)
@@ -476,7 +476,7 @@ def _after_claim(claimed, targets=None):
 # -- stage "codegen" ---------------------------------------------------------------------------------------------------
 def codegen(traced: TraceResult, program: Program, executable: Executable, options: CompileOptions):
     """Stage "codegen": the callable that runs a call's computation: the forward program as Python, inside the
-    torch.autograd.Function of jitcore/autograd.py when there is a backward."""
+    torch.autograd.Function of jitcore/runtime/autograd.py when there is a backward."""
     forward = outside_autocast(executable.traces[-1].python_callable())
     nograd_views = nograd_views_of(traced.trace)
     split = program.split
