@@ -245,7 +245,12 @@ def compile_fx(graph, fakes, config_patches):
 
 
 def inductor_decompositions() -> dict:
-    from torch._inductor.decomposition import select_decomp_table  # (lazy: Inductor)
+    """Inductor's decomposition table. Its max_pool*_with_indices decompositions read `torch._inductor.lowering`
+    without importing it (2.10-2.15), and jitcore runs them before compile_fx imports it: it is imported here (else, in
+    a process whose first region holds a max_pool2d, "module 'torch._inductor' has no attribute 'lowering'" and the
+    region ran eagerly)."""
+    import torch._inductor.lowering  # noqa: F401  (lazy: Inductor)
+    from torch._inductor.decomposition import select_decomp_table
 
     return select_decomp_table()
 
@@ -333,6 +338,19 @@ def default_process_group():
     from torch.distributed import distributed_c10d as c10d  # (lazy: as functional_group)
 
     return c10d._get_default_group()
+
+
+def leaf_grad_dtype(param):
+    """The dtype autograd's engine casts each gradient contribution reaching the leaf `param` to, before it sums them
+    for its AccumulateGrad: `param.grad_dtype` (2.10-2.15), param's dtype unless set; None lets any dtype through,
+    uncast. Where it is not param's dtype the backward keeps param's contributions apart, for the engine (or
+    jitcore/runtime/fsdp_units.py, which hands FSDP2 blocks' gradients over itself) to cast and sum
+    (transforms/autodiff.py grad_transform). 2.15's FSDP2 sets it on the unsharded parameters under a
+    MixedPrecisionPolicy whose reduce_dtype is wider than param_dtype: that dtype (float32 for bfloat16 parameters)
+    from the forward on, and None from the block's pre-backward where the backward reduces or a gradient exists
+    (set_requires_gradient_sync accumulation makes the first micro-batch's float32). 2.10-2.14's FSDP2 leaves it at
+    the parameter's dtype."""
+    return param.grad_dtype
 
 
 def fsdp_param_groups(state) -> list:

@@ -34,14 +34,14 @@ from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
-from jitcore.runtime.autograd import AutogradProgram, WithoutHistory, ddp_overlaps
+from jitcore.runtime.autograd import AutogradProgram, GradsApart, WithoutHistory, ddp_overlaps, first_inputs
 from jitcore.runtime.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
 from jitcore.runtime.fsdp_units import refuse_unhooked_shards
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.early_grads import with_grads_ready
-from transforms.fsdp_order import check_backward_order, thread_sharded_params
+from transforms.fsdp_order import check_backward_order, gathered_apart, thread_sharded_params
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
@@ -240,6 +240,7 @@ class Program:
     writebacks: list  # transforms.functionalize's writebacks: the inputs the program writes into
     hooks: SavedHooks | None = None  # the saved-tensor hooks of the programs (None: none, or no backward)
     early_grads: tuple = ()  # input positions whose gradients the backward hands over as computed (under DDP)
+    extra_grads: tuple = ()  # per backward output after one per input: the input it is one more contribution to
 
 
 @dataclass
@@ -258,7 +259,8 @@ class Passing:
     split: Split | None = None
     forward: Trace | None = None
     backward: list = field(default_factory=list)
-    early: tuple = ()
+    early: tuple = ()  # DDP: input positions whose gradients the backward hands over as computed
+    extra_grads: tuple = ()  # the grad transform's Split.extra_grads
 
     def keep(self, trace: Trace) -> None:
         """Append a forward to the history (its sizes defined at the top under symbolic sizes)."""
@@ -299,8 +301,16 @@ def _functionalize(p: Passing):
 
 
 def _autodiff(p: Passing):
-    """The joint trace split into a forward (outputs + saved for backward) and a backward."""
-    p.split = grad_transform(p.traces[-1])
+    """The joint trace split into a forward (outputs + saved for backward) and a backward. The gradient
+    contributions of leaves whose grad_dtype is not their dtype stay apart (autograd's engine sums them, each cast
+    first), except those of parameters DDP's early gradients hand over (grads_ready); under FSDP2 those of their
+    gathered parameters too."""
+    p.early = _early_grad_positions(p.traced)
+    apart = p.traced.grads_apart - {p.traced.inputs[i].proxy.name for i in p.early}  # (their gradients: grads_ready)
+    if apart and p.sharded:
+        apart = apart | gathered_apart(p.traces[-1], apart)
+    p.split = grad_transform(p.traces[-1], apart)
+    p.extra_grads = p.split.extra_grads
     p.forward, p.backward = p.split.forward, [p.split.backward]
 
 
@@ -349,13 +359,19 @@ def _fsdp_backward_order(p: Passing):
 
 
 def _early_grads(p: Passing):
-    """DDP (and not find_unused_parameters, whose search of the graph needs the parameters as inputs of the autograd
-    node): the backward hands over the gradient of each parameter that requires grad as soon as it computes it
+    """DDP: the backward hands over the gradient of each parameter of `p.early` as soon as it computes it
     (transforms/early_grads.py), so DDP's all-reduces overlap the backward; the backward before this pass stays the
     base of the backward variants."""
-    p.early = tuple(i for i, inp in enumerate(p.traced.inputs) if inp.is_parameter and inp.proxy.requires_grad)
-    if p.early:
-        p.backward.append(with_grads_ready(p.backward[-1], p.early))
+    p.backward.append(with_grads_ready(p.backward[-1], p.early))
+
+
+def _early_grad_positions(traced: TraceResult) -> tuple:
+    """Under DDP (and not find_unused_parameters, whose search of the graph needs the parameters as inputs of the
+    autograd node): the positions of the parameters that require grad, whose gradients the backward hands over as
+    soon as it computes them (transforms/early_grads.py)."""
+    if not ddp_overlaps():
+        return ()
+    return tuple(i for i, inp in enumerate(traced.inputs) if inp.is_parameter and inp.proxy.requires_grad)
 
 
 # The transforms stage, in order: a row runs where its condition holds. Rows below "autodiff" need its split.
@@ -370,7 +386,7 @@ PASSES = (
     PassRow("backward cse", _with_backward, _backward_cse),
     PassRow("saved-tensor hooks", lambda p: p.split is not None and p.hooks is not None, _saved_hooks),
     PassRow("fsdp backward order", lambda p: p.split is not None and p.sharded, _fsdp_backward_order),
-    PassRow("ddp early gradients", lambda p: p.split is not None and ddp_overlaps(), _early_grads),
+    PassRow("ddp early gradients", lambda p: p.split is not None and bool(p.early), _early_grads),
 )
 
 
@@ -387,7 +403,7 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
         forward = p.traces.pop()
         return Program([*p.traces, _with_sizes(forward) if symbolic else forward], [], None, p.writebacks)
     return Program([*p.traces, _with_sizes(p.forward) if symbolic else p.forward], p.backward, p.split, p.writebacks,
-                   p.hooks, p.early)
+                   p.hooks, p.early, p.extra_grads)
 
 
 def _check_written_inputs(traced, writebacks):
@@ -483,13 +499,14 @@ def codegen(traced: TraceResult, program: Program, executable: Executable, optio
     if split is None:
         return WithoutHistory(forward, nograd_views) if nograd_views else forward
     plain_backward = program.backward_traces[-2 if program.early_grads else -1]  # (without grads_ready lines)
-    return AutogradProgram(forward, outside_autocast(executable.backward_traces[-1].python_callable()),
-                           split.n_outputs, split.output_requires_grad,
-                           [isinstance(p, TensorProxy) for p in split.saved],
-                           backward_variants(plain_backward, options, program.early_grads), saving(program.hooks),
-                           program.early_grads,
-                           enables_grad=not torch.is_grad_enabled(),  # (the cache guards the grad mode)
-                           nograd_views=nograd_views)
+    if program.extra_grads:  # (the node takes such an input again per extra gradient: the engine sums them)
+        forward = first_inputs(forward, len(traced.trace.args))
+    return (GradsApart if program.extra_grads else AutogradProgram)(
+        forward, outside_autocast(executable.backward_traces[-1].python_callable()), split.n_outputs,
+        split.output_requires_grad, [isinstance(p, TensorProxy) for p in split.saved],
+        backward_variants(plain_backward, options, program.early_grads), saving(program.hooks), program.early_grads,
+        enables_grad=not torch.is_grad_enabled(),  # (the cache guards the grad mode)
+        nograd_views=nograd_views, extra_grads=program.extra_grads)
 
 
 # -- stage "backward variants", at backward time -----------------------------------------------------------------------

@@ -614,6 +614,47 @@ def elementwise_blocks(rank: int) -> dict:
     return out
 
 
+class Twice(nn.Module):
+    """A block that reads its scale twice: its gradient has two contributions."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale, self.shift = nn.Parameter(torch.randn(8)), nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return torch.tanh(x * self.scale + self.shift) * self.scale
+
+
+def parameters_read_twice(rank: int, mp) -> dict:
+    """Training (2 steps of 2 micro-batches, reducing on the last) of sharded Twice blocks under a root that runs
+    its own Linear twice, with `mp`, eager and jitted: the full parameters after it."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    out = {}
+    for kind in ("eager", "jitted"):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), Twice(), Twice(), nn.Linear(8, 1))
+        model[0].forward = lambda x, a=model[0]: nn.functional.linear(nn.functional.linear(x, a.weight), a.weight,
+                                                                       a.bias)
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for block in (model[1], model[2]):
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        call = model if kind == "eager" else _jit(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(2):
+            for micro in range(2):
+                model.set_requires_gradient_sync(micro == 1)
+                x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * rank + 2 * step + micro))
+                call(x).float().square().sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        out[kind] = _full_state(model)
+    return out
+
+
 class ReadsABlockParameter(nn.Module):
     """A root whose forward reads a parameter of a sharded block outside the block's forward."""
 
@@ -693,6 +734,7 @@ def scenario_fsdp(rank: int) -> dict:
     out["no_grad"] = no_grad_then_train(rank)
     out["outside"] = block_parameter_outside(rank)
     out["elementwise"] = elementwise_blocks(rank)
+    out["twice"] = parameters_read_twice(rank, mp)
     return out
 
 

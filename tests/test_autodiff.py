@@ -340,3 +340,73 @@ def test_grouped_query_sdpa_over_calls_of_other_shapes_and_grad_modes(cache):
             got.backward(ct)
             for a, e in zip((qj, kj, vj), (q, k, v)):
                 torch.testing.assert_close(a.grad, e.grad, rtol=0, atol=0, msg=lambda m, i=i: f"call {i}: {m}")
+
+
+# -- a leaf's grad_dtype: autograd's engine casts each contribution to it before summing them -------------------------
+class _Tied(torch.nn.Module):
+    """A language model's tied embedding and output weights (one parameter, read twice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = torch.nn.Embedding(32, 16)
+        self.head = torch.nn.Linear(16, 32, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.wte(ids))).square().mean()
+
+
+def _tied_grads(run, dtype, grad_dtype, before_backward=None, steps=1):
+    torch.manual_seed(0)
+    model = _Tied().to(dtype)
+    model.wte.weight.grad_dtype = grad_dtype
+    call = run(model)
+    for step in range(steps):
+        loss = call(torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(step)))
+        if before_backward is not None:
+            before_backward(model.wte.weight)
+        loss.backward()
+    return model.wte.weight.grad
+
+
+@pytest.mark.parametrize("dtype, grad_dtype, steps", [(torch.bfloat16, torch.float32, 1),
+                                                      (torch.bfloat16, torch.float32, 2),
+                                                      (torch.float32, torch.float64, 1)])
+def test_leaf_with_wider_grad_dtype_sums_its_contributions_as_autograd_does(dtype, grad_dtype, steps):
+    # eager's engine casts each of the tied weight's two contributions to grad_dtype, then sums them (torch 2.15's
+    # FSDP2 sets grad_dtype so on the gathered parameters under a MixedPrecisionPolicy); the jitted gradient is the
+    # same bit for bit (the program used to sum them in the weight's dtype: 2.0 apart in bfloat16)
+    eager = _tied_grads(lambda m: m, dtype, grad_dtype, steps=steps)
+    jitted = _tied_grads(jitcore.jit, dtype, grad_dtype, steps=steps)
+    assert jitted.dtype == eager.dtype == grad_dtype
+    assert torch.equal(jitted, eager)
+
+
+def test_leaf_grad_dtype_set_to_none_before_the_backward_sums_in_its_dtype():
+    # FSDP2's sync micro-batch (torch 2.15): grad_dtype float32 when the forward runs, None when the backward does:
+    # eager sums the contributions in bfloat16 (no casts) and keeps that gradient
+    def unset(w):
+        w.grad_dtype = None
+
+    eager = _tied_grads(lambda m: m, torch.bfloat16, torch.float32, unset)
+    jitted = _tied_grads(jitcore.jit, torch.bfloat16, torch.float32, unset)
+    assert jitted.dtype == eager.dtype == torch.bfloat16
+    assert torch.equal(jitted, eager)
+
+
+def test_same_op_contributions_and_inputs_without_grad_dtype():
+    def f(w, x):
+        return (w * w).sum() + torch.tanh(x @ w).sum()  # mul's two contributions to w, then the matmul's
+
+    grads = {}
+    for kind in ("eager", "jitted"):
+        w = torch.randn(8, 8, generator=torch.Generator().manual_seed(0)).bfloat16().requires_grad_()
+        w.grad_dtype = torch.float32
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)).bfloat16()
+        (f if kind == "eager" else jitcore.jit(f))(w, x).backward()
+        grads[kind] = w.grad
+    assert torch.equal(grads["jitted"], grads["eager"])
+    fn = jitcore.jit(f)  # a leaf with the default grad_dtype: one gradient per input, summed by the program
+    w = torch.randn(8, 8, requires_grad=True)
+    fn(w, torch.randn(4, 8)).backward()
+    assert len(jitcore.last_backward_traces(fn)[-1].output) == 2

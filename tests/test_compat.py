@@ -2,6 +2,7 @@
 refusal naming the release a feature needs, the warning for a torch outside the tested range, both forms of
 `MyFunction.apply`, and no other module of jitcore, executors or transforms reaching below torch's public API."""
 import ast
+import os
 import pathlib
 import subprocess
 import sys
@@ -112,3 +113,21 @@ def test_the_check_sees_a_private_use(tmp_path):
     assert any("m.py:2: torch._C._is_any_autocast_enabled" in u for u in found)
     assert any("m.py:3: torch._inductor" in u for u in found)
     assert not any("functional" in u for u in found)
+
+
+def test_inductor_region_with_max_pool_compiles_in_a_fresh_process():
+    # torch's max_pool*_with_indices decompositions read torch._inductor.lowering without importing it; jitcore runs
+    # them before Inductor imports it: in a fresh process (no region cache) whose first region held a max_pool2d (a
+    # small CNN's first stage), the region failed and ran eagerly
+    code = """if True:
+        import warnings, torch, jitcore
+        from executors import inductor_ex, torch_ex
+        from tests.distributed_workers import ConvBN, cnn_batch, cnn_loss
+        warnings.filterwarnings("error", message="inductor: compiling a fusion region failed")
+        torch.manual_seed(0)
+        model = ConvBN()
+        cnn_loss(jitcore.jit(model, executors=[inductor_ex, torch_ex]), cnn_batch(0, 0)).backward()
+    """
+    env = {**os.environ, "JITCORE_REGION_CACHE": "0"}
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]

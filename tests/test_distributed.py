@@ -3,7 +3,7 @@ no_sync, find_unused_parameters, buffer broadcast) and DDP reduces its buckets w
 jitcore.jit(DDP(model)) is refused naming the composition that works; FSDP2 (fully_shard per block and on the root,
 then jitcore.jit(model), or jitted blocks inside the sharded model) trains as eager FSDP2 does; collectives written in
 a jitted function are ops of the trace that run in program order and that DCE and CSE keep. Each test runs one
-scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after 60 s; the checks of a scenario
+scenario in 2 gloo processes on localhost (tests/distributed_workers.py), killed after 120 s; the checks of a scenario
 are the check_* functions it calls.
 """
 import re
@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
     reason="torch.distributed with the gloo backend is not available")
 
-TIMEOUT = 60  # seconds per scenario (2 processes): a hang fails the tests instead of stalling the suite
+TIMEOUT = 120  # seconds per scenario (2 processes): a hang fails the tests instead of stalling the suite (ddp_variants
+# took 57 s on torch 2.10 with the machine loaded 8-fold, compiling its Inductor regions)
 
 
 def run(scenario: str, tmp_path) -> list:
@@ -64,13 +65,14 @@ def check_buckets_reduced_during_the_backward(per_rank):
             assert torch.equal(local["ddp"][name], g), (rank, name)
 
 
-def assert_sharded_training_like_eager(per_rank, what, tol):
+def assert_sharded_training_like_eager(per_rank, what, tol, state_tol=None):
+    state_tol = tol if state_tol is None else state_tol
     for rank, result in enumerate(r[what] for r in per_rank):
         eager, jitted = result["eager"], result["jitted"]
         torch.testing.assert_close(jitted["losses"], eager["losses"], rtol=tol, atol=tol)
         assert eager["state"].keys() == jitted["state"].keys()
         for name, value in eager["state"].items():
-            torch.testing.assert_close(jitted["state"][name], value, rtol=tol, atol=tol,
+            torch.testing.assert_close(jitted["state"][name], value, rtol=state_tol, atol=state_tol,
                                        msg=lambda m, where=f"rank {rank}, {what}, {name}": f"{where}: {m}")
         assert eager["sharded"] and jitted["sharded"]  # the parameters stay DTensors sharded over the ranks
 
@@ -89,8 +91,9 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
     per_rank = run("fsdp", tmp_path)
     # fully_shard per block and on the root, then jitcore.jit(model): 2 steps of 2 micro-batches each
     assert_sharded_training_like_eager(per_rank, "fsdp", 1e-6)
-    # bf16 parameters, fp32 reduction: the losses (bf16) may differ by a rounding step of bf16 at ~4 (0.03)
-    assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2)
+    # bf16 parameters, fp32 reduction: the losses (bf16) may differ by a rounding step of bf16 at ~4 (0.03); the
+    # parameters after the steps are eager's bit for bit (the tied embedding's two contributions summed as eager's)
+    assert_sharded_training_like_eager(per_rank, "fsdp_mixed", 1e-2, state_tol=0)
     # jitted blocks inside the sharded model (the root eager)
     assert_sharded_training_like_eager(per_rank, "fsdp_blocks", 1e-6)
     for result in per_rank:
@@ -128,6 +131,11 @@ def test_fsdp2_of_jitted_gpt_trains_like_eager_fsdp2(tmp_path):
                                                             result["elementwise"]["eager"]):
             torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=1e-6)
             torch.testing.assert_close(grads, eager_grads, rtol=1e-6, atol=1e-6)
+        # parameters read twice (in a block, and the root's), bf16 with float32 reduction, accumulating without
+        # reducing first: torch 2.15's FSDP2 has autograd sum their contributions in float32, each cast first
+        twice = result["twice"]
+        for name, value in twice["eager"].items():
+            assert torch.equal(twice["jitted"][name], value), name
         assert "fully_shard(jitcore.jit(block))" in result["shard_of_jitted"]
         assert "then jitcore.jit(model)" in result["shard_of_jitted"]
 

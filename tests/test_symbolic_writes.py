@@ -353,3 +353,65 @@ def test_clamps_decided_by_size_bounds(expr, op, other, want):
     b = _Expr(other, values) if isinstance(other, str) else other
     with recording(preds):
         assert arith.implied(op, _Expr(expr, values), b) == want
+
+
+# -- decompositions reading the sizes of a renamed tensor (fuzz seed 101285) ------------------------------------------
+def _slice_assign(x, y):
+    t = torch.index_select(x, 2, torch.tensor([0, 2, 1]))
+    t[:, 1] = -1.5  # functionalized as slice_scatter: its result must carry t's own size proxies
+    return t, ()
+
+
+def _copy_from(x, y):
+    t = x * 2
+    t.copy_(y)  # functionalization: t's value becomes y, whose sizes are other symbols (of the same values)
+    return t, ()
+
+
+def _merged_reshape(x, y):
+    a = x.reshape(-1, x.shape[1], 3)
+    b = x.reshape(-1, x.shape[1], 3)  # CSE: b reads as a, b's size (computed by its reshape) as a's
+    return b, (a.sum(),)
+
+
+RENAMINGS = {"slice_assign": _slice_assign, "copy_from": _copy_from, "merged_reshape": _merged_reshape}
+SIZE_READERS = {  # composites whose decomposition nests a composite that reshapes by its own inputs' sizes
+    "cdist": lambda t: torch.cdist(t, t),
+    "layer_norm": lambda t: torch.nn.functional.layer_norm(t, t.shape[-2:]),
+    "kron": lambda t: torch.kron(t, t),
+}
+
+
+@pytest.mark.parametrize("renaming", list(RENAMINGS))
+@pytest.mark.parametrize("reader", list(SIZE_READERS))
+def test_decomposition_reads_the_renamed_tensors_sizes(renaming, reader):
+    """A pass renames a tensor and its sizes (functionalization: a written tensor's new value; CSE: a merged
+    duplicate) in a later composite's decomposition; every nested line of it must read the sizes under the names its
+    own inputs carry. The trace checker (on in the tests) raised TraceLintError once DCE dropped the top-level unpack
+    of the new size name, or when claim inlined the composite."""
+    def f(x, y):
+        t, kept = RENAMINGS[renaming](x, y)
+        return SIZE_READERS[reader](t), *kept
+
+    jf = jitcore.jit(f, cache="symbolic values")
+    for shape in ((4, 5, 3), (3, 6, 3), (5, 4, 3), (2, 7, 3)):
+        x, y = torch.randn(shape), torch.randn(shape)
+        torch.testing.assert_close(jf(x, y), f(x, y), msg=lambda m, s=shape: f"{renaming}/{reader} {s}: {m}")
+    assert jitcore.cache_misses(jf) == 1, jitcore.cache_miss_reasons(jf)
+
+
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values"])
+def test_slice_scatter_result_has_the_inputs_sizes(cache):
+    """slice_scatter (also what a slice write becomes) gives back a tensor with its input's own sizes, not new
+    proxies that only its decomposition computes (pad's output size is the input's for every call)."""
+    def f(x, y):
+        return torch.slice_scatter(x, y, 1, 1, x.shape[1] - 1) * 2
+
+    jf = jitcore.jit(f, cache=cache)
+    for n in (4, 6):
+        x, y = torch.randn(3, n), torch.randn(3, n - 2)
+        torch.testing.assert_close(jf(x, y), f(x, y))
+    lines = [b for t in jitcore.last_traces(jf) for b in t.bound_symbols if b.sym.id == "ltorch.slice_scatter"]
+    assert lines
+    for b in lines:
+        assert all(o is i or (type(i) is int and o == i) for o, i in zip(b.output._shape, b.args[0]._shape)), b

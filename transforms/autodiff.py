@@ -34,6 +34,13 @@ class Split:
     n_outputs: int
     saved: list  # forward proxies the backward reads
     output_requires_grad: list  # per flat output, whether it carries a gradient
+    # per backward output after the one per input: the input position whose gradient it is one more contribution
+    # to (inputs whose contributions stay apart: see grad_transform)
+    extra_grads: tuple = ()
+
+
+class Apart(tuple):
+    """The contributions to one gradient that the backward keeps apart, in the order it computes them."""
 
 
 def needs_grad(x) -> bool:
@@ -43,8 +50,9 @@ def needs_grad(x) -> bool:
 class _Backprop:
     """Walks a trace in reverse, recording the backward into the active (backward) trace."""
 
-    def __init__(self):
-        self.cot: dict[str, TensorProxy] = {}
+    def __init__(self, apart=frozenset()):
+        self.cot: dict[str, TensorProxy | Apart] = {}
+        self.apart = apart  # names whose contributions are not summed (an Apart of them, where there are several)
 
     def accumulate(self, p, g):
         if g is None or not needs_grad(p):
@@ -52,7 +60,12 @@ class _Backprop:
         if tuple(g.shape) != tuple(p.shape):
             raise AssertionError(f"gradient of {p.name} has shape {tuple(g.shape)}, expected {tuple(p.shape)}")
         prev = self.cot.get(p.name)
-        self.cot[p.name] = g if prev is None else te.add(prev, g)
+        if prev is None:
+            self.cot[p.name] = g
+        elif p.name in self.apart:
+            self.cot[p.name] = Apart((*prev, g) if isinstance(prev, Apart) else (prev, g))
+        else:
+            self.cot[p.name] = te.add(prev, g)
 
     def bsym(self, bsym):
         outs = bsym.output
@@ -104,7 +117,11 @@ class _Backprop:
             self.accumulate(arg, g)
 
 
-def grad_transform(trace: Trace) -> Split:
+def grad_transform(trace: Trace, apart=frozenset()) -> Split:
+    """apart: names of inputs (and of values an op passes such an input on as: FSDP2's gathered parameters) whose
+    gradient contributions the backward returns apart instead of summing them, so that they are summed as autograd's
+    engine sums them: each cast to the leaf's grad_dtype first (jitcore/compat.py leaf_grad_dtype). An input's
+    further contributions are the backward's outputs after the one per input (Split.extra_grads)."""
     with Timer() as t:
         fw = from_trace(trace, "forward")
         with tracectx(fw), torch.no_grad():
@@ -113,7 +130,7 @@ def grad_transform(trace: Trace) -> Split:
         bw.names, bw._counters = set(fw.names), dict(fw._counters)
         flat_out = list(tree_leaves(trace.output))
         rg = [needs_grad(o) for o in flat_out]
-        bp = _Backprop()
+        bp = _Backprop(apart)
         with tracectx(bw), torch.no_grad():  # backward values carry no gradient of their own
             cts = [o.like(requires_grad=False) if r else None for o, r in zip(flat_out, rg)]
             for o, ct in zip(flat_out, cts):
@@ -121,7 +138,10 @@ def grad_transform(trace: Trace) -> Split:
                     bp.accumulate(o, ct)
             for bsym in reversed(bsyms):
                 bp.bsym(bsym)
-        bw.output = tuple(bp.cot.get(a.name) if needs_grad(a) else None for a in trace.args)
+        grads = [bp.cot.get(a.name) if needs_grad(a) else None for a in trace.args]
+        extra = [(i, c) for i, g in enumerate(grads) if isinstance(g, Apart) for c in g[1:]]
+        grads = [g[0] if isinstance(g, Apart) else g for g in grads]
+        bw.output = tuple(grads) + tuple(c for _, c in extra)
         bw = dce(bw)
         saved = free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
@@ -131,7 +151,7 @@ def grad_transform(trace: Trace) -> Split:
         fw.output = tuple(flat_out) + tuple(saved)
     fw.set_provenance("Forward pass of the grad transform", t.seconds)
     bw.set_provenance("Backward pass of the grad transform", t.seconds)
-    return Split(fw, bw, len(flat_out), saved, rg)
+    return Split(fw, bw, len(flat_out), saved, rg, tuple(i for i, _ in extra))
 
 
 def augment(bsyms) -> list:

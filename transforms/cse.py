@@ -8,7 +8,8 @@ merged cast would sum them in bfloat16). Typical catch: the backward of `y * y` 
 """
 from __future__ import annotations
 
-from jitcore.ir.proxies import Proxy, TensorProxy
+from jitcore.ir.context import detached
+from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ir.symbol import Tag, recorded_without_grad, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace
@@ -51,15 +52,46 @@ def _changes_grad_dtype(bsym) -> bool:
 
 
 def rename_args(bsym, names: dict):
-    """bsym reading the surviving values: its arguments and those of its decomposition, renamed."""
+    """bsym reading the surviving values: its arguments and those of its decomposition, renamed. Where names renames
+    sizes, each tensor its decomposition makes (at any depth; not bsym's own outputs, which later lines read) whose
+    shape holds one becomes a same-named copy with the new sizes: a nested composite's body reads the sizes of its
+    own inputs, so they must carry the names the renamed body reads (fuzz seed 101285: functionalization renamed i4
+    to i43 in cdist's decomposition, but `ltorch.sub(t20, t21)` read i43 while t20 still said i4; DCE then dropped
+    the top-level unpack of i43 and nothing defined it for that line)."""
     if not names:
         return bsym
+    remade = _remade_tensors(bsym, names)
+    return _renamed(bsym, {**names, **remade} if remade else names, remade)
 
+
+def _renamed(bsym, names: dict, remade: dict):
     def sub(x):
         return names.get(x.name, x) if isinstance(x, Proxy) else x
 
     args, kwargs = tree_map(sub, (bsym.args, bsym.kwargs))
-    return bsym.from_bsym(args=args, kwargs=kwargs, subsymbols=tuple(rename_args(s, names) for s in bsym.subsymbols))
+    output = bsym.output
+    if remade:
+        output = tree_map(lambda x: remade.get(x.name, x) if isinstance(x, Proxy) else x, output)
+    return bsym.from_bsym(args=args, kwargs=kwargs, output=output,
+                          subsymbols=tuple(_renamed(s, names, remade) for s in bsym.subsymbols))
+
+
+def _remade_tensors(bsym, names: dict) -> dict:
+    """name -> a same-named copy, its shape renamed, of each tensor bsym's decomposition makes with a renamed size."""
+    own, out = {o.name for o in bsym.flat_proxy_outs()}, {}
+
+    def visit(b):
+        for s in b.subsymbols:
+            for o in s.flat_proxy_outs():
+                shape = getattr(o, "_shape", ())
+                new = tuple(names.get(d.name, d) if isinstance(d, NumberProxy) else d for d in shape)
+                if any(a is not b for a, b in zip(new, shape)) and o.name not in own and o.name not in names:
+                    with detached():  # (no name is taken: the copy stands for the same value)
+                        out[o.name] = o.like(shape=new, name=o.name)
+            visit(s)
+
+    visit(bsym)
+    return out
 
 
 def _symbolic_sizes(mine, theirs) -> dict:

@@ -66,6 +66,13 @@ def thread_sharded_params(trace: Trace) -> Trace:
     return new.set_provenance("FSDP2 blocks (each block's lines read its parameters as gathered)", t.seconds)
 
 
+def gathered_apart(trace: Trace, apart) -> set:
+    """The gathered parameters (outputs of the blocks' fsdp_unshard lines) of the inputs named in `apart`, whose
+    gradient contributions stay apart (transforms/autodiff.py grad_transform)."""
+    return {o.name for b in trace.bound_symbols if b.sym is fsdp_unshard_sym
+            for p, o in zip(b.args[2], b.output) if p.name in apart}
+
+
 def _refuse_outside(proxies, owner: dict, renamed: dict):
     for p in proxies:
         if p.name in owner and p.name not in renamed:

@@ -31,6 +31,7 @@ from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
+from transforms.cse import rename_args
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
@@ -410,9 +411,7 @@ def _subst_subs(st, bsym):
                     if isinstance(s, NumberProxy) and (type(n) is int or (isinstance(n, NumberProxy)
                                                                          and s.name != n.name)):
                         renames.setdefault(s.name, n)
-    if not renames:
-        return bsym.subsymbols
-    return tuple(_rename_bsym(s, renames) for s in bsym.subsymbols)
+    return rename_args(bsym, renames).subsymbols if renames else bsym.subsymbols  # (with the sizes they make)
 
 
 def _rename_bsym(bsym, renames, outputs: bool = False):

@@ -54,10 +54,11 @@ VJP_RULES["prims.wait_tensor"] = wait_tensor_vjp
 
 # FSDP2's per-block lines (jitcore/ops/sharding.py): the block's gradients reach its parameters inside the backward, at
 # fsdp_post_backward (FSDP reduce-scatters them there), so the backward returns none for them; before the block's
-# backward, fsdp_regather gathers its parameters again
+# backward, fsdp_regather gathers its parameters again. A parameter whose contributions stay apart (transforms/
+# autodiff.py grad_transform) gets them as a tuple, which fsdp_post_backward sums as autograd's engine would.
 def fsdp_unshard_vjp(bsym, *gs):
     key, names, _params = bsym.args
-    given = [(n, g) for n, g in zip(names, gs) if g is not None]
+    given = [(n, tuple(g) if isinstance(g, tuple) else g) for n, g in zip(names, gs) if g is not None]
     if given:
         sharding.fsdp_post_backward_sym(key, tuple(n for n, _ in given), tuple(g for _, g in given))
     return None, None, None

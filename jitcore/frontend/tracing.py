@@ -118,6 +118,9 @@ class TraceResult:
     input_storages: list = field(default_factory=list)  # per input: storage address (None: numbers, empty tensors)
     aliases: list = field(default_factory=list)  # (provenance, input name): the same tensor found again elsewhere
     escapes: Escapes | None = None  # objects handed back or stored: fetched again or built afresh by the epilogue
+    # names of the leaf inputs that require grad whose grad_dtype is not their dtype when traced: their gradient's
+    # contributions stay apart, for autograd's engine to sum (transforms/autodiff.py grad_transform)
+    grads_apart: frozenset = frozenset()
 
 
 def _in_checkpoint_sequential(fn) -> bool:
@@ -758,8 +761,10 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     pairs = list(zip(ctx.inputs, ctx._values))
     strides = {i.proxy.name: tuple(t.stride()) for i, t in pairs if isinstance(t, torch.Tensor)}
     storages = [_storage_address(t) if isinstance(t, torch.Tensor) else None for _, t in pairs]
+    apart = frozenset(i.proxy.name for i, t in pairs if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf
+                      and compat.leaf_grad_dtype(t) != t.dtype)
     return TraceResult(trace, ctx.inputs, ctx.guards, result.side_effects, spec, len(leaves), strides, storages,
-                       ctx.aliases, escapes)
+                       ctx.aliases, escapes, apart)
 
 
 def prune_sizes(trace: Trace) -> Trace:

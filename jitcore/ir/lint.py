@@ -49,7 +49,7 @@ def lint(trace) -> None:
        no top-level line defines them (the decomposition prints as comments; claim() defines the sizes before a
        decomposition runs, see jitcore/frontend/tracing.py's define_sizes); and after functionalization or CSE renamed a
        line's input tensor, its decomposition still reads the sizes under their first names, which the top level
-       computes above it (`ltorch.slice_scatter(t2, t25, 0, i3, i4, 1)` whose `prims.full((i21, i9), True, ...)`
+       computes above it (`ltorch.slice_scatter(t2, t25, 0, i3, i4, 1)` whose `prims.full((i21, i9), False, ...)`
        reads i9, a size of the input t25 whose shape now prints as `[i21, i23]`).
     5. Its printed text is valid Python in which every name read is a parameter, assigned by an earlier statement
        and not deleted since, a global the generated code is given, or a builtin. Checked for a trace compiled

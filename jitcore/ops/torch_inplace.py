@@ -229,7 +229,13 @@ def _strip_ones(shape):
 
 # -- functional inverses of views (what a write into a view does to its base) ----------------------------------------
 def _scatter_slice(input, src, dim, start, end, step):
-    """input with input[..., start:end:step, ...] (at dim) replaced by src, as pad + where (fusible)."""
+    """input with input[..., start:end:step, ...] (at dim) replaced by src, as pad + where (fusible).
+
+    The result has input's own size proxies: the padded size at dim is `start + hi + n + (n - 1) * (step - 1)`, which
+    is `size` for every call but is a new proxy (its expression simplifies to size's); where() with input as its
+    first value takes input's shape (prims.where's result has the shape of its first value), so later lines and the
+    decompositions reading the result's sizes read size itself, not a number only this decomposition computes
+    (fuzz seed 101285: cdist of a tensor written by a slice assignment)."""
     size = input.shape[dim]
     n = src.shape[dim]
     if n == 0:
@@ -237,8 +243,11 @@ def _scatter_slice(input, src, dim, start, end, step):
     config = [(0, 0, 0)] * input.ndim
     config[dim] = (start, size - (start + (n - 1) * step + 1), step - 1)
     placed = ps.pad(to_dtype(src, input.dtype), 0, config)
-    mask = ps.pad(pc.full(tuple(src.shape), True, device=input.device, dtype=torch.bool), False, config)
-    return te.where(mask, placed, input)
+    keep = ps.pad(pc.full(tuple(src.shape), False, device=input.device, dtype=torch.bool), True, config)
+    out = te.where(keep, input, placed)
+    check(all(a is b or (type(a) is int and a == b) for a, b in zip(out._shape, input._shape)),
+          lambda: f"slice_scatter: the result's shape {tuple(out.shape)} is not the input's {tuple(input.shape)}")
+    return out
 
 
 @torchsymbol(torch.slice_scatter, T.slice_scatter, method="slice_scatter", id="ltorch.slice_scatter")

@@ -149,7 +149,7 @@ class AutogradProgram:
 
     def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list,
                  build_backward_without=None, saving=None, early_grads: tuple = (), enables_grad: bool = False,
-                 nograd_views: tuple = ()):
+                 nograd_views: tuple = (), extra_grads: tuple = ()):
         self.forward, self.backward = forward, backward
         # saving: None, or a context manager factory around the autograd.Function's apply (the saved-tensor hooks
         # in force when torch packs what its forward saved, as apply returns): without_ambient_hooks when the
@@ -173,6 +173,7 @@ class AutogradProgram:
         self.all_outputs_grad = not self.no_grad_outputs
         self.enables_grad = enables_grad  # a program traced with grad mode off whose outputs need grad (see __call__)
         self.nograd_views = nograd_views  # output positions of views made under no_grad
+        self.extra_grads = extra_grads  # GradsApart: the input positions taken again, one per extra gradient
 
     def backward_without(self, present: tuple):
         """(the backward program for calls whose cotangents are None where `present` is False (one per output
@@ -229,6 +230,25 @@ class AutogradProgram:
 
     def _without_history(self, inputs, outputs):
         return without_history(outputs, self.nograd_views, inputs) if self.nograd_views else outputs
+
+
+class GradsApart(AutogradProgram):
+    """An AutogradProgram whose backward returns some inputs' gradient contributions apart (transforms/autodiff.py
+    grad_transform: leaves whose grad_dtype is not their dtype): the node takes each such input once more per extra
+    contribution (extra_grads: their positions), so autograd's engine sums them as it sums eager's, each cast to the
+    leaf's grad_dtype first. The forward program reads the first inputs only (first_inputs)."""
+
+    extra_grads: tuple = ()
+
+    def __call__(self, *inputs):
+        return super().__call__(*inputs, *[inputs[i] for i in self.extra_grads])
+
+
+def first_inputs(program, n: int):
+    """program(*inputs[:n]): a forward program called with the extra inputs of GradsApart."""
+    def run(*inputs):
+        return program(*inputs[:n])
+    return run
 
 
 def without_history(outputs, positions: tuple, inputs):

@@ -170,6 +170,7 @@ class _Unit:
         seen = set()
         for name, g in zip(names, grads):
             p = self.params[name].unsharded_param
+            g = _as_engine_sums(p, g)
             if not g.is_contiguous() or id(g) in seen:  # (the parameters' layout; a gradient of its own)
                 g = g.contiguous() if not g.is_contiguous() else g.clone()
             seen.add(id(g))
@@ -179,6 +180,19 @@ class _Unit:
                 p.grad += g
         for group in compat.fsdp_param_groups(self.state):
             group.post_backward()  # reduce-scatter (or accumulate) and reshard
+
+
+def _as_engine_sums(p, g):
+    """The gradient autograd's engine hands p's AccumulateGrad for g, the program's gradient of p or a tuple of its
+    contributions kept apart (transforms/autodiff.py): each cast to p's grad_dtype where that is set (2.15's FSDP2
+    sets a wider reduce_dtype on the unsharded parameters: jitcore/compat.py leaf_grad_dtype), then summed in order."""
+    dtype = compat.leaf_grad_dtype(p)
+    total = None
+    for c in g if isinstance(g, tuple) else (g,):
+        if dtype is not None and c.dtype != dtype:
+            c = c.to(dtype)
+        total = c if total is None else total + c
+    return total
 
 
 def _relative(fqn, key: str):
