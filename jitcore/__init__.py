@@ -1,7 +1,8 @@
-"""jitcore: a trace-based JIT compiler for PyTorch. The public surface only; the pipeline is in jitcore/api.py.
+"""jitcore: a trace-based JIT compiler for PyTorch. The public surface only; the faces are in jitcore/api.py, the
+pipeline in jitcore/pipeline.py.
 
-The names below load jitcore.api on first use, so that `import executors` (which jitcore.api itself imports)
-does not pull the whole pipeline in while it initialises.
+The names below load jitcore.api on first use, so that `import executors` (which jitcore.api imports, through
+jitcore.pipeline) does not pull the whole pipeline in while it initialises.
 """
 # the ops register into the IR's tables (proxies.IR_OPS, TENSOR_METHODS, METHOD_FALLBACKS, the autocast policy) when
 # imported: importing any part of jitcore makes the IR complete, as it was when the IR imported the ops itself

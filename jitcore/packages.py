@@ -52,10 +52,11 @@ import torch
 from looseversion import LooseVersion
 
 from executors import inductor_kernels
-from jitcore.api import CompileOptions, JitFunction, JitModule, _resolve_executors, jit
+from jitcore.api import JitFunction, JitModule, jit
 from jitcore.debug.reproduce import final_traces, programs_text, write_repro
 from jitcore.errors import JitError
 from jitcore.frontend import layouts
+from jitcore.pipeline import CompileOptions, resolve_executors
 
 FORMAT = 1
 _DIGEST = "DIGEST"
@@ -351,7 +352,7 @@ def _options(saved: dict, jit_options: dict) -> dict:
         raise TypeError(f"unknown jit option(s) {', '.join(sorted(unknown))}")
     given = {}
     if "executors" in jit_options:
-        given["executors"] = [ex.name for ex in _resolve_executors(jit_options["executors"])]
+        given["executors"] = [ex.name for ex in resolve_executors(jit_options["executors"])]
     saved = {"rematerialize": True, "saved_tensor_hooks": None, **saved}  # (a package written before the options)
     if "saved_tensor_hooks" in jit_options:
         given["saved_tensor_hooks"] = _hook_names(jit_options["saved_tensor_hooks"])
@@ -362,7 +363,7 @@ def _options(saved: dict, jit_options: dict) -> dict:
     if diffs:
         raise PackageError("the package was saved with other jit options (" + "; ".join(diffs) + ")")
     try:
-        executors = _resolve_executors(saved["executors"])
+        executors = resolve_executors(saved["executors"])
     except Exception as e:
         raise PackageError(f"an executor of the package is not available here: {e}") from None
     for ex in executors:

@@ -22,10 +22,11 @@ RANKS = {
     "jitcore.errors": 0, "jitcore.logs": 0, "jitcore.compat": 1, "jitcore.hooks": 2, "jitcore.ir": 2,
     "jitcore.ops": 3, "jitcore.interpreter": 4, "jitcore.guards": 5, "jitcore.runtime": 6, "jitcore.frontend": 7,
     "transforms": 8, "executors": 8, "jitcore.debug": 9,
-    "jitcore.api": 10, "jitcore.packages": 11, "jitcore.explanation": 11, "jitcore": 12,
+    "jitcore.pipeline": 10, "jitcore.api": 11, "jitcore.packages": 12, "jitcore.explanation": 12, "jitcore": 13,
 }
-# the modules that assemble the stages: importing any of them is their job (DESIGN.md: api.py imports all three)
-ASSEMBLERS = ("jitcore.api", "jitcore.packages", "jitcore")
+# the modules that assemble the stages: importing any of them is their job (DESIGN.md: pipeline.py is the one that
+# imports jitcore, transforms and executors together; api.py, the faces, calls it)
+ASSEMBLERS = ("jitcore.pipeline", "jitcore.api", "jitcore.packages", "jitcore")
 
 
 @dataclass(frozen=True)

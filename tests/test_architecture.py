@@ -44,6 +44,24 @@ def test_transforms_and_executors_are_independent(found):
     assert bad == []
 
 
+def test_the_pipeline_is_the_one_module_importing_jitcore_transforms_and_executors(found):
+    """DESIGN.md: jitcore/pipeline.py assembles the stages; no other module of jitcore imports transforms, and none
+    imports transforms and executors together."""
+    reach = {}
+    for i in found:
+        reach.setdefault(i.importer, set()).add(g.stage_of(i.imported))
+    assert {m for m, stages in reach.items() if m.startswith("jitcore") and "transforms" in stages} == {
+        "jitcore.pipeline"}
+    assert {m for m, stages in reach.items() if {"transforms", "executors"} <= stages} == {"jitcore.pipeline"}
+
+
+def test_api_keeps_the_faces_only():
+    """jitcore/api.py: jit(), JitFunction, JitModule and the run path of a call; the compile is pipeline.py's."""
+    lines = len((ROOT / "jitcore" / "api.py").read_text().splitlines())
+    assert lines < 350, f"jitcore/api.py has {lines} lines: the compile stages belong in jitcore/pipeline.py"
+    assert "pipeline.py" in (ROOT / "jitcore" / "README.md").read_text()
+
+
 def test_few_imports_inside_functions_each_with_its_reason(found):
     inner = g.in_functions(found)
     assert len(inner) <= INNER_IMPORT_BUDGET, "\n".join(f"{i.importer}:{i.line} -> {i.imported}" for i in inner)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import jitcore
-import jitcore.api as api
+import jitcore.pipeline as pipeline
 from jitcore.ir import lint as ir_lint
 from jitcore.ir.lint import TraceLintError, lint
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
@@ -262,7 +262,7 @@ def _duplicating_cse(trace, **kw):
 
 
 def test_the_pipeline_lints_each_pass_when_on(monkeypatch):
-    monkeypatch.setattr(api, "cse", _duplicating_cse)
+    monkeypatch.setattr(pipeline, "cse", _duplicating_cse)
     x = torch.randn(3)
     monkeypatch.setattr(ir_lint, "CHECK", False)
     torch.testing.assert_close(jitcore.jit(lambda x: x.exp() + 1)(x), x.exp() + 1)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import jitcore
-from jitcore import api, logs
+from jitcore import logs, pipeline
 from jitcore.guards import cache as cache_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +48,7 @@ def test_a_recompile_logs_the_callers_line_and_the_reason(topics):
     assert records[0].startswith("[jitcore.guards recompiles] compiling _add at ")
     assert f"{__file__}:{line}: " in records[1] and "miss 2" in records[1]
     assert "expected a tensor cpu f32[2]" in records[1]
-    assert "jitcore/api.py" not in out.getvalue()
+    assert "jitcore/api.py" not in out.getvalue() and "jitcore/pipeline.py" not in out.getvalue()
 
 
 def test_topics_not_turned_on_log_nothing(topics):
@@ -143,14 +143,14 @@ class _Terminal(io.StringIO):
 
 
 def _slow_compiles(monkeypatch, seconds=0.3):
-    compile_entry = api.compile_entry
+    compile_entry = pipeline.compile_entry
 
     def slow(*args, **kwargs):
         logs.stage("interpret")
         time.sleep(seconds)
         return compile_entry(*args, **kwargs)
 
-    monkeypatch.setattr(api, "compile_entry", slow)
+    monkeypatch.setattr(pipeline, "compile_entry", slow)
     monkeypatch.setattr(logs, "PROGRESS_DELAY_S", 0.05)
     monkeypatch.setattr(logs, "PROGRESS_EVERY_S", 10.0)
 

@@ -25,8 +25,10 @@ from pathlib import Path
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from jitcore import logs
 from jitcore.debug.reproduce import write_repro
 from jitcore.errors import VerificationError
+from jitcore.guards.cache import Cache
 from jitcore.guards.input_storage import describe
 from jitcore.interpreter.provenance import Arg, Fn, Kwarg
 from jitcore.ir.proxies import TensorProxy
@@ -223,27 +225,66 @@ def first_differing_line(entry, inputs) -> str:
 _WARNED: set = set()
 
 
-def checked_call(jfn, entry, inputs, args, kwargs):
-    """Run the jitted call (jfn._run) and the same call eagerly on copies; raise VerificationError on a mismatch."""
+class CheckingCache(Cache):
+    """The cache of a jitted function made with verify=N: a hit is handed to `before_run` (entry, inputs, args,
+    kwargs), which decides whether the call is checked and prepares the check, before the call runs."""
+
+    def __init__(self, mode: str, before_run):
+        super().__init__(mode)
+        self.before_run = before_run
+
+    def lookup(self, fn, args, kwargs):
+        found = super().lookup(fn, args, kwargs)
+        if found is not None:
+            self.before_run(*found, args, kwargs)
+        return found
+
+
+@dataclass
+class Check:
+    """A call being checked: what prepare_check took before the jitted call ran, for finish_check after it."""
+
+    jfn: object
+    entry: object
+    args: tuple  # the call's own arguments (compared with eager's copies after the call)
+    kwargs: dict
+    call: object  # the copies eager runs on
+    spec: object
+    pristine: object  # the module as it was before the call (a deep copy), or the function
+    saved_inputs: tuple  # clones of the program's inputs, for the line-by-line search of a report
+    start: object  # the RNG state the jitted call starts from
+
+
+def prepare_check(jfn, entry, inputs, args, kwargs) -> Check | None:
+    """Before the jitted call runs: copies of the call for eager and the RNG state; None (the call runs unchecked,
+    with a warning) when an eager re-run would write outside what is copied or the arguments cannot be copied."""
     fn = jfn.fn
     if entry.external_effect:
         if id(entry) not in _WARNED:
             _WARNED.add(id(entry))
+            _, level = logs.user_frame()
             warnings.warn(f"jitcore verify: a call of {getattr(fn, '__name__', type(fn).__name__)} is not checked: "
-                          f"{entry.external_effect}, which running it again eagerly would write twice", stacklevel=3)
-        return jfn._run(entry, inputs, args, kwargs)
+                          f"{entry.external_effect}, which running it again eagerly would write twice",
+                          stacklevel=level)
+        return None
     try:
         call = _copy(fn, args, kwargs)
         spec = describe(args, kwargs, "all")
         pristine = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
         saved_inputs = tuple(t.detach().clone() if isinstance(t, torch.Tensor) else t for t in inputs)
     except Exception as e:  # (an argument that cannot be copied)
-        warnings.warn(f"jitcore verify: a call is not checked: its arguments cannot be copied ({e})", stacklevel=3)
-        return jfn._run(entry, inputs, args, kwargs)
-    start = _rng_state()
-    out = jfn._run(entry, inputs, args, kwargs)
+        _, level = logs.user_frame()
+        warnings.warn(f"jitcore verify: a call is not checked: its arguments cannot be copied ({e})", stacklevel=level)
+        return None
+    return Check(jfn, entry, args, kwargs, call, spec, pristine, saved_inputs, _rng_state())
+
+
+def finish_check(check: Check, out):
+    """After the jitted call returned `out`: the same call run eagerly on the copies, from the RNG state the jitted
+    call started from; out, with the RNG left where the jitted call left it, or VerificationError on a mismatch."""
+    jfn, call, fn, args, kwargs = check.jfn, check.call, check.jfn.fn, check.args, check.kwargs
     end = _rng_state()
-    _set_rng(start)
+    _set_rng(check.start)
     try:
         hooks = jfn.options.saved_tensor_hooks  # (eager saves under the same pair; active ones are active here too)
         with torch.autograd.graph.saved_tensors_hooks(*hooks) if hooks is not None else contextlib.nullcontext():
@@ -258,7 +299,7 @@ def checked_call(jfn, entry, inputs, args, kwargs):
     if not problems:
         problems = _gradients(out, want, call, fn, args, kwargs)
     if problems:
-        raise VerificationError(_report(jfn, entry, problems, saved_inputs, pristine, spec))
+        raise VerificationError(_report(jfn, check.entry, problems, check.saved_inputs, check.pristine, check.spec))
     return out
 
 
@@ -274,5 +315,5 @@ def _report(jfn, entry, problems: list, inputs, pristine, spec) -> str:
     return f"the jitted call differs from eager:\n  {shown}\n{where}\n{repro}"
 
 
-__all__ = ["TOLERANCES", "VerificationError", "checked_call", "external_effect", "first_differing_line",
-           "verify_calls"]
+__all__ = ["TOLERANCES", "CheckingCache", "VerificationError", "external_effect", "finish_check",
+           "first_differing_line", "prepare_check", "verify_calls"]

@@ -19,35 +19,69 @@ CACHE_MODES = ("constant values", "symbolic values", "no caching")
 ENTRY_WARN_LIMIT = 16
 
 
-@dataclass
-class CacheEntry:
-    prologue: Callable  # (fn, args, kwargs) -> tuple of inputs | None  (after the key matched: the hot variant)
+@dataclass(frozen=True)
+class Compiled:
+    """What runs a call once its prologue fetched the inputs: the computation, the epilogue, the output structure."""
+
     computation: Callable  # (*inputs) -> flat outputs
+    epilogue: Callable | None  # (fn, args, kwargs, flat) -> flat, replaying the side effects; None when there are none
     output_spec: Any
     n_outputs: int  # the user's flat outputs come first; values stored by side effects follow
+    mutated_inputs: tuple = ()  # positions of the inputs the program writes into (aliasing is checked per call)
+
+
+@dataclass
+class EntryRecord:
+    """What an entry keeps for reading (inspection, explain, packages, verify); nothing per call reads it."""
+
     traces: list  # computation traces, in the order the passes made them
-    prologue_traces: list  # [hot (after the key matched), full] or [hot, module-rooted part, full] for modules
-    explain: Callable  # (fn, args, kwargs) -> None or the text of the first failed check
     backward_traces: list = field(default_factory=list)
-    epilogue: Callable | None = None
     epilogue_traces: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)  # compile-time breakdown per stage, in seconds
-    mutated_inputs: tuple = ()  # positions of the inputs the program writes into (aliasing is checked per call)
-    key: Any = None  # the signature key of the call it was compiled for
-    unflatten: Callable = None  # flat outputs -> the user's output structure
-    check: Callable = None  # the full prologue (every check): tried first for the most recently used entry
-    module_state: Any = None  # module_state.ModuleGuardState: when the module-rooted guards last passed (modules)
     value_dependent: str = ""  # why the program depends on tensor values ("" if it does not; guards/input_storage.py)
     input_spec: Any = None  # input_storage.InputSpec of the call it was compiled for
     external_effect: str = ""  # (verify) why an eager re-run would write outside the arguments and module, if it would
 
-    def __post_init__(self):
-        if self.unflatten is None:
-            spec, n = self.output_spec, self.n_outputs
-            if spec is not None and spec.num_leaves == 1 and spec.num_nodes == 1 and n == 1:
-                self.unflatten = _first
-            else:
-                self.unflatten = lambda flat: tree_unflatten(spec, list(flat[:n]))
+
+class CacheEntry:
+    """One compiled call, from three groups: `guards` (guards/prologue.py's Prologues: the checks a call passes to
+    reuse it), `compiled` (what runs the call) and `record` (the printable programs and the bookkeeping). What a call
+    reads is copied flat onto the entry, so the hot path (Cache.lookup, JitFunction.__call__) pays one attribute
+    lookup each: prologue, check, module_state, mutated_inputs, key, computation, epilogue, unflatten. The other
+    names (traces, stats, explain, ...) read the groups."""
+
+    def __init__(self, guards, compiled: Compiled, record: EntryRecord):
+        self.guards, self.compiled, self.record = guards, compiled, record
+        self.prologue: Callable = guards.hot  # (fn, args, kwargs) -> tuple of inputs | None, after the key matched
+        self.check: Callable = guards.full  # every check: tried first for the most recently used entry
+        self.module_state = guards.state  # module_state.ModuleGuardState: when the module-rooted guards last passed
+        self.mutated_inputs = compiled.mutated_inputs
+        self.key = None  # the signature key of the call it was compiled for (set by Cache.add)
+        self.computation, self.epilogue = compiled.computation, compiled.epilogue
+        spec, n = compiled.output_spec, compiled.n_outputs  # flat outputs -> the user's output structure
+        if spec is not None and spec.num_leaves == 1 and spec.num_nodes == 1 and n == 1:
+            self.unflatten = _first
+        else:
+            self.unflatten = lambda flat: tree_unflatten(spec, list(flat[:n]))
+
+    traces = property(lambda self: self.record.traces, doc="computation traces, in the order the passes made them")
+    backward_traces = property(lambda self: self.record.backward_traces)
+    prologue_traces = property(lambda self: self.guards.traces, doc="[hot, full] or [hot, module-rooted part, full]")
+    epilogue_traces = property(lambda self: self.record.epilogue_traces)
+    explain = property(lambda self: self.guards.explain, doc="(fn, args, kwargs) -> None or the first failed check")
+    stats = property(lambda self: self.record.stats)
+    value_dependent = property(lambda self: self.record.value_dependent)
+    external_effect = property(lambda self: self.record.external_effect)
+    output_spec = property(lambda self: self.compiled.output_spec)
+    n_outputs = property(lambda self: self.compiled.n_outputs)
+
+    @property
+    def input_spec(self):
+        return self.record.input_spec
+
+    @input_spec.setter
+    def input_spec(self, spec):
+        self.record.input_spec = spec
 
 
 def _first(flat):

@@ -148,7 +148,8 @@ class AutogradProgram:
     emptied by the program as it unpacks them)."""
 
     def __init__(self, forward, backward, n_outputs: int, output_requires_grad: list, saved_is_tensor: list,
-                 build_backward_without=None, saving=None, early_grads: tuple = ()):
+                 build_backward_without=None, saving=None, early_grads: tuple = (), enables_grad: bool = False,
+                 nograd_views: tuple = (), extra_grads: tuple = ()):
         self.forward, self.backward = forward, backward
         # saving: None, or a context manager factory around the autograd.Function's apply (the saved-tensor hooks
         # in force when torch packs what its forward saved, as apply returns): without_ambient_hooks when the
@@ -170,8 +171,9 @@ class AutogradProgram:
         self.saves = bool(saved_is_tensor)
         self.no_grad_outputs = tuple(i for i, rg in enumerate(self.output_requires_grad) if not rg)
         self.all_outputs_grad = not self.no_grad_outputs
-        self.enables_grad = False  # set by the pipeline for a program traced with grad mode off (see __call__)
-        self.nograd_views = ()  # set by the pipeline: output positions of views made under no_grad
+        self.enables_grad = enables_grad  # a program traced with grad mode off whose outputs need grad (see __call__)
+        self.nograd_views = nograd_views  # output positions of views made under no_grad
+        self.extra_grads = extra_grads  # GradsApart: the input positions taken again, one per extra gradient
 
     def backward_without(self, present: tuple):
         """(the backward program for calls whose cotangents are None where `present` is False (one per output
