@@ -3,6 +3,8 @@ the answers that depend on it: whether `x.view(shape)` can be a view (eager rais
 `x.is_contiguous()`, `x.storage_offset()`. A tensor's layout comes from replaying the lines that made it on meta
 tensors with torch's own functions, starting from the real strides of the call's inputs. The argument tensors an
 answer depended on are guarded (their contiguity, or their exact strides), so a cached call never reuses it wrongly.
+A prim is replayed with its eager kernel, which comes with its definition (Symbol.kernel, jitcore/ops): nothing here
+depends on an executor having been imported.
 """
 from __future__ import annotations
 
