@@ -5,6 +5,7 @@ tests.import_graph` prints the same facts as a report (`python -m tests.table_wr
 """
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -73,8 +74,32 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path):
 
 def test_the_layout_is_described_in_the_clone():
     text = (ROOT / "jitcore" / "README.md").read_text()
-    for folder in ("ir/", "ops/", "interpreter/", "guards/", "frontend.py", "api.py", "transforms/", "executors/"):
+    for folder in ("ir/", "ops/", "interpreter/", "guards/", "frontend/", "runtime/", "debug/", "api.py", "transforms/",
+                   "executors/"):
         assert folder in text, f"jitcore/README.md does not describe {folder}"
+    stages = {g.stage_of(m) for m in g.project_files(ROOT)}
+    undescribed = [s for s in stages if s.startswith("jitcore.")
+                   and not re.search(rf"(^|[\s/`(]){s.split('.')[1]}(/|\.py)", text, re.M)]
+    assert undescribed == [], f"jitcore/README.md does not describe {undescribed}"
+
+
+LOOSE_MODULES_BUDGET = 8  # DESIGN.md: the faces (api, packages, explanation, pipeline) and the leaves (errors, ...)
+
+
+def test_few_loose_modules_in_jitcore():
+    """Everything but the faces and the leaves every stage may use lives in its stage's folder."""
+    loose = sorted(p.name for p in (ROOT / "jitcore").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= LOOSE_MODULES_BUDGET, f"{len(loose)} modules directly in jitcore/: {loose}"
+
+
+def test_no_two_modules_share_a_basename():
+    """A basename names one role: `fsdp.py` in three folders meant three different things to a reader."""
+    seen: dict[str, list[str]] = {}
+    for pkg in g.PACKAGES:
+        for p in (ROOT / pkg).rglob("*.py"):
+            if p.name != "__init__.py":
+                seen.setdefault(p.name, []).append(str(p.relative_to(ROOT)))
+    assert {n: ps for n, ps in seen.items() if len(ps) > 1} == {}
 
 
 # -- the IR's tables are filled only through the register_* function of the module that owns each ------------------

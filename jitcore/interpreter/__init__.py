@@ -24,8 +24,8 @@ from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode
     ops_stack,
     user_traceback,
 )
-from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.generators import InterpGenerator
+from jitcore.interpreter.protocol import DefaultContext
 from jitcore.interpreter.provenance import (
     Arg,
     Attr,

@@ -18,8 +18,8 @@ import weakref
 
 from jitcore.errors import JitError, MetaError, UnsupportedError
 from jitcore.interpreter import eager_errors, user_traceback
-from jitcore.interpreter.context import DefaultContext
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
+from jitcore.interpreter.protocol import DefaultContext
 from jitcore.interpreter.provenance import Arg, Attr, Call, Closure, Fn, Global, Item, Kwarg
 from jitcore.interpreter.side_effects import SideEffectLog
 from jitcore.ir.arith import as_user
