@@ -153,10 +153,12 @@ FILLS = ("torch.empty_like({v}).normal_() * {v}",
 SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vector_norm({v}, dim=-1)",
            "torch.linalg.multi_dot([{v}, {v}.mT, {v}])", "torch.nextafter({v}, {v} * 2)",
            "torch.nn.functional.embedding_bag(torch.tensor([0, 1, 2, 1]), {v}, torch.tensor([0, 2]))",
-           "torch.lstm({v}.unsqueeze(1), (torch.zeros(1, 1, 2), torch.zeros(1, 1, 2)), [{v}[:2].repeat(4, 1), "
-           "{v}[:2, :2].repeat(4, 1)], False, 1, 0.0, False, False, False)[0]",
-           "torch.rnn_tanh({v}.unsqueeze(1), torch.zeros(1, 1, 2), [{v}[:2], {v}[:2, :2]], False, 1, 0.0, False, "
-           "False, False)[0]",
+           # (weights of the shapes torch checks nowhere: w_ih [gates * 2, {v}'s last size], w_hh [gates * 2, 2];
+           # a wrong one reads and writes out of bounds in eager itself, on any {v} with a size-1 dim)
+           "torch.lstm({v}.unsqueeze(1), (torch.zeros(1, 1, 2), torch.zeros(1, 1, 2)), [{v}[:1].repeat(8, 1), "
+           "{v}[:1, :1].repeat(8, 2)], False, 1, 0.0, False, False, False)[0]",
+           "torch.rnn_tanh({v}.unsqueeze(1), torch.zeros(1, 1, 2), [{v}[:1].repeat(2, 1), {v}[:1, :1].repeat(2, 2)], "
+           "False, 1, 0.0, False, False, False)[0]",
            "torch.stack([{v}, {v} * 2]).sum(0)", "torch.einsum('ij,kj->ik', {v}, {v})",
            "{v} * ({v}.data_ptr() != 0)", "{v}.view(-1)[:2]", "torch.cdist({v}, {v})",
            "({v} * 0).std(correction=0)", "torch.linalg.norm({v} * 0)", "torch.linalg.vector_norm({v} - {v}, dim=0)")
