@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from jitcore.ir.codegen import NAMESPACE_IMPORTS
+from jitcore.ir.codegen import namespace_import, register_namespace_import
 from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol
+from jitcore.ir.symbol import BoundSymbol, Symbol
 
 _EXECUTORS: dict[str, Executor] = {}
 
@@ -156,16 +156,19 @@ class OperatorExecutor(Executor):
         self.kernels: dict[str, Callable] = {}
         self.namespace = _ExecutorNamespace(self)
 
-    def _kernel_symbol(self, name: str, fn: Callable, meta: Callable, path: str | None = None) -> Symbol:
-        """A symbol that prints as `<path>(...)` (a public torch function) or `<executor>.<name>(...)`."""
+    def _kernel_symbol(self, name: str, fn: Callable, meta: Callable, path: str | None = None,
+                       kernel: Callable | None = None) -> Symbol:
+        """A symbol that prints as `<path>(...)` (a public torch function) or `<executor>.<name>(...)`; `kernel`: what
+        it runs on real values outside a trace (an op of the executor's own, register_operator)."""
         if path is not None:
             module, _, short = path.rpartition(".")
-            return Symbol(f"{self.name}.{name}", short, meta=meta, module=module, namespace=torch)
+            return Symbol(f"{self.name}.{name}", short, meta=meta, module=module, namespace=torch, kernel=kernel)
         name = _unique_name(name, self.kernels, fn)
         self.kernels[name] = fn
         alias = self.namespace_name
-        NAMESPACE_IMPORTS.setdefault(alias, f"# {alias}: the kernels of executor {self.name!r}")
-        return Symbol(f"{self.name}.{name}", name, meta=meta, module=alias, namespace=self.namespace)
+        if namespace_import(alias) is None:  # (the first executor printing under an alias names it)
+            register_namespace_import(alias, f"# {alias}: the kernels of executor {self.name!r}")
+        return Symbol(f"{self.name}.{name}", name, meta=meta, module=alias, namespace=self.namespace, kernel=kernel)
 
     def register_operator(self, name: str, *, meta: Callable | None = None, like: Symbol | None = None,
                           fn: Callable, tags=()) -> Symbol:
@@ -183,9 +186,8 @@ class OperatorExecutor(Executor):
         meta = meta if meta is not None else like.meta
         if meta is None:
             raise ValueError(f"register_operator({name!r}): give meta= or like= an op that has a meta")
-        sym = self._kernel_symbol(name, fn, meta)
+        sym = self._kernel_symbol(name, fn, meta, kernel=fn)  # (its eager kernel is its own: the executor's table)
         sym.tags = frozenset(tags)
-        EAGER_KERNELS[sym.id] = fn
         self.implmap[sym.id] = Implementation(sym)
         return sym
 

@@ -86,9 +86,10 @@ def test_ops_register_their_fallbacks_and_autocast_policy():
     for chain in (proxies.METHOD_FALLBACKS, torch_map.FUNCTION_FALLBACKS):
         assert chain.order == ("inplace", "opaque")
         assert set(chain.factories) == {"inplace", "opaque"}
-    assert symbol.AUTOCAST_OPS == autocast.AUTOCAST_OPS and symbol.AUTOCAST_OPS
-    assert symbol.AUTOCAST_TRANSPARENT == autocast.TRANSPARENT
-    assert symbol.autocast_args is autocast.autocast_args
+    policy = symbol.AUTOCAST_POLICY
+    assert policy["ops"] == autocast.AUTOCAST_OPS and policy["ops"]
+    assert policy["transparent"] == autocast.TRANSPARENT
+    assert policy["cast_args"] is autocast.autocast_args
 
 
 def test_unmapped_inplace_method_goes_through_the_inplace_fallback():

@@ -3,6 +3,8 @@ the answers that depend on it: whether `x.view(shape)` can be a view (eager rais
 `x.is_contiguous()`, `x.storage_offset()`. A tensor's layout comes from replaying the lines that made it on meta
 tensors with torch's own functions, starting from the real strides of the call's inputs. The argument tensors an
 answer depended on are guarded (their contiguity, or their exact strides), so a cached call never reuses it wrongly.
+A prim is replayed with its eager kernel, which comes with its definition (Symbol.kernel, jitcore/ops): nothing here
+depends on an executor having been imported.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from jitcore.guards.data_guards import DataGuard
 from jitcore.ir.arith import concretize, expr_of, unit_sizes
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
-from jitcore.ir.symbol import EAGER_KERNELS, Tag
+from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import detached
 from jitcore.ir.views import VIEW_PRIMS
 from jitcore.runtime.disk_cache import cache_root, write_atomically
@@ -203,7 +205,7 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
     sym = line.sym
     if Tag.PYTHON in sym.tags or (Tag.CREATION in sym.tags and not sym.id.endswith("_like")):
         return None  # (a *_like op lays its result out as its input: torch.empty_like(x.t() * 1) keeps x.t()'s)
-    fn = sym.torch_fn if sym.torch_fn is not None else (EAGER_KERNELS.get(sym.id) if sym.is_prim else None)
+    fn = sym.torch_fn if sym.torch_fn is not None else sym.kernel  # (a prim's kernel comes with its definition)
     if any(m is None for m in metas.values()):
         return None
     if fn is None:

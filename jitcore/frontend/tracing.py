@@ -232,7 +232,7 @@ class JitContext(DefaultContext):
     def _checkpoint(self, function, *args, use_reentrant=None, context_fn=_checkpoint.noop_context_fn,
                     determinism_check="default", debug=False, early_stop=True, **kwargs):
         """torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False): function interpreted here, its
-        lines marked CHECKPOINTED, so that the backward recomputes them instead of the forward saving their
+        lines marked checkpointed, so that the backward recomputes them instead of the forward saving their
         outputs. Random draws inside are saved, not drawn again: the backward sees the forward's masks, as eager's
         preserve_rng_state=True replays them."""
         if use_reentrant is not False:

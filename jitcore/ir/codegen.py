@@ -15,9 +15,29 @@ from jitcore.ir import arith
 from jitcore.ir.proxies import Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.ranges import SymbolicRange
+from jitcore.ir.tables import enter
 
-# namespace alias -> the line that imports it, for the printed header ("prims" -> "from jitcore.ops import prims")
-NAMESPACE_IMPORTS: dict[str, str] = {"torch": "import torch"}
+# namespace alias -> the line that imports it, for the printed header ("prims" -> "from jitcore.ops import prims");
+# filled only through register_namespace_import
+NAMESPACE_IMPORTS: dict[str, str] = {}
+
+
+def register_namespace_import(alias: str, line: str, *, replace: bool = False) -> str:
+    """A printed trace whose lines call `alias.<op>` gets `line` in its header (the import that binds alias, or a
+    comment saying what it is). The same line again is a no-op; another line for a registered alias is an error
+    unless `replace`."""
+    if NAMESPACE_IMPORTS.get(alias) == line and isinstance(line, str):
+        return line
+    return enter(NAMESPACE_IMPORTS, "trace namespace", alias, line, replace=replace,
+                 value_check=lambda v: isinstance(v, str) and bool(v), value_kind="a non-empty line of text")
+
+
+def namespace_import(alias: str) -> str | None:
+    """The header line registered for `alias`, or None."""
+    return NAMESPACE_IMPORTS.get(alias)
+
+
+register_namespace_import("torch", "import torch")
 _compile_ids = itertools.count()
 
 

@@ -17,6 +17,7 @@ from jitcore.ir import devices as _devices
 from jitcore.ir import dtypes as _dtypes
 from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.pytree import NAMESPACE
+from jitcore.ir.tables import enter
 
 
 class Fallbacks:
@@ -29,11 +30,11 @@ class Fallbacks:
         self.factories: dict = {}
         self._chain: tuple = ()
 
-    def register(self, name: str, factory):
+    def register(self, name: str, factory, *, replace: bool = False):
         """factory(key) -> a callable for key, or None to leave it to the next fallback."""
         if name not in self.order:
             raise ValueError(f"{self.what}: unknown fallback {name!r} (the chain's order is {self.order})")
-        self.factories[name] = factory
+        enter(self.factories, f"{self.what}: fallback", name, factory, replace=replace)
         self._chain = tuple(self.factories[n] for n in self.order if n in self.factories)
         return factory
 
@@ -45,14 +46,30 @@ class Fallbacks:
         return None
 
 
-# -- the tables jitcore/ops fills when it is imported ---------------------------------------------------------------
-# name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map
+# -- the tables jitcore/ops fills when it is imported, each only through its register_* function below -------------
+# (tests/test_architecture.py checks that no other module writes them). Reads stay plain dict lookups.
+# name -> callable(self, *args, **kwargs); filled by jitcore.ops.torch_map (register_tensor_method)
 TENSOR_METHODS: dict = {}
 # property name -> callable(self) for tensor properties that are ops (x.T, x.mT); filled by jitcore.ops
 TENSOR_PROPERTIES: dict = {}
 # torch.Tensor attributes a proxy's own attributes shadow (a proxy's `name` is its name in the trace): name -> what
 # the user's code reads instead, callable(proxy); the interpreter's attribute load asks this table first
-SHADOWED_TENSOR_ATTRS: dict = {"name": lambda proxy: None}  # eager: None (torch sets it for no user tensor)
+SHADOWED_TENSOR_ATTRS: dict = {}
+
+
+def register_tensor_method(name: str, fn, *, replace: bool = False):
+    """`proxy.<name>(...)` (and an operator dunder `__add__`) calls fn(proxy, ...). Returns fn."""
+    return enter(TENSOR_METHODS, "Tensor method", name, fn, replace=replace)
+
+
+def register_tensor_property(name: str, fn, *, replace: bool = False):
+    """`proxy.<name>` (a property that is an op: x.T, x.mT) is fn(proxy). Returns fn."""
+    return enter(TENSOR_PROPERTIES, "Tensor property", name, fn, replace=replace)
+
+
+def register_shadowed_attr(name: str, fn, *, replace: bool = False):
+    """The user's `tensor.<name>` reads fn(proxy) where the proxy's own attribute would shadow torch's. Returns fn."""
+    return enter(SHADOWED_TENSOR_ATTRS, "shadowed Tensor attribute", name, fn, replace=replace)
 
 
 def _version_refused(proxy):
@@ -62,7 +79,8 @@ def _version_refused(proxy):
                            hint="read x._version outside the jitted function and pass what you need as an argument")
 
 
-SHADOWED_TENSOR_ATTRS["_version"] = _version_refused
+register_shadowed_attr("name", lambda proxy: None)  # eager: None (torch sets it for no user tensor)
+register_shadowed_attr("_version", _version_refused)
 # Tensor methods with no entry in TENSOR_METHODS, asked in this order: "inplace" (jitcore/ops/torch_inplace.py: an
 # in-place method as its functional form over a clone plus the write; metadata in-place methods refused), then
 # "opaque" (jitcore/ops/opaque.py: any torch.Tensor method as an opaque op)
@@ -80,12 +98,11 @@ IR_OP_ROLES = {
 IR_OPS: dict = {}  # role -> the op; see register_ir_op
 
 
-def register_ir_op(role: str, fn):
+def register_ir_op(role: str, fn, *, replace: bool = False):
     """Register fn as the op the IR records through for `role` (one of IR_OP_ROLES)."""
     if role not in IR_OP_ROLES:
         raise ValueError(f"unknown IR op role {role!r}; the roles are {sorted(IR_OP_ROLES)}")
-    IR_OPS[role] = fn
-    return fn
+    return enter(IR_OPS, "IR op role", role, fn, replace=replace)
 
 
 def ir_op(role: str):

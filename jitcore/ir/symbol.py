@@ -7,9 +7,9 @@ their body.
 """
 from __future__ import annotations
 
+import contextvars
 import enum
 import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,25 +23,31 @@ from jitcore.ir.proxies import Proxy, TensorProxy, ir_op
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 
-# the autocast policy, registered by jitcore.ops.autocast (register_autocast): the op ids whose inputs torch's autocast
-# casts, the function that casts them, and the composites whose bodies autocast reaches (eager decomposes them above
-# its dispatcher's autocast layer). Empty until registered: no op is cast.
-AUTOCAST_OPS: frozenset = frozenset()
-AUTOCAST_TRANSPARENT: frozenset = frozenset()
-autocast_args = None
-# how many enclosing op bodies autocast does not reach (an op autocast handled, or an eager kernel of its own)
-_autocast_below = 0
+# the autocast policy, registered once by jitcore.ops.autocast (register_autocast): "ops", the ids of the ops whose
+# inputs torch's autocast casts; "cast_args", the function that casts them; "transparent", the composites whose bodies
+# autocast reaches (eager decomposes them above its dispatcher's autocast layer). Empty until registered: none is cast.
+AUTOCAST_POLICY: dict = {"ops": frozenset(), "transparent": frozenset(), "cast_args": None}
+# tracing state: how many enclosing op bodies autocast does not reach (an op autocast handled, or an eager kernel of
+# its own); per context, so a trace recorded in another thread or task starts at 0
+_AUTOCAST_BELOW: contextvars.ContextVar[int] = contextvars.ContextVar("jitcore_autocast_below", default=0)
 
 
-def register_autocast(ops, transparent, cast_args):
-    """Install the autocast policy: `ops` (op ids) have their inputs cast by cast_args(sym, args, kwargs) ->
-    (args, kwargs, listed); the composites in `transparent` record their body in place of themselves under autocast."""
-    global AUTOCAST_OPS, AUTOCAST_TRANSPARENT, autocast_args
-    AUTOCAST_OPS, AUTOCAST_TRANSPARENT, autocast_args = frozenset(ops), frozenset(transparent), cast_args
+def register_autocast(ops, transparent, cast_args, *, replace: bool = False):
+    """Install the autocast policy: the prims and composites `ops` (Symbols) have their inputs cast by
+    cast_args(sym, args, kwargs) -> (args, kwargs, listed); the composites in `transparent` (Symbols) record their
+    body in place of themselves under autocast. A second policy is an error unless `replace`."""
+    ops, transparent = tuple(ops), tuple(transparent)
+    bad = [s for s in ops + transparent if not isinstance(s, Symbol)]
+    if bad:
+        raise TypeError(f"autocast policy: expected the ops as Symbols (a defined op), got {bad[:3]!r}")
+    if not callable(cast_args):
+        raise TypeError(f"autocast policy: cast_args must be a callable, got {cast_args!r}")
+    if AUTOCAST_POLICY["cast_args"] is not None and not replace:
+        raise ValueError("autocast policy is registered already; pass replace=True to replace it")
+    AUTOCAST_POLICY.update(ops=frozenset(s.id for s in ops), transparent=frozenset(s.id for s in transparent),
+                           cast_args=cast_args)
 
 
-# op id -> callable running the op on real tensors; the torch executor fills it (see executors/torchex.py)
-EAGER_KERNELS: dict[str, Callable] = {}
 
 
 class Tag(enum.Enum):
@@ -77,13 +83,18 @@ class Symbol:
 
     id: stable op id ("prims.add", "ltorch.gelu"); module: the alias it prints under ("prims", "torch"),
     resolved when a trace runs through `namespace` (an object holding the op as an attribute, or a module).
+    kernel: a prim's eager kernel, given where the prim is defined (`@prim(..., kernel=torch.add)`): what it runs
+    on real values with no trace active, what the torch executor runs it with, what the layout oracle replays.
     """
 
     def __init__(self, id: str, name: str, *, meta=None, fn=None, tags=(), module="prims", namespace=None,
-                 printer=None, call_ctx=None, torch_fn=None):
+                 printer=None, call_ctx=None, torch_fn=None, kernel=None):
         if (meta is None) == (fn is None):
             raise ValueError(f"symbol {id}: give exactly one of meta (a prim) or fn (a composite)")
-        self.id, self.name, self.meta, self.fn = id, name, meta, fn
+        if kernel is not None and (meta is None or not callable(kernel)):
+            raise TypeError(f"symbol {id}: an eager kernel is a callable, given for a prim (one with a meta), "
+                            f"got {kernel!r}" + ("" if meta is not None else " for a composite"))
+        self.id, self.name, self.meta, self.fn, self.kernel = id, name, meta, fn, kernel
         self.tags = frozenset(tags)
         self.module, self.namespace, self.printer = module, namespace, printer
         self.call_ctx, self.torch_fn = call_ctx, torch_fn
@@ -134,7 +145,7 @@ class Symbol:
         if trace is None:
             return self.eager(*args, **kwargs)
         try:
-            if _autocast_below == 0 and is_any_autocast_enabled() and _records_user_code(trace):
+            if is_any_autocast_enabled() and _AUTOCAST_BELOW.get() == 0 and _records_user_code(trace):
                 return self._call_under_autocast(trace, args, kwargs)
             return self._record(trace, args, kwargs)
         except MetaError as e:  # the outermost op call it leaves: what the interpreter asks torch about (eager's type)
@@ -144,19 +155,18 @@ class Symbol:
     def _call_under_autocast(self, trace, args, kwargs):
         """As torch's dispatcher: a listed op's inputs are cast and its body runs below autocast; so does the body
         of any op that is a kernel of its own in eager; a composite eager decomposes lets autocast reach inside."""
-        global _autocast_below
         listed = False
-        if self.id in AUTOCAST_OPS:
-            args, kwargs, listed = autocast_args(self, args, kwargs)
-        if self.id in AUTOCAST_TRANSPARENT and not listed:
+        if self.id in AUTOCAST_POLICY["ops"]:
+            args, kwargs, listed = AUTOCAST_POLICY["cast_args"](self, args, kwargs)
+        if self.id in AUTOCAST_POLICY["transparent"] and not listed:
             # its lines are recorded in place of it: its torch kernel, run by an executor outside autocast, would not
             # cast what autocast casts inside it
             return self.fn(*args, **kwargs)
-        _autocast_below += 1
+        token = _AUTOCAST_BELOW.set(_AUTOCAST_BELOW.get() + 1)
         try:
             return self._record(trace, args, kwargs)
         finally:
-            _autocast_below -= 1
+            _AUTOCAST_BELOW.reset(token)
 
     def _record(self, trace, args, kwargs):
         if any(type(a).__module__ == "numpy" for a in (*args, *kwargs.values())):
@@ -182,9 +192,9 @@ class Symbol:
         if self.meta is None:
             # a torch-level op on real tensors is the torch call it stands for
             return self.torch_fn(*args, **kwargs) if self.torch_fn is not None else self.fn(*args, **kwargs)
-        kernel = EAGER_KERNELS.get(self.id)
+        kernel = self.kernel
         if kernel is None:
-            raise NotImplementedError(f"{self.id} has no eager kernel (import executors.torchex)")
+            raise NotImplementedError(f"{self.id} has no eager kernel (its definition gives none)")
         return kernel(*args, **kwargs)
 
     def bind(self, *args, output, subsymbols=(), **kwargs) -> BoundSymbol:

@@ -7,7 +7,8 @@ see the casts.
 POLICY maps (device type, op name) to "lower" (floating inputs other than float64 cast to the autocast dtype),
 "fp32" (such inputs cast to float32) or "promote" (floating inputs cast to their widest dtype); the lists follow
 torch's autocast op reference for CPU and CUDA. The policy is installed into the IR (jitcore/ir/symbol.py, whose
-Symbol.__call__ applies it) with symbol.register_autocast when this module is imported.
+Symbol.__call__ applies it) with symbol.register_autocast when this module is imported; the IR keeps its tracing
+state (how deep inside an op autocast does not reach) in a ContextVar, and this module rebinds nothing there.
 
 As torch's cast cache: a float32 leaf that requires grad (a parameter) is cast to the autocast dtype once per traced
 program (with grad enabled), and each later op reads that cast, so the gradients of its uses are summed in the
@@ -24,6 +25,7 @@ from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import register_autocast
+from jitcore.ops.registry import OPS
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.utils import check
 
@@ -155,4 +157,5 @@ def outside_autocast(program):
     return run
 
 
-register_autocast(AUTOCAST_OPS, TRANSPARENT, autocast_args)
+# (as Symbols: an id in POLICY that names no op fails here, at import)
+register_autocast([OPS[op] for op in sorted(AUTOCAST_OPS)], [OPS[op] for op in sorted(TRANSPARENT)], autocast_args)

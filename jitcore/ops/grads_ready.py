@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.ir.symbol import Symbol, Tag
 
 
 class Delivery:
@@ -54,5 +54,4 @@ def grads_ready(positions, grads):
 
 grads_ready_sym = Symbol("python.grads_ready", "grads_ready", meta=lambda positions, grads: None,
                          tags=(Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE), module="",
-                         call_ctx={"grads_ready": grads_ready})
-EAGER_KERNELS[grads_ready_sym.id] = grads_ready
+                         call_ctx={"grads_ready": grads_ready}, kernel=grads_ready)

@@ -17,7 +17,7 @@ import warnings
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import Proxy
-from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import get_tracectx, services
 from jitcore.ops.per_call import _holds_proxy, _print_arg
 
@@ -44,8 +44,7 @@ def _log_printer(bsym, printer):
 
 
 log_ = Symbol("python.log", "log_", meta=lambda *args: None, tags=(Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE),
-              module="", printer=_log_printer, call_ctx={"log_": _log})
-EAGER_KERNELS[log_.id] = _log
+              module="", printer=_log_printer, call_ctx={"log_": _log}, kernel=_log)
 
 
 def _caller(stacklevel: int, skip: str | None = _LOGGING_FILE) -> tuple:
@@ -106,8 +105,7 @@ def _warn_printer(bsym, printer):
 
 warn_ = Symbol("python.warn", "warn_", meta=lambda *args: None,
                tags=(Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE), module="", printer=_warn_printer,
-               call_ctx={"warn_": _warn})
-EAGER_KERNELS[warn_.id] = _warn
+               call_ctx={"warn_": _warn}, kernel=_warn)
 
 
 def record_warn(message, category=None, stacklevel=1, source=None, **kwargs):

@@ -16,7 +16,7 @@ from jitcore import compat, logs
 from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
-from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.ir.symbol import Symbol, Tag
 from jitcore.ir.trace import get_tracectx, services
 from jitcore.ops.opaque_symbolic import Untranslated, shape_rule, symbolic_outputs
 from jitcore.ops.rng_generators import GeneratorProxy
@@ -381,8 +381,7 @@ def opaque_symbol(fn) -> Symbol:
         tags = (Tag.OPAQUE,) + ((Tag.RANDOM,) if draws_random(fn) else ()) + (
             (Tag.EFFECTS,) if may_have_effects(fn) else ())
     sym = _Opaque(f"opaque.{qualname}", name, meta=_make_meta(fn, qualname), tags=tags, module=module,
-                 namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn)
-    EAGER_KERNELS[sym.id] = fn
+                 namespace=namespace, call_ctx=None if module else {name: fn}, torch_fn=fn, kernel=fn)
     OPAQUE_OPS[sym.id] = sym
     if logs.enabled("fallbacks"):  # once per torch callable: the symbol is made once
         logs.log("fallbacks", "%s has no jitcore op: it runs as an opaque torch call (called at %s)", qualname,
@@ -507,8 +506,8 @@ class _OpaqueVjp(Symbol):
 
 
 opaque_vjp_sym = _OpaqueVjp("autodiff.opaque_vjp", "opaque_vjp", meta=_opaque_vjp_meta, module="",
-                            call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
-EAGER_KERNELS[opaque_vjp_sym.id] = opaque_vjp
+                            call_ctx={"opaque_vjp": opaque_vjp}, tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE),
+                            kernel=opaque_vjp)
 
 
 # -- metas of the aten kernels autodiff rules call directly ----------------------------------------------------------
@@ -662,13 +661,12 @@ def opaque_vjp_replay(fn, args, kwargs, grads, state):
 
 
 with_rng_state_sym = Symbol("autodiff.with_rng_state", "with_rng_state", meta=_with_rng_state_meta, module="",
-                            call_ctx={"with_rng_state": with_rng_state}, tags=(Tag.OPAQUE, Tag.RANDOM))
-EAGER_KERNELS[with_rng_state_sym.id] = with_rng_state
+                            call_ctx={"with_rng_state": with_rng_state}, tags=(Tag.OPAQUE, Tag.RANDOM),
+                            kernel=with_rng_state)
 opaque_vjp_replay_sym = Symbol("autodiff.opaque_vjp_replay", "opaque_vjp_replay",
                                meta=lambda fn, args, kwargs, grads, state: _opaque_vjp_meta(fn, args, kwargs, grads),
                                module="", call_ctx={"opaque_vjp_replay": opaque_vjp_replay},
-                               tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE))
-EAGER_KERNELS[opaque_vjp_replay_sym.id] = opaque_vjp_replay
+                               tags=(Tag.OPAQUE, Tag.NON_DIFFERENTIABLE), kernel=opaque_vjp_replay)
 
 
 # -- torch.autograd.Function subclasses written by the user -----------------------------------------------------------
@@ -705,8 +703,7 @@ def user_function_op(fn):
         name = f"{name}{clashes}" if clashes else name  # (classes of one name made again: each its own op)
         sym = _Opaque(f"opaque.autograd_function.{qualname}" + (f".{clashes}" if clashes else ""), name,
                       meta=_function_meta(fn, qualname), tags=(Tag.OPAQUE, Tag.RANDOM, Tag.EFFECTS), module="",
-                      namespace=None, call_ctx={name: fn}, torch_fn=fn)
-        EAGER_KERNELS[sym.id] = fn
+                      namespace=None, call_ctx={name: fn}, torch_fn=fn, kernel=fn)
         OPAQUE_OPS[sym.id] = sym
         _FUNCTIONS[cls] = sym
     return sym

@@ -21,7 +21,7 @@ from jitcore.ir import arith
 from jitcore.ir.arith import value_of
 from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_map
-from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
 
 _TAGS = (Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE)
@@ -55,8 +55,7 @@ def _source_meta(fn, args, kwargs):  # the output proxy is made by `call_source`
 
 # RANDOM too: never merged, never recomputed (a data guard refuses a value drawn per call)
 per_call_value = Symbol("python.per_call_value", "per_call_value", meta=_source_meta, tags=(*_TAGS, Tag.RANDOM),
-                        module="", printer=_source_printer)
-EAGER_KERNELS[per_call_value.id] = _run_source
+                        module="", printer=_source_printer, kernel=_run_source)
 
 
 def _print(*args, **kwargs):
@@ -83,8 +82,7 @@ def _print_arg(printer, x) -> str:
 
 
 print_ = Symbol("python.print", "print_", meta=lambda *args, **kwargs: None, tags=_TAGS, module="",
-                printer=_print_printer, call_ctx={"print_": _print})
-EAGER_KERNELS[print_.id] = _print
+                printer=_print_printer, call_ctx={"print_": _print}, kernel=_print)
 
 
 # -- numbers read from a tensor when the program runs --------------------------------------------------------------
@@ -103,8 +101,8 @@ def _tensor_number_meta(t, *, kind):  # the output proxy is made by `tensor_numb
 
 
 read_tensor_number = Symbol("python.tensor_number", "tensor_number", meta=_tensor_number_meta,
-                            tags=(Tag.PYTHON, Tag.NON_DIFFERENTIABLE), module="", printer=_tensor_number_printer)
-EAGER_KERNELS[read_tensor_number.id] = _read_number
+                            tags=(Tag.PYTHON, Tag.NON_DIFFERENTIABLE), module="", printer=_tensor_number_printer,
+                            kernel=_read_number)
 
 
 def tensor_number(t: TensorProxy, kind: str) -> FloatProxy:

@@ -6,6 +6,8 @@ torch.manual_seed reproduces eager's values and generator state).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from jitcore.ir import devices
@@ -18,6 +20,37 @@ CREATION = (Tag.CREATION,)
 RANDOM = (Tag.CREATION, Tag.RANDOM)
 
 
+# -- eager kernels: what each prim below runs on real tensors (torch), given with its definition ---------------
+def _iota(length, *, start, step, device, dtype):
+    acc = torch.float64 if dtype.is_floating_point else torch.complex128 if dtype.is_complex else torch.int64
+    return (torch.arange(length, device=device, dtype=acc) * step + start).to(dtype)
+
+
+def _uniform(shape, minval, maxval, *, device, dtype, generator=None):
+    return torch.empty(shape, device=device, dtype=dtype).uniform_(minval, maxval, generator=generator)
+
+
+def _normal(shape, mean, std, *, device, dtype, generator=None):
+    return torch.empty(shape, device=device, dtype=dtype).normal_(mean, std, generator=generator)
+
+
+def _normal_serial(shape, mean, std, *, device, dtype, generator=None):
+    n = math.prod(shape)  # every other element of a buffer: not contiguous, so normal_ draws element by element
+    return torch.empty(2 * n, device=device, dtype=dtype)[::2].normal_(mean, std, generator=generator).reshape(shape)
+
+
+def _bernoulli(shape, p, *, device, dtype, generator=None):
+    return torch.empty(shape, device=device, dtype=dtype).bernoulli_(p, generator=generator)
+
+
+def _bernoulli_tensor(prob, shape, *, dtype, generator=None):
+    return torch.empty(shape, device=prob.device, dtype=dtype).bernoulli_(prob, generator=generator)
+
+
+def _sample(kind, shape, params, *, device, dtype, generator=None):
+    return getattr(torch.empty(shape, device=device, dtype=dtype), kind + "_")(*params, generator=generator)
+
+
 def _out(op, shape, device, dtype) -> TensorProxy:
     check(isinstance(shape, (tuple, list)) and all(is_int(s) and s >= 0
                                                    for s in shape),
@@ -26,20 +59,20 @@ def _out(op, shape, device, dtype) -> TensorProxy:
     return TensorProxy(tuple(shape), dtype, devices.to_device(device), False)
 
 
-@prim("prims.full", tags=CREATION)
+@prim("prims.full", tags=CREATION, kernel=torch.full)
 def full(shape, fill_value, *, device, dtype):
     """A tensor of `shape` filled with fill_value."""
     check(is_number(fill_value), lambda: f"prims.full: fill_value must be a number, got {fill_value!r}")
     return _out("full", shape, device, dtype)
 
 
-@prim("prims.empty", tags=CREATION)
+@prim("prims.empty", tags=CREATION, kernel=torch.empty)
 def empty(shape, *, device, dtype):
     """An uninitialized tensor of `shape`."""
     return _out("empty", shape, device, dtype)
 
 
-@prim("prims.iota", tags=CREATION)
+@prim("prims.iota", tags=CREATION, kernel=_iota)
 def iota(length, *, start, step, device, dtype):
     """start + step * arange(length) (computed in float64/int64, then cast to dtype, like torch.arange on CPU)."""
     check(is_int(length) and length >= 0, lambda: f"prims.iota: length must be an int >= 0, got {length!r}")
@@ -52,7 +85,7 @@ def _check_float(op, dtype):
           lambda: f"prims.{op}: expected a floating point dtype, got {dtype}")
 
 
-@prim("prims.uniform", tags=RANDOM)
+@prim("prims.uniform", tags=RANDOM, kernel=_uniform)
 def uniform(shape, minval, maxval, *, device, dtype, generator=None):
     """Samples from U[minval, maxval) (torch's Tensor.uniform_)."""
     _check_float("uniform", dtype)
@@ -61,7 +94,7 @@ def uniform(shape, minval, maxval, *, device, dtype, generator=None):
     return _out("uniform", shape, device, dtype)
 
 
-@prim("prims.normal", tags=RANDOM)
+@prim("prims.normal", tags=RANDOM, kernel=_normal)
 def normal(shape, mean, std, *, device, dtype, generator=None):
     """Samples from N(mean, std**2) (torch's Tensor.normal_)."""
     _check_float("normal", dtype)
@@ -70,7 +103,7 @@ def normal(shape, mean, std, *, device, dtype, generator=None):
     return _out("normal", shape, device, dtype)
 
 
-@prim("prims.normal_serial", tags=RANDOM)
+@prim("prims.normal_serial", tags=RANDOM, kernel=_normal_serial)
 def normal_serial(shape, mean, std, *, device, dtype, generator=None):
     """Samples from N(mean, std**2) drawn one element at a time, in order: eager's CPU normal_ on a tensor that is
     not contiguous (a contiguous one of 16 or more elements is drawn in batches, as prims.normal does)."""
@@ -80,7 +113,7 @@ def normal_serial(shape, mean, std, *, device, dtype, generator=None):
     return _out("normal_serial", shape, device, dtype)
 
 
-@prim("prims.randint", tags=RANDOM)
+@prim("prims.randint", tags=RANDOM, kernel=torch.randint)
 def randint(low, high, shape, *, device, dtype, generator=None):
     """Integers drawn uniformly from [low, high) (torch.randint)."""
     check(isinstance(low, int) and isinstance(high, int) and low < high,
@@ -88,7 +121,7 @@ def randint(low, high, shape, *, device, dtype, generator=None):
     return _out("randint", shape, device, dtype)
 
 
-@prim("prims.bernoulli", tags=RANDOM)
+@prim("prims.bernoulli", tags=RANDOM, kernel=_bernoulli)
 def bernoulli(shape, p, *, device, dtype, generator=None):
     """1 with probability p (a number), else 0: torch.empty(shape).bernoulli_(p), the draw eager's dropout and
     torch.bernoulli(t, p) make."""
@@ -97,7 +130,7 @@ def bernoulli(shape, p, *, device, dtype, generator=None):
     return _out("bernoulli", shape, device, dtype)
 
 
-@prim("prims.bernoulli_tensor", tags=(Tag.RANDOM,))
+@prim("prims.bernoulli_tensor", tags=(Tag.RANDOM,), kernel=_bernoulli_tensor)
 def bernoulli_tensor(prob, shape, *, dtype, generator=None):
     """1 with the probabilities in prob (broadcast to shape), else 0: torch.empty(shape).bernoulli_(prob), the draw
     torch.bernoulli(prob) and Tensor.bernoulli_(prob) make."""
@@ -112,7 +145,7 @@ def bernoulli_tensor(prob, shape, *, dtype, generator=None):
 SAMPLERS = ("exponential", "cauchy", "log_normal", "geometric")  # Tensor.<kind>_ draws that take only numbers
 
 
-@prim("prims.sample", tags=RANDOM)
+@prim("prims.sample", tags=RANDOM, kernel=_sample)
 def sample(kind, shape, params, *, device, dtype, generator=None):
     """torch.empty(shape).<kind>_(*params) for kind in SAMPLERS (Tensor.exponential_(lambd), cauchy_(median,
     sigma), log_normal_(mean, std), geometric_(p)): eager's own draw; the arguments are checked as eager checks them."""
@@ -144,7 +177,7 @@ def _sequence_shape(seq) -> tuple:
     return (len(seq),) + (shapes[0] if shapes else ())
 
 
-@prim("prims.tensor_from_sequence", tags=CREATION)
+@prim("prims.tensor_from_sequence", tags=CREATION, kernel=torch.tensor)
 def tensor_from_sequence(seq, *, dtype, device):
     """torch.tensor of a (nested) list of Python numbers."""
     return _out("tensor_from_sequence", _sequence_shape(seq), device, dtype)

@@ -6,10 +6,31 @@ The torch executor runs them with torch.ops._c10d_functional; torch_distributed.
 """
 from __future__ import annotations
 
+import torch
+
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import Tag
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check
+
+
+# -- eager kernels: what each prim below runs on real tensors (torch), given with its definition ---------------
+# torch's functional collectives, on contiguous tensors as c10d's
+def _all_reduce(a, reduce_op, group_name):
+    return torch.ops._c10d_functional.all_reduce(a.contiguous(), reduce_op, group_name)
+
+
+def _all_gather_into_tensor(a, group_size, group_name):
+    return torch.ops._c10d_functional.all_gather_into_tensor(a.contiguous(), group_size, group_name)
+
+
+def _reduce_scatter_tensor(a, reduce_op, group_size, group_name):
+    return torch.ops._c10d_functional.reduce_scatter_tensor(a.contiguous(), reduce_op, group_size, group_name)
+
+
+def _wait_tensor(a):
+    return torch.ops._c10d_functional.wait_tensor(a)
+
 
 COLLECTIVE = (Tag.DONT_DCE, Tag.EFFECTS)
 # the reductions torch.ops._c10d_functional takes, by name
@@ -30,7 +51,7 @@ def _reduce_op(op, reduce_op):
     check(reduce_op in REDUCE_OPS, lambda: f"prims.{op}: unknown reduction {reduce_op!r} (one of {sorted(REDUCE_OPS)})")
 
 
-@prim("prims.all_reduce", tags=COLLECTIVE)
+@prim("prims.all_reduce", tags=COLLECTIVE, kernel=_all_reduce)
 def all_reduce(a, reduce_op, group_name):
     """a reduced elementwise over the ranks of the group (a new tensor; a is unchanged). Not finished until
     prims.wait_tensor of the result."""
@@ -40,7 +61,7 @@ def all_reduce(a, reduce_op, group_name):
     return a.like()
 
 
-@prim("prims.all_gather_into_tensor", tags=COLLECTIVE)
+@prim("prims.all_gather_into_tensor", tags=COLLECTIVE, kernel=_all_gather_into_tensor)
 def all_gather_into_tensor(a, group_size, group_name):
     """The ranks' a concatenated along dim 0, in rank order (a new tensor)."""
     _tensor("all_gather_into_tensor", a)
@@ -49,7 +70,7 @@ def all_gather_into_tensor(a, group_size, group_name):
     return TensorProxy((a.shape[0] * group_size, *a.shape[1:]), a.dtype, a.device, a.requires_grad)
 
 
-@prim("prims.reduce_scatter_tensor", tags=COLLECTIVE)
+@prim("prims.reduce_scatter_tensor", tags=COLLECTIVE, kernel=_reduce_scatter_tensor)
 def reduce_scatter_tensor(a, reduce_op, group_size, group_name):
     """a reduced over the ranks, then split in group_size pieces along dim 0: this rank's piece (a new tensor)."""
     _tensor("reduce_scatter_tensor", a)
@@ -61,7 +82,7 @@ def reduce_scatter_tensor(a, reduce_op, group_size, group_name):
     return TensorProxy((a.shape[0] // group_size, *a.shape[1:]), a.dtype, a.device, a.requires_grad)
 
 
-@prim("prims.wait_tensor", tags=COLLECTIVE)
+@prim("prims.wait_tensor", tags=COLLECTIVE, kernel=_wait_tensor)
 def wait_tensor(a):
     """a once the collective that made it has finished (a itself when nothing is pending)."""
     _tensor("wait_tensor", a)

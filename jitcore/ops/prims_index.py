@@ -15,6 +15,38 @@ from jitcore.ops.registry import prim
 from jitcore.ops.utils import broadcast_shapes, canonical_dims, check, is_number, requires_grad, same_device, same_size
 
 
+# -- eager kernels: what each prim below runs on real tensors (torch), given with its definition ---------------
+# (torch puts dim before index)
+def _take(a, index, dim):
+    return torch.index_select(a, dim, index)
+
+
+def _take_along_axis(a, index, dim):
+    return torch.gather(a, dim, index)
+
+
+def _scatter(a, index, src, dim):
+    return torch.scatter(a, dim, index, src)
+
+
+def _scatter_add(a, index, src, dim):
+    return torch.scatter_add(a, dim, index, src)
+
+
+def _nonzero(a):
+    rows = torch.nonzero(a)
+    return rows, rows.shape[0]
+
+
+def _index_add(a, index, source, dim):
+    return torch.index_add(a, dim, index, source)
+
+
+def _index_put(a, indices, values, accumulate):
+    # torch.index_put's Python binding refuses None entries; the aten op takes them
+    return torch.ops.aten.index_put.default(a, list(indices), values, accumulate)
+
+
 def _shape(t) -> tuple:
     return tuple(t.shape)
 
@@ -41,7 +73,7 @@ def _size(a, d) -> int:
     return a.shape[d] if a.ndim else 1
 
 
-@prim("prims.take")
+@prim("prims.take", kernel=_take)
 def take(a, index, dim):
     """torch.index_select: the entries of a at the 1-D int `index` along dim."""
     _tensor("take", a)
@@ -70,7 +102,7 @@ def _check_gather_like(op, a, index, d, src=None):
             raise MetaError(f"prims.{op}: size of index {_shape(index)} must not exceed src's {_shape(src)} in dim {i}")
 
 
-@prim("prims.take_along_axis")
+@prim("prims.take_along_axis", kernel=_take_along_axis)
 def take_along_axis(a, index, dim):
     """torch.gather: out[..i..] = a[..index[..i..] at dim..]; output has index's shape."""
     _tensor("take_along_axis", a)
@@ -97,19 +129,19 @@ def _scatter_meta(op, a, index, src, dim, number_ok):
     return a.like(requires_grad=requires_grad(a, src))
 
 
-@prim("prims.scatter")
+@prim("prims.scatter", kernel=_scatter)
 def scatter(a, index, src, dim):
     """torch.scatter out of place: a copy of a with out[..index[..i..] at dim..] = src[..i..] (src may be a number)."""
     return _scatter_meta("scatter", a, index, src, dim, number_ok=True)
 
 
-@prim("prims.scatter_add")
+@prim("prims.scatter_add", kernel=_scatter_add)
 def scatter_add(a, index, src, dim):
     """torch.scatter_add out of place: a copy of a with src[..i..] added at out[..index[..i..] at dim..]."""
     return _scatter_meta("scatter_add", a, index, src, dim, number_ok=False)
 
 
-@prim("prims.index_add")
+@prim("prims.index_add", kernel=_index_add)
 def index_add(a, index, source, dim):
     """torch.index_add out of place: a copy of a with source's slices along dim added at the 1-D `index`."""
     _tensor("index_add", a)
@@ -159,7 +191,7 @@ def _indexed_shape(op, a, indices) -> tuple:
     return tuple(kept[:at]) + tuple(bshape) + tuple(kept[at:])
 
 
-@prim("prims.index_put")
+@prim("prims.index_put", kernel=_index_put)
 def index_put(a, indices, values, accumulate):
     """torch.index_put out of place: a copy of a with a[indices] = values (or += when accumulate).
 
@@ -182,7 +214,7 @@ def index_put(a, indices, values, accumulate):
     return a.like(requires_grad=requires_grad(a, values))
 
 
-@prim("prims.nonzero", tags=(Tag.NON_DIFFERENTIABLE,))
+@prim("prims.nonzero", tags=(Tag.NON_DIFFERENTIABLE,), kernel=_nonzero)
 def nonzero(a):
     """torch.nonzero: the indices of a's nonzero entries, one row each, (u, a.ndim) int64, and their count u: a
     size known only when the program runs (jitcore/ir/proxies.py run_time_size), defined by this line wherever it

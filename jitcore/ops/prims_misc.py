@@ -5,6 +5,8 @@ returned tensor eager makes under torch.inference_mode()).
 """
 from __future__ import annotations
 
+import torch
+
 from jitcore.ir.proxies import TensorProxy, run_time_size
 from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import services
@@ -12,18 +14,43 @@ from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, requires_grad
 
 
+# -- eager kernels: what each prim below runs on real tensors (torch), given with its definition ---------------
+def _shape(a):
+    return tuple(a.shape)
+
+
+def _inference_tensor(a):
+    with torch.inference_mode():
+        return a.clone()
+
+
+def _no_grad_update(dst, values):
+    return values
+
+
+def _copy_(src, dst):
+    return dst.copy_(src)
+
+
+def _item_as_size(a):
+    n = int(a.item())
+    if n < 0:
+        raise RuntimeError(f"a size computed from a tensor's value is negative ({n})")
+    return n
+
+
 def _tensor(op, a, what="a"):
     check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected {what} to be a tensor, got {a!r}")
 
 
-@prim("prims.shape", tags=(Tag.NON_DIFFERENTIABLE, Tag.PYTHON))
+@prim("prims.shape", tags=(Tag.NON_DIFFERENTIABLE, Tag.PYTHON), kernel=_shape)
 def shape(a):
     """The sizes of a as a tuple (ints, or IntegerProxy under symbolic values)."""
     _tensor("shape", a)
     return tuple(a._shape)
 
 
-@prim("prims.copy_", tags=(Tag.INPLACE, Tag.DONT_DCE))
+@prim("prims.copy_", tags=(Tag.INPLACE, Tag.DONT_DCE), kernel=_copy_)
 def copy_(src, dst):
     """Writes src into dst when it runs (dst.copy_(src)); returns dst's new value. One shape; dtype, device convert."""
     _tensor("copy_", src, "src")
@@ -33,14 +60,14 @@ def copy_(src, dst):
     return dst.like(requires_grad=requires_grad(src, dst))
 
 
-@prim("prims.stop_gradient", tags=(Tag.NON_DIFFERENTIABLE,))
+@prim("prims.stop_gradient", tags=(Tag.NON_DIFFERENTIABLE,), kernel=torch.detach)
 def stop_gradient(a):
     """a's value with no gradient flowing back (torch's detach)."""
     _tensor("stop_gradient", a)
     return a.like(requires_grad=False)
 
 
-@prim("prims.no_grad_update")
+@prim("prims.no_grad_update", kernel=_no_grad_update)
 def no_grad_update(dst, values):
     """dst after a write autograd did not record (under no_grad, or through .data or detach()): values' values,
     dst's gradient path. Eager keeps the written tensor's autograd identity; its later uses send gradients to dst."""
@@ -51,7 +78,7 @@ def no_grad_update(dst, values):
     return values.like(requires_grad=dst.requires_grad)
 
 
-@prim("prims.item_as_size", tags=(Tag.NON_DIFFERENTIABLE,))
+@prim("prims.item_as_size", tags=(Tag.NON_DIFFERENTIABLE,), kernel=_item_as_size)
 def item_as_size(a):
     """The value of a 0-dim integer tensor as a size known only at run time (the output length of bincount, of
     repeat_interleave by a tensor): jitcore/ir/proxies.py run_time_size. Raises at run time if it is negative."""
@@ -62,7 +89,7 @@ def item_as_size(a):
     return run_time_size(0 if values is None else max(int(values[0]), 0))
 
 
-@prim("prims.inference_tensor", tags=(Tag.NON_DIFFERENTIABLE,))
+@prim("prims.inference_tensor", tags=(Tag.NON_DIFFERENTIABLE,), kernel=_inference_tensor)
 def inference_tensor(a):
     """a's values as an inference tensor (made under torch.inference_mode(): is_inference() is True, no autograd), for
     a tensor the function returns that eager made under inference mode."""

@@ -3,6 +3,8 @@ tensor inputs; ltorch promotes and handles unbatched inputs first. Shapes follow
 """
 from __future__ import annotations
 
+import torch
+
 from jitcore.errors import MetaError
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import TensorProxy
@@ -42,14 +44,14 @@ def _matmul_shape(a, b) -> tuple:
     return tuple(batch) + (sa[-2], sb[-1])
 
 
-@prim("prims.matmul")
+@prim("prims.matmul", kernel=torch.matmul)
 def matmul(a, b):
     """torch.matmul: dot, matrix-vector, matrix-matrix and batched products with broadcast batch dims."""
     device = _tensors("matmul", ("a", a), ("b", b))
     return TensorProxy(_matmul_shape(a, b), a.dtype, device, requires_grad(a, b))
 
 
-@prim("prims.linear")
+@prim("prims.linear", kernel=torch.nn.functional.linear)
 def linear(a, w, bias):
     """torch.nn.functional.linear: a @ w.T + bias; w is (out, in) or (in,); bias may be None."""
     named = [("input", a), ("weight", w)] + ([("bias", bias)] if bias is not None else [])
@@ -80,7 +82,7 @@ def _conv_out_size(n, k, s, p, d, op, transposed) -> int:
     return (n + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-@prim("prims.convolution")
+@prim("prims.convolution", kernel=torch.convolution)
 def convolution(a, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """torch.convolution on batched input (N, C, *spatial); padding is ints (ltorch resolves 'same'/'valid')."""
     named = [("input", a), ("weight", weight)] + ([("bias", bias)] if bias is not None else [])
@@ -113,7 +115,7 @@ def convolution(a, weight, bias, stride, padding, dilation, transposed, output_p
     return TensorProxy((a.shape[0], c_out) + spatial, a.dtype, device, requires_grad(a, weight, bias))
 
 
-@prim("prims.embedding")
+@prim("prims.embedding", kernel=torch.nn.functional.embedding)
 def embedding(a, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
     """torch.nn.functional.embedding: rows of the 2-D weight at the integer indices a."""
     check(isinstance(a, TensorProxy) and dtypes.category(a.dtype) == 1,

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 
 from jitcore.ir import arith
-from jitcore.ir.codegen import NAMESPACE_IMPORTS
+from jitcore.ir.codegen import register_namespace_import
 from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, register_ir_op
-from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.ir.symbol import Symbol, Tag
 
 PYTHON_OPS: dict[str, Symbol] = {}
 _TAGS = (Tag.PYTHON, Tag.NON_DIFFERENTIABLE)
@@ -56,9 +56,9 @@ def _make(name: str, fn, fmt: str, arity: int, compare: str | None = None, call_
         out = bsym.output
         return f"{out.name} = {text}" if hasattr(out, "name") else text
 
-    sym = Symbol(f"python.{name}", name, meta=meta, tags=_TAGS, module="", printer=printer, call_ctx=call_ctx)
+    sym = Symbol(f"python.{name}", name, meta=meta, tags=_TAGS, module="", printer=printer, call_ctx=call_ctx,
+                 kernel=fn)
     PYTHON_OPS[name] = sym
-    EAGER_KERNELS[sym.id] = fn
     return sym
 
 
@@ -71,7 +71,7 @@ for _name, (_fn, _fmt) in arith.UNARY.items():
 for _name, (_fn, _fmt) in arith.MATH.items():
     _make(_name, _fn, _fmt, _fmt.count("{}"), call_ctx={"math": math})
 del _name, _fn, _fmt, _sym
-NAMESPACE_IMPORTS.setdefault("math", "import math")
+register_namespace_import("math", "import math")
 
 
 def call(name: str, *args):
@@ -81,9 +81,9 @@ def call(name: str, *args):
     if same is not None:
         return same
     if get_tracectx() is None:  # outside tracing: a plain value, pinned down by specialisation
-        return EAGER_KERNELS[sym.id](*(arith.concretize(a) if hasattr(a, "expr") else a for a in args))
+        return sym.kernel(*(arith.concretize(a) if hasattr(a, "expr") else a for a in args))
     fmt = (arith.BINARY.get(name) or arith.UNARY.get(name) or (None, None))[1]
-    folded = None if fmt is None else arith.fold(name, args, fmt, EAGER_KERNELS[sym.id])
+    folded = None if fmt is None else arith.fold(name, args, fmt, sym.kernel)
     return sym(*args) if folded is None else folded
 
 

@@ -16,6 +16,58 @@ from jitcore.ops.utils import canonical_dims, check, prim_dims, requires_grad
 ND = (Tag.NON_DIFFERENTIABLE,)
 
 
+# -- eager kernels: what each prim below runs on real tensors (torch), given with its definition ---------------
+# dims=() reduces nothing (torch reads an empty dim list as "all dims")
+def _sum(a, dims):
+    if not dims:
+        return torch.sum(a.unsqueeze(-1), -1, dtype=a.dtype)
+    if a.is_floating_point():  # keeps its dtype without being told (integers and bools would become int64)
+        return torch.sum(a, dims)
+    return torch.sum(a, dims, dtype=a.dtype)
+
+
+def _prod(a, dims):
+    if not dims:
+        return torch.prod(a.unsqueeze(-1), -1, dtype=a.dtype)
+    if len(dims) == a.ndim:
+        return torch.prod(a, dtype=a.dtype)
+    if len(dims) == 1:
+        return torch.prod(a, dims[0], dtype=a.dtype)
+    kept = [d for d in range(a.ndim) if d not in dims]
+    moved = a.permute(kept + list(dims)).reshape([a.shape[d] for d in kept] + [-1])
+    return torch.prod(moved, -1, dtype=a.dtype)
+
+
+def _amax(a, dims):
+    return torch.amax(a, dims) if dims else a.clone()
+
+
+def _amin(a, dims):
+    return torch.amin(a, dims) if dims else a.clone()
+
+
+def _var(a, dims, *, correction):
+    return torch.var(a, dims, correction=correction) if dims else torch.var(a.unsqueeze(-1), -1, correction=correction)
+
+
+def _var_mean(a, dims, *, correction):
+    if not dims:
+        return torch.var_mean(a.unsqueeze(-1), -1, correction=correction)
+    return torch.var_mean(a, dims, correction=correction)
+
+
+def _sort(a, dim, descending, stable):
+    return torch.sort(a, dim=dim, descending=descending, stable=stable)
+
+
+def _cumsum(a, dim):
+    return torch.cumsum(a, dim, dtype=a.dtype)
+
+
+def _cumprod(a, dim):
+    return torch.cumprod(a, dim, dtype=a.dtype)
+
+
 def _tensor(op, a, allowed=None):
     check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected a tensor, got {a!r}")
     if allowed is not None:
@@ -40,7 +92,7 @@ def _reduced(op, a, dims, *, nonempty=False) -> tuple:
     return tuple(s for i, s in enumerate(a.shape) if i not in dims)
 
 
-def _reduction(op_id, allowed, nonempty=False):
+def _reduction(op_id, allowed, nonempty=False, *, kernel):
     name = op_id.removeprefix("prims.")
 
     def meta(a, dims):
@@ -49,13 +101,13 @@ def _reduction(op_id, allowed, nonempty=False):
 
     meta.__name__ = name
     meta.__doc__ = f"{name} of a over dims (a tuple of canonical dims; () reduces nothing)."
-    return prim(op_id)(meta)
+    return prim(op_id, kernel=kernel)(meta)
 
 
-sum = _reduction("prims.sum", (0, 1, 2, 3))
-prod = _reduction("prims.prod", (0, 1, 2, 3))
-amax = _reduction("prims.amax", (0, 1, 2), nonempty=True)
-amin = _reduction("prims.amin", (0, 1, 2), nonempty=True)
+sum = _reduction("prims.sum", (0, 1, 2, 3), kernel=_sum)
+prod = _reduction("prims.prod", (0, 1, 2, 3), kernel=_prod)
+amax = _reduction("prims.amax", (0, 1, 2), nonempty=True, kernel=_amax)
+amin = _reduction("prims.amin", (0, 1, 2), nonempty=True, kernel=_amin)
 
 
 def _var_out(op, a, dims, correction):
@@ -66,20 +118,20 @@ def _var_out(op, a, dims, correction):
     return TensorProxy(shape, dtypes.to_real(a.dtype), a.device, requires_grad(a))
 
 
-@prim("prims.var")
+@prim("prims.var", kernel=_var)
 def var(a, dims, *, correction):
     """Variance over dims with `correction` (Bessel's is 1); inexact dtypes; real result for complex a."""
     return _var_out("var", a, dims, correction)
 
 
-@prim("prims.var_mean")
+@prim("prims.var_mean", kernel=_var_mean)
 def var_mean(a, dims, *, correction):
     """(variance, mean) over dims, like torch.var_mean."""
     v = _var_out("var_mean", a, dims, correction)
     return v, a.like(shape=v.shape, requires_grad=requires_grad(a))
 
 
-def _arg_reduction(op_id):
+def _arg_reduction(op_id, *, kernel):
     name = op_id.removeprefix("prims.")
 
     def meta(a, dim):
@@ -94,14 +146,14 @@ def _arg_reduction(op_id):
 
     meta.__name__ = name
     meta.__doc__ = f"int64 index of the {name[3:]} along dim (None: of the flattened tensor); first on ties."
-    return prim(op_id, tags=ND)(meta)
+    return prim(op_id, tags=ND, kernel=kernel)(meta)
 
 
-argmax = _arg_reduction("prims.argmax")
-argmin = _arg_reduction("prims.argmin")
+argmax = _arg_reduction("prims.argmax", kernel=torch.argmax)
+argmin = _arg_reduction("prims.argmin", kernel=torch.argmin)
 
 
-@prim("prims.topk")
+@prim("prims.topk", kernel=torch.topk)
 def topk(a, k, dim, largest, sorted):
     """(values, int64 indices) of the k largest (or smallest) entries along dim."""
     _tensor("topk", a, (1, 2))
@@ -115,7 +167,7 @@ def topk(a, k, dim, largest, sorted):
     return a.like(shape=tuple(shape), requires_grad=requires_grad(a)), TensorProxy(shape, torch.int64, a.device)
 
 
-@prim("prims.sort")
+@prim("prims.sort", kernel=_sort)
 def sort(a, dim, descending, stable):
     """(values, int64 indices) of a sorted along dim."""
     _tensor("sort", a, (0, 1, 2))
@@ -123,7 +175,7 @@ def sort(a, dim, descending, stable):
     return a.like(requires_grad=requires_grad(a)), TensorProxy(a.shape, torch.int64, a.device)
 
 
-def _scan(op_id):
+def _scan(op_id, *, kernel):
     name = op_id.removeprefix("prims.")
 
     def meta(a, dim):
@@ -133,8 +185,8 @@ def _scan(op_id):
 
     meta.__name__ = name
     meta.__doc__ = f"inclusive {name} along dim, in a's dtype (bool is refused; ltorch converts first)."
-    return prim(op_id)(meta)
+    return prim(op_id, kernel=kernel)(meta)
 
 
-cumsum = _scan("prims.cumsum")
-cumprod = _scan("prims.cumprod")
+cumsum = _scan("prims.cumsum", kernel=_cumsum)
+cumprod = _scan("prims.cumprod", kernel=_cumprod)

@@ -3,13 +3,60 @@ metadata and layout, never values; they are strict (ltorch resolves -1, negative
 """
 from __future__ import annotations
 
+import torch
+
 from jitcore.errors import MetaError
 from jitcore.ir.proxies import IntegerProxy, TensorProxy, register_ir_op
 from jitcore.ops.registry import prim
 from jitcore.ops.utils import check, is_int, is_number, numel, prim_dims, requires_grad, same_device, same_size
 
 
-@prim("prims.broadcast_in_dim")
+# -- eager kernels: what each prim below runs on real tensors (torch), given with its definition ---------------
+def _broadcast_in_dim(a, shape, broadcast_dimensions):
+    if len(broadcast_dimensions) == len(shape):  # same rank: the dims map in order, size-1 dims grow
+        return a.expand(shape)
+    view_shape = [1] * len(shape)
+    for n, d in zip(a.shape, broadcast_dimensions):
+        view_shape[d] = n
+    return a.reshape(view_shape).expand(shape)
+
+
+_INDEXES: dict = {}  # (start, end, strides) -> the tuple of slices (a program's lines repeat theirs on every call)
+
+
+def _slice(a, start_indices, end_indices, strides=None):
+    key = (start_indices, end_indices, strides)
+    try:
+        index = _INDEXES.get(key)
+    except TypeError:  # (bounds given as lists)
+        key, index = None, None
+    if index is None:
+        steps = strides or (1,) * len(start_indices)
+        index = tuple(slice(s, e, st) for s, e, st in zip(start_indices, end_indices, steps))
+        if key is not None:
+            if len(_INDEXES) > 4096:  # (symbolic sizes: new bounds on every call)
+                _INDEXES.clear()
+            _INDEXES[key] = index
+    return a[index]
+
+
+def _pad(a, padding_value, padding_config):
+    """lax.pad semantics: (lo, hi, interior) per dim; negative lo/hi crop after interior padding."""
+    if all(interior == 0 for _, _, interior in padding_config):
+        flat = [p for lo, hi, _ in reversed(padding_config) for p in (lo, hi)]
+        return torch.constant_pad_nd(a, flat, padding_value)
+    grown, place, crop = [], [], []
+    for n, (lo, hi, interior) in zip(a.shape, padding_config):
+        size = max(lo, 0) + max(hi, 0) + n + max(n - 1, 0) * interior
+        grown.append(size)
+        place.append(slice(max(lo, 0), max(lo, 0) + max(n - 1, 0) * (interior + 1) + min(n, 1), interior + 1))
+        crop.append(slice(max(-lo, 0), size - max(-hi, 0)))
+    out = torch.full(grown, padding_value, dtype=a.dtype, device=a.device)
+    out[tuple(place)] = a
+    return out[tuple(crop)]
+
+
+@prim("prims.broadcast_in_dim", kernel=_broadcast_in_dim)
 def broadcast_in_dim(a, shape, broadcast_dimensions):
     """a placed into `shape`: a's dim i becomes output dim broadcast_dimensions[i] (size equal or 1)."""
     check(isinstance(a, TensorProxy), lambda: f"prims.broadcast_in_dim: expected a tensor, got {a!r}")
@@ -23,7 +70,7 @@ def broadcast_in_dim(a, shape, broadcast_dimensions):
     return a.like(shape=shape, requires_grad=requires_grad(a))
 
 
-@prim("prims.reshape")
+@prim("prims.reshape", kernel=torch.reshape)
 def reshape(a, shape):
     """a with a new shape of the same number of elements (no -1 here; ltorch resolves it)."""
     check(isinstance(a, TensorProxy), lambda: f"prims.reshape: expected a tensor, got {a!r}")
@@ -40,7 +87,7 @@ def _check_tensor(op, a):
     check(isinstance(a, TensorProxy), lambda: f"prims.{op}: expected a tensor, got {a!r}")
 
 
-@prim("prims.transpose")
+@prim("prims.transpose", kernel=torch.permute)
 def transpose(a, permutation):
     """a with its dims permuted: output dim i is a's dim permutation[i] (torch.permute)."""
     _check_tensor("transpose", a)
@@ -50,7 +97,7 @@ def transpose(a, permutation):
     return a.like(shape=tuple(a.shape[p] for p in perm), requires_grad=requires_grad(a))
 
 
-@prim("prims.squeeze")
+@prim("prims.squeeze", kernel=torch.squeeze)
 def squeeze(a, dims):
     """a without the given dims, each of size 1."""
     _check_tensor("squeeze", a)
@@ -64,7 +111,7 @@ def squeeze(a, dims):
     return a.like(shape=shape, requires_grad=requires_grad(a))
 
 
-@prim("prims.slice")
+@prim("prims.slice", kernel=_slice)
 def slice_prim(a, start_indices, end_indices, strides=None):
     """a[start:end:stride] in every dim; 0 <= start <= end <= size, stride >= 1."""
     _check_tensor("slice", a)
@@ -83,7 +130,7 @@ def slice_prim(a, start_indices, end_indices, strides=None):
     return a.like(shape=tuple(shape), requires_grad=requires_grad(a))
 
 
-@prim("prims.cat")
+@prim("prims.cat", kernel=torch.cat)
 def cat(tensors, dim):
     """The tensors joined along dim: one dtype, one rank, equal sizes in the other dims."""
     check(isinstance(tensors, (tuple, list)) and len(tensors) > 0,
@@ -104,7 +151,7 @@ def cat(tensors, dim):
     return TensorProxy(tuple(shape), first.dtype, device, requires_grad(*tensors))
 
 
-@prim("prims.pad")
+@prim("prims.pad", kernel=_pad)
 def pad(a, padding_value, padding_config):
     """a padded with padding_value: per dim (lo, hi, interior); negative lo/hi crop, interior goes between."""
     _check_tensor("pad", a)
@@ -127,7 +174,7 @@ def pad(a, padding_value, padding_config):
     return a.like(shape=tuple(shape), requires_grad=requires_grad(a))
 
 
-@prim("prims.flip")
+@prim("prims.flip", kernel=torch.flip)
 def flip(a, dims):
     """a reversed along dims."""
     _check_tensor("flip", a)
@@ -135,7 +182,7 @@ def flip(a, dims):
     return a.like(requires_grad=requires_grad(a))
 
 
-@prim("prims.unfold")
+@prim("prims.unfold", kernel=torch.Tensor.unfold)
 def unfold(a, dim, size, step):
     """Tensor.unfold: windows of `size` every `step` along dim, as a new last dim."""
     _check_tensor("unfold", a)

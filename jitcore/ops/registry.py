@@ -6,7 +6,7 @@ full, as a string, where it is defined, so grepping the id finds the definition.
 """
 from __future__ import annotations
 
-from jitcore.ir.codegen import NAMESPACE_IMPORTS
+from jitcore.ir.codegen import register_namespace_import
 from jitcore.ir.symbol import Symbol, Tag
 from jitcore.ops import torch_map
 
@@ -34,8 +34,8 @@ PRIMS: dict[str, Symbol] = {}
 LTORCH: dict[str, Symbol] = {}
 prims_ns = OpNamespace("prims", PRIMS)
 ltorch_ns = OpNamespace("ltorch", LTORCH)
-NAMESPACE_IMPORTS["prims"] = "from jitcore.ops import prims"
-NAMESPACE_IMPORTS["ltorch"] = "from jitcore.ops import ltorch"
+register_namespace_import("prims", "from jitcore.ops import prims")
+register_namespace_import("ltorch", "from jitcore.ops import ltorch")
 
 # every op by id (`prims.add`) -> Symbol: the registry test walks this
 OPS: dict[str, Symbol] = {}
@@ -59,13 +59,16 @@ def _name_of(op_id: str, namespace: str) -> str:
     return name
 
 
-def prim(id: str, *, tags=()):
-    """Decorator: the decorated function is the meta of a new prim with the full id `id` (`prims.add`); returns the
+def prim(id: str, *, kernel, tags=()):
+    """Decorator: the decorated function is the meta of a new prim with the full id `id` (`prims.add`) and eager
+    kernel `kernel` (what it runs on real tensors: a torch function, or a small function over torch's); returns the
     Symbol. The id is written out in full where the prim is defined, so grepping it finds the definition."""
     name = _name_of(id, "prims")
+    if not callable(kernel):
+        raise TypeError(f"prim {id}: its eager kernel must be a callable, got {kernel!r}")
 
     def wrap(meta):
-        sym = Symbol(id, name, meta=meta, tags=tags, module="prims", namespace=prims_ns)
+        sym = Symbol(id, name, meta=meta, tags=tags, module="prims", namespace=prims_ns, kernel=kernel)
         sym.__doc__ = meta.__doc__
         return _register(PRIMS, sym)
 

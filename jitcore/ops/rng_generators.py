@@ -11,7 +11,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.ir import arith, devices
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
-from jitcore.ir.symbol import EAGER_KERNELS, BoundSymbol, Symbol, Tag
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
 from jitcore.ops.utils import check
 
@@ -90,8 +90,7 @@ def _run_call(method, gen, *args):
 
 
 generator_call = Symbol("generators.call", "generator_call", meta=_call_meta, tags=_TAGS, module="",
-                        printer=_call_printer)
-EAGER_KERNELS[generator_call.id] = _run_call
+                        printer=_call_printer, kernel=_run_call)
 
 
 def _new_printer(bsym, printer):
@@ -103,8 +102,7 @@ def _new_meta(device):
 
 
 new_generator = Symbol("generators.new", "new_generator", meta=_new_meta, tags=_TAGS, module="",
-                       printer=_new_printer)
-EAGER_KERNELS[new_generator.id] = torch.Generator
+                       printer=_new_printer, kernel=torch.Generator)
 
 
 def new_generator_line(device="cpu"):

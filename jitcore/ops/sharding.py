@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 
 from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
+from jitcore.ir.symbol import Symbol, Tag
 
 # key ("fsdp<n>:<module path>") -> the sharded block's runtime (jitcore/runtime/fsdp_units.py _Unit):
 # unshard(names) -> the unsharded parameters, reshard(), pre_backward(), post_backward(names, grads)
@@ -61,8 +61,7 @@ _EFFECT = (Tag.PYTHON, Tag.DONT_DCE, Tag.EFFECTS)
 
 def _sym(id: str, fn, meta, differentiable: bool) -> Symbol:
     tags = _EFFECT if differentiable else (*_EFFECT, Tag.NON_DIFFERENTIABLE)
-    sym = Symbol(id, fn.__name__, meta=meta, tags=tags, module="", call_ctx={fn.__name__: fn})
-    EAGER_KERNELS[sym.id] = fn
+    sym = Symbol(id, fn.__name__, meta=meta, tags=tags, module="", call_ctx={fn.__name__: fn}, kernel=fn)
     return sym
 
 

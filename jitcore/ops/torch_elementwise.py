@@ -499,9 +499,6 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
     return add(input, mul(div(tensor1, tensor2), value) if value != 1 else div(tensor1, tensor2))
 
 
-register_method("__iadd__", add)  # in-place operators are refined by the in-place work (issue 7)
-
-
 # -- more elementwise ops, composed of the ones above (added with the core torch ops) -----------------------------
 def _in_float(kind, fn, *args):
     """fn over args converted once to the computation dtype (float32 for half precision), rounded once at the end."""

@@ -11,7 +11,7 @@ import torch
 from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir import proxies
-from jitcore.ir.proxies import TENSOR_METHODS, TensorProxy
+from jitcore.ir.proxies import TENSOR_METHODS, TensorProxy, register_tensor_method
 from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
@@ -204,7 +204,7 @@ def _basic_key(key) -> bool:
     return all(k is None or k is Ellipsis or (isinstance(k, (int, slice)) and not isinstance(k, bool)) for k in items)
 
 
-@torchsymbol(T.__setitem__, id="ltorch.setitem_", method="__setitem__", tags=INPLACE)
+@torchsymbol(T.__setitem__, id="ltorch.setitem_", tags=INPLACE)  # (`x[k] = v` calls it: __setitem__ below)
 def setitem_(self, indices, value):
     """`self[indices] = value`: a write into the view self[indices] for basic keys, else the functional setitem."""
     if _basic_key(indices):
@@ -393,8 +393,9 @@ _AUGMENTED = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itr
               "__ilshift__": "bitwise_left_shift_", "__irshift__": "bitwise_right_shift_"}
 for _dunder, _name in _AUGMENTED.items():
     if _name in TENSOR_METHODS:
-        TENSOR_METHODS[_dunder] = TENSOR_METHODS[_name]
-TENSOR_METHODS["__setitem__"] = setitem_
+        register_tensor_method(_dunder, TENSOR_METHODS[_name])
+# `x[k] = v` on a proxy is this in-place write, not the functional ltorch.setitem (torch_index.py) registered first
+register_tensor_method("__setitem__", setitem_, replace=True)
 
 
 # -- in-place Tensor methods with no op: run the opaque method on a clone, then write the result -----------------------

@@ -10,7 +10,7 @@ import torch
 from jitcore import compat
 from jitcore.errors import MetaError, UnsupportedError
 from jitcore.ir import devices
-from jitcore.ir.proxies import TENSOR_PROPERTIES, TensorProxy
+from jitcore.ir.proxies import TensorProxy, register_tensor_property
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -293,5 +293,6 @@ def _prop_imag(a):
     return _complex_refused("x.imag")
 
 
-TENSOR_PROPERTIES.update(T=permute_reversed, mT=matrix_transpose, H=_prop_H, mH=_prop_mH, data=detach,
-                         real=_prop_real, imag=_prop_imag)
+for _name, _fn in {"T": permute_reversed, "mT": matrix_transpose, "H": _prop_H, "mH": _prop_mH, "data": detach,
+                  "real": _prop_real, "imag": _prop_imag}.items():
+    register_tensor_property(_name, _fn)

@@ -5,15 +5,15 @@ missing here goes to FUNCTION_FALLBACKS (an in-place call recording its writes, 
 """
 from __future__ import annotations
 
-from jitcore.ir.proxies import TENSOR_METHODS, Fallbacks, TensorProxy, register_ir_op
+from jitcore.ir.proxies import TENSOR_METHODS, Fallbacks, TensorProxy, register_ir_op, register_tensor_method
 
 # torch callable -> Symbol (or a plain function over proxies for a few adapters)
 TORCH_MAP: dict = {}
 
 
 def register_method(name: str, fn):
-    """`tensor.<name>(...)` calls fn(tensor, ...)."""
-    TENSOR_METHODS.setdefault(name, fn)
+    """`tensor.<name>(...)` calls fn(tensor, ...); a name another op has already is an error."""
+    register_tensor_method(name, fn)
 
 
 def lookup(fn):
