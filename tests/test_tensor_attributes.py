@@ -62,6 +62,9 @@ CHECKS = {
                     "is_nested", "is_quantized", "is_sparse", "is_sparse_csr", "is_vulkan", "is_xla", "is_xpu")},
 }
 
+if hasattr(torch.Tensor, "names"):  # (named tensors: torch 2.10 and 2.11 still have them)
+    CHECKS["names"] = [(lambda x: (x.names, x.sum(0)), lambda: (_x(2, 3),))]
+
 # attribute -> (fn, make_args, text of the clear error) where jitcore refuses what eager answers
 REFUSED = {
     "grad_fn": (lambda x: (x * 2).grad_fn, lambda: (_x(3, grad=True),), "grad_fn"),
@@ -213,3 +216,10 @@ def test_shapes_are_torch_sizes_inside_and_out(cache):
         assert [type(v) for v in got] == [type(v) for v in expected]
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e)
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "names"), reason="named tensors: torch 2.10-2.11 only")
+def test_a_named_tensor_input_is_refused():
+    x = torch.randn(2, 3).refine_names("N", "C")
+    with pytest.raises(jitcore.UnsupportedError, match="named tensor"):
+        jitcore.jit(lambda x: x * 2)(x)

@@ -679,6 +679,8 @@ def _refuse_unmodelled(t: torch.Tensor):
                                              "then jit it")
     kind = "nested" if t.is_nested else "quantized" if t.is_quantized else None if t.layout is torch.strided else \
         str(t.layout).removeprefix("torch.")
+    if kind is None and any(n is not None for n in getattr(t, "names", ())):  # (named tensors: torch 2.10-2.11)
+        kind = "named"
     if kind is not None:
         raise UnsupportedError("tensor input", f"a {kind} tensor: jitcore traces dense, strided tensors",
                                hint="convert it first (to_dense(), dequantize()), or run this call eagerly")

@@ -296,3 +296,6 @@ def _prop_imag(a):
 for _name, _fn in {"T": permute_reversed, "mT": matrix_transpose, "H": _prop_H, "mH": _prop_mH, "data": detach,
                   "real": _prop_real, "imag": _prop_imag}.items():
     register_tensor_property(_name, _fn)
+if hasattr(torch.Tensor, "names"):  # (named tensors, in the releases that still have them: 2.10-2.11; a named
+    # input is refused, jitcore/frontend/tracing.py, so every tensor of a trace is unnamed)
+    register_tensor_property("names", lambda a: (None,) * a.ndim)
