@@ -129,6 +129,9 @@ FIXED_SEEDS = {  # programs a fuzz run failed on, kept (each with what went wron
     # functionalization renamed in cdist's decomposition but not in the shapes its nested `ltorch.sub` reads; DCE
     # then dropped the top-level unpack of the new size (TraceLintError on every call)
     101285: "a slice write renaming the sizes a later decomposition reads",
+    # three `x2 / x0` with a zero in x0 (an "ints" input): eager's gradient of x0 there sums -inf and inf (nan); jitcore
+    # merges the three divisions and sums their cotangents first (inf). Both non-finite: compared as alike
+    103466: "a gradient at a singularity, inf or nan by summation order",
 }
 
 
