@@ -22,9 +22,10 @@ from jitcore.errors import UnsupportedError
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
-from jitcore.guards.prologue import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
+from jitcore.guards.kinds import Guards
+from jitcore.guards.values import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
 from jitcore.interpreter import interpret
-from jitcore.interpreter.context import DefaultContext
+from jitcore.interpreter.context import InterpreterHooks
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
@@ -70,42 +71,6 @@ class TracedInput:
 
 
 @dataclass
-class Guards:
-    """What the computation assumed about the world outside its inputs, for the prologue (jitcore/guards/prologue.py).
-
-    values: provenance -> the scalar the trace baked in (type and value checked);
-    objects: provenance -> an object whose identity the trace depends on (functions, modules, ... read from
-    globals, closures and attributes); types: provenance -> the type of an object that came in through the
-    arguments; lengths: provenance -> len() of an external list/tuple the program iterated or indexed, or of a
-    dict the tuple of its keys in order;
-    predicates: expressions over input symbols that held (symbolic values).
-    """
-
-    values: dict = field(default_factory=dict)
-    objects: dict = field(default_factory=dict)
-    types: dict = field(default_factory=dict)
-    lengths: dict = field(default_factory=dict)
-    container_types: dict = field(default_factory=dict)  # provenance -> the type of a container lengths guards
-    predicates: list = field(default_factory=list)
-    # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
-    # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
-    presence: dict = field(default_factory=dict)
-    # torch's process-wide settings the program read (`torch.get_num_threads()`, jitcore/guards/torch_flags.py):
-    # (reader, args, kwargs) -> value
-    flags: dict = field(default_factory=dict)
-    data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
-    # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
-    # one tensor for both is another call
-    distinct: list = field(default_factory=list)
-    # input name -> its DataGuard that it is no inference tensor: eager's autograd saves it, the program's may not
-    # (the guard is kept unless the forward saves that input itself: torch then raises as eager does)
-    not_inference: dict = field(default_factory=dict)
-    # the saved_tensors_hooks active around a call that the programs were built for: None (none) or (pack, unpack);
-    # False: not checked (no backward, or jit's own pair)
-    saved_hooks: object = False
-
-
-@dataclass
 class TraceResult:
     trace: Trace
     inputs: list  # TracedInput, in the computation's signature order
@@ -125,8 +90,9 @@ def _in_checkpoint_sequential(fn) -> bool:
         getattr(fn, "__qualname__", "").startswith("checkpoint_sequential")
 
 
-class JitContext(DefaultContext):
-    """What the interpreter asks jitcore while it runs user code.
+class JitContext(InterpreterHooks):
+    """What the interpreter asks jitcore while it runs user code: the hooks of InterpreterHooks
+    (jitcore/interpreter/context.py), and what the guards need recorded (Guards, jitcore/guards/kinds.py).
 
     symbolic: cache="symbolic values": sizes of argument tensors (other than 0 and 1) and int/float arguments
     become number proxies; state tensors (parameters, buffers, globals) keep constant sizes.
