@@ -73,6 +73,10 @@ def _never(*_) -> bool:
     return False
 
 
+def _nothing(_) -> tuple:
+    return ()
+
+
 # Where the prologue checks a kind, in its order: "call" (its own first line: check(entry, explain, printer) -> the
 # line), "state" (the one line of process-wide state: check(entry) -> [(condition, reason)]), "path" (values fetched
 # through provenance chains, all path kinds together shallowest first: the prologue binds the value, or its parent,
@@ -102,6 +106,8 @@ class GuardKind:
     fallible: Callable = _never  # entry -> whether its line may raise FETCH_ERRORS (a fetch, a len())
     binds_parent: bool = False  # path kinds: the name is bound to the object the attribute is looked up on
     uses_math: Callable = _never  # entry -> whether its condition calls math.* (`math.sqrt(i2)`)
+    reads: Callable = _nothing  # relation kinds: entry -> the input names its condition reads (bound by name even
+    # where the module-rooted part fetches those inputs)
     folded_into: str = ""  # place "folded": the kind that checks it
 
 
@@ -310,13 +316,13 @@ KINDS = (
               fallible=lambda e: type(e[0]) not in (P.Arg, P.Kwarg)),
     GuardKind("distinct", ("distinct",), "(name, name): two tensor inputs `a is b` found different "
               "(JitContext.on_is)", "relation", "<x> and <y>: expected two different tensors", "per call",
-              lambda s: s.guards.distinct, _distinct),
+              lambda s: s.guards.distinct, _distinct, reads=lambda e: e),
     GuardKind("predicates", ("predicates",), "expressions over input symbols that held (symbolic values; the "
               "stages' Predicates)", "relation", "predicate <expr> (<symbol>=<value>, ...)", "per call",
               lambda s: s.guards.predicates, _predicate, uses_math=lambda pred: "math." in pred),
     GuardKind("data", ("data",), "DataGuard: a value computed from tensor data and the program recomputing it "
               "(data_guards.concrete_value, layouts)", "relation", "data: <what> was <value>", "per call",
-              _data_entries, _data),
+              _data_entries, _data, reads=lambda g: g.inputs),
     GuardKind("not_inference", ("not_inference",), "input name -> a DataGuard that it is no inference tensor "
               "(JitContext._guard_inference)", "folded", "data: <input>.is_inference() was False", "per call",
               None, None, folded_into="data"),

@@ -300,12 +300,14 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         for n, (prov, kind, value) in items:
             if not (hot and kind.hot_skip is not None and kind.hot_skip((prov, value), keyed)):
                 b += _guard_lines(binder, prov, kind, value, n, kw, roots)
-        # the inputs data guards recompute their values from, and those alias checks compare (a module's list of
-        # its own weights, nn.RNNBase's _flat_weights): bound by name even when the module-rooted part fetches them
-        read = {n for g in guards.data for n in g.inputs} | {name for _, name in source.aliases}
+        relations = [(kind, e) for kind in kinds.at("relation") for e in kind.entries(source)]
+        # the inputs the relation checks read by name (those data guards recompute their values from, alias checks
+        # compare: a module's list of its own weights, nn.RNNBase's _flat_weights): bound by name even when the
+        # module-rooted part fetches them
+        read = {n for kind, e in relations for n in kind.reads(e)}
         for inp in inputs:
             b += _input_lines(inp, binder, kw, hot, symbolic, roots, split, read)
-        b += _relation_lines(kinds.at("relation"), source, binder, kw)
+        b += _relation_lines(relations, binder, kw)
         _guard_fetches(b, start, kw)
         trace.output = None if explain else _output(inputs, split)
     return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''}"
@@ -352,15 +354,14 @@ def _input_lines(inp, binder, kw, hot, symbolic, roots, split, read=frozenset())
     return out
 
 
-def _relation_lines(rows, source, binder, kw) -> list:
-    """One check line per entry of the relation kinds (aliases, distinct tensors, predicates, data guards): their
-    conditions fetch a provenance through the names bound so far (as they are when the prologue is printed)."""
+def _relation_lines(relations, binder, kw) -> list:
+    """One check line per entry of the relation kinds [(kind, entry)] (aliases, distinct tensors, predicates, data
+    guards): their conditions fetch a provenance through the names bound so far (as they are when printed)."""
     def fetch(prov):
         return lambda p: provenance_expr(prov, p, binder.bound)
 
     return [BoundSymbol(check_math if kind.uses_math(e) else check, (kind.check(e, fetch),), kw, None,
-                        extra={"fallible": kind.fallible(e)})
-            for kind in rows for e in kind.entries(source)]
+                        extra={"fallible": kind.fallible(e)}) for kind, e in relations]
 
 
 def _output(inputs, split):
@@ -426,7 +427,8 @@ def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
             else:
                 conds = _tensor_checks(name, inp.proxy, False, str(inp.provenance), exact)
                 b.append(BoundSymbol(check, (conds,), {}, None))
-        b += _relation_lines([kinds.BY_NAME["aliases"]], source, binder, {})  # (the one relation kind rooted there)
+        aliases = kinds.BY_NAME["aliases"]  # (the one relation kind checked there)
+        b += _relation_lines([(aliases, e) for e in aliases.entries(source)], binder, {})
         names = []
         for prov in split.anchors:
             if prov not in binder.bound:
