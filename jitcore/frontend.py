@@ -148,6 +148,8 @@ class JitContext(InterpreterHooks):
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
             return standins.BackwardHookStandIn
+        if getattr(fn, "__name__", None) in _BITS and type(getattr(fn, "__self__", None)) is TensorProxy:
+            return self._bit_reader(fn.__self__, fn.__name__)  # (None for a tensor the program made)
         refused = standins.refused_inside(fn, self._user_caller)
         if refused is not None:
             return refused
@@ -410,6 +412,16 @@ class JitContext(InterpreterHooks):
             self.aliases.append((provenance, p.name))
         return p
 
+    def _bit_reader(self, proxy, method):
+        """`x.is_conj()` / `x.is_neg()` of a tensor input: the bit of the tensor passed (a proxy does not model a view's
+        conjugate and negative bits), guarded (Guards.bits)."""
+        for inp, value in zip(self.inputs, self._values):
+            if inp.proxy is proxy:
+                bit = getattr(value, method)()
+                self.guards.bits.setdefault((proxy.name, method), bit)
+                return lambda: bit
+        return None
+
     def on_is(self, a, b):
         """`a is b` was False: where a and b are two tensor inputs, a call that passes one tensor for both would take
         the other branch, so the prologue checks they are still two."""
@@ -591,6 +603,9 @@ def _is_leaf(t) -> bool:
 
 def _is_inference(t) -> bool:
     return t.is_inference()
+
+
+_BITS = ("is_conj", "is_neg")  # a tensor's lazy conjugate and negation bits (Guards.bits)
 
 
 # methods of a list, tuple or dict that read it whole, natively (`shape.copy()`, `dims.index(2)`)

@@ -57,6 +57,9 @@ class Guards:
     # the saved_tensors_hooks active around a call that the programs were built for: None (none) or (pack, unpack);
     # False: not checked (no backward, or jit's own pair)
     saved_hooks: object = False
+    # (input name, "is_conj" or "is_neg") -> the bit the program read of that tensor input (a proxy does not model
+    # a view's lazy conjugation or negation: `z.conj()`, `z.conj().imag` passed in)
+    bits: dict = field(default_factory=dict)
 
 
 class Sources(NamedTuple):
@@ -273,6 +276,11 @@ def _key_covered(prov) -> bool:
     return type(prov) in (P.Arg, P.Kwarg)
 
 
+def _bit(entry, _) -> list:
+    (name, method), value = entry
+    return [(f"{name}.{method}() is not {value}", f"{name}.{method}(): expected {value}")]
+
+
 # -- the rows ---------------------------------------------------------------------------------------------------------
 _ALWAYS = lambda *_: True  # noqa: E731
 _MODULE = "module-rooted"
@@ -323,6 +331,9 @@ KINDS = (
     GuardKind("data", ("data",), "DataGuard: a value computed from tensor data and the program recomputing it "
               "(data_guards.concrete_value, layouts)", "relation", "data: <what> was <value>", "per call",
               _data_entries, _data, reads=lambda g: g.inputs),
+    GuardKind("bits", ("bits",), "(input name, 'is_conj' | 'is_neg') -> the bit the program read of a tensor input "
+              "(JitContext._bit_reader)", "relation", "<input>.is_conj(): expected <bool>", "per call",
+              lambda s: s.guards.bits.items(), _bit, reads=lambda e: (e[0][0],)),
     GuardKind("not_inference", ("not_inference",), "input name -> a DataGuard that it is no inference tensor "
               "(JitContext._guard_inference)", "folded", "data: <input>.is_inference() was False", "per call",
               None, None, folded_into="data"),
