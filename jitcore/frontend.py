@@ -148,8 +148,8 @@ class JitContext(InterpreterHooks):
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
             return standins.BackwardHookStandIn
-        if getattr(fn, "__name__", None) in _BITS and type(getattr(fn, "__self__", None)) is TensorProxy:
-            return self._bit_reader(fn.__self__, fn.__name__)  # (None for a tensor the program made)
+        if fn in _BIT_READERS or (type(getattr(fn, "__self__", None)) is TensorProxy and fn.__name__ in _BITS):
+            return functools.partial(self._read_bit, fn)  # x.is_conj(), torch.is_neg(x)
         refused = standins.refused_inside(fn, self._user_caller)
         if refused is not None:
             return refused
@@ -412,15 +412,16 @@ class JitContext(InterpreterHooks):
             self.aliases.append((provenance, p.name))
         return p
 
-    def _bit_reader(self, proxy, method):
-        """`x.is_conj()` / `x.is_neg()` of a tensor input: the bit of the tensor passed (a proxy does not model a view's
-        conjugate and negative bits), guarded (Guards.bits)."""
+    def _read_bit(self, fn, *args):
+        """`x.is_conj()`, `torch.is_neg(x)`, ... of a tensor input: the bit of the tensor passed (a proxy does not model
+        a view's lazy conjugation or negation), guarded (Guards.bits); of a tensor the program made, as before."""
+        x = fn.__self__ if type(getattr(fn, "__self__", None)) is TensorProxy else args[0] if args else None
         for inp, value in zip(self.inputs, self._values):
-            if inp.proxy is proxy:
-                bit = getattr(value, method)()
-                self.guards.bits.setdefault((proxy.name, method), bit)
-                return lambda: bit
-        return None
+            if inp.proxy is x:
+                bit = getattr(value, fn.__name__)()
+                self.guards.bits.setdefault((x.name, fn.__name__), bit)
+                return bit
+        return fn(*args)
 
     def on_is(self, a, b):
         """`a is b` was False: where a and b are two tensor inputs, a call that passes one tensor for both would take
@@ -606,6 +607,7 @@ def _is_inference(t) -> bool:
 
 
 _BITS = ("is_conj", "is_neg")  # a tensor's lazy conjugate and negation bits (Guards.bits)
+_BIT_READERS = frozenset({torch.is_conj, torch.is_neg, torch.Tensor.is_conj, torch.Tensor.is_neg})
 
 
 # methods of a list, tuple or dict that read it whole, natively (`shape.copy()`, `dims.index(2)`)

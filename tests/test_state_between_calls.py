@@ -465,11 +465,11 @@ def test_files_read_from_outside_are_written_to_not_refused_as_iterators(mode, c
 
 @pytest.mark.parametrize("mode", CACHE_MODES)
 def test_conjugate_and_negative_bits_of_tensor_arguments(mode):
-    """`x.is_conj()` / `x.is_neg()` of an argument (a lazily conjugated view `z.conj()`, or its imaginary part): a
+    """`x.is_conj()` / `torch.is_neg(x)` of an argument (a lazily conjugated view `z.conj()`, or its imaginary part): a
     proxy does not model these bits, so the traced program answered False for every call (a silent wrong branch)
     until the bits read were guarded (guard kind "bits", jitcore/guards/kinds.py)."""
     def f(x):
-        return (x * 2 if x.is_conj() else x - 1) + (3 if x.is_neg() else 0)
+        return (x * 2 if x.is_conj() else x - 1) + (3 if torch.is_neg(x) else 0)
 
     z = torch.randn(3, dtype=torch.complex64)
     calls = [z, z.conj(), z, z.conj(), z.conj().imag, z.imag, z.conj().imag]
