@@ -94,6 +94,8 @@ def test_every_guard_kind_row_is_complete():
         assert callable(k.entries) and callable(k.check), k.name
         assert (k.module_rooted is None) == (k.scope == "per call" or k.place != "path"), k.name
         assert not k.binds_parent or k.place == "path", k.name
+        # a relation check names tensor inputs (predicates: size symbols), which must then be bound by name
+        assert k.place != "relation" or k.name == "predicates" or k.reads is not kinds._nothing, k.name
 
 
 def test_the_prologue_loops_over_the_guard_kinds():

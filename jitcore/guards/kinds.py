@@ -321,7 +321,7 @@ KINDS = (
     GuardKind("aliases", (), "(provenance, input name): the same tensor found again elsewhere (TraceResult.aliases)",
               "relation", "<where>: expected the same tensor as <input>", "module-rooted with its input "
               "(module_guards.module_split)", lambda s: s.aliases, _alias,
-              fallible=lambda e: type(e[0]) not in (P.Arg, P.Kwarg)),
+              fallible=lambda e: type(e[0]) not in (P.Arg, P.Kwarg), reads=lambda e: (e[1],)),
     GuardKind("distinct", ("distinct",), "(name, name): two tensor inputs `a is b` found different "
               "(JitContext.on_is)", "relation", "<x> and <y>: expected two different tensors", "per call",
               lambda s: s.guards.distinct, _distinct, reads=lambda e: e),
