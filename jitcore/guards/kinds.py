@@ -295,7 +295,7 @@ KINDS = (
               lambda s: (s.guards.saved_hooks,), _saved_hooks),
     GuardKind("flags", ("flags",), "(reader, args, kwargs) -> value of a process-wide setting the program read "
               "(torch_flags.read, process_state.reader, isinstance against an ABC)", "state",
-              "the setting's reader and the value expected", "per call", lambda s: s.guards.flags.items(), _flag),
+              "<reader>(...): expected <value>", "per call", lambda s: s.guards.flags.items(), _flag),
     GuardKind("torch_state", (), "read when the prologue is built, right after the traced call: grad mode, default "
               "dtype, autocast", "state", "grad mode / default dtype / autocast: expected ...", "per call",
               lambda s: (None,), _torch_state),
