@@ -20,9 +20,9 @@ import torch
 
 from executors.regions import has_side_effect
 from jitcore import compat
-from jitcore.autograd import AutogradProgram
 from jitcore.ir.symbol import BoundSymbol
 from jitcore.ops.autocast import outside_autocast
+from jitcore.runtime.autograd import AutogradProgram
 
 log = logging.getLogger("jitcore.ahead")
 MIN_REGIONS = 2  # fewer regions to compile than this: nothing to build side by side, no fake run

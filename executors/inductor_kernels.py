@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from jitcore import compat
-from jitcore.layouts import cache_root, write_atomically
+from jitcore.runtime.disk_cache import cache_root, write_atomically
 
 _KERNEL_LINE = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.M)
 _KERNEL_SOURCE = re.compile(r"async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S)

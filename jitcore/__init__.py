@@ -56,7 +56,7 @@ def __getattr__(name):
 
         return getattr(packages, name)
     if name in _INSPECTION:
-        from jitcore import inspection  # (loaded on first use, as jitcore.api below)
+        from jitcore.debug import inspection  # (loaded on first use, as jitcore.api below)
 
         return getattr(inspection, name)
     if name in _API:

@@ -19,18 +19,16 @@ from executors.base import Executor, FusionExecutor, get_executor
 from executors.claim import claim
 from executors.regions import COMPILE_EVENTS
 from jitcore import compat, logs
-from jitcore.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, saved_tensor_bytes  # noqa: F401 (public)
-from jitcore.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
+from jitcore.debug.inspection import ExamineReport, examine_call
+from jitcore.debug.verify import checked_call, external_effect, verify_calls
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import TraceResult, define_sizes, prune_sizes, trace_function
-from jitcore.fsdp import ShardedCall, is_sharded, refuse_unhooked_shards
+from jitcore.frontend.tracing import TraceResult, define_sizes, prune_sizes, trace_function
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.guards.input_storage import check_keep_inputs, describe, value_dependence
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
-from jitcore.inspection import ExamineReport, examine_call
 from jitcore.interpreter import versions
 from jitcore.interpreter.provenance import Roots
 from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
@@ -39,12 +37,14 @@ from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
-from jitcore.verify import checked_call, external_effect, verify_calls
+from jitcore.runtime.autograd import AutogradProgram, WithoutHistory, ddp_overlaps, saved_tensor_bytes  # noqa: F401 (public)
+from jitcore.runtime.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
+from jitcore.runtime.fsdp_units import ShardedCall, is_sharded, refuse_unhooked_shards
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
 from transforms.early_grads import with_grads_ready
-from transforms.fsdp import check_backward_order, thread_sharded_params
+from transforms.fsdp_order import check_backward_order, thread_sharded_params
 from transforms.functionalize import functionalize, save_written_inputs_by_copy
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
@@ -58,7 +58,7 @@ class CompileOptions:
     cache: str
     keep_inputs: str = "int"
     rematerialize: bool | float = True  # what the forward saves: transforms/rematerialize.py
-    verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/verify.py)
+    verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/debug/verify.py)
     saved_tensor_hooks: tuple | None = None  # (pack, unpack) put into the programs (transforms/saved_hooks.py)
 
 
@@ -89,7 +89,7 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
         True (default), a number (that fraction instead; float("inf"): save the fewest bytes whatever the recompute
         costs), or False (save exactly what the backward reads). Blocks run through
         torch.utils.checkpoint.checkpoint(..., use_reentrant=False) are recomputed in the backward whatever this says.
-    verify: check the compiled programs against eager (jitcore/verify.py). True, or a number of calls N: the first
+    verify: check the compiled programs against eager (jitcore/debug/verify.py). True, or a number of calls N: the first
         call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
         inputs and module state after the call); a mismatch raises VerificationError with the first differing
         program line and a repro folder. False, or None (default) with no JITCORE_VERIFY=1 in the environment: off,
@@ -433,7 +433,7 @@ class JitFunction:
 
 class VerifyingJitFunction(JitFunction):
     """A JitFunction made with jit(..., verify=N): the first N calls of each new entry are checked against eager
-    (jitcore/verify.py). Its own class, so the hot path of the others pays nothing for it."""
+    (jitcore/debug/verify.py). Its own class, so the hot path of the others pays nothing for it."""
 
     def __init__(self, fn, options: CompileOptions):
         super().__init__(fn, options)
@@ -641,7 +641,7 @@ def memory_passes(program: Program, claimed: Claimed) -> Executable:
 
 def codegen(traced: TraceResult, program: Program, executable: Executable, options: CompileOptions):
     """Stage "codegen": the callable that runs a call's computation: the forward program as Python, inside the
-    torch.autograd.Function of jitcore/autograd.py when there is a backward."""
+    torch.autograd.Function of jitcore/runtime/autograd.py when there is a backward."""
     forward = outside_autocast(executable.traces[-1].python_callable())
     nograd_views = nograd_views_of(traced.trace)
     split = program.split
@@ -751,7 +751,7 @@ def _needs_autodiff(trace) -> bool:
     return any(getattr(o, "requires_grad", False) for o in tree_leaves(trace.output))
 
 
-# -- inspection (the accessors of the last call are in jitcore/inspection.py) --------------------------------
+# -- inspection (the accessors of the last call are in jitcore/debug/inspection.py) --------------------------------
 def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
     """Which ops fn(*args, **kwargs) uses, whether each is supported, which executor would run it (`executors` as
     for `jit`), and what falls back to opaque. Traces once without running; prints nothing, returns the report.

@@ -87,5 +87,5 @@ class GuardFailure(JitError):
 
 
 class VerificationError(JitError):
-    """A jitted call whose results differ from eager's, found by jit(fn, verify=True) (jitcore/verify.py)."""
+    """A jitted call whose results differ from eager's, found by jit(fn, verify=True) (jitcore/debug/verify.py)."""
 

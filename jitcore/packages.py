@@ -11,7 +11,7 @@ A package is a folder:
 - `regions.pt` and `kernel-<digest>.so`: the compiled fusion regions the programs call, as their executor records
   them (executors/inductor_kernels.py: Inductor's generated wrapper and the shared library of each C++ kernel), with
   the machine they were built for in the manifest;
-- `layouts.pt`: the answers torch's meta kernels gave while the entries were traced (jitcore/layouts.py
+- `layouts.pt`: the answers torch's meta kernels gave while the entries were traced (jitcore/frontend/layouts.py
   META_RESULTS), so the load's tracing does not run them again;
 - `DIGEST`: a SHA-256 over the other files, which load verifies.
 
@@ -52,10 +52,10 @@ import torch
 from looseversion import LooseVersion
 
 from executors import inductor_kernels
-from jitcore import layouts
 from jitcore.api import CompileOptions, JitFunction, JitModule, _resolve_executors, jit
+from jitcore.debug.reproduce import final_traces, programs_text, write_repro
 from jitcore.errors import JitError
-from jitcore.reproduce import final_traces, programs_text, write_repro
+from jitcore.frontend import layouts
 
 FORMAT = 1
 _DIGEST = "DIGEST"
@@ -265,8 +265,8 @@ def _compiled_regions(entries) -> list:
 
 
 def _meta_results(entries) -> dict:
-    """The replays on meta tensors the entries' traces asked (jitcore/layouts.py META_RESULTS), so a load re-traces
-    them without running torch's meta kernels."""
+    """The replays on meta tensors the entries' traces asked (jitcore/frontend/layouts.py META_RESULTS), so a load
+    re-traces them without running torch's meta kernels."""
     out = {}
     for entry in entries:
         for key in entry.traces[0].extra.get("meta_results", ()):
@@ -450,7 +450,7 @@ def _restore_entries(inner: JitFunction, folder: Path, manifest: dict) -> list:
 
 
 
-# -- repro: a standalone script for a bug report (jitcore/reproduce.py) ---------------------------------------------
+# -- repro: a standalone script for a bug report (jitcore/debug/reproduce.py) ------------------------------------------
 def repro(jfn, path, entry: int = -1) -> Path:
     """Write to the folder `path` a standalone script (repro.py) that reproduces the call cache entry `entry` (in
     compile order; the last by default) of `jfn` was compiled for: the call's inputs (inputs.pt, rebuilt from the

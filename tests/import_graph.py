@@ -13,18 +13,15 @@ import sys
 from dataclasses import dataclass
 
 PACKAGES = ("jitcore", "executors", "transforms")
-FOLDERS = ("jitcore.ir", "jitcore.ops", "jitcore.interpreter", "jitcore.guards")
+FOLDERS = ("jitcore.ir", "jitcore.ops", "jitcore.interpreter", "jitcore.guards", "jitcore.runtime",
+           "jitcore.frontend", "jitcore.debug")
 
 # the stages, lowest first: a stage may import its own modules and those of lower stages, never a higher one.
 # Stages on one rank never import each other (transforms and executors are independent of each other).
 RANKS = {
     "jitcore.errors": 0, "jitcore.logs": 0, "jitcore.compat": 1, "jitcore.hooks": 2, "jitcore.ir": 2,
-    "jitcore.ops": 3, "jitcore.interpreter": 4,
-    "jitcore.guards": 5, "jitcore.layouts": 6, "jitcore.epilogue": 6, "jitcore.arrays": 6, "jitcore.standins": 6,
-    "jitcore.autograd": 6,
-    "jitcore.fsdp": 6,
-    "jitcore.frontend": 7,
-    "transforms": 8, "executors": 8, "jitcore.reproduce": 8, "jitcore.inspection": 9, "jitcore.verify": 9,
+    "jitcore.ops": 3, "jitcore.interpreter": 4, "jitcore.guards": 5, "jitcore.runtime": 6, "jitcore.frontend": 7,
+    "transforms": 8, "executors": 8, "jitcore.debug": 9,
     "jitcore.api": 10, "jitcore.packages": 11, "jitcore.explanation": 11, "jitcore": 12,
 }
 # the modules that assemble the stages: importing any of them is their job (DESIGN.md: api.py imports all three)

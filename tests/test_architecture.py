@@ -3,6 +3,7 @@ lower stages, no import cycle between stages, few imports inside functions (each
 lines. `python -m tests.import_graph` prints the same facts as a report.
 """
 import pathlib
+import re
 
 import pytest
 
@@ -70,8 +71,32 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path):
 
 def test_the_layout_is_described_in_the_clone():
     text = (ROOT / "jitcore" / "README.md").read_text()
-    for folder in ("ir/", "ops/", "interpreter/", "guards/", "frontend.py", "api.py", "transforms/", "executors/"):
+    for folder in ("ir/", "ops/", "interpreter/", "guards/", "frontend/", "runtime/", "debug/", "api.py", "transforms/",
+                   "executors/"):
         assert folder in text, f"jitcore/README.md does not describe {folder}"
+    stages = {g.stage_of(m) for m in g.project_files(ROOT)}
+    undescribed = [s for s in stages if s.startswith("jitcore.")
+                   and not re.search(rf"(^|[\s/`(]){s.split('.')[1]}(/|\.py)", text, re.M)]
+    assert undescribed == [], f"jitcore/README.md does not describe {undescribed}"
+
+
+LOOSE_MODULES_BUDGET = 8  # DESIGN.md: the faces (api, packages, explanation, pipeline) and the leaves (errors, ...)
+
+
+def test_few_loose_modules_in_jitcore():
+    """Everything but the faces and the leaves every stage may use lives in its stage's folder."""
+    loose = sorted(p.name for p in (ROOT / "jitcore").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= LOOSE_MODULES_BUDGET, f"{len(loose)} modules directly in jitcore/: {loose}"
+
+
+def test_no_two_modules_share_a_basename():
+    """A basename names one role: `fsdp.py` in three folders meant three different things to a reader."""
+    seen: dict[str, list[str]] = {}
+    for pkg in g.PACKAGES:
+        for p in (ROOT / pkg).rglob("*.py"):
+            if p.name != "__init__.py":
+                seen.setdefault(p.name, []).append(str(p.relative_to(ROOT)))
+    assert {n: ps for n, ps in seen.items() if len(ps) > 1} == {}
 
 
 def test_every_guard_kind_row_is_complete():
@@ -114,13 +139,13 @@ def test_the_prologue_loops_over_the_guard_kinds():
 
 
 def test_the_interpreter_binds_its_hooks_without_fallbacks():
-    """interpreter/context.py declares every hook with its one default (InterpreterHooks); the interpreter binds or
+    """interpreter/protocol.py declares every hook with its one default (InterpreterHooks); the interpreter binds or
     calls them directly, never through getattr with a default; jitcore's context implements the protocol."""
     import inspect
     import re
 
-    from jitcore.frontend import JitContext
-    from jitcore.interpreter.context import HOOKS, InterpreterHooks
+    from jitcore.frontend.tracing import JitContext
+    from jitcore.interpreter.protocol import HOOKS, InterpreterHooks
 
     for path in (ROOT / "jitcore" / "interpreter").glob("*.py"):
         assert not re.search(r"getattr\((self\.)?(rt\.)?(type\()?ctx\)?,[^)]*,", path.read_text()), \

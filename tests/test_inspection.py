@@ -137,10 +137,10 @@ def test_examine_reports_a_tracing_failure_instead_of_raising():
     assert "tracing failed" in str(report) or report.opaque_ops  # either is a report, never an exception
 
 
-@pytest.mark.parametrize("first", ["jitcore.inspection", "jitcore.api", "executors"])
+@pytest.mark.parametrize("first", ["jitcore.debug.inspection", "jitcore.api", "executors"])
 def test_jitcore_examine_is_the_function_whichever_module_loads_first(first):
-    # the inspection stage lives in jitcore/inspection.py, so no module shadows the function jitcore.examine
-    code = (f"import {first}\nimport jitcore.inspection, jitcore.api, jitcore, torch\n"
+    # the inspection stage lives in jitcore/debug/inspection.py, so no module shadows the function jitcore.examine
+    code = (f"import {first}\nimport jitcore.debug.inspection, jitcore.api, jitcore, torch\n"
             "assert jitcore.examine.__module__ == 'jitcore.api', jitcore.examine\n"
             "assert jitcore.examine(torch.sin, torch.randn(2)).ops[0].op == 'ltorch.sin'\n")
     root = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import pytest
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import bytecode, versions
 from jitcore.interpreter.frame import _unsupported, code_info, decode
-from jitcore.interpreter.registry import table_for
+from jitcore.interpreter.handlers import table_for
 
 # The opcodes of CPython 3.12 (Lib/opcode.py of 3.12, no interpreter of which is reachable here), pseudo-ops and
 # instrumented forms aside: the table for 3.12 must have a row for each, and none for the 3.11 ones it removed.

@@ -180,10 +180,10 @@ def test_vjp_rules_and_torch_executor_tables_name_op_ids():
 
     tables = {"transforms VJP_RULES": vjp_rules.VJP_RULES, "executors/torchex.py KERNELS": KERNELS,
               "executors/torchex.py DIRECT_OVERRIDES": DIRECT_OVERRIDES, "executors/torchex.py BY_INPUT": BY_INPUT}
-    from jitcore.ops import fsdp  # (FSDP2's block lines: symbols of their own, like python.grads_ready, not in OPS)
+    from jitcore.ops import sharding  # (FSDP2's block lines: symbols of their own, like python.grads_ready, not in OPS)
     from jitcore.ops.opaque import OPAQUE_OPS  # (an aten kernel's opaque op: executors/torchex_pool.py's row)
 
-    known = set(OPS) | set(OPAQUE_OPS) | {s.id for s in vars(fsdp).values() if isinstance(s, Symbol)}
+    known = set(OPS) | set(OPAQUE_OPS) | {s.id for s in vars(sharding).values() if isinstance(s, Symbol)}
     for table, rows in tables.items():
         unknown = sorted(k for k in rows if k not in known)
         assert not unknown, f"{table} has rows for ids that are no op: {unknown}"

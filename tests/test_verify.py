@@ -1,4 +1,5 @@
-"""The accuracy check (jit(fn, verify=True), jitcore/verify.py): correct programs pass without doubling anything the
+"""The accuracy check (jit(fn, verify=True), jitcore/debug/verify.py): correct programs pass without doubling anything
+the
 caller sees (random stream, module state, inputs written in place); a wrong kernel is caught with the first
 differing line, the user's source line and a repro script; calls that write outside their arguments are not re-run.
 """

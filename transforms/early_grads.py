@@ -1,13 +1,13 @@
 """Transforms: early gradients. Over a backward trace (saved, cotangents -> one gradient per input), a
 `grads_ready(positions, grads)` line right after the line that computes the gradients of parameters (the inputs at
 `positions`), so that under DDP each parameter's gradient is accumulated, and its bucket's all-reduce started, while
-the rest of the backward runs (jitcore/ops/early_grads.py). The gradients are unchanged: the lines only read them.
+the rest of the backward runs (jitcore/ops/grads_ready.py). The gradients are unchanged: the lines only read them.
 """
 from __future__ import annotations
 
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.trace import Timer, Trace, from_trace
-from jitcore.ops.early_grads import grads_ready_sym
+from jitcore.ops.grads_ready import grads_ready_sym
 
 
 def with_grads_ready(backward: Trace, positions) -> Trace:

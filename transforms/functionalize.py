@@ -27,7 +27,7 @@ from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
-from jitcore.ops.generators import GeneratorProxy
+from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
@@ -150,7 +150,7 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
         lines, viewed = view_path(makers, x, written) if isinstance(x, TensorProxy) else ([], None)
         if lines and viewed.name in written:
             # a view of an input written into: the epilogue makes it that view of the caller's tensor
-            # (jitcore/epilogue.py view_of_written) from a view of the value written, made here from that value
+            # (jitcore/runtime/epilogue.py view_of_written) from a view of the value written, made here from that value
             # (the view's own value may be one written through it: `t = x[0]; t.fill_(1); return t`)
             al = st.alias.get(x.name)
             if al is not None and al.chain and al.root == viewed.name and \
@@ -458,7 +458,8 @@ def _track_views(st: _State, bsym: BoundSymbol):
             return
         chain, meta = made[a.name]
         out_meta = _view_meta(p, meta)
-        # reshape, flatten, ... decided at trace time from eager's layout (jitcore/layouts.py), and recorded a copy
+        # reshape, flatten, ... decided at trace time from eager's layout (jitcore/frontend/layouts.py), and recorded a
+        # copy
         # where eager copies: a reshape left here is a view, as is one inside an op eager always views (diagonal
         # of an expanded tensor); the metas here assume results are contiguous, which eager's need not be
         if out_meta is None:

@@ -12,7 +12,7 @@ from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol
 from jitcore.ir.trace import Timer, Trace, from_trace
-from jitcore.ops.memory import python_del
+from jitcore.ops.python_del import python_del
 from transforms.cse import rename_args
 
 

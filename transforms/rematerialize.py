@@ -7,7 +7,7 @@ Split.
 
 Only cheap, pure lines are recomputed (elementwise, views, dtype conversions, fills): never matmul, convolution,
 reduction, random draws, opaque torch calls or lines with effects, nor lines reading values whose memory a later
-line frees (jitcore.ops.fsdp.SCOPED_OUTPUTS: FSDP2's unsharded parameters). Lines a user checkpointed
+line frees (jitcore.ops.sharding.SCOPED_OUTPUTS: FSDP2's unsharded parameters). Lines a user checkpointed
 (torch.utils.checkpoint, marked CHECKPOINTED in their `extra`) are recomputed whatever they compute (matmuls, opaque
 kernels, norms with their residuals) except random draws and effects: a draw's outputs are saved, so the recompute
 sees the forward's masks, as eager's preserve_rng_state does.
@@ -20,8 +20,8 @@ from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import CHECKPOINTED, INFERENCE_INPUTS, Tag
 from jitcore.ir.trace import Timer, Trace, from_trace
-from jitcore.ops.fsdp import SCOPED_OUTPUTS
 from jitcore.ops.registry import PRIMS
+from jitcore.ops.sharding import SCOPED_OUTPUTS
 from transforms.autodiff import Split, free_proxies
 from transforms.dce import dce, draws_random
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import torch
 
 from jitcore import logs
-from jitcore.autograd import hooks_around, without_ambient_hooks
-from jitcore.frontend import GUARDED_SCALARS, JitContext
+from jitcore.frontend.tracing import GUARDED_SCALARS, JitContext
 from jitcore.hooks import ambient_hooks
 from jitcore.interpreter import interpret
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
+from jitcore.runtime.autograd import hooks_around, without_ambient_hooks
 from transforms.autodiff import Split
 from transforms.cse import rename_args
 

@@ -2,13 +2,13 @@
 torch.distributed._functional_collectives: the gradient of an all_reduce (a sum) is the all_reduce of the cotangents,
 of an all_gather their reduce_scatter (a sum) and of a reduce_scatter (a sum) their all_gather; a wait passes its
 cotangent on. The backward runs these collectives in the order the grad transform emits them, on every rank alike.
-Also FSDP2's per-block lines (jitcore/ops/fsdp.py).
+Also FSDP2's per-block lines (jitcore/ops/sharding.py).
 """
 from __future__ import annotations
 
 from jitcore.errors import UnsupportedError
-from jitcore.ops import fsdp
 from jitcore.ops import prims_distributed as pd
+from jitcore.ops import sharding
 from transforms.vjp_helpers import VJP_RULES
 
 
@@ -52,23 +52,23 @@ def wait_tensor_vjp(bsym, g):
 VJP_RULES["prims.wait_tensor"] = wait_tensor_vjp
 
 
-# FSDP2's per-block lines (jitcore/ops/fsdp.py): the block's gradients reach its parameters inside the backward, at
+# FSDP2's per-block lines (jitcore/ops/sharding.py): the block's gradients reach its parameters inside the backward, at
 # fsdp_post_backward (FSDP reduce-scatters them there), so the backward returns none for them; before the block's
 # backward, fsdp_regather gathers its parameters again
 def fsdp_unshard_vjp(bsym, *gs):
     key, names, _params = bsym.args
     given = [(n, g) for n, g in zip(names, gs) if g is not None]
     if given:
-        fsdp.fsdp_post_backward_sym(key, tuple(n for n, _ in given), tuple(g for _, g in given))
+        sharding.fsdp_post_backward_sym(key, tuple(n for n, _ in given), tuple(g for _, g in given))
     return None, None, None
 
 
-VJP_RULES[fsdp.fsdp_unshard_sym.id] = fsdp_unshard_vjp
+VJP_RULES[sharding.fsdp_unshard_sym.id] = fsdp_unshard_vjp
 
 
 def fsdp_reshard_vjp(bsym, *gs):
-    passed = iter(fsdp.fsdp_regather_sym(bsym.args[0], tuple(g for g in gs if g is not None)))
+    passed = iter(sharding.fsdp_regather_sym(bsym.args[0], tuple(g for g in gs if g is not None)))
     return None, [None if g is None else next(passed) for g in gs], None, None
 
 
-VJP_RULES[fsdp.fsdp_reshard_sym.id] = fsdp_reshard_vjp
+VJP_RULES[sharding.fsdp_reshard_sym.id] = fsdp_reshard_vjp

@@ -1,5 +1,5 @@
 """Guards stage: the guard contract, one row per kind of guard. A row says where tracing records the kind (a field of
-`Guards`, filled by jitcore/frontend.py), how the prologue checks it (jitcore/guards/prologue.py loops over the
+`Guards`, filled by jitcore/frontend/tracing.py), how the prologue checks it (jitcore/guards/prologue.py loops over
 rows), the reason a failed check gives (cache_misses, explain), and whether a jitted module's part of it is checked
 only when the module state changed (module-rooted, jitcore/guards/module_guards.py). A new kind is a field and a row
 here, its recording in the frontend, and a test.
@@ -332,7 +332,7 @@ KINDS = (
               "(data_guards.concrete_value, layouts)", "relation", "data: <what> was <value>", "per call",
               _data_entries, _data, reads=lambda g: g.inputs),
     GuardKind("bits", ("bits",), "(input name, 'is_conj' | 'is_neg') -> the bit the program read of a tensor input "
-              "(JitContext._bit_reader)", "relation", "<input>.is_conj(): expected <bool>", "per call",
+              "(JitContext._read_bit)", "relation", "<input>.is_conj(): expected <bool>", "per call",
               lambda s: s.guards.bits.items(), _bit, reads=lambda e: (e[0][0],)),
     GuardKind("not_inference", ("not_inference",), "input name -> a DataGuard that it is no inference tensor "
               "(JitContext._guard_inference)", "folded", "data: <input>.is_inference() was False", "per call",

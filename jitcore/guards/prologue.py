@@ -1,5 +1,5 @@
 """Guards stage: the prologue Trace. From the inputs' provenance and what the computation assumed
-(jitcore.frontend.Guards: scalars, object identities, container lengths, symbolic predicates; global state), it
+(jitcore.frontend.tracing.Guards: scalars, object identities, container lengths, symbolic predicates; global state), it
 builds a straight-line program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption;
 it returns the inputs, or None on a miss (a value that can no longer be fetched included: never an exception).
 The explain variant returns the failed check's text; the hot variant leaves out what the cache's key checked.
@@ -22,7 +22,7 @@ from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Timer, Trace
-from jitcore.ops.generators import GeneratorProxy
+from jitcore.ops.rng_generators import GeneratorProxy
 
 
 def provenance_expr(prov, printer, bound: dict | None = None) -> str:
@@ -267,7 +267,7 @@ class _Binder:
 def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False,
                    symbolic: bool = False, split=None, state=None) -> Trace:
     """The prologue trace for a computation whose inputs are `inputs` (TracedInput) and whose assumptions are
-    `guards` (jitcore.frontend.Guards). aliases: [(provenance, input name)], places where the same tensor object
+    `guards` (jitcore.frontend.tracing.Guards). aliases: [(provenance, input name)], places where the same tensor object
     was found a second time (f(x, x), tied weights): a call must pass the same object there. roots: the traced
     call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked (symbolic: the
     key has ranks, not sizes). split (jitcore.guards.module_guards.ModuleSplit) and state (its

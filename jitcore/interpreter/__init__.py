@@ -24,8 +24,8 @@ from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode
     ops_stack,
     user_traceback,
 )
-from jitcore.interpreter.context import DefaultContext, InterpreterHooks
 from jitcore.interpreter.generators import InterpGenerator
+from jitcore.interpreter.protocol import DefaultContext, InterpreterHooks
 from jitcore.interpreter.provenance import (
     Arg,
     Attr,
@@ -85,7 +85,7 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
     """
     ctx = DefaultContext() if ctx is None else ctx
     if not isinstance(ctx, InterpreterHooks):
-        raise TypeError(f"interpret(): the context must be an InterpreterHooks (jitcore/interpreter/context.py), "
+        raise TypeError(f"interpret(): the context must be an InterpreterHooks (jitcore/interpreter/protocol.py), "
                         f"got {type(ctx).__name__}")
     kwargs = {} if kwargs is None else kwargs
     rt = Runtime(ctx)

@@ -15,7 +15,7 @@ import types
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import bytecode
 from jitcore.interpreter.bytecode import Ins, decode  # noqa: F401  (Ins, decode: this module's names too)
-from jitcore.interpreter.registry import table_for
+from jitcore.interpreter.handlers import table_for
 
 
 class _Null:

@@ -8,8 +8,8 @@ Unpacking an external sequence reports its items (Item provenance).
 from __future__ import annotations
 
 from jitcore.interpreter import access, bytecode
+from jitcore.interpreter.handlers import handler
 from jitcore.interpreter.ops_call import func_str
-from jitcore.interpreter.registry import handler
 
 try:
     from string import templatelib  # (3.14)

@@ -12,7 +12,7 @@ import types
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access, bytecode
 from jitcore.interpreter.frame import NULL
-from jitcore.interpreter.registry import handler
+from jitcore.interpreter.handlers import handler
 from jitcore.interpreter.run import RETURNED
 
 

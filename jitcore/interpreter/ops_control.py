@@ -9,7 +9,7 @@ from __future__ import annotations
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access, bytecode
 from jitcore.interpreter.frame import NULL
-from jitcore.interpreter.registry import handler
+from jitcore.interpreter.handlers import handler
 
 
 @handler("JUMP_FORWARD")

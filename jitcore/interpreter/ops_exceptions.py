@@ -12,7 +12,7 @@ import types
 
 from jitcore.interpreter import bytecode
 from jitcore.interpreter.frame import NULL
-from jitcore.interpreter.registry import handler
+from jitcore.interpreter.handlers import handler
 
 
 def _instantiate(rt, exc, what):

@@ -8,7 +8,7 @@ import types
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access
 from jitcore.interpreter.generators import InterpGenerator
-from jitcore.interpreter.registry import handler
+from jitcore.interpreter.handlers import handler
 from jitcore.interpreter.run import GENERATOR, YIELDED
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import bytecode, dunders
+from jitcore.interpreter.handlers import handler
 from jitcore.interpreter.ops_exceptions import prep_reraise_star
 from jitcore.interpreter.ops_load_store import import_star
 from jitcore.interpreter.ops_stack import print_expr
-from jitcore.interpreter.registry import handler
 
 _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x80, 0x200
 

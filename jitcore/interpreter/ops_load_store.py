@@ -13,8 +13,8 @@ import types
 
 from jitcore.interpreter import access, bytecode
 from jitcore.interpreter.frame import NULL
+from jitcore.interpreter.handlers import handler
 from jitcore.interpreter.provenance import Attr, Module
-from jitcore.interpreter.registry import handler
 from jitcore.interpreter.side_effects import SideEffect
 
 _CellType = types.CellType

@@ -13,8 +13,8 @@ import sys
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter import access, bytecode, dunders
 from jitcore.interpreter.frame import NULL
+from jitcore.interpreter.handlers import handler
 from jitcore.interpreter.ops_load_store import BINARY_SUBSCR
-from jitcore.interpreter.registry import handler
 from jitcore.ir.arith import as_user
 
 _SYMBOL_OPS = {

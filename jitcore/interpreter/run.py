@@ -18,8 +18,8 @@ import weakref
 
 from jitcore.errors import JitError, MetaError, UnsupportedError
 from jitcore.interpreter import eager_errors, user_traceback
-from jitcore.interpreter.context import listens
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
+from jitcore.interpreter.protocol import listens
 from jitcore.interpreter.provenance import Arg, Attr, Call, Closure, Fn, Global, Item, Kwarg
 from jitcore.interpreter.side_effects import SideEffectLog
 from jitcore.ir.arith import as_user
@@ -98,7 +98,7 @@ class Runtime:
         self.unwound: dict[int, tuple] = {}  # id(exception) -> (exception, where it left interpreted frames)
         self._tcache: dict = {}
         self._gprov: dict = {}
-        # the hooks (jitcore/interpreter/context.py, InterpreterHooks), bound once
+        # the hooks (jitcore/interpreter/protocol.py, InterpreterHooks), bound once
         self.lookaside = ctx.lookaside
         self.should_inline = ctx.should_inline
         self.on_external_value = ctx.on_external_value

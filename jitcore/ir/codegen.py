@@ -173,7 +173,7 @@ def trace_source(trace) -> str:
     header = []
     if trace.provenance:
         header.append(f"# {trace.provenance}")
-    header += [f"# {line}" for line in trace.extra.get("comments", ())]  # (what runs around it: jitcore/fsdp.py)
+    header += [f"# {line}" for line in trace.extra.get("comments", ())]  # (around it: jitcore/runtime/fsdp_units.py)
     names = _namespaces(trace)
     imports = [NAMESPACE_IMPORTS.get(n) for n in names]
     header += sorted({i for i in imports if i})

@@ -47,7 +47,7 @@ def lint(trace) -> None:
        Both number clauses are what holds today (symbolic values): a composite's decomposition reads the sizes of
        its input tensors directly (`prims.reshape(t0, (i0, 1, i1))` under `ltorch.unsqueeze(t0, 1)`) even where
        no top-level line defines them (the decomposition prints as comments; claim() defines the sizes before a
-       decomposition runs, see jitcore/frontend.py's define_sizes); and after functionalization or CSE renamed a
+       decomposition runs, see jitcore/frontend/tracing.py's define_sizes); and after functionalization or CSE renamed a
        line's input tensor, its decomposition still reads the sizes under their first names, which the top level
        computes above it (`ltorch.slice_scatter(t2, t25, 0, i3, i4, 1)` whose `prims.full((i21, i9), True, ...)`
        reads i9, a size of the input t25 whose shape now prints as `[i21, i23]`).

@@ -362,8 +362,8 @@ class BoolProxy(NumberProxy):
 
 class SymbolicSize(tuple):
     """torch.Size with symbolic entries (a tensor proxy's shape under cache="symbolic values"): the interpreter's
-    `type()` and `isinstance()` answer torch.Size (jitcore/frontend.py), and slicing, `+` and `*` give a size again,
-    as torch.Size's do; a jitted function returning one returns a torch.Size (jitcore/ir/pytree.py)."""
+    `type()` and `isinstance()` answer torch.Size (jitcore/frontend/tracing.py), and slicing, `+` and `*` give a size
+    again, as torch.Size's do; a jitted function returning one returns a torch.Size (jitcore/ir/pytree.py)."""
 
     __slots__ = ()
 
@@ -625,7 +625,8 @@ class TensorProxy(Proxy):
         raise DataDependentError("tensor.numpy() inside a jitted function needs its data (an array shares the "
                                  "tensor's memory, which the traced program does not have)")
 
-    # -- layout: eager's strides, from the layout oracle of the trace being recorded (jitcore/layouts.py) ---------
+
+    # -- layout: eager's strides, from the layout oracle of the trace being recorded (jitcore/frontend/layouts.py) --
     def eager_layout(self, level: str = "contiguous"):
         """A meta tensor with the sizes and strides eager's value would have (its inputs guarded), or None."""
         trace = get_tracectx()

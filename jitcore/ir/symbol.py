@@ -226,7 +226,7 @@ def _in_context(bsym: BoundSymbol) -> BoundSymbol:
 # torch.inference_mode(), or views of one), False for views of an inference tensor the function was given
 INFERENCE = "inference_tensors"
 # Trace.extra key (the interpreter's trace): bsym -> None, raising eager's error where eager's autograd would save an
-# inference tensor for the op's backward (jitcore/autograd.py, refuse_inference_saves)
+# inference tensor for the op's backward (jitcore/runtime/autograd.py, refuse_inference_saves)
 INFERENCE_SAVES = "inference_saves"
 # Trace.extra key (kept by every pass): the names of the program's inputs that are inference tensors
 INFERENCE_INPUTS = "inference_inputs"

@@ -18,8 +18,8 @@ from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 from jitcore.ir.trace import get_tracectx
-from jitcore.ops.generators import GeneratorProxy
 from jitcore.ops.opaque_symbolic import Untranslated, shape_rule, symbolic_outputs
+from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
 
 _OPAQUE: dict = {}  # torch callable -> Symbol

@@ -1,8 +1,8 @@
 """Ops: creation prims (full, empty, iota, uniform, normal, randint, bernoulli, sample, tensor_from_sequence): tensors
 from no tensor inputs (bernoulli_tensor: from a tensor of probabilities). Shapes are tuples of ints, device a
 torch.device, dtype a torch.dtype. The random ones draw from torch's default generator when they run (or from the
-generator= the user gave: jitcore/ops/generators.py), with the very kernel eager calls (so torch.manual_seed reproduces
-eager's values and generator state).
+generator= the user gave: jitcore/ops/rng_generators.py), with the very kernel eager calls (so
+torch.manual_seed reproduces eager's values and generator state).
 """
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_python
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
-from jitcore.ops.generators import gen_kwargs
 from jitcore.ops.registry import torchsymbol
+from jitcore.ops.rng_generators import gen_kwargs
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP
 from jitcore.ops.torch_shape import copy, shape_arg, stack

@@ -19,9 +19,9 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_map
-from jitcore.ops.generators import gen_kwargs
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
+from jitcore.ops.rng_generators import gen_kwargs
 from jitcore.ops.torch_creation import draw_like, fill_order
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_index import getitem, setitem

@@ -9,7 +9,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import io
-import os
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +23,7 @@ from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ir.symbol import EAGER_KERNELS, Tag
 from jitcore.ir.trace import detached
 from jitcore.ir.views import VIEW_PRIMS
+from jitcore.runtime.disk_cache import cache_root, write_atomically
 
 
 def _contiguous(t) -> bool:
@@ -256,14 +256,6 @@ MAX_RESULTS = 50_000
 _DISK = {"loaded": False, "added": 0}
 
 
-def cache_root() -> Path | None:
-    """jitcore's cache folder ($JITCORE_CACHE_DIR, by default ~/.cache/jitcore), or None when JITCORE_REGION_CACHE=0
-    turns jitcore's caches on disk off (compiled regions: executors/inductor_kernels.py; these answers)."""
-    if os.environ.get("JITCORE_REGION_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
-    return Path(os.environ.get("JITCORE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jitcore"))
-
-
 def _results_file() -> Path | None:
     root = cache_root()
     if root is None:
@@ -308,19 +300,12 @@ def _save_to_disk(path: Path):
         pass
 
 
-def write_atomically(path: Path, data: bytes):
-    """Write a file of jitcore's cache folder so that a reader never sees it half written (another process may be
-    writing the same file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-_PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
-                    torch.layout})
-
-
 # ops whose CPU kernels lay out their outputs otherwise than torch's meta kernels say (a convolution of a channels_last
 # input or weight, group_norm, a reflect or replicate pad and roll of a channels_last input keep channels_last on the
 # CPU; the meta kernels answer contiguous): their layout is the CPU kernel's own, run on zeros laid out as the inputs
+_PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
+                    torch.layout})
+
 CPU_LAYOUTS = frozenset(f"ltorch.{n}" for n in (
     "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d group_norm pad roll pixel_shuffle "
     "pixel_unshuffle").split())

@@ -1,7 +1,7 @@
 """Ops: `grads_ready`, the line of a backward program that hands parameters their gradients while the backward
 still runs (DDP(jitcore.jit(model)): DDP's reducer starts a bucket's all-reduce when its parameters' gradients are
 accumulated, so the communication overlaps the rest of the backward). transforms/early_grads.py places the lines;
-jitcore/autograd.py opens a delivery (the parameters of the call) around the backward program. With no delivery
+jitcore/runtime/autograd.py opens a delivery (the parameters of the call) around the backward program. With no delivery
 open (the program runs outside DDP, or as text) a line does nothing and the gradients are returned as usual.
 """
 from __future__ import annotations

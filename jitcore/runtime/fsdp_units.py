@@ -1,6 +1,6 @@
 """The jitted module under FSDP2 (torch.distributed.fsdp.fully_shard). A call runs the root's own hooks eagerly
 (all-gather of its parameters, input casts), then the program of the model's forward, in which each sharded block's
-parameters are gathered at the block's fsdp_unshard line and freed at its fsdp_reshard line (jitcore/ops/fsdp.py),
+parameters are gathered at the block's fsdp_unshard line and freed at its fsdp_reshard line (jitcore/ops/sharding.py),
 so one block's parameters are unsharded at a time, as in eager FSDP2. The backward gathers each block's parameters
 again at its fsdp_regather line and hands its gradients over at its fsdp_post_backward line, where FSDP reduce-
 scatters them while the earlier blocks' backward still runs. FSDP's end-of-backward callback reduces the root's.
@@ -20,7 +20,7 @@ from jitcore.guards import module_state
 from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
-from jitcore.ops.fsdp import UNITS, fsdp_reshard_sym, fsdp_unshard_sym
+from jitcore.ops.sharding import UNITS, fsdp_reshard_sym, fsdp_unshard_sym
 
 HINT = ("apply fully_shard to the plain model (to its blocks, then to the root) and jit the sharded model: "
         "fully_shard(block) for each block, fully_shard(model), then jitcore.jit(model); or jit a sharded block "
@@ -84,7 +84,7 @@ class _Unit:
         self.params = {}  # name (FSDP's fqn of the parameter) -> its FSDPParam (at the first call: FSDP names them)
 
         def pre_stand_in(m, args, kwargs):  # (called natively by the interpreter: on proxies, records lines)
-            fsdp_unshard_sym(key, (), ())  # (transforms/fsdp.py gives it the parameters the block reads)
+            fsdp_unshard_sym(key, (), ())  # (transforms/fsdp_order.py gives it the parameters the block reads)
             return None if cast_in is None else cast_in((args, kwargs))
 
         def post_stand_in(m, args, out):
@@ -151,7 +151,7 @@ class _Unit:
         if failed:
             self.state._training_state = _idle()
 
-    # -- the lines of jitcore/ops/fsdp.py ----------------------------------------------------------------------------
+    # -- the lines of jitcore/ops/sharding.py --------------------------------------------------------------------------
     def unshard(self, names) -> tuple:
         self.state._training_state = type(self.state._training_state).FORWARD
         for group in compat.fsdp_param_groups(self.state):
@@ -256,8 +256,9 @@ class ShardedCall:
         cls = _fsdp_module_class()
         own = next(c for c in type(self.model).__mro__ if not issubclass(c, cls)).__name__
         root = isinstance(self.model, cls)
-        forward = [f"FSDP2 (jitcore/fsdp.py): before this program FSDP all-gathers the parameters of {own} (its own "
-                   "parameters, by its pre-forward hook), eagerly." if root else "FSDP2 (jitcore/fsdp.py):"]
+        here = "FSDP2 (jitcore/runtime/fsdp_units.py):"
+        forward = [f"{here} before this program FSDP all-gathers the parameters of {own} (its own parameters, by its "
+                   "pre-forward hook), eagerly." if root else here]
         backward = [f"FSDP2: before this program FSDP's pre-backward hook has all-gathered the parameters of {own}."
                     if root else "FSDP2:"]
         if units:

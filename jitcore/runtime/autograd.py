@@ -4,7 +4,7 @@ backward is differentiable once (create_graph=True through a jitted function rai
 derivative silently missing the jitted part). An output the loss does not reach gets no gradient (None, not zeros):
 that backward runs a program without its cotangent (transforms/autodiff.drop_cotangents), built once per pattern.
 Under DDP the parameters enter the node detached and their gradients reach them from inside the backward, as soon
-as computed (jitcore/ops/early_grads.py), so DDP's all-reduces start before the backward ends.
+as computed (jitcore/ops/grads_ready.py), so DDP's all-reduces start before the backward ends.
 Also, at trace time: an op that eager's autograd would save an inference tensor for raises eager's RuntimeError.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from jitcore.hooks import eager, top_hooks
 from jitcore.ir.arith import value_of
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
-from jitcore.ops.early_grads import DELIVERIES, Delivery
+from jitcore.ops.grads_ready import DELIVERIES, Delivery
 
 
 class _JitAutograd(torch.autograd.Function):

@@ -16,7 +16,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir import ranges
 from jitcore.ir.proxies import TensorProxy, as_size
 from jitcore.ir.pytree import tree_flatten
-from jitcore.ops import generators, torch_map
+from jitcore.ops import rng_generators, torch_map
 from jitcore.ops.opaque import draws_random, opaque_symbol
 
 
@@ -44,7 +44,7 @@ def tensorless_draw(fn):
     def call(*args, **kwargs):
         leaves = tree_flatten((args, kwargs))[0]
         if any(isinstance(a, (torch.Tensor, TensorProxy)) for a in leaves) and \
-                not any(isinstance(a, generators.GeneratorProxy) for a in leaves):
+                not any(isinstance(a, rng_generators.GeneratorProxy) for a in leaves):
             return fn(*args, **kwargs)
         return opaque_symbol(fn)(*args, **kwargs)
 

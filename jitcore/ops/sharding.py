@@ -3,7 +3,8 @@
 parameters the block's lines read) and `fsdp_reshard` frees them right after its last (it passes the block's outputs
 on). Their VJPs (transforms/vjp_rules_distributed.py) put `fsdp_regather` (all-gather again) before the block's
 backward and `fsdp_post_backward` (gradients to the parameters, reduce-scatter, reshard) after it. Effects: never
-dropped, merged or moved. A block is named by a string key of the UNITS registry (jitcore/fsdp.py fills it).
+dropped, merged or moved. A block is named by a string key of the UNITS registry (jitcore/runtime/fsdp_units.py
+fills it).
 """
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import weakref
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.symbol import EAGER_KERNELS, Symbol, Tag
 
-# key ("fsdp<n>:<module path>") -> the sharded block's runtime (jitcore/fsdp.py _Unit): unshard(names) -> the
-# unsharded parameters, reshard(), pre_backward(), post_backward(names, grads)
+# key ("fsdp<n>:<module path>") -> the sharded block's runtime (jitcore/runtime/fsdp_units.py _Unit):
+# unshard(names) -> the unsharded parameters, reshard(), pre_backward(), post_backward(names, grads)
 UNITS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -33,7 +34,7 @@ def fsdp_unshard(key: str, names: tuple, params: tuple) -> tuple:
 
 def fsdp_reshard(key: str, outputs: tuple, names: tuple = (), params: tuple = ()) -> tuple:
     """Free the block's unsharded parameters (FSDP's post-forward of the block); `outputs` passed on. (names and
-    params: as traced, the block's parameters its lines read, for transforms/fsdp.py, which moves them to the
+    params: as traced, the block's parameters its lines read, for transforms/fsdp_order.py, which moves them to the
     block's fsdp_unshard line.)"""
     _unit(key).reshard()
     return outputs

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from executors.regions import COMPILE_EVENTS
-from jitcore.frontend import trace_function
+from jitcore.frontend.tracing import trace_function
 from jitcore.guards.cache import CacheEntry
 from jitcore.guards.input_storage import InputSpec
 from jitcore.ir.symbol import Tag

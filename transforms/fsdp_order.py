@@ -1,4 +1,4 @@
-"""Transforms: FSDP2 blocks (jitcore/ops/fsdp.py). Over the interpreted computation trace of a model sharded per
+"""Transforms: FSDP2 blocks (jitcore/ops/sharding.py). Over the interpreted computation trace of a model sharded per
 block, `thread_sharded_params` makes each block's `fsdp_unshard` line take the block's parameters and give their
 unsharded tensors, which the block's lines then read, so no line of the block can run before its gather (and its
 `fsdp_reshard` line, an effect, ends it). `check_backward_order` proves, on a finished backward, that every line
@@ -11,7 +11,7 @@ from jitcore.ir.context import tracectx
 from jitcore.ir.proxies import Proxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
-from jitcore.ops.fsdp import fsdp_post_backward_sym, fsdp_regather_sym, fsdp_reshard_sym, fsdp_unshard_sym
+from jitcore.ops.sharding import fsdp_post_backward_sym, fsdp_regather_sym, fsdp_reshard_sym, fsdp_unshard_sym
 from transforms.cse import rename_args
 
 HINT = "read a sharded block's parameters only inside its own forward (FSDP2 gathers them only there)"

@@ -7,7 +7,7 @@ left it: nothing the caller can see happens twice.
 
 On a mismatch, VerificationError says what differs, the first line of the compiled program whose value differs from
 the same value computed by torch line by line from the traced program (with the user's source line that made it),
-and where a repro folder was written (jitcore/reproduce.py). A function that writes outside its arguments and
+and where a repro folder was written (jitcore/debug/reproduce.py). A function that writes outside its arguments and
 module (globals, closure cells, attributes of other objects) is not run a second time: its calls are not checked,
 and a warning says so.
 """
@@ -25,12 +25,12 @@ from pathlib import Path
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from jitcore.debug.reproduce import write_repro
 from jitcore.errors import VerificationError
 from jitcore.guards.input_storage import describe
 from jitcore.interpreter.provenance import Arg, Fn, Kwarg
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.trace import USER_STACK, from_trace
-from jitcore.reproduce import write_repro
 
 # (rtol, atol) per dtype: looser than torch.testing's defaults for fused kernels, which reorder reductions
 TOLERANCES = {torch.float64: (1e-7, 1e-7), torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 1e-3),

@@ -1,8 +1,8 @@
 """Interpreter stage: the hooks interpret() asks of its context, declared in one place (InterpreterHooks).
 
 Each hook has its one default here, which changes nothing: DefaultContext() runs a function exactly as CPython
-would. jitcore's context (jitcore/frontend.py, JitContext) overrides them to turn external tensors into proxies,
-replace torch callables by ops, answer isinstance for proxies and record what the guards check.
+would. jitcore's context (jitcore/frontend/tracing.py, JitContext) overrides them to turn external tensors into
+proxies, replace torch callables by ops, answer isinstance for proxies and record what the guards check.
 """
 from __future__ import annotations
 

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils.checkpoint as _checkpoint
 
-from jitcore import arrays, compat, standins
-from jitcore.autograd import refuse_inference_saves
-from jitcore.epilogue import Escapes, effect_proxies
+from jitcore import compat
 from jitcore.errors import UnsupportedError
+from jitcore.frontend import arrays, standins
+from jitcore.frontend.layouts import Layouts
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
 from jitcore.guards.kinds import Guards
 from jitcore.guards.values import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
 from jitcore.interpreter import interpret
-from jitcore.interpreter.context import InterpreterHooks
+from jitcore.interpreter.protocol import InterpreterHooks
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
@@ -33,10 +33,11 @@ from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, Sym
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.symbol import CHECKPOINTED, INFERENCE, INFERENCE_INPUTS, INFERENCE_SAVES
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
-from jitcore.layouts import Layouts
-from jitcore.ops import autocast, generators, log_calls, per_call, prims, torch_creation, torch_map
+from jitcore.ops import autocast, log_calls, per_call, prims, rng_generators, torch_creation, torch_map
 from jitcore.ops.opaque import FUNCTION_APPLY, user_function_call
 from jitcore.ops.sizes import define_sizes
+from jitcore.runtime.autograd import refuse_inference_saves
+from jitcore.runtime.epilogue import Escapes, effect_proxies
 
 _AUTOCAST = torch.amp.autocast_mode.autocast
 
@@ -92,7 +93,7 @@ def _in_checkpoint_sequential(fn) -> bool:
 
 class JitContext(InterpreterHooks):
     """What the interpreter asks jitcore while it runs user code: the hooks of InterpreterHooks
-    (jitcore/interpreter/context.py), and what the guards need recorded (Guards, jitcore/guards/kinds.py).
+    (jitcore/interpreter/protocol.py), and what the guards need recorded (Guards, jitcore/guards/kinds.py).
 
     symbolic: cache="symbolic values": sizes of argument tensors (other than 0 and 1) and int/float arguments
     become number proxies; state tensors (parameters, buffers, globals) keep constant sizes.
@@ -164,8 +165,8 @@ class JitContext(InterpreterHooks):
             return functools.partial(user_function_call, applied)
         if fn in arrays.CONVERSIONS:  # torch.from_numpy(arr): a tensor input sharing the array's memory
             return arrays.array_tensor(self, fn, self._runtime)
-        if fn is torch.Generator:  # a new generator on every call (jitcore/ops/generators.py)
-            return generators.new_generator_line
+        if fn is torch.Generator:  # a new generator on every call (jitcore/ops/rng_generators.py)
+            return rng_generators.new_generator_line
         if fn in torch_flags.READERS:  # read now, and checked by the prologue on every call
             return lambda *args, **kwargs: torch_flags.read(self.guards.flags, fn, args, kwargs)
         if fn in process_state.READERS:  # os.stat, os.listdir, os.getcwd, ...: read now, checked on every call
@@ -393,16 +394,16 @@ class JitContext(InterpreterHooks):
             self.aliases.append((provenance, p.name))
         return p
 
-    def _generator_input(self, gen: torch.Generator, provenance) -> generators.GeneratorProxy:
+    def _generator_input(self, gen: torch.Generator, provenance) -> rng_generators.GeneratorProxy:
         """A torch.Generator from outside: an input of the program (a call's generator object is the one drawn from;
-        jitcore/ops/generators.py)."""
+        jitcore/ops/rng_generators.py)."""
         p = self._proxies.get(id(gen))
         if p is None:
             if not _refetchable(provenance):
                 raise UnsupportedError("torch.Generator", f"a generator found at {provenance}, which a later call "
                                        "cannot fetch again", hint="pass the generator as an argument")
             with tracectx(self.trace):
-                p = generators.generator_input(gen)
+                p = rng_generators.generator_input(gen)
             self._proxies[id(gen)] = p
             self._keepalive.append(gen)
             self.inputs.append(TracedInput(p, provenance))
@@ -718,7 +719,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.extra[INFERENCE_INPUTS] = frozenset(n for n, made_here in made.items() if made_here is False)
         rt = getattr(ctx, "_runtime", None)
         trace.extra["entered_code"] = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
-        trace.extra["meta_results"] = list(layouts.used)  # (a package carries them: jitcore/layouts.py)
+        trace.extra["meta_results"] = list(layouts.used)  # (a package carries them: jitcore/frontend/layouts.py)
         register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
         leaves, spec = tree_flatten(escapes.given_containers(result.output))
