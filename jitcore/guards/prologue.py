@@ -1,6 +1,5 @@
-"""Guards stage: the prologue Trace. From the inputs' provenance and what the computation assumed
-(jitcore.frontend.tracing.Guards: scalars, object identities, container lengths, symbolic predicates; global state), it
-builds a straight-line program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption;
+"""Guards stage: the prologue Trace. From the inputs' provenance and what the computation assumed (Guards: each kind
+of guard a row of jitcore/guards/kinds.py, whose rows this loops over), it builds a straight-line program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption;
 it returns the inputs, or None on a miss (a value that can no longer be fetched included: never an exception).
 The explain variant returns the failed check's text; the hot variant leaves out what the cache's key checked.
 """
@@ -267,7 +266,7 @@ class _Binder:
 def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False,
                    symbolic: bool = False, split=None, state=None) -> Trace:
     """The prologue trace for a computation whose inputs are `inputs` (TracedInput) and whose assumptions are
-    `guards` (jitcore.frontend.tracing.Guards). aliases: [(provenance, input name)], places where the same tensor object
+    `guards` (jitcore.guards.kinds.Guards). aliases: [(provenance, input name)], places where the same tensor object
     was found a second time (f(x, x), tied weights): a call must pass the same object there. roots: the traced
     call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked (symbolic: the
     key has ranks, not sizes). split (jitcore.guards.module_guards.ModuleSplit) and state (its
@@ -282,7 +281,7 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         keyed = SYMBOLIC_VALUE_TYPES if symbolic else KEY_VALUE_TYPES  # what the signature key holds by value
         for kind in kinds.at("call"):  # (the signature key has the call's shape: the hot variant leaves it out)
             b += [BoundSymbol(call_shape, e, kw, None) for e in kind.entries(source)
-                  if not (hot and kind.hot_skip(e, keyed))]
+                  if not (hot and kind.hot_skip is not None and kind.hot_skip(e, keyed))]
         b.append(BoundSymbol(check, ([c for kind in kinds.at("state") for e in kind.entries(source)
                                       for c in kind.check(e)],), kw, None))
         start = len(b)  # what follows fetches values through provenance chains
