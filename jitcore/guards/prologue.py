@@ -1,7 +1,8 @@
 """Guards stage: the prologue Trace. From the inputs' provenance and what the computation assumed (Guards: each kind
-of guard a row of jitcore/guards/kinds.py, whose rows this loops over), it builds a straight-line program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption;
-it returns the inputs, or None on a miss (a value that can no longer be fetched included: never an exception).
-The explain variant returns the failed check's text; the hot variant leaves out what the cache's key checked.
+of guard a row of jitcore/guards/kinds.py, whose rows this loops over), it builds a straight-line program
+`prologue(fn, args, kwargs)` that fetches every input and checks every assumption; it returns the inputs, or None on
+a miss (a value that can no longer be fetched included: never an exception). The explain variant returns the failed
+check's text; the hot variant leaves out what the cache's key checked.
 """
 from __future__ import annotations
 
