@@ -293,3 +293,65 @@ def test_a_bad_registration_raises_and_leaves_the_table_as_it_was():
         prim("prims.add", kernel=torch.add)(lambda a, b: a)
     assert proxies.TENSOR_METHODS["add"] is add
     assert (dict(proxies.TENSOR_METHODS), dict(codegen.NAMESPACE_IMPORTS), dict(symbol.AUTOCAST_POLICY)) == before
+
+
+def test_every_guard_kind_row_is_complete():
+    """jitcore/guards/kinds.py: every Guards field is recorded by exactly one kind, and every kind says where it is
+    recorded, where and how the prologue checks it, its miss text and its scope (adding a kind is a field and a row
+    there, its recording in the frontend, and a test)."""
+    import dataclasses
+
+    from jitcore.guards import kinds
+
+    names = [k.name for k in kinds.KINDS]
+    assert len(names) == len(set(names))
+    owners = [f for k in kinds.KINDS for f in k.fields]
+    assert sorted(owners) == sorted(f.name for f in dataclasses.fields(kinds.Guards)), "a Guards field without a row"
+    for k in kinds.KINDS:
+        assert k.place in kinds.PLACES and k.recorded and k.miss and k.scope, k.name
+        if k.place == "folded":
+            assert kinds.BY_NAME[k.folded_into].place != "folded", k.name
+            continue
+        assert callable(k.entries) and callable(k.check), k.name
+        assert (k.module_rooted is None) == (k.scope == "per call" or k.place != "path"), k.name
+        assert not k.binds_parent or k.place == "path", k.name
+        # a relation check names tensor inputs (predicates: size symbols), which must then be bound by name
+        assert k.place != "relation" or k.name == "predicates" or k.reads is not kinds._nothing, k.name
+
+
+def test_the_prologue_loops_over_the_guard_kinds():
+    """The prologue and the module split take what differs between kinds from the rows, not from a chain of tests on
+    the kind's name; the guard record lives with the rows, not in the frontend."""
+    import re
+
+    for name in ("prologue.py", "module_guards.py"):
+        text = (ROOT / "jitcore" / "guards" / name).read_text()
+        assert not re.search(r"\bkind(\.name)?\s*(==|!=|in|not in|is)\s*[(\[{'\"]", text), \
+            f"guards/{name} branches on a kind's name"
+        assert not re.search(r"guards\.(values|objects|types|lengths|presence|distinct|predicates|data)\b", text), \
+            f"guards/{name} reads a Guards field directly (kinds.py's rows say how)"
+    homes = [p.relative_to(ROOT).as_posix() for p in ROOT.glob("jitcore/**/*.py") if "\nclass Guards" in p.read_text()]
+    assert homes == ["jitcore/guards/kinds.py"]
+
+
+def test_the_interpreter_binds_its_hooks_without_fallbacks():
+    """interpreter/protocol.py declares every hook with its one default (InterpreterHooks); the interpreter binds or
+    calls them directly, never through getattr with a default; jitcore's context implements the protocol."""
+    import inspect
+    import re
+
+    from jitcore.frontend.tracing import JitContext
+    from jitcore.interpreter.protocol import HOOKS, InterpreterHooks
+
+    for path in (ROOT / "jitcore" / "interpreter").glob("*.py"):
+        assert not re.search(r"getattr\((self\.)?(rt\.)?(type\()?ctx\)?,[^)]*,", path.read_text()), \
+            f"{path.name}: a context hook looked up with a default (declare it in InterpreterHooks)"
+    runtime = (ROOT / "jitcore" / "interpreter" / "run.py").read_text() + \
+        (ROOT / "jitcore" / "interpreter" / "__init__.py").read_text()
+    assert set(HOOKS) == {h for h in HOOKS if f"ctx.{h}" in runtime or f'"{h}"' in runtime}
+    assert issubclass(JitContext, InterpreterHooks)
+    for hook in HOOKS:  # an override takes the protocol's arguments
+        ours = getattr(JitContext, hook)
+        if ours is not getattr(InterpreterHooks, hook):
+            declared = inspect.signature(getattr(InterpreterHooks, hook)).parameters
+            assert list(inspect.signature(ours).parameters) == list(declared), hook

@@ -614,3 +614,25 @@ def test_two_tensor_arguments_that_the_function_compared_by_identity(mode):
     for args in [(a, b), (a, a), (b, b), (a, b)]:
         torch.testing.assert_close(jfn(*args), f(*args))
     assert jitcore.cache_misses(jfn) == 2
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_an_argument_compared_by_identity_with_a_parameter(grad):
+    """`x is self.w` of an argument and a module's parameter: the check that they stay two reads the parameter by
+    name, which the module-rooted part fetches (it raised NameError on the first call, before the prologue bound it
+    by name)."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return x * 2 if x is self.w else x + self.w
+
+    m = M()
+    jm = jitcore.jit(m)
+    x = torch.randn(3)
+    with torch.set_grad_enabled(grad):
+        for arg in (x, x, m.w, x):
+            torch.testing.assert_close(jm(arg), m(arg))
+    assert jitcore.cache_misses(jm) == 2

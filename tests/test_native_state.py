@@ -256,3 +256,20 @@ def test_setting_changed_inside_refused(setter):
 
     with pytest.raises(UnsupportedError, match="global torch setting"):
         jitcore.jit(f)(torch.zeros(2))
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_inference_mode_read_per_call(mode):
+    """torch.is_inference_mode_enabled() read inside: grad mode is off under both no_grad and inference_mode, so a call
+    under the other one answered the first call's value (silently) until the prologue checked the setting."""
+    def f(x):
+        return x + (1.0 if torch.is_inference_mode_enabled() else 2.0)
+
+    jf = jitcore.jit(f, cache=mode)
+    contexts = [torch.no_grad, torch.inference_mode, torch.no_grad, torch.inference_mode, torch.enable_grad]
+    for context in contexts:
+        with context():
+            x = torch.zeros(2)
+            torch.testing.assert_close(jf(x), f(x), msg=lambda m, c=context: f"under {c.__name__}: {m}")
+    if mode != "no caching":
+        assert jitcore.cache_misses(jf) == 3

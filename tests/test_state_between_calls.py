@@ -461,3 +461,21 @@ def test_files_read_from_outside_are_written_to_not_refused_as_iterators(mode, c
         x = torch.randn(n)
         torch.testing.assert_close(jf(x), f(x))
     assert "sum" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_conjugate_and_negative_bits_of_tensor_arguments(mode):
+    """`x.is_conj()` / `torch.is_neg(x)` of an argument (a lazily conjugated view `z.conj()`, or its imaginary part): a
+    proxy does not model these bits, so the traced program answered False for every call (a silent wrong branch)
+    until the bits read were guarded (guard kind "bits", jitcore/guards/kinds.py)."""
+    def f(x):
+        return (x * 2 if x.is_conj() else x - 1) + (3 if torch.is_neg(x) else 0)
+
+    z = torch.randn(3, dtype=torch.complex64)
+    calls = [z, z.conj(), z, z.conj(), z.conj().imag, z.imag, z.conj().imag]
+    jf = jitcore.jit(f, cache=mode)
+    for x in calls:
+        torch.testing.assert_close(jf(x).resolve_conj().resolve_neg(), f(x).resolve_conj().resolve_neg())
+    if mode != "no caching":  # (complex with each bit, then a float dtype: a miss on the signature, then each bit)
+        assert jitcore.cache_misses(jf) == 4
+        assert "t0.is_neg(): expected True" in jitcore.cache_miss_reasons(jf)[-1]

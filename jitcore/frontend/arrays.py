@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.guards.prologue import is_ndarray
+from jitcore.guards.values import is_ndarray
 from jitcore.interpreter.frame import pending_callables
 from jitcore.interpreter.provenance import Converted
 from jitcore.ops import torch_map

@@ -23,9 +23,10 @@ from jitcore.frontend.layouts import Layouts
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
-from jitcore.guards.prologue import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
+from jitcore.guards.kinds import Guards
+from jitcore.guards.values import COPIED_CONTAINERS, Members, contents_copy, is_ndarray
 from jitcore.interpreter import interpret
-from jitcore.interpreter.protocol import DefaultContext
+from jitcore.interpreter.protocol import InterpreterHooks
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
@@ -70,42 +71,6 @@ class TracedInput:
 
 
 @dataclass
-class Guards:
-    """What the computation assumed about the world outside its inputs, for the prologue (jitcore/guards/prologue.py).
-
-    values: provenance -> the scalar the trace baked in (type and value checked);
-    objects: provenance -> an object whose identity the trace depends on (functions, modules, ... read from
-    globals, closures and attributes); types: provenance -> the type of an object that came in through the
-    arguments; lengths: provenance -> len() of an external list/tuple the program iterated or indexed, or of a
-    dict the tuple of its keys in order;
-    predicates: expressions over input symbols that held (symbolic values).
-    """
-
-    values: dict = field(default_factory=dict)
-    objects: dict = field(default_factory=dict)
-    types: dict = field(default_factory=dict)
-    lengths: dict = field(default_factory=dict)
-    container_types: dict = field(default_factory=dict)  # provenance -> the type of a container lengths guards
-    predicates: list = field(default_factory=list)
-    # Attr provenance -> whether it exists, where the program depends on that and not on its value (`hasattr(self,
-    # "cache")`, `getattr(cfg, "k", 1.0)` taking its default): a call where that differs is another call
-    presence: dict = field(default_factory=dict)
-    # torch's process-wide settings the program read (`torch.get_num_threads()`, jitcore/guards/torch_flags.py):
-    # (reader, args, kwargs) -> value
-    flags: dict = field(default_factory=dict)
-    data: list = field(default_factory=list)  # jitcore.guards.data_guards.DataGuard: values computed from tensor data
-    # (name, name) of two tensor inputs the function found to be different objects (`if x is y:`): a call passing
-    # one tensor for both is another call
-    distinct: list = field(default_factory=list)
-    # input name -> its DataGuard that it is no inference tensor: eager's autograd saves it, the program's may not
-    # (the guard is kept unless the forward saves that input itself: torch then raises as eager does)
-    not_inference: dict = field(default_factory=dict)
-    # the saved_tensors_hooks active around a call that the programs were built for: None (none) or (pack, unpack);
-    # False: not checked (no backward, or jit's own pair)
-    saved_hooks: object = False
-
-
-@dataclass
 class TraceResult:
     trace: Trace
     inputs: list  # TracedInput, in the computation's signature order
@@ -128,8 +93,9 @@ def _in_checkpoint_sequential(fn) -> bool:
         getattr(fn, "__qualname__", "").startswith("checkpoint_sequential")
 
 
-class JitContext(DefaultContext):
-    """What the interpreter asks jitcore while it runs user code.
+class JitContext(InterpreterHooks):
+    """What the interpreter asks jitcore while it runs user code: the hooks of InterpreterHooks
+    (jitcore/interpreter/protocol.py), and what the guards need recorded (Guards, jitcore/guards/kinds.py).
 
     symbolic: cache="symbolic values": sizes of argument tensors (other than 0 and 1) and int/float arguments
     become number proxies; state tensors (parameters, buffers, globals) keep constant sizes.
@@ -188,6 +154,8 @@ class JitContext(DefaultContext):
             return self._checkpoint
         if fn is torch.utils.hooks.BackwardHook:  # nn.Module's call sets up its backward hooks
             return standins.BackwardHookStandIn
+        if fn in _BIT_READERS or (type(getattr(fn, "__self__", None)) is TensorProxy and fn.__name__ in _BITS):
+            return functools.partial(self._read_bit, fn)  # x.is_conj(), torch.is_neg(x)
         refused = standins.refused_inside(fn, self._user_caller)
         if refused is not None:
             return refused
@@ -450,6 +418,17 @@ class JitContext(DefaultContext):
             self.aliases.append((provenance, p.name))
         return p
 
+    def _read_bit(self, fn, *args):
+        """`x.is_conj()`, `torch.is_neg(x)`, ... of a tensor input: the bit of the tensor passed (a proxy does not model
+        a view's lazy conjugation or negation), guarded (Guards.bits); of a tensor the program made, as before."""
+        x = fn.__self__ if type(getattr(fn, "__self__", None)) is TensorProxy else args[0] if args else None
+        for inp, value in zip(self.inputs, self._values):
+            if inp.proxy is x:
+                bit = getattr(value, fn.__name__)()
+                self.guards.bits.setdefault((x.name, fn.__name__), bit)
+                return bit
+        return fn(*args)
+
     def on_is(self, a, b):
         """`a is b` was False: where a and b are two tensor inputs, a call that passes one tensor for both would take
         the other branch, so the prologue checks they are still two."""
@@ -631,6 +610,10 @@ def _is_leaf(t) -> bool:
 
 def _is_inference(t) -> bool:
     return t.is_inference()
+
+
+_BITS = ("is_conj", "is_neg")  # a tensor's lazy conjugate and negation bits (Guards.bits)
+_BIT_READERS = frozenset({torch.is_conj, torch.is_neg, torch.Tensor.is_conj, torch.Tensor.is_neg})
 
 
 # methods of a list, tuple or dict that read it whole, natively (`shape.copy()`, `dims.index(2)`)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore.guards import module_state
+from jitcore.guards import kinds, module_state
 from jitcore.interpreter import provenance as P
 
 _STORES = ("_parameters", "_buffers", "_modules")
@@ -138,28 +138,27 @@ def module_split(inputs, guards, aliases, roots) -> ModuleSplit | None:
     namespaces are not guarded against monkeypatching anywhere in jitcore) or, through nn.Module.__getattr__, in
     its `_parameters`/`_buffers`/`_modules` dict (no class attribute of that name), or an item of one of those
     dicts (or of their views). Classes overriding `__getattribute__`, or `__getattr__` for the dict lookups,
-    stop the chain. Module-rooted guards: object identities, scalar values, types, and lengths of the storage
-    dicts (or of tuples: immutable). Module-rooted tensor inputs are fetched with them; the checks of those
-    whose every metadata change bumps the epoch (nn.Parameter, see module_state.watched_parameter_type) are
-    skipped too; others (buffers: plain tensors) keep their metadata checks per call, on the cached tensor
-    objects. Every other guard stays per call; the deepest module-rooted object on its path (an "anchor":
-    `model.config` for `model.config.scale`) is cached with the inputs, so the per-call check does not walk the
+    stop the chain. Module-rooted guards: the entries of the path kinds with a module_rooted rule
+    (jitcore/guards/kinds.py: object identities, scalar values, types, and lengths of the storage dicts or of
+    tuples: immutable). Module-rooted tensor inputs are fetched with them; the checks of those whose every metadata
+    change bumps the epoch (nn.Parameter, see module_state.watched_parameter_type) are skipped too; others
+    (buffers: plain tensors) keep their metadata checks per call, on the cached tensor objects. Every other guard
+    stays per call; the deepest module-rooted object on its path (an "anchor": `model.config` for
+    `model.config.scale`) is cached with the inputs, so the per-call check does not walk the
     module tree.
     """
     if roots is None or not isinstance(roots.fn, torch.nn.Module) or not module_state.installed:
         return None
     resolve, split = _Resolver(roots.fn), ModuleSplit()
     rest = []
-    for kind, table in (("length", guards.lengths), ("object", guards.objects), ("type", guards.types),
-                        ("value", guards.values)):
-        for prov in table:
-            r = resolve(prov)
-            ok = r is not _NOT and (kind != "length" or r[0] == "store" or type(r[1]) is tuple)
-            if ok:
-                split.items.add((prov, kind))
+    source = kinds.Sources(guards, list(aliases), roots, False)
+    for kind in kinds.at("path"):  # (presence is per call: a class attribute added later is not seen by the epoch)
+        for prov, _ in kind.entries(source):
+            r = resolve(prov) if kind.module_rooted is not None else _NOT
+            if r is not _NOT and kind.module_rooted(r):
+                split.items.add((prov, kind.name))
             else:
-                rest.append(prov)
-    rest += guards.presence  # per call (a class attribute added later is not seen by the epoch): anchored
+                rest.append(prov)  # per call: anchored
     for inp in inputs:
         r = resolve(inp.provenance)
         if r is _NOT or not isinstance(r[1], torch.Tensor):

@@ -1,27 +1,22 @@
-"""Guards stage: the prologue Trace. From the inputs' provenance and what the computation assumed
-(jitcore.frontend.tracing.Guards: scalars, object identities, container lengths, symbolic predicates; global state), it
-builds a straight-line program `prologue(fn, args, kwargs)` that fetches every input and checks every assumption;
-it returns the inputs, or None on a miss (a value that can no longer be fetched included: never an exception).
-The explain variant returns the failed check's text; the hot variant leaves out what the cache's key checked.
+"""Guards stage: the prologue Trace. From the inputs' provenance and what the computation assumed (Guards: each kind
+of guard a row of jitcore/guards/kinds.py, whose rows this loops over), it builds a straight-line program
+`prologue(fn, args, kwargs)` that fetches every input and checks every assumption; it returns the inputs, or None on
+a miss (a value that can no longer be fetched included: never an exception). The explain variant returns the failed
+check's text; the hot variant leaves out what the cache's key checked.
 """
 from __future__ import annotations
 
-import array
-import collections
 import dataclasses
 import math
-import re
-import reprlib
 import sys
 
 import torch
 
-from jitcore import compat
-from jitcore.guards import data_guards, module_state, process_state, torch_flags
+from jitcore.guards import kinds, module_state
 from jitcore.guards.cache import KEY_VALUE_TYPES, SYMBOLIC_VALUE_TYPES
+from jitcore.guards.kinds import Reason, Sources
 from jitcore.guards.module_guards import module_split
 from jitcore.guards.module_state import ModuleGuardState
-from jitcore.hooks import ambient_hooks, top_hooks
 from jitcore.interpreter import provenance as P
 from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
@@ -82,29 +77,14 @@ def _print_check(bsym, printer):
     """args: (conditions [(text or callable(printer) -> text, reason)], hot); one line, or one per reason."""
     conds, explain = bsym.args[0], bsym.kwargs.get("explain")
     texts = [(c(printer) if callable(c) else c, why) for c, why in conds]
-    if explain:  # a reason is text, or a _Reason: an expression that builds it from this call's values
-        return "\n  ".join(f"if {c}: return {why.expr if isinstance(why, _Reason) else repr(why)}" for c, why in texts)
+    if explain:  # a reason is text, or a Reason: an expression that builds it from this call's values
+        return "\n  ".join(f"if {c}: return {why.expr if isinstance(why, Reason) else repr(why)}" for c, why in texts)
     return f"if {' or '.join(c for c, _ in texts)}: return None"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Reason:
-    """A miss reason computed when the explain prologue runs: `expr` is a Python expression over its locals."""
-
-    expr: str
-
-
-_SYMBOL = re.compile(r"\b[if]\d+\b")
-
-
-def predicate_reason(pred: str):
-    """The miss reason of a failed predicate: its text and this call's values of the symbols in it
-    (`predicate 16 == i0 (i0=8)`), so the reason says which size broke it."""
-    names = list(dict.fromkeys(_SYMBOL.findall(pred)))
-    if not names:
-        return f"predicate {pred}"
-    values = " + ', ' + ".join(f"{n + '='!r} + repr({n})" for n in names)
-    return _Reason(f"{f'predicate {pred} ('!r} + {values} + ')'")
+def _print_call_shape(bsym, printer):
+    """args: the call_shape kind's entry (jitcore/guards/kinds.py)."""
+    return kinds.BY_NAME["call_shape"].check(bsym.args, bsym.kwargs.get("explain"), printer)
 
 
 def _print_comment(bsym, printer):
@@ -114,27 +94,6 @@ def _print_comment(bsym, printer):
 def _sym(name, printer, call_ctx=None):
     return Symbol(f"prologue.{name}", name, meta=lambda *a, **k: None, tags=(Tag.PYTHON, Tag.DONT_DCE), module="",
                   printer=printer, call_ctx=call_ctx)
-
-
-def _print_call_shape(bsym, printer):
-    """args: (number of positional arguments, keyword names): the call binds to the parameters as when traced."""
-    n, names = bsym.args
-    if not bsym.kwargs.get("explain"):
-        return f"if len(args) != {n} or {_kwargs_differ(names, printer)}: return None"
-    s = "" if n == 1 else "s"
-    expected = f"keyword arguments {sorted(names)}" if names else "no keyword arguments"
-    return (f"if len(args) != {n}: return {f'call shape: expected {n} positional argument{s}, got '!r} + str(len(args))"
-            f"\n  if {_kwargs_differ(names, printer)}: "
-            f"return {f'call shape: expected {expected}, got '!r} + str(sorted(kwargs))")
-
-
-def _kwargs_differ(names, printer) -> str:
-    """A condition true when the call's keyword names are not exactly `names` (cheapest form for few names)."""
-    if not names:
-        return "kwargs"
-    if len(names) > 3:
-        return f"kwargs.keys() != {printer.const(frozenset(names))}"
-    return " or ".join([f"len(kwargs) != {len(names)}"] + [f"{k!r} not in kwargs" for k in names])
 
 
 # What reading a provenance chain raises once it no longer resolves: an attribute gone (AttributeError), a dict key
@@ -178,128 +137,6 @@ def _guard_fetches(b: list, start: int, kw: dict):
     if any(_fallible(x) for x in b[start:]):
         sym = fetches_math if any(x.sym is check_math for x in b[start:]) else fetches
         b[start:] = [BoundSymbol(sym, (b[start:],), kw, None)]
-
-
-def _global_state(saved_hooks=False, flags=None) -> list:
-    """(condition, reason) pairs for the process-wide state a trace depends on. saved_hooks (Guards.saved_hooks):
-    the saved_tensors_hooks a program with a backward was built for (None: none), False when it does not matter."""
-    out = []
-    if saved_hooks is None:
-        # (torch's own lookup first: with no hooks active, the usual case, one C call)
-        out.append((lambda p: f"({p.const(top_hooks)}(False) is not None and {p.const(ambient_hooks)}() is not None)",
-                    "saved-tensor hooks: expected none active"))
-    elif saved_hooks is not False:
-        names = "/".join(getattr(f, "__qualname__", "?") for f in saved_hooks)
-        out.append((lambda p: f"{p.const(ambient_hooks)}() != {p.const(saved_hooks)}",
-                    f"saved-tensor hooks: expected {names} active"))
-    # settings and process state the program read (Guards.flags)
-    out += [(process_state.check if k[0] is process_state.outcome else torch_flags.check)(k, v)
-            for k, v in (flags or {}).items()]
-    grad = torch.is_grad_enabled()
-    out.append((lambda p: f"{p.const(torch.is_grad_enabled)}() is not {grad}", f"grad mode: expected {grad}"))
-    dd = torch.get_default_dtype()
-    out.append((lambda p: f"{p.const(torch.get_default_dtype)}() is not {p.const(dd)}",
-                f"default dtype: expected {dd}"))
-    if not compat.is_any_autocast_enabled():
-        out.append((lambda p: f"{p.const(compat.is_any_autocast_enabled)}()", "autocast: expected disabled"))
-        return out
-    for dev in ("cpu", "cuda"):
-        on = torch.is_autocast_enabled(dev)
-        out.append((lambda p, d=dev, on=on: f"{p.const(torch.is_autocast_enabled)}({d!r}) is not {on}",
-                    f"autocast {dev}: expected enabled={on}"))
-        if on:
-            dt = torch.get_autocast_dtype(dev)
-            out.append((lambda p, d=dev, dt=dt: f"{p.const(torch.get_autocast_dtype)}({d!r}) is not {dt}",
-                        f"autocast {dev} dtype: expected {dt}"))
-    return out
-
-
-def _value_check(name: str, value):
-    if value is None or isinstance(value, (bool, torch.dtype)):
-        return f"{name} is not {value}"
-    if data_guards.has_nan(value):  # (math.nan, a float argument that is NaN: `!=` would reject every call)
-        return lambda p: (f"type({name}) is not {p.const(type(value))} or "
-                          f"not {p.const(data_guards.same_value)}({name}, {p.value(value)})")
-    if isinstance(value, torch.device):
-        return lambda p: f"{name} != {p.value(value)}"
-    if type(value) in (set, frozenset) and _mixes_numbers(value):  # ({1} == {1.0}, {0.0} == {-0.0})
-        return lambda p: (f"type({name}) is not {type(value).__name__} or "
-                          f"not {p.const(same_scalars)}({name}, {p.const(value)})")
-    if type(value) in (set, frozenset):
-        return lambda p: f"type({name}) is not {type(value).__name__} or {name} != {p.const(value)}"
-    if type(value) is Members:
-        return lambda p: f"{p.const(value)}.differs({name})"
-    if is_ndarray(value):  # (its contents when first read: the program read them natively)
-        return lambda p: f"not {p.const(_same_array)}({name}, {p.const(value)})"
-    if type(value) in COPIED_CONTAINERS:  # (a deque, array or bytearray: its contents when first read)
-        return lambda p: f"not {p.const(_same_contents)}({name}, {p.const(value)})"
-    t = type(value)
-    if t.__module__ != "builtins":  # (numpy.float64, an int subclass: the type by reference, not by name)
-        return lambda p: f"type({name}) is not {p.const(t)} or {name} != {p.value(value)}"
-    if (t is float and value == 0) or (t is tuple and _mixes_numbers(value)):  # (-0.0 == 0.0, (1,) == (1.0,))
-        return lambda p: (f"type({name}) is not {t.__name__} or "
-                          f"not {p.const(same_scalars)}({name}, {p.value(value)})")
-    return lambda p: f"type({name}) is not {t.__name__} or {name} != {p.value(value)}"
-
-
-def _typed(x) -> tuple:
-    return type(x), x, math.copysign(1.0, x) if type(x) is float else 0
-
-
-def _mixes_numbers(items) -> bool:
-    """Whether `==` of a collection like `items` can hold for other items: numbers of another type (1 == 1.0 ==
-    True) or a zero of the other sign."""
-    return any(type(x) in (int, float, bool, complex) for x in items)
-
-
-def same_scalars(a, b) -> bool:
-    """a == b with the same types and signs of zero item for item (as sets, for sets); b a float, a tuple, a set."""
-    if type(b) is float:
-        return type(a) is float and _typed(a) == _typed(b)
-    if isinstance(b, (set, frozenset)):
-        return {_typed(x) for x in a} == {_typed(x) for x in b}
-    return len(a) == len(b) and all(_typed(x) == _typed(y) for x, y in zip(a, b))
-
-
-class Members:
-    """The objects a set from outside held when traced (not all of them constants: `key in s` of objects whose class
-    hashes in Python): a call where it holds others, compared by identity, or is no longer such a set, is another
-    call."""
-
-    def __init__(self, items):
-        self.type, self.items = type(items), tuple(items)  # (held: their ids stay theirs)
-        self.ids = frozenset(map(id, self.items))
-
-    def differs(self, s) -> bool:
-        return type(s) is not self.type or len(s) != len(self.ids) or any(id(e) not in self.ids for e in s)
-
-    def __repr__(self):
-        return f"a {self.type.__name__} of the same {len(self.items)} objects"
-
-
-def is_ndarray(value) -> bool:
-    t = type(value)
-    return t.__name__ == "ndarray" and t.__module__ == "numpy"
-
-
-def _same_array(a, b) -> bool:
-    """Whether numpy array a has b's type, dtype, shape and bytes (no numpy import: the arrays compare themselves)."""
-    return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-COPIED_CONTAINERS = (collections.deque, array.array, bytearray)
-
-
-def contents_copy(c):
-    """A copy of a deque, array or bytearray from outside whose contents native code reads (`len(dq)`, `sum(a)`)."""
-    t = type(c)
-    return t(c, c.maxlen) if t is collections.deque else t(c.typecode, c) if t is array.array else t(c)
-
-
-def _same_contents(a, b) -> bool:
-    """Whether a has b's type, items (and a deque's maxlen, an array's typecode)."""
-    return type(a) is type(b) and a == b and getattr(a, "maxlen", None) == getattr(b, "maxlen", None) and \
-        getattr(a, "typecode", None) == getattr(b, "typecode", None)
 
 
 def _tensor_checks(name: str, t: TensorProxy, covered: bool, where: str, exact_type=None) -> list:
@@ -430,7 +267,7 @@ class _Binder:
 def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None, hot: bool = False,
                    symbolic: bool = False, split=None, state=None) -> Trace:
     """The prologue trace for a computation whose inputs are `inputs` (TracedInput) and whose assumptions are
-    `guards` (jitcore.frontend.tracing.Guards). aliases: [(provenance, input name)], places where the same tensor object
+    `guards` (jitcore.guards.kinds.Guards). aliases: [(provenance, input name)], places where the same tensor object
     was found a second time (f(x, x), tied weights): a call must pass the same object there. roots: the traced
     call's Roots (to resolve closure cells). hot: leave out what the cache's signature key checked (symbolic: the
     key has ranks, not sizes). split (jitcore.guards.module_guards.ModuleSplit) and state (its
@@ -441,46 +278,36 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
         trace.args = ["fn", "args", "kwargs"]
         kw = {"explain": True} if explain else {}
         b = trace.bound_symbols
-        if not hot and roots is not None:  # the signature key has the call's shape: the hot variant leaves it out
-            b.append(BoundSymbol(call_shape, (len(roots.args), tuple(roots.kwargs)), kw, None))
-        b.append(BoundSymbol(check, (_global_state(guards.saved_hooks, guards.flags),), kw, None))
+        source = Sources(guards, list(aliases), roots, explain)
+        keyed = SYMBOLIC_VALUE_TYPES if symbolic else KEY_VALUE_TYPES  # what the signature key holds by value
+        for kind in kinds.at("call"):  # (the signature key has the call's shape: the hot variant leaves it out)
+            b += [BoundSymbol(call_shape, e, kw, None) for e in kind.entries(source)
+                  if not (hot and kind.hot_skip is not None and kind.hot_skip(e, keyed))]
+        b.append(BoundSymbol(check, ([c for kind in kinds.at("state") for e in kind.entries(source)
+                                      for c in kind.check(e)],), kw, None))
         start = len(b)  # what follows fetches values through provenance chains
         inputs = [_direct(i, roots) for i in inputs]
-        items = _items(guards)
+        items = _items(source)
         if split is not None:
-            items = [it for it in items if (it[1][0], it[1][1]) not in split.items]
-            aliases = [a for a in aliases if a not in split.aliases]
+            items = [it for it in items if (it[1][0], it[1][1].name) not in split.items]
+            source = source._replace(aliases=[a for a in source.aliases if a not in split.aliases])
         module_inputs = split.inputs if split is not None else {}
         provs = [i.provenance for i in inputs if i.proxy.name not in module_inputs] + [it[1][0] for it in items]
-        binder = _Binder(provs + [p for p, _ in aliases], b)
+        binder = _Binder(provs + [p for p, _ in source.aliases], b)
         if split is not None:
             b.append(BoundSymbol(_module_state_lines, (state, split.anchors), {}, None))
             binder.bound.update({prov: f"a{i}" for i, prov in enumerate(split.anchors)})
-        if hot:
-            keyed = SYMBOLIC_VALUE_TYPES if symbolic else KEY_VALUE_TYPES  # what the signature key holds by value
-            items = [it for it in items if not (it[1][1] == "value" and _key_covered(it[1][0])
-                                                and type(it[1][2]) in keyed)]
         for n, (prov, kind, value) in items:
-            b += _guard_lines(binder, prov, kind, value, n, kw, roots)
-        # the inputs data guards recompute their values from, and those alias checks compare (a module's list of
-        # its own weights, nn.RNNBase's _flat_weights): bound by name even when the module-rooted part fetches them
-        read = {n for g in guards.data for n in g.inputs} | {name for _, name in aliases}
+            if not (hot and kind.hot_skip is not None and kind.hot_skip((prov, value), keyed)):
+                b += _guard_lines(binder, prov, kind, value, n, kw, roots)
+        relations = [(kind, e) for kind in kinds.at("relation") for e in kind.entries(source)]
+        # the inputs the relation checks read by name (those data guards recompute their values from, alias checks
+        # compare: a module's list of its own weights, nn.RNNBase's _flat_weights): bound by name even when the
+        # module-rooted part fetches them
+        read = {n for kind, e in relations for n in kind.reads(e)}
         for inp in inputs:
             b += _input_lines(inp, binder, kw, hot, symbolic, roots, split, read)
-        for prov, name in aliases:
-            b.append(_alias_check(prov, name, binder, kw))
-        for x, y in guards.distinct:
-            b.append(BoundSymbol(check, ([(f"{x} is {y}", f"{x} and {y}: expected two different tensors")],), kw,
-                                 None))
-        for pred in guards.predicates:
-            b.append(BoundSymbol(check_math if "math." in pred else check,
-                                 ([(f"not ({pred})", predicate_reason(pred))],), kw, None))
-        programs = [g for g in guards.data if hasattr(g.program, "trace")]
-        data = guards.data if explain or len(programs) < 2 else \
-            [g for g in guards.data if not hasattr(g.program, "trace")] + [data_guards.merged(programs)]
-        for g in data:  # values computed from tensor data (jitcore/guards/data_guards.py); one program for all of
-            # them on a call (they share their lines), one each where a miss is explained
-            b.append(BoundSymbol(check, ([(_data_condition(g), f"data: {g.text} was {g.value!r}")],), kw, None))
+        b += _relation_lines(relations, binder, kw)
         _guard_fetches(b, start, kw)
         trace.output = None if explain else _output(inputs, split)
     return trace.set_provenance(f"Prologue construction (guards{', hot path' if hot else ''}"
@@ -488,23 +315,10 @@ def build_prologue(inputs, guards, explain: bool = False, aliases=(), roots=None
                                 t.seconds)
 
 
-def _data_condition(g):
-    def text(printer):
-        value = f"{printer.const(g.program)}({', '.join(g.inputs)})"
-        if data_guards.has_nan(g.value):  # (a NaN read by .item(): `!=` would miss on every call)
-            return f"not {printer.const(data_guards.same_value)}({value}, {printer.value(g.value)})"
-        return f"{value} != {printer.value(g.value)}"
-
-    return text
-
-
-def _items(guards) -> list:
-    """(n, (provenance, kind, value)) for every guard, shallowest first; n names its value (`g{n}`)."""
-    items = [(p, "length", (n, guards.container_types.get(p))) for p, n in guards.lengths.items()]
-    items += [(p, "object", o) for p, o in guards.objects.items()]
-    items += [(p, "type", ty) for p, ty in guards.types.items()]
-    items += [(p, "value", v) for p, v in guards.values.items()]
-    items += [(p, "presence", v) for p, v in guards.presence.items()]
+def _items(source) -> list:
+    """(n, (provenance, kind, value)) for every entry of the path kinds (jitcore/guards/kinds.py), shallowest first;
+    n names its value (`g{n}`)."""
+    items = [(prov, kind, value) for kind in kinds.at("path") for prov, value in kind.entries(source)]
     items.sort(key=lambda it: _depth(it[0]))
     return list(enumerate(items))
 
@@ -540,12 +354,14 @@ def _input_lines(inp, binder, kw, hot, symbolic, roots, split, read=frozenset())
     return out
 
 
-def _alias_check(prov, name, binder, kw):
-    def cond(p, prov=prov, name=name):
-        return f"{provenance_expr(prov, p, binder.bound)} is not {name}"
+def _relation_lines(relations, binder, kw) -> list:
+    """One check line per entry of the relation kinds [(kind, entry)] (aliases, distinct tensors, predicates, data
+    guards): their conditions fetch a provenance through the names bound so far (as they are when printed)."""
+    def fetch(prov):
+        return lambda p: provenance_expr(prov, p, binder.bound)
 
-    return BoundSymbol(check, ([(cond, f"{prov}: expected the same tensor as {name}")],), kw, None,
-                       fallible=type(prov) not in (P.Arg, P.Kwarg))
+    return [BoundSymbol(check_math if kind.uses_math(e) else check, (kind.check(e, fetch),), kw, None,
+                        fallible=kind.fallible(e)) for kind, e in relations]
 
 
 def _output(inputs, split):
@@ -594,9 +410,9 @@ def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
         trace.args = ["fn", "args", "kwargs"]
         b = trace.bound_symbols
         inputs = [i for i in (_direct(i, roots) for i in inputs) if i.proxy.name in split.inputs]
-        items = [it for it in _items(guards) if (it[1][0], it[1][1]) in split.items]
-        aliases = [a for a in aliases if a in split.aliases]
-        provs = [i.provenance for i in inputs] + [it[1][0] for it in items] + [p for p, _ in aliases]
+        source = Sources(guards, [a for a in aliases if a in split.aliases], roots, False)
+        items = [it for it in _items(source) if (it[1][0], it[1][1].name) in split.items]
+        provs = [i.provenance for i in inputs] + [it[1][0] for it in items] + [p for p, _ in source.aliases]
         binder = _Binder(provs + list(split.anchors), b)
         for n, (prov, kind, value) in items:
             b += _guard_lines(binder, prov, kind, value, n, {}, roots)
@@ -611,8 +427,8 @@ def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
             else:
                 conds = _tensor_checks(name, inp.proxy, False, str(inp.provenance), exact)
                 b.append(BoundSymbol(check, (conds,), {}, None))
-        for prov, name in aliases:
-            b.append(_alias_check(prov, name, binder, {}))
+        aliases = kinds.BY_NAME["aliases"]  # (the one relation kind checked there)
+        b += _relation_lines([(aliases, e) for e in aliases.entries(source)], binder, {})
         names = []
         for prov in split.anchors:
             if prov not in binder.bound:
@@ -625,40 +441,19 @@ def build_module_guards(inputs, guards, split, aliases=(), roots=None) -> Trace:
 
 
 def _guard_lines(binder, prov, kind, value, n, kw, roots) -> list:
+    """`g{n} = <provenance>` (or its parent's, for a kind that binds_parent) and the kind's check of it."""
     start = len(binder.b)
     name = f"g{n}"
-    if kind == "presence":  # the object the attribute was missing from (or found in): it must still lack (have) it
+    if kind.binds_parent:
         binder.bind(name, prov.parent)
-        conds = [(f"{'not ' if value else ''}hasattr({name}, {prov.name!r})",
-                  f"{prov}: expected {'an' if value else 'no'} attribute")]
-        out = binder.b[start:]
-        del binder.b[start:]
-        return out + [BoundSymbol(check, (conds,), kw, None)]
-    if type(prov) is P.Closure and roots is not None:
-        expr_prov = _CellProv(prov, roots)
-        binder.b.append(BoundSymbol(bind, (name, expr_prov, {}), {}, None))
+    elif type(prov) is P.Closure and roots is not None:
+        binder.b.append(BoundSymbol(bind, (name, _CellProv(prov, roots), {}), {}, None))
     else:
         binder.bind(name, prov)
-    where = str(prov)
-    if kind == "length":  # (its type checked on the same line: a tuple after a list, an OrderedDict after a dict)
-        value, ctype = value
-        typed = [] if ctype is None else [(lambda p: f"type({name}) is not {p.const(ctype)}",
-                                           f"{where}: expected a {ctype.__name__}")]
-    if kind == "length" and type(value) is tuple:  # a dict: its keys, in order (iteration follows it)
-        keys = (lambda p: f"not {p.const(same_scalars)}(tuple({name}), {p.const(value)})") if _mixes_numbers(value) \
-            else (lambda p: f"tuple({name}) != {p.const(value)}")  # ({1: a} and {1.0: a} have equal keys)
-        conds = [(keys, f"keys of {where}: expected {reprlib.repr(value)}, in this order")] + typed
-    elif kind == "length":
-        conds = [(f"len({name}) != {value}", f"len({where}): expected {value}")] + typed
-    elif kind == "object":
-        conds = [(lambda p: f"{name} is not {p.const(value)}", f"{where}: expected the object {_short(value)}")]
-    elif kind == "type":
-        conds = [(lambda p: f"type({name}) is not {p.const(value)}", f"{where}: expected a {value.__name__}")]
-    else:
-        conds = [(_value_check(name, value), f"{where}: expected {value!r}")]
     out = binder.b[start:]
     del binder.b[start:]
-    return out + [BoundSymbol(check, (conds,), kw, None, fallible=kind == "length")]
+    return out + [BoundSymbol(check, (kind.check((prov, value), name),), kw, None,
+                              fallible=kind.fallible((prov, value)))]
 
 
 class _CellProv(P.Provenance):
@@ -681,13 +476,6 @@ def _cell(prov, roots):
     fn = prov.parent.load(roots)
     fn = getattr(fn, "__func__", fn)
     return fn.__closure__[fn.__code__.co_freevars.index(prov.name)]
-
-
-def _short(obj) -> str:
-    if type(obj) is tuple:  # a function's defaults
-        return f"{reprlib.repr(obj)} at {id(obj):#x}"
-    name = getattr(obj, "__qualname__", None) or type(obj).__name__
-    return f"{name} at {id(obj):#x}"
 
 
 class _Name(Proxy):

@@ -26,6 +26,7 @@ READERS = frozenset({
     torch.get_deterministic_debug_mode, torch.get_num_threads, torch.get_num_interop_threads,
     torch.get_float32_matmul_precision, torch.is_anomaly_enabled, torch.is_anomaly_check_nan_enabled,
     torch.is_warn_always_enabled, torch.get_default_device, torch.is_autocast_enabled, torch.get_autocast_dtype,
+    torch.is_inference_mode_enabled,  # (grad mode alone does not tell no_grad from inference_mode)
     *_optional(torch, "is_autocast_cpu_enabled", "is_autocast_cache_enabled", "get_autocast_cpu_dtype",
                "get_autocast_gpu_dtype", "is_autocast_xla_enabled", "get_autocast_xla_dtype",
                "is_autocast_ipu_enabled", "get_autocast_ipu_dtype"),

@@ -25,7 +25,7 @@ from jitcore.interpreter import (  # noqa: F401  (importing registers the opcode
     user_traceback,
 )
 from jitcore.interpreter.generators import InterpGenerator
-from jitcore.interpreter.protocol import DefaultContext
+from jitcore.interpreter.protocol import DefaultContext, InterpreterHooks
 from jitcore.interpreter.provenance import (
     Arg,
     Attr,
@@ -55,6 +55,7 @@ __all__ = [
     "Fn",
     "Global",
     "InterpGenerator",
+    "InterpreterHooks",
     "InterpreterResult",
     "Item",
     "Kwarg",
@@ -82,6 +83,9 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
     jitcore errors carry the innermost user source line.
     """
     ctx = DefaultContext() if ctx is None else ctx
+    if not isinstance(ctx, InterpreterHooks):
+        raise TypeError(f"interpret(): the context must be an InterpreterHooks (jitcore/interpreter/protocol.py), "
+                        f"got {type(ctx).__name__}")
     kwargs = {} if kwargs is None else kwargs
     rt = Runtime(ctx)
     old_limit = sys.getrecursionlimit()
@@ -93,7 +97,7 @@ def interpret(fn, args: tuple = (), kwargs: dict | None = None, ctx=None) -> Int
         fn = rt.report(fn, Fn())
         rt.set_root(fn)
         output = rt.call(fn, args, kwargs)
-        if not getattr(ctx, "returns_generators", True):
+        if not ctx.returns_generators:
             _refuse_generators(output, fn)
     except JitError as e:
         if getattr(e, "where", "") is None and rt.fallback_where is not None:

@@ -1,18 +1,26 @@
-"""Interpreter stage: the context object interpret() asks at a few points.
+"""Interpreter stage: the hooks interpret() asks of its context, declared in one place (InterpreterHooks).
 
-jitcore subclasses DefaultContext to turn external tensors into proxies, to replace torch callables by ops
-and to answer isinstance for proxies. Every method has a no-op default, so DefaultContext() runs a function
-exactly as CPython would.
+Each hook has its one default here, which changes nothing: DefaultContext() runs a function exactly as CPython
+would. jitcore's context (jitcore/frontend/tracing.py, JitContext) overrides them to turn external tensors into
+proxies, replace torch callables by ops, answer isinstance for proxies and record what the guards check.
 """
 from __future__ import annotations
 
 
-class DefaultContext:
-    """The hooks of the interpreter, with defaults that change nothing."""
+class InterpreterHooks:
+    """The protocol between the interpreter and its context: every hook interpret() calls, with its default.
+
+    A context is an instance of a subclass (interpret() refuses anything else) that overrides the hooks it needs;
+    the Runtime binds them once, without fallbacks. The notifications `on_is` and `on_call_native` are called only
+    when a context overrides them (`listens`): the interpreter then skips preparing a call that would do nothing.
+    """
 
     # whether interpret() may return a generator (its steps then run later, when the caller iterates it); a context
     # whose result is one traced program sets False: such an output is refused (UnsupportedError)
     returns_generators = True
+
+    def attach_runtime(self, rt):
+        """Called once when an interpretation starts with its Runtime (`rt.frame` is the frame running now)."""
 
     def lookaside(self, fn):
         """A replacement callable for `fn`, called natively instead of `fn` (not interpreted), or None.
@@ -55,13 +63,26 @@ class DefaultContext:
         for): the value the program should see, or AttributeError."""
         raise AttributeError(f"'Tensor' object has no attribute '{name}'")
 
+    def on_is(self, a, b):
+        """Notification: `a is b` was False (IS_OP) for two objects of the program; the answer depends on them."""
+
     def on_call_native(self, fn, args, kwargs):
-        """Notification: `fn(*args, **kwargs)` is about to be called natively (not interpreted)."""
+        """Notification: `fn(*args, **kwargs)` is about to be called natively (not interpreted); fn None: native
+        code is about to read the objects `args` whole (`shape == [1, 2]`)."""
 
     def referent(self, obj):
         """What a weak reference called inside the function hands back for `obj` (a tensor the program already reads
         as an input: that input)."""
         return obj
 
-    def attach_runtime(self, rt):
-        """Called once when an interpretation starts with its Runtime (`rt.frame` is the frame running now)."""
+
+HOOKS = tuple(name for name, value in vars(InterpreterHooks).items() if callable(value) and not name.startswith("_"))
+
+
+def listens(ctx: InterpreterHooks, hook: str) -> bool:
+    """Whether the context's class overrides the notification `hook` (its default does nothing)."""
+    return getattr(type(ctx), hook) is not getattr(InterpreterHooks, hook)
+
+
+class DefaultContext(InterpreterHooks):
+    """The context that changes nothing: every hook's default."""

@@ -19,7 +19,7 @@ import weakref
 from jitcore.errors import JitError, MetaError, UnsupportedError
 from jitcore.interpreter import eager_errors, user_traceback
 from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
-from jitcore.interpreter.protocol import DefaultContext
+from jitcore.interpreter.protocol import listens
 from jitcore.interpreter.provenance import Arg, Attr, Call, Closure, Fn, Global, Item, Kwarg
 from jitcore.interpreter.side_effects import SideEffectLog
 from jitcore.ir.arith import as_user
@@ -98,22 +98,18 @@ class Runtime:
         self.unwound: dict[int, tuple] = {}  # id(exception) -> (exception, where it left interpreted frames)
         self._tcache: dict = {}
         self._gprov: dict = {}
-        default = DefaultContext()
-        # the hooks, bound once (a ctx may omit any of them: the default is used)
-        self.lookaside = getattr(ctx, "lookaside", default.lookaside)
-        self.on_is = getattr(ctx, "on_is", None)  # `a is b` of two different objects (IS_OP), or None
-        self.should_inline = getattr(ctx, "should_inline", default.should_inline)
-        self.on_external_value = getattr(ctx, "on_external_value", default.on_external_value)
-        self.isinstance_hook = getattr(ctx, "isinstance_hook", default.isinstance_hook)
-        self.issubclass_hook = getattr(ctx, "issubclass_hook", default.issubclass_hook)
-        self.type_hook = getattr(ctx, "type_hook", default.type_hook)
-        self.on_attr_presence = getattr(ctx, "on_attr_presence", default.on_attr_presence)
-        self.proxy_attr = getattr(ctx, "proxy_attr", default.proxy_attr)
-        attach = getattr(ctx, "attach_runtime", None)
-        if attach is not None:
-            attach(self)
-        hook = getattr(type(ctx), "on_call_native", None)
-        self.notify_native = hook is not None and hook is not DefaultContext.on_call_native
+        # the hooks (jitcore/interpreter/protocol.py, InterpreterHooks), bound once
+        self.lookaside = ctx.lookaside
+        self.should_inline = ctx.should_inline
+        self.on_external_value = ctx.on_external_value
+        self.isinstance_hook = ctx.isinstance_hook
+        self.issubclass_hook = ctx.issubclass_hook
+        self.type_hook = ctx.type_hook
+        self.on_attr_presence = ctx.on_attr_presence
+        self.proxy_attr = ctx.proxy_attr
+        self.on_is = ctx.on_is if listens(ctx, "on_is") else None  # `a is b` of two different objects (IS_OP)
+        self.notify_native = listens(ctx, "on_call_native")
+        ctx.attach_runtime(self)
 
     # -- provenance ------------------------------------------------------------------------------------------
     def report(self, value, prov):
