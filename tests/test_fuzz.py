@@ -141,3 +141,20 @@ def test_fuzz_fixed_seeds(seed, mode):
     prog = generate(seed, loops=False)  # (as the seed was found)
     report = check_program(prog, mode)
     assert not report.problems, f"{FIXED_SEEDS[seed]}:\n{report.text(prog)}"
+
+
+# programs of the long run (generated with loops, as test_fuzz_against_eager_long makes them) a fuzz run failed on
+LONG_RUN_SEEDS = {
+    # `t2[1:] = 3` on a tensor whose first size a later `for i in range(1, t6.shape[0], 2)` pins to a number: the
+    # write's full() kept the slice's old size proxy, whose only definition was then the unpack of the full()'s own
+    # output (symbolic values: every call raised UnboundLocalError, TraceLintError under the checker)
+    103914: "a slice write's size pinned to a number by a later loop",
+}
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("seed", sorted(LONG_RUN_SEEDS))
+def test_fuzz_long_run_seeds(seed, mode):
+    prog = generate(seed)
+    report = check_program(prog, mode)
+    assert not report.problems, f"{LONG_RUN_SEEDS[seed]}:\n{report.text(prog)}"

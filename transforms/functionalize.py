@@ -294,9 +294,12 @@ def _read(st: _State, x):
 
 def _rename_sizes(st: _State, old: TensorProxy, new: TensorProxy):
     """old's symbolic sizes read as new's: old (a view, now remade from the written base) may never be made in the
-    new trace, so a line reading its sizes (the full() of `x[i] = 1.5`) reads those of the tensor replacing it."""
+    new trace, so a line reading its sizes (the full() of `x[i] = 1.5`) reads those of the tensor replacing it. A
+    size the replacing tensor has as a number (the predicates recorded since made it one: `t[1:]` of a t whose size
+    a later `range(t.shape[0])` pinned) is read as that number (fuzz seed 103914: the full() kept the old size, whose
+    only definition was then its own output's unpack, after it)."""
     for a, b in zip(old._shape, new._shape):
-        if isinstance(a, NumberProxy) and isinstance(b, NumberProxy) and a.name != b.name:
+        if isinstance(a, NumberProxy) and ((isinstance(b, NumberProxy) and a.name != b.name) or type(b) is int):
             st.cur[a.name] = b
 
 
