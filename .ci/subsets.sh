@@ -22,7 +22,8 @@ PY_TESTS="$(one_line "tests/test_interpreter_*.py tests/test_opcode_tables.py te
     tests/test_models.py $FUZZ")"
 TORCH_TESTS="$(one_line "tests/test_torch_core_*.py tests/test_prims.py tests/test_autodiff.py
     tests/test_autodiff_split.py tests/test_grad_edges.py tests/test_compat.py tests/test_executors.py
-    tests/test_models.py tests/test_packages.py tests/test_package_kernels.py tests/test_custom_function.py $FUZZ")"
+    tests/test_models.py tests/test_packages.py tests/test_package_kernels.py tests/test_custom_function.py
+    tests/test_distributed.py tests/test_tensor_attributes.py $FUZZ")"
 
 build() {
     case "$1" in
