@@ -18,7 +18,7 @@ from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.interpreter import versions
-from jitcore.interpreter.user_traceback import at_user_line
+from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
 from jitcore.runtime.autograd import saved_tensor_bytes  # noqa: F401 (public: jitcore.saved_tensor_bytes)
 from jitcore.runtime.fsdp_units import ShardedCall, is_sharded
 
@@ -259,8 +259,9 @@ class JitFunction:
             progress.__enter__()
             try:
                 found = self._compile(args, kwargs)
-            except BaseException:
+            except BaseException as e:
                 progress.__exit__(None, None, None)
+                user_frames_first(e)  # (an error the user's code raised: the caller's line, then the user's frames)
                 raise
             logs.stage("first run")
         entry, inputs = found
