@@ -469,7 +469,7 @@ def _clamp_ties(x, *bounds):
     for b in bounds:
         if b is None or not dtypes.is_inexact(x.dtype):
             continue
-        tied = pm.stop_gradient(x) if not isinstance(b, TensorProxy) else add(x, mul(sub(b, x), 0.5))
+        tied = pm.stop_gradient(x) if not isinstance(b, TensorProxy) else add(x, mul(sub(to_dtype(b, x.dtype), x), 0.5))
         x = where(eq(x, b), tied, x)
     return x
 
