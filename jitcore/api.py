@@ -253,8 +253,8 @@ class JitFunction:
         self._events_at_call = tuple(COMPILE_EVENTS)  # last_compile_stats' region counts start here
         found = self._cache.lookup(self.fn, args, kwargs)  # the prologues: (entry, inputs), or None on a miss
         progress = None
-        if found is None:  # a miss: compile here (no frame of its own between the caller's and the user's in a
-            # traceback); a compile that takes long shows its progress, the first run's region compiles included
+        if found is None:  # a miss: compile (an error of the user's code is trimmed to the caller's line, then the
+            # user's frames); a compile that takes long shows its progress, the first run's region compiles included
             progress = logs.Progress(self.__name__, regions=functools.partial(_regions_since, COMPILE_EVENTS[0]))
             progress.__enter__()
             try:
