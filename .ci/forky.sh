@@ -20,6 +20,12 @@ mounts() {
     mkdir -p "$ROOT/proc" "$ROOT/dev" "$ROOT$REPO" "$ROOT/tmp"
     mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
     mountpoint -q "$ROOT/dev" || mount --rbind /dev "$ROOT/dev"
+    # a clone deleted and made again at the same path (CI's fresh clones) leaves a mount of the deleted directory,
+    # where every getcwd fails: a mount that is not this clone's directory is replaced
+    if mountpoint -q "$ROOT$REPO" && \
+            [ "$(stat -c %d:%i "$ROOT$REPO" 2>/dev/null)" != "$(stat -c %d:%i "$REPO")" ]; then
+        umount -l "$ROOT$REPO"
+    fi
     mountpoint -q "$ROOT$REPO" || mount --bind "$REPO" "$ROOT$REPO"
     # the host's trust store (renewed each session) holds the certificates pip needs to reach PyPI
     cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/host-ca.crt"
