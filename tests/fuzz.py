@@ -23,6 +23,23 @@ import torch
 import jitcore
 from jitcore.errors import JitError
 from jitcore.ir import lint
+from tests import fuzz_classes
+from tests.fuzz_templates import (
+    BINARY,
+    FILLS,
+    FUNCTIONS,
+    INDEXING,
+    INPLACE,
+    LOOP_BODIES,
+    OUT,
+    RANDOM,
+    REDUCTIONS,
+    SCALARS,
+    SETITEM,
+    SPECIAL,
+    UNARY,
+    VIEWS,
+)
 
 CACHE_MODES = ("constant values", "symbolic values", "no caching")
 SIZE_CHOICES = (3, 4, 5, 6)  # every variable dim is >= 3, so the indices and narrows below fit every variant
@@ -109,104 +126,7 @@ def _make_tensor(spec: InputSpec, plan: CallPlan, gen):
     return t.requires_grad_(spec.requires_grad and not plan.no_requires_grad)
 
 
-# -- statement templates: each returns source lines, or None when it does not apply ---------------------------------
-UNARY = ("sin", "cos", "tanh", "sigmoid", "exp", "neg", "abs", "relu", "float", "long", "bool", "half", "double",
-         "logical_not", "square", "sign")
-BINARY = ("{a} + {b}", "{a} - {b}", "{a} * {b}", "{a} / {b}", "torch.maximum({a}, {b})",
-          "torch.where({a} > 0, {a}, {b})", "{a} > {b}", "{a} == {b}",
-          "torch.add({a}, {b}, alpha=2)", "{a} * {b} + {a}")
-REDUCTIONS = ("{v}.sum({d})", "{v}.sum({d}, keepdim=True)", "{v}.mean({d})", "{v}.mean({d}, keepdim=True)",
-              "{v}.amax({d})", "{v}.amax({d}, keepdim=True)", "{v}.var({d})", "{v}.var({d}, keepdim=True)",
-              "{v}.sum()", "{v}.std({d}, correction=0)", "{v}.sum({d}, dtype=torch.float64)", "{v}.amin()",
-              "torch.sum({v}, dim=(0, -1))", "{v}.var(correction=0)")
-VIEWS = ("{v}[1]", "{v}[:, 1]", "{v}[1:]", "{v}[::2]", "{v}[:, :2]", "{v}[..., 0]", "{v}.select({d}, 1)",
-         "{v}.narrow({d}, 0, 2)", "{v}.view(-1)", "{v}.reshape(-1)", "{v}.permute({perm})", "{v}.transpose(0, -1)",
-         "{v}.t()", "{v}.diagonal()", "{v}.unsqueeze(0).expand(2, *{v}.shape)", "{v}.unsqueeze({d})",
-         "{v}.unsqueeze(0).squeeze(0)", "{v}.unbind({d})[1]", "{v}.split(2, {d})[0]", "{v}.chunk(2, {d})[1]",
-         "{v}.view({v}.shape[0], -1)", "{v}.flatten()", "{v}[0, 1:]", "{v}.mT")
-INPLACE = ("{t}.add_({o})", "{t}.mul_({o})", "{t}.zero_()", "{t}.copy_({o})", "{t}.sub_({o}, alpha=2)",
-           "{t}.clamp_(min=0)", "{t}.fill_(1)", "{t}.div_(2)",
-           # out= into the tensor itself (the result has its shape and dtype)
-           "torch.sin({t}, out={t})", "torch.mul({t}, 2, out={t})", "torch.clamp({t}, min=0, out={t})")
-# out= into a new buffer: `{n} = torch.empty_like({v}); <op>(..., out={n})`
-OUT = ("torch.exp({v}, out={n})", "torch.add({v}, {o}, out={n})", "torch.cumsum({v}, 0, out={n})",
-       "torch.abs({v}, out={n})", "torch.mul({v}, {o}, out={n})")
-SETITEM = ("{v}[0] = {o}", "{v}[::2] = {o}", "{v}[:, 1] = {o}", "{v}[1:] = {o}", "{v}[..., 0] = {o}", "{v}[:] = {o}",
-           "{v}[{v} > 0] = {o}", "{v}[{v} < 0] = 0")
-INDEXING = ("torch.index_select({v}, {d}, torch.tensor([0, 2, 1]))", "{v}.gather({d}, {v}.argsort({d}))",
-            "{v}[torch.tensor([1, 0])]", "{v}[:, [0, 2]]",
-            "torch.gather({v}, {d}, torch.zeros_like({v}, dtype=torch.long))",
-            "{v}[{v} > 0]", "{v}.masked_fill({v} > 0, 0.5)", "torch.take_along_dim({v}, {v}.argsort(0), dim=0)",
-            # data-dependent sizes (known only at run time)
-            "torch.masked_select({v}, {v} < 0) * 2", "{v}.nonzero()", "{v}[({v} > 0).flatten(1).any(-1)]",
-            "torch.unique({v}.detach().round())", "{v}.flatten().repeat_interleave(({v}.flatten() > 0).long() + 1)",
-            "{v}[{v} > 0].sum()", "torch.where({v} > 0)[0].float()")
-RANDOM = ("torch.rand_like({v}) + {v}", "torch.nn.functional.dropout({v}, p=0.5, training=True)",
-          "{v} * torch.randn({v}.shape)", "torch.randn_like({v}) * {v}", "{v} * random.random()",
-          "{v} + random.randint(0, 9)", "torch.bernoulli(torch.full_like({v}, 0.5)) * {v}")
-# in-place fills: eager visits the filled tensor's own memory in order (a layout empty_like keeps, a view). Chosen
-# instead of a RANDOM template, in programs of seeds divisible by 4 only, by a side generator (Generator.side): the
-# programs of other seeds are those from before the fills were added (seeds named in issues and commits still
-# reproduce their programs)
-FILLS = ("torch.empty_like({v}).normal_() * {v}",
-         "{v}.detach().exp().transpose(0, -1).uniform_().transpose(0, -1) + {v}")
-SPECIAL = ("torch.linalg.norm({v})", "{v}.std(correction=0)", "torch.linalg.vector_norm({v}, dim=-1)",
-           "torch.linalg.multi_dot([{v}, {v}.mT, {v}])", "torch.nextafter({v}, {v} * 2)",
-           "torch.nn.functional.embedding_bag(torch.tensor([0, 1, 2, 1]), {v}, torch.tensor([0, 2]))",
-           # (weights of the shapes torch checks nowhere: w_ih [gates * 2, {v}'s last size], w_hh [gates * 2, 2];
-           # a wrong one reads and writes out of bounds in eager itself, on any {v} with a size-1 dim)
-           "torch.lstm({v}.unsqueeze(1), (torch.zeros(1, 1, 2), torch.zeros(1, 1, 2)), [{v}[:1].repeat(8, 1), "
-           "{v}[:1, :1].repeat(8, 2)], False, 1, 0.0, False, False, False)[0]",
-           "torch.rnn_tanh({v}.unsqueeze(1), torch.zeros(1, 1, 2), [{v}[:1].repeat(2, 1), {v}[:1, :1].repeat(2, 2)], "
-           "False, 1, 0.0, False, False, False)[0]",
-           "torch.stack([{v}, {v} * 2]).sum(0)", "torch.einsum('ij,kj->ik', {v}, {v})",
-           "{v} * ({v}.data_ptr() != 0)", "{v}.view(-1)[:2]", "torch.cdist({v}, {v})",
-           "({v} * 0).std(correction=0)", "torch.linalg.norm({v} * 0)", "torch.linalg.vector_norm({v} - {v}, dim=0)")
-# the step of a loop writing into views (loop_stmt): {cur} is the view at step i, {prev} the one before it
-LOOP_BODIES = ("{cur}.add_({prev})", "{cur}.mul_({prev}.sigmoid())", "{cur}.copy_({prev} * 0.5 + {cur})",
-               "{cur}.sub_({prev}, alpha=0.5)", "{cur}.addcmul_({prev}, {prev}, value=0.1)", "{cur}.clamp_(min=-0.5)",
-               "{cur}[...] = {prev}.tanh()", "{n}.narrow({d}, i, 1).div_(2)", "{cur}.add_({n}.select({d}, 0) * i)")
-SCALARS = ("2", "0.5", "-1.5", "True", "3", "s0", "k", "{v}.shape[0]", "-2")
-
-
-# torch.autograd.Function subclasses a program may call: their backward is the user's, not the forward's derivative
-class _Ste(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return torch.round(x * 2) / 2
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
-
-
-class _Cube(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x * 2  # (not 3 x^2)
-
-
-class _Mask(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        mask = torch.rand_like(x) > 0.5
-        ctx.save_for_backward(mask)
-        return torch.where(mask, x, x * 0.25)
-
-    @staticmethod
-    def backward(ctx, g):
-        (mask,) = ctx.saved_tensors
-        return torch.where(mask, g * 1.5, g)
-
-
-FUNCTIONS = {"_Ste": _Ste, "_Cube": _Cube, "_Mask": _Mask}
-SPECIAL = SPECIAL + ("_Ste.apply({v})", "_Cube.apply({v})", "_Mask.apply({v})")
+# -- statement templates (tests/fuzz_templates.py): each kind of statement's source fragments
 
 
 class Generator:
@@ -216,6 +136,7 @@ class Generator:
     def __init__(self, seed: int):
         self.seed, self.rng = seed, random.Random(seed)
         self.side = random.Random(f"{seed} side")  # choices added later, leaving self.rng's draws as they were
+        self.classes = random.Random(f"classes {seed}")  # when and which statement class (tests/fuzz_classes.py)
         self.lines: list[str] = []
         self.exprs: list[tuple[str, bool]] = []  # (pure expression, under no_grad) for twins
         self.n = 0
@@ -468,14 +389,28 @@ class Generator:
             return "{" + ", ".join(f"'o{i}': {c}" for i, c in enumerate(chosen)) + "}"
         return f"[{', '.join(chosen)}]" if form == "list" else f"({', '.join(chosen)},)"
 
-    def build(self, loops: bool = True) -> Program:
+    def class_stmt(self, table: dict):
+        """One statement of a class from tests/fuzz_classes.py, its choices drawn from the classes' own stream."""
+        main, self.rng = self.rng, self.classes
+        try:
+            for _attempt in range(3):
+                name = self.rng.choices(list(table), weights=[w for w, _ in table.values()])[0]
+                if table[name][1](self) is not None:
+                    return
+        finally:
+            self.rng = main
+
+    def build(self, loops: bool = True, classes: bool = True) -> Program:
         """The program; loops=False: without the loop writing into views (loop_stmt), as seeds made before it
-        existed were."""
+        existed were; classes=False: without statements of tests/fuzz_classes.py, as seeds made before those."""
         self._start()
+        table = fuzz_classes.load() if classes else {}
         for _ in range(self.rng.randint(3, 9)):
             for _attempt in range(6):
                 if self.statement() is not None:
                     break
+            if table and self.classes.random() < fuzz_classes.RATE:
+                self.class_stmt(table)
         extra = random.Random(f"loops {self.seed}")  # (a stream of its own: a program without a loop is unchanged)
         if extra.random() < 0.4 and loops:
             main, self.rng = self.rng, extra
@@ -501,8 +436,8 @@ class Generator:
         return plans
 
 
-def generate(seed: int, loops: bool = True) -> Program:
-    return Generator(seed).build(loops)
+def generate(seed: int, loops: bool = True, classes: bool = True) -> Program:
+    return Generator(seed).build(loops, classes)
 
 
 # -- running and comparing ----------------------------------------------------------------------------------------
@@ -749,6 +684,13 @@ def minimize(prog: Program, cache: str, executors: tuple = ()) -> Program:
     return prog
 
 
+def _refusal_cause(message: str) -> str:
+    """A refusal's message without what varies per program (call number, names, numbers, source lines)."""
+    text = re.sub(r"^call \d+: ", "", message)
+    text = re.sub(r"<[^>]*>|'[^']*'|\b\d+\b|\bt\d+\b|\bx\d+\b", "_", text)
+    return text[:150]
+
+
 # -- command line -------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -759,18 +701,22 @@ def main(argv=None) -> int:
     p.add_argument("--executors", default="", help="comma-separated executor names, e.g. inductor")
     p.add_argument("--quiet", action="store_true", help="a sweep prints one line per failure")
     p.add_argument("--minimize", action="store_true", help="print the failing program with lines dropped")
+    p.add_argument("--refusals", action="store_true", help="after a sweep, count the refused runs by cause")
     opts = p.parse_args(argv)
     lint.CHECK = True  # every trace checked, as the test suite does (tests/conftest.py): a malformed one is a failure
     modes = opts.cache or list(CACHE_MODES)
     executors = tuple(e for e in opts.executors.split(",") if e)
     seeds = [opts.seed] if opts.seed is not None else range(opts.start, opts.start + opts.count)
-    failed = 0
+    failed, runs, refusals = 0, 0, {}
     for seed in seeds:
         prog = generate(seed)
         if opts.seed is not None:
             print(prog.source)
         for mode in modes:
             report = check_program(prog, mode, executors)
+            runs += 1
+            if report.refused:
+                refusals.setdefault(_refusal_cause(report.refused), []).append((seed, mode))
             if report.problems:
                 failed += 1
                 if opts.minimize:
@@ -785,6 +731,11 @@ def main(argv=None) -> int:
             elif opts.seed is not None:
                 print(f"{mode!r}: agrees with eager" + (f" (jit refused: {report.refused})"
                                                          if report.refused else ""))
+    if opts.refusals:
+        total = sum(map(len, refusals.values()))
+        print(f"{total} of {runs} runs refused, by cause:", file=sys.stderr)
+        for cause, where in sorted(refusals.items(), key=lambda kv: -len(kv[1])):
+            print(f"  {len(where):5d}  {cause}   e.g. seed {where[0][0]} {where[0][1]!r}", file=sys.stderr)
     print(f"{failed} failing (program, cache mode) pairs", file=sys.stderr)
     return 1 if failed else 0
 

@@ -138,7 +138,7 @@ FIXED_SEEDS = {  # programs a fuzz run failed on, kept (each with what went wron
 @pytest.mark.parametrize("mode", CACHE_MODES)
 @pytest.mark.parametrize("seed", sorted(FIXED_SEEDS))
 def test_fuzz_fixed_seeds(seed, mode):
-    prog = generate(seed, loops=False)  # (as the seed was found)
+    prog = generate(seed, loops=False, classes=False)  # (as the seed was found)
     report = check_program(prog, mode)
     assert not report.problems, f"{FIXED_SEEDS[seed]}:\n{report.text(prog)}"
 
@@ -155,6 +155,6 @@ LONG_RUN_SEEDS = {
 @pytest.mark.parametrize("mode", CACHE_MODES)
 @pytest.mark.parametrize("seed", sorted(LONG_RUN_SEEDS))
 def test_fuzz_long_run_seeds(seed, mode):
-    prog = generate(seed)
+    prog = generate(seed, classes=False)
     report = check_program(prog, mode)
     assert not report.problems, f"{LONG_RUN_SEEDS[seed]}:\n{report.text(prog)}"

@@ -1,0 +1,39 @@
+"""Statement classes for the differential fuzzer (tests/fuzz.py) beyond its core templates: each class is a kind of
+code users write that once was refused or answered differently (issue 38's list: values of another dtype set into a
+tensor, in-place metadata changes, complex views, ...). A class is a function `(gen) -> list[str] | None` that adds
+lines to the program through the generator's shadow run (`gen.try_lines`) and draws its choices from `gen.rng`,
+registered in CLASSES with a weight. Classes are drawn from a stream of their own (Generator.classes), so programs
+made with `classes=False` are the programs seeds made before the classes existed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# name -> (weight, statement function); the modules below add their rows when imported
+CLASSES: dict[str, tuple[int, Callable]] = {}
+
+# the chance, after each core statement, that a class statement follows
+RATE = 0.12
+
+
+def statement_class(name: str, weight: int = 1):
+    """Register a statement class: `@statement_class("setitem_dtype")` above `def f(gen) -> list[str] | None`."""
+    def register(fn):
+        if name in CLASSES:
+            raise ValueError(f"fuzz statement class {name!r} registered twice")
+        CLASSES[name] = (weight, fn)
+        return fn
+    return register
+
+
+def load() -> dict[str, tuple[int, Callable]]:
+    """CLASSES, with every class module imported (each module registers its classes)."""
+    import importlib
+
+    for module in CLASS_MODULES:
+        importlib.import_module(module)
+    return CLASSES
+
+
+# one module per class family (tests/fuzz_class_<family>.py)
+CLASS_MODULES: tuple[str, ...] = ()
