@@ -266,7 +266,12 @@ OUT_OPS = _out_ops()
 def test_out_argument_of_opinfo_samples_writes_what_eager_writes(op):
     """Each OpInfo op that supports out=, on its first float32 sample: the out tensor holds eager's values and the
     call returns it."""
-    sample = next(iter(op.sample_inputs("cpu", torch.float32)), None)
+    try:
+        sample = next(iter(op.sample_inputs("cpu", torch.float32)), None)
+    except (RuntimeError, AssertionError) as e:  # torch 2.10's _scaled_mm_v2 samples initialize CUDA
+        if torch.cuda.is_available() or "NVIDIA" not in str(e) and "CUDA" not in str(e):
+            raise
+        pytest.skip("the OpInfo samples need a CUDA device")
     try:
         expected = op.op(sample.input, *sample.args, **sample.kwargs)
     except Exception:
