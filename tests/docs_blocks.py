@@ -78,14 +78,15 @@ def in_clone(path: str, files: set[str]) -> bool:
     return path in files or any(f.startswith(path + "/") for f in files)
 
 
-def named_paths(page: Path) -> list[tuple[str, str]]:
-    """(path relative to the repository root, how it was named) for every file the page names."""
-    text = page.read_text()
+def named_paths(page: Path, text: str | None = None) -> list[tuple[str, str]]:
+    """(path relative to the repository root, how it was named) for every file the page (or `text`) names."""
+    text = page.read_text() if text is None else text
     out = [(m[1].rstrip("."), m[1]) for m in PATH.finditer(text)]
     for m in MODULE.finditer(text):
         module = m[1].replace(".", "/")
         out.append((module if (ROOT / module).is_dir() else module + ".py", m[0]))
-    for m in LINK.finditer(text):
+    prose = re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))  # (code holds calls, `trace(*args)`, not links)
+    for m in LINK.finditer(prose):
         target = m[1].split("#")[0]
         if target and not re.match(r"[a-z]+:", target):
             out.append(((page.parent / target).resolve().relative_to(ROOT).as_posix(), m[0]))
