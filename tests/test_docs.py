@@ -129,7 +129,8 @@ def test_nothing_names_a_file_a_clone_lacks():
                 missing.append(f"{page.relative_to(ROOT)}: {how}")
     assert missing == []
     assert {"README.md", "tests/test_docs.py"} <= files  # (the listing works: a check that cannot fail is none)
-    text = "`benchmarks/nothere.py`, `python -m tests.nofuzz`, [x](nope.md), `tests/test_interpreter_*.py`, [y](traces.md)"
+    text = ("`benchmarks/nothere.py`, `python -m tests.nofuzz`, [x](nope.md), `tests/test_interpreter_*.py`, "
+            "[y](traces.md)")
     found = {p: docs_blocks.in_clone(p, files) for p, _ in docs_blocks.named_paths(ROOT / "docs" / "any.md", text)}
     assert found == {"benchmarks/nothere.py": False, "tests/nofuzz.py": False, "docs/nope.md": False,
                      "tests/test_interpreter_*.py": True, "docs/traces.md": True}
