@@ -1,5 +1,5 @@
 """The main job: jit a real model (a nanoGPT-style GPT), show the start of its forward program and its passes, check
-it against eager (outputs and gradients) and time it. About 80 lines; `--traces` prints every program in full.
+it against eager (outputs and gradients) and time it. About 85 lines; `--traces` prints every program in full.
 
     python -m benchmarks.demo              # CPU, a few seconds
     python -m benchmarks.demo --traces     # the prologue, the forward as recorded and as run, the backward, in full
@@ -58,8 +58,9 @@ def main(argv=None):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.demo", description=__doc__.splitlines()[0])
-    p.add_argument("--traces", action="store_true", help="print every program in full (about 1200 lines)")
+    summary = " ".join(__doc__.split("\n\n")[0].split())
+    p = argparse.ArgumentParser(prog="python -m benchmarks.demo", description=summary)
+    p.add_argument("--traces", action="store_true", help="print every program in full (about 1150 lines)")
     p.add_argument("--rounds", type=int, default=30, help="timing rounds (default 30)")
     return p.parse_args(argv)
 
