@@ -8,7 +8,12 @@ from typing import ClassVar
 
 
 class JitError(Exception):
-    """Base of every jitcore error. The interpreter adds the user's source line with `with_where`."""
+    """Base of every jitcore error: catch it to catch them all. The interpreter adds the user's source line (the
+    message's `at file:line: source` line) with `with_where`.
+
+    >>> issubclass(jitcore.UnsupportedError, jitcore.JitError), issubclass(jitcore.VerificationError, jitcore.JitError)
+    (True, True)
+    """
 
     where: str | None = None
 
@@ -22,10 +27,17 @@ class JitError(Exception):
 
 
 class UnsupportedError(JitError):
-    """Something jitcore cannot handle: an opcode, a callable, a construct, an op on an executor list.
+    """Something jitcore cannot handle: an opcode, a callable, a construct, an op on an executor list. Raised while
+    tracing, at the user's line; nothing has run. The message is `kind: detail`, then `at where`, then `hint:`.
 
     kind: a short category ("opcode", "callable", "data-dependent control flow", "op", ...)
     detail: what exactly; hint: what the user can do; where: "file:line" plus the source line, when known.
+
+    >>> try:
+    ...     jitcore.jit(lambda x: x.data_ptr())(torch.ones(1))
+    ... except jitcore.UnsupportedError as e:
+    ...     print(e.kind, "|", e.hint)
+    tensor memory | compare tensors with `is`, or read the address outside the jitted function
     """
 
     def __init__(self, kind: str, detail: str, hint: str | None = None, where: str | None = None):
@@ -49,7 +61,16 @@ class UnsupportedError(JitError):
 
 
 class DataDependentError(UnsupportedError):
-    """Python needed a concrete value that depends on tensor data (`if x.sum() > 0:`)."""
+    """An UnsupportedError: Python needed a tensor's data that the traced program cannot give it (formatting a
+    tensor's value, `tensor.numpy()`, `one_hot` without `num_classes`). Branches on tensor values (`if x.sum() > 0:`)
+    are not refused: the prologue checks them on every call (data guards).
+
+    >>> try:
+    ...     jitcore.jit(lambda x: f"{x.sum()}")(torch.ones(2))
+    ... except jitcore.DataDependentError as e:
+    ...     print(e.detail)
+    formatting a tensor's value (f-string or format) needs its data
+    """
 
     def __init__(self, detail: str, where: str | None = None):
         super().__init__(
@@ -67,6 +88,12 @@ class MetaError(JitError):
     The interpreter turns it into `MetaError.like(T)`, an instance of eager's exception type T too (RuntimeError,
     IndexError, TypeError, ValueError: what torch raises for the same call), so the user's `except` clauses see what
     they see in eager. `op_call`: (symbol, args, kwargs) of the outermost op call it left, when known.
+
+    >>> try:
+    ...     jitcore.jit(lambda x: x.view(3))(torch.ones(2))
+    ... except RuntimeError as e:                     # eager's type: an `except RuntimeError` still catches it
+    ...     print(isinstance(e, jitcore.MetaError), str(e).splitlines()[0])
+    True shape '[3]' is invalid for input of size 2
     """
 
     op_call = None
@@ -87,5 +114,18 @@ class GuardFailure(JitError):
 
 
 class VerificationError(JitError):
-    """A jitted call whose results differ from eager's, found by jit(fn, verify=True) (jitcore/debug/verify.py)."""
+    """A jitted call whose results differ from eager's, found by jit(fn, verify=True) (jitcore/debug/verify.py). Its
+    message names what differs (an output, a gradient, an argument after the call), the first program line whose
+    value differs from torch's with the user's source line, and a repro folder (`python .../repro.py`).
+
+    >>> from executors import OperatorExecutor
+    >>> from jitcore.ops import ltorch
+    >>> wrong = OperatorExecutor("wrong")
+    >>> _ = wrong.register_implementation(ltorch.sin, torch.cos)
+    >>> try:
+    ...     jitcore.jit(torch.sin, executors=[wrong], verify=True)(torch.ones(3))
+    ... except jitcore.VerificationError as e:
+    ...     print(str(e).splitlines()[0])
+    the jitted call differs from eager:
+    """
 

@@ -2,6 +2,12 @@
 pairs, `bf16`, `float8` and `cpu_offload`, each usable as `jit(fn, saved_tensor_hooks=jitcore.hooks.bf16)`, as
 `torch.autograd.graph.saved_tensors_hooks(*jitcore.hooks.bf16)` around a jitted or an eager call; `eager(pack,
 unpack)`, a pair jitcore never traces; and `ambient_hooks()`, the pair a call runs under (what the cache guards).
+
+>>> w = torch.ones(64, 64, requires_grad=True)
+>>> f = lambda x: (x @ w).sin()
+>>> jf, jf16 = jitcore.jit(f), jitcore.jit(f, saved_tensor_hooks=jitcore.hooks.bf16)
+>>> [jitcore.saved_tensor_bytes(lambda: j(torch.ones(64, 64))).nbytes for j in (jf, jf16)]
+[32768, 16384]
 """
 from __future__ import annotations
 

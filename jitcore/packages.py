@@ -66,7 +66,19 @@ _LAYOUTS = "layouts.pt"
 
 
 class PackageError(JitError):
-    """A package that does not belong to this function, these versions or these options, or that was altered."""
+    """Raised by jitcore.load for a package that does not belong to this function, these versions or these options,
+    or that was altered; the message names the difference.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> jf = jitcore.jit(torch.nn.Linear(2, 2))
+    >>> _ = jf(torch.ones(1, 2)); _ = jitcore.save(jf, folder)
+    >>> try:
+    ...     jitcore.load(folder, torch.nn.ReLU())
+    ... except jitcore.PackageError as e:
+    ...     print(e)
+    the package was saved for torch.nn.modules.linear.Linear, not torch.nn.modules.activation.ReLU
+    """
 
 
 # -- what a package records of the function and the environment ---------------------------------------------------
@@ -294,7 +306,17 @@ def _save_regions(records: list, folder: Path) -> int:
 def save(jfn, path) -> Path:
     """Write every cache entry `jfn` (a function or module made by jitcore.jit) has built to the folder `path`
     (created; an existing package there is replaced). Returns the folder. See the module docstring for what it holds;
-    `jitcore.load(path, fn)` reads it back in another process."""
+    `jitcore.load(path, fn)` reads it back in another process. Parameters are never stored.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> def double(x):
+    ...     return x * 2
+    >>> jdouble = jitcore.jit(double)
+    >>> _ = jdouble(torch.ones(3))
+    >>> sorted(p.name for p in jitcore.save(jdouble, folder).iterdir())
+    ['DIGEST', 'entry0.pt', 'entry0.py', 'layouts.pt', 'manifest.json']
+    """
     inner = _jitted(jfn)
     entries = inner.entries()
     if not entries:
@@ -395,7 +417,22 @@ def load(path, fn, *, check_source: bool = True, **jit_options):
     jitcore.save from a jitted `fn`, maybe in another process). Checks the package first (see the module
     docstring): a package of another function, edited code (unless check_source=False), other versions, other jit
     options or a changed file is a PackageError naming the difference. Loading unpickles the package's files, which
-    can run code: load only packages you trust."""
+    can run code: load only packages you trust.
+
+    path: the package's folder; fn: the function or module that was jitted (a module brings its parameters);
+    check_source: compare digests of the code of every user function the trace entered; jit_options: as for jit
+    (they must be those the package was saved with).
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> def double(x):
+    ...     return x * 2
+    >>> jdouble = jitcore.jit(double)
+    >>> _ = jdouble(torch.ones(3)); _ = jitcore.save(jdouble, folder)
+    >>> restored = jitcore.load(folder, double)
+    >>> restored(torch.ones(3)), jitcore.cache_misses(restored)     # the packaged entry: no trace, no compile
+    (tensor([2., 2., 2.]), 0)
+    """
     folder = Path(path)
     try:
         recorded = (folder / _DIGEST).read_text().strip()
@@ -457,7 +494,14 @@ def repro(jfn, path, entry: int = -1) -> Path:
     compile order; the last by default) of `jfn` was compiled for: the call's inputs (inputs.pt, rebuilt from the
     entry's input description: jit with keep_inputs="all" to keep every value), the function (imported by name, or
     its source when it cannot be imported; a module is pickled whole into model.pt), and the programs as printed
-    (programs.py). Run it with `python repro.py`. Returns the folder."""
+    (programs.py). Run it with `python repro.py`. Returns the folder.
+
+    >>> import tempfile
+    >>> jf = jitcore.jit(lambda x: x.cos() + 1)
+    >>> _ = jf(torch.ones(3))
+    >>> sorted(p.name for p in jitcore.repro(jf, tempfile.mkdtemp()).iterdir())
+    ['inputs.pt', 'programs.py', 'repro.py']
+    """
     inner = _jitted(jfn)
     entries = inner.entries()
     if not entries:

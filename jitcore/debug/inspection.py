@@ -255,7 +255,16 @@ def input_specs(jfn) -> list[InputSpec]:
         args, kwargs = jitcore.input_specs(jfn)[0].materialize()
         jfn(*args, **kwargs)
 
-    Under cache="no caching" it is the last call's. See jitcore/guards/input_storage.py."""
+    Under cache="no caching" it is the last call's. See jitcore/guards/input_storage.py.
+
+    >>> jf = jitcore.jit(lambda x, n: x * n)
+    >>> _ = jf(torch.ones(2, 3), 4)
+    >>> jitcore.input_specs(jf)
+    [InputSpec(Tensor(shape=[2, 3], stride=[3, 1], dtype=torch.float32, device='cpu'; metadata only), 4)]
+    >>> args, kwargs = jitcore.input_specs(jf)[0].materialize()
+    >>> args[0].shape, args[1], kwargs
+    (torch.Size([2, 3]), 4, {})
+    """
     _cache_of(jfn)  # (a clear error for what is not a jitted function)
     inner = getattr(jfn, "_jfn", jfn)  # a JitModule's JitFunction
     return [e.input_spec for e in inner.entries() if e.input_spec is not None]
