@@ -269,7 +269,7 @@ def test_out_argument_of_opinfo_samples_writes_what_eager_writes(op):
     try:
         sample = next(iter(op.sample_inputs("cpu", torch.float32)), None)
     except (RuntimeError, AssertionError) as e:  # torch 2.10's _scaled_mm_v2 samples initialize CUDA
-        if torch.cuda.is_available() or "NVIDIA" not in str(e) and "CUDA" not in str(e):
+        if torch.cuda.is_available() or ("NVIDIA" not in str(e) and "CUDA" not in str(e)):
             raise
         pytest.skip("the OpInfo samples need a CUDA device")
     try:
