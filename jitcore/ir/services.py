@@ -6,6 +6,7 @@ declared method by method. The frontend hands an implementation down with the tr
 from __future__ import annotations
 
 from jitcore.errors import DataDependentError
+from jitcore.ir.addresses import refuse_address
 
 
 class TracingServices:
@@ -43,6 +44,11 @@ class TracingServices:
         """A meta tensor with the sizes and strides eager's value of `proxy` would have, its inputs guarded at
         `level` ("contiguous" or "exact": jitcore/frontend/layouts.py), or None when unknown. Default: None."""
         return None
+
+    def data_ptr(self, proxy):
+        """`t.data_ptr()`: an Address (jitcore/ir/addresses.py) answering its alignment as eager's tensor has it,
+        guarded (jitcore/frontend/addresses.py). Default: UnsupportedError (no address, nor its alignment, known)."""
+        refuse_address(proxy.name, "reading")
 
     def leaf_input(self, proxy) -> bool | None:
         """`x.is_leaf` of a tensor that requires grad: for an input, what the tensor it stands for is (guarded);
