@@ -8,15 +8,25 @@ from __future__ import annotations
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir import arith
+from jitcore.ir.pytree import tree_flatten
 
 _HINT = ("test alignment as `t.data_ptr() % k` or `t.data_ptr() & (k - 1)` (k a power of two), or read the address "
          "outside the jitted function")
 
 
+def address_error(name: str, what: str) -> UnsupportedError:
+    return UnsupportedError("tensor memory", f"{what} of {name}.data_ptr() inside a jitted function: the traced "
+                            "program has no memory address to give (the tensor it will run on does not exist yet); "
+                            "only its alignment is known (`% k`, `& (k - 1)`)", hint=_HINT)
+
+
 def refuse_address(name: str, what: str):
-    raise UnsupportedError("tensor memory", f"{what} of {name}.data_ptr() inside a jitted function: the traced "
-                           "program has no memory address to give (the tensor it will run on does not exist yet); "
-                           "only its alignment is known (`% k`, `& (k - 1)`)", hint=_HINT)
+    raise address_error(name, what)
+
+
+def address_in(tree) -> Address | None:
+    """The first Address among the leaves of `tree` (an op's arguments), if any."""
+    return next((x for x in tree_flatten(tree)[0] if type(x) is Address), None)
 
 
 class Address:
