@@ -14,6 +14,7 @@ import torch
 
 from jitcore import compat
 from jitcore.errors import UnsupportedError
+from jitcore.frontend.layouts import _run_on_meta
 from jitcore.guards.data_guards import DataGuard
 from jitcore.ir.addresses import _HINT, Address
 from jitcore.ir.arith import concretize
@@ -75,7 +76,7 @@ class Addresses:
     # -- whose memory -------------------------------------------------------------------------------------------------
     def _storage(self, p: TensorProxy):
         """("fresh" | "input", root, chain): p shares the memory of root, which the program allocates (fresh) or
-        which comes from outside (input), through the lines `chain` (views, in-place writes; last first)."""
+        which comes from outside (input), through `chain`: (line, the tensor it makes on the way), p's line first."""
         cur, chain = p, []
         while True:
             line = self.layouts._line(cur)
@@ -86,7 +87,7 @@ class Addresses:
             src = _shares(line, cur, p)
             if src is None:
                 return "fresh", cur, chain
-            chain.append(line)
+            chain.append((line, cur))
             cur = src
 
     # -- residues -----------------------------------------------------------------------------------------------------
@@ -95,7 +96,8 @@ class Addresses:
         eager's layout."""
         if not chain and Tag.OPAQUE not in self.layouts._line(root).sym.tags:
             return 0
-        offset = self._offset(p, root, chain, "contiguous")  # (the inputs' offsets do not move a new allocation)
+        base = root.eager_layout("contiguous")  # (the inputs' offsets do not move a new allocation)
+        offset = self._offset(p, root, chain, base)
         return 0 if offset is None else offset % k
 
     def _outside(self, p, root, chain, k) -> int:
@@ -106,7 +108,7 @@ class Addresses:
         if not chain:
             program, text = _direct(k), f"{root.name}.data_ptr() % {k}"
         else:
-            offset = self._offset(p, root, chain, "exact")
+            offset = self._offset(p, root, chain, self.layouts._input_meta(root))
             if offset is None:
                 return 0
             program, text = _through_view(offset, k), f"{p.name} (a view of {root.name}).data_ptr() % {k}"
@@ -114,10 +116,12 @@ class Addresses:
         self.ctx.guards.data.append(DataGuard(program, (root.name,), got, text, on_values=False))
         return got[-1] if isinstance(got, tuple) else got
 
-    def _offset(self, p, root, chain, level: str) -> int | None:
-        """p's offset in bytes from the start of its storage in eager (None: p has no elements, data_ptr() is 0).
-        The sizes it depends on are specialised; the inputs' strides guarded (jitcore/frontend/layouts.py)."""
-        for line in chain:
+    def _offset(self, p, root, chain, base) -> int | None:
+        """p's offset in bytes from the start of its storage in eager (None: p has no elements, data_ptr() is 0),
+        from root's layout `base` (a meta tensor) through the lines of `chain`, replayed on meta tensors with torch's
+        own functions (a piece a view op gives whole is its input there, as in eager). The sizes it depends on are
+        specialised."""
+        for line, _ in chain:
             for a in line.flat_proxy_args():
                 if isinstance(a, NumberProxy):
                     concretize(a)
@@ -125,12 +129,27 @@ class Addresses:
             for s in t._shape:
                 if isinstance(s, NumberProxy):
                     concretize(s)
-        meta = p.eager_layout(level)
-        if meta is None:
+        cur, meta = root, base
+        for line, out in reversed(chain):  # (root outward; `out`: the tensor the line makes on the way to p)
+            if meta is None:
+                break
+            if not writes_in_place(line):  # (a write keeps its tensor's layout)
+                metas = {a.name: meta if a.name == cur.name else _plain(a)
+                         for a in line.flat_proxy_args() if isinstance(a, TensorProxy)}
+                outs = _run_on_meta(line, metas)
+                flat = [o.name if isinstance(o, TensorProxy) else None for o in line.flat_outs()]
+                meta = outs[flat.index(out.name)] if outs is not None and len(outs) == len(flat) else None
+            cur = out
+        if meta is None or tuple(meta.shape) != tuple(getattr(s, "value", s) for s in p._shape):
             _refuse(p, f"reading it: the memory layout of {p.name} is not known here")
         if meta.numel() == 0:
             return None
         return meta.storage_offset() * p.dtype.itemsize
+
+
+def _plain(a: TensorProxy) -> torch.Tensor:
+    """A tensor argument other than the one whose memory is followed (view_as's shape): contiguous, on meta."""
+    return torch.empty(tuple(getattr(s, "value", s) for s in a._shape), dtype=a.dtype, device="meta")
 
 
 def _direct(k: int):
@@ -178,7 +197,7 @@ def _shares(line, out: TensorProxy, p):
     if sid in EAGER_VIEWS:
         _refuse(p, f"{out.name} comes from {sid.removeprefix('ltorch.')}, a view in eager that jitcore computes")
     if sid in VIEW_OPS:
-        return _view_source(line, tensors[:1] if sid in _LIKE_OPS else tensors, p)
+        return _view_source(line, out, tensors[:1] if sid in _LIKE_OPS else tensors, p)
     if Tag.OPAQUE in line.sym.tags:
         if not _opaque_allocates(line):
             _refuse(p, f"{out.name} comes from {sid.removeprefix('opaque.')}, which may return a view of its input")
@@ -189,20 +208,29 @@ def _shares(line, out: TensorProxy, p):
     return None
 
 
-def _view_source(line, tensors, p):
+def _view_source(line, out: TensorProxy, tensors, p):
+    """The argument of view op `line` whose memory `out` shares (through view prims, and same-dtype copies: the piece
+    a view op gives whole, `x.chunk(1)[0]`, is its input in eager), None where eager copies (a reshape eager cannot
+    view, advanced indexing); refused where jitcore computes what eager may view."""
     sid = line.sym.id
-    prims = [b for b in _flat_prims(line) if any(isinstance(o, TensorProxy) for o in b.flat_proxy_outs())]
-    copies = [b for b in prims if b.sym.id not in VIEW_PRIMS]
-    if not copies:
-        return tensors[0] if len(tensors) == 1 else _refuse(p, f"{sid} of several tensors")
-    if all(_same_dtype_copy(b) for b in copies):
-        if sid in _RESHAPES:
-            return None  # a copy where eager's layout allows no view: eager copies too
-        return tensors[0] if len(tensors) == 1 else _refuse(p, f"{sid} of several tensors")  # a piece given whole
-    if sid == "ltorch.getitem" and not any(isinstance(a, TensorProxy) and a.ndim == 0 and a.dtype not in (
-            torch.bool, torch.uint8) for a in tensors[1:]):
-        return None  # advanced indexing: eager copies (a 0-d integer index is a view there)
-    _refuse(p, f"its memory: jitcore computes {sid.removeprefix('ltorch.')} here, which eager may make a view")
+    made = {o.name: b for b in _flat_prims(line) for o in b.flat_proxy_outs()}
+    args = {t.name: t for t in tensors}
+    name, copied = out.name, False
+    while name not in args:
+        b = made.get(name)
+        src = b.args[0] if b is not None and b.args else None
+        if not isinstance(src, TensorProxy):
+            _refuse(p, f"its memory: {out.name} comes from {sid.removeprefix('ltorch.')} by a way not followed here")
+        if b.sym.id not in VIEW_PRIMS:
+            if not _same_dtype_copy(b):
+                if sid == "ltorch.getitem" and not any(isinstance(a, TensorProxy) and a.ndim == 0 and a.dtype not in (
+                        torch.bool, torch.uint8) for a in line.flat_proxy_args()):
+                    return None  # advanced indexing: eager copies (a 0-d integer index is a view there)
+                _refuse(p, f"its memory: jitcore computes {sid.removeprefix('ltorch.')} here, which eager may make "
+                        "a view")
+            copied = True
+        name = src.name
+    return None if copied and sid in _RESHAPES else args[name]
 
 
 def _may_alias(fn) -> bool:
