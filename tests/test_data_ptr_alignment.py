@@ -97,6 +97,14 @@ VIEWS = {  # name -> a view of x (6 x 4) whose address eager derives from x's
     "expand": lambda x: x[:, :1].expand(6, 3),
     "reshape_view": lambda x: x.reshape(3, 8)[1],
     "flatten_slice": lambda x: x.flatten()[5:],
+    "data": lambda x: x.data[1:],
+    "mT": lambda x: x.mT[1],
+    "expand_as": lambda x: x[:1].expand_as(x),
+    "diagonal": lambda x: x.diagonal(1),
+    "unbind": lambda x: x.unbind(0)[3],
+    "contiguous_self": lambda x: x.contiguous()[1],  # (eager's contiguous() of a contiguous x is x)
+    "dropout_p0": lambda x: torch.nn.functional.dropout(x, 0.0)[2],  # (eager hands back x)
+    "same_dtype": lambda x: x.to(torch.float32)[1:],
 }
 
 
@@ -131,6 +139,10 @@ INTERMEDIATES = {  # name -> a tensor made from x (6 x 4); eager allocates it (o
     "to_double_tail": lambda x: x.double()[1:, 1:],
     "half_tail": lambda x: x.half().view(-1)[3:],
     "empty_tail": lambda x: (x + 1)[6:],
+    "sort_values": lambda x: x.sort(0)[0][1],
+    "softmax_tail": lambda x: x.softmax(-1)[2:],
+    "cat_one": lambda x: torch.cat([x])[1],
+    "clamp_in_place": lambda x: x.clone().clamp_(0)[1],
 }
 
 
@@ -204,6 +216,14 @@ REFUSED = {  # name -> (fn, its source text, what the message names)
     "int_tensor_index": (lambda x: x * (x[torch.tensor(1)].data_ptr() % 16), "x[torch.tensor(1)].data_ptr()",
                          "eager may make a view"),
     "unfold": (lambda x: x * (x.unfold(0, 2, 1).data_ptr() % 16), "x.unfold(0, 2, 1).data_ptr()", "unfold"),
+    "as_strided": (lambda x: x * (x.as_strided((2,), (1,), 3).data_ptr() % 16), "x.as_strided((2,), (1,), 3)",
+                   "may return a view"),
+    "view_dtype": (lambda x: x * (x.view(torch.int32).data_ptr() % 16), "x.view(torch.int32).data_ptr()",
+                   "eager may make a view"),
+    "broadcast_tensors": (lambda x: x * (torch.broadcast_tensors(x[1:2], x)[0].data_ptr() % 16),
+                          "torch.broadcast_tensors(x[1:2], x)[0].data_ptr()", "may share its input's memory"),
+    "view_of_nonzero": (lambda x: x * (x.nonzero()[1].data_ptr() % 16), "x.nonzero()[1].data_ptr()",
+                        "known only at run time"),
 }
 
 

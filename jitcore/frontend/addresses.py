@@ -96,7 +96,9 @@ class Addresses:
         eager's layout."""
         if not chain and Tag.OPAQUE not in self.layouts._line(root).sym.tags:
             return 0
-        base = root.eager_layout("contiguous")  # (the inputs' offsets do not move a new allocation)
+        if any(isinstance(s, NumberProxy) and s.runtime for s in root._shape):  # (nonzero's CPU kernel lays out
+            _refuse(p, f"reading it: {root.name}'s layout is not known here (its sizes are known only at run time)")
+        base = root.eager_layout("contiguous")  # (its result column-major: not its meta kernel's layout)
         offset = self._offset(p, root, chain, base)
         return 0 if offset is None else offset % k
 
@@ -202,10 +204,24 @@ def _shares(line, out: TensorProxy, p):
         if not _opaque_allocates(line):
             _refuse(p, f"{out.name} comes from {sid.removeprefix('opaque.')}, which may return a view of its input")
         return None
-    made = [b for b in _flat_prims(line) if any(o.name == out.name for o in b.flat_proxy_outs())]
-    if sid not in _COPIES and (_may_alias(line.sym.torch_fn) or any(_same_dtype_copy(b) for b in made)):
+    if sid not in _COPIES and (_may_alias(line.sym.torch_fn) or _reaches_argument(line, out, tensors)):
         _refuse(p, f"{out.name} comes from {sid.removeprefix('ltorch.')}, which may share its input's memory in eager")
     return None
+
+
+def _reaches_argument(line, out: TensorProxy, tensors) -> bool:
+    """Whether jitcore's decomposition makes `out` from an argument by view prims and same-dtype copies only
+    (`broadcast_tensors`: an expanded input): eager may hand back a view of it there."""
+    made = {o.name: b for b in _flat_prims(line) for o in b.flat_proxy_outs()}
+    args = {t.name for t in tensors}
+    name = out.name
+    while name not in args:
+        b = made.get(name)
+        if b is None or not (b.sym.id in VIEW_PRIMS or _same_dtype_copy(b)) or not b.args or not isinstance(
+                b.args[0], TensorProxy):
+            return False
+        name = b.args[0].name
+    return True
 
 
 def _view_source(line, out: TensorProxy, tensors, p):
@@ -244,8 +260,13 @@ def _may_alias(fn) -> bool:
         packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
         if not isinstance(packet, compat.OpOverloadPacket):
             return False
-        overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]
-    return any(r.alias_info is not None for o in overloads for r in o._schema.returns)
+        overloads = [getattr(packet, o) for o in packet.overloads()]
+    return any(r.alias_info is not None for o in overloads if not _writes(o) for r in o._schema.returns)
+
+
+def _writes(overload) -> bool:
+    """An out= or in-place overload (its results are the tensors it writes)."""
+    return any(a.alias_info is not None and a.alias_info.is_write for a in overload._schema.arguments)
 
 
 def _opaque_allocates(line) -> bool:

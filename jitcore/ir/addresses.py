@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir import arith
+from jitcore.ir.context import get_tracectx
 from jitcore.ir.pytree import tree_flatten
 
 _HINT = ("test alignment as `t.data_ptr() % k` or `t.data_ptr() & (k - 1)` (k a power of two), or read the address "
@@ -38,6 +39,8 @@ class Address:
         self.name, self.residue = name, residue  # residue: k (a power of two) -> eager's data_ptr() % k, guarded
 
     def _modulus(self, k, op: str) -> int:
+        if get_tracectx() is None:  # (kept past its recording: a global written natively)
+            refuse_address(self.name, "using outside its jitted call")
         if type(k) is not int and hasattr(k, "expr"):  # a symbolic number: its value, specialised
             k = k.__index__()
         if type(k) is not int or k < 1 or k & (k - 1):

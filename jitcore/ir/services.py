@@ -5,8 +5,7 @@ declared method by method. The frontend hands an implementation down with the tr
 """
 from __future__ import annotations
 
-from jitcore.errors import DataDependentError
-from jitcore.ir.addresses import refuse_address
+from jitcore.errors import DataDependentError, UnsupportedError
 
 
 class TracingServices:
@@ -48,7 +47,9 @@ class TracingServices:
     def data_ptr(self, proxy):
         """`t.data_ptr()`: an Address (jitcore/ir/addresses.py) answering its alignment as eager's tensor has it,
         guarded (jitcore/frontend/addresses.py). Default: UnsupportedError (no address, nor its alignment, known)."""
-        refuse_address(proxy.name, "reading")
+        raise UnsupportedError("tensor memory", f"{proxy.name}.data_ptr() outside the recording of a jitted function: "
+                               "there is no memory address, nor its alignment, to give",
+                               hint="read the address outside the jitted function")
 
     def leaf_input(self, proxy) -> bool | None:
         """`x.is_leaf` of a tensor that requires grad: for an input, what the tensor it stands for is (guarded);
