@@ -30,7 +30,7 @@ from jitcore.interpreter.protocol import InterpreterHooks
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
-from jitcore.ir.addresses import Address
+from jitcore.ir.data_ptr import Address
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx

@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from jitcore.errors import MetaError
-from jitcore.ir.addresses import address_error, address_in
+from jitcore.ir.data_ptr import address_error, address_in
 from jitcore.ir.proxies import NumberProxy, SymbolicSize, TensorProxy
 
 _GUESSES = (  # (pattern of the message, eager's type)

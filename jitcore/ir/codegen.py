@@ -12,7 +12,7 @@ import math
 import torch
 
 from jitcore.ir import arith
-from jitcore.ir.addresses import Address, address_error
+from jitcore.ir.data_ptr import Address, address_error
 from jitcore.ir.proxies import Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.ranges import SymbolicRange

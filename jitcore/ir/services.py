@@ -45,8 +45,8 @@ class TracingServices:
         return None
 
     def data_ptr(self, proxy):
-        """`t.data_ptr()`: an Address (jitcore/ir/addresses.py) answering its alignment as eager's tensor has it,
-        guarded (jitcore/frontend/addresses.py). Default: UnsupportedError (no address, nor its alignment, known)."""
+        """`t.data_ptr()`: an Address (jitcore/ir/data_ptr.py) answering its alignment as eager's tensor has it,
+        guarded (jitcore/frontend/alignment.py). Default: UnsupportedError (no address, nor its alignment, known)."""
         raise UnsupportedError("tensor memory", f"{proxy.name}.data_ptr() outside the recording of a jitted function: "
                                "there is no memory address, nor its alignment, to give",
                                hint="read the address outside the jitted function")

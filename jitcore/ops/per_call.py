@@ -18,8 +18,8 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir import arith
-from jitcore.ir.addresses import address_error, address_in
 from jitcore.ir.arith import value_of
+from jitcore.ir.data_ptr import address_error, address_in
 from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_map
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag

@@ -17,7 +17,7 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
-from jitcore.ir.addresses import Address, address_error
+from jitcore.ir.data_ptr import Address, address_error
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.ranges import RangeList, SymbolicRange

@@ -1,4 +1,4 @@
-"""Frontend: the alignment of `t.data_ptr()` (jitcore/ir/addresses.py) for a tensor of the trace being recorded, as
+"""Frontend: the alignment of `t.data_ptr()` (jitcore/ir/data_ptr.py) for a tensor of the trace being recorded, as
 eager's tensor has it. A tensor the program allocates (or a view of one) sits at `storage_offset * itemsize` from an
 allocation that torch's allocator aligns (c10's CPU allocator: 64 bytes, c10/core/alignment.h; CUDA's caching
 allocator: blocks rounded to 512 bytes), so `addr % k` for k up to that alignment is known without any address. A
@@ -16,8 +16,8 @@ from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.frontend.layouts import _run_on_meta
 from jitcore.guards.data_guards import DataGuard
-from jitcore.ir.addresses import _HINT, Address
 from jitcore.ir.arith import concretize
+from jitcore.ir.data_ptr import HINT, Address
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import Tag, writes_in_place
@@ -173,7 +173,7 @@ def _through_view(offset: int, k: int):
 
 
 def _refuse(p, what: str):
-    raise UnsupportedError("tensor memory", f"{p.name}.data_ptr() inside a jitted function: {what}", hint=_HINT)
+    raise UnsupportedError("tensor memory", f"{p.name}.data_ptr() inside a jitted function: {what}", hint=HINT)
 
 
 # -- which lines share their input's memory ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """IR: what `tensor.data_ptr()` gives inside a jitted function. The traced program has no address, but code reads one
 for its alignment only (transformers' MoE: `weight.data_ptr() % 16 != 0`), and that residue is known: an Address
 answers `addr % k` and `addr & (k - 1)` for k a power of two (up to the allocator's alignment) with the residue eager's
-tensor has, which the frontend computes and guards (jitcore/frontend/addresses.py). Any other use of it (int(),
+tensor has, which the frontend computes and guards (jitcore/frontend/alignment.py). Any other use of it (int(),
 comparisons, hashing, printing, other arithmetic) raises UnsupportedError, at the user's line.
 """
 from __future__ import annotations
@@ -11,14 +11,14 @@ from jitcore.ir import arith
 from jitcore.ir.context import get_tracectx
 from jitcore.ir.pytree import tree_flatten
 
-_HINT = ("test alignment as `t.data_ptr() % k` or `t.data_ptr() & (k - 1)` (k a power of two), or read the address "
+HINT = ("test alignment as `t.data_ptr() % k` or `t.data_ptr() & (k - 1)` (k a power of two), or read the address "
          "outside the jitted function")
 
 
 def address_error(name: str, what: str) -> UnsupportedError:
     return UnsupportedError("tensor memory", f"{what} of {name}.data_ptr() inside a jitted function: the traced "
                             "program has no memory address to give (the tensor it will run on does not exist yet); "
-                            "only its alignment is known (`% k`, `& (k - 1)`)", hint=_HINT)
+                            "only its alignment is known (`% k`, `& (k - 1)`)", hint=HINT)
 
 
 def refuse_address(name: str, what: str):
