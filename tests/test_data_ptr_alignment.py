@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import jitcore
+from executors import inductor_ex, torch_ex
 from jitcore.errors import UnsupportedError
 from tests.fuzz import CACHE_MODES
 
@@ -197,6 +198,17 @@ def test_parameters_and_buffers_aligned_misaligned_and_swapped(mode):
     m.scale = torch.randn(4)
     got = _check(m, jm, h, order)
     assert got.shape == (4, 8)
+
+
+def test_parameters_with_inductor():
+    m = Experts()
+    jm = jitcore.jit(m, executors=[inductor_ex, torch_ex])
+    h, order = torch.randn(5, 4), torch.tensor([4, 0, 2, 1])
+    for elems in (0, 1, 0):
+        with torch.no_grad():
+            m.gate_up.data = shifted((3, 8, 4), elems)
+        torch.testing.assert_close(jm(h, order), m(h, order))
+    assert jitcore.cache_misses(jm) == 2
 
 
 # -- refused: everything but the alignment ---------------------------------------------------------------------------
