@@ -291,3 +291,11 @@ def test_outside_a_recording_data_ptr_is_refused():
         p = TensorProxy((2,), torch.float32, torch.device("cpu"), False)
     with pytest.raises(UnsupportedError, match="data_ptr"):
         p.data_ptr()
+
+
+def test_ops_eager_views_and_jitcore_computes_are_not_followed():
+    """What functionalization knows eager views and jitcore computes is refused here too (not taken as new memory)."""
+    from jitcore.frontend.alignment import EAGER_VIEWS
+    from transforms.functionalize import COMPUTED_VIEW_OPS
+
+    assert set(COMPUTED_VIEW_OPS) <= EAGER_VIEWS

@@ -96,9 +96,10 @@ class Addresses:
         eager's layout."""
         if not chain and Tag.OPAQUE not in self.layouts._line(root).sym.tags:
             return 0
-        if any(isinstance(s, NumberProxy) and s.runtime for s in root._shape):  # (nonzero's CPU kernel lays out
+        # (a tensor with run-time sizes: nonzero's CPU kernel lays its result out column-major, its meta kernel not)
+        if any(isinstance(s, NumberProxy) and s.runtime for s in root._shape):
             _refuse(p, f"reading it: {root.name}'s layout is not known here (its sizes are known only at run time)")
-        base = root.eager_layout("contiguous")  # (its result column-major: not its meta kernel's layout)
+        base = root.eager_layout("contiguous")  # (the inputs' offsets do not move a new allocation)
         offset = self._offset(p, root, chain, base)
         return 0 if offset is None else offset % k
 
