@@ -1,12 +1,12 @@
 """Frontend: the alignment of `t.data_ptr()` (jitcore/ir/data_ptr.py) for a tensor of the trace being recorded, as
 eager's tensor has it. A tensor the program allocates (or a view of one) sits at `storage_offset * itemsize` from an
-allocation that torch's allocator aligns (c10's CPU allocator: 64 bytes, c10/core/alignment.h; CUDA's caching
-allocator: blocks rounded to 512 bytes), so `addr % k` for k up to that alignment is known without any address. A
-tensor from outside (argument, parameter, buffer) or a view of one has its real address: the residue is read from the
-call's tensor and guarded (a call whose tensor has another residue is another program). Which tensor's memory a
-value shares is followed as functionalization follows it (view ops whose decomposition is view prims, in-place
-writes); where that is not known (an opaque op that may return a view, an op eager views and jitcore computes), the
-answer is refused.
+allocation torch's allocator aligns (CPU: 64 bytes, c10/core/alignment.h; CUDA's caching allocator: 256, its blocks
+being multiples of 512 bytes into segments cudaMalloc aligns to 256), so `addr % k` for k up to that alignment is
+known without any address. A tensor from outside (argument, parameter, buffer) or a view of one has its real address:
+the residue is read from the call's tensor and guarded (a call whose tensor has another residue is another program).
+Which tensor's memory a value shares is followed as functionalization follows it (view ops whose decomposition is view
+prims, in-place writes); where that is not known (an opaque op that may return a view, an op eager views and jitcore
+computes), the answer is refused.
 """
 from __future__ import annotations
 
@@ -46,7 +46,9 @@ def allocator_alignment(device: torch.device) -> int | None:
     if device.type == "cpu":
         return 64  # c10::gAlignment (16 only on mobile builds, which jitcore does not run on)
     if device.type == "cuda" and torch.cuda.get_allocator_backend() == "native":
-        return 512  # the caching allocator rounds every block to kMinBlockSize
+        # the caching allocator carves blocks of multiples of kMinBlockSize (512 bytes, c10/core/AllocatorConfig.h)
+        # from segments cudaMalloc returns, which CUDA documents as 256-byte aligned: 256 is what every block has
+        return 256
     return None
 
 
