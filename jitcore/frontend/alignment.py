@@ -36,9 +36,10 @@ _COPIES = frozenset(f"ltorch.{n}" for n in (
 EAGER_VIEWS = frozenset(f"ltorch.{n}" for n in (
     "unfold conj real imag view_as_real view_as_complex H mH adjoint resolve_conj resolve_neg positive alias "
     "as_strided as_strided_scatter_view _neg_view align_to refine_names rename lift_fresh").split())
-# in-place ops that change a tensor's metadata (or its storage): its address may change with them
+# in-place ops that change a tensor's metadata: its address may change with them (those of _MOVES anywhere)
 _METADATA_WRITES = frozenset(f"ltorch.{n}" for n in (
     "resize_ resize_as_ set_ as_strided_ t_ transpose_ swapdims_ swapaxes_ squeeze_ unsqueeze_").split())
+_MOVES = ("resize_", "resize_as_", "set_", "as_strided_")  # (by the end of their op's name: ltorch.*, opaque.*)
 
 
 def allocator_alignment(device: torch.device) -> int | None:
@@ -71,6 +72,11 @@ class Addresses:
                     "eager's answer depends on where the allocator puts a tensor")
         key = (p.name, k)
         if key not in self._answers:
+            moved = next((b.sym.id for scope in self.ctx.trace._scopes for b in scope
+                          if b.sym.id.endswith(_MOVES)), None)
+            if moved is not None:  # (a prologue reads the address a call starts with; eager's may have moved since)
+                _refuse(p, f"reading it in a function that calls {moved.rsplit('.', 1)[-1]}, which may move a "
+                        "tensor's memory")
             kind, root, chain = self._storage(p)
             self._answers[key] = (self._fresh if kind == "fresh" else self._outside)(p, root, chain, k)
         return self._answers[key]
