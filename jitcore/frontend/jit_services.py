@@ -5,6 +5,7 @@ user frames only.
 """
 from __future__ import annotations
 
+from jitcore.frontend.alignment import Addresses
 from jitcore.ir.services import TracingServices
 from jitcore.runtime.autograd import refuse_inference_saves
 
@@ -35,6 +36,7 @@ class JitServices(HookServices):
         self.layouts = layouts  # jitcore/frontend/layouts.py Layouts(ctx): its `used` replays go with the trace
         self.inference_tensors = ctx.inference_tensors
         self.default_device = None  # the default device a tensor was made on (the prologue checks it), if any
+        self.addresses = Addresses(ctx, layouts)  # the alignment of `t.data_ptr()` (jitcore/frontend/alignment.py)
 
     def concrete_value(self, proxy, kind: str, what: str):
         return self.ctx.concrete_value(proxy, kind)
@@ -47,6 +49,9 @@ class JitServices(HookServices):
 
     def eager_layout(self, proxy, level: str):
         return self.layouts(proxy, level)
+
+    def data_ptr(self, proxy):
+        return self.addresses.address(proxy)
 
     def leaf_input(self, proxy):
         return self.ctx.leaf_input(proxy)

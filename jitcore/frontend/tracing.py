@@ -30,6 +30,7 @@ from jitcore.interpreter.protocol import InterpreterHooks
 from jitcore.interpreter.provenance import Arg, Attr, Closure, DictView, Fn, Global, Item, Kwarg, Roots
 from jitcore.interpreter.run import is_user_file
 from jitcore.ir import arith, ranges
+from jitcore.ir.data_ptr import Address
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
@@ -539,6 +540,8 @@ class JitContext(InterpreterHooks):
             return torch.nn.Parameter if id(obj) in self._params else torch.Tensor
         if isinstance(obj, NumberProxy):
             return type(obj.value)
+        if type(obj) is Address:  # `t.data_ptr()`: an int in eager
+            return int
         t = ranges.stands_for(obj)
         return t if t is not type(obj) else NotImplemented
 
@@ -557,6 +560,8 @@ class JitContext(InterpreterHooks):
             return False
         if isinstance(obj, NumberProxy):
             return isinstance(obj.value, cls)
+        if type(obj) is Address:
+            return isinstance(0, cls)
         if type(obj) is SymbolicSize:  # a shape with symbolic entries is a torch.Size to the program
             return isinstance(standins.A_SIZE, cls)
         return NotImplemented

@@ -329,7 +329,8 @@ KINDS = (
               "stages' Predicates)", "relation", "predicate <expr> (<symbol>=<value>, ...)", "per call",
               lambda s: s.guards.predicates, _predicate, uses_math=lambda pred: "math." in pred),
     GuardKind("data", ("data",), "DataGuard: a value computed from tensor data and the program recomputing it "
-              "(data_guards.concrete_value, layouts)", "relation", "data: <what> was <value>", "per call",
+              "(data_guards.concrete_value, layouts, alignment: `t.data_ptr() % k`)", "relation",
+              "data: <what> was <value>", "per call",
               _data_entries, _data, reads=lambda g: g.inputs),
     GuardKind("bits", ("bits",), "(input name, 'is_conj' | 'is_neg') -> the bit the program read of a tensor input "
               "(JitContext._read_bit)", "relation", "<input>.is_conj(): expected <bool>", "per call",

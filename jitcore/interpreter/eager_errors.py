@@ -15,6 +15,7 @@ import warnings
 import torch
 
 from jitcore.errors import MetaError
+from jitcore.ir.data_ptr import address_error, address_in
 from jitcore.ir.proxies import NumberProxy, SymbolicSize, TensorProxy
 
 _GUESSES = (  # (pattern of the message, eager's type)
@@ -30,6 +31,10 @@ def as_eager(e: MetaError) -> MetaError:
     """`e` as an instance of eager's exception type too (e itself when it is one already)."""
     if type(e) is not MetaError:
         return e
+    address = address_in(e.op_call[1:]) if e.op_call is not None else None
+    if address is not None:  # (`x * x.data_ptr()`: an address given to an op, where eager has a number)
+        sym = e.op_call[0]
+        return address_error(address.name, f"passing to {getattr(sym, 'name', sym)}()")
     eager = _ask_torch(e.op_call)
     if eager is not None:
         kind, message = _builtin_base(type(eager)), str(eager)

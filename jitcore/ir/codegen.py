@@ -12,6 +12,7 @@ import math
 import torch
 
 from jitcore.ir import arith
+from jitcore.ir.data_ptr import Address, address_error
 from jitcore.ir.proxies import Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.ranges import SymbolicRange
@@ -51,6 +52,8 @@ class Printer:
     def const(self, obj) -> str:
         name = self._const_ids.get(id(obj))
         if name is None:
+            if type(obj) is Address:  # (a program cannot hold `t.data_ptr()`: only its alignment is known)
+                raise address_error(obj.name, "keeping in the program")
             name = f"_c{len(self.consts)}"
             self._const_ids[id(obj)] = name
             self.consts[name] = obj

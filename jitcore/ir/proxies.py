@@ -657,9 +657,8 @@ class TensorProxy(Proxy):
         return self._layout("contiguous", "tensor.is_contiguous()").is_contiguous(memory_format=memory_format)
 
     def data_ptr(self):
-        raise UnsupportedError("tensor memory", "tensor.data_ptr() inside a jitted function: the traced program has "
-                               "no memory address to give (the tensor it will run on does not exist yet)",
-                               hint="compare tensors with `is`, or read the address outside the jitted function")
+        """An Address: only its alignment (`% k`, `& (k - 1)`) is answered, as eager's tensor has it (guarded)."""
+        return services().data_ptr(self)
 
     def untyped_storage(self):
         raise UnsupportedError("tensor memory", "tensor.untyped_storage() / storage() inside a jitted function: "

@@ -5,7 +5,7 @@ declared method by method. The frontend hands an implementation down with the tr
 """
 from __future__ import annotations
 
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, UnsupportedError
 
 
 class TracingServices:
@@ -43,6 +43,13 @@ class TracingServices:
         """A meta tensor with the sizes and strides eager's value of `proxy` would have, its inputs guarded at
         `level` ("contiguous" or "exact": jitcore/frontend/layouts.py), or None when unknown. Default: None."""
         return None
+
+    def data_ptr(self, proxy):
+        """`t.data_ptr()`: an Address (jitcore/ir/data_ptr.py) answering its alignment as eager's tensor has it,
+        guarded (jitcore/frontend/alignment.py). Default: UnsupportedError (no address, nor its alignment, known)."""
+        raise UnsupportedError("tensor memory", f"{proxy.name}.data_ptr() outside the recording of a jitted function: "
+                               "there is no memory address, nor its alignment, to give",
+                               hint="read the address outside the jitted function")
 
     def leaf_input(self, proxy) -> bool | None:
         """`x.is_leaf` of a tensor that requires grad: for an input, what the tensor it stands for is (guarded);

@@ -19,6 +19,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from jitcore.ir import arith
 from jitcore.ir.arith import value_of
+from jitcore.ir.data_ptr import address_error, address_in
 from jitcore.ir.proxies import BoolProxy, FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import tree_map
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
@@ -81,7 +82,13 @@ def _print_arg(printer, x) -> str:
     return printer.value(x)
 
 
-print_ = Symbol("python.print", "print_", meta=lambda *args, **kwargs: None, tags=_TAGS, module="",
+def _print_meta(*args, **kwargs):
+    address = address_in((args, kwargs))
+    if address is not None:  # (eager prints the number, which the program does not have)
+        raise address_error(address.name, "printing")
+
+
+print_ = Symbol("python.print", "print_", meta=_print_meta, tags=_TAGS, module="",
                 printer=_print_printer, call_ctx={"print_": _print}, kernel=_print)
 
 

@@ -17,6 +17,7 @@ import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
+from jitcore.ir.data_ptr import Address, address_error
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.ranges import RangeList, SymbolicRange
@@ -193,6 +194,8 @@ class Escapes:
                 self.proxies.append(x)
             return x
         t = type(x)
+        if t is Address:  # (eager's is a number; jitcore knows only its alignment)
+            raise address_error(x.name, "returning" if where == "output" else f"{where}")
         if t is SymbolicRange:  # range(n) of a size: built from the call's sizes (the computation returns them)
             return SymbolicRange(*(self.template(v, where) for v in x.parts()))
         if t is RangeList:  # list(range(n)) (pinned when the interpretation ended): a new list on every call
