@@ -321,11 +321,12 @@ class IntegerProxy(NumberProxy):
         return arith.concretize(self).to_bytes(*args, **kwargs)
 
 
-def run_time_size(value: int) -> IntegerProxy:
+def run_time_size(value: int, upper=None) -> IntegerProxy:
     """A size known only when the program runs (the row count of `nonzero`, of a boolean-mask selection): named
     `u0`, `u1`, ..., >= 0, never bound by the prologue. The program reads it from the tensor that has it
     (jitcore/ops/sizes.py define_sizes); later ops use it symbolically, in every cache mode. `value` is this
-    call's (the data guards' answer when Python needs it: jitcore/guards/data_guards.py)."""
+    call's (the data guards' answer when Python needs it: jitcore/guards/data_guards.py); `upper`: what it is at most
+    on every call (an int or an expression's text: the numel of the tensor a count counts), for the bounds analysis."""
     trace = get_tracectx()
     name = trace.make_name("u")
     trace.names.discard(name)  # (reserved by make_name; the proxy adds it back)
@@ -335,6 +336,8 @@ def run_time_size(value: int) -> IntegerProxy:
         trace.run_time_sizes = {}
     trace.run_time_sizes[name] = 0  # (its lower bound, for jitcore/ir/arith.py; and for
     arith.declare_lower(name, 0)  # the passes after tracing, which ask in other traces)
+    if upper is not None:
+        arith.declare_upper(name, upper)
     return p
 
 
