@@ -234,6 +234,9 @@ def _strip(expr: str) -> str:
     return expr[1:-1]
 
 
+strip = _strip  # (the public name: jitcore/ops/size_checks.py)
+
+
 def _equality(a, b, op: str) -> str:
     x, y = sorted((_strip(expr_of(a)), _strip(expr_of(b))))
     return f"{x} {op} {y}"
@@ -307,12 +310,41 @@ def run_time_answer(p, convert, what: str = ""):
     if known is not None and key in known:
         return (not known[key]) if flip else known[key]
     what = what or f"Python control flow (or a conversion to a Python value) on {_strip(p.expr)}"
-    value = services().run_time_value(p, convert, what)  # (DataDependentError outside the recording)
+    try:
+        value = services().run_time_value(p, convert, what)  # (DataDependentError outside the recording)
+    except DataDependentError:
+        value = _checked(p, convert) if known is not None else None
+        if value is None:
+            raise
     if known is not None:
         known[key] = (not value) if flip else value
         _note_same(key, known[key])
         _note_answer(p, value)
     return value
+
+
+def _checked(p, convert):
+    """Where no prologue can compute the answer (the count comes from random draws, or from values written into the
+    inputs first; a pass after tracing asks): the answer seen while tracing, checked by a line of the program when
+    it runs (jitcore/ops/size_checks.py; a call with another answer runs another entry). None where no line can check
+    it (the value was never seen: no real inputs at hand)."""
+    if get_tracectx() is None or p.expr is None or not SIZE_CHECKS:
+        return None
+    value = convert(p.value)
+    if type(value) not in (bool, int, float):
+        return None
+    return value if SIZE_CHECKS[0](p, value) else None
+
+
+# the op that records such a check: (p, value) -> whether a line now checks it (jitcore/ops/size_checks.py)
+SIZE_CHECKS: list = []
+
+
+def register_size_check(fn):
+    """Register the op `_checked` records a check through."""
+    if SIZE_CHECKS:
+        raise ValueError("a size check op is registered already")
+    SIZE_CHECKS.append(fn)
 
 
 def _note_same(key, equal):

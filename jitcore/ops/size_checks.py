@@ -1,0 +1,86 @@
+"""Ops: checks, run with the program, of what Python assumed about a size known only at run time (`u0 > 3`) where the
+prologue cannot compute it beforehand (the count comes from random draws, or from values written into the inputs
+first) or where a pass after tracing asks (functionalization's slice bounds). The trace takes the answer seen while
+tracing and the line `check_size(u0 > 3, True, ...)` raises RunTimeCheckFailed when a call's answer differs; the jitted
+function then runs (or compiles) the entry for the other answer (jitcore/api.py), so a call never gets a stale answer.
+"""
+from __future__ import annotations
+
+import ast
+import math
+
+from jitcore.errors import RunTimeCheckFailed
+from jitcore.ir import arith
+from jitcore.ir.arith import strip
+from jitcore.ir.proxies import NumberProxy, Proxy
+from jitcore.ir.pytree import tree_flatten
+from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
+from jitcore.ir.trace import get_tracectx
+
+
+def _check_size(value, expected, text):
+    if value != expected:
+        raise RunTimeCheckFailed(f"the compiled program assumed {text}, which does not hold for this call's values")
+
+
+def _print(bsym, printer):
+    template, expected, text, *symbols = bsym.args
+    return f"check_size({template.format(*(printer.value(s) for s in symbols))}, {expected!r}, {text!r})"
+
+
+check_size = Symbol("python.check_size", "check_size", meta=lambda *args: None,
+                    tags=(Tag.PYTHON, Tag.DONT_DCE, Tag.NON_DIFFERENTIABLE), module="", printer=_print,
+                    call_ctx={"check_size": _check_size}, kernel=lambda template, expected, text, *symbols: _check_size(
+                        eval(template.format(*map(repr, symbols)), {"math": math}), expected, text))
+
+
+def _top_level_values(trace) -> dict:
+    """name -> proxy of the values a line of the trace itself (not a subsymbol) can read now."""
+    found = {p.name: p for p in tree_flatten(trace.args)[0] if isinstance(p, Proxy)}
+    for b in trace._scopes[0]:
+        for p in (*b.flat_proxy_args(), *b.flat_proxy_outs()):
+            found.setdefault(p.name, p)
+    return found
+
+
+class _Names(ast.NodeTransformer):
+    """An expression's names replaced by `{0}`, `{1}`, ... placeholders (their order in `names`)."""
+
+    def __init__(self):
+        self.names: list[str] = []
+
+    def visit_Name(self, node):
+        if node.id in ("min", "max", "abs", "int", "float", "round", "math"):
+            return node
+        if node.id not in self.names:
+            self.names.append(node.id)
+        return ast.Name(id=f"__{self.names.index(node.id)}__", ctx=node.ctx)
+
+
+def check(p: NumberProxy, value) -> bool:
+    """Record, as a line of the trace itself, the check that `p` (an expression over sizes) is `value` on the
+    calls the program runs for; False where no line can read what it needs (a symbol defined only inside an op)."""
+    trace = get_tracectx()
+    expr = getattr(p, "expr", None)
+    if trace is None or expr is None or type(value) not in (bool, int, float):
+        return False
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return False
+    names = _Names()
+    tree = names.visit(tree)
+    values = _top_level_values(trace)
+    if any(n not in values for n in names.names):
+        return False
+    template = ast.unparse(tree).replace("{", "{{").replace("}", "}}")
+    for i in range(len(names.names)):
+        template = template.replace(f"__{i}__", "{" + str(i) + "}")
+    text = f"{strip(expr)} == {value!r}" if type(value) is not bool else (
+        strip(expr) if value else f"not ({strip(expr)})")
+    bsym = BoundSymbol(check_size, (template, value, text, *(values[n] for n in names.names)), {}, None)
+    trace.record(bsym, outermost=True)
+    return True
+
+
+arith.register_size_check(check)
