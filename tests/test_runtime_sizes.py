@@ -80,9 +80,15 @@ def _pass_asks(x, w):
     return t, w * 2
 
 
+def _python_random_first(x, w):
+    r = random.random()  # a draw of Python's generator before the check: put back when the check fails
+    y = x[torch.rand_like(x) < 0.5]
+    return (x * r + w if y.shape[0] > x.numel() // 2 else x - r), random.random()
+
+
 CASES = {"min_eq": _min_eq, "floordiv_eq": _floordiv_eq, "mod_lt": _mod_lt, "if_positive": _if_positive,
          "len_in_range": _len_in_range, "decided": _decided, "random_count": _random_count,
-         "written_count": _written_count, "pass_asks": _pass_asks}
+         "written_count": _written_count, "pass_asks": _pass_asks, "python_random_first": _python_random_first}
 
 
 def _inputs(i, grad):
@@ -159,6 +165,18 @@ def test_a_failed_check_runs_the_entry_for_the_other_answer():
         _compare(_written_count, jf, i, grad=False)
     assert jitcore.cache_misses(jf) == 4
     assert any("a check the program runs failed" in r for r in jf._cache.miss_reasons)
+
+
+def test_a_check_after_a_print_is_refused():
+    """A failed check lets another entry run the call from the start: after a print it would print twice, so the
+    program is refused, naming the print (never a second print)."""
+    def f(x):
+        print("hello")
+        y = x[torch.rand_like(x) < 0.5]
+        return x * 2 if y.shape[0] > 10 else x - 1
+
+    with pytest.raises(jitcore.DataDependentError, match="after print_"):
+        jitcore.jit(f)(torch.randn(4, 5))
 
 
 def test_random_count_with_inductor():

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import ast
 import math
+import random
 
-from jitcore.errors import RunTimeCheckFailed
+from jitcore.errors import DataDependentError, RunTimeCheckFailed
 from jitcore.ir import arith
 from jitcore.ir.arith import strip
 from jitcore.ir.proxies import NumberProxy, Proxy
@@ -57,13 +58,35 @@ class _Names(ast.NodeTransformer):
         return ast.Name(id=f"__{self.names.index(node.id)}__", ctx=node.ctx)
 
 
+# lines whose effects a call cannot take back: a check after one of them could not let another entry run the call
+_EFFECTS = frozenset({"python.print", "python.log", "python.warn", "generators.call", "generators.new"})
+
+
+def _effect(b) -> bool:
+    if b.sym.id == "python.per_call_value":  # a draw of Python's global generator is put back (checked_runs.py)
+        return getattr(b.args[0], "__self__", None) is not random.random.__self__
+    return b.sym.id in _EFFECTS or Tag.EFFECTS in b.sym.tags
+
+
+def _effect_before(trace):
+    """The first line of the trace so far whose effect stays when a later check fails, or None."""
+    return next((b for b in trace._scopes[0] if _effect(b)), None)
+
+
 def check(p: NumberProxy, value) -> bool:
     """Record, as a line of the trace itself, the check that `p` (an expression over sizes) is `value` on the
-    calls the program runs for; False where no line can read what it needs (a symbol defined only inside an op)."""
+    calls the program runs for; False where no line can read what it needs (a symbol defined only inside an op).
+    Refused (DataDependentError) after a line whose effect a failed check could not take back (a print)."""
     trace = get_tracectx()
     expr = getattr(p, "expr", None)
     if trace is None or expr is None or type(value) not in (bool, int, float):
         return False
+    effect = _effect_before(trace)
+    if effect is not None:
+        raise DataDependentError(
+            f"Python control flow (or a conversion to a Python value) on {strip(expr)} needs the value of a size "
+            f"known only at run time, which no prologue can compute; the program would check it when it runs, but "
+            f"after {effect.sym.name}, whose effect a call with another answer could not take back")
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError:
