@@ -7,6 +7,8 @@ in every cache mode, against eager: outputs, gradients, the arguments after the 
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import random
 
 import pytest
@@ -174,15 +176,41 @@ def test_a_failed_check_runs_the_entry_for_the_other_answer():
     assert any("a check the program runs failed" in r for r in jf._cache.miss_reasons)
 
 
-def test_a_check_after_a_print_is_refused():
-    """A failed check lets another entry run the call from the start: after a print it would print twice, so the
-    program is refused, naming the print (never a second print)."""
+def test_prints_before_a_check_print_once():
+    """A failed check lets another entry run the call from the start: the program's prints are written when it ends,
+    so a call prints what eager prints, once, in order."""
     def f(x):
-        print("hello")
+        print("first", x.shape[0])
+        y = x[torch.rand_like(x) < 0.5]
+        print("count", y.shape[0])
+        return x * 2 if y.shape[0] > 10 else x - 1
+
+    jf = jitcore.jit(f)
+    for i in range(6):
+        x = torch.randn(4, 5)
+        printed = []
+        for fn in (jf, f):
+            out = io.StringIO()
+            torch.manual_seed(i)
+            with contextlib.redirect_stdout(out):
+                result = fn(x)
+            printed.append((out.getvalue(), result))
+        assert printed[0][0] == printed[1][0]
+        torch.testing.assert_close(printed[0][1], printed[1][1])
+    assert any("a check the program runs failed" in r for r in jf._cache.miss_reasons)
+
+
+def test_a_check_after_a_log_call_is_refused():
+    """A logging call's handlers run when the program does: a failed check after one could not take it back, so the
+    program is refused, naming the call (never a second record)."""
+    import logging
+
+    def f(x):
+        logging.getLogger("jitcore.test").warning("hello")
         y = x[torch.rand_like(x) < 0.5]
         return x * 2 if y.shape[0] > 10 else x - 1
 
-    with pytest.raises(jitcore.DataDependentError, match="after print_"):
+    with pytest.raises(jitcore.DataDependentError, match="after log_"):
         jitcore.jit(f)(torch.randn(4, 5))
 
 

@@ -73,7 +73,8 @@ class _Names(ast.NodeTransformer):
 
 
 # lines whose effects a call cannot take back: a check after one of them could not let another entry run the call
-_EFFECTS = frozenset({"python.print", "python.log", "python.warn", "generators.call", "generators.new"})
+# (prints are written when the program ends: jitcore/runtime/checked_runs.py)
+_EFFECTS = frozenset({"python.log", "python.warn", "generators.call", "generators.new"})
 
 
 def _effect(b) -> bool:

@@ -1,8 +1,8 @@
 """Runtime: running a program that checks sizes known only at run time (jitcore/ops/size_checks.py). A failed check
 raises RunTimeCheckFailed part way through the program; what the program changed outside itself by then must be as
 before the call, so the entry for the other answer can run the call from the start (`run_again`): the random
-generators' states are saved before the run and put back on failure (writes into the inputs are left to the
-epilogue: pipeline.py).
+generators' states are saved before the run and put back on failure, and its prints are written when it ends
+(writes into the inputs are left to the epilogue: pipeline.py).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from jitcore.errors import RunTimeCheckFailed
 from jitcore.interpreter.user_traceback import at_user_line
+from jitcore.ops.per_call import DEFERRED_PRINTS
 from jitcore.ops.size_checks import check_size
 
 
@@ -26,8 +27,10 @@ def checked_run(computation):
     def run(*inputs):
         states = (torch.get_rng_state(), random.getstate(),
                   torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+        prints = []
+        token = DEFERRED_PRINTS.set(prints)
         try:
-            return computation(*inputs)
+            out = computation(*inputs)
         except RunTimeCheckFailed as e:
             torch.set_rng_state(states[0])
             random.setstate(states[1])
@@ -35,6 +38,13 @@ def checked_run(computation):
                 torch.cuda.set_rng_state_all(states[2])
             e.restored = True
             raise
+        finally:
+            DEFERRED_PRINTS.reset(token)
+        for text, file, flush in prints:  # (the program's prints, in order, once it ran to its end)
+            file.write(text)
+            if flush:
+                file.flush()
+        return out
 
     run.__wrapped__ = computation
     return run
