@@ -650,8 +650,32 @@ class TensorProxy(Proxy):
         return meta
 
     def stride(self, dim: int | None = None):
+        dense = self._dense_strides() if dim is None or -self.ndim <= dim < self.ndim else None
+        if dense is not None:
+            return dense if dim is None else dense[dim]
         meta = self._layout("exact", "tensor.stride()")
         return meta.stride() if dim is None else meta.stride(dim)
+
+    def _dense_strides(self):
+        """Under symbolic sizes, the strides of a tensor eager lays out densely (contiguous, or a permutation of
+        contiguous: a transpose, channels-last): products of its sizes, symbolic, its inputs guarded as for
+        is_contiguous() (one program over sizes); None for any other layout (its exact strides are read, guarded)."""
+        if not any(isinstance(s, NumberProxy) for s in self._shape):
+            return None
+        meta = self.eager_layout("contiguous")
+        if meta is None:
+            return None
+        order = sorted(range(self.ndim), key=lambda d: (meta.stride(d), -d))
+        expected = 1
+        for d in order:  # (checked on the values first: a layout that is not dense records nothing)
+            if meta.stride(d) != expected:
+                return None
+            expected *= meta.shape[d]
+        strides, acc = [None] * self.ndim, 1
+        for d in order:
+            strides[d] = acc
+            acc = acc * self._shape[d]
+        return tuple(strides)
 
     def storage_offset(self) -> int:
         return self._layout("exact", "tensor.storage_offset()").storage_offset()
