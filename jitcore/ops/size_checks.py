@@ -2,7 +2,8 @@
 prologue cannot compute it beforehand (the count comes from random draws, or from values written into the inputs
 first) or where a pass after tracing asks (functionalization's slice bounds). The trace takes the answer seen while
 tracing and the line `check_size(u0 > 3, True, ...)` raises RunTimeCheckFailed when a call's answer differs; the jitted
-function then runs (or compiles) the entry for the other answer (jitcore/api.py), so a call never gets a stale answer.
+function then runs (or compiles) the entry for the other answer (jitcore/runtime/checked_runs.py), so a call never
+gets a stale answer.
 """
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def checks_into(trace, lines: list):
 def check(p: NumberProxy, value) -> bool:
     """Record, as a line of the trace itself, the check that `p` (an expression over sizes) is `value` on the
     calls the program runs for; False where no line can read what it needs (a symbol defined only inside an op).
-    Refused (DataDependentError) after a line whose effect a failed check could not take back (a print)."""
+    Refused (DataDependentError) after a line whose effect a failed check could not take back (a logging call)."""
     into = _INTO.get()
     trace = get_tracectx() if into is None else into[0]
     expr = getattr(p, "expr", None)
