@@ -20,6 +20,7 @@ from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.interpreter import versions
 from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
 from jitcore.runtime.autograd import saved_tensor_bytes  # noqa: F401 (public: jitcore.saved_tensor_bytes)
+from jitcore.runtime.checked_runs import RunTimeCheckFailed, run_again
 from jitcore.runtime.fsdp_units import ShardedCall, is_sharded
 
 
@@ -271,6 +272,8 @@ class JitFunction:
         try:
             try:
                 flat = entry.computation(*inputs)
+            except RunTimeCheckFailed as e:  # an answer about a run-time size differs: another entry runs the call
+                return run_again(self, entry, args, kwargs, e)
             except Exception as e:  # a kernel failed on this call's values: the traceback shows the user's line
                 at_user_line(e, entry.traces[0])
                 raise
@@ -281,9 +284,9 @@ class JitFunction:
             if progress is not None:
                 progress.__exit__(None, None, None)
 
-    def _compile(self, args, kwargs):
+    def _compile(self, args, kwargs, reason=None):
         """A miss: (entry, inputs), the entry compiled for this call and cached (jitcore/pipeline.py)."""
-        return pipeline.compile_call(self._cache, self.fn, args, kwargs, self.options)
+        return pipeline.compile_call(self._cache, self.fn, args, kwargs, self.options, reason)
 
     def entries(self) -> list:
         """The cache entries in the order they were compiled (under "no caching", the last call's)."""
@@ -298,9 +301,8 @@ class JitFunction:
 
 class VerifyingJitFunction(JitFunction):
     """A JitFunction made with jit(..., verify=N): the first N calls of each new entry are checked against eager
-    (jitcore/debug/verify.py). Its own class, so the hot path of the others pays nothing for it: its cache and its
-    compile prepare the check of a call (copies, RNG state) before JitFunction.__call__ runs it; the comparison
-    follows."""
+    (jitcore/debug/verify.py). Its own class, so the hot path of the others pays nothing for it: its cache and
+    compile prepare the check of a call (copies, RNG state) before JitFunction.__call__ runs it, then compare."""
 
     def __init__(self, fn, options: pipeline.CompileOptions):
         super().__init__(fn, options)
@@ -314,8 +316,8 @@ class VerifyingJitFunction(JitFunction):
         check, self._check = self._check, None
         return out if check is None else finish_check(check, out)
 
-    def _compile(self, args, kwargs):
-        found = super()._compile(args, kwargs)
+    def _compile(self, args, kwargs, reason=None):
+        found = super()._compile(args, kwargs, reason)
         self._before_run(*found, args, kwargs)
         return found
 

@@ -82,6 +82,12 @@ class DataDependentError(UnsupportedError):
         )
 
 
+class RunTimeCheckFailed(JitError):
+    """A check the compiled program runs failed: what Python assumed about a size known only at run time (`u0 > 3`,
+    from a count of random draws) does not hold for this call. The jitted function catches it and runs the entry
+    for this call's answer (compiling it if there is none): users see it only where no retry can run (a backward)."""
+
+
 class MetaError(JitError):
     """An op was called with inputs it cannot take (shape mismatch, bad dtype); raised while tracing.
 

@@ -35,6 +35,7 @@ from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
 from jitcore.runtime.autograd import AutogradProgram, GradsApart, WithoutHistory, ddp_overlaps, first_inputs
+from jitcore.runtime.checked_runs import checked_run, has_checks
 from jitcore.runtime.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
 from jitcore.runtime.fsdp_units import refuse_unhooked_shards
 from transforms.autodiff import Split, drop_cotangents, grad_transform
@@ -136,12 +137,12 @@ def fuses(executors) -> bool:
 
 
 # -- a miss: compile the entry for a call and cache it -----------------------------------------------------------------
-def compile_call(cache: Cache, fn, args, kwargs, options: CompileOptions):
-    """A miss: eager's TypeError if the call does not bind; else record why, compile an entry for this call, cache
-    it, and return it with the inputs its prologue fetched."""
+def compile_call(cache: Cache, fn, args, kwargs, options: CompileOptions, reason: str | None = None):
+    """A miss: eager's TypeError if the call does not bind; else record why (`reason`, or the cache's), compile an
+    entry for this call, cache it, and return it with the inputs its prologue fetched."""
     check_binding(fn, args, kwargs)  # a call that does not bind raises eager's TypeError
     refuse_unhooked_shards(fn)
-    cache.record_miss(fn, args, kwargs)
+    cache.record_miss(fn, args, kwargs, reason)
     try:
         entry = add_entry(cache, fn, args, kwargs, options)
     except Exception as e:  # raised in the user's code while tracing: the traceback shows the user's frames
@@ -184,6 +185,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             executable = memory_passes(program, claimed)
         with _stage(stats, "codegen"):
             computation = codegen(traced, program, executable, options)
+            if has_checks(executable.traces[-1]):  # a failed check leaves the generators as they were
+                computation = checked_run(computation)
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
             copied = [w for w in program.writebacks if w.output_index not in executable.written_in_place]
@@ -466,7 +469,8 @@ def memory_passes(program: Program, claimed: Claimed) -> Executable:
     computing values written back into inputs write them there when they can (write_into_inputs)."""
     backward = [] if claimed.backward is None else [*program.backward_traces, *_after_claim(claimed.backward)]
     args = program.traces[0].args
-    targets = [(args[w.arg_index], w.output_index) for w in program.writebacks]
+    # (a program that checks run-time sizes may stop part way: its writes into the inputs are the epilogue's)
+    targets = [] if has_checks(claimed.forward) else [(args[w.arg_index], w.output_index) for w in program.writebacks]
     forward, written = _after_claim(claimed.forward, targets)
     return Executable([*program.traces, *forward], backward, written)
 

@@ -19,6 +19,7 @@ from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from jitcore.ops import ltorch, prims
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import torch_elementwise as te
+from jitcore.ops.size_checks import checks_into
 from transforms.cse import rename_args
 from transforms.dce import dce
 from transforms.vjp_helpers import bound_arguments
@@ -131,7 +132,8 @@ def grad_transform(trace: Trace, apart=frozenset()) -> Split:
         flat_out = list(tree_leaves(trace.output))
         rg = [needs_grad(o) for o in flat_out]
         bp = _Backprop(apart)
-        with tracectx(bw), torch.no_grad():  # backward values carry no gradient of their own
+        checks: list = []  # (checks of run-time sizes the rules need run at the forward's end: size_checks.py)
+        with tracectx(bw), torch.no_grad(), checks_into(trace, checks):  # backward values carry no gradient
             cts = [o.like(requires_grad=False) if r else None for o, r in zip(flat_out, rg)]
             for o, ct in zip(flat_out, cts):
                 if ct is not None:
@@ -146,6 +148,7 @@ def grad_transform(trace: Trace, apart=frozenset()) -> Split:
         saved = free_proxies(bw, {c.name for c in cts if c is not None})
         bw.args = saved + [c for c in cts if c is not None]
         bw.arg_groups = [("saved", len(saved)), ("cotangents", sum(c is not None for c in cts))]
+        bsyms += checks
         top = _names_and_sizes([*tree_leaves(trace.args), *(o for b in bsyms for o in b.flat_proxy_outs())])
         fw.bound_symbols = expose(bsyms, {p.name for p in saved}, top)
         fw.output = tuple(flat_out) + tuple(saved)

@@ -2,7 +2,8 @@
 the answers that depend on it: whether `x.view(shape)` can be a view (eager raises when not), `x.stride()`,
 `x.is_contiguous()`, `x.storage_offset()`. A tensor's layout comes from replaying the lines that made it on meta
 tensors with torch's own functions, starting from the real strides of the call's inputs. The argument tensors an
-answer depended on are guarded (their contiguity, or their exact strides), so a cached call never reuses it wrongly.
+answer depended on are guarded (their contiguity, the order of their dims, or their exact strides), so a cached call
+never reuses it wrongly.
 A prim is replayed with its eager kernel, which comes with its definition (Symbol.kernel, jitcore/ops): nothing here
 depends on an executor having been imported.
 """
@@ -36,11 +37,26 @@ def _strides(t) -> tuple:
     return (tuple(t.stride()), t.storage_offset())
 
 
+def _dense_order(t) -> tuple:
+    """("dense", dims from innermost, offset) of a tensor laid out densely in some order of its dims (a transpose,
+    channels-last; size-1 dims aside: their sizes are specialised), else its exact ("strides", strides, offset). A
+    non-contiguous argument is guarded by it: a dense one's layout answers hold over its sizes as a contiguous one's
+    do (its strides are products of them: TensorProxy.stride), where exact strides would change with every size."""
+    dims = sorted((d for d in range(t.dim()) if t.shape[d] != 1), key=lambda d: (t.stride(d), -d))
+    expected = 1
+    for d in dims:
+        if t.stride(d) != expected:
+            return ("strides", tuple(t.stride()), t.storage_offset())
+        expected *= t.shape[d]
+    return ("dense", tuple(dims), t.storage_offset())
+
+
 class Layouts:
     """Meta tensors with eager's layout for the proxies of one trace (memoized), and the guards they need.
 
     level "contiguous": the answer holds for any input that is contiguous like the traced one was (a
-    non-contiguous input is guarded by its exact strides); "exact": the answer is a stride or an offset itself,
+    non-contiguous input is guarded by the order its dims are laid out in where dense, else by its exact strides:
+    _dense_order); "exact": the answer is a stride or an offset itself,
     so inputs are guarded by their exact strides and offset.
     """
 
@@ -130,7 +146,7 @@ class Layouts:
         if inp is None or not self.ctx.is_argument_input(inp):
             return  # parameters and other state tensors: their layout is not checked per call
         value = self.ctx.real_value(inp.proxy)
-        program = _strides if level == "exact" or not value.is_contiguous() else _contiguous
+        program = _strides if level == "exact" else _contiguous if value.is_contiguous() else _dense_order
         if level == "exact":  # a stride is a product of sizes: symbolic sizes become specialised (predicates)
             for s in inp.proxy._shape:
                 if isinstance(s, NumberProxy):
@@ -138,7 +154,8 @@ class Layouts:
         if (name, program) in self._guarded:
             return
         self._guarded.add((name, program))
-        text = f"{name}.is_contiguous()" if program is _contiguous else f"({name}.stride(), {name}.storage_offset())"
+        text = {_contiguous: f"{name}.is_contiguous()", _strides: f"({name}.stride(), {name}.storage_offset())",
+                _dense_order: f"the dense order of {name}"}[program]
         self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text, on_values=False))
 
 

@@ -187,11 +187,27 @@ class Cache:
                 return entry, inputs
         return None
 
-    def record_miss(self, fn, args, kwargs):
+    def lookup_other(self, fn, args, kwargs, failed: list):
+        """After a check the program runs failed (jitcore/ops/size_checks.py): (entry, inputs) for another entry under
+        this call's signature key whose full prologue accepts the call, none of `failed`; else None. Counts the
+        hit."""
+        for entry in self.by_key.get(self.key(args, kwargs), ()):
+            if any(entry is f for f in failed):
+                continue
+            inputs = entry.check(fn, args, kwargs)
+            if inputs is not None and not (entry.mutated_inputs and inputs_overlap(inputs, entry.mutated_inputs)):
+                self.hits += 1
+                self.mru = entry
+                return entry, inputs
+        return None
+
+    def record_miss(self, fn, args, kwargs, reason: str | None = None):
         """Count a miss (lookup returned None) and say why: the first failed check of the entry it came closest
-        to."""
+        to (or `reason`)."""
         self.misses += 1
-        if self.mode == "no caching":
+        if reason is not None:
+            pass
+        elif self.mode == "no caching":
             reason = "cache='no caching': every call is traced"
         elif not self.entries:
             reason = "first call: nothing cached yet"

@@ -277,7 +277,11 @@ def real_values(ctx, wanted: list) -> list:
     that comes from outside the arguments)."""
     # a value drawn per call (random.random()) is read as drawn while tracing, not drawn again: Python's generator
     # state stays as eager leaves it (fuzz seed 601)
-    lines = [b for b in _lines_for(ctx.trace, wanted) if b.sym.id != "python.per_call_value"]
+    lines = _lines_for(ctx.trace, wanted)
+    earlier = _earlier_draws(ctx.trace, lines)
+    if earlier:
+        lines = _lines_for(ctx.trace, [*wanted, *earlier])
+    lines = [b for b in lines if b.sym.id != "python.per_call_value"]
     real = {i.proxy.name: v for i, v in zip(ctx.inputs, ctx._values)}
     free = _free(lines, wanted)
     if any(not isinstance(a, NumberProxy) and a.name not in real for a in free):
@@ -293,6 +297,21 @@ def real_values(ctx, wanted: list) -> list:
             return list(fn(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
     finally:
         torch.set_rng_state(state)
+
+
+def _earlier_draws(trace, lines: list) -> list:
+    """The values of the draws the program makes before the last draw among `lines` that `lines` do not make: a
+    value drawn after other draws is drawn at its place in the generator's sequence, as when the program runs (the
+    count of a mask of `rand_like` after an earlier `rand_like`: run-time size checks hold it to the value seen)."""
+    drawn = [b for b in lines if _random(b)]
+    if not drawn:
+        return []
+    order = [b for scope in trace._scopes for b in scope]
+    at = {id(b): i for i, b in enumerate(order)}
+    last = max(at.get(id(b), -1) for b in drawn)
+    have = {id(b) for b in lines}
+    return [o for b in order[:last] if _random(b) and id(b) not in have and b.sym.id != "python.per_call_value"
+            for o in b.flat_proxy_outs()]
 
 
 def _describe(program: Trace, kind: str) -> str:

@@ -102,6 +102,18 @@ def declare_lower(name: str, lower: int):
         facts.lower[name] = lower
 
 
+def declare_upper(name: str, upper):
+    """Symbol `name` is <= upper on every call (a run-time size is at most the numel of the tensor it counts): an
+    int, or the text of an expression over other symbols. For the bounds analysis, while the sink records."""
+    facts = getattr(SINK.get(), "facts", None)
+    if facts is None:
+        return
+    if type(upper) is int:
+        facts.upper[name] = min(upper, facts.upper.get(name, upper))
+    elif type(upper) is str:
+        facts.below[name] = upper
+
+
 def declare_int(name: str):
     """Number input `name` is an int on every call the prologue lets through (it checks the type), of any value."""
     facts = getattr(SINK.get(), "facts", None)
@@ -120,7 +132,7 @@ def _facts():
         return facts if facts is not None and (facts.lower or facts.ints) else None
     if facts is None:
         return bounds.Facts(dict(run_time))
-    return bounds.Facts({**run_time, **facts.lower}, facts.upper, facts.same, facts.ints)
+    return bounds.Facts({**run_time, **facts.lower}, facts.upper, facts.same, facts.ints, facts.below)
 
 
 def _operand(x):
@@ -222,6 +234,9 @@ def _strip(expr: str) -> str:
     return expr[1:-1]
 
 
+strip = _strip  # (the public name: jitcore/ops/size_checks.py)
+
+
 def _equality(a, b, op: str) -> str:
     x, y = sorted((_strip(expr_of(a)), _strip(expr_of(b))))
     return f"{x} {op} {y}"
@@ -295,11 +310,41 @@ def run_time_answer(p, convert, what: str = ""):
     if known is not None and key in known:
         return (not known[key]) if flip else known[key]
     what = what or f"Python control flow (or a conversion to a Python value) on {_strip(p.expr)}"
-    value = services().run_time_value(p, convert, what)  # (DataDependentError outside the recording)
+    try:
+        value = services().run_time_value(p, convert, what)  # (DataDependentError outside the recording)
+    except DataDependentError:
+        value = _checked(p, convert) if known is not None else None
+        if value is None:
+            raise
     if known is not None:
         known[key] = (not value) if flip else value
         _note_same(key, known[key])
+        _note_answer(p, value)
     return value
+
+
+def _checked(p, convert):
+    """Where no prologue can compute the answer (the count comes from random draws, or from values written into the
+    inputs first; a pass after tracing asks): the answer seen while tracing, checked by a line of the program when
+    it runs (jitcore/ops/size_checks.py; a call with another answer runs another entry). None where no line can check
+    it (the value was never seen: no real inputs at hand)."""
+    if get_tracectx() is None or p.expr is None or not SIZE_CHECKS:
+        return None
+    value = convert(p.value)
+    if type(value) not in (bool, int, float):
+        return None
+    return value if SIZE_CHECKS[0](p, value) else None
+
+
+# the op that records such a check: (p, value) -> whether a line now checks it (jitcore/ops/size_checks.py)
+SIZE_CHECKS: list = []
+
+
+def register_size_check(fn):
+    """Register the op `_checked` records a check through."""
+    if SIZE_CHECKS:
+        raise ValueError("a size check op is registered already")
+    SIZE_CHECKS.append(fn)
 
 
 def _note_same(key, equal):
@@ -307,6 +352,17 @@ def _note_same(key, equal):
     the other, or as the number (jitcore/ir/bounds.py learn)."""
     if equal and key[0] == "==":
         _learn("==", *key[1:])
+
+
+def _note_answer(p, value):
+    """A guarded answer about run-time sizes is a fact for the questions that follow (later passes ask their own:
+    functionalization's `(1 % u0) < 0` after `range(1, u0)` pinned u0): `int(u0)` is 7 says u0 == 7, `u0 > 3` held
+    says u0 >= 4 (jitcore/ir/bounds.py learn)."""
+    cmp = getattr(p, "cmp", None)
+    if cmp is not None and cmp[0] in _NEGATED:
+        _learn(cmp[0] if value else _NEGATED[cmp[0]], *cmp[1:])
+    elif cmp is None and p.python_type is int and type(value) is int:
+        _learn("==", p, value)
 
 
 def _answer_key(p) -> tuple:

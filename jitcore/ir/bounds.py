@@ -32,12 +32,14 @@ class Facts:
     """What every call an entry serves satisfies: lower[x] <= x (<= upper[x]) for the size symbols (input sizes
     >= 2, run-time sizes >= 0) and what predicates over one variable add (of a symbol, or of a sub-expression by
     its canonical text: `(i1 // 2) % 4`); `ints`: int number inputs (any int unless a predicate bounds them);
-    same[x]: the symbol or int a guarded equality says x equals (read as that)."""
+    same[x]: the symbol or int a guarded equality says x equals (read as that); below[x]: the text of an expression
+    over other symbols that x is at most (a run-time size is at most the numel of the tensor it counts)."""
 
     lower: dict = field(default_factory=dict)
     upper: dict = field(default_factory=dict)
     same: dict = field(default_factory=dict)
     ints: set = field(default_factory=set)
+    below: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class _Env:
 
     def __init__(self, facts: Facts):
         self.facts, self.vars, self.relations = facts, {}, {}
+        self.expanding: set = set()  # names whose `below` bound is being read (a bound never reads itself)
 
     def relate(self, p, kind: str, q):
         """Note (if p is a variable: the polynomial of a value that is not a number) that p `kind` q."""
@@ -320,7 +323,17 @@ def _name(name: str, env):
             return {(): name}
     if name not in env.facts.lower and name not in env.facts.ints:
         raise Undecided
-    return _variable(name, env.facts.lower.get(name), env.facts.upper.get(name), env)
+    out = _variable(name, env.facts.lower.get(name), env.facts.upper.get(name), env)
+    bound = env.facts.below.get(name)
+    if bound is not None and name not in env.expanding:  # x <= the expression (over other symbols) it is below
+        env.expanding.add(name)
+        try:
+            env.relate(out, "le", _poly_of(bound, env))
+        except (Undecided, SyntaxError, RecursionError):
+            pass
+        finally:
+            env.expanding.discard(name)
+    return out
 
 
 def _divmod(floor: bool, p, q, env):

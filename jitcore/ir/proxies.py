@@ -321,11 +321,12 @@ class IntegerProxy(NumberProxy):
         return arith.concretize(self).to_bytes(*args, **kwargs)
 
 
-def run_time_size(value: int) -> IntegerProxy:
+def run_time_size(value: int, upper=None) -> IntegerProxy:
     """A size known only when the program runs (the row count of `nonzero`, of a boolean-mask selection): named
     `u0`, `u1`, ..., >= 0, never bound by the prologue. The program reads it from the tensor that has it
     (jitcore/ops/sizes.py define_sizes); later ops use it symbolically, in every cache mode. `value` is this
-    call's (the data guards' answer when Python needs it: jitcore/guards/data_guards.py)."""
+    call's (the data guards' answer when Python needs it: jitcore/guards/data_guards.py); `upper`: what it is at most
+    on every call (an int or an expression's text: the numel of the tensor a count counts), for the bounds analysis."""
     trace = get_tracectx()
     name = trace.make_name("u")
     trace.names.discard(name)  # (reserved by make_name; the proxy adds it back)
@@ -335,6 +336,8 @@ def run_time_size(value: int) -> IntegerProxy:
         trace.run_time_sizes = {}
     trace.run_time_sizes[name] = 0  # (its lower bound, for jitcore/ir/arith.py; and for
     arith.declare_lower(name, 0)  # the passes after tracing, which ask in other traces)
+    if upper is not None:
+        arith.declare_upper(name, upper)
     return p
 
 
@@ -647,8 +650,32 @@ class TensorProxy(Proxy):
         return meta
 
     def stride(self, dim: int | None = None):
+        dense = self._dense_strides() if dim is None or -self.ndim <= dim < self.ndim else None
+        if dense is not None:
+            return dense if dim is None else dense[dim]
         meta = self._layout("exact", "tensor.stride()")
         return meta.stride() if dim is None else meta.stride(dim)
+
+    def _dense_strides(self):
+        """Under symbolic sizes, the strides of a tensor eager lays out densely (contiguous, or a permutation of
+        contiguous: a transpose, channels-last): products of its sizes, symbolic, its inputs guarded as for
+        is_contiguous() (one program over sizes); None for any other layout (its exact strides are read, guarded)."""
+        if not any(isinstance(s, NumberProxy) for s in self._shape):
+            return None
+        meta = self.eager_layout("contiguous")
+        if meta is None:
+            return None
+        order = sorted(range(self.ndim), key=lambda d: (meta.stride(d), -d))
+        expected = 1
+        for d in order:  # (checked on the values first: a layout that is not dense records nothing)
+            if meta.stride(d) != expected:
+                return None
+            expected *= meta.shape[d]
+        strides, acc = [None] * self.ndim, 1
+        for d in order:
+            strides[d] = acc
+            acc = acc * self._shape[d]
+        return tuple(strides)
 
     def storage_offset(self) -> int:
         return self._layout("exact", "tensor.storage_offset()").storage_offset()

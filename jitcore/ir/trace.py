@@ -109,14 +109,15 @@ class Trace:
         self.names.add(name)
 
     # -- recording --------------------------------------------------------------------------------------------
-    def record(self, bsym):
-        """Append bsym to the current scope, with a snapshot of its arguments and outputs (see `snapshot`)."""
+    def record(self, bsym, outermost: bool = False):
+        """Append bsym to the current scope (outermost: to the trace itself, before the op being recorded), with a
+        snapshot of its arguments and outputs (see `snapshot`)."""
         bsym.args, bsym.kwargs, bsym.output = snapshot(bsym.args), _snapshot_kwargs(bsym.kwargs), snapshot(bsym.output)
-        if len(self._scopes) == 1:  # the user's frames a line comes from (the interpreter's; () for a pass's)
-            stack = services().user_stack()
+        if len(self._scopes) == 1 or outermost:  # the user's frames a line comes from (the interpreter's; () for a
+            stack = services().user_stack()  # pass's)
             if stack:
                 bsym.user_stack = stack
-        self._scopes[-1].append(bsym)
+        self._scopes[0 if outermost else -1].append(bsym)
 
     def at_top_level(self) -> bool:
         """Whether a line recorded now is a line of the trace itself, not a subsymbol of one."""

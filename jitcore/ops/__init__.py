@@ -14,6 +14,7 @@ from jitcore.ops import (  # noqa: F401
     prims_reduction,
     prims_shape,
     registry,
+    size_checks,
     torch_creation,
     torch_elementwise,
     torch_index,

@@ -8,6 +8,8 @@ Numbers come back as number proxies with no expression: tensor math may use them
 from __future__ import annotations
 
 import builtins
+import contextvars
+import io
 import os
 import random
 import sys
@@ -59,8 +61,20 @@ per_call_value = Symbol("python.per_call_value", "per_call_value", meta=_source_
                         module="", printer=_source_printer, kernel=_run_source)
 
 
+# while a program that checks run-time sizes runs (jitcore/runtime/checked_runs.py): a list its prints go to, as
+# (text, file, flush), written when it ends (a failed check, after which another entry runs the call, drops them)
+DEFERRED_PRINTS: contextvars.ContextVar = contextvars.ContextVar("jitcore_deferred_prints", default=None)
+
+
 def _print(*args, **kwargs):
-    builtins.print(*args, **kwargs)
+    deferred = DEFERRED_PRINTS.get()
+    if deferred is None:
+        builtins.print(*args, **kwargs)
+        return
+    file, flush = kwargs.pop("file", None), kwargs.pop("flush", False)
+    text = io.StringIO()
+    builtins.print(*args, file=text, **kwargs)
+    deferred.append((text.getvalue(), sys.stdout if file is None else file, flush))
 
 
 def _print_printer(bsym, printer):

@@ -225,8 +225,21 @@ def nonzero(a):
     counts = trace.extra.setdefault("nonzero_counts", {}) if trace is not None else {}
     count = counts.get(a.name)  # the same tensor has the same count: one size, so `x[m] * w[m]` needs no check
     if count is None:
-        count = counts[a.name] = run_time_size(_count_now(a))
+        count = counts[a.name] = run_time_size(_count_now(a), upper=_numel_text(a))  # (at most every entry)
     return TensorProxy((count, a.ndim), torch.int64, a.device), count
+
+
+def _numel_text(a):
+    """a's number of entries as an int, or as the text of a product of its size expressions (recording no line)."""
+    const, exprs = 1, []
+    for s in a.shape:
+        if isinstance(s, int):
+            const *= s
+        elif getattr(s, "expr", None) is None:
+            return None
+        else:
+            exprs.append(f"({s.expr})")
+    return const if not exprs or const == 0 else " * ".join(exprs + ([str(const)] if const != 1 else []))
 
 
 def _count_now(a) -> int:
