@@ -358,7 +358,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=(), inputs=None, views=()) -> Trace | None:
+                   returned=(), inputs=None, views=(), tail: TailRun | None = None) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -373,6 +373,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     views: (provenance of an input tensor the program wrote into, the flat output position of its new value, the
     flat output positions that are views of that value): after the writeback those outputs become the same views
     of the caller's tensor (view_of_written), so that writes through them reach it, as in eager.
+    tail: the program computing what reads written inputs' new values (transforms/written_tails.py), run on the
+    callers' tensors once their writebacks are done; the writebacks of values it computes follow it.
     """
     if not side_effects and not writebacks and not escapes and not returned and not views:
         return None
@@ -389,6 +391,9 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if escapes:
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
+        if tail is not None:  # its values may be stored in the objects built below
+            _writebacks_and_tail(trace, writebacks, tail)
+        if escapes:
             for b in escapes.built.values():
                 line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
             for b in escapes.built.values():
@@ -400,9 +405,11 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
                 line("list", None, None)
             for position, value in escapes.outputs.items():
                 line("output", position, value)
-        for prov, position, no_grad in writebacks:
-            trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
-        if (returned or views) and not (escapes and escapes.outputs):
+        if tail is None:
+            for prov, position, no_grad in writebacks:
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
+                                                       None))
+        if (returned or views) and not (escapes and escapes.outputs) and tail is None:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
             line("fetch", f"r{k}", prov)
@@ -432,6 +439,46 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             trace.bound_symbols.append(BoundSymbol(replay, (e, value), {}, None))
         trace.output = _Out("outs")
     return trace.set_provenance("Epilogue construction (side effects, escaping objects)", t.seconds)
+
+
+class TailRun:
+    """Runs a program's tail (transforms/written_tails.py) in the epilogue: `targets` are the callers' tensors just
+    written (the tail's first arguments, so that what it computes from them has their autograd history, as eager's
+    has), then the head's boundary outputs; its results take the positions the head left None, and the boundary
+    outputs are dropped."""
+
+    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int):
+        self.program, self.cuts, self.positions, self.boundary, self.n = program, cuts, positions, boundary, n
+
+    def __call__(self, outs, targets):
+        outs = list(outs)
+        values = self.program(*targets, *[outs[b] for b in self.boundary])
+        for p, v in zip(self.positions, values):
+            outs[p] = v
+        del outs[self.n:]
+        return outs
+
+
+def _print_tail(bsym, printer):
+    run, targets = bsym.args
+    return f"outs = {printer.const(run)}(outs, ({''.join(provenance_expr(p, printer) + ', ' for p in targets)}))"
+
+
+tail_run = Symbol("epilogue.tail", "tail", meta=lambda *a: None, tags=(Tag.PYTHON, Tag.DONT_DCE), module="",
+                  printer=_print_tail)
+
+
+def _writebacks_and_tail(trace: Trace, writebacks, tail: TailRun):
+    """The writebacks of values the head computed, the tail on the tensors they wrote, the writebacks of its values."""
+    later = set(tail.positions)
+    targets = {position: prov for prov, position, _ in writebacks}
+    for prov, position, no_grad in writebacks:
+        if position not in later:
+            trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
+    trace.bound_symbols.append(BoundSymbol(tail_run, (tail, [targets[p] for _, p in tail.cuts]), {}, None))
+    for prov, position, no_grad in writebacks:
+        if position in later:
+            trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
 
 
 def _map(tree, fn):
