@@ -192,7 +192,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             executable = memory_passes(program, claimed)
         with _stage(stats, "codegen"):
             computation = codegen(traced, program, executable, options)
-            tail = compile_tail(program.tail, len(traced.trace.output), options, sized) if program.tail else None
+            tail = compile_tail(program.tail, options, sized) if program.tail else None
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
             copied = [w for w in program.writebacks if w.output_index not in executable.written_in_place]
@@ -609,10 +609,9 @@ class _TailTraced:
     inputs: tuple = ()  # (no DDP early gradients: the tail's inputs are no parameters)
 
 
-def compile_tail(tail: Tail, n: int, options: CompileOptions, sized: bool) -> tuple[TailRun, list]:
+def compile_tail(tail: Tail, options: CompileOptions, sized: bool) -> tuple[TailRun, list]:
     """(the runner the epilogue calls, the tail's traces): the tail through autodiff, rematerialization, claim, the
-    memory passes and codegen, as the head went (its callers' tensors require grad: it has a backward). n: the
-    number of the head's outputs before the boundary values appended for the tail."""
+    memory passes and codegen, as the head went (its callers' tensors require grad: it has a backward)."""
     p = Passing(_TailTraced(tail.trace), sized, options, None, traces=[tail.trace])
     _autodiff(p)
     if _remat_applies(p):
@@ -621,7 +620,7 @@ def compile_tail(tail: Tail, n: int, options: CompileOptions, sized: bool) -> tu
     program = Program([*p.traces, _with_sizes(p.forward) if sized else p.forward], p.backward, p.split, [])
     executable = memory_passes(program, claim_program(program, options, sized))
     run = codegen(_TailTraced(tail.trace), program, executable, options)
-    return TailRun(run, tail.cuts, tail.positions, tail.boundary, n), \
+    return TailRun(run, tail.cuts, tail.positions, tail.boundary, tail.n_outputs), \
         [executable.traces[-1], executable.backward_traces[-1]]
 
 

@@ -545,8 +545,10 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = _overwritten(old_root, new_root)
     if recorded:
         st.recorded.add(root)
-        if al.chain and not value.requires_grad and new_root.requires_grad:  # the view is in the graph too (its
-            st.cur[dst.name] = _replay_chain(st, al, new_root)  # gradient reaches the root), as in eager
+        if al.chain and new_root.requires_grad and (not value.requires_grad or _is_arg(st, root)):
+            # the view is in the graph too (its gradient reaches the root), as in eager; and a view of an input
+            # read after the write reads the input's new value (transforms/written_tails.py: the caller's tensor)
+            st.cur[dst.name] = _replay_chain(st, al, new_root)
     elif old_root.requires_grad or new_root.requires_grad:
         # a write autograd does not record (under no_grad, through .data or detach()): eager keeps the root's
         # autograd identity, so its later uses still send gradients to it, and only to it
@@ -565,6 +567,10 @@ def _write(st: _State, bsym: BoundSymbol):
     st.alias[out.name] = Alias(root, al.chain, al.meta, al.multi)
     st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
     st.derived[out.name] = st.version[root]
+
+
+def _is_arg(st: _State, name: str) -> bool:
+    return any(a.name == name for a in st.new.args)
 
 
 def _overwritten(old, values):

@@ -25,12 +25,13 @@ class Tail:
     trace: tail(*new values, *boundary values) -> the outputs at `positions`. cuts: (arg index, output position of
     its new value) per written input whose new value the tail reads (the caller's tensor is passed for it).
     positions: the flat output positions the tail computes (None in the head's output). boundary: the head's output
-    positions of the tail's other arguments (appended to the head's output)."""
+    positions of the tail's other arguments (appended to the head's output, after its n_outputs)."""
 
     trace: Trace
     cuts: tuple
     positions: tuple
     boundary: tuple
+    n_outputs: int
 
 
 def _ordered(bsym) -> bool:
@@ -112,7 +113,7 @@ def split_tail(trace: Trace, writebacks, keep_positions=(), no_grad_writes=()) -
     head.set_provenance("Written-input tails (the head: what does not read a written input's new value)", t.seconds)
     tail.set_provenance("Written-input tails (the tail: run on the caller's tensors after the writeback)", t.seconds)
     return head, Tail(tail, tuple((a, p) for a, p, _ in cuts), positions,
-                      tuple(range(len(outs), len(outs) + len(boundary))))
+                      tuple(range(len(outs), len(outs) + len(boundary))), len(outs))
 
 
 def _refuse_if_read(trace: Trace, at: int, values):
