@@ -321,9 +321,7 @@ def _written_tails(p: Passing):
     """What reads the new value of a written input that requires grad runs after the writeback, on the caller's
     tensor (transforms/written_tails.py): gradients through that tensor then reach it, as eager's do."""
     keep = {i for _, _, positions in views_of_written(p.traced, p.writebacks) for i in positions}
-    no_grad = {w.arg_index for w in p.writebacks
-               if p.traced.inputs[w.arg_index].proxy.requires_grad and not w.recorded}
-    head, p.tail = split_tail(p.traces[-1], p.writebacks, keep, no_grad)
+    head, p.tail = split_tail(p.traces[-1], p.writebacks, keep)
     if p.tail is not None:
         p.traces.append(head)
 

@@ -88,7 +88,7 @@ WRITES = [setitem_last, add_whole, mul_through_select, flat_view_slice, named_vi
 # -- the arguments: x as the caller makes it; a (upstream of x) and w require grad ----------------------------------
 def make(kind: str, seed: int):
     g = torch.Generator().manual_seed(seed)
-    a = torch.randn(3, 4, generator=g, dtype=torch.float64).requires_grad_()
+    a = torch.randn(3, 5 if kind.endswith("view") else 4, generator=g, dtype=torch.float64).requires_grad_()
     w = torch.randn(4, generator=g, dtype=torch.float64).requires_grad_()
     if kind == "plain":  # no grad
         x = a.detach().clone()
@@ -96,6 +96,10 @@ def make(kind: str, seed: int):
         x = a * 2
     elif kind == "leaf":  # a leaf that requires grad: eager refuses to write into it
         x = a.detach().clone().requires_grad_()
+    elif kind == "nonleaf view":  # a strided view of a tensor the caller made (the write rebases its base too)
+        x = (a * 2)[:, 1:]
+    elif kind == "plain view":
+        x = a.detach().clone()[:, 1:]
     else:
         raise ValueError(kind)
     return a, w, x
@@ -179,7 +183,7 @@ def check(jfn, fn, kind: str, how: str, calls: int = 2):
 
 
 @pytest.mark.parametrize("cache", CACHE_MODES)
-@pytest.mark.parametrize("kind", ["plain", "nonleaf", "leaf"])
+@pytest.mark.parametrize("kind", ["plain", "nonleaf", "leaf", "nonleaf view", "plain view"])
 @pytest.mark.parametrize("fn", WRITES, ids=lambda f: f.__name__)
 def test_matrix(fn, kind, cache):
     for how in HOWS:

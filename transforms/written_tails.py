@@ -38,19 +38,24 @@ def _ordered(bsym) -> bool:
     return bool(_ORDERED & set(bsym.sym.tags))
 
 
-def split_tail(trace: Trace, writebacks, keep_positions=(), no_grad_writes=()) -> tuple[Trace, Tail | None]:
+def split_tail(trace: Trace, writebacks, keep_positions=()) -> tuple[Trace, Tail | None]:
     """(head, tail), or (trace, None) when no line reads the new value of a written input that requires grad.
 
     writebacks: transforms.functionalize's. keep_positions: output positions the head computes even where they read
-    a new value (views of a written input: the epilogue makes them views of the caller's tensor). no_grad_writes:
-    the arg indices written back under no_grad (the caller's tensor keeps its history: nothing to split)."""
+    a new value (views of a written input: the epilogue makes them views of the caller's tensor). A value written
+    under no_grad into an input that requires grad is a new value too: the caller's tensor keeps its history, and
+    where it is a view, eager regenerates that view's grad_fn after the write; either way later reads go through
+    the caller's tensor as it is then."""
     outs = list(trace.output) if isinstance(trace.output, (tuple, list)) else None
     if outs is None or any(isinstance(o, (list, tuple, dict)) for o in outs):  # (the computation's are flat)
         return trace, None
     cuts = []
+    detached = {b.output.name: b.args[0] for b in trace.bound_symbols if b.sym.id == "prims.stop_gradient"}
     for w in writebacks:
         v = outs[w.output_index] if w.output_index < len(outs) else None
-        if isinstance(v, TensorProxy) and v.requires_grad and w.arg_index not in no_grad_writes:
+        if isinstance(v, TensorProxy) and not w.recorded and v.name in detached:  # (written back under no_grad)
+            v = detached[v.name]
+        if isinstance(v, TensorProxy) and v.requires_grad:
             cuts.append((w.arg_index, w.output_index, v))
     if not cuts:
         return trace, None
@@ -72,6 +77,8 @@ def split_tail(trace: Trace, writebacks, keep_positions=(), no_grad_writes=()) -
         if not tail_lines:
             return trace, None
         made_in_tail = tainted - cut_names
+        # (a cut's own writeback value stays in the head: a write under no_grad writes back its detached value)
+        keep_positions = {*keep_positions, *(p for _, p, _ in cuts)}
         positions = tuple(i for i, o in enumerate(outs) if isinstance(o, Proxy) and o.name in made_in_tail and
                           i not in keep_positions)
         if not positions:  # (only views of the written inputs read them: the epilogue makes those)
