@@ -192,21 +192,21 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             executable = memory_passes(program, claimed)
         with _stage(stats, "codegen"):
             computation = codegen(traced, program, executable, options)
-            tail = compile_tail(program.tail, options, sized) if program.tail else None
+            tails = [compile_tail(tail, options, sized) for tail in program.tails]
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
             copied = [w for w in program.writebacks if w.output_index not in executable.written_in_place]
             saved = {p.name for p in program.split.saved if isinstance(p, Proxy)} if program.split else set()
             guarded = guard(traced, copied, predicates, Roots(args, kwargs, fn), symbolic,
                             _hooks_guard(program, options), autodiff=program.split is not None, saved=saved,
-                            tail=tail and tail[0])
+                            tails=tuple(run for run, _ in tails))
     epilogue = guarded.epilogue
     entry = CacheEntry(
         guarded.prologues,
         Compiled(computation, guarded.run_epilogue, traced.output_spec, traced.n_outputs,
                  mutated_inputs=tuple(w.arg_index for w in program.writebacks)),
-        EntryRecord(executable.traces, executable.backward_traces, ([epilogue] if epilogue else []) + (tail[1] if tail
-                    else []), stats,
+        EntryRecord(executable.traces, executable.backward_traces,
+                    ([epilogue] if epilogue else []) + [t for _, traces in tails for t in traces], stats,
                     value_dependent=value_dependence(traced),
                     external_effect=external_effect(traced.side_effects, fn) if options.verify else ""))
     if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
@@ -252,7 +252,7 @@ class Program:
     hooks: SavedHooks | None = None  # the saved-tensor hooks of the programs (None: none, or no backward)
     early_grads: tuple = ()  # input positions whose gradients the backward hands over as computed (under DDP)
     extra_grads: tuple = ()  # per backward output after one per input: the input it is one more contribution to
-    tail: Tail | None = None  # what reads written inputs' new values, run by the epilogue (transforms/written_tails)
+    tails: tuple = ()  # what reads written inputs' new values, run by the epilogue (transforms/written_tails.py)
 
 
 @dataclass
@@ -273,7 +273,7 @@ class Passing:
     backward: list = field(default_factory=list)
     early: tuple = ()  # DDP: input positions whose gradients the backward hands over as computed
     extra_grads: tuple = ()  # the grad transform's Split.extra_grads
-    tail: Tail | None = None  # written_tails.split_tail's
+    tails: tuple = ()  # written_tails.split_tail's
 
     def keep(self, trace: Trace) -> None:
         """Append a forward to the history (its sizes defined at the top under symbolic sizes)."""
@@ -321,8 +321,8 @@ def _written_tails(p: Passing):
     """What reads the new value of a written input that requires grad runs after the writeback, on the caller's
     tensor (transforms/written_tails.py): gradients through that tensor then reach it, as eager's do."""
     keep = {i for _, _, positions in views_of_written(p.traced, p.writebacks) for i in positions}
-    head, p.tail = split_tail(p.traces[-1], p.writebacks, keep)
-    if p.tail is not None:
+    head, p.tails = split_tail(p.traces[-1], p.writebacks, keep)
+    if p.tails:
         p.traces.append(head)
 
 
@@ -429,9 +429,9 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
     if p.split is None:  # the last pass's trace is the program
         forward = p.traces.pop()
         return Program([*p.traces, _with_sizes(forward) if symbolic else forward], [], None, p.writebacks,
-                       tail=p.tail)
+                       tails=p.tails)
     return Program([*p.traces, _with_sizes(p.forward) if symbolic else p.forward], p.backward, p.split, p.writebacks,
-                   p.hooks, p.early, p.extra_grads, p.tail)
+                   p.hooks, p.early, p.extra_grads, p.tails)
 
 
 def _check_written_inputs(traced, writebacks):
@@ -582,7 +582,7 @@ class Guarded:
 
 
 def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool,
-          saved_hooks=False, autodiff: bool = False, saved=frozenset(), tail: TailRun | None = None) -> Guarded:
+          saved_hooks=False, autodiff: bool = False, saved=frozenset(), tails: tuple = ()) -> Guarded:
     """Stage "guards": the prologues (every guard of the trace, the predicates the stages recorded, the saved-tensor
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
     the forward saves for backward (an input among them needs no guard that it is no inference tensor)."""
@@ -593,7 +593,7 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks), tail)
+                              views_of_written(traced, writebacks), tails)
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

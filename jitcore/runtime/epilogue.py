@@ -358,7 +358,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=(), inputs=None, views=(), tail: TailRun | None = None) -> Trace | None:
+                   returned=(), inputs=None, views=(), tails: tuple = ()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -373,8 +373,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     views: (provenance of an input tensor the program wrote into, the flat output position of its new value, the
     flat output positions that are views of that value): after the writeback those outputs become the same views
     of the caller's tensor (view_of_written), so that writes through them reach it, as in eager.
-    tail: the program computing what reads written inputs' new values (transforms/written_tails.py), run on the
-    callers' tensors once their writebacks are done; the writebacks of values it computes follow it.
+    tails: the programs computing what reads written inputs' new values (transforms/written_tails.py), each run on
+    the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     """
     if not side_effects and not writebacks and not escapes and not returned and not views:
         return None
@@ -391,8 +391,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if escapes:
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
-        if tail is not None:  # its values may be stored in the objects built below
-            _writebacks_and_tail(trace, writebacks, tail)
+        if tails:  # their values may be stored in the objects built below
+            _writebacks_and_tails(trace, writebacks, tails)
         if escapes:
             for b in escapes.built.values():
                 line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
@@ -405,11 +405,11 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
                 line("list", None, None)
             for position, value in escapes.outputs.items():
                 line("output", position, value)
-        if tail is None:
+        if not tails:
             for prov, position, no_grad in writebacks:
                 trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
                                                        None))
-        if (returned or views) and not (escapes and escapes.outputs) and tail is None:
+        if (returned or views) and not (escapes and escapes.outputs) and not tails:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
             line("fetch", f"r{k}", prov)
@@ -447,15 +447,19 @@ class TailRun:
     has), then the head's boundary outputs; its results take the positions the head left None, and the boundary
     outputs are dropped."""
 
-    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int):
+    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int | None):
         self.program, self.cuts, self.positions, self.boundary, self.n = program, cuts, positions, boundary, n
+        self.size = max(positions) + 1
 
     def __call__(self, outs, targets):
         outs = list(outs)
         values = self.program(*targets, *[outs[b] for b in self.boundary])
+        if len(outs) < self.size:  # (values a later tail reads)
+            outs += [None] * (self.size - len(outs))
         for p, v in zip(self.positions, values):
             outs[p] = v
-        del outs[self.n:]
+        if self.n is not None:  # the last tail: the values passed between them are dropped
+            del outs[self.n:]
         return outs
 
 
@@ -468,17 +472,22 @@ tail_run = Symbol("epilogue.tail", "tail", meta=lambda *a: None, tags=(Tag.PYTHO
                   printer=_print_tail)
 
 
-def _writebacks_and_tail(trace: Trace, writebacks, tail: TailRun):
-    """The writebacks of values the head computed, the tail on the tensors they wrote, the writebacks of its values."""
-    later = set(tail.positions)
+def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple):
+    """The writebacks of values the head computed, then each tail on the tensors written so far, followed by the
+    writebacks of the values it computed (that no later tail recomputes)."""
     targets = {position: prov for prov, position, _ in writebacks}
-    for prov, position, no_grad in writebacks:
-        if position not in later:
-            trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
-    trace.bound_symbols.append(BoundSymbol(tail_run, (tail, [targets[p] for _, p in tail.cuts]), {}, None))
-    for prov, position, no_grad in writebacks:
-        if position in later:
-            trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
+    stage = {}  # writeback position -> the index of the last tail computing it (-1: the head)
+    for k, tail in enumerate(tails):
+        for p in tail.positions:
+            stage[p] = k
+    for k in range(-1, len(tails)):
+        if k >= 0:
+            trace.bound_symbols.append(BoundSymbol(tail_run, (tails[k], [targets[p] for _, p in tails[k].cuts]), {},
+                                                   None))
+        for prov, position, no_grad in writebacks:
+            if stage.get(position, -1) == k:
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
+                                                       None))
 
 
 def _map(tree, fn):
