@@ -206,7 +206,7 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
         Compiled(computation, guarded.run_epilogue, traced.output_spec, traced.n_outputs,
                  mutated_inputs=tuple(w.arg_index for w in program.writebacks)),
         EntryRecord(executable.traces, executable.backward_traces,
-                    ([epilogue] if epilogue else []) + [t for _, traces in tails for t in traces], stats,
+                    [t for _, traces in tails for t in traces] + ([epilogue] if epilogue else []), stats,
                     value_dependent=value_dependence(traced),
                     external_effect=external_effect(traced.side_effects, fn) if options.verify else ""))
     if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
