@@ -354,3 +354,28 @@ def test_module_buffer(cache):
         for g, e in zip(call(jitted, jm, step), call(eager, eager, step)):
             torch.testing.assert_close(g, e)
         eager.state.detach_(), jitted.state.detach_()  # (the next step starts from the values, as a training loop)
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_view_of_input_written_in_a_later_tail(cache):
+    """A view of y returned, y written through it with a value from x's new value (fuzz seed 147): the view is made
+    by the tail that computes y's new value, so it is the same view of the caller's y, as eager's."""
+    def f(x, y, w):
+        x.mul_(w.exp().mean())
+        v = y[1:]
+        v.add_(x.mean())
+        return v, (y * 2).sin()
+
+    def call(fn):
+        x, y, w = torch.ones(3), torch.zeros(4), torch.linspace(-1, 1, 3).requires_grad_()
+        v, t = fn(x, y, w)
+        assert v.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+        grads = torch.autograd.grad(v.sum() * 3 + (t * torch.arange(4.0)).sum() + (y * x.sum()).sum(), [x, y, w])
+        with torch.no_grad():
+            v[0] = 7.0  # (reaches y)
+        return [v.detach(), t.detach(), x, y, *grads]
+
+    jf = jitcore.jit(f, cache=cache)
+    for _ in range(2):
+        for g, e in zip(call(jf), call(f)):
+            torch.testing.assert_close(g, e)

@@ -42,12 +42,13 @@ def _ordered(bsym) -> bool:
     return bool(_ORDERED & set(bsym.sym.tags))
 
 
-def split_tail(trace: Trace, writebacks, keep_positions=()) -> tuple[Trace, tuple]:
+def split_tail(trace: Trace, writebacks, views=None) -> tuple[Trace, tuple]:
     """(head, tails): tails in the order they run, () (and the trace itself) when no line reads the new value of a
     written input that requires grad.
 
-    writebacks: transforms.functionalize's. keep_positions: output positions the head computes even where they read
-    a new value (views of a written input: the epilogue makes them views of the caller's tensor). A value written
+    writebacks: transforms.functionalize's. views: {output position: the output position of the new value it is a
+    view of}: the program that computes that value computes the view too (the epilogue makes it the same view of
+    the caller's tensor, which must share the value's memory). A value written
     under no_grad into an input that requires grad is a new value too: the caller's tensor keeps its history, and
     where it is a view, eager regenerates that view's grad_fn after the write; either way later reads go through
     the caller's tensor as it is then. A new value computed in a tail from another's (`x.add_(w); y.copy_(x * 2);
@@ -64,7 +65,7 @@ def split_tail(trace: Trace, writebacks, keep_positions=()) -> tuple[Trace, tupl
         if isinstance(v, TensorProxy) and v.requires_grad:
             cuts.append((w.arg_index, w.output_index, v))
     with Timer() as t:
-        split = _split(trace, outs, cuts, set(keep_positions))
+        split = _split(trace, outs, cuts, dict(views or {}))
         if split is None:
             return trace, ()
         head, tail, positions, boundary, demoted = split
@@ -72,7 +73,7 @@ def split_tail(trace: Trace, writebacks, keep_positions=()) -> tuple[Trace, tupl
         boundary = _copies_of_written(head, tail, boundary, written_args, len(outs))
         n = len(outs)
         tails = _chain(tail, [(a, p) for a, p, v in cuts if v.name not in {d[2].name for d in demoted}], positions,
-                       tuple(range(n, n + len(boundary))), n + len(boundary), demoted, n)
+                       tuple(range(n, n + len(boundary))), n + len(boundary), demoted, n, dict(views or {}))
     head.set_provenance("Written-input tails (the head: what does not read a written input's new value)", t.seconds)
     for k, tl in enumerate(tails):
         tl.trace.set_provenance(f"Written-input tails (tail {k}: run on the callers' tensors after their writeback)",
@@ -97,14 +98,15 @@ def _copies_of_written(head: Trace, tail: Trace, boundary: list, written: set, n
     return boundary
 
 
-def _chain(tail: Trace, cuts, positions, boundary, free: int, demoted, n: int) -> list:
+def _chain(tail: Trace, cuts, positions, boundary, free: int, demoted, n: int, views: dict) -> list:
     """The tails, in the order they run, from a tail (its cuts, output positions and boundary positions in the
     head's numbering) whose lines compute other written inputs' new values (demoted: (arg index, output position,
     proxy)): split again at those, its own tail's values taking positions from `free` on. n: the head's outputs
     before any boundary value (the last tail drops the rest)."""
     outs = list(tail.output)
     local = [(a, positions.index(p), v) for a, p, v in demoted]
-    split = _split(tail, outs, local, set()) if local else None
+    inside = {positions.index(v): positions.index(r) for v, r in views.items() if v in positions and r in positions}
+    split = _split(tail, outs, local, inside) if local else None
     if split is None:
         return [Tail(tail, tuple(cuts), tuple(positions), tuple(boundary), n)]
     first, rest, sub_positions, sub_boundary, sub_demoted = split
@@ -113,13 +115,13 @@ def _chain(tail: Trace, cuts, positions, boundary, free: int, demoted, n: int) -
     rest_cuts = [(a, positions[i]) for a, i, v in local if v.name not in {d[2].name for d in sub_demoted}]
     later = [(a, positions[i], v) for a, i, v in sub_demoted]
     return [head, *_chain(rest, rest_cuts, [positions[i] for i in sub_positions], extra, free + len(sub_boundary),
-                          later, n)]
+                          later, n, views)]
 
 
-def _split(trace: Trace, outs: list, cuts: list, keep_positions: set):
+def _split(trace: Trace, outs: list, cuts: list, views: dict):
     """(head, tail, the output positions the tail computes, the tail's other arguments (the head outputs them after
     `outs`), the cuts demoted: computed by the tail), or None when no output reads a cut. cuts: (key, output
-    position of its writeback value, the new value's proxy)."""
+    position of its writeback value, the new value's proxy); views: as split_tail's."""
     if not cuts:
         return None
     cut_names = {v.name for _, _, v in cuts}
@@ -137,8 +139,11 @@ def _split(trace: Trace, outs: list, cuts: list, keep_positions: set):
             tainted |= made
             ordered = ordered or _ordered(b)
     made_in_tail = tainted - cut_names
-    # (a cut's own writeback value stays in the head: a write under no_grad writes back its detached value)
-    keep_positions = {*keep_positions, *(p for _, p, _ in cuts)}
+    # a cut's own writeback value stays in the head (a write under no_grad writes back its detached value), and so
+    # do the views of a new value the head computes
+    keep_positions = {p for _, p, _ in cuts}
+    keep_positions |= {v for v, r in views.items()
+                       if r in keep_positions or not isinstance(outs[r], Proxy) or outs[r].name not in made_in_tail}
     positions = tuple(i for i, o in enumerate(outs) if isinstance(o, Proxy) and o.name in made_in_tail and
                       i not in keep_positions)
     if not positions:  # (only views of the written inputs read them: the epilogue makes those)
