@@ -81,8 +81,15 @@ def write_then_reduce_many(x, w):
     return m, (m * w).sum(), x.max()
 
 
+def view_before_write(x, w):  # (fuzz seed 590: the value written back is a dense copy of the new value)
+    t = x.view(-1)
+    x.view(-1)[:2] = w[:2] * 2
+    return t, (x * 2).sin()
+
+
 WRITES = [setitem_last, add_whole, mul_through_select, flat_view_slice, named_view, write_after_use, two_writes,
-          head_value_in_tail, returns_written, returns_view_of_written, no_grad_write, write_then_reduce_many]
+          head_value_in_tail, returns_written, returns_view_of_written, no_grad_write, write_then_reduce_many,
+          view_before_write]
 
 
 # -- the arguments: x as the caller makes it; a (upstream of x) and w require grad ----------------------------------

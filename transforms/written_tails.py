@@ -62,6 +62,8 @@ def split_tail(trace: Trace, writebacks, views=None) -> tuple[Trace, tuple]:
         v = outs[w.output_index] if w.output_index < len(outs) else None
         if isinstance(v, TensorProxy) and not w.recorded and v.name in detached:  # (written back under no_grad)
             v = detached[v.name]
+        if w.copy_of is not None:  # (the value written back is a dense copy of the new value the program reads)
+            v = w.copy_of
         if isinstance(v, TensorProxy) and v.requires_grad:
             cuts.append((w.arg_index, w.output_index, v))
     with Timer() as t:
