@@ -87,9 +87,15 @@ def view_before_write(x, w):  # (fuzz seed 590: the value written back is a dens
     return t, (x * 2).sin()
 
 
+def write_through_detach(x, w):  # (recorded on d; x keeps its own history, or none)
+    d = x.detach()
+    d.copy_(w * 2 + d)
+    return (x * 3).sum() + (d * 1).sum()
+
+
 WRITES = [setitem_last, add_whole, mul_through_select, flat_view_slice, named_view, write_after_use, two_writes,
           head_value_in_tail, returns_written, returns_view_of_written, no_grad_write, write_then_reduce_many,
-          view_before_write]
+          view_before_write, write_through_detach]
 
 
 # -- the arguments: x as the caller makes it; a (upstream of x) and w require grad ----------------------------------

@@ -60,7 +60,8 @@ def split_tail(trace: Trace, writebacks, views=None) -> tuple[Trace, tuple]:
     detached = {b.output.name: b.args[0] for b in trace.bound_symbols if b.sym.id == "prims.stop_gradient"}
     for w in writebacks:
         v = outs[w.output_index] if w.output_index < len(outs) else None
-        if isinstance(v, TensorProxy) and not w.recorded and v.name in detached:  # (written back under no_grad)
+        if isinstance(v, TensorProxy) and not w.recorded and v.name in detached and \
+                trace.args[w.arg_index].requires_grad:  # (written back under no_grad: it keeps its own history)
             v = detached[v.name]
         if w.copy_of is not None:  # (the value written back is a dense copy of the new value the program reads)
             v = w.copy_of
