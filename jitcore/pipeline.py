@@ -36,7 +36,14 @@ from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
 from jitcore.runtime.autograd import AutogradProgram, GradsApart, WithoutHistory, ddp_overlaps, first_inputs
 from jitcore.runtime.checked_runs import checked_run, has_checks
-from jitcore.runtime.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
+from jitcore.runtime.epilogue import (
+    TailRun,
+    build_epilogue,
+    nograd_views_of,
+    returned_inputs,
+    views_of_written,
+    writeback_specs,
+)
 from jitcore.runtime.fsdp_units import refuse_unhooked_shards
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
@@ -48,6 +55,7 @@ from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buf
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
 from transforms.saved_hooks import SavedHooks, hooks_for, saving, traced_or_warn
 from transforms.schedule import schedule
+from transforms.written_tails import Tail, split_tail
 
 
 # -- the options of jit() ----------------------------------------------------------------------------------------------
@@ -187,18 +195,21 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             computation = codegen(traced, program, executable, options)
             if has_checks(executable.traces[-1]):  # a failed check leaves the generators as they were
                 computation = checked_run(computation)
+            tails = [compile_tail(tail, options, sized) for tail in program.tails]
         predicates = list(recorded.items)  # what the stages above assumed of the symbolic values
         with _stage(stats, "guards"):
             copied = [w for w in program.writebacks if w.output_index not in executable.written_in_place]
             saved = {p.name for p in program.split.saved if isinstance(p, Proxy)} if program.split else set()
             guarded = guard(traced, copied, predicates, Roots(args, kwargs, fn), symbolic,
-                            _hooks_guard(program, options), autodiff=program.split is not None, saved=saved)
+                            _hooks_guard(program, options), autodiff=program.split is not None, saved=saved,
+                            tails=tuple(run for run, _ in tails))
     epilogue = guarded.epilogue
     entry = CacheEntry(
         guarded.prologues,
         Compiled(computation, guarded.run_epilogue, traced.output_spec, traced.n_outputs,
                  mutated_inputs=tuple(w.arg_index for w in program.writebacks)),
-        EntryRecord(executable.traces, executable.backward_traces, [epilogue] if epilogue else [], stats,
+        EntryRecord(executable.traces, executable.backward_traces,
+                    [t for _, traces in tails for t in traces] + ([epilogue] if epilogue else []), stats,
                     value_dependent=value_dependence(traced),
                     external_effect=external_effect(traced.side_effects, fn) if options.verify else ""))
     if ir_lint.CHECK:  # the trace checker (on in the tests): every trace the entry keeps
@@ -244,6 +255,7 @@ class Program:
     hooks: SavedHooks | None = None  # the saved-tensor hooks of the programs (None: none, or no backward)
     early_grads: tuple = ()  # input positions whose gradients the backward hands over as computed (under DDP)
     extra_grads: tuple = ()  # per backward output after one per input: the input it is one more contribution to
+    tails: tuple = ()  # what reads written inputs' new values, run by the epilogue (transforms/written_tails.py)
 
 
 @dataclass
@@ -264,6 +276,7 @@ class Passing:
     backward: list = field(default_factory=list)
     early: tuple = ()  # DDP: input positions whose gradients the backward hands over as computed
     extra_grads: tuple = ()  # the grad transform's Split.extra_grads
+    tails: tuple = ()  # written_tails.split_tail's
 
     def keep(self, trace: Trace) -> None:
         """Append a forward to the history (its sizes defined at the top under symbolic sizes)."""
@@ -301,6 +314,19 @@ def _functionalize(p: Passing):
     if functional is not p.traces[-1]:
         p.traces.append(functional)
         _check_written_inputs(p.traced, p.writebacks)
+
+
+def _tails_apply(p: Passing) -> bool:
+    return bool(p.writebacks) and torch.is_grad_enabled() and _needs_autodiff(p.traces[-1])
+
+
+def _written_tails(p: Passing):
+    """What reads the new value of a written input that requires grad runs after the writeback, on the caller's
+    tensor (transforms/written_tails.py): gradients through that tensor then reach it, as eager's do."""
+    views = {i: value_at for _, value_at, positions in views_of_written(p.traced, p.writebacks) for i in positions}
+    head, p.tails = split_tail(p.traces[-1], p.writebacks, views)
+    if p.tails:
+        p.traces.append(head)
 
 
 def _autodiff(p: Passing):
@@ -383,6 +409,7 @@ PASSES = (
     PassRow("functionalize", _always, _functionalize),
     PassRow("dce", _always, lambda p: p.traces.append(dce(p.traces[-1]))),
     PassRow("cse", _always, lambda p: p.traces.append(cse(p.traces[-1]))),
+    PassRow("written-input tails", _tails_apply, _written_tails),
     PassRow("autodiff", lambda p: _needs_autodiff(p.traces[-1]), _autodiff),
     PassRow("rematerialize", _remat_applies, _remat),
     PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks), _save_written_inputs),
@@ -404,9 +431,10 @@ def transform(traced: TraceResult, symbolic: bool, options: CompileOptions, hook
             row.run(p)
     if p.split is None:  # the last pass's trace is the program
         forward = p.traces.pop()
-        return Program([*p.traces, _with_sizes(forward) if symbolic else forward], [], None, p.writebacks)
+        return Program([*p.traces, _with_sizes(forward) if symbolic else forward], [], None, p.writebacks,
+                       tails=p.tails)
     return Program([*p.traces, _with_sizes(p.forward) if symbolic else p.forward], p.backward, p.split, p.writebacks,
-                   p.hooks, p.early, p.extra_grads)
+                   p.hooks, p.early, p.extra_grads, p.tails)
 
 
 def _check_written_inputs(traced, writebacks):
@@ -558,7 +586,7 @@ class Guarded:
 
 
 def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool,
-          saved_hooks=False, autodiff: bool = False, saved=frozenset()) -> Guarded:
+          saved_hooks=False, autodiff: bool = False, saved=frozenset(), tails: tuple = ()) -> Guarded:
     """Stage "guards": the prologues (every guard of the trace, the predicates the stages recorded, the saved-tensor
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
     the forward saves for backward (an input among them needs no guard that it is no inference tensor)."""
@@ -569,8 +597,33 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks))
+                              views_of_written(traced, writebacks), tails)
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
+
+
+# -- the tail of a program that reads written inputs' new values (transforms/written_tails.py) -------------------------
+@dataclass(frozen=True)
+class _TailTraced:
+    """What the autodiff pass and codegen read of a TraceResult, for a tail."""
+
+    trace: Trace
+    grads_apart: frozenset = frozenset()
+    inputs: tuple = ()  # (no DDP early gradients: the tail's inputs are no parameters)
+
+
+def compile_tail(tail: Tail, options: CompileOptions, sized: bool) -> tuple[TailRun, list]:
+    """(the runner the epilogue calls, the tail's traces): the tail through autodiff, rematerialization, claim, the
+    memory passes and codegen, as the head went (its callers' tensors require grad: it has a backward)."""
+    p = Passing(_TailTraced(tail.trace), sized, options, None, traces=[tail.trace])
+    _autodiff(p)
+    if _remat_applies(p):
+        _remat(p)
+    _backward_cse(p)
+    program = Program([*p.traces, _with_sizes(p.forward) if sized else p.forward], p.backward, p.split, [])
+    executable = memory_passes(program, claim_program(program, options, sized))
+    run = codegen(_TailTraced(tail.trace), program, executable, options)
+    return TailRun(run, tail.cuts, tail.positions, tail.boundary, tail.n_outputs), \
+        [executable.traces[-1], executable.backward_traces[-1]]
 
 
 def _hooks_guard(program: Program, options: CompileOptions):

@@ -447,6 +447,7 @@ class Outcome:
     result: object = None
     grads: list | None = None
     grad_error: BaseException | None = None
+    input_grads: tuple | None = None  # with respect to inputs written with history (_grads_through_inputs)
     inputs_after: list | None = None
     torch_rng: torch.Tensor | None = None
     py_rng: object = None
@@ -478,7 +479,10 @@ def run_once(fn, prog: Program, plan: CallPlan) -> Outcome:
     out.aliases = _aliases(out.result, args)
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
     outs = [t for t in _flat(out.result) if isinstance(t, torch.Tensor) and t.requires_grad]
-    if outs and leaves:
+    written = _written_with_history(args)
+    if written:
+        _grads_through_inputs(out, outs, leaves, written, plan.seed)
+    elif outs and leaves:
         gen = torch.Generator().manual_seed(plan.seed)
         try:  # eager itself may refuse (a no_grad view written in place): then gradients are not compared
             sum((t.float() * torch.randn(t.shape, generator=gen)).sum() for t in outs).backward()
@@ -488,6 +492,28 @@ def run_once(fn, prog: Program, plan: CallPlan) -> Outcome:
     out.inputs_after = [(a.detach().clone(), a.requires_grad, a.grad_fn is None) if isinstance(a, torch.Tensor) else a
                         for a in args]
     return out
+
+
+# -- gradients through the inputs as they are after the call (issue 38 item 4) --------------------------------------
+def _written_with_history(args) -> list:
+    """The input tensors that carry autograd history after the call: inputs without grad that the function wrote
+    values requiring grad into (eager rebases them onto the write's history)."""
+    return [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and not a.is_leaf]
+
+
+def _grads_through_inputs(out: Outcome, outs: list, leaves: list, written: list, seed: int):
+    """The loss also reads the written inputs as they are after the call, and is differentiated with respect to
+    them (out.input_grads, compared with eager's: the function's own later uses of the input count) before the
+    leaves' backward."""
+    gen = torch.Generator().manual_seed(seed)
+    try:  # (eager may refuse: a value its backward saved was written afterwards; then gradients are not compared)
+        terms = [(t.float() * torch.randn(t.shape, generator=gen)).sum() for t in outs + written]
+        loss = sum(terms[1:], terms[0])
+        out.input_grads = torch.autograd.grad(loss, written, retain_graph=bool(leaves), allow_unused=True)
+        if leaves:
+            loss.backward()
+    except Exception as e:
+        out.grad_error = e
 
 
 def _flat(obj) -> list:
@@ -605,6 +631,14 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
                                 f"{'None' if e is None else 'a tensor'}")
             elif e is not None:
                 _close(f"grad of input {i}", *_singular_alike(g, e), problems, loose)
+        for i, (g, e) in enumerate(zip(jit.input_grads or (), eager.input_grads or ())):
+            if (g is None) != (e is None):
+                problems.append(f"grad w.r.t. written input {i} after the call: {'None' if g is None else 'a tensor'}"
+                                f" vs eager {'None' if e is None else 'a tensor'}")
+            elif e is not None:
+                _close(f"grad w.r.t. written input {i} after the call", *_singular_alike(g, e), problems, loose)
+        if (jit.input_grads is None) != (eager.input_grads is None):
+            problems.append("gradients through the inputs after the call: taken on one side only")
     if not torch.equal(jit.torch_rng, eager.torch_rng):
         problems.append("torch RNG state after the call differs from eager's")
     if jit.py_rng != eager.py_rng:

@@ -36,4 +36,8 @@ def load() -> dict[str, tuple[int, Callable]]:
 
 
 # one module per class family (tests/fuzz_class_<family>.py)
-CLASS_MODULES: tuple[str, ...] = ("tests.fuzz_class_alignment", "tests.fuzz_class_runtimesizes")
+CLASS_MODULES: tuple[str, ...] = (
+    "tests.fuzz_class_alignment",
+    "tests.fuzz_class_runtimesizes",
+    "tests.fuzz_class_argwrite",
+)

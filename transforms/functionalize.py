@@ -61,6 +61,7 @@ class Writeback:
     arg_index: int  # position in trace.args of the mutated input
     output_index: int  # position in the functional trace's output of its final value
     recorded: bool = True  # whether autograd recorded a write into it (else it is written back under no_grad)
+    copy_of: TensorProxy | None = None  # the new value, where the value written back is a dense copy of it
 
 
 @dataclass
@@ -71,6 +72,7 @@ class _State:
     version: dict = field(default_factory=dict)  # root name -> number of writes so far
     derived: dict = field(default_factory=dict)  # view name -> root version its cur value reflects
     recorded: set = field(default_factory=set)  # roots written at least once by a write autograd records
+    copies: dict = field(default_factory=dict)  # name of a dense copy of a new value made for an output -> the value
     producers: dict = field(default_factory=dict)  # name -> the line (at any depth) that computes it
     defined: set = field(default_factory=set)  # names defined by top-level lines of new (up to `seen` lines)
     seen: int = 0
@@ -109,8 +111,8 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
             for i, a in enumerate(trace.args):
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
                     recorded = a.name in st.recorded
-                    writebacks.append(Writeback(i, len(outs), recorded))
                     final = _read(st, a)
+                    writebacks.append(Writeback(i, len(outs), recorded, st.copies.get(final.name)))
                     if final.requires_grad and not recorded:  # copied back under no_grad: no gradient flows
                         final = pm.stop_gradient(final)  # through it (autograd would pass it zeros)
                     outs.append(final)  # with its gradient: the writeback records the write, like eager
@@ -160,7 +162,9 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
                     # the value written may repeat or skip memory (`x[:] = s.sum()` broadcasts, `x.copy_(y[:, ::2])`
                     # steps): no view of its memory says which view of the caller's tensor the output is, so the
                     # value written back is a dense copy of it, which the output views
-                    st.cur[viewed.name] = ltorch.clone(st.cur[viewed.name])
+                    value = st.cur[viewed.name]
+                    st.cur[viewed.name] = ltorch.clone(value)
+                    st.copies[st.cur[viewed.name].name] = st.copies.get(value.name, value)
                     made[st.cur[viewed.name].name] = st.new.bound_symbols[-1]
                 v = _replay_views(st, lines, st.cur[viewed.name])
         elif root is not None:
@@ -545,8 +549,10 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = _overwritten(old_root, new_root)
     if recorded:
         st.recorded.add(root)
-        if al.chain and not value.requires_grad and new_root.requires_grad:  # the view is in the graph too (its
-            st.cur[dst.name] = _replay_chain(st, al, new_root)  # gradient reaches the root), as in eager
+        if al.chain and new_root.requires_grad and (not value.requires_grad or _is_arg(st, root)):
+            # the view is in the graph too (its gradient reaches the root), as in eager; and a view of an input
+            # read after the write reads the input's new value (transforms/written_tails.py: the caller's tensor)
+            st.cur[dst.name] = _replay_chain(st, al, new_root)
     elif old_root.requires_grad or new_root.requires_grad:
         # a write autograd does not record (under no_grad, through .data or detach()): eager keeps the root's
         # autograd identity, so its later uses still send gradients to it, and only to it
@@ -565,6 +571,10 @@ def _write(st: _State, bsym: BoundSymbol):
     st.alias[out.name] = Alias(root, al.chain, al.meta, al.multi)
     st.cur[out.name] = st.cur[dst.name] if al.chain else new_root
     st.derived[out.name] = st.version[root]
+
+
+def _is_arg(st: _State, name: str) -> bool:
+    return any(a.name == name for a in st.new.args)
 
 
 def _overwritten(old, values):

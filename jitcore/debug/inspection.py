@@ -161,7 +161,9 @@ def last_prologue_traces(jfn) -> list:
 
 
 def last_epilogue_traces(jfn) -> list:
-    """The side-effect replay of the last call's entry (empty when the function wrote nothing outside).
+    """The side-effect replay of the last call's entry (empty when the function wrote nothing outside), last; before
+    it, the forward and backward of each tail the epilogue runs (what reads the new value of an input written with a
+    value that requires grad runs on the caller's tensor after its writeback: transforms/written_tails.py).
 
     >>> def inc(x):
     ...     x.add_(1)

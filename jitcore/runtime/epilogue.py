@@ -361,7 +361,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=(), inputs=None, views=()) -> Trace | None:
+                   returned=(), inputs=None, views=(), tails: tuple = ()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -376,6 +376,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     views: (provenance of an input tensor the program wrote into, the flat output position of its new value, the
     flat output positions that are views of that value): after the writeback those outputs become the same views
     of the caller's tensor (view_of_written), so that writes through them reach it, as in eager.
+    tails: the programs computing what reads written inputs' new values (transforms/written_tails.py), each run on
+    the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     """
     if not side_effects and not writebacks and not escapes and not returned and not views:
         return None
@@ -392,6 +394,9 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if escapes:
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
+        if tails:  # their values may be stored in the objects built below
+            _writebacks_and_tails(trace, writebacks, tails)
+        if escapes:
             for b in escapes.built.values():
                 line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
             for b in escapes.built.values():
@@ -403,9 +408,11 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
                 line("list", None, None)
             for position, value in escapes.outputs.items():
                 line("output", position, value)
-        for prov, position, no_grad in writebacks:
-            trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {}, None))
-        if (returned or views) and not (escapes and escapes.outputs):
+        if not tails:
+            for prov, position, no_grad in writebacks:
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
+                                                       None))
+        if (returned or views) and not (escapes and escapes.outputs) and not tails:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
             line("fetch", f"r{k}", prov)
@@ -435,6 +442,55 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             trace.bound_symbols.append(BoundSymbol(replay, (e, value), {}, None))
         trace.output = _Out("outs")
     return trace.set_provenance("Epilogue construction (side effects, escaping objects)", t.seconds)
+
+
+class TailRun:
+    """Runs a program's tail (transforms/written_tails.py) in the epilogue: `targets` are the callers' tensors just
+    written (the tail's first arguments, so that what it computes from them has their autograd history, as eager's
+    has), then the head's boundary outputs; its results take the positions the head left None, and the boundary
+    outputs are dropped."""
+
+    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int | None):
+        self.program, self.cuts, self.positions, self.boundary, self.n = program, cuts, positions, boundary, n
+        self.size = max(positions) + 1
+
+    def __call__(self, outs, targets):
+        outs = list(outs)
+        values = self.program(*targets, *[outs[b] for b in self.boundary])
+        if len(outs) < self.size:  # (values a later tail reads)
+            outs += [None] * (self.size - len(outs))
+        for p, v in zip(self.positions, values):
+            outs[p] = v
+        if self.n is not None:  # the last tail: the values passed between them are dropped
+            del outs[self.n:]
+        return outs
+
+
+def _print_tail(bsym, printer):
+    run, targets = bsym.args
+    return f"outs = {printer.const(run)}(outs, ({''.join(provenance_expr(p, printer) + ', ' for p in targets)}))"
+
+
+tail_run = Symbol("epilogue.tail", "tail", meta=lambda *a: None, tags=(Tag.PYTHON, Tag.DONT_DCE), module="",
+                  printer=_print_tail)
+
+
+def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple):
+    """The writebacks of values the head computed, then each tail on the tensors written so far, followed by the
+    writebacks of the values it computed (that no later tail recomputes)."""
+    targets = {position: prov for prov, position, _ in writebacks}
+    stage = {}  # writeback position -> the index of the last tail computing it (-1: the head)
+    for k, tail in enumerate(tails):
+        for p in tail.positions:
+            stage[p] = k
+    for k in range(-1, len(tails)):
+        if k >= 0:
+            trace.bound_symbols.append(BoundSymbol(tail_run, (tails[k], [targets[p] for _, p in tails[k].cuts]), {},
+                                                   None))
+        for prov, position, no_grad in writebacks:
+            if stage.get(position, -1) == k:
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
+                                                       None))
 
 
 def _map(tree, fn):
