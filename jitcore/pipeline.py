@@ -35,7 +35,7 @@ from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
 from jitcore.runtime.autograd import AutogradProgram, GradsApart, WithoutHistory, ddp_overlaps, first_inputs
-from jitcore.runtime.checked_runs import checked_run, has_checks
+from jitcore.runtime.checked_runs import checked_run, has_checks, has_checks_line, user_where
 from jitcore.runtime.epilogue import (
     TailRun,
     build_epilogue,
@@ -614,6 +614,13 @@ class _TailTraced:
 def compile_tail(tail: Tail, options: CompileOptions, sized: bool) -> tuple[TailRun, list]:
     """(the runner the epilogue calls, the tail's traces): the tail through autodiff, rematerialization, claim, the
     memory passes and codegen, as the head went (its callers' tensors require grad: it has a backward)."""
+    check = next((b for b in tail.trace.bound_symbols if has_checks_line(b)), None)
+    if check is not None:  # (it would fail after the writebacks, where the call can no longer run again)
+        raise UnsupportedError(
+            "data-dependent control flow", "a size known only at run time, counted from an argument's new value "
+            "after an in-place write whose value needs gradients, decides Python control flow: its check would run "
+            "after the argument was written, where another answer could no longer run the call again",
+            hint="count before writing into the argument, or write into a clone of it", where=user_where(check))
     p = Passing(_TailTraced(tail.trace), sized, options, None, traces=[tail.trace])
     _autodiff(p)
     if _remat_applies(p):

@@ -6,6 +6,7 @@ generators' states are saved before the run and put back on failure, and its pri
 """
 from __future__ import annotations
 
+import linecache
 import random
 
 import torch
@@ -18,7 +19,20 @@ from jitcore.ops.size_checks import check_size
 
 def has_checks(trace) -> bool:
     """Whether a line of the trace checks a run-time size."""
-    return any(b.sym is check_size for b in trace.bound_symbols)
+    return any(has_checks_line(b) for b in trace.bound_symbols)
+
+
+def has_checks_line(bsym) -> bool:
+    """Whether the line checks a run-time size."""
+    return bsym.sym is check_size
+
+
+def user_where(bsym) -> str | None:
+    """'file:line' and the source line of the user's code a trace line was recorded at, if known."""
+    if not bsym.user_stack:
+        return None
+    code, inst = bsym.user_stack[-1]
+    return f"{code.co_filename}:{inst.lineno}: {linecache.getline(code.co_filename, inst.lineno).strip()}"
 
 
 def checked_run(computation):
