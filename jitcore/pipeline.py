@@ -35,7 +35,14 @@ from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.trace import Timer, Trace, from_trace
 from jitcore.ops.autocast import outside_autocast
 from jitcore.runtime.autograd import AutogradProgram, GradsApart, WithoutHistory, ddp_overlaps, first_inputs
-from jitcore.runtime.epilogue import build_epilogue, nograd_views_of, returned_inputs, views_of_written, writeback_specs
+from jitcore.runtime.epilogue import (
+    build_epilogue,
+    nograd_views_of,
+    restrided_specs,
+    returned_inputs,
+    views_of_written,
+    writeback_specs,
+)
 from jitcore.runtime.fsdp_units import refuse_unhooked_shards
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
@@ -194,7 +201,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
     entry = CacheEntry(
         guarded.prologues,
         Compiled(computation, guarded.run_epilogue, traced.output_spec, traced.n_outputs,
-                 mutated_inputs=tuple(w.arg_index for w in program.writebacks)),
+                 mutated_inputs=tuple(sorted({w.arg_index for w in program.writebacks} |
+                                             {k for k, _, _ in traced.restrided}))),
         EntryRecord(executable.traces, executable.backward_traces, [epilogue] if epilogue else [], stats,
                     value_dependent=value_dependence(traced),
                     external_effect=external_effect(traced.side_effects, fn) if options.verify else ""))
@@ -563,9 +571,10 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
+    inputs.update({name: traced.inputs[k].provenance for k, name, _ in traced.restrided})  # (the caller's object)
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks))
+                              views_of_written(traced, writebacks), restrided_specs(traced))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

@@ -5,7 +5,7 @@ declared method by method. The frontend hands an implementation down with the tr
 """
 from __future__ import annotations
 
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, UnsupportedError
 
 
 class TracingServices:
@@ -78,6 +78,13 @@ class TracingServices:
         """The module globals of the interpreted frames, as user_stack lists them (warnings' registries). Default:
         ()."""
         return ()
+
+    def rebind_tensor(self, proxy, view, change) -> None:
+        """`x.unsqueeze_(0)`, `x.t_()`, ...: the tensor object the user's code holds (`proxy`) becomes `view` (a view
+        just recorded), keeping its identity; change: (method name, args, kwargs, grad mode) for the caller's tensor
+        when it is an input (jitcore/frontend/rebind.py). Default: refused (only the recording of a user's function
+        has tensor objects to change)."""
+        raise UnsupportedError("in-place metadata change", f"Tensor.{change[0]} outside the recording of a function")
 
     def note_default_device(self, device) -> None:
         """A tensor was made on torch's default device: the frontend has the prologue check it (a call after
