@@ -338,8 +338,10 @@ def _remat(p: Passing):
 
 
 def _save_written_inputs(p: Passing):
-    """The epilogue overwrites written inputs before the backward runs: the forward saves copies of them."""
+    """The epilogue overwrites written inputs before the backward runs, or changes their metadata in place (which
+    moves their version counter too): the forward saves copies of them."""
     written = {p.traced.trace.args[w.arg_index].name for w in p.writebacks}
+    written |= {p.traced.trace.args[k].name for k, _, _ in p.traced.restrided}
     p.forward = save_written_inputs_by_copy(p.forward, p.split.n_outputs, written)
 
 
@@ -390,7 +392,8 @@ PASSES = (
     PassRow("cse", _always, lambda p: p.traces.append(cse(p.traces[-1]))),
     PassRow("autodiff", lambda p: _needs_autodiff(p.traces[-1]), _autodiff),
     PassRow("rematerialize", _remat_applies, _remat),
-    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks), _save_written_inputs),
+    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or p.traced.restrided),
+            _save_written_inputs),
     PassRow("backward cse", _with_backward, _backward_cse),
     PassRow("saved-tensor hooks", lambda p: p.split is not None and p.hooks is not None, _saved_hooks),
     PassRow("fsdp backward order", lambda p: p.split is not None and p.sharded, _fsdp_backward_order),

@@ -121,7 +121,10 @@ def metadata_method(name: str):
         if new is not self:
             if not isinstance(new, TensorProxy) or new.dtype != self.dtype:
                 raise UnsupportedError("in-place metadata change", f"Tensor.{name} made no view of the tensor")
-            services().rebind_tensor(self, new, (name, args, kwargs, torch.is_grad_enabled()))
+            change = (name, args, kwargs)
+            if name == "resize_as_":  # (the epilogue replays it on the caller's tensor: with the sizes, not a tensor)
+                change = ("resize_", (tuple(new.shape),), kwargs)
+            services().rebind_tensor(self, new, (*change, torch.is_grad_enabled()))
         return self
 
     call.__name__ = name
