@@ -278,6 +278,35 @@ def test_eager_refusals(cache):
         check(fn, grad, cache)
 
 
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_as_strided_grad(cache):
+    """as_strided_ of a tensor that requires grad: values and gradients as eager's where no other view shares its
+    memory (as view ops where the strides nest, else the opaque as_strided); refused where one does (eager's autograd
+    then loses the gradients of the other views' elements that the new strides leave out)."""
+    def alone(x):
+        y = x * 2
+        y.as_strided_((2, 2), (1, 2))
+        y.mul_(2)
+        return y * 1
+
+    def overlapping(x):
+        y = x * 2
+        y.as_strided_((2, 2), (1, 1))
+        return y * 1
+
+    def with_views(x):
+        y = x * 2
+        v = y.view(-1)
+        y.as_strided_((2, 2), (1, 2))
+        return v, y
+
+    shapes = [_randn(3, 4, grad=True), _randn(3, 4, grad=True), _randn(5, 6, grad=True)]
+    check(alone, shapes, cache)
+    check(overlapping, shapes, cache)
+    with pytest.raises(UnsupportedError, match="shares memory with other views"):
+        jitcore.jit(with_views, cache=cache)(torch.randn(3, 4, requires_grad=True))
+
+
 def test_refused_growth_and_no_grad():
     def grow(x):
         x.resize_(x.numel() + 1)

@@ -7,13 +7,14 @@ change after the call (the epilogue replays it on the caller's tensor). Eager's 
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import torch
 
 from jitcore.errors import UnsupportedError
 from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import NumberProxy, TensorProxy
-from jitcore.ir.symbol import view_path
+from jitcore.ir.symbol import is_eager_view, view_path, viewed_tensor
 
 # the in-place methods (and torch functions) this module runs
 SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_",
@@ -26,7 +27,9 @@ _MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
 def _functional(name: str):
     """self, args -> the view eager's tensor becomes, as ops on proxies (the out-of-place method)."""
     plain = {"unsqueeze_": "unsqueeze", "squeeze_": "squeeze", "t_": "t", "transpose_": "transpose",
-             "swapaxes_": "transpose", "swapdims_": "transpose", "as_strided_": "as_strided"}.get(name)
+             "swapaxes_": "transpose", "swapdims_": "transpose"}.get(name)
+    if name == "as_strided_":
+        return _as_strided
     if plain is not None:
         return lambda self, *args, **kwargs: getattr(self, plain)(*args, **kwargs)
     if name == "resize_as_":
@@ -74,10 +77,55 @@ def _resized(self: TensorProxy, sizes: tuple, memory_format, name: str):
     return self.as_strided(sizes, tuple(reversed(strides)))
 
 
+def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
+    """self.as_strided(size, stride): as view ops of a contiguous self where the strides nest (each a multiple of the
+    next, past its extent) and the elements lie within self (writes through it are then followed: the fuzzer's
+    `x.as_strided_((2, 2), (1, 2))`); else the opaque as_strided over self's memory."""
+    size, stride = tuple(size), tuple(stride)
+    meta = self.eager_layout() if storage_offset is None and len(size) == len(stride) else None
+    if meta is not None and meta.is_contiguous() and all(type(n) is int and n > 0 for n in size) and \
+            all(type(s) is int and s > 0 for s in stride):
+        dims = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+        nested = all(stride[a] % stride[b] == 0 and stride[a] >= size[b] * stride[b] for a, b in pairwise(dims))
+        block = size[dims[0]] * stride[dims[0]] if dims else 1
+        if nested and block <= self.numel():
+            return _nested_view(self, size, stride, dims, block)
+    return self.as_strided(size, stride, storage_offset)
+
+
+def _nested_view(self, size, stride, dims, block):
+    """The as_strided view of a contiguous self with nested strides: its first `block` elements viewed as
+    (n1, s1 / s2, ..., s_k), each split dim narrowed to its size, the last taken at 0, permuted into place."""
+    flat = self.reshape(-1).narrow(0, 0, block)
+    if not dims:
+        return flat.reshape(size)
+    shape = [size[dims[0]]] + [stride[a] // stride[b] for a, b in pairwise(dims)] + [stride[dims[-1]]]
+    t = flat.view(shape).select(-1, 0)
+    for k, d in enumerate(dims[1:], start=1):
+        t = t.narrow(k, 0, size[d])
+    order = sorted(range(len(dims)), key=lambda k: dims[k])  # (the dims of t in place order)
+    t = t.permute(order)
+    for d in range(len(size)):
+        if size[d] == 1:
+            t = t.unsqueeze(d)
+    return t
+
+
+def _makers() -> dict:
+    return {o.name: b for scope in get_tracectx()._scopes for b in scope for o in b.flat_proxy_outs()}
+
+
+def _shares_memory(x: TensorProxy) -> bool:
+    """Whether x is a view, or other tensors view it (in the lines recorded so far)."""
+    makers = _makers()
+    if view_path(makers, x)[0]:
+        return True
+    return any(is_eager_view(b) and viewed_tensor(b) is x for b in makers.values())
+
+
 def _multi_view_of(x: TensorProxy) -> str | None:
     """The view op returning several views (split, unbind, ...) x comes from through views, if any."""
-    trace = get_tracectx()
-    makers = {o.name: b for scope in trace._scopes for b in scope for o in b.flat_proxy_outs()}
+    makers = _makers()
     lines, _ = view_path(makers, x)
     for b, _out in lines:
         if b.sym.id in _MULTI_VIEW_OPS:
@@ -100,6 +148,12 @@ def _eager_refusals(name: str, self: TensorProxy):
             "its shape without recording it, so its gradient no longer fits it", hint=f"use `y = y.{name[:-1]}(...)`")
     if self.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if name == "as_strided_" and _shares_memory(self):
+        raise UnsupportedError(
+            "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and shares memory with "
+            "other views: eager's autograd then sends the gradients of those views through the new strides (losing "
+            "those of the elements left out), which jitcore does not reproduce",
+            hint="use `y = y.as_strided(...)`, or clone() the tensor before as_strided_")
     multi = _multi_view_of(self)
     if multi is not None:
         raise RuntimeError(f"Output 0 of {multi.capitalize()} is a view and is being modified inplace. This view is "
