@@ -281,8 +281,9 @@ def test_eager_refusals(cache):
 @pytest.mark.parametrize("cache", CACHE_MODES)
 def test_as_strided_grad(cache):
     """as_strided_ of a tensor that requires grad: values and gradients as eager's where no other view shares its
-    memory (as view ops where the strides nest, else the opaque as_strided); refused where one does (eager's autograd
-    then loses the gradients of the other views' elements that the new strides leave out)."""
+    memory or where it is a view itself (as view ops where the strides nest, else the opaque as_strided); refused
+    where it is the base of other views (eager's autograd then loses the gradients of the other views' elements that
+    the new strides leave out)."""
     def alone(x):
         y = x * 2
         y.as_strided_((2, 2), (1, 2))
@@ -300,10 +301,20 @@ def test_as_strided_grad(cache):
         y.as_strided_((2, 2), (1, 2))
         return v, y
 
+    def a_view(x):
+        y = x * 2
+        v = y[1:]
+        w = y.view(-1)
+        u = v.view(-1)
+        v.as_strided_((2, 2), (1, 2))
+        v.mul_(3)
+        return w, v, u
+
     shapes = [_randn(3, 4, grad=True), _randn(3, 4, grad=True), _randn(5, 6, grad=True)]
     check(alone, shapes, cache)
     check(overlapping, shapes, cache)
-    with pytest.raises(UnsupportedError, match="shares memory with other views"):
+    check(a_view, shapes, cache)
+    with pytest.raises(UnsupportedError, match="the base of other views"):
         jitcore.jit(with_views, cache=cache)(torch.randn(3, 4, requires_grad=True))
 
 

@@ -115,12 +115,13 @@ def _makers() -> dict:
     return {o.name: b for scope in get_tracectx()._scopes for b in scope for o in b.flat_proxy_outs()}
 
 
-def _shares_memory(x: TensorProxy) -> bool:
-    """Whether x is a view, or other tensors view it (in the lines recorded so far)."""
+def _base_of_views(x: TensorProxy) -> bool:
+    """Whether other tensors view x (in the lines recorded so far) and x is no view itself (or an input, which may be
+    a view or not in the caller's hands)."""
     makers = _makers()
-    if view_path(makers, x)[0]:
-        return True
-    return any(is_eager_view(b) and viewed_tensor(b) is x for b in makers.values())
+    if not any(is_eager_view(b) and viewed_tensor(b) is x for b in makers.values()):
+        return False
+    return not view_path(makers, x)[0] or services().leaf_input(x) is not None
 
 
 def _multi_view_of(x: TensorProxy) -> str | None:
@@ -148,11 +149,11 @@ def _eager_refusals(name: str, self: TensorProxy):
             "its shape without recording it, so its gradient no longer fits it", hint=f"use `y = y.{name[:-1]}(...)`")
     if self.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if name == "as_strided_" and _shares_memory(self):
+    if name == "as_strided_" and _base_of_views(self):
         raise UnsupportedError(
-            "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and shares memory with "
-            "other views: eager's autograd then sends the gradients of those views through the new strides (losing "
-            "those of the elements left out), which jitcore does not reproduce",
+            "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and is the base of other "
+            "views: eager's autograd then sends the gradients of those views through the new strides (losing those "
+            "of the elements left out), which jitcore does not reproduce",
             hint="use `y = y.as_strided(...)`, or clone() the tensor before as_strided_")
     multi = _multi_view_of(self)
     if multi is not None:
