@@ -219,6 +219,39 @@ def test_resize_then_write(cache):
         jitcore.jit(_resize_then_write, cache=cache)(_randn(4, 3, t=True)()[0])
 
 
+def _resize_view(x):
+    y = x * 2
+    v = y.t()
+    v.resize_(v.shape[0])
+    v.add_(1)
+    return y, v, v.stride()
+
+
+def _as_strided_view(x):
+    y = x * 2
+    v = y[1:].t()
+    v.as_strided_((2, 2), (1, 2))
+    y.mul_(3)
+    return y, v * 1, v.storage_offset()
+
+
+def _resize_transposed_input(x):
+    y = x.t()
+    y.resize_(2, 2)
+    y.zero_()
+    return y * 1
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+@pytest.mark.parametrize("fn", [_resize_view, _as_strided_view, _resize_transposed_input])
+def test_strided_views_of_contiguous_memory(fn, cache):
+    """resize_ / as_strided_ of a non-contiguous view whose memory is a contiguous tensor's: view ops of that tensor
+    (writes through either reach the other, as in eager). (x * 2 of a transposed x is laid out transposed, as in
+    eager: then as_strided_ of its view is the opaque as_strided, and the write after it is refused.)"""
+    transposed = [] if fn is _as_strided_view else [_randn(4, 3, t=True)]
+    check(fn, [_randn(3, 4), _randn(3, 4), _randn(5, 6), *transposed], cache)
+
+
 @pytest.mark.parametrize("cache", CACHE_MODES)
 def test_argument_non_leaf_grad(cache):
     """A non-leaf argument that requires grad: eager records the change in its history (x.grad_fn after the call);

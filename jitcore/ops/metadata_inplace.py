@@ -70,33 +70,51 @@ def _resized(self: TensorProxy, sizes: tuple, memory_format, name: str):
         if n != have:
             flat = flat.narrow(0, 0, n)
         return flat.view(sizes)
+    sizes = tuple(s if type(s) is int else int(s) for s in sizes)
     strides, step = [], 1
     for s in reversed(sizes):
         strides.append(step)
-        step *= s if type(s) is int else int(s)
-    return self.as_strided(sizes, tuple(reversed(strides)))
+        step *= s
+    return _as_strided(self, sizes, tuple(reversed(strides)))
 
 
 def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
-    """self.as_strided(size, stride): as view ops of a contiguous self where the strides nest (each a multiple of the
-    next, past its extent) and the elements lie within self (writes through it are then followed: the fuzzer's
-    `x.as_strided_((2, 2), (1, 2))`); else the opaque as_strided over self's memory."""
+    """self.as_strided(size, stride): as view ops where the strides nest (each a multiple of the next, past its extent)
+    and the elements lie within a contiguous tensor, self or the one it views (writes through the result are then
+    followed: the fuzzer's `x.as_strided_((2, 2), (1, 2))`, resize_ of a transposed view); else the opaque as_strided
+    over self's memory."""
     size, stride = tuple(size), tuple(stride)
-    meta = self.eager_layout() if storage_offset is None and len(size) == len(stride) else None
-    if meta is not None and meta.is_contiguous() and all(type(n) is int and n > 0 for n in size) and \
+    if len(size) == len(stride) and all(type(n) is int and n > 0 for n in size) and \
             all(type(s) is int and s > 0 for s in stride):
         dims = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
         nested = all(stride[a] % stride[b] == 0 and stride[a] >= size[b] * stride[b] for a, b in pairwise(dims))
         block = size[dims[0]] * stride[dims[0]] if dims else 1
-        if nested and block <= self.numel():
+        meta = self.eager_layout() if nested and storage_offset is None else None
+        if meta is not None and meta.is_contiguous() and block <= self.numel():
             return _nested_view(self, size, stride, dims, block)
+        found = _within_root(self, block, storage_offset) if nested else None
+        if found is not None:
+            return _nested_view(found[0], size, stride, dims, block, found[1])
     return self.as_strided(size, stride, storage_offset)
 
 
-def _nested_view(self, size, stride, dims, block):
-    """The as_strided view of a contiguous self with nested strides: its first `block` elements viewed as
+def _within_root(self, block, storage_offset):
+    """(the contiguous tensor self views, where in it the storage offset is) when `block` elements from there lie
+    within it; else None."""
+    root = view_path(_makers(), self)[1]
+    if root is self:
+        return None
+    rmeta, smeta = root.eager_layout("exact"), self.eager_layout("exact")
+    if rmeta is None or smeta is None or not rmeta.is_contiguous():
+        return None
+    start = (smeta.storage_offset() if storage_offset is None else storage_offset) - rmeta.storage_offset()
+    return (root, start) if 0 <= start and start + block <= root.numel() else None
+
+
+def _nested_view(self, size, stride, dims, block, start=0):
+    """The as_strided view of a contiguous self with nested strides: `block` elements of it from `start` viewed as
     (n1, s1 / s2, ..., s_k), each split dim narrowed to its size, the last taken at 0, permuted into place."""
-    flat = self.reshape(-1).narrow(0, 0, block)
+    flat = self.reshape(-1).narrow(0, start, block)
     if not dims:
         return flat.reshape(size)
     shape = [size[dims[0]]] + [stride[a] // stride[b] for a, b in pairwise(dims)] + [stride[dims[-1]]]
