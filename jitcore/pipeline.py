@@ -40,6 +40,7 @@ from jitcore.runtime.epilogue import (
     TailRun,
     build_epilogue,
     nograd_views_of,
+    restrided_specs,
     returned_inputs,
     views_of_written,
     writeback_specs,
@@ -207,7 +208,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
     entry = CacheEntry(
         guarded.prologues,
         Compiled(computation, guarded.run_epilogue, traced.output_spec, traced.n_outputs,
-                 mutated_inputs=tuple(w.arg_index for w in program.writebacks)),
+                 mutated_inputs=tuple(sorted({w.arg_index for w in program.writebacks} |
+                                             {k for k, _, _ in traced.restrided}))),
         EntryRecord(executable.traces, executable.backward_traces,
                     [t for _, traces in tails for t in traces] + ([epilogue] if epilogue else []), stats,
                     value_dependent=value_dependence(traced),
@@ -359,8 +361,10 @@ def _remat(p: Passing):
 
 
 def _save_written_inputs(p: Passing):
-    """The epilogue overwrites written inputs before the backward runs: the forward saves copies of them."""
+    """The epilogue overwrites written inputs before the backward runs, or changes their metadata in place (which
+    moves their version counter too): the forward saves copies of them."""
     written = {p.traced.trace.args[w.arg_index].name for w in p.writebacks}
+    written |= {p.traced.trace.args[k].name for k, _, _ in p.traced.restrided}
     p.forward = save_written_inputs_by_copy(p.forward, p.split.n_outputs, written)
 
 
@@ -412,7 +416,8 @@ PASSES = (
     PassRow("written-input tails", _tails_apply, _written_tails),
     PassRow("autodiff", lambda p: _needs_autodiff(p.traces[-1]), _autodiff),
     PassRow("rematerialize", _remat_applies, _remat),
-    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks), _save_written_inputs),
+    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or p.traced.restrided),
+            _save_written_inputs),
     PassRow("backward cse", _with_backward, _backward_cse),
     PassRow("saved-tensor hooks", lambda p: p.split is not None and p.hooks is not None, _saved_hooks),
     PassRow("fsdp backward order", lambda p: p.split is not None and p.sharded, _fsdp_backward_order),
@@ -595,9 +600,10 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
+    inputs.update({name: traced.inputs[k].provenance for k, name, _ in traced.restrided})  # (the caller's object)
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks), tails)
+                              views_of_written(traced, writebacks), tails, restrided_specs(traced))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

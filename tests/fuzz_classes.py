@@ -40,4 +40,5 @@ CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_alignment",
     "tests.fuzz_class_runtimesizes",
     "tests.fuzz_class_argwrite",
+    "tests.fuzz_class_metainplace",
 )

@@ -485,9 +485,18 @@ def _requires_grad_in_place(x):
     return y
 
 
-@pytest.mark.parametrize("fn", [_unsqueeze_in_place, _t_in_place_unbound, _detach_in_place, _requires_grad_in_place])
+@pytest.mark.parametrize("fn", [_unsqueeze_in_place, _t_in_place_unbound])
+def test_in_place_shape_changes_run(fn):
+    # the tensor keeps its identity and takes the new shape (tests/test_inplace_metadata.py has the rest)
+    x = torch.randn(2, 3)
+    got, exp = jitcore.jit(fn)(x), fn(x)
+    assert got.shape == exp.shape and got.stride() == exp.stride()
+    torch.testing.assert_close(got, exp)
+
+
+@pytest.mark.parametrize("fn", [_detach_in_place, _requires_grad_in_place])
 def test_in_place_metadata_changes_raise_at_the_users_line(fn):
-    # the tensor keeps its identity but changes shape or autograd state: never a silently stale result
+    # the tensor keeps its identity but changes autograd state: never a silently stale result
     x = torch.randn(2, 3, requires_grad=fn is _detach_in_place)
     with pytest.raises(JitError, match="in place") as info:
         jitcore.jit(fn)(x)

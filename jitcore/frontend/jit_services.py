@@ -6,6 +6,7 @@ user frames only.
 from __future__ import annotations
 
 from jitcore.frontend.alignment import Addresses
+from jitcore.frontend.rebind import rebind_tensor
 from jitcore.ir.services import TracingServices
 from jitcore.runtime.autograd import refuse_inference_saves
 
@@ -70,3 +71,6 @@ class JitServices(HookServices):
 
     def note_default_device(self, device) -> None:
         self.default_device = device
+
+    def rebind_tensor(self, proxy, view, change) -> None:
+        rebind_tensor(self.ctx, proxy, view, change)

@@ -20,6 +20,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.frontend import arrays, standins
 from jitcore.frontend.jit_services import JitServices
 from jitcore.frontend.layouts import Layouts
+from jitcore.frontend.rebind import input_metadata_changes
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
@@ -86,6 +87,8 @@ class TraceResult:
     # names of the leaf inputs that require grad whose grad_dtype is not their dtype when traced: their gradient's
     # contributions stay apart, for autograd's engine to sum (transforms/autodiff.py grad_transform)
     grads_apart: frozenset = frozenset()
+    # (input position, name of the tensor the caller's tensor becomes, its changes): x.unsqueeze_(0) of an input
+    restrided: list = field(default_factory=list)
 
 
 def _in_checkpoint_sequential(fn) -> bool:
@@ -122,6 +125,7 @@ class JitContext(InterpreterHooks):
         self._runtime = None  # the interpreter's Runtime, attached when it starts (attach_runtime)
         # name -> True for the tensors eager makes as inference tensors, False for (views of) inference tensor inputs
         self.inference_tensors: dict = {}
+        self.metadata_changes: dict = {}  # id(proxy of an input's tensor) -> (it, its in-place metadata changes)
 
     def pinned(self, prov) -> bool:
         """Whether a call's object at `prov` is the one this trace saw: its identity is guarded, or it is not
@@ -743,7 +747,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
     apart = frozenset(i.proxy.name for i, t in pairs if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf
                       and compat.leaf_grad_dtype(t) != t.dtype)
     return TraceResult(trace, ctx.inputs, ctx.guards, result.side_effects, spec, len(leaves), strides, storages,
-                       ctx.aliases, escapes, apart)
+                       ctx.aliases, escapes, apart, input_metadata_changes(ctx))
 
 
 def prune_sizes(trace: Trace) -> Trace:

@@ -86,6 +86,13 @@ class TracingServices:
         ()."""
         return ()
 
+    def rebind_tensor(self, proxy, view, change) -> None:
+        """`x.unsqueeze_(0)`, `x.t_()`, ...: the tensor object the user's code holds (`proxy`) becomes `view` (a view
+        just recorded), keeping its identity; change: (method name, args, kwargs, grad mode) for the caller's tensor
+        when it is an input (jitcore/frontend/rebind.py). Default: refused (only the recording of a user's function
+        has tensor objects to change)."""
+        raise UnsupportedError("in-place metadata change", f"Tensor.{change[0]} outside the recording of a function")
+
     def note_default_device(self, device) -> None:
         """A tensor was made on torch's default device: the frontend has the prologue check it (a call after
         torch.set_default_device is another program). Default: nothing."""

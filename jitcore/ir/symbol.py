@@ -180,7 +180,7 @@ class Symbol:
         args, kwargs = self.canonical(args, kwargs)
         subs = _prune_number_ops(subs, out)  # size checks that only decided a branch (symbolic values) go first
         if _is_passthrough(out, (args, kwargs), subs):
-            if not _nograd_self_view(self, out):
+            if not _nograd_self_view(self, out) and not _user_self_view(self, out, trace):
                 return out
             with trace.subsymbol_scope() as subs:  # eager's view is a tensor of its own (requires grad, no history)
                 out = _alias(out)
@@ -302,6 +302,14 @@ def _nograd_self_view(sym, out) -> bool:
     result is another tensor than its input (it requires grad with no grad_fn, and no gradient reaches the input)."""
     return (not torch.is_grad_enabled() and sym.id in VIEW_OPS and isinstance(out, TensorProxy)
             and out.requires_grad)
+
+
+def _user_self_view(sym, out, trace) -> bool:
+    """A view op of the user's function that gave back its input (`x[:]`, `x.view(x.shape)`, `x.transpose(0, -1)` of
+    a 1-d x): eager's result is another tensor object, which an in-place metadata change of either (`x.t_()`) does
+    not reach (jitcore/ops/metadata_inplace.py), so it is one here too."""
+    return (sym.id in VIEW_OPS and isinstance(out, TensorProxy) and trace.at_top_level()
+            and services().records_user_code)
 
 
 def _alias(x):

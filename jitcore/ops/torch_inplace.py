@@ -19,6 +19,7 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_map
+from jitcore.ops.metadata_inplace import SHAPE_METHODS, metadata_function, metadata_method
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.rng_generators import gen_kwargs
@@ -36,10 +37,9 @@ _METADATA_INPLACE = frozenset({
     "squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "as_strided_",
     "set_", "detach_", "requires_grad_", "share_memory_", "retain_grad_", "rename_", "refine_names_", "align_to_",
 })
-# of those, the ones that change what later code sees (the others are named-tensor or storage-sharing calls)
-_METADATA_REFUSED = frozenset({
-    "squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_", "resize_as_", "as_strided_",
-    "set_", "detach_", "requires_grad_"})
+# of those, the ones that change what later code sees (the others are named-tensor or storage-sharing calls), which
+# are refused; the shape ones (SHAPE_METHODS) run: jitcore/ops/metadata_inplace.py
+_METADATA_REFUSED = frozenset({"set_", "detach_", "requires_grad_"})
 
 
 def write(op: str, self, value):
@@ -403,8 +403,8 @@ _OPAQUE_INPLACE: dict = {}
 
 
 def _metadata_inplace(name: str):
-    """x.unsqueeze_(0), x.t_(), x.detach_(), x.requires_grad_() inside a jitted function: the tensor keeps its
-    identity but changes shape or autograd state, which the trace (values flow through renamings) cannot express.
+    """x.set_(y), x.detach_(), x.requires_grad_() inside a jitted function: the tensor keeps its identity but changes
+    storage or autograd state, which the trace (values flow through renamings) cannot express.
     A call that changes nothing runs as the no-op it is; any other raises, never a silently stale tensor."""
     method = getattr(T, name)
 
@@ -425,14 +425,11 @@ _HINTS = {
     "requires_grad_": "make the tensor require grad outside the jitted function (a leaf created inside one has "
                       "no .grad to fill), or use `y = y.detach().requires_grad_()` eagerly",
     "set_": "assign a new tensor instead: `y = other`",
-    "resize_": "use `y = y.new_empty(shape)` or `y = y.reshape(shape)`",
-    "resize_as_": "use `y = y.new_empty(other.shape)` or `y = y.reshape_as(other)`",
 }
 
 
 def _metadata_unchanged(name, method, self, args, kwargs) -> bool:
-    """Whether the call would leave `self` as it is (same shape, strides, autograd state): checked on a meta
-    tensor for the shape-changing methods."""
+    """Whether the call would leave `self` as it is (autograd state)."""
     if not isinstance(self, TensorProxy):
         return False
     if name == "requires_grad_":
@@ -440,26 +437,15 @@ def _metadata_unchanged(name, method, self, args, kwargs) -> bool:
         return isinstance(flag, bool) and flag == self.requires_grad
     if name == "detach_":
         return not self.requires_grad
-    if name not in _SHAPE_METHODS or any(isinstance(a, proxies.Proxy) for a in (*args, *kwargs.values())):
-        return False
-    if not all(isinstance(d, int) for d in self.shape):
-        return False
-    try:
-        meta = torch.empty(tuple(self.shape), device="meta")
-        before = (meta.shape, meta.stride())
-        method(meta, *args, **kwargs)
-        return (meta.shape, meta.stride()) == before
-    except Exception:
-        return False
-
-
-_SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_"})
+    return False
 
 
 def _inplace_method(name: str):
     """The "inplace" Tensor-method fallback (proxies.METHOD_FALLBACKS, asked before the opaque one): a metadata
     in-place method refused, an in-place method as the opaque method over a clone plus the write; None for any other
     method (the opaque fallback takes it)."""
+    if name in SHAPE_METHODS:
+        return metadata_method(name)
     if name in _METADATA_REFUSED:
         return _metadata_inplace(name)
     if not name.endswith("_") or name.startswith("_") or name in _METADATA_INPLACE:
@@ -552,6 +538,9 @@ def opaque_inplace_call(fn):
         return None
     if found is not None:
         return found or None
+    if type(fn) is type(torch.add) and getattr(fn, "__name__", "") in SHAPE_METHODS:  # torch.as_strided_(x, ...)
+        _OPAQUE_INPLACE_FUNCTIONS[fn] = found = metadata_function(fn)
+        return found
     written = _written_arguments(fn)
     if written is None:
         _OPAQUE_INPLACE_FUNCTIONS[fn] = False  # asked once per callable

@@ -75,6 +75,24 @@ writeback = Symbol("epilogue.writeback", "writeback", meta=lambda *a: None, tags
                    module="", printer=_print_writeback)
 
 
+def _print_restride(bsym, printer):
+    prov, changes = bsym.args
+    return f"{printer.const(apply_metadata_changes)}({provenance_expr(prov, printer)}, {printer.value(changes)})"
+
+
+def apply_metadata_changes(x, changes):
+    """The caller's tensor x changed in place as the function changed it (`x.unsqueeze_(0)`, `x.t_()`, ...), by torch's
+    own methods, in order, each in the grad mode it was made in."""
+    for name, args, kwargs, grad in changes:
+        with torch.set_grad_enabled(grad):
+            getattr(x, name)(*args, **kwargs)
+
+
+# an input the function changed the metadata of (sizes, strides): the caller's tensor gets the change
+restride = Symbol("epilogue.restride", "restride", meta=lambda *a: None, tags=(Tag.PYTHON, Tag.DONT_DCE), module="",
+                  printer=_print_restride)
+
+
 def effect_proxies(side_effects, escapes: Escapes) -> list:
     """The proxies the side effects store (inside objects the call created too): the computation returns them."""
     out = []
@@ -361,7 +379,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=(), inputs=None, views=(), tails: tuple = ()) -> Trace | None:
+                   returned=(), inputs=None, views=(), tails: tuple = (), restrided=()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -378,8 +396,10 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     of the caller's tensor (view_of_written), so that writes through them reach it, as in eager.
     tails: the programs computing what reads written inputs' new values (transforms/written_tails.py), each run on
     the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
+    restrided: (provenance of an input tensor, its in-place metadata changes): replayed on the caller's tensor after
+    the writebacks and the views above (which read its layout as the program saw it).
     """
-    if not side_effects and not writebacks and not escapes and not returned and not views:
+    if not side_effects and not writebacks and not escapes and not returned and not views and not restrided:
         return None
     with Timer() as t:
         trace = Trace("epilogue")
@@ -422,6 +442,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             line("fetch", f"w{k}", prov)
             for i in positions:
                 line("output", i, _Viewed((_Out(f"w{k}"), _Out(f"outs[{i}]"), _Out(f"outs[{value_at}]"))))
+        for prov, changes in restrided:  # `x.t_()`: the caller's tensor x changes as the function's did
+            trace.bound_symbols.append(BoundSymbol(restride, (prov, changes), {}, None))
         stored = {}  # input tensor name -> the local the epilogue fetches it into
         for e in side_effects:
             for leaf in tree_flatten((e.value, e.args, e.kwargs))[0]:
@@ -535,8 +557,10 @@ def views_of_written(traced, writebacks) -> list:
         return []
     makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
     found: dict = {}
+    changed = {name for _, name, _ in traced.restrided}  # (the caller's tensor itself: returned_inputs)
     for i, o in enumerate(tree_leaves(traced.trace.output)):
-        root = view_root(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written else None
+        root = view_root(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written and \
+            o.name not in changed else None
         if root is not None and root.name in written:
             found.setdefault(root.name, []).append(i)
     return [(*written[name], tuple(positions)) for name, positions in found.items()]
@@ -545,17 +569,33 @@ def views_of_written(traced, writebacks) -> list:
 def returned_inputs(traced, writebacks, autodiff: bool) -> list:
     """(provenance, flat output positions) of the input tensors the function returns as they are: eager hands back
     the caller's own tensor. The computation returns a new tensor for one it wrote into (its new value) and, under
-    autodiff, for any (autograd.Function's output is a view of the input); the epilogue fetches the input instead."""
+    autodiff, for any (autograd.Function's output is a view of the input); the epilogue fetches the input instead.
+    So it does for an input whose metadata the function changed (`x.t_(); return x`): the program returns the view
+    it became, the epilogue the caller's tensor (changed the same way)."""
     written = {traced.trace.args[w.arg_index].name: w for w in writebacks}
+    out = _returned_restrided(traced)
     if not written and not autodiff:
-        return []
+        return out
     positions = {}
     for i, o in enumerate(tree_leaves(traced.trace.output)):
         if isinstance(o, TensorProxy):
             positions.setdefault(o.name, []).append(i)
-    out = []
     for inp in traced.inputs:
         p = inp.proxy
         if isinstance(p, TensorProxy) and p.name in positions and (autodiff or p.name in written):
             out.append((inp.provenance, tuple(positions[p.name])))
     return out
+
+
+def _returned_restrided(traced) -> list:
+    positions = {}
+    for i, o in enumerate(tree_leaves(traced.trace.output)):
+        if isinstance(o, TensorProxy):
+            positions.setdefault(o.name, []).append(i)
+    return [(traced.inputs[k].provenance, tuple(positions[name])) for k, name, _ in traced.restrided
+            if name in positions]
+
+
+def restrided_specs(traced) -> list:
+    """(provenance, changes) for each input whose metadata the function changed in place."""
+    return [(traced.inputs[k].provenance, changes) for k, _, changes in traced.restrided]

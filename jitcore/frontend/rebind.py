@@ -1,0 +1,66 @@
+"""Frontend: in-place metadata changes of a tensor object (`x.unsqueeze_(0)`, `x.t_()`, `x.resize_(n)`, recorded by
+jitcore/ops/metadata_inplace.py as the view the tensor becomes). The user's code holds one proxy object per tensor,
+so the two proxies trade places: the user's object takes the view's name and metadata (later reads and writes of it
+are of the view, with eager's aliasing), the view's object takes the old name and stands for the old tensor in every
+line recorded so far and as the input the prologue unpacks. The changes of an input's tensor are kept
+(JitContext.metadata_changes) for the epilogue to replay on the caller's tensor after the call.
+"""
+from __future__ import annotations
+
+from jitcore.errors import UnsupportedError
+from jitcore.ir.arith import concretize
+from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
+
+_SLOTS = ("name", "_shape", "_size", "dtype", "device", "requires_grad")
+
+
+def rebind_tensor(ctx, proxy: TensorProxy, view: TensorProxy, change: tuple):
+    """`proxy` (the object the user's code holds) becomes `view`; change: (method, args, kwargs, grad mode)."""
+    if type(proxy) is not TensorProxy or type(view) is not TensorProxy:
+        raise UnsupportedError("in-place metadata change", f"Tensor.{change[0]} of a {type(proxy).__name__}")
+    is_input = any(p is proxy for p in ctx._proxies.values())
+    if is_input:  # replayed by the epilogue on the caller's tensor: with this call's numbers (guarded)
+        name, args, kwargs, grad = change
+        change = (name, _concrete(args), _concrete(kwargs), grad)
+    for slot in _SLOTS:
+        a, b = getattr(proxy, slot), getattr(view, slot)
+        setattr(proxy, slot, b)
+        setattr(view, slot, a)
+    swap = {id(proxy): view, id(view): proxy}
+    for scope in ctx.trace._scopes:
+        for b in scope:
+            _swap_refs(b, swap)
+    for inp in ctx.inputs:
+        if inp.proxy is proxy:
+            inp.proxy = view
+    if is_input:
+        ctx.metadata_changes.setdefault(id(proxy), (proxy, []))[1].append(change)
+
+
+def _concrete(tree):
+    leaves, spec = tree_flatten(tree)
+    return tree_unflatten(spec, [concretize(x) if isinstance(x, NumberProxy) else x for x in leaves])
+
+
+def _swap_refs(bsym, swap: dict):
+    """bsym (and its subsymbols), each proxy object in swap replaced by its partner (in place: the recording's lines
+    are the same objects for every stage holding them)."""
+    for field in ("args", "kwargs", "output"):
+        tree = getattr(bsym, field)
+        leaves, spec = tree_flatten(tree)
+        if any(id(x) in swap for x in leaves):
+            setattr(bsym, field, tree_unflatten(spec, [swap.get(id(x), x) for x in leaves]))
+    for s in bsym.subsymbols:
+        _swap_refs(s, swap)
+
+
+def input_metadata_changes(ctx) -> list:
+    """(input position, the name of the tensor the caller's tensor becomes, its changes in order) for each input
+    whose tensor the function changed in place."""
+    out = []
+    for k, (inp, value) in enumerate(zip(ctx.inputs, ctx._values)):
+        now = ctx._proxies.get(id(value))
+        if now is not None and now is not inp.proxy and id(now) in ctx.metadata_changes:
+            out.append((k, now.name, tuple(ctx.metadata_changes[id(now)][1])))
+    return out

@@ -1,0 +1,214 @@
+"""Ops: in-place metadata changes (`x.unsqueeze_(0)`, `squeeze_`, `t_`, `transpose_`, `swapdims_`/`swapaxes_`,
+`as_strided_`, `resize_`/`resize_as_`). Each records the view eager's tensor becomes (unsqueeze, transpose, as_strided,
+a view of the first elements for resize_) and asks the frontend to make the user's tensor object that view
+(`services().rebind_tensor`): later reads and writes of that object are of the view, an argument's caller sees the
+change after the call (the epilogue replays it on the caller's tensor). Eager's refusals are raised as eager's.
+"""
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+
+import torch
+
+from jitcore.errors import UnsupportedError
+from jitcore.ir.context import get_tracectx, services
+from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.symbol import is_eager_view, view_path, viewed_tensor
+
+# the in-place methods (and torch functions) this module runs
+SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_",
+                           "resize_as_", "as_strided_"})
+# view ops returning several views: eager refuses an in-place change of one (or of a view of one) under autograd
+_MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
+    "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
+
+
+def _functional(name: str):
+    """self, args -> the view eager's tensor becomes, as ops on proxies (the out-of-place method)."""
+    plain = {"unsqueeze_": "unsqueeze", "squeeze_": "squeeze", "t_": "t", "transpose_": "transpose",
+             "swapaxes_": "transpose", "swapdims_": "transpose"}.get(name)
+    if name == "as_strided_":
+        return _as_strided
+    if plain is not None:
+        return lambda self, *args, **kwargs: getattr(self, plain)(*args, **kwargs)
+    if name == "resize_as_":
+        return lambda self, other, memory_format=None: _resized(self, tuple(other.shape), memory_format, name)
+    return lambda self, *sizes, memory_format=None: _resized(self, _sizes(sizes), memory_format, name)
+
+
+def _sizes(sizes) -> tuple:
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    for s in sizes:
+        if not isinstance(s, (int, NumberProxy)) or isinstance(s, bool):
+            raise TypeError(f"resize_(): argument 'size' must be tuple of ints, but found element of type "
+                            f"{type(s).__name__}")
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(sizes)}")
+    return tuple(sizes)
+
+
+def _resized(self: TensorProxy, sizes: tuple, memory_format, name: str):
+    """resize_ to at most self's number of elements: eager keeps the storage and its offset and lays the new sizes
+    out contiguously over it. A contiguous self: a view of its first elements (writes through it are followed);
+    another layout: as_strided over its memory. More elements than self has are refused (eager's new elements are
+    uninitialized memory, or other tensors' data)."""
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        raise UnsupportedError("in-place metadata change", f"Tensor.{name} with memory_format={memory_format}",
+                               hint="resize_ without memory_format, then permute the result")
+    n = math.prod(sizes) if sizes else 1
+    have = self.numel()
+    if n > have:
+        raise UnsupportedError(
+            "in-place metadata change", f"Tensor.{name} to {n} elements grows a tensor of {have}: eager's new "
+            "elements are uninitialized memory (or other tensors' data), which a traced program cannot reproduce",
+            hint="resize_ to at most as many elements, or make a new tensor (`torch.zeros(shape)`) and copy into it")
+    meta = self.eager_layout()
+    if meta is not None and meta.is_contiguous():
+        flat = self.view(-1) if self.ndim != 1 else self
+        if n != have:
+            flat = flat.narrow(0, 0, n)
+        return flat.view(sizes)
+    sizes = tuple(s if type(s) is int else int(s) for s in sizes)
+    strides, step = [], 1
+    for s in reversed(sizes):
+        strides.append(step)
+        step *= s
+    return _as_strided(self, sizes, tuple(reversed(strides)))
+
+
+def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
+    """self.as_strided(size, stride): as view ops where the strides nest (each a multiple of the next, past its extent)
+    and the elements lie within a contiguous tensor, self or the one it views (writes through the result are then
+    followed: the fuzzer's `x.as_strided_((2, 2), (1, 2))`, resize_ of a transposed view); else the opaque as_strided
+    over self's memory."""
+    size, stride = tuple(size), tuple(stride)
+    if len(size) == len(stride) and all(type(n) is int and n > 0 for n in size) and \
+            all(type(s) is int and s > 0 for s in stride):
+        dims = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+        nested = all(stride[a] % stride[b] == 0 and stride[a] >= size[b] * stride[b] for a, b in pairwise(dims))
+        block = size[dims[0]] * stride[dims[0]] if dims else 1
+        meta = self.eager_layout() if nested and storage_offset is None else None
+        if meta is not None and meta.is_contiguous() and block <= self.numel():
+            return _nested_view(self, size, stride, dims, block)
+        found = _within_root(self, block, storage_offset) if nested else None
+        if found is not None:
+            return _nested_view(found[0], size, stride, dims, block, found[1])
+    return self.as_strided(size, stride, storage_offset)
+
+
+def _within_root(self, block, storage_offset):
+    """(the contiguous tensor self views, where in it the storage offset is) when `block` elements from there lie
+    within it; else None."""
+    root = view_path(_makers(), self)[1]
+    if root is self:
+        return None
+    rmeta, smeta = root.eager_layout("exact"), self.eager_layout("exact")
+    if rmeta is None or smeta is None or not rmeta.is_contiguous():
+        return None
+    start = (smeta.storage_offset() if storage_offset is None else storage_offset) - rmeta.storage_offset()
+    return (root, start) if 0 <= start and start + block <= root.numel() else None
+
+
+def _nested_view(self, size, stride, dims, block, start=0):
+    """The as_strided view of a contiguous self with nested strides: `block` elements of it from `start` viewed as
+    (n1, s1 / s2, ..., s_k), each split dim narrowed to its size, the last taken at 0, permuted into place."""
+    flat = self.reshape(-1).narrow(0, start, block)
+    if not dims:
+        return flat.reshape(size)
+    shape = [size[dims[0]]] + [stride[a] // stride[b] for a, b in pairwise(dims)] + [stride[dims[-1]]]
+    t = flat.view(shape).select(-1, 0)
+    for k, d in enumerate(dims[1:], start=1):
+        t = t.narrow(k, 0, size[d])
+    order = sorted(range(len(dims)), key=lambda k: dims[k])  # (the dims of t in place order)
+    t = t.permute(order)
+    for d in range(len(size)):
+        if size[d] == 1:
+            t = t.unsqueeze(d)
+    return t
+
+
+def _makers() -> dict:
+    return {o.name: b for scope in get_tracectx()._scopes for b in scope for o in b.flat_proxy_outs()}
+
+
+def _base_of_views(x: TensorProxy) -> bool:
+    """Whether other tensors view x (in the lines recorded so far) and x is no view itself (or an input, which may be
+    a view or not in the caller's hands)."""
+    makers = _makers()
+    if not any(is_eager_view(b) and viewed_tensor(b) is x for b in makers.values()):
+        return False
+    return not view_path(makers, x)[0] or services().leaf_input(x) is not None
+
+
+def _multi_view_of(x: TensorProxy) -> str | None:
+    """The view op returning several views (split, unbind, ...) x comes from through views, if any."""
+    makers = _makers()
+    lines, _ = view_path(makers, x)
+    for b, _out in lines:
+        if b.sym.id in _MULTI_VIEW_OPS:
+            return b.sym.id.removeprefix("ltorch.")
+    b = makers.get(x.name)
+    if b is not None and b.sym.id in _MULTI_VIEW_OPS:
+        return b.sym.id.removeprefix("ltorch.")
+    return None
+
+
+def _eager_refusals(name: str, self: TensorProxy):
+    """The calls eager refuses (raised as eager raises them) and those jitcore cannot follow (refused clearly)."""
+    if name in ("resize_", "resize_as_") and self.requires_grad:
+        raise RuntimeError("cannot resize variables that require grad")
+    if not self.requires_grad:
+        return
+    if not torch.is_grad_enabled():
+        raise UnsupportedError(
+            "in-place metadata change", f"Tensor.{name} under no_grad of a tensor that requires grad: eager changes "
+            "its shape without recording it, so its gradient no longer fits it", hint=f"use `y = y.{name[:-1]}(...)`")
+    if self.is_leaf:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if name == "as_strided_" and _base_of_views(self):
+        raise UnsupportedError(
+            "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and is the base of other "
+            "views: eager's autograd then sends the gradients of those views through the new strides (losing those "
+            "of the elements left out), which jitcore does not reproduce",
+            hint="use `y = y.as_strided(...)`, or clone() the tensor before as_strided_")
+    multi = _multi_view_of(self)
+    if multi is not None:
+        raise RuntimeError(f"Output 0 of {multi.capitalize()} is a view and is being modified inplace. This view is "
+                           "the output of a function that returns multiple views. Such functions do not allow the "
+                           "output views to be modified inplace. You should replace the inplace operation by an "
+                           "out-of-place one.")
+
+
+def metadata_method(name: str):
+    """The Tensor method `name` (one of SHAPE_METHODS) on proxies: eager's refusals, then the view the tensor becomes,
+    made the tensor's own (the same object, new sizes and strides)."""
+    functional = _functional(name)
+
+    def call(self, *args, **kwargs):
+        if not isinstance(self, TensorProxy):
+            raise TypeError(f"Tensor.{name}: expected a tensor, got {type(self).__name__}")
+        _eager_refusals(name, self)
+        new = functional(self, *args, **kwargs)
+        if new is not self:
+            if not isinstance(new, TensorProxy) or new.dtype != self.dtype:
+                raise UnsupportedError("in-place metadata change", f"Tensor.{name} made no view of the tensor")
+            change = (name, args, kwargs)
+            if name == "resize_as_":  # (the epilogue replays it on the caller's tensor: with the sizes, not a tensor)
+                change = ("resize_", (tuple(new.shape),), kwargs)
+            services().rebind_tensor(self, new, (*change, torch.is_grad_enabled()))
+        return self
+
+    call.__name__ = name
+    return call
+
+
+def metadata_function(fn):
+    """torch.as_strided_(x, ...) / torch.resize_as_(x, y): the method on x."""
+    method = metadata_method(fn.__name__)
+
+    def call(self, *args, **kwargs):
+        return method(self, *args, **kwargs)
+
+    return call
