@@ -11,6 +11,7 @@ import torch
 from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ops import prims_complex as pcx
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import torch_elementwise as te
@@ -135,6 +136,8 @@ VJP_RULES["prims.where"] = where_vjp
 
 def convert_element_type_vjp(bsym, g):
     a = bsym.args[0]
+    if g.dtype.is_complex and not a.dtype.is_complex:  # (a real tensor made complex: the real part)
+        g = pcx.real(g)
     return (te.to_dtype(g, a.dtype),)
 
 

@@ -4,6 +4,7 @@ are the namespaces traces print (`prims.add`, `ltorch.gelu`); torch_map.py maps 
 # the families register their ops on import
 from jitcore.ops import (  # noqa: F401
     opaque,
+    prims_complex,
     prims_creation,
     prims_distributed,
     prims_elementwise,
@@ -14,6 +15,7 @@ from jitcore.ops import (  # noqa: F401
     prims_reduction,
     prims_shape,
     registry,
+    torch_complex,
     torch_creation,
     torch_elementwise,
     torch_index,

@@ -17,8 +17,8 @@ from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_complex, torch_map
 from jitcore.ops import torch_elementwise as te
-from jitcore.ops import torch_map
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.rng_generators import gen_kwargs
@@ -584,3 +584,15 @@ def opaque_inplace_call(fn):
 
 
 torch_map.FUNCTION_FALLBACKS.register("inplace", opaque_inplace_call)
+
+
+# -- `z.real = v`, `z.imag = v`: eager's setters copy v into the view -------------------------------------------------
+def _part_setter(part):
+    def set_part(z, value):
+        copy_(part(z), value)
+
+    return set_part
+
+
+proxies.register_tensor_setter("real", _part_setter(torch_complex.real))
+proxies.register_tensor_setter("imag", _part_setter(torch_complex.imag))
