@@ -761,7 +761,7 @@ def _inverse(p: BoundSymbol, base, value):
 
 # complex views: base with the view replaced by value
 _COMPLEX_INVERSES = {
-    "prims.conj": lambda base, value: pcx.conj(value),
+    "prims.conj": lambda base, value: pcx.conj_physical(value),  # (a new value: no lazy bit, as eager's base)
     "prims.real": lambda base, value: pcx.complex_(value, pcx.imag(base)),
     "prims.imag": lambda base, value: pcx.complex_(pcx.real(base), value),
     "prims.view_as_real": lambda base, value: pcx.view_as_complex(value),

@@ -13,18 +13,22 @@ from transforms.vjp_helpers import VJP_RULES, zeros_like
 
 # rows already in torch's convention for complex values (the ops are not holomorphic: conjugation, parts)
 # (prims.abs: |z| with a complex dtype, which a cast makes real; its row is g * sgn(z))
-DIRECT = frozenset({"prims.conj", "prims.complex", "prims.view_as_complex", "prims.real", "prims.imag",
+DIRECT = frozenset({"prims.conj", "prims.conj_physical", "prims.complex", "prims.view_as_complex", "prims.real", "prims.imag",
                     "prims.view_as_real", "prims.abs"})
 
 
-def _conj(x):
-    return pcx.conj(x) if isinstance(x, TensorProxy) and x.dtype.is_complex else x
+def _conj(x, physical=False):
+    if not (isinstance(x, TensorProxy) and x.dtype.is_complex):
+        return x
+    return pcx.conj_physical(x) if physical else pcx.conj(x)
 
 
-def conj_tree(x):
+def conj_tree(x, physical=True):
+    """x's complex tensors conjugated (physical: as tensors of their own, so a gradient never carries eager's lazy
+    conjugate bit, which eager's gradients do not)."""
     if isinstance(x, (tuple, list)):
-        return type(x)(conj_tree(v) for v in x)
-    return _conj(x)
+        return type(x)(conj_tree(v, physical) for v in x)
+    return _conj(x, physical)
 
 
 def conjugated(bsym) -> bool:
@@ -52,7 +56,7 @@ def _as_complex(g, dtype):
 
 
 def conj_vjp(bsym, g):
-    return (pcx.conj(g),)
+    return (pcx.conj_physical(g),)
 
 
 def real_vjp(bsym, g):
@@ -76,6 +80,7 @@ def complex_vjp(bsym, g):
 
 
 VJP_RULES["prims.conj"] = conj_vjp
+VJP_RULES["prims.conj_physical"] = conj_vjp
 VJP_RULES["prims.real"] = real_vjp
 VJP_RULES["prims.imag"] = imag_vjp
 VJP_RULES["prims.view_as_real"] = view_as_real_vjp

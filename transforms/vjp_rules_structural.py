@@ -26,7 +26,7 @@ def _via_torch_autograd(fn, bsym, gs):
     """Pull back by recomputing fn(*bsym.args, **bsym.kwargs) with torch.autograd at run time (torch's gradients of a
     holomorphic op conjugated, as the rows are written: transforms/vjp_rules_complex.py conjugates them back)."""
     if conjugated(bsym):
-        return conj_tree(tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(conj_tree(tuple(gs))))))
+        return conj_tree(tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(conj_tree(tuple(gs), physical=False)))))
     return tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(gs)))
 
 

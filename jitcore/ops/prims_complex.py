@@ -40,6 +40,13 @@ def conj(a):
     return a.like(requires_grad=requires_grad(a))
 
 
+@prim("prims.conj_physical", kernel=torch.conj_physical)
+def conj_physical(a):
+    """The complex conjugate of a as a tensor of its own (no lazy bit)."""
+    _complex_input("conj_physical", a)
+    return a.like(requires_grad=requires_grad(a))
+
+
 @prim("prims.real", kernel=torch.real)
 def real(a):
     """The real parts of a complex tensor (a view in eager)."""
