@@ -62,16 +62,18 @@ def check_calls(fn, make, sizes=(4, 4, 6), modes=CACHE_MODES, **jit_kwargs):
                 try:
                     out = f(*args)
                 except Exception as e:  # compared with the other side's
-                    sides.append((e, None, None, None))
+                    sides.append((e, None, None, None, None))
                     continue
                 outs = _flat(out)
+                shares = [[o.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in args
+                           if isinstance(a, torch.Tensor)] for o in outs if isinstance(o, torch.Tensor)]
                 loss = _loss(outs, torch.Generator().manual_seed(100 + k))
                 if isinstance(loss, torch.Tensor):
                     loss.backward()
                 grads = [leaf.grad for leaf in leaves]
                 sides.append((None, outs, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args],
-                              grads))
-            (err_e, out_e, args_e, grads_e), (err_j, out_j, args_j, grads_j) = sides
+                              grads, shares))
+            (err_e, out_e, args_e, grads_e, shares_e), (err_j, out_j, args_j, grads_j, shares_j) = sides
             where = f"{fn.__name__}, {mode}, call {k}"
             if err_e is not None or err_j is not None:
                 assert err_e is not None and isinstance(err_j, type(err_e)), \
@@ -82,6 +84,7 @@ def check_calls(fn, make, sizes=(4, 4, 6), modes=CACHE_MODES, **jit_kwargs):
                 _same(f"{where}: output {i}", g, e)
             for i, (g, e) in enumerate(zip(args_j, args_e)):
                 _same(f"{where}: argument {i} after the call", g, e)
+            assert shares_j == shares_e, f"{where}: outputs sharing the arguments' memory {shares_j}, eager {shares_e}"
             for i, (g, e) in enumerate(zip(grads_j, grads_e)):
                 assert (g is None) == (e is None), f"{where}: gradient {i} {g} vs eager {e}"
                 if e is not None:
@@ -232,19 +235,40 @@ def arg_conj_imag(z, x):
     return (z * z).real
 
 
+def arg_views_returned(z, x):
+    """Views of a written argument, returned: they view the caller's tensor, as eager's."""
+    z.real.mul_(2)
+    return z.imag, z.conj(), torch.view_as_real(z)[0], z.real * x
+
+
+def arg_conjugated_written(z, x):
+    z.real.add_(x)
+    z.imag[1] = 2
+    return z * 1, z.conj(), z[1:], z.real, torch.view_as_real(z.conj()) * 1
+
+
 def arg_real_of_complex_view(x, y):
     """A real argument written through a complex view of it (a rotation of its pairs)."""
     torch.view_as_complex(x.unflatten(-1, (-1, 2))).mul_(torch.polar(torch.ones(()), y.sum()))
     return x.sum()
 
 
-@pytest.mark.parametrize("fn", [arg_real_mul_, arg_view_as_real, arg_conj_imag])
+@pytest.mark.parametrize("fn", [arg_real_mul_, arg_view_as_real, arg_conj_imag, arg_views_returned])
 def test_argument_writes(fn):
     check_calls(fn, written_complex)
 
     def no_grad_args(gen, n):
         return [], [_cplx(gen, 3, n), _real(gen, 3, n)]
     check_calls(fn, no_grad_args)
+
+
+def test_argument_with_conjugate_bit_written():
+    """An argument passed as z.conj() (a lazy conjugate view of the caller's tensor), written: the caller's tensor
+    (and the base it views) see eager's values."""
+    def make(gen, n):
+        z = _cplx(gen, 3, n)
+        return [], [z.conj(), _real(gen, 3, n)]
+    check_calls(arg_conjugated_written, make)
 
 
 def test_real_argument_written_through_view_as_complex():
@@ -254,7 +278,7 @@ def test_real_argument_written_through_view_as_complex():
     check_calls(arg_real_of_complex_view, make, sizes=(4, 4, 6, 5))  # (5: eager's error, jitcore's too)
 
 
-# -- the lazy bits -------------------------------------------------------------------------------------------------------
+# -- the lazy bits ----------------------------------------------------------------------------------------------------
 def bits(z):
     c = z.conj()
     return (c.is_conj(), c.imag.is_neg(), c.real.is_neg(), c.conj().is_conj(), c.T.is_conj(), (c * 1).is_conj(),
@@ -281,7 +305,7 @@ def test_lazy_bits_of_arguments():
         check_calls(fn, make, sizes=(0, 1, 2, 3))
 
 
-# -- users' code: rotary embeddings, an FFT filter, an STFT --------------------------------------------------------------
+# -- users' code: rotary embeddings, an FFT filter, an STFT -----------------------------------------------------------
 def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0):
     freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
     t = torch.arange(end, device=freqs.device)

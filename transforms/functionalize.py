@@ -24,7 +24,6 @@ from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
 from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
-from jitcore.ops import prims_complex as pcx
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
@@ -33,6 +32,7 @@ from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
 from transforms.cse import rename_args
+from transforms.functionalize_complex import COMPLEX_INVERSES, COMPLEX_VIEW_STRIDES, complex_view_meta
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
@@ -507,8 +507,8 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
             return meta[tuple(slice(s, e, k) for s, e, k in zip(_values(args[1]), _values(args[2]), _values(steps)))]
         if pid == "prims.unfold":
             return meta.unfold(*_values(args[1:4]))
-        if pid in _COMPLEX_VIEW_STRIDES:
-            return _complex_view_meta(pid, meta)
+        if pid in COMPLEX_VIEW_STRIDES:
+            return complex_view_meta(pid, meta)
         if pid == "prims.broadcast_in_dim":
             shape, bdims = _values(args[1]), _values(args[2])
             view = [1] * len(shape)
@@ -518,24 +518,6 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
     except RuntimeError:
         return None
     return None
-
-
-# complex views (a meta counts one element of the complex tensor as one unit): how each maps the viewed tensor's
-# (sizes, strides) to the view's; None where eager's rule refuses that layout (view_as_complex)
-_COMPLEX_VIEW_STRIDES = {
-    "prims.conj": lambda n, s: (n, s),
-    "prims.real": lambda n, s: (n, tuple(2 * x for x in s)),
-    "prims.imag": lambda n, s: (n, tuple(2 * x for x in s)),
-    "prims.view_as_real": lambda n, s: ((*n, 2), (*(2 * x for x in s), 1)),
-    "prims.view_as_complex": lambda n, s: (n[:-1], tuple(x // 2 for x in s[:-1]))
-    if s[-1] == 1 and all(x % 2 == 0 for x in s[:-1]) else None,
-}
-
-
-def _complex_view_meta(pid: str, meta: torch.Tensor):
-    """The meta of a view that changes the element size: only its sizes and strides matter (whether places overlap)."""
-    got = _COMPLEX_VIEW_STRIDES[pid](tuple(meta.shape), tuple(meta.stride()))
-    return None if got is None else torch.empty_strided(got[0], got[1], dtype=torch.uint8, device="meta")
 
 
 # -- writes ---------------------------------------------------------------------------------------------------------
@@ -748,8 +730,8 @@ def _inverse(p: BoundSymbol, base, value):
         return ps.transpose(value, tuple(perm.index(i) for i in range(len(perm))))
     if pid == "prims.broadcast_in_dim":  # one that only adds dims of size 1 (_unbroadcast does the others)
         return ps.reshape(value, tuple(base.shape))
-    if pid in _COMPLEX_INVERSES:
-        return _COMPLEX_INVERSES[pid](base, value)
+    if pid in COMPLEX_INVERSES:
+        return COMPLEX_INVERSES[pid](base, value)
     if pid == "prims.slice":
         starts, ends = args[1], args[2]
         steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim
@@ -757,16 +739,6 @@ def _inverse(p: BoundSymbol, base, value):
         dims = [d for d in range(base.ndim) if not same_shape((starts[d], ends[d], steps[d]), (0, base.shape[d], 1))]
         return _scatter_dims(base, value, dims, starts, ends, steps)
     raise AssertionError(f"functionalize: {pid} is not a view prim")
-
-
-# complex views: base with the view replaced by value
-_COMPLEX_INVERSES = {
-    "prims.conj": lambda base, value: pcx.conj_physical(value),  # (a new value: no lazy bit, as eager's base)
-    "prims.real": lambda base, value: pcx.complex_(value, pcx.imag(base)),
-    "prims.imag": lambda base, value: pcx.complex_(pcx.real(base), value),
-    "prims.view_as_real": lambda base, value: pcx.view_as_complex(value),
-    "prims.view_as_complex": lambda base, value: pcx.view_as_real(value),
-}
 
 
 def _scatter_dims(base, value, dims, starts, ends, steps):

@@ -12,9 +12,10 @@ from jitcore.ops import prims_elementwise as pe
 from transforms.vjp_helpers import VJP_RULES, zeros_like
 
 # rows already in torch's convention for complex values (the ops are not holomorphic: conjugation, parts)
-# (prims.abs: |z| with a complex dtype, which a cast makes real; its row is g * sgn(z))
-DIRECT = frozenset({"prims.conj", "prims.conj_physical", "prims.complex", "prims.view_as_complex", "prims.real", "prims.imag",
-                    "prims.view_as_real", "prims.abs"})
+# (prims.abs: |z| with a complex dtype, which a cast makes real; its row is g * sgn(z); var_mean: a real variance, and a
+# mean whose row is real-linear, the same either way)
+DIRECT = frozenset({"prims.conj", "prims.conj_physical", "prims.complex", "prims.view_as_complex", "prims.real",
+                    "prims.imag", "prims.view_as_real", "prims.abs", "prims.var_mean"})
 
 
 def _conj(x, physical=False):

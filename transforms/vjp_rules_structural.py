@@ -26,7 +26,8 @@ def _via_torch_autograd(fn, bsym, gs):
     """Pull back by recomputing fn(*bsym.args, **bsym.kwargs) with torch.autograd at run time (torch's gradients of a
     holomorphic op conjugated, as the rows are written: transforms/vjp_rules_complex.py conjugates them back)."""
     if conjugated(bsym):
-        return conj_tree(tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(conj_tree(tuple(gs), physical=False)))))
+        gs = conj_tree(tuple(gs), physical=False)
+        return conj_tree(tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(gs))))
     return tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(gs)))
 
 

@@ -89,7 +89,3 @@ def complex_(real, imag):
                   f"and {imag.dtype}{tuple(imag.shape)}")
     return real.like(dtype=COMPLEX_OF[real.dtype], requires_grad=requires_grad(real, imag))
 
-
-# views among them (jitcore/ir/views.py lists them: the IR imports no ops)
-COMPLEX_VIEW_PRIMS = frozenset({"prims.conj", "prims.real", "prims.imag", "prims.view_as_real",
-                                "prims.view_as_complex"})

@@ -14,7 +14,7 @@ from jitcore.ir.views import VIEW_OPS
 from jitcore.ops import prims_complex as pcx
 from jitcore.ops import torch_shape as tsh
 from jitcore.ops.registry import torchsymbol
-from jitcore.ops.torch_layout import matrix_transpose, permute_reversed
+from jitcore.ops.torch_layout import detach, matrix_transpose, permute_reversed
 from jitcore.ops.utils import check
 
 T = torch.Tensor
@@ -29,19 +29,6 @@ def _maker(trace, name):
     return None
 
 
-# op id -> how its output's (is_conj, is_neg) follow from its input's: a view keeps them; these change them
-_BIT_RULES = {
-    "ltorch.conj": lambda c, n: (not c, n),
-    "ltorch.H": lambda c, n: (not c, n),
-    "ltorch.mH": lambda c, n: (not c, n),
-    "ltorch.adjoint": lambda c, n: (not c, n),
-    "ltorch.real": lambda c, n: (False, n),
-    "ltorch.imag": lambda c, n: (False, c != n),
-    "ltorch.view_as_real": lambda c, n: (False, n),
-    "ltorch.view_as_complex": lambda c, n: (False, n),
-}
-
-
 def lazy_bits(x: TensorProxy) -> tuple[bool, bool]:
     """(x.is_conj(), x.is_neg()) as eager's tensor has them: an input's are the tensor's own (read and guarded by the
     frontend); a view keeps its input's (conj, x.H flip the conjugate bit; imag of a conjugate view is a negative
@@ -51,10 +38,10 @@ def lazy_bits(x: TensorProxy) -> tuple[bool, bool]:
         return got, services().input_bit(x, "is_neg")
     trace = get_tracectx()
     b = _maker(trace, x.name) if trace is not None else None
-    if b is None or (b.sym.id not in VIEW_OPS and b.sym.id != "ltorch.detach"):
+    if b is None or (b.sym.id not in VIEW_OPS and b.sym.id != detach.id):
         return False, False
     source = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
-    if source is None or (not source.dtype.is_complex and b.sym.id != "ltorch.view_as_complex"):
+    if source is None or (not source.dtype.is_complex and b.sym.id != view_as_complex.id):
         return False, False
     c, n = lazy_bits(source)
     rule = _BIT_RULES.get(b.sym.id)
@@ -86,7 +73,8 @@ def imag(input):
 @torchsymbol(torch.view_as_real, id="ltorch.view_as_real")
 def view_as_real(input):
     check(input.dtype.is_complex, "view_as_real is only supported for complex tensors")
-    check(not lazy_bits(input)[0], "view_as_real doesn't work on unresolved conjugated tensors.  To resolve the "
+    conjugated = services().records_user_code and lazy_bits(input)[0]  # (eager's bits: only of the user's tensors)
+    check(not conjugated, "view_as_real doesn't work on unresolved conjugated tensors.  To resolve the "
           "conjugate tensor so you can view it as real, use self.resolve_conj(); however, be warned that the resulting "
           "tensor will NOT alias the original.")
     return pcx.view_as_real(input)
@@ -147,3 +135,13 @@ def conj_physical(input):
 
 for _name, _fn in {"H": adjoint_2d, "mH": matrix_adjoint, "real": real, "imag": imag}.items():
     register_tensor_property(_name, _fn)
+
+
+# op id -> how its output's (is_conj, is_neg) follow from its input's: a view keeps them; these change them
+_BIT_RULES = {
+    **{op.id: lambda c, n: (not c, n) for op in (conj, adjoint_2d, matrix_adjoint, tsh.adjoint)},
+    real.id: lambda c, n: (False, n),
+    imag.id: lambda c, n: (False, c != n),
+    view_as_real.id: lambda c, n: (False, n),
+    view_as_complex.id: lambda c, n: (False, n),
+}

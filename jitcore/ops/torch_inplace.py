@@ -269,6 +269,7 @@ def select_scatter(input, src, dim, index):
 # foo_ for each Tensor method foo with an op and an in-place twin in torch (tests/test_registry.py checks that none
 # is missing); made after setitem_ so the ops keep their order in the registry
 exp_ = _inplace("ltorch.exp_")
+conj_physical_ = _inplace("ltorch.conj_physical_")
 exp2_ = _inplace("ltorch.exp2_")
 expm1_ = _inplace("ltorch.expm1_")
 log_ = _inplace("ltorch.log_")
