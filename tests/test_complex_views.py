@@ -44,6 +44,7 @@ def _same(what, got, exp, bits=True):
             f"{what}: {got.dtype}{tuple(got.shape)} vs eager {exp.dtype}{tuple(exp.shape)}"
         if bits:  # (a gradient's are how eager's engine happened to pass it on: not compared)
             assert (got.is_conj(), got.is_neg()) == (exp.is_conj(), exp.is_neg()), f"{what}: lazy bits differ"
+            assert got.requires_grad == exp.requires_grad, f"{what}: requires_grad {got.requires_grad}"
         torch.testing.assert_close(got.detach().resolve_conj().resolve_neg(),
                                    exp.detach().resolve_conj().resolve_neg(), rtol=1e-4, atol=1e-5, msg=what)
     else:
@@ -141,6 +142,20 @@ def test_reads(fn):
 
 def test_view_as_real_and_complex():
     check_calls(as_real, complex_and_real())
+
+
+def real_of_real_no_grad(x, y):
+    """x.real and x.conj() of a real x are x itself, under no_grad too (its gradient flows on)."""
+    with torch.no_grad():
+        a, b = x.real, y.conj()
+    return a * b, a is x, b is y
+
+
+def test_real_and_conj_of_real_tensors_are_themselves():
+    def make(gen, n):
+        x, y = _real(gen, 3, n, rg=True), _real(gen, 3, n, rg=True)
+        return [x, y], [x, y]
+    check_calls(real_of_real_no_grad, make)
 
 
 def real_inputs(x, y):

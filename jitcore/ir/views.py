@@ -16,3 +16,6 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
     "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach",
     "conj", "real", "imag", "view_as_real", "view_as_complex", "H", "mH")} | VIEW_PRIMS)
+# view ops that give back their input itself where they view nothing (x.real, x.conj() of a real x): eager's result is
+# that same tensor, under no_grad too (it keeps requiring grad and passes gradients on)
+SAME_TENSOR_VIEW_OPS = frozenset({"ltorch.real", "ltorch.conj"})

@@ -12,10 +12,11 @@ from jitcore.ir.proxies import TensorProxy, register_tensor_property
 from jitcore.ir.trace import get_tracectx
 from jitcore.ir.views import VIEW_OPS
 from jitcore.ops import prims_complex as pcx
+from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_shape as tsh
 from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_layout import detach, matrix_transpose, permute_reversed
-from jitcore.ops.utils import check
+from jitcore.ops.utils import broadcast_shapes, check
 
 T = torch.Tensor
 
@@ -91,9 +92,22 @@ def view_as_complex(input):
     return pcx.view_as_complex(input)
 
 
+@torchsymbol(torch.complex, id="ltorch.complex")
+def complex_(real, imag, *, out=None):
+    """real + imag * 1j (one float dtype, broadcast)."""
+    check(out is None, "torch.complex: out= is not supported")
+    check(real.dtype in pcx.COMPLEX_OF and imag.dtype in pcx.COMPLEX_OF, lambda: f"Expected both inputs to be Half, "
+          f"Float or Double tensors but got {_scalar_name(real.dtype)} and {_scalar_name(imag.dtype)}")
+    check(real.dtype == imag.dtype, lambda: f"Expected object of scalar type {_scalar_name(real.dtype)} but got "
+                                            f"scalar type {_scalar_name(imag.dtype)} for second argument")
+    shape = broadcast_shapes("complex", real.shape, imag.shape)
+    return pcx.complex_(te.expand_to(real, shape), te.expand_to(imag, shape))
+
+
 def _scalar_name(dtype) -> str:
-    return {torch.float16: "Half", torch.bfloat16: "BFloat16", torch.int32: "Int", torch.int64: "Long",
-            torch.bool: "Bool", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte"}.get(dtype, str(dtype))
+    return {torch.float16: "Half", torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16",
+            torch.int32: "Int", torch.int64: "Long", torch.bool: "Bool", torch.int16: "Short", torch.int8: "Char",
+            torch.uint8: "Byte"}.get(dtype, str(dtype))
 
 
 @torchsymbol(id="ltorch.H")
