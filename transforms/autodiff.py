@@ -167,6 +167,9 @@ def augment(bsyms) -> list:
         if aug is None and Tag.OPAQUE in bsym.sym.tags and Tag.RANDOM in bsym.sym.tags:
             aug = random_opaque_augment
         wants = not recorded_without_grad(bsym) and any(needs_grad(a) for a in bsym.flat_proxy_args())
+        if aug is not random_opaque_augment and any(isinstance(a, TensorProxy) and a.dtype.is_complex
+                                                     for a in bsym.flat_proxy_args()):
+            aug = None  # (their kernels' backwards are real ones: complex values go through the decomposition)
         if wants and aug is not None:
             new = _augmented(bsym, aug)
             if new is not None:

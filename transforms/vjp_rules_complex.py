@@ -32,11 +32,14 @@ def conj_tree(x, physical=True):
     return _conj(x, physical)
 
 
-def conjugated(bsym) -> bool:
-    """Whether the line's row is applied conjugated: a complex output, an op holomorphic in its inputs."""
+def conjugated(bsym) -> bool | None:
+    """Whether the line's row is applied conjugated: a complex output, an op holomorphic in its inputs (None: a
+    composite with complex and real outputs, differentiated through its decomposition)."""
     if bsym.sym.id in DIRECT:
         return False
     outs = [o.dtype.is_complex for o in bsym.flat_proxy_outs() if isinstance(o, TensorProxy) and o.requires_grad]
+    if any(outs) and not all(outs) and not bsym.sym.is_prim:
+        return None  # (a composite: its decomposition's lines are differentiated instead)
     if any(outs) and not all(outs):
         raise UnsupportedError("autodiff", f"the gradient of {bsym.sym.id} with both complex and real outputs",
                                hint="compute the complex and the real results with separate ops")
@@ -46,7 +49,10 @@ def conjugated(bsym) -> bool:
 def complex_pullback(rule, bsym, gs):
     """The row's gradients where the line has a complex output (holomorphic ops: conj(row(conj(g)))); the row's own
     where every output is real (a real function of complex inputs, |z|, var: its row is written as torch's)."""
-    if not conjugated(bsym):
+    how = conjugated(bsym)
+    if how is None:
+        return NotImplemented
+    if not how:
         return rule(bsym, *gs)
     grads = rule(bsym, *[_conj(g) for g in gs])
     return grads if grads is NotImplemented else conj_tree(grads)
