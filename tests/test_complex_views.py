@@ -141,6 +141,15 @@ def test_reads(fn):
     check_calls(fn, one_complex())
 
 
+def scalar_views(z):
+    """0-d: x.H, x.mH (deprecated) and adjoint() conjugate it."""
+    return z.H * 2, z.mH, z.adjoint(), z.real
+
+
+def test_zero_dim_views():
+    check_calls(scalar_views, lambda gen, n: ([z := _cplx(gen, rg=True)], [z]))
+
+
 def test_view_as_real_and_complex():
     check_calls(as_real, complex_and_real())
 

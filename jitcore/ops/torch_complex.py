@@ -121,8 +121,8 @@ def adjoint_2d(input):
 @torchsymbol(id="ltorch.mH")
 def matrix_adjoint(input):
     """x.mH: the conjugate transpose of the last two dims (a view)."""
-    check(input.ndim >= 2, lambda: f"tensor.mH is only supported on matrices or batches of matrices. Got "
-                                   f"{input.ndim}-D tensor.")
+    check(input.ndim >= 2 or input.ndim == 0, lambda: f"tensor.mH is only supported on matrices or batches of "
+                                                      f"matrices. Got {input.ndim}-D tensor.")  # (0-d: deprecated)
     return conj_view(matrix_transpose(input))
 
 

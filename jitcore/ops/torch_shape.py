@@ -268,10 +268,9 @@ def t(input):
 @torchsymbol(torch.adjoint, T.adjoint, method="adjoint", id="ltorch.adjoint")
 def adjoint(input):
     """The conjugate transpose of the last two dims (a view; conjugated lazily, as eager)."""
-    if input.ndim == 0:
-        return input
-    check(input.ndim >= 2, "tensor.adjoint() is only supported on matrices or batches of matrices. Got 1-D tensor.")
-    out = _swap("adjoint", input, -2, -1)
+    check(input.ndim >= 2 or input.ndim == 0,
+          "tensor.adjoint() is only supported on matrices or batches of matrices. Got 1-D tensor.")
+    out = _swap("adjoint", input, -2, -1) if input.ndim else input
     return pcx.conj(out) if out.dtype.is_complex else out
 
 
