@@ -307,7 +307,8 @@ def test_real_argument_written_through_view_as_complex():
 def bits(z):
     c = z.conj()
     return (c.is_conj(), c.imag.is_neg(), c.real.is_neg(), c.conj().is_conj(), c.T.is_conj(), (c * 1).is_conj(),
-            z.H.is_conj(), c.resolve_conj().is_conj(), torch.is_neg(c.imag.resolve_neg()), z.is_conj(), c * 1)
+            z.H.is_conj(), c.resolve_conj().is_conj(), torch.is_neg(c.imag.resolve_neg()), z.is_conj(), c * 1,
+            c.imag[0].is_neg(), c.imag.t().is_neg(), c.mT.reshape(-1).is_conj(), c.flatten().is_conj())
 
 
 def test_lazy_bits_of_program_tensors():

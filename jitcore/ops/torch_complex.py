@@ -9,8 +9,8 @@ import torch
 
 from jitcore.ir.context import services
 from jitcore.ir.proxies import TensorProxy, register_tensor_property
+from jitcore.ir.symbol import is_eager_view, viewed_tensor
 from jitcore.ir.trace import get_tracectx
-from jitcore.ir.views import VIEW_OPS
 from jitcore.ops import prims_complex as pcx
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops import torch_shape as tsh
@@ -39,10 +39,10 @@ def lazy_bits(x: TensorProxy) -> tuple[bool, bool]:
         return got, services().input_bit(x, "is_neg")
     trace = get_tracectx()
     b = _maker(trace, x.name) if trace is not None else None
-    if b is None or (b.sym.id not in VIEW_OPS and b.sym.id != detach.id):
+    if b is None or not (is_eager_view(b) or b.sym.id == detach.id):  # (a reshape that copied: no bits)
         return False, False
-    source = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
-    if source is None or (not source.dtype.is_complex and b.sym.id != view_as_complex.id):
+    source = viewed_tensor(b)
+    if source is None:
         return False, False
     c, n = lazy_bits(source)
     rule = _BIT_RULES.get(b.sym.id)
