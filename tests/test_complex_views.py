@@ -407,6 +407,20 @@ def test_rotary_embedding_inductor():
                 executors=[inductor_ex, torch_ex])
 
 
+def imag_of_conjugate_fused(z):
+    """The imaginary parts of a conjugate view (eager: a view with the lazy negative bit) read by an Inductor region
+    (fuzz seed 4 with Inductor: the region read the memory, not the negated values)."""
+    return ((z.conj().imag * 2 + 1).sin().exp() * z.real).sum(0)
+
+
+def test_imag_of_conjugate_into_inductor():
+    from executors import inductor_ex, torch_ex
+
+    seq = [lambda t: t, lambda t: t.conj()]  # (then an argument with the conjugate bit itself)
+    check_calls(imag_of_conjugate_fused, lambda gen, n: ([z := _cplx(gen, 4, 4, rg=True)], [seq[n](z)]),
+                sizes=(0, 1), modes=("constant values",), executors=[inductor_ex, torch_ex])
+
+
 # -- refusals ---------------------------------------------------------------------------------------------------------
 def test_view_as_real_of_conjugate_raises_like_eager():
     def f(z):

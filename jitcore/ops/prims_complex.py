@@ -20,6 +20,13 @@ def _view_as_real(a):
     return torch.view_as_real(a.resolve_conj() if a.is_conj() else a)
 
 
+def _imag(a):
+    """The imaginary parts; of a tensor with the lazy conjugate bit, as a tensor of its own (eager's is a view with the
+    lazy negative bit, which a compiled region reading its memory would take for the parts' values)."""
+    out = torch.imag(a)
+    return out.resolve_neg() if a.is_conj() else out
+
+
 def _view_as_complex(a):
     """a's pairs as complex numbers: a view where a's layout allows one (eager's rule), else of a contiguous copy (a
     functional program's value may be laid out otherwise than eager's was)."""
@@ -54,7 +61,7 @@ def real(a):
     return a.like(dtype=REAL_OF[a.dtype], requires_grad=requires_grad(a))
 
 
-@prim("prims.imag", kernel=torch.imag)
+@prim("prims.imag", kernel=_imag)
 def imag(a):
     """The imaginary parts of a complex tensor (a view in eager; of a conjugate view, a negative view)."""
     _complex_input("imag", a)
