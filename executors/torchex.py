@@ -128,6 +128,10 @@ DIRECT_OVERRIDES: dict = {
     "ltorch.dropout": _in_contiguous_order(torch.nn.functional.dropout),
     "ltorch.maximum": as_tensor_pair("maximum", torch.maximum, promote=True),
     "ltorch.minimum": as_tensor_pair("minimum", torch.minimum, promote=True),
+    # (eager's refusals were raised while tracing; a functional program's values may be conjugated or laid out
+    # otherwise than eager's were: the prims' kernels view them all)
+    "ltorch.view_as_real": PRIMS["view_as_real"].kernel, "ltorch.view_as_complex": PRIMS["view_as_complex"].kernel,
+    "ltorch.imag": PRIMS["imag"].kernel,  # (no lazy negative bit: a fusion region may read the result's memory)
 }
 
 

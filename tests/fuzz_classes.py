@@ -41,4 +41,5 @@ CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_runtimesizes",
     "tests.fuzz_class_argwrite",
     "tests.fuzz_class_metainplace",
+    "tests.fuzz_class_complexviews",
 )

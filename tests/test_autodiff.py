@@ -236,6 +236,18 @@ SAMPLES["ltorch.xlogy"] = [(torch.xlogy, lambda: (t(3, 4), t(4, **POS))),
 SAMPLES["ltorch.xlog1py"] = [(torch.special.xlog1py, lambda: (t(3, 4), t(4, **POS))),
                              (lambda a: torch.special.xlog1py(a * (a > 0), -1.0), lambda: (t(5),))]
 SAMPLES["ltorch.logsigmoid"] = [(F.logsigmoid, lambda: (t(3, 4),)), (lambda a: F.logsigmoid(a * 0), lambda: (t(4),))]
+# -- complex views (torch's convention: the gradient of a real loss is dL/dx + i dL/dy)
+def _z(*shape):
+    return torch.view_as_complex(t(*shape, 2, grad=False)).requires_grad_()
+
+
+SAMPLES["prims.conj"] = [(lambda z: z.conj() * (1 + 2j), lambda: (_z(3, 4),))]
+SAMPLES["prims.conj_physical"] = [(lambda z: torch.conj_physical(z) * (1 + 2j), lambda: (_z(3, 4),))]
+SAMPLES["prims.real"] = [(lambda z: z.real, lambda: (_z(3, 4),))]
+SAMPLES["prims.imag"] = [(lambda z: z.imag * 2, lambda: (_z(3, 4),))]
+SAMPLES["prims.view_as_real"] = [(lambda z: torch.view_as_real(z * z), lambda: (_z(3, 4),))]
+SAMPLES["prims.view_as_complex"] = [(lambda x: torch.view_as_complex(x) * (1 - 1j), lambda: (t(3, 2),))]
+SAMPLES["prims.complex"] = [(lambda x, y: torch.complex(x, y) * (2 - 1j), lambda: (t(3, 4), t(4)))]
 NO_SAMPLE = {"prims.device_put": "a second device is needed to move a tensor",
              "prims.copy_": "in-place writes into inputs; its rule passes no gradient",
              "prims.shape": "sizes are Python ints under the default cache: no prims.shape line to differentiate",

@@ -275,8 +275,8 @@ COMPLEX_VIEWS = {"real": torch.real, "imag": torch.imag, "view_as_real": torch.v
 @pytest.mark.parametrize("view", list(COMPLEX_VIEWS))
 @pytest.mark.parametrize("write", ["add_", "setitem_int"])
 def test_complex_views_written_match_eager_or_refuse(view, write, mode):
-    """real/imag views run as opaque ops: a write through them, or a read of them after a write into their base,
-    is either right or refused, never lost."""
+    """real/imag/view_as_real views (functionalization follows writes through them: tests/test_complex_views.py): a
+    write through them, or a read of them after a write into their base, is either right or refused, never lost."""
     def f(x, w):
         v = COMPLEX_VIEWS[view](x)
         WRITES[write](v, w)

@@ -17,6 +17,7 @@ from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.symbol import Tag, is_eager_view, recorded_without_grad
 from jitcore.ir.trace import Timer, Trace, from_trace, get_tracectx, tracectx
 from jitcore.ops import ltorch, prims
+from jitcore.ops import prims_complex as pcx
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.size_checks import checks_into
@@ -24,6 +25,7 @@ from transforms.cse import rename_args
 from transforms.dce import dce
 from transforms.vjp_helpers import bound_arguments
 from transforms.vjp_rules import AUGMENTED_FORWARDS, VJP_RULES, opaque_vjp, random_opaque_augment
+from transforms.vjp_rules_complex import complex_pullback
 
 SKIP = frozenset({Tag.NON_DIFFERENTIABLE, Tag.CREATION})
 
@@ -58,6 +60,8 @@ class _Backprop:
     def accumulate(self, p, g):
         if g is None or not needs_grad(p):
             return
+        if g.dtype.is_complex != p.dtype.is_complex:  # a real input of a complex op gets the real part (eager's
+            g = pcx.real(g) if g.dtype.is_complex else te.to_dtype(g, p.dtype)  # rule), a complex one a complex
         if tuple(g.shape) != tuple(p.shape):
             raise AssertionError(f"gradient of {p.name} has shape {tuple(g.shape)}, expected {tuple(p.shape)}")
         prev = self.cot.get(p.name)
@@ -83,7 +87,7 @@ class _Backprop:
             self._assign(orig, backward(orig, residuals, *ogs), positional=Tag.OPAQUE in orig.sym.tags)
             return
         rule = VJP_RULES.get(bsym.sym.id)
-        grads = rule(bsym, *gs) if rule is not None else NotImplemented
+        grads = complex_pullback(rule, bsym, gs) if rule is not None else NotImplemented
         if grads is not NotImplemented:
             self._assign(bsym, grads)
         elif bsym.subsymbols and not bsym.sym.is_prim:
@@ -166,6 +170,9 @@ def augment(bsyms) -> list:
         if aug is None and Tag.OPAQUE in bsym.sym.tags and Tag.RANDOM in bsym.sym.tags:
             aug = random_opaque_augment
         wants = not recorded_without_grad(bsym) and any(needs_grad(a) for a in bsym.flat_proxy_args())
+        if aug is not random_opaque_augment and any(isinstance(a, TensorProxy) and a.dtype.is_complex
+                                                     for a in bsym.flat_proxy_args()):
+            aug = None  # (their kernels' backwards are real ones: complex values go through the decomposition)
         if wants and aug is not None:
             new = _augmented(bsym, aug)
             if new is not None:

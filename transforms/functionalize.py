@@ -32,6 +32,7 @@ from jitcore.ops.sizes import define_sizes
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
 from transforms.cse import rename_args
+from transforms.functionalize_complex import COMPLEX_INVERSES, COMPLEX_VIEW_STRIDES, complex_view_meta
 
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
@@ -510,6 +511,8 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
             return meta[tuple(slice(s, e, k) for s, e, k in zip(_values(args[1]), _values(args[2]), _values(steps)))]
         if pid == "prims.unfold":
             return meta.unfold(*_values(args[1:4]))
+        if pid in COMPLEX_VIEW_STRIDES:
+            return complex_view_meta(pid, meta)
         if pid == "prims.broadcast_in_dim":
             shape, bdims = _values(args[1]), _values(args[2])
             view = [1] * len(shape)
@@ -737,6 +740,8 @@ def _inverse(p: BoundSymbol, base, value):
         return ps.transpose(value, tuple(perm.index(i) for i in range(len(perm))))
     if pid == "prims.broadcast_in_dim":  # one that only adds dims of size 1 (_unbroadcast does the others)
         return ps.reshape(value, tuple(base.shape))
+    if pid in COMPLEX_INVERSES:
+        return COMPLEX_INVERSES[pid](base, value)
     if pid == "prims.slice":
         starts, ends = args[1], args[2]
         steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim

@@ -9,6 +9,7 @@ from jitcore.ops.opaque import opaque_vjp_replay_sym, opaque_vjp_sym, with_rng_s
 
 # the family files add their rows to VJP_RULES when imported
 from transforms import (  # noqa: F401
+    vjp_rules_complex,
     vjp_rules_composite,
     vjp_rules_distributed,
     vjp_rules_edges,

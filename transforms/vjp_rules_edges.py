@@ -77,18 +77,18 @@ def _norm_grad(x, p, norm, g):
     """d norm_p(x) pulled back (x, norm, g already broadcast to x's shape), as eager's norm_backward."""
     if p == 2:
         return te.mul(g, te.where(te.eq(norm, 0), 0.0, te.div(x, norm)))
-    a = te.abs(x)
+    a, sign = te.abs(x), te.sgn if x.dtype.is_complex else te.sign  # (a complex x: z / |z|, as eager)
     if p < 1:
-        scaled = te.mul(te.sign(x), te.where(te.eq(x, 0), 0.0, te.pow(a, p - 1)))
+        scaled = te.mul(sign(x), te.where(te.eq(x, 0), 0.0, te.pow(a, p - 1)))
         return te.mul(te.mul(scaled, g), te.pow(norm, 1 - p))
-    scaled = te.mul(te.sign(x), te.pow(a, p - 1)) if p < 2 else te.mul(x, te.pow(a, p - 2))
+    scaled = te.mul(sign(x), te.pow(a, p - 1)) if p < 2 else te.mul(x, te.pow(a, p - 2))
     return te.mul(scaled, te.where(te.eq(norm, 0), 0.0, te.div(g, te.pow(norm, p - 1))))
 
 
 def _norm_grads(bsym, g, x, p, dim, keepdim, dtype):
     if isinstance(p, str) or p is None:
         p = 2 if p in (None, "fro") else p
-    if not (_real_float(x) and is_diff(x)) or isinstance(p, str) or p in (0, 1) or math.isinf(p) \
+    if not (dtypes.is_inexact(x.dtype) and is_diff(x)) or isinstance(p, str) or p in (0, 1) or math.isinf(p) \
             or (dtype is not None and dtype != x.dtype):
         return NotImplemented  # p = 0, 1, inf: the decomposition's gradient is already eager's
     shape = tuple(x.shape)

@@ -4,6 +4,7 @@ trace is recorded like any other program; most are one formula, made a rule by `
 """
 from __future__ import annotations
 
+import cmath
 import math
 
 import torch
@@ -11,6 +12,7 @@ import torch
 from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ops import prims_complex as pcx
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import torch_elementwise as te
@@ -82,12 +84,13 @@ def _pow_grad_a(a, b, out, g):
 
 
 def _pow_grad_b(a, b, out, g):
-    """a**b * log(a), and 0 where a is 0 and b >= 0 (as eager: 0 * log(0) would be NaN)."""
+    """a**b * log(a), and 0 where a is 0 and b >= 0 (as eager: 0 * log(0) would be NaN; a complex b: its real part)."""
+    b_real = pcx.real(b) if isinstance(b, TensorProxy) and b.dtype.is_complex else b
     if not isinstance(a, TensorProxy):  # a number base
         if a != 0:
-            return mul(g, mul(out, math.log(a)))
-        return mul(g, te.where(te.ge(b, 0), 0.0, mul(out, -math.inf)))
-    return mul(g, te.where(te.logical_and(te.eq(a, 0), te.ge(b, 0)), 0.0, mul(out, te.log(a))))
+            return mul(g, mul(out, cmath.log(a) if isinstance(a, complex) else math.log(a)))
+        return mul(g, te.where(te.ge(b_real, 0), 0.0, mul(out, -math.inf)))
+    return mul(g, te.where(te.logical_and(te.eq(a, 0), te.ge(b_real, 0)), 0.0, mul(out, te.log(a))))
 
 
 VJP_RULES["prims.pow"] = binary(_pow_grad_a, _pow_grad_b)
@@ -135,6 +138,8 @@ VJP_RULES["prims.where"] = where_vjp
 
 def convert_element_type_vjp(bsym, g):
     a = bsym.args[0]
+    if g.dtype.is_complex and not a.dtype.is_complex:  # (a real tensor made complex: the real part)
+        g = pcx.real(g)
     return (te.to_dtype(g, a.dtype),)
 
 

@@ -19,10 +19,15 @@ from jitcore.ops.opaque import opaque_symbol, opaque_vjp_sym
 from jitcore.ops.torch_shape import same_shape, size_max
 from jitcore.ops.utils import same_size
 from transforms.vjp_helpers import VJP_RULES, bound_arguments, is_diff, mT, no_grad_vjp, numel, sum_to, zeros_like
+from transforms.vjp_rules_complex import conj_tree, conjugated
 
 
 def _via_torch_autograd(fn, bsym, gs):
-    """Pull back by recomputing fn(*bsym.args, **bsym.kwargs) with torch.autograd at run time."""
+    """Pull back by recomputing fn(*bsym.args, **bsym.kwargs) with torch.autograd at run time (torch's gradients of a
+    holomorphic op conjugated, as the rows are written: transforms/vjp_rules_complex.py conjugates them back)."""
+    if conjugated(bsym):
+        gs = conj_tree(tuple(gs), physical=False)
+        return conj_tree(tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(gs))))
     return tuple(opaque_vjp_sym(fn, tuple(bsym.args), dict(bsym.kwargs), list(gs)))
 
 

@@ -60,6 +60,9 @@ class JitServices(HookServices):
     def input_attribute(self, proxy, name: str, default):
         return self.ctx.input_attribute(proxy, name, default)
 
+    def input_bit(self, proxy, name: str) -> bool | None:
+        return self.ctx.input_bit(proxy, name)
+
     def inference_of(self, proxy) -> bool:
         return self.ctx.inference_of(proxy)
 

@@ -373,7 +373,8 @@ def _rebuild(d: tuple) -> torch.Tensor:
 # prims that only re-index their input: a composite made of these alone (x.mT, x.T, which have no torch callable to
 # replay) is a view in eager, laid out as its prims lay it out
 _VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
-                         "prims.stop_gradient"})
+                         "prims.stop_gradient", "prims.conj", "prims.real", "prims.imag", "prims.view_as_real",
+                         "prims.view_as_complex"})
 
 
 def _run_view_decomposition(line, metas: dict):

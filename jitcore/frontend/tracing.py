@@ -35,7 +35,7 @@ from jitcore.ir.data_ptr import Address
 from jitcore.ir.proxies import FloatProxy, IntegerProxy, NumberProxy, Proxy, SymbolicSize, TensorProxy
 from jitcore.ir.pytree import register_containers, tree_flatten
 from jitcore.ir.trace import Timer, Trace, get_tracectx, tracectx
-from jitcore.ops import autocast, log_calls, per_call, prims, rng_generators, torch_creation, torch_map
+from jitcore.ops import autocast, log_calls, per_call, prims, rng_generators, torch_complex, torch_creation, torch_map
 from jitcore.ops.opaque import FUNCTION_APPLY, user_function_call
 from jitcore.ops.sizes import define_sizes
 from jitcore.runtime.epilogue import Escapes, effect_proxies
@@ -424,15 +424,22 @@ class JitContext(InterpreterHooks):
         return p
 
     def _read_bit(self, fn, *args):
-        """`x.is_conj()`, `torch.is_neg(x)`, ... of a tensor input: the bit of the tensor passed (a proxy does not model
-        a view's lazy conjugation or negation), guarded (Guards.bits); of a tensor the program made, as before."""
+        """`x.is_conj()`, `torch.is_neg(x)`, ... : of a tensor input, the bit of the tensor passed (guarded); of a
+        tensor the program made, as eager's would have it (the lines that made it: jitcore/ops/torch_complex.py)."""
         x = fn.__self__ if type(getattr(fn, "__self__", None)) is TensorProxy else args[0] if args else None
+        if type(x) is not TensorProxy:
+            return fn(*args)
+        return torch_complex.lazy_bits(x)[_BITS.index(fn.__name__)]
+
+    def input_bit(self, x, name: str) -> bool | None:
+        """The lazy bit `name` ("is_conj", "is_neg") of the tensor an input proxy stands for, guarded
+        (Guards.bits); None for a tensor the program made."""
         for inp, value in zip(self.inputs, self._values):
             if inp.proxy is x:
-                bit = getattr(value, fn.__name__)()
-                self.guards.bits.setdefault((x.name, fn.__name__), bit)
+                bit = getattr(value, name)()
+                self.guards.bits.setdefault((x.name, name), bit)
                 return bit
-        return fn(*args)
+        return None
 
     def on_is(self, a, b):
         """`a is b` was False: where a and b are two tensor inputs, a call that passes one tensor for both would take

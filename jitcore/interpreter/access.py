@@ -16,7 +16,7 @@ from jitcore.interpreter import dunders
 from jitcore.interpreter.frame import NULL
 from jitcore.interpreter.provenance import NOT_CONST, Attr, DictView, Item, ObjectKey, StoredKey, constant_key
 from jitcore.interpreter.side_effects import MISSING, NOT_WRITTEN, SideEffect
-from jitcore.ir.proxies import SHADOWED_TENSOR_ATTRS, TensorProxy
+from jitcore.ir.proxies import SHADOWED_TENSOR_ATTRS, TENSOR_SETTERS, TensorProxy
 
 _FunctionType = types.FunctionType
 _BOUND_TYPES = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
@@ -160,6 +160,9 @@ def report_method(rt, method, prov, name):
 def store_attr(rt, obj, name, value):
     t = type(obj)
     if isinstance(obj, TensorProxy):
+        if name in TENSOR_SETTERS:  # `z.real = v`: a write into the view
+            TENSOR_SETTERS[name](obj, value)
+            return
         _refuse_tensor_setattr(name)
     if t not in _PLAIN:
         setter = rt.lookup(t, "__setattr__")

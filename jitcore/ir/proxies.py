@@ -55,6 +55,9 @@ TENSOR_PROPERTIES: dict = {}
 # torch.Tensor attributes a proxy's own attributes shadow (a proxy's `name` is its name in the trace): name -> what
 # the user's code reads instead, callable(proxy); the interpreter's attribute load asks this table first
 SHADOWED_TENSOR_ATTRS: dict = {}
+# tensor attributes whose assignment is a write (`z.real = v`: eager copies v into the view): name -> callable(self,
+# value); filled by jitcore.ops.torch_inplace; the interpreter's attribute store asks it
+TENSOR_SETTERS: dict = {}
 
 
 def register_tensor_method(name: str, fn, *, replace: bool = False):
@@ -65,6 +68,11 @@ def register_tensor_method(name: str, fn, *, replace: bool = False):
 def register_tensor_property(name: str, fn, *, replace: bool = False):
     """`proxy.<name>` (a property that is an op: x.T, x.mT) is fn(proxy). Returns fn."""
     return enter(TENSOR_PROPERTIES, "Tensor property", name, fn, replace=replace)
+
+
+def register_tensor_setter(name: str, fn, *, replace: bool = False):
+    """`proxy.<name> = value` calls fn(proxy, value) (a write, as eager's property setter). Returns fn."""
+    return enter(TENSOR_SETTERS, "Tensor attribute setter", name, fn, replace=replace)
 
 
 def register_shadowed_attr(name: str, fn, *, replace: bool = False):

@@ -61,6 +61,11 @@ class TracingServices:
         a value read from that input; `default` for tensors the function computed. Default: `default`."""
         return default
 
+    def input_bit(self, proxy, name: str) -> bool | None:
+        """`x.is_conj()` / `x.is_neg()` (name) of an input: the lazy bit of the tensor it stands for (guarded); None
+        for a tensor the function computed (jitcore/ops/torch_complex.py derives those). Default: None."""
+        return None
+
     def inference_of(self, proxy) -> bool:
         """`x.is_inference()`: an input is what the tensor it stands for is (guarded); a tensor the function made is
         one when made under torch.inference_mode(). Default: False."""

@@ -21,7 +21,7 @@ from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import Proxy, TensorProxy, ir_op
 from jitcore.ir.pytree import tree_leaves
-from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.views import SAME_TENSOR_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 
 # the autocast policy, registered once by jitcore.ops.autocast (register_autocast): "ops", the ids of the ops whose
 # inputs torch's autocast casts; "cast_args", the function that casts them; "transparent", the composites whose bodies
@@ -300,8 +300,8 @@ def _is_passthrough(out, args, subs) -> bool:
 def _nograd_self_view(sym, out) -> bool:
     """A view op that gave back its input (`x.view(x.shape)`) under no_grad, of a tensor that requires grad: eager's
     result is another tensor than its input (it requires grad with no grad_fn, and no gradient reaches the input)."""
-    return (not torch.is_grad_enabled() and sym.id in VIEW_OPS and isinstance(out, TensorProxy)
-            and out.requires_grad)
+    return (not torch.is_grad_enabled() and sym.id in VIEW_OPS and sym.id not in SAME_TENSOR_VIEW_OPS
+            and isinstance(out, TensorProxy) and out.requires_grad)
 
 
 def _user_self_view(sym, out, trace) -> bool:

@@ -6,10 +6,16 @@ from __future__ import annotations
 # prims that only re-index their (single) tensor input: reading through them is a view in eager
 # (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
 VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
-                        "prims.stop_gradient"})
+                        "prims.stop_gradient",
+                        # complex views, which change the dtype (jitcore/ops/prims_complex.py)
+                        "prims.conj", "prims.real", "prims.imag", "prims.view_as_real", "prims.view_as_complex"})
 # torch-level ops that are views in eager (when their decomposition is view prims only)
 VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
-    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
+    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach",
+    "conj", "real", "imag", "view_as_real", "view_as_complex", "H", "mH")} | VIEW_PRIMS)
+# view ops that give back their input itself where they view nothing (x.real, x.conj() of a real x): eager's result is
+# that same tensor, under no_grad too (it keeps requiring grad and passes gradients on)
+SAME_TENSOR_VIEW_OPS = frozenset({"ltorch.real", "ltorch.conj"})

@@ -4,6 +4,7 @@ are the namespaces traces print (`prims.add`, `ltorch.gelu`); torch_map.py maps 
 # the families register their ops on import
 from jitcore.ops import (  # noqa: F401
     opaque,
+    prims_complex,
     prims_creation,
     prims_distributed,
     prims_elementwise,
@@ -15,6 +16,7 @@ from jitcore.ops import (  # noqa: F401
     prims_shape,
     registry,
     size_checks,
+    torch_complex,
     torch_creation,
     torch_elementwise,
     torch_index,

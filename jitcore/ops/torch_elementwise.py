@@ -14,6 +14,7 @@ from jitcore.ir import dtypes
 from jitcore.ir.dtypes import Promotion
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.symbol import Tag
+from jitcore.ops import prims_complex as pcx
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_python
@@ -660,7 +661,8 @@ def isneginf(input):
 
 @torchsymbol(torch.isreal, T.isreal, method="isreal", tags=ND, id="ltorch.isreal")
 def isreal(input):
-    check(not input.dtype.is_complex, "isreal: complex tensors are not decomposed")
+    if input.dtype.is_complex:  # (a zero imaginary part)
+        return eq(pcx.imag(input), 0)
     return logical_or(eq(input, input), isnan(input))
 
 

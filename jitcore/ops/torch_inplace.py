@@ -17,8 +17,8 @@ from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_complex, torch_map
 from jitcore.ops import torch_elementwise as te
-from jitcore.ops import torch_map
 from jitcore.ops.metadata_inplace import SHAPE_METHODS, metadata_function, metadata_method
 from jitcore.ops.opaque import opaque_symbol
 from jitcore.ops.registry import torchsymbol
@@ -269,6 +269,7 @@ def select_scatter(input, src, dim, index):
 # foo_ for each Tensor method foo with an op and an in-place twin in torch (tests/test_registry.py checks that none
 # is missing); made after setitem_ so the ops keep their order in the registry
 exp_ = _inplace("ltorch.exp_")
+conj_physical_ = _inplace("ltorch.conj_physical_")
 exp2_ = _inplace("ltorch.exp2_")
 expm1_ = _inplace("ltorch.expm1_")
 log_ = _inplace("ltorch.log_")
@@ -573,3 +574,15 @@ def opaque_inplace_call(fn):
 
 
 torch_map.FUNCTION_FALLBACKS.register("inplace", opaque_inplace_call)
+
+
+# -- `z.real = v`, `z.imag = v`: eager's setters copy v into the view -------------------------------------------------
+def _part_setter(part):
+    def set_part(z, value):
+        copy_(part(z), value)
+
+    return set_part
+
+
+proxies.register_tensor_setter("real", _part_setter(torch_complex.real))
+proxies.register_tensor_setter("imag", _part_setter(torch_complex.imag))

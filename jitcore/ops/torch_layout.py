@@ -1,6 +1,6 @@
 """Ops: torch-level rearranging and conversion ops: flip/roll/rot90, tril/triu/diagonal/diag, meshgrid, clone/detach/
-contiguous, Tensor.to and the dtype shorthands (x.float(), ...), and the x.T / x.mT / x.H / x.mH / x.real / x.imag
-properties.
+contiguous, Tensor.to and the dtype shorthands (x.float(), ...), and the x.T / x.mT properties (x.H, x.mH, x.real,
+x.imag: torch_complex.py).
 Written over the shape, creation and elementwise prims (a triangle is an iota comparison and a where).
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from jitcore import compat
-from jitcore.errors import MetaError, UnsupportedError
+from jitcore.errors import MetaError
 from jitcore.ir import devices
 from jitcore.ir.proxies import TensorProxy, register_tensor_property
 from jitcore.ops import prims_creation as pc
@@ -256,7 +256,7 @@ def permute_reversed(input):
 
 @torchsymbol(id="ltorch.mT")
 def matrix_transpose(input):
-    """x.mT (and x.mH for real tensors): the last two dims swapped (0-d: the identity, deprecated in torch)."""
+    """x.mT: the last two dims swapped (0-d: the identity, deprecated in torch)."""
     if input.ndim == 0:
         return input
     check(input.ndim >= 2, lambda: f"tensor.mT is only supported on matrices or batches of matrices. Got "
@@ -264,37 +264,7 @@ def matrix_transpose(input):
     return tsh._swap("mT", input, -2, -1)
 
 
-def _prop_H(a):
-    check(not a.dtype.is_complex, "x.H: complex tensors are not decomposed (conjugation)")
-    check(a.ndim in (0, 2), lambda: f"tensor.H is only supported on matrices (2-D tensors). Got {a.ndim}-D tensor.")
-    return permute_reversed(a)
-
-
-def _prop_mH(a):
-    check(not a.dtype.is_complex, "x.mH: complex tensors are not decomposed (conjugation)")
-    return matrix_transpose(a)
-
-
-def _complex_refused(what):
-    raise UnsupportedError("complex tensors", f"{what} of a complex tensor inside a jitted function (a view into the "
-                           "complex tensor's real or imaginary parts, which jitcore does not model)",
-                           hint="compute it outside the jitted function, or use torch.view_as_real there")
-
-
-def _prop_real(a):
-    """x.real: a real tensor itself (eager gives the same tensor object)."""
-    return _complex_refused("x.real") if a.dtype.is_complex else a
-
-
-def _prop_imag(a):
-    if not a.dtype.is_complex:
-        _ = torch.empty(0, dtype=a.dtype, device="meta").imag  # raises eager's error (its type changed in torch 2.15)
-        raise AssertionError("torch gave x.imag of a real tensor")
-    return _complex_refused("x.imag")
-
-
-for _name, _fn in {"T": permute_reversed, "mT": matrix_transpose, "H": _prop_H, "mH": _prop_mH, "data": detach,
-                  "real": _prop_real, "imag": _prop_imag}.items():
+for _name, _fn in {"T": permute_reversed, "mT": matrix_transpose, "data": detach}.items():
     register_tensor_property(_name, _fn)
 if hasattr(torch.Tensor, "names"):  # (named tensors, in the releases that still have them: 2.10-2.11; a named
     # input is refused, jitcore/frontend/tracing.py, so every tensor of a trace is unnamed)

@@ -11,6 +11,7 @@ import torch
 from jitcore.ir import dtypes
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import nn_helpers as nh
+from jitcore.ops import prims_complex as pcx
 from jitcore.ops import prims_nn as pn
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.opaque import opaque_symbol
@@ -97,8 +98,7 @@ def dot(input, tensor):
 
 @torchsymbol(torch.vdot, T.vdot, method="vdot", id="ltorch.vdot")
 def vdot(input, other):
-    check(not input.dtype.is_complex, "vdot: complex inputs are not supported by this decomposition")
-    return dot(input, other)
+    return dot(pcx.conj(input) if input.dtype.is_complex else input, other)
 
 
 @torchsymbol(torch.outer, T.outer, torch.ger, T.ger, method=("outer", "ger"), id="ltorch.outer")
@@ -398,8 +398,7 @@ def cross(input, other, dim=None):
 
 @torchsymbol(torch.linalg.vecdot, id="ltorch.vecdot")
 def vecdot(x, y, *, dim=-1, out=None):
-    check(not x.dtype.is_complex, "linalg.vecdot: complex inputs are not supported by this decomposition")
     check(out is None, "linalg.vecdot: out= is not supported")
-    prod = mul(x, y)
+    prod = mul(pcx.conj(x) if x.dtype.is_complex else x, y)
     check(prod.ndim >= 1, "linalg.vecdot: expected at least 1-D inputs")
     return nh.sum_(prod, dim)

@@ -13,6 +13,7 @@ from jitcore import compat
 from jitcore.errors import MetaError
 from jitcore.ir import arith, dtypes
 from jitcore.ir.proxies import NumberProxy, TensorProxy, canonical_dim
+from jitcore.ops import prims_complex as pcx
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_index as pi
@@ -264,17 +265,13 @@ def t(input):
     return _swap("t", input, 0, -1) if input.ndim == 2 else input
 
 
-def _real_only(op, a):
-    check(not a.dtype.is_complex, lambda: f"{op}: complex tensors are not decomposed (conjugation)")
-
-
 @torchsymbol(torch.adjoint, T.adjoint, method="adjoint", id="ltorch.adjoint")
 def adjoint(input):
-    _real_only("adjoint", input)
-    if input.ndim == 0:
-        return input
-    check(input.ndim >= 2, "tensor.adjoint() is only supported on matrices or batches of matrices. Got 1-D tensor.")
-    return _swap("adjoint", input, -2, -1)
+    """The conjugate transpose of the last two dims (a view; conjugated lazily, as eager)."""
+    check(input.ndim >= 2 or input.ndim == 0,
+          "tensor.adjoint() is only supported on matrices or batches of matrices. Got 1-D tensor.")
+    out = _swap("adjoint", input, -2, -1) if input.ndim else input
+    return pcx.conj(out) if out.dtype.is_complex else out
 
 
 @torchsymbol(torch.movedim, T.movedim, torch.moveaxis, T.moveaxis, method=("movedim", "moveaxis"), id="ltorch.movedim")

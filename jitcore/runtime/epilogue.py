@@ -316,14 +316,44 @@ def view_of_written(x, out, value):
         return out
     if out.untyped_storage().data_ptr() != value.untyped_storage().data_ptr():
         return out
-    if out.dtype == x.dtype and value.shape == x.shape and out.device == x.device:
+    complex_view = x.is_complex() or out.is_complex()
+    if out.dtype == x.dtype and value.shape == x.shape and out.device == x.device and not complex_view:
         strides = _map_strides(value, x, out.stride(), out.storage_offset() - value.storage_offset(), out.shape)
         if strides is not None:
             with torch.no_grad() if out.grad_fn is None else contextlib.nullcontext():
                 return x.as_strided(out.shape, strides[0], x.storage_offset() + strides[1])
+    if complex_view and value.shape == x.shape and out.device == x.device and not out.is_neg():
+        made = _complex_view_of(x, out, value)
+        if made is not None:
+            return made
     if out.grad_fn is None:
         return out.detach().clone().requires_grad_(out.requires_grad)
     return out.clone()
+
+
+def _physical_real(t):
+    """t's memory as a real tensor: a complex tensor as its (real, imaginary) pairs, its lazy conjugate bit aside."""
+    if t.is_complex():
+        return torch.view_as_real(t.conj() if t.is_conj() else t)
+    return t
+
+
+def _complex_view_of(x, out, value):
+    """view_of_written's view where x or out is complex (z.imag, z.conj(), view_as_real(z), a complex view of a real
+    x): the view mapped between their memories read as real pairs, then made complex and conjugated as `out` is."""
+    xr, vr, outr = _physical_real(x), _physical_real(value), _physical_real(out)
+    flip = x.is_complex() and value.is_complex() and x.is_conj() != value.is_conj()  # (x's memory holds conj(value))
+    if outr.dtype != xr.dtype:
+        return None
+    strides = _map_strides(vr, xr, outr.stride(), outr.storage_offset() - vr.storage_offset(), outr.shape)
+    if strides is None or (flip and not out.is_complex() and any(n % 2 for n in (*strides[0], strides[1]))):
+        return None  # (real parts only, of an x whose memory holds conj(value): its imaginary parts are negated)
+    with torch.no_grad() if out.grad_fn is None else contextlib.nullcontext():
+        made = xr.as_strided(outr.shape, strides[0], xr.storage_offset() + strides[1])
+        if out.is_complex():
+            made = torch.view_as_complex(made)
+            made = made.conj() if out.is_conj() != flip else made
+    return made
 
 
 def _map_strides(value, x, strides, offset, sizes):
