@@ -17,6 +17,7 @@ from jitcore.ir import devices as _devices
 from jitcore.ir import dtypes as _dtypes
 from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.pytree import NAMESPACE
+from jitcore.ir.strides import dense_strides
 from jitcore.ir.tables import enter
 
 
@@ -665,25 +666,12 @@ class TensorProxy(Proxy):
         return meta.stride() if dim is None else meta.stride(dim)
 
     def _dense_strides(self):
-        """Under symbolic sizes, the strides of a tensor eager lays out densely (contiguous, or a permutation of
-        contiguous: a transpose, channels-last): products of its sizes, symbolic, its inputs guarded as for
-        is_contiguous() (one program over sizes); None for any other layout (its exact strides are read, guarded)."""
+        """Under symbolic sizes, a densely laid-out tensor's strides over its sizes (jitcore/ir/strides.py), its
+        inputs guarded as for is_contiguous(); None for any other layout (its exact strides are read, guarded)."""
         if not any(isinstance(s, NumberProxy) for s in self._shape):
             return None
         meta = self.eager_layout("contiguous")
-        if meta is None:
-            return None
-        order = sorted(range(self.ndim), key=lambda d: (meta.stride(d), -d))
-        expected = 1
-        for d in order:  # (checked on the values first: a layout that is not dense records nothing)
-            if meta.stride(d) != expected:
-                return None
-            expected *= meta.shape[d]
-        strides, acc = [None] * self.ndim, 1
-        for d in order:
-            strides[d] = acc
-            acc = acc * self._shape[d]
-        return tuple(strides)
+        return None if meta is None else dense_strides(self._shape, meta)
 
     def storage_offset(self) -> int:
         return self._layout("exact", "tensor.storage_offset()").storage_offset()
