@@ -307,9 +307,10 @@ def _nograd_self_view(sym, out) -> bool:
 def _user_self_view(sym, out, trace) -> bool:
     """A view op of the user's function that gave back its input (`x[:]`, `x.view(x.shape)`, `x.transpose(0, -1)` of
     a 1-d x): eager's result is another tensor object, which an in-place metadata change of either (`x.t_()`) does
-    not reach (jitcore/ops/metadata_inplace.py), so it is one here too."""
-    return (sym.id in VIEW_OPS and isinstance(out, TensorProxy) and trace.at_top_level()
-            and services().records_user_code)
+    not reach (jitcore/ops/metadata_inplace.py), so it is one here too; not `x.real`/`x.conj()` of a real x, which
+    eager hands back as x itself (SAME_TENSOR_VIEW_OPS)."""
+    return (sym.id in VIEW_OPS and sym.id not in SAME_TENSOR_VIEW_OPS and isinstance(out, TensorProxy)
+            and trace.at_top_level() and services().records_user_code)
 
 
 def _alias(x):
