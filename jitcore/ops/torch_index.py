@@ -24,7 +24,7 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_reduction import cumsum
 from jitcore.ops.torch_shape import _permute, dim_of, size_max, slice_dim
-from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices, static_numbers
+from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices, static_numbers, type_name
 
 T = torch.Tensor
 ND = (Tag.NON_DIFFERENTIABLE,)
@@ -182,6 +182,42 @@ def _value_for(a, value, shape):
     return te.expand_to(v, tuple(shape))
 
 
+def key_index_kinds(key) -> list:
+    """The index tensors eager's `x[key] = v` hands to index_put_, one entry each: True for a boolean mask (a bool
+    or uint8 tensor of 1 or more dims, a list of Python bools), False for an integer index (an integer tensor of 1 or
+    more dims, a list, a Python bool or 0-dim bool tensor inside a tuple). Empty for a key eager copies into a view
+    (ints, slices, None, Ellipsis, a bare Python bool, 0-dim integer tensors, which select)."""
+    if not isinstance(key, tuple):
+        if key is None or key is Ellipsis or isinstance(key, (bool, int, IntegerProxy, slice)):
+            return []
+        key = (key,)
+    kinds = []
+    for k in key:
+        if isinstance(k, TensorProxy):
+            if k.ndim == 0 and k.dtype not in (torch.bool, torch.uint8):
+                continue
+            kinds.append(k.ndim > 0 and k.dtype in (torch.bool, torch.uint8))
+        elif isinstance(k, (list, range)):
+            leaves = list(_leaves(k)) if isinstance(k, list) else []
+            kinds.append(bool(leaves) and all(isinstance(v, bool) for v in leaves))
+        elif isinstance(k, bool):
+            kinds.append(False)
+    return kinds
+
+
+def check_put_dtype(input, masks: list, values, accumulate=False):
+    """Eager's index_put_ dtype rule: values must have input's dtype, except where it runs as masked_fill_ (no
+    accumulate, a single index that is a boolean mask, values of one element on the CPU), which casts.
+    masks: one bool per index tensor (True for a boolean mask), as key_index_kinds gives."""
+    if values.dtype == input.dtype or not masks:
+        return
+    as_fill = (not accumulate and masks == [True] and all(s == 1 for s in values.shape)
+               and values.device.type == "cpu")
+    check(as_fill, lambda: f"Index put requires the source and destination dtypes match, got "
+                           f"{type_name(input.dtype)} for the destination and {type_name(values.dtype)} for the "
+                           f"source.")
+
+
 @torchsymbol(id="ltorch.setitem", method="__setitem__")
 def setitem(self, indices, value):
     """The functional `x[indices] = value`: returns a NEW tensor equal to x with the indexed region replaced.
@@ -327,6 +363,9 @@ def index_fill(input, dim, index, value):
 
 @torchsymbol(torch.index_put, T.index_put, method="index_put", id="ltorch.index_put")
 def index_put(input, indices, values, accumulate=False):
+    if isinstance(values, TensorProxy):
+        check_put_dtype(input, [i.dtype in (torch.bool, torch.uint8) for i in indices if i is not None], values,
+                        accumulate)
     return pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)
 
 

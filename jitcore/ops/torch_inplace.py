@@ -24,9 +24,9 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.rng_generators import gen_kwargs
 from jitcore.ops.torch_creation import draw_like, fill_order
 from jitcore.ops.torch_elementwise import to_dtype
-from jitcore.ops.torch_index import getitem, setitem
+from jitcore.ops.torch_index import check_put_dtype, getitem, key_index_kinds, setitem
 from jitcore.ops.torch_shape import size_max
-from jitcore.ops.utils import check, is_number, same_size, slice_indices
+from jitcore.ops.utils import check, is_number, same_size, slice_indices, type_name
 
 T = torch.Tensor
 INPLACE = (Tag.INPLACE,)
@@ -47,8 +47,8 @@ def write(op: str, self, value):
     check(isinstance(self, TensorProxy), lambda: f"{op}: expected a tensor to write into, got {type(self).__name__}")
     if isinstance(value, TensorProxy):
         check(torch.can_cast(value.dtype, self.dtype),
-              lambda: f"{op}: result type {_type_name(value.dtype)} can't be cast to the desired output type "
-                      f"{_type_name(self.dtype)}")
+              lambda: f"{op}: result type {type_name(value.dtype)} can't be cast to the desired output type "
+                      f"{type_name(self.dtype)}")
         check(tuple(value.shape) == tuple(self.shape) or _broadcasts_to(value.shape, self.shape),
               lambda: f"{op}: output with shape {list(self.shape)} doesn't match the broadcast shape "
                       f"{list(value.shape)}")
@@ -58,9 +58,15 @@ def write(op: str, self, value):
     return pm.copy_(value, self)
 
 
-def _type_name(dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
-            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+def cast_write(op: str, self, value):
+    """self <- value with copy_'s semantics: value (a tensor of any dtype and device, broadcast to self's shape)
+    converted to self's dtype, as eager's `x.copy_(v)` and `x[basic key] = v` do; a number written as self's dtype."""
+    if not isinstance(value, TensorProxy):
+        return write(op, self, value)
+    value = te.expand_to(value, tuple(self.shape))
+    if value.device != self.device:
+        value = pe.device_put(value, self.device)
+    return pm.copy_(to_dtype(value, self.dtype), self)
 
 
 def _broadcasts_to(shape, target) -> bool:
@@ -78,8 +84,8 @@ def _inplace_of(name: str, functional):
     def body(self, *args, **kwargs):
         value = functional(self, *args, **kwargs)
         if name in _EXACT_RESULT_DTYPE and isinstance(value, TensorProxy):
-            check(value.dtype == self.dtype, lambda: f"the base given to {name}_ has dtype {_type_name(self.dtype)} "
-                  f"but the operation's result requires dtype {_type_name(value.dtype)}")
+            check(value.dtype == self.dtype, lambda: f"the base given to {name}_ has dtype {type_name(self.dtype)} "
+                  f"but the operation's result requires dtype {type_name(value.dtype)}")
         return write(f"{name}_", self, value)
 
     body.__name__ = f"{name}_"
@@ -111,10 +117,7 @@ def copy_(self, src, non_blocking=False):
         return write("copy_", self, src)
     check(_broadcasts_to(src.shape, self.shape),
           lambda: f"copy_: the size of src {list(src.shape)} must be broadcastable to self {list(self.shape)}")
-    value = te.expand_to(src, tuple(self.shape))
-    if value.device != self.device:
-        value = pe.device_put(value, self.device)
-    return pm.copy_(to_dtype(value, self.dtype), self)
+    return cast_write("copy_", self, src)
 
 
 @torchsymbol(T.zero_, torch.zero_, method="zero_", tags=INPLACE, id="ltorch.zero_")
@@ -216,8 +219,11 @@ def setitem_(self, indices, value):
                           f"to indexing result of shape {list(view.shape)}")
             if not _broadcasts_to(value.shape, view.shape):
                 value = ps.reshape(value, tuple(view.shape))
-        return write("setitem_", view, value)
-    return write("setitem_", self, setitem(self, indices, value))
+        return cast_write("setitem_", view, value)  # (eager copies into the view: any dtype casts)
+    out = setitem(self, indices, value)
+    if isinstance(value, TensorProxy):
+        check_put_dtype(self, key_index_kinds(indices), value)
+    return write("setitem_", self, out)
 
 
 def _strip_ones(shape):
