@@ -11,6 +11,8 @@ from __future__ import annotations
 import inspect
 import sys
 import traceback
+import types
+import typing
 
 from jitcore.errors import UnsupportedError
 from jitcore.interpreter.frame import frame_locals, with_caller_module
@@ -114,14 +116,30 @@ def _stack_reader(fn):
     return look
 
 
-def _getframemodulename(rt, args, kwargs):
-    """sys._getframemodulename(depth) (3.12+): the module of the interpreted function `depth` calls up (its
-    `__module__`, else its globals' `__name__`), None past the outermost interpreted frame, as eager's."""
-    frame = _frame_at(rt, _depth("_getframemodulename", args, kwargs, 0))
-    if frame is None:
-        return None
+def _module_of(frame):
+    """The module eager's C code names for a frame: its function's `__module__`, else its globals' `__name__`."""
     module = getattr(frame.fn, "__module__", None) if frame.fn is not None else None
     return module if module is not None else frame.globals.get("__name__")
+
+
+def _getframemodulename(rt, args, kwargs):
+    """sys._getframemodulename(depth) (3.12+): the module of the interpreted function `depth` calls up, None past the
+    outermost interpreted frame, as eager's."""
+    frame = _frame_at(rt, _depth("_getframemodulename", args, kwargs, 0))
+    return None if frame is None else _module_of(frame)
+
+
+def _named_by_caller(cls):
+    """typing's TypeVar, ParamSpec, TypeVarTuple in C (3.12+) name their caller's module in `__module__`: the
+    interpreted caller's here (their Python versions, 3.11's, read sys._getframe and are interpreted)."""
+    def look(rt, args, kwargs):
+        obj = cls(*args, **kwargs)
+        module = None if rt.frame is None else _module_of(rt.frame)
+        if module is not None:
+            obj.__module__ = module
+        return obj
+
+    return look
 
 
 LOOKASIDES[id(sys._getframe)] = _getframe
@@ -131,6 +149,9 @@ for _fn in (inspect.stack, inspect.trace, traceback.extract_stack, traceback.for
     LOOKASIDES[id(_fn)] = _stack_reader(_fn)
 if hasattr(sys, "_getframemodulename"):
     LOOKASIDES[id(sys._getframemodulename)] = _getframemodulename
+for _cls in (typing.TypeVar, typing.ParamSpec, typing.TypeVarTuple):
+    if not isinstance(_cls.__dict__.get("__init__"), types.FunctionType):
+        LOOKASIDES[id(_cls)] = _named_by_caller(_cls)
 
 
 # -- classes made by type.__new__ from an interpreted metaclass's __new__ (type(...) itself: lookasides._type) --------
