@@ -36,4 +36,6 @@ def load() -> dict[str, tuple[int, Callable]]:
 
 
 # one module per class family (tests/fuzz_class_<family>.py)
-CLASS_MODULES: tuple[str, ...] = ()
+CLASS_MODULES: tuple[str, ...] = (
+    "tests.fuzz_class_dtypeset",
+)

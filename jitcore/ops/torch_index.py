@@ -213,9 +213,10 @@ def check_put_dtype(input, masks: list, values, accumulate=False):
         return
     as_fill = (not accumulate and masks == [True] and all(s == 1 for s in values.shape)
                and values.device.type == "cpu")
-    check(as_fill, lambda: f"Index put requires the source and destination dtypes match, got "
-                           f"{type_name(input.dtype)} for the destination and {type_name(values.dtype)} for the "
-                           f"source.")
+    if not as_fill:  # (eager's type and message already: torch asked on zero masks would select nothing)
+        raise MetaError.like(RuntimeError)(
+            f"Index put requires the source and destination dtypes match, got {type_name(input.dtype)} for the "
+            f"destination and {type_name(values.dtype)} for the source.")
 
 
 @torchsymbol(id="ltorch.setitem", method="__setitem__")
@@ -363,10 +364,11 @@ def index_fill(input, dim, index, value):
 
 @torchsymbol(torch.index_put, T.index_put, method="index_put", id="ltorch.index_put")
 def index_put(input, indices, values, accumulate=False):
+    out = pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)  # (shapes first, as eager)
     if isinstance(values, TensorProxy):
         check_put_dtype(input, [i.dtype in (torch.bool, torch.uint8) for i in indices if i is not None], values,
                         accumulate)
-    return pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)
+    return out
 
 
 # -- masks ----------------------------------------------------------------------------------------------------------
@@ -390,6 +392,8 @@ def masked_fill(input, mask, value):
 def masked_scatter(input, mask, source):
     """input where mask is False; source's leading elements, in order, where it is True."""
     _check_mask("masked_scatter_", mask)
+    check(isinstance(source, TensorProxy),
+          lambda: f"masked_scatter(): argument 'source' must be Tensor, not {type(source).__name__}")
     check(source.dtype == input.dtype, lambda: f"masked_scatter: expected self and source to have same dtypes but got "
                                                f"{input.dtype} and {source.dtype}")
     input, mask = te.broadcast(input, mask, op="masked_scatter")
