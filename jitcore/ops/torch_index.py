@@ -182,11 +182,14 @@ def _value_for(a, value, shape):
     return te.expand_to(v, tuple(shape))
 
 
+_MASK_KINDS = {torch.bool: "bool", torch.uint8: "byte"}
+
+
 def key_index_kinds(key) -> list:
-    """The index tensors eager's `x[key] = v` hands to index_put_, one entry each: True for a boolean mask (a bool
-    or uint8 tensor of 1 or more dims, a list of Python bools), False for an integer index (an integer tensor of 1 or
-    more dims, a list, a Python bool or 0-dim bool tensor inside a tuple). Empty for a key eager copies into a view
-    (ints, slices, None, Ellipsis, a bare Python bool, 0-dim integer tensors, which select)."""
+    """The index tensors eager's `x[key] = v` hands to index_put_, one kind each: "bool" / "byte" for a mask (a
+    bool / uint8 tensor of 1 or more dims; a list of Python bools is a bool one), "long" for an integer index (an
+    integer tensor of 1 or more dims, a list, a Python bool or a 0-dim bool tensor inside a tuple). Empty for a key
+    eager copies into a view (ints, slices, None, Ellipsis, a bare Python bool, 0-dim integer tensors: selects)."""
     if not isinstance(key, tuple):
         if key is None or key is Ellipsis or isinstance(key, (bool, int, IntegerProxy, slice)):
             return []
@@ -194,26 +197,36 @@ def key_index_kinds(key) -> list:
     kinds = []
     for k in key:
         if isinstance(k, TensorProxy):
-            if k.ndim == 0 and k.dtype not in (torch.bool, torch.uint8):
+            if k.ndim == 0 and k.dtype not in _MASK_KINDS:
                 continue
-            kinds.append(k.ndim > 0 and k.dtype in (torch.bool, torch.uint8))
+            kinds.append(_MASK_KINDS.get(k.dtype, "long") if k.ndim > 0 else "long")
         elif isinstance(k, (list, range)):
             leaves = list(_leaves(k)) if isinstance(k, list) else []
-            kinds.append(bool(leaves) and all(isinstance(v, bool) for v in leaves))
+            kinds.append("bool" if leaves and all(isinstance(v, bool) for v in leaves) else "long")
         elif isinstance(k, bool):
-            kinds.append(False)
+            kinds.append("long")
     return kinds
 
 
-def check_put_dtype(input, masks: list, values, accumulate=False):
-    """Eager's index_put_ dtype rule: values must have input's dtype, except where it runs as masked_fill_ (no
-    accumulate, a single index that is a boolean mask, values of one element on the CPU), which casts.
-    masks: one bool per index tensor (True for a boolean mask), as key_index_kinds gives."""
-    if values.dtype == input.dtype or not masks:
+def index_kinds(indices) -> list:
+    """The kinds (as key_index_kinds names them) of index_put's index tensors (None entries skipped)."""
+    return [_MASK_KINDS.get(i.dtype, "long") for i in indices if i is not None]
+
+
+def check_put_dtype(input, kinds: list, values, accumulate=False):
+    """Eager's index_put_ rules on values: where it runs as masked_fill_ (no accumulate, a single index that is a
+    mask, values of one element on the CPU) it casts, and a uint8 mask raises; elsewhere values must have input's
+    dtype. kinds: key_index_kinds / index_kinds. values: a tensor, or None for a number (eager makes it a
+    one-element CPU tensor of input's dtype)."""
+    if not kinds:
         return
-    as_fill = (not accumulate and masks == [True] and all(s == 1 for s in values.shape)
-               and values.device.type == "cpu")
-    if not as_fill:  # (eager's type and message already: torch asked on zero masks would select nothing)
+    as_fill = (not accumulate and len(kinds) == 1 and kinds[0] in ("bool", "byte") and
+               (values is None or (values.device.type == "cpu" and all(s == 1 for s in values.shape))))
+    # (eager's types and messages already: torch asked on zero masks would select nothing)
+    if as_fill and kinds[0] == "byte":
+        raise MetaError.like(RuntimeError)("masked_fill_ only supports boolean masks, but got mask with dtype "
+                                           "unsigned char")
+    if not as_fill and values is not None and values.dtype != input.dtype:
         raise MetaError.like(RuntimeError)(
             f"Index put requires the source and destination dtypes match, got {type_name(input.dtype)} for the "
             f"destination and {type_name(values.dtype)} for the source.")
@@ -366,8 +379,7 @@ def index_fill(input, dim, index, value):
 def index_put(input, indices, values, accumulate=False):
     out = pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)  # (shapes first, as eager)
     if isinstance(values, TensorProxy):
-        check_put_dtype(input, [i.dtype in (torch.bool, torch.uint8) for i in indices if i is not None], values,
-                        accumulate)
+        check_put_dtype(input, index_kinds(indices), values, accumulate)
     return out
 
 

@@ -221,8 +221,7 @@ def setitem_(self, indices, value):
                 value = ps.reshape(value, tuple(view.shape))
         return cast_write("setitem_", view, value)  # (eager copies into the view: any dtype casts)
     out = setitem(self, indices, value)
-    if isinstance(value, TensorProxy):
-        check_put_dtype(self, key_index_kinds(indices), value)
+    check_put_dtype(self, key_index_kinds(indices), value if isinstance(value, TensorProxy) else None)
     return write("setitem_", self, out)
 
 
