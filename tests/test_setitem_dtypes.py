@@ -25,6 +25,8 @@ STATEMENTS = {
     "0-dim index tensor": ("{y}[idx[1]] = v", (4,)),
     "mask": ("{y}[m] = v", ()),
     "mask full": ("{y}[m] = v", (4,)),
+    "mask and slice": ("{y}[m[:, 0], 1:] = v", ()),  # (the mask's count read by setitem's decomposition)
+    "uint8 mask": ("{y}[m.to(torch.uint8)] = v", ()),  # (eager: masked_fill_'s error, for numbers too)
     "index tensor": ("{y}[idx] = v", (2, 4)),
     "index list": ("{y}[[0, 2]] = v", ()),
     "index_put_": ("{y}.index_put_((idx,), v)", (2, 4)),
