@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import jitcore
+from jitcore.errors import UnsupportedError
 from tests.fuzz import CACHE_MODES
 
 # statement -> the shape of v it takes (the destination is 3 x 4); m: a mask, idx: an index tensor
@@ -177,6 +178,9 @@ def test_gradients_as_eager(name, mode):
     for i, (dest, vdtype) in enumerate([(torch.float32, torch.float64), (torch.float64, torch.float32),
                                         (torch.float32, torch.float64), (torch.int64, torch.float32),
                                         (torch.float32, torch.float32)]):
+        if dest is torch.int64 and name in FILLS_MARKING_INTEGERS:
+            _check_refused_grad_fill(f, jf, dest, vdtype, vshape, i)
+            continue
         grads = []
         for fn in (f, jf):
             a, v, m, idx = _inputs(dest, vdtype, vshape, i)
@@ -196,6 +200,38 @@ def test_gradients_as_eager(name, mode):
             assert (e is None) == (j is None), (name, dest, vdtype, e, j)
             if e is not None:
                 assert e.dtype == j.dtype and torch.allclose(e, j), (name, dest, vdtype, e, j)
+
+
+# writes eager records as masked_fill_/fill_ of a value that requires grad: an integer destination then requires grad
+FILLS_MARKING_INTEGERS = {"mask", "index_put_ mask", "masked_fill_", "fill_"}
+
+
+def _check_refused_grad_fill(f, jf, dest, vdtype, vshape, seed):
+    """Eager marks the integer tensor as requiring grad (torch's quirk; a backward through it fails in eager's
+    engine); jit refuses clearly rather than answer with another requires_grad."""
+    a, v, m, idx = _inputs(dest, vdtype, vshape, seed)
+    v.requires_grad_()
+    out, _ = f(a, v, m, idx)
+    assert out.dtype == dest and out.requires_grad  # (the quirk: if torch drops it, jit can run these)
+    with pytest.raises(UnsupportedError, match=r"requires grad written into a torch\.int64 tensor"):
+        jf(a, v, m, idx)
+    with torch.no_grad():  # without a gradient there is nothing to mark: runs, as eager
+        want, got = f(a, v, m, idx), jf(a.clone(), v, m, idx)
+    assert torch.equal(want[0], got[0])
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_functional_fills_of_a_grad_value_into_integers_raise_as_eager(mode):
+    """masked_fill / index_put / index_fill of a value that requires grad into an integer tensor: eager raises
+    "Autograd not support dtype: Long" (the in-place forms: refused, above)."""
+    m = torch.tensor([True, False, True])
+    for fill in (lambda y, v: y.masked_fill(m[:, None], v), lambda y, v: y.index_put((m,), v),
+                 lambda y, v: torch.index_fill(y, 0, torch.tensor([1]), v)):
+        def f(y, v, fill=fill):
+            return fill(y * 1, v)
+        y, v = torch.zeros(3, 4, dtype=torch.int64), torch.tensor(2.5, requires_grad=True)
+        want, got = _run(f, (y, v)), _run(jitcore.jit(f, cache=mode), (y, v))
+        assert want == got == ("raised", (RuntimeError, "Autograd not support dtype: Long"))
 
 
 def test_setitem_dtypes_with_inductor():

@@ -24,7 +24,15 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_reduction import cumsum
 from jitcore.ops.torch_shape import _permute, dim_of, size_max, slice_dim
-from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices, static_numbers, type_name
+from jitcore.ops.utils import (
+    broadcast_shapes,
+    check,
+    is_number,
+    requires_grad,
+    slice_indices,
+    static_numbers,
+    type_name,
+)
 
 T = torch.Tensor
 ND = (Tag.NON_DIFFERENTIABLE,)
@@ -232,6 +240,18 @@ def check_put_dtype(input, kinds: list, values, accumulate=False):
             f"destination and {type_name(values.dtype)} for the source.")
 
 
+def no_grad_dtype_fill(input, value) -> bool:
+    """Whether value requires grad (grad mode on) and is filled into a tensor of a dtype without gradients: eager's
+    functional masked_fill/index_put/index_fill raise then ("Autograd not support dtype"), and its in-place ones mark
+    the integer tensor as requiring grad (torch_inplace.py refuses those)."""
+    return not (input.dtype.is_floating_point or input.dtype.is_complex) and requires_grad(value)
+
+
+def _check_fill_grad(input, value):
+    if no_grad_dtype_fill(input, value):
+        raise MetaError.like(RuntimeError)(f"Autograd not support dtype: {type_name(input.dtype)}")
+
+
 @torchsymbol(id="ltorch.setitem", method="__setitem__")
 def setitem(self, indices, value):
     """The functional `x[indices] = value`: returns a NEW tensor equal to x with the indexed region replaced.
@@ -363,6 +383,7 @@ def index_fill(input, dim, index, value):
         v = pc.full((), to_dtype(value, input.dtype), device=input.device, dtype=input.dtype)
     check(index.ndim <= 1, lambda: f"index_fill(): Index should have dimension 1 or 0 (got {index.ndim})")
     if input.ndim == 0:
+        _check_fill_grad(input, value)
         return _along_dim_put("index_fill", input, dim, index, v)
     # a mask of the filled positions, then where: each position takes value once, so value's gradient sums the
     # filled positions once however often index repeats them (as eager's), where scattering value per index would not
@@ -372,6 +393,7 @@ def index_fill(input, dim, index, value):
                        (ps.reshape(index, (index.numel(),)),), pc.full((), True, device=input.device, dtype=torch.bool),
                        False)
     mask = ps.reshape(hit, tuple(size if i == d else 1 for i in range(input.ndim)))
+    _check_fill_grad(input, value)
     return te.where(te.expand_to(mask, tuple(input.shape)), v, input)
 
 
@@ -380,6 +402,7 @@ def index_put(input, indices, values, accumulate=False):
     out = pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)  # (shapes first, as eager)
     if isinstance(values, TensorProxy):
         check_put_dtype(input, index_kinds(indices), values, accumulate)
+    _check_fill_grad(input, values)
     return out
 
 
@@ -396,6 +419,7 @@ def masked_fill(input, mask, value):
         check(value.ndim == 0, lambda: f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                                        f"{value.ndim} dimension(s).")
     shape = broadcast_shapes("masked_fill", input.shape, mask.shape)
+    _check_fill_grad(input, value)
     out = te.where(mask, to_dtype(value, input.dtype), input)
     return te.expand_to(out, shape)
 
