@@ -1,10 +1,7 @@
 """Interpreter stage: what code asking for its caller's frame or module sees (lookasides, keyed by the builtin's id).
-
-Interpreted frames are not Python frames, so a native answer would name the interpreter's own module. Library code
-that reads its caller (`collections.namedtuple`, `enum`, `typing` and `dataclasses` via `sys._getframe(n).f_globals`
-or `sys._getframemodulename(n)`) gets a FrameView of the interpreted frame instead; a class made by `type.__new__`
-gets the calling interpreted frame's module as `__module__`, as eager's (frame.with_caller_module; `type(...)` and
-metaclass calls: lookasides._type, Runtime.instantiate).
+Interpreted frames are not Python frames: library code reading its caller (namedtuple, enum, typing, dataclasses via
+`sys._getframe(n).f_globals` or `sys._getframemodulename`) gets a FrameView of the interpreted frame; a class made by
+type.__new__ gets the calling interpreted frame's module as `__module__`, as eager's (frame.with_caller_module).
 """
 from __future__ import annotations
 
