@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import jitcore
-from jitcore.errors import UnsupportedError
 from tests.fuzz import CACHE_MODES
 
 # statement -> the shape of v it takes (the destination is 3 x 4); m: a mask, idx: an index tensor
@@ -179,7 +178,7 @@ def test_gradients_as_eager(name, mode):
                                         (torch.float32, torch.float64), (torch.int64, torch.float32),
                                         (torch.float32, torch.float32)]):
         if dest is torch.int64 and name in FILLS_MARKING_INTEGERS:
-            _check_refused_grad_fill(f, jf, dest, vdtype, vshape, i)
+            _check_integer_history(f, jf, dest, vdtype, vshape, i)
             continue
         grads = []
         for fn in (f, jf):
@@ -206,24 +205,26 @@ def test_gradients_as_eager(name, mode):
 FILLS_MARKING_INTEGERS = {"mask", "index_put_ mask", "masked_fill_", "fill_"}
 
 
-def _check_refused_grad_fill(f, jf, dest, vdtype, vshape, seed):
-    """Eager marks the integer tensor as requiring grad (torch's quirk; a backward through it fails in eager's
-    engine); jit refuses clearly rather than answer with another requires_grad."""
-    a, v, m, idx = _inputs(dest, vdtype, vshape, seed)
-    v.requires_grad_()
-    out, _ = f(a, v, m, idx)
-    assert out.dtype == dest and out.requires_grad  # (the quirk: if torch drops it, jit can run these)
-    with pytest.raises(UnsupportedError, match=r"requires grad written into a torch\.int64 tensor"):
-        jf(a, v, m, idx)
-    with torch.no_grad():  # without a gradient there is nothing to mark: runs, as eager
-        want, got = f(a, v, m, idx), jf(a.clone(), v, m, idx)
-    assert torch.equal(want[0], got[0])
+def _check_integer_history(f, jf, dest, vdtype, vshape, seed):
+    """Eager gives the integer tensor autograd history (torch's quirk: a backward through it fails in eager's engine);
+    jitcore's integer tensors carry none, as every other op's (tests/fuzz.py _integer_history): the same values, and
+    the value's gradient through the other output as eager's."""
+    outs = []
+    for fn in (f, jf):
+        a, v, m, idx = _inputs(dest, vdtype, vshape, seed)
+        v.requires_grad_()
+        out, twice = fn(a, v, m, idx)
+        outs.append((out, torch.autograd.grad(twice.sum(), v)[0]))
+    (want, want_g), (got, got_g) = outs
+    assert want.dtype == got.dtype == dest and torch.equal(want, got)
+    assert want.requires_grad and not got.requires_grad  # (the quirk: if torch drops it, both are False)
+    assert torch.equal(want_g, got_g)
 
 
 @pytest.mark.parametrize("mode", CACHE_MODES)
 def test_functional_fills_of_a_grad_value_into_integers_raise_as_eager(mode):
     """masked_fill / index_put / index_fill of a value that requires grad into an integer tensor: eager raises
-    "Autograd not support dtype: Long" (the in-place forms: refused, above)."""
+    "Autograd not support dtype: Long" (the in-place forms run: _check_integer_history)."""
     m = torch.tensor([True, False, True])
     for fill in (lambda y, v: y.masked_fill(m[:, None], v), lambda y, v: y.index_put((m,), v),
                  lambda y, v: torch.index_fill(y, 0, torch.tensor([1]), v)):

@@ -6,7 +6,9 @@ time (prims.nonzero).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import torch
 
@@ -240,15 +242,26 @@ def check_put_dtype(input, kinds: list, values, accumulate=False):
             f"destination and {type_name(values.dtype)} for the source.")
 
 
-def no_grad_dtype_fill(input, value) -> bool:
-    """Whether value requires grad (grad mode on) and is filled into a tensor of a dtype without gradients: eager's
-    functional masked_fill/index_put/index_fill raise then ("Autograd not support dtype"), and its in-place ones mark
-    the integer tensor as requiring grad (torch_inplace.py refuses those)."""
-    return not (input.dtype.is_floating_point or input.dtype.is_complex) and requires_grad(value)
+_INPLACE_FILL = threading.local()  # .depth > 0 while an in-place fill runs its functional form
+
+
+@contextlib.contextmanager
+def grad_fills_into_integers():
+    """Inside: the functional fills below are the in-place ones' bodies, which eager runs (giving the integer tensor
+    autograd history jitcore does not keep) where its functional forms raise."""
+    _INPLACE_FILL.depth = getattr(_INPLACE_FILL, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _INPLACE_FILL.depth -= 1
 
 
 def _check_fill_grad(input, value):
-    if no_grad_dtype_fill(input, value):
+    """Eager's functional masked_fill/index_put/index_fill of a value that requires grad into a tensor of a dtype
+    without gradients: "Autograd not support dtype"."""
+    if getattr(_INPLACE_FILL, "depth", 0) or input.dtype.is_floating_point or input.dtype.is_complex:
+        return
+    if requires_grad(value):
         raise MetaError.like(RuntimeError)(f"Autograd not support dtype: {type_name(input.dtype)}")
 
 

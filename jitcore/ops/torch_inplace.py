@@ -27,8 +27,8 @@ from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_index import (
     check_put_dtype,
     getitem,
+    grad_fills_into_integers,
     key_index_kinds,
-    no_grad_dtype_fill,
     setitem,
 )
 from jitcore.ops.torch_shape import size_max
@@ -86,31 +86,20 @@ def _broadcasts_to(shape, target) -> bool:
 _EXACT_RESULT_DTYPE = frozenset({"float_power"})
 
 
-# in-place fills whose value (this argument after self) eager lets mark an integer tensor as requiring grad
-_FILL_VALUE = {"masked_fill": (1, "value"), "index_put": (1, "values"), "index_fill": (2, "value")}
-
-
-def refuse_grad_fill(op: str, self, value):
-    """`x_int.masked_fill_(m, v)` (index_put_, index_fill_, fill_, x_int[mask] = v) with v requiring grad: eager
-    marks the integer tensor as requiring grad (a backward through it fails in eager's engine), which a jitted program
-    does not reproduce: refused rather than answered with another requires_grad."""
-    if no_grad_dtype_fill(self, value):
-        raise UnsupportedError(
-            "in-place write", f"{op}: a value that requires grad written into a {self.dtype} tensor: eager marks the "
-            f"{self.dtype} tensor as requiring grad (a backward through it fails), which a jitted function does not "
-            f"reproduce", hint="detach the value (`v.detach()`) or write it under torch.no_grad()")
+# in-place fills of a value (eager's masked_fill_, index_put_, index_fill_, fill_, x[mask] = v): into an integer
+# tensor, a value that requires grad gives eager's integer tensor autograd history (which its own backward then
+# refuses: an integer gradient); jitcore's integer tensors carry none, as every other op's (tests/fuzz.py
+# _integer_history), where the functional forms raise eager's "Autograd not support dtype"
+_FILL_VALUE = frozenset({"masked_fill", "index_put", "index_fill"})
 
 
 def _inplace_of(name: str, functional):
     def body(self, *args, **kwargs):
-        if name in _FILL_VALUE and isinstance(self, TensorProxy):
-            at, pname = _FILL_VALUE[name]
-            fill = args[at] if len(args) > at else kwargs.get(pname)
-            if no_grad_dtype_fill(self, fill):
-                with torch.no_grad():  # the op's own errors first, in eager's order (shapes, dtypes); then refused
-                    functional(self, *args, **kwargs)
-                refuse_grad_fill(f"{name}_", self, fill)
-        value = functional(self, *args, **kwargs)
+        if name in _FILL_VALUE and isinstance(self, TensorProxy):  # (eager's functional fill raises there)
+            with grad_fills_into_integers():
+                value = functional(self, *args, **kwargs)
+        else:
+            value = functional(self, *args, **kwargs)
         if name in _EXACT_RESULT_DTYPE and isinstance(value, TensorProxy):
             check(value.dtype == self.dtype, lambda: f"the base given to {name}_ has dtype {type_name(self.dtype)} "
                   f"but the operation's result requires dtype {type_name(value.dtype)}")
@@ -155,7 +144,6 @@ def zero_(self):
 
 @torchsymbol(T.fill_, torch.fill_, method="fill_", tags=INPLACE, id="ltorch.fill_")
 def fill_(self, value):
-    refuse_grad_fill("fill_", self, value)
     if isinstance(value, TensorProxy):
         check(value.ndim == 0, lambda: f"fill_ only supports 0-dimension value tensor but got tensor with "
                                        f"{value.ndim} dimensions.")
@@ -251,7 +239,6 @@ def setitem_(self, indices, value):
         return cast_write("setitem_", view, value)  # (eager copies into the view: any dtype casts)
     out = setitem(self, indices, value)
     check_put_dtype(self, key_index_kinds(indices), value if isinstance(value, TensorProxy) else None)
-    refuse_grad_fill("setitem_", self, value)  # (eager's index_put_ as masked_fill_)
     return write("setitem_", self, out)
 
 
