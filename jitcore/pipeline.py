@@ -17,7 +17,7 @@ import torch
 from executors import python_ex, torch_ex
 from executors.ahead import compile_ahead
 from executors.base import Executor, FusionExecutor, get_executor
-from executors.claim import claim
+from executors.claim import claim, claim_bsym
 from jitcore import logs
 from jitcore.debug.verify import external_effect, verify_calls
 from jitcore.errors import UnsupportedError
@@ -481,9 +481,20 @@ def claim_program(program: Program, options: CompileOptions, symbolic: bool) -> 
     """Stage "claim": each op of the forward (and backward) taken by the first executor that can run it."""
     forward = claim(program.traces[-1], options.executors)
     if symbolic:
-        prune_sizes(forward)  # (claim's new trace, before anything else sees it)
+        prune_sizes(_claimed_sizes(forward, options.executors))  # (claim's new trace, before anything else sees it)
     backward = claim(program.backward_traces[-1], options.executors) if program.split is not None else None
     return Claimed(forward, backward)
+
+
+def _claimed_sizes(trace: Trace, executors) -> Trace:
+    """The claimed trace with the sizes its lines read that only a line inside a composite claimed whole defines
+    (`x[mask, 1:] = v`: setitem's decomposition reads the count of mask's nonzero entries, defined inside the getitem
+    that an executor claimed) unpacked, claimed too, after the tensor that carries them (define_sizes)."""
+    claimed = {id(b) for b in trace.bound_symbols}
+    define_sizes(trace)
+    trace.bound_symbols[:] = [line for b in trace.bound_symbols
+                              for line in ([b] if id(b) in claimed else claim_bsym(b, executors))]
+    return trace
 
 
 # -- stage "memory" ----------------------------------------------------------------------------------------------------

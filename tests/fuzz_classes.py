@@ -42,4 +42,5 @@ CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_argwrite",
     "tests.fuzz_class_metainplace",
     "tests.fuzz_class_complexviews",
+    "tests.fuzz_class_dtypeset",
 )

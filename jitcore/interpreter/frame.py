@@ -308,3 +308,40 @@ def _index(names, k, lo, hi) -> int:
         if names[j] == k:
             return j
     return -1
+
+
+def frame_locals(frame) -> dict:
+    if frame.f_locals is not None:
+        return frame.f_locals
+    info, ls, out = frame.info, frame.localsplus, {}
+    for i, name in enumerate(info.names):
+        v = ls[i]
+        if i in info.cell_slots and type(v) is types.CellType:
+            try:
+                v = v.cell_contents
+            except ValueError:
+                continue
+        if v is not NULL:
+            out[name] = v
+    return out
+
+
+def with_caller_module(frame, metatype, bases, ns):
+    """The namespace of a class made by calling `metatype(name, bases, ns)` (or `type.__new__(metatype, ...)`) from
+    interpreted `frame`, with `__module__` added where eager's type.__new__ adds it: absent from ns, the class made by
+    type.__new__ itself (not handed to a winning metaclass's own __new__, which runs natively and sees its own
+    module), `__name__` in the calling frame's globals. A copy (type.__new__ copies ns too); ns itself otherwise."""
+    if frame is None or type(ns) is not dict or "__module__" in ns or "__name__" not in frame.globals:
+        return ns
+    if not isinstance(metatype, type) or not isinstance(bases, tuple):
+        return ns
+    winner = metatype
+    for b in bases:
+        t = type(b)
+        if issubclass(t, winner):
+            winner = t
+        elif not issubclass(winner, t):
+            return ns  # (a metaclass conflict: the native call raises eager's TypeError)
+    if winner is not metatype and winner.__new__ is not type.__new__:
+        return ns  # (type.__new__ hands the call to the winner's own __new__)
+    return {**ns, "__module__": frame.globals["__name__"]}

@@ -4,10 +4,9 @@ Each entry is `fn(rt, args, kwargs)` and replaces a native call of the builtin: 
 globals(), vars(), eval/exec (interpreted), iter, getattr/setattr/delattr/hasattr (provenance and side
 effects), isinstance/issubclass (asked to the context), sys.exc_info, builtins that iterate or call back
 (list, zip, map, sorted, ...: external items are reported, Python callbacks interpreted), range/list/len/type of
-symbolic sizes (jitcore/ir/ranges.py: `range(n)` keeps n symbolic); breakpoint() and
-input() are refused, and so are frame readers (sys._getframe, inspect.currentframe/stack, traceback's
-stack functions) called from user code. print() is not here: with jitcore's context it is an op that prints on
-every call (jitcore/ops/per_call.py); with the default context it runs natively.
+symbolic sizes (jitcore/ir/ranges.py: `range(n)` keeps n symbolic); breakpoint() and input() are refused
+(frame readers and what names a caller's module: frame_views.py). print() is not here: with jitcore's context it is
+an op that prints on every call (jitcore/ops/per_call.py); with the default context it runs natively.
 """
 from __future__ import annotations
 import __future__
@@ -16,19 +15,17 @@ import abc
 import builtins
 import collections
 import functools
-import inspect
 import itertools
 import math
 import operator
 import sys
-import traceback
 import types
 
 from jitcore.errors import UnsupportedError
-from jitcore.interpreter import access, dunders
-from jitcore.interpreter.frame import NULL, Frame, code_info
+from jitcore.interpreter import access, dunders, frame_views  # noqa: F401  (frame_views: its lookasides)
+from jitcore.interpreter.frame import NULL, Frame, code_info, frame_locals, with_caller_module
 from jitcore.interpreter.provenance import Attr, Call, Module
-from jitcore.interpreter.run import BUILTIN_METHODS, CALLABLE_OBJECTS, LOOKASIDES, RETURNED, is_user_file, run_frame
+from jitcore.interpreter.run import BUILTIN_METHODS, CALLABLE_OBJECTS, LOOKASIDES, RETURNED, run_frame
 from jitcore.ir import ranges
 from jitcore.ir.arith import as_user
 from jitcore.ir.proxies import BoolProxy, IntegerProxy, NumberProxy, TensorProxy, ir_op
@@ -73,22 +70,6 @@ def _super(rt, args, kwargs):
     if cls is NULL:
         raise RuntimeError("super(): empty __class__ cell")
     return super(cls, first)
-
-
-def frame_locals(frame) -> dict:
-    if frame.f_locals is not None:
-        return frame.f_locals
-    info, ls, out = frame.info, frame.localsplus, {}
-    for i, name in enumerate(info.names):
-        v = ls[i]
-        if i in info.cell_slots and type(v) is _CellType:
-            try:
-                v = v.cell_contents
-            except ValueError:
-                continue
-        if v is not NULL:
-            out[name] = v
-    return out
 
 
 @lookaside(builtins.locals)
@@ -243,27 +224,6 @@ def _class_check(rt, name, native, obj, cls):
 def _refused(rt, args, kwargs):
     raise UnsupportedError("callable", "breakpoint() and input() cannot run while tracing",
                            hint="remove the call from the jitted function")
-
-
-def _frame_reader(fn):
-    """Python frames of interpreted code do not exist (the interpreter's own would be seen): refused when user code
-    asks; library code (logging's caller lookup) keeps the native answer."""
-    name = f"{fn.__module__}.{fn.__name__}"
-
-    def look(rt, args, kwargs):
-        if rt.frame is None or is_user_file(rt.frame.code.co_filename):
-            raise UnsupportedError("callable", f"{name}() inside a jitted function: interpreted code has no Python "
-                                   "frames (it would see the interpreter's own)",
-                                   hint="read frames or stacks outside the jitted function, or pass in what you "
-                                        "need from them as an argument")
-        return fn(*args, **kwargs)
-
-    return look
-
-
-for _fn in (sys._getframe, inspect.currentframe, inspect.stack, inspect.trace, traceback.extract_stack,
-            traceback.format_stack, traceback.print_stack, traceback.walk_stack):
-    LOOKASIDES[id(_fn)] = _frame_reader(_fn)
 
 
 @lookaside(sys.exc_info)
@@ -444,6 +404,8 @@ def _type(rt, args, kwargs):
         r = rt.type_hook(args[0])
         if r is not NotImplemented:
             return r
+    if len(args) == 3:  # a class made by type(name, bases, ns): its __module__ is the caller's, as eager's
+        args = (*args[:2], with_caller_module(rt.frame, type, args[1], args[2]))
     return type(*args, **kwargs)
 
 

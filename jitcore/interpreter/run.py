@@ -18,7 +18,7 @@ import weakref
 
 from jitcore.errors import JitError, MetaError, UnsupportedError
 from jitcore.interpreter import eager_errors, user_traceback
-from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info
+from jitcore.interpreter.frame import CO_ASYNC, NULL, Frame, bind_args, code_info, with_caller_module
 from jitcore.interpreter.protocol import listens
 from jitcore.interpreter.provenance import Arg, Attr, Call, Closure, Fn, Global, Item, Kwarg
 from jitcore.interpreter.side_effects import SideEffectLog
@@ -384,6 +384,8 @@ class Runtime:
         if isinstance(new, staticmethod):
             new = new.__func__
         if type(new) is not _FunctionType and type(init) is not _FunctionType:
+            if issubclass(cls, type) and len(args) == 3:  # a metaclass making a class: its __module__ as eager's
+                args = (*args[:2], with_caller_module(self.frame, cls, args[1], args[2]))
             return self.call_native(cls, args, kwargs)
         if type(new) is _FunctionType:
             obj = self.call(new, (cls, *args), kwargs)

@@ -6,7 +6,9 @@ time (prims.nonzero).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import torch
 
@@ -24,7 +26,15 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_reduction import cumsum
 from jitcore.ops.torch_shape import _permute, dim_of, size_max, slice_dim
-from jitcore.ops.utils import broadcast_shapes, check, is_number, slice_indices, static_numbers
+from jitcore.ops.utils import (
+    broadcast_shapes,
+    check,
+    is_number,
+    requires_grad,
+    slice_indices,
+    static_numbers,
+    type_name,
+)
 
 T = torch.Tensor
 ND = (Tag.NON_DIFFERENTIABLE,)
@@ -182,6 +192,79 @@ def _value_for(a, value, shape):
     return te.expand_to(v, tuple(shape))
 
 
+_MASK_KINDS = {torch.bool: "bool", torch.uint8: "byte"}
+
+
+def key_index_kinds(key) -> list:
+    """The index tensors eager's `x[key] = v` hands to index_put_, one kind each: "bool" / "byte" for a mask (a
+    bool / uint8 tensor of 1 or more dims; a list of Python bools is a bool one), "long" for an integer index (an
+    integer tensor of 1 or more dims, a list, a Python bool or a 0-dim bool tensor inside a tuple). Empty for a key
+    eager copies into a view (ints, slices, None, Ellipsis, a bare Python bool, 0-dim integer tensors: selects)."""
+    if not isinstance(key, tuple):
+        if key is None or key is Ellipsis or isinstance(key, (bool, int, IntegerProxy, slice)):
+            return []
+        key = (key,)
+    kinds = []
+    for k in key:
+        if isinstance(k, TensorProxy):
+            if k.ndim == 0 and k.dtype not in _MASK_KINDS:
+                continue
+            kinds.append(_MASK_KINDS.get(k.dtype, "long") if k.ndim > 0 else "long")
+        elif isinstance(k, (list, range)):
+            leaves = list(_leaves(k)) if isinstance(k, list) else []
+            kinds.append("bool" if leaves and all(isinstance(v, bool) for v in leaves) else "long")
+        elif isinstance(k, bool):
+            kinds.append("long")
+    return kinds
+
+
+def index_kinds(indices) -> list:
+    """The kinds (as key_index_kinds names them) of index_put's index tensors (None entries skipped)."""
+    return [_MASK_KINDS.get(i.dtype, "long") for i in indices if i is not None]
+
+
+def check_put_dtype(input, kinds: list, values, accumulate=False):
+    """Eager's index_put_ rules on values: where it runs as masked_fill_ (no accumulate, a single index that is a
+    mask, values of one element on the CPU) it casts, and a uint8 mask raises; elsewhere values must have input's
+    dtype. kinds: key_index_kinds / index_kinds. values: a tensor, or None for a number (eager makes it a
+    one-element CPU tensor of input's dtype)."""
+    if not kinds:
+        return
+    as_fill = (not accumulate and len(kinds) == 1 and kinds[0] in ("bool", "byte") and
+               (values is None or (values.device.type == "cpu" and all(s == 1 for s in values.shape))))
+    # (eager's types and messages already: torch asked on zero masks would select nothing)
+    if as_fill and kinds[0] == "byte":
+        raise MetaError.like(RuntimeError)("masked_fill_ only supports boolean masks, but got mask with dtype "
+                                           "unsigned char")
+    if not as_fill and values is not None and values.dtype != input.dtype:
+        raise MetaError.like(RuntimeError)(
+            f"Index put requires the source and destination dtypes match, got {type_name(input.dtype)} for the "
+            f"destination and {type_name(values.dtype)} for the source.")
+
+
+_INPLACE_FILL = threading.local()  # .depth > 0 while an in-place fill runs its functional form
+
+
+@contextlib.contextmanager
+def grad_fills_into_integers():
+    """Inside: the functional fills below are the in-place ones' bodies, which eager runs (giving the integer tensor
+    autograd history jitcore does not keep) where its functional forms raise."""
+    _INPLACE_FILL.depth = getattr(_INPLACE_FILL, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _INPLACE_FILL.depth -= 1
+
+
+def _check_fill_grad(input, value):
+    """Eager's functional masked_fill/index_put/index_fill of a value that requires grad into a tensor of a dtype
+    without gradients: "Autograd not support dtype"."""
+    if getattr(_INPLACE_FILL, "depth", 0) or input.dtype.is_floating_point or input.dtype.is_complex:
+        return
+    if requires_grad(value):
+        raise MetaError.like(RuntimeError)(f"Autograd not support dtype: {type_name(input.dtype)}")
+
+
 @torchsymbol(id="ltorch.setitem", method="__setitem__")
 def setitem(self, indices, value):
     """The functional `x[indices] = value`: returns a NEW tensor equal to x with the indexed region replaced.
@@ -313,6 +396,7 @@ def index_fill(input, dim, index, value):
         v = pc.full((), to_dtype(value, input.dtype), device=input.device, dtype=input.dtype)
     check(index.ndim <= 1, lambda: f"index_fill(): Index should have dimension 1 or 0 (got {index.ndim})")
     if input.ndim == 0:
+        _check_fill_grad(input, value)
         return _along_dim_put("index_fill", input, dim, index, v)
     # a mask of the filled positions, then where: each position takes value once, so value's gradient sums the
     # filled positions once however often index repeats them (as eager's), where scattering value per index would not
@@ -322,12 +406,17 @@ def index_fill(input, dim, index, value):
                        (ps.reshape(index, (index.numel(),)),), pc.full((), True, device=input.device, dtype=torch.bool),
                        False)
     mask = ps.reshape(hit, tuple(size if i == d else 1 for i in range(input.ndim)))
+    _check_fill_grad(input, value)
     return te.where(te.expand_to(mask, tuple(input.shape)), v, input)
 
 
 @torchsymbol(torch.index_put, T.index_put, method="index_put", id="ltorch.index_put")
 def index_put(input, indices, values, accumulate=False):
-    return pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)
+    out = pi.index_put(input, tuple(indices), to_dtype(values, input.dtype), accumulate)  # (shapes first, as eager)
+    if isinstance(values, TensorProxy):
+        check_put_dtype(input, index_kinds(indices), values, accumulate)
+    _check_fill_grad(input, values)
+    return out
 
 
 # -- masks ----------------------------------------------------------------------------------------------------------
@@ -343,6 +432,7 @@ def masked_fill(input, mask, value):
         check(value.ndim == 0, lambda: f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                                        f"{value.ndim} dimension(s).")
     shape = broadcast_shapes("masked_fill", input.shape, mask.shape)
+    _check_fill_grad(input, value)
     out = te.where(mask, to_dtype(value, input.dtype), input)
     return te.expand_to(out, shape)
 
@@ -351,6 +441,8 @@ def masked_fill(input, mask, value):
 def masked_scatter(input, mask, source):
     """input where mask is False; source's leading elements, in order, where it is True."""
     _check_mask("masked_scatter_", mask)
+    check(isinstance(source, TensorProxy),
+          lambda: f"masked_scatter(): argument 'source' must be Tensor, not {type(source).__name__}")
     check(source.dtype == input.dtype, lambda: f"masked_scatter: expected self and source to have same dtypes but got "
                                                f"{input.dtype} and {source.dtype}")
     input, mask = te.broadcast(input, mask, op="masked_scatter")

@@ -25,9 +25,15 @@ from jitcore.ops.registry import torchsymbol
 from jitcore.ops.rng_generators import gen_kwargs
 from jitcore.ops.torch_creation import draw_like, fill_order
 from jitcore.ops.torch_elementwise import to_dtype
-from jitcore.ops.torch_index import getitem, setitem
+from jitcore.ops.torch_index import (
+    check_put_dtype,
+    getitem,
+    grad_fills_into_integers,
+    key_index_kinds,
+    setitem,
+)
 from jitcore.ops.torch_shape import size_max
-from jitcore.ops.utils import check, is_number, same_size, slice_indices
+from jitcore.ops.utils import check, is_number, same_size, slice_indices, type_name
 
 T = torch.Tensor
 INPLACE = (Tag.INPLACE,)
@@ -47,8 +53,8 @@ def write(op: str, self, value):
     check(isinstance(self, TensorProxy), lambda: f"{op}: expected a tensor to write into, got {type(self).__name__}")
     if isinstance(value, TensorProxy):
         check(torch.can_cast(value.dtype, self.dtype),
-              lambda: f"{op}: result type {_type_name(value.dtype)} can't be cast to the desired output type "
-                      f"{_type_name(self.dtype)}")
+              lambda: f"{op}: result type {type_name(value.dtype)} can't be cast to the desired output type "
+                      f"{type_name(self.dtype)}")
         check(tuple(value.shape) == tuple(self.shape) or _broadcasts_to(value.shape, self.shape),
               lambda: f"{op}: output with shape {list(self.shape)} doesn't match the broadcast shape "
                       f"{list(value.shape)}")
@@ -58,9 +64,15 @@ def write(op: str, self, value):
     return pm.copy_(value, self)
 
 
-def _type_name(dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
-            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+def cast_write(op: str, self, value):
+    """self <- value with copy_'s semantics: value (a tensor of any dtype and device, broadcast to self's shape)
+    converted to self's dtype, as eager's `x.copy_(v)` and `x[basic key] = v` do; a number written as self's dtype."""
+    if not isinstance(value, TensorProxy):
+        return write(op, self, value)
+    value = te.expand_to(value, tuple(self.shape))
+    if value.device != self.device:
+        value = pe.device_put(value, self.device)
+    return pm.copy_(to_dtype(value, self.dtype), self)
 
 
 def _broadcasts_to(shape, target) -> bool:
@@ -74,12 +86,23 @@ def _broadcasts_to(shape, target) -> bool:
 _EXACT_RESULT_DTYPE = frozenset({"float_power"})
 
 
+# in-place fills of a value (eager's masked_fill_, index_put_, index_fill_, fill_, x[mask] = v): into an integer
+# tensor, a value that requires grad gives eager's integer tensor autograd history (which its own backward then
+# refuses: an integer gradient); jitcore's integer tensors carry none, as every other op's (tests/fuzz.py
+# _integer_history), where the functional forms raise eager's "Autograd not support dtype"
+_FILL_VALUE = frozenset({"masked_fill", "index_put", "index_fill"})
+
+
 def _inplace_of(name: str, functional):
     def body(self, *args, **kwargs):
-        value = functional(self, *args, **kwargs)
+        if name in _FILL_VALUE and isinstance(self, TensorProxy):  # (eager's functional fill raises there)
+            with grad_fills_into_integers():
+                value = functional(self, *args, **kwargs)
+        else:
+            value = functional(self, *args, **kwargs)
         if name in _EXACT_RESULT_DTYPE and isinstance(value, TensorProxy):
-            check(value.dtype == self.dtype, lambda: f"the base given to {name}_ has dtype {_type_name(self.dtype)} "
-                  f"but the operation's result requires dtype {_type_name(value.dtype)}")
+            check(value.dtype == self.dtype, lambda: f"the base given to {name}_ has dtype {type_name(self.dtype)} "
+                  f"but the operation's result requires dtype {type_name(value.dtype)}")
         return write(f"{name}_", self, value)
 
     body.__name__ = f"{name}_"
@@ -111,10 +134,7 @@ def copy_(self, src, non_blocking=False):
         return write("copy_", self, src)
     check(_broadcasts_to(src.shape, self.shape),
           lambda: f"copy_: the size of src {list(src.shape)} must be broadcastable to self {list(self.shape)}")
-    value = te.expand_to(src, tuple(self.shape))
-    if value.device != self.device:
-        value = pe.device_put(value, self.device)
-    return pm.copy_(to_dtype(value, self.dtype), self)
+    return cast_write("copy_", self, src)
 
 
 @torchsymbol(T.zero_, torch.zero_, method="zero_", tags=INPLACE, id="ltorch.zero_")
@@ -216,8 +236,10 @@ def setitem_(self, indices, value):
                           f"to indexing result of shape {list(view.shape)}")
             if not _broadcasts_to(value.shape, view.shape):
                 value = ps.reshape(value, tuple(view.shape))
-        return write("setitem_", view, value)
-    return write("setitem_", self, setitem(self, indices, value))
+        return cast_write("setitem_", view, value)  # (eager copies into the view: any dtype casts)
+    out = setitem(self, indices, value)
+    check_put_dtype(self, key_index_kinds(indices), value if isinstance(value, TensorProxy) else None)
+    return write("setitem_", self, out)
 
 
 def _strip_ones(shape):

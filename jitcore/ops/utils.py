@@ -18,6 +18,14 @@ def check(cond: bool, msg):
         raise MetaError(msg() if callable(msg) else msg)
 
 
+def type_name(dtype) -> str:
+    """torch's own name of dtype in its messages (Float, Long, ComplexFloat, ...)."""
+    try:
+        return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+    except (TypeError, RuntimeError):
+        return str(dtype)
+
+
 def is_tensor(x) -> bool:
     return isinstance(x, TensorProxy)
 
