@@ -491,6 +491,7 @@ class CompiledRegion:
     def __call__(self, *args):
         # regions run inside the forward/backward of an autograd.Function (or with no autodiff): never record
         with torch.no_grad():
+            args = _materialized(list(args))
             return self._pick(args)(*args)
 
     def boxed(self, box: list):
@@ -499,11 +500,23 @@ class CompiledRegion:
         right after its last use there, not when the region returns (the program's boxed region lines, see
         executors/regions.py boxed_region_line)."""
         with torch.no_grad():
+            _materialized(box)
             run = self._pick(box)
             found = self._boxed.get(id(run))
             if found is None:
                 found = self._boxed[id(run)] = (run, boxed_call(run, self.single))
             return found[1](box)
+
+
+def _materialized(args: list) -> list:
+    """args, each tensor with a lazy negative or conjugate bit (`z.conj().imag`, `torch._neg_view(x)`: a view whose
+    values are the negated memory) replaced by its values: compiled code reads a tensor's memory as its values.
+    A region has no side effects (has_side_effect), so the copy loses no write. Only a program's own inputs can carry
+    the bits (views it makes of them are materialized: jitcore/ops/torch_complex.py)."""
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and (a.is_neg() or a.is_conj()):
+            args[i] = a.resolve_neg().resolve_conj()
+    return args
 
 
 def _example(fake):
