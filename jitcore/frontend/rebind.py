@@ -28,9 +28,18 @@ def rebind_tensor(ctx, proxy: TensorProxy, view: TensorProxy, change: tuple):
         setattr(proxy, slot, b)
         setattr(view, slot, a)
     swap = {id(proxy): view, id(view): proxy}
+    done = set()  # (a line is swapped once: the data guards' programs share the recording's lines)
     for scope in ctx.trace._scopes:
         for b in scope:
-            _swap_refs(b, swap)
+            _swap_refs(b, swap, done)
+    for guard in ctx.guards.data:  # their programs' own lines (a run-time size's shape read, fuzz seed 158), inputs
+        program = getattr(guard.program, "trace", None)  # and outputs, printed again when the guards merge
+        if program is not None:
+            for b in program.bound_symbols:
+                _swap_refs(b, swap, done)
+            program.args = [swap.get(id(a), a) for a in program.args]
+            leaves, spec = tree_flatten(program.output)
+            program.output = tree_unflatten(spec, [swap.get(id(x), x) for x in leaves])
     for inp in ctx.inputs:
         if inp.proxy is proxy:
             inp.proxy = view
@@ -43,16 +52,19 @@ def _concrete(tree):
     return tree_unflatten(spec, [concretize(x) if isinstance(x, NumberProxy) else x for x in leaves])
 
 
-def _swap_refs(bsym, swap: dict):
+def _swap_refs(bsym, swap: dict, done: set):
     """bsym (and its subsymbols), each proxy object in swap replaced by its partner (in place: the recording's lines
-    are the same objects for every stage holding them)."""
+    are the same objects for every stage holding them), unless done has it."""
+    if id(bsym) in done:
+        return
+    done.add(id(bsym))
     for field in ("args", "kwargs", "output"):
         tree = getattr(bsym, field)
         leaves, spec = tree_flatten(tree)
         if any(id(x) in swap for x in leaves):
             setattr(bsym, field, tree_unflatten(spec, [swap.get(id(x), x) for x in leaves]))
     for s in bsym.subsymbols:
-        _swap_refs(s, swap)
+        _swap_refs(s, swap, done)
 
 
 def input_metadata_changes(ctx) -> list:

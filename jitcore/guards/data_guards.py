@@ -151,6 +151,26 @@ def concrete_value(ctx, proxy: TensorProxy, kind: str):
         raise
 
 
+class _NotThisCall:
+    """What a data guard's program gives when a line of it fails on this call's values: a line that runs only with
+    the values it was traced with (a resize_ of a run-time size that an earlier value of the same program fixed,
+    fuzz seed 158). Equal to nothing, so the check is a miss (the prologue's `!=`), never an error."""
+
+    def __eq__(self, other):
+        return False
+
+    def __ne__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return "<not this call's values>"
+
+
+NOT_THIS_CALL = _NotThisCall()
+
+
 class WrittenInputs(DataDependentError):
     """A value that comes from in-place writes into the program's inputs: no prologue can compute it beforehand."""
 
@@ -187,13 +207,20 @@ def guarded_value(ctx, wanted: list, convert, kind: str, what: str):
 
     def recompute(*tensors):
         with torch.no_grad():
-            return convert(fn(*tensors)) if single else convert(*fn(*tensors))
+            try:
+                values = fn(*tensors)
+            except RuntimeError:
+                return NOT_THIS_CALL
+            return convert(values) if single else convert(*values)
 
     recompute.__qualname__ = recompute.__name__ = f"data_guard[{_describe(program, kind)}]"
     recompute.trace = program  # the program that recomputes the value, printable
     recompute.convert = (lambda v: convert(v)) if single else (lambda vs: convert(*vs))
     with detached():
-        value = recompute(*[a.value if isinstance(a, NumberProxy) else real[a.name][1] for a in free])
+        now = [a.value if isinstance(a, NumberProxy) else real[a.name][1] for a in free]
+        value = recompute(*now)
+        if value is NOT_THIS_CALL:  # (while tracing, a failing line is an error of its own: raised as it is)
+            fn(*now)
     reads = tuple(a.name if not isinstance(a, NumberProxy) or a.expr == a.name else f"({a.expr})" for a in free)
     ctx.guards.data.append(DataGuard(recompute, reads, value, _describe(program, kind)))
     return value
@@ -228,7 +255,11 @@ def merged(guards: list) -> DataGuard:
 
     def recompute(*tensors):
         with torch.no_grad():
-            return tuple(c(v) for c, v in zip(converts, fn(*tensors)))
+            try:
+                values = fn(*tensors)
+            except RuntimeError:
+                return NOT_THIS_CALL
+            return tuple(c(v) for c, v in zip(converts, values))
 
     recompute.__qualname__ = recompute.__name__ = f"data_guards[{len(guards)} values]"
     recompute.trace = program
