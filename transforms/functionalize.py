@@ -22,7 +22,7 @@ from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
-from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.views import MULTI_INPUT_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -40,6 +40,8 @@ LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"}
 COMPUTED_VIEW_OPS = {"ltorch.unfold": "prims.unfold"}
 # in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
 FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
+# view ops eager turns into copies for some arguments (an index tensor, a layout reshape cannot view)
+COPYING_VIEW_OPS = frozenset(f"ltorch.{n}" for n in ("getitem", "reshape", "reshape_as", "flatten", "ravel"))
 # view ops returning several views: eager refuses a write autograd records into them (or into views of them)
 MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
     "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
@@ -339,7 +341,7 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     """An opaque op whose result is a view of an input (as_strided, ...): writes to either cannot be followed."""
     flat, spec = tree_flatten((bsym.args, bsym.kwargs))
     tensors = [a for a in flat if isinstance(a, TensorProxy)]
-    if not tensors or _returns_alias(bsym.sym.torch_fn) is False:  # (its schema says: never a view)
+    if not tensors:
         return
     metas = [torch.empty(_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
              else None if isinstance(a, GeneratorProxy) else value_of(a) for a in flat]  # (a draw's generator=)
@@ -347,21 +349,31 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     try:
         with torch.no_grad():
             out = bsym.sym.torch_fn(*margs, **mkwargs)
-    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view
+    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view, unless its schema
+        if _returns_alias(bsym.sym.torch_fn) is False:  # says never one
+            return
         out = None
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    # a view, or an input itself (x.conj() of a real x, resolve_conj(): eager returns the same tensor)
-    if out is not None and not any(o._is_view() or any(o is m for m in metas) for o in outs):
+    # a view, an input itself (x.conj() of a real x, resolve_conj(), conj_physical(): eager returns the same tensor),
+    # or a tensor sharing an input's memory without being a view for autograd (unsafe_chunk, unsafe_split)
+    storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor) and m.layout == torch.strided}
+    if out is not None and not any(o._is_view() or any(o is m for m in metas) or (
+            o.layout == torch.strided and o.untyped_storage()._cdata in storages) for o in outs):
         for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
             if isinstance(x, NumberProxy):
                 concretize(x)
         return
-    name = bsym.sym.id.removeprefix("opaque.")
+    _refuse_writes_through(st, bsym, tensors, f"{bsym.sym.id.removeprefix('opaque.')} (an op jitcore runs as a whole)")
+
+
+def _refuse_writes_through(st: _State, bsym: BoundSymbol, tensors: list, what: str):
+    """Writes into bsym's inputs or outputs (which share memory in eager) are refused from here on: `what` made
+    the view."""
     for t in tensors:
-        st.opaque[_alias_of(st, t).root] = name
+        st.opaque[_alias_of(st, t).root] = what
     for o in bsym.flat_proxy_outs():
         if isinstance(o, TensorProxy):
-            st.opaque[_alias_of(st, o).root] = name
+            st.opaque[_alias_of(st, o).root] = what
 
 
 def _returns_alias(fn) -> bool | None:
@@ -435,30 +447,35 @@ def _flat_prims(bsym) -> list:
 
 
 def _track_views(st: _State, bsym: BoundSymbol):
-    """Record the outputs of a view op as aliases of its input's root (with the view prims that make them)."""
+    """Record the outputs of a view op as aliases of their input's root (with the view prims that make them). An op
+    of several tensors (atleast_1d(x, y), broadcast_tensors, meshgrid) views each output from its own input."""
     if bsym.sym.id not in VIEW_OPS and bsym.sym.id not in COMPUTED_VIEW_OPS:
         return
     tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
     if bsym.sym.id in LIKE_OPS:
         tensors = tensors[:1]
-    if len(tensors) != 1:
+    if not tensors:
         return
     prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
-    whole_pieces = bsym.sym.id in MULTI_VIEW_OPS  # (elsewhere a same-dtype copy is a copy: reshape of a layout
-    computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)  # eager cannot view)
+    # the piece a view op returns whole is the input itself in eager (elsewhere a same-dtype copy is a copy: reshape
+    # of a layout eager cannot view)
+    whole_pieces = bsym.sym.id in MULTI_VIEW_OPS or bsym.sym.id in MULTI_INPUT_VIEW_OPS
+    computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not _is_same_dtype_copy(p) for p in prims) and \
+            bsym.sym.id not in COPYING_VIEW_OPS:
+        _untracked_view(st, bsym, tensors)  # (narrow and tensor_split at positions a tensor holds: a take)
+        return
     if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and _is_same_dtype_copy(p))
            for p in prims):
         return
-    src = _alias_of(st, tensors[0])
-    multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
-    if bsym.sym.id == "ltorch.detach":
-        multi = None
-    made = {tensors[0].name: (src.chain, src.meta)}
+    srcs = {t.name: _alias_of(st, t) for t in tensors}
+    made = {t.name: (srcs[t.name].chain, srcs[t.name].meta, t.name) for t in tensors}
     for p in prims:
         a = p.args[0]
         if not isinstance(a, TensorProxy) or a.name not in made:
+            _untracked_view(st, bsym, tensors)
             return
-        chain, meta = made[a.name]
+        chain, meta, origin = made[a.name]
         out_meta = _view_meta(p, meta)
         # reshape, flatten, ... decided at trace time from eager's layout (jitcore/frontend/layouts.py), and recorded a
         # copy
@@ -466,12 +483,22 @@ def _track_views(st: _State, bsym: BoundSymbol):
         # of an expanded tensor); the metas here assume results are contiguous, which eager's need not be
         if out_meta is None:
             out_meta = _view_meta(p, meta.contiguous())
-        made[p.output.name] = (chain + (p,), out_meta)
+        made[p.output.name] = (chain + (p,), out_meta, origin)
     for o in bsym.flat_proxy_outs():
-        if o.name in made and o.name != tensors[0].name:
-            chain, meta = made[o.name]
+        if o.name in made and o.name not in srcs:
+            chain, meta, origin = made[o.name]
+            src = srcs[origin]
+            multi = None if bsym.sym.id == "ltorch.detach" else (
+                bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi)
             st.alias[o.name] = Alias(src.root, chain, meta, multi)
             st.derived[o.name] = st.version.get(src.root, 0)
+
+
+def _untracked_view(st: _State, bsym: BoundSymbol, tensors: list):
+    """A view in eager that jitcore computes by other ops (a take): writes into it, or into its input while it
+    lives, cannot be followed (refused, as for an opaque view)."""
+    name = bsym.sym.id.removeprefix("ltorch.")
+    _refuse_writes_through(st, bsym, tensors, f"{name} (a view in eager, which jitcore computes as a new tensor)")
 
 
 def _is_same_dtype_copy(p: BoundSymbol) -> bool:
@@ -584,10 +611,10 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
     if al.root in st.opaque:
         name = st.opaque[al.root]
-        raise UnsupportedError("in-place op", f"{op}a write into a tensor that shares memory with the result of {name} "
-                               "(an op jitcore runs as a whole): the write cannot be followed through it",
-                               hint=f"clone() the result of {name}, or write with basic indexing or view ops "
-                                    "(select, narrow, view, ...)")
+        raise UnsupportedError("in-place op", f"{op}a write into a tensor that shares memory with the result of {name}:"
+                               " the write cannot be followed through it",
+                               hint=f"clone() the result of {name.split(' (')[0]}, or write with basic indexing or "
+                                    "view ops (select, narrow, view, ...)")
     computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p)), None)
     if computed is not None:
         name = next(k for k, v in COMPUTED_VIEW_OPS.items() if v == computed).removeprefix("ltorch.")
@@ -757,7 +784,8 @@ def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) ->
     aliased = set(written)
     for b in forward.bound_symbols:
         tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
-        if b.sym.id in VIEW_OPS and tensors and tensors[0].name in aliased:
+        if b.sym.id in VIEW_OPS and any(t.name in aliased for t in tensors[:None if b.sym.id in MULTI_INPUT_VIEW_OPS
+                                                                           else 1]):
             aliased.update(o.name for o in b.flat_proxy_outs())
         elif b.sym.id in _SAME_STORAGE and any(a.name in aliased for a in tensors):
             aliased.update(o.name for o in b.flat_proxy_outs())

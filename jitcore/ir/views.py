@@ -12,4 +12,8 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
-    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach")} | VIEW_PRIMS)
+    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach", "broadcast_tensors",
+    "meshgrid")} | VIEW_PRIMS)
+# view ops of several tensors: each output views the input it is made from (viewed_tensor follows it back)
+MULTI_INPUT_VIEW_OPS = frozenset(f"ltorch.{n}" for n in ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_tensors",
+                                                         "meshgrid"))
