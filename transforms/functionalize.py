@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
@@ -79,6 +78,8 @@ class _State:
     writer: str = ""  # the in-place op (as the user called it) whose writes are being inlined
     overlay: set = field(default_factory=set)  # detach() outputs written through with a gradient (see _write)
     opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
+    # name -> (((root, its version then), ...), what made it): a view in eager computed here as a new tensor
+    computed: dict = field(default_factory=dict)
 
 
 def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trace, list[Writeback]]:
@@ -277,6 +278,7 @@ def _read(st: _State, x):
     if not isinstance(x, TensorProxy):
         return st.cur.get(x.name, x) if isinstance(x, Proxy) else x
     al = st.alias.get(x.name)
+    _check_not_stale(st, x.name if al is None else al.root)
     if al is None:
         return st.cur.get(x.name, x)
     v = st.version.get(al.root, 0)
@@ -292,6 +294,17 @@ def _read(st: _State, x):
     st.cur[x.name], st.derived[x.name] = value, v
     _rename_sizes(st, x, value)
     return value
+
+
+def _check_not_stale(st: _State, name: str):
+    """Refuse a read of a view eager makes that jitcore computed (_untracked_view) after its input was written:
+    eager's view shows the write, jitcore's value does not."""
+    made = st.computed.get(name)
+    if made is not None and any(st.version.get(r, 0) != v for r, v in made[0]):
+        raise UnsupportedError("in-place op", f"a read of the result of {made[1]} after a write into its input: "
+                               "eager's view shows the write, which jitcore cannot follow into it",
+                               hint="clone() the view before writing into its input, or index with Python ints "
+                                    "and slices")
 
 
 def _rename_sizes(st: _State, old: TensorProxy, new: TensorProxy):
@@ -349,10 +362,8 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     try:
         with torch.no_grad():
             out = bsym.sym.torch_fn(*margs, **mkwargs)
-    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view, unless its schema
-        if _returns_alias(bsym.sym.torch_fn) is False:  # says never one
-            return
-        out = None
+    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view (whatever its schema
+        out = None  # says: histogramdd hands back the bin tensors it was given)
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
     # a view, an input itself (x.conj() of a real x, resolve_conj(), conj_physical(): eager returns the same tensor),
     # or a tensor sharing an input's memory without being a view for autograd (unsafe_chunk, unsafe_split)
@@ -374,21 +385,6 @@ def _refuse_writes_through(st: _State, bsym: BoundSymbol, tensors: list, what: s
     for o in bsym.flat_proxy_outs():
         if isinstance(o, TensorProxy):
             st.opaque[_alias_of(st, o).root] = what
-
-
-def _returns_alias(fn) -> bool | None:
-    """Whether aten's schema of fn (an overload, or every overload of the aten op named like it) lets an output
-    alias an input; None when fn has no aten schema."""
-    fn = getattr(fn, "stands_for", fn)
-    if isinstance(fn, compat.OpOverload):
-        overloads = [fn]
-    else:
-        name = getattr(fn, "__name__", "") or ""
-        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
-        if not isinstance(packet, compat.OpOverloadPacket):
-            return None
-        overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]  # (out= ones alias out=)
-    return any(r.alias_info is not None for o in overloads for r in o._schema.returns)
 
 
 def _gained_grad(bsym, new_args) -> bool:
@@ -461,8 +457,8 @@ def _track_views(st: _State, bsym: BoundSymbol):
     # of a layout eager cannot view)
     whole_pieces = bsym.sym.id in MULTI_VIEW_OPS or bsym.sym.id in MULTI_INPUT_VIEW_OPS
     computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)
-    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not _is_same_dtype_copy(p) for p in prims) and \
-            bsym.sym.id not in COPYING_VIEW_OPS:
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not _is_same_dtype_copy(p) for p in prims) and (
+            bsym.sym.id not in COPYING_VIEW_OPS or _zero_dim_index(bsym)):
         _untracked_view(st, bsym, tensors)  # (narrow and tensor_split at positions a tensor holds: a take)
         return
     if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and _is_same_dtype_copy(p))
@@ -495,10 +491,20 @@ def _track_views(st: _State, bsym: BoundSymbol):
 
 
 def _untracked_view(st: _State, bsym: BoundSymbol, tensors: list):
-    """A view in eager that jitcore computes by other ops (a take): writes into it, or into its input while it
-    lives, cannot be followed (refused, as for an opaque view)."""
-    name = bsym.sym.id.removeprefix("ltorch.")
-    _refuse_writes_through(st, bsym, tensors, f"{name} (a view in eager, which jitcore computes as a new tensor)")
+    """A view in eager that jitcore computes by other ops (a take): a write into it, or a read of it after its input
+    was written, cannot be followed (refused in _read and _check_write); otherwise its value is eager's."""
+    what = f"{bsym.sym.id.removeprefix('ltorch.')} (a view in eager, which jitcore computes as a new tensor)"
+    roots = [_alias_of(st, t).root for t in tensors]
+    for o in bsym.flat_proxy_outs():
+        if isinstance(o, TensorProxy):
+            st.computed[o.name] = (tuple((r, st.version.get(r, 0)) for r in roots), what)
+
+
+def _zero_dim_index(bsym: BoundSymbol) -> bool:
+    """x[t] with t a 0-d integer tensor: eager selects (a view, as with an int); jitcore takes (a copy)."""
+    return bsym.sym.id == "ltorch.getitem" and any(
+        isinstance(a, TensorProxy) and a.ndim == 0 and a.dtype not in (torch.bool, torch.uint8)
+        for a in bsym.flat_proxy_args()[1:])
 
 
 def _is_same_dtype_copy(p: BoundSymbol) -> bool:
@@ -609,6 +615,10 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
+    if al.root in st.computed:
+        raise UnsupportedError("in-place op", f"{op}a write into the result of {st.computed[al.root][1]}: the write "
+                               "cannot be followed into its input",
+                               hint="clone() it before writing into it, or index with Python ints and slices")
     if al.root in st.opaque:
         name = st.opaque[al.root]
         raise UnsupportedError("in-place op", f"{op}a write into a tensor that shares memory with the result of {name}:"
