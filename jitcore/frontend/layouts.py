@@ -113,7 +113,9 @@ class Layouts:
         inputs = frozenset().union(*(self._metas[a.name][1] for a in args)) if args else frozenset()
         outs = list(line.flat_outs())
         given = {a.name: self._metas[a.name][0] for a in args}
-        metas = _contiguous_results(line, given) if args else None
+        metas = [None] * len(outs) if line.sym.id in UNKNOWN_LAYOUTS else None
+        if metas is None:
+            metas = _contiguous_results(line, given) if args else None
         if metas is None:
             metas = _run_on_meta(line, given, self.used) if args else None
         if metas is None or len(metas) != len(outs):
@@ -307,6 +309,12 @@ def _save_to_disk(path: Path):
 # CPU; the meta kernels answer contiguous): their layout is the CPU kernel's own, run on zeros laid out as the inputs
 _PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
                     torch.layout})
+
+# ops whose kernels lay out their outputs in a way not known here, which depends on the device and on values (nonzero
+# and argwhere on the CPU: (n, ndim) column-major, n known only at run time; linalg.eig's eigenvectors): their layout
+# questions (stride(), is_contiguous()) are refused rather than answered as contiguous
+UNKNOWN_LAYOUTS = frozenset(("ltorch.nonzero", "ltorch.argwhere", "prims.nonzero", "opaque.torch.linalg.eig",
+                             "ltorch.linalg_eig"))
 
 CPU_LAYOUTS = frozenset(f"ltorch.{n}" for n in (
     "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d group_norm pad roll pixel_shuffle "
