@@ -150,3 +150,17 @@ def test_layout_of_nonzero_is_refused_not_guessed(fn, mode):
     """eager's CPU kernel lays nonzero's (n, ndim) result out column-major; jitcore answered contiguous."""
     with pytest.raises(UnsupportedError, match="memory layout"):
         jitcore.jit(fn, cache=mode)(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+
+
+def offsets_of_pieces(x):
+    return (x.chunk(1)[0].storage_offset(), [p.storage_offset() for p in x.split(2)],
+            x[::2].tensor_split(1)[0].stride(), [p.storage_offset() for p in torch.atleast_1d(x, x)])
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_whole_pieces_keep_their_input_offset(mode):
+    """x.chunk(1)[0] is x's view in eager (its offset, its strides); jitcore laid it out as a new tensor."""
+    jf = jitcore.jit(offsets_of_pieces, cache=mode)
+    for start in (3, 3, 1):
+        x = torch.arange(12.0)[start:]
+        assert jf(x) == offsets_of_pieces(x)

@@ -24,7 +24,7 @@ from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import detached
-from jitcore.ir.views import VIEW_PRIMS
+from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.runtime.disk_cache import cache_root, write_atomically
 
 
@@ -177,8 +177,8 @@ def _contiguous_results(line, metas: dict):
     """Eager's results of a line that computes new values from contiguous inputs are contiguous: known without
     running torch on meta tensors (whose first Python meta kernel imports torch._dynamo, a second at the first
     call); None where the layout needs the replay (views, opaque ops, a memory_format, a non-contiguous input)."""
-    if Tag.OPAQUE in line.sym.tags or "memory_format" in line.kwargs:
-        return None
+    if Tag.OPAQUE in line.sym.tags or "memory_format" in line.kwargs or line.sym.id in VIEW_OPS:
+        return None  # (a view op's piece made by a copy here, x.chunk(1)[0], is eager's view: its offset is x's)
     if any(m is None or not m.is_contiguous() for m in metas.values()):
         return None
     outs = []
