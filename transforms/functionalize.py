@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
@@ -370,9 +371,10 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor) and m.layout == torch.strided}
     if out is not None and not any(o._is_view() or any(o is m for m in metas) or (
             o.layout == torch.strided and o.untyped_storage()._cdata in storages) for o in outs):
-        for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
-            if isinstance(x, NumberProxy):
-                concretize(x)
+        if _returns_alias(bsym.sym.torch_fn) is not False:  # (its schema says: never a view, for any sizes)
+            for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
+                if isinstance(x, NumberProxy):
+                    concretize(x)
         return
     _refuse_writes_through(st, bsym, tensors, f"{bsym.sym.id.removeprefix('opaque.')} (an op jitcore runs as a whole)")
 
@@ -385,6 +387,22 @@ def _refuse_writes_through(st: _State, bsym: BoundSymbol, tensors: list, what: s
     for o in bsym.flat_proxy_outs():
         if isinstance(o, TensorProxy):
             st.opaque[_alias_of(st, o).root] = what
+
+
+def _returns_alias(fn) -> bool | None:
+    """Whether aten's schema of fn (an overload, or every overload of the aten op named like it) lets an output
+    alias an input; None when fn has no aten schema. (A composite's schema may say no and still hand back an input,
+    conj_physical of a real tensor: only a "no" that the meta run confirms is trusted.)"""
+    fn = getattr(fn, "stands_for", fn)
+    if isinstance(fn, compat.OpOverload):
+        overloads = [fn]
+    else:
+        name = getattr(fn, "__name__", "") or ""
+        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+        if not isinstance(packet, compat.OpOverloadPacket):
+            return None
+        overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]  # (out= ones alias out=)
+    return any(r.alias_info is not None for o in overloads for r in o._schema.returns)
 
 
 def _gained_grad(bsym, new_args) -> bool:
