@@ -164,3 +164,17 @@ def test_whole_pieces_keep_their_input_offset(mode):
     for start in (3, 3, 1):
         x = torch.arange(12.0)[start:]
         assert jf(x) == offsets_of_pieces(x)
+
+
+SWEPT = ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_tensors", "meshgrid", "tensor_split", "narrow", "chunk",
+         "split", "unbind", "movedim", "unflatten", "conj_physical", "unsafe_chunk", "histogramdd", "cartesian_prod")
+
+
+def test_view_sweep_finds_no_wrong_answers():
+    """tests/view_sweep.py over the ops whose views were lost (constant values; the whole sweep: python -m
+    tests.view_sweep)."""
+    from tests.view_sweep import sweep
+
+    counts, found = sweep(("constant values",), set(SWEPT), samples=2)
+    assert counts["ok"] > 0
+    assert not [f for f in found if f[0] == "WRONG"], found
