@@ -178,3 +178,22 @@ def test_view_sweep_finds_no_wrong_answers():
     counts, found = sweep(("constant values",), set(SWEPT), samples=2)
     assert counts["ok"] > 0
     assert not [f for f in found if f[0] == "WRONG"], found
+
+
+def broadcast_piece_alignment(x):
+    return x * (torch.broadcast_tensors(x[1:2], x)[0].data_ptr() % 16)
+
+
+def broadcast_whole_alignment(x):
+    return x * (torch.broadcast_tensors(x, x[1:2])[0].data_ptr() % 16)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("fn", [broadcast_piece_alignment, broadcast_whole_alignment])
+def test_broadcast_tensors_outputs_are_views_for_data_ptr(fn, mode):
+    """broadcast_tensors is a view op now (each output of its own input): its data_ptr() alignment is eager's (it
+    was refused as an op that may share its input's memory; tests/test_data_ptr_alignment.py listed it)."""
+    jf = jitcore.jit(fn, cache=mode)
+    for start in (0, 1, 2, 1):
+        x = torch.arange(12.0)[start:start + 4]
+        torch.testing.assert_close(jf(x), fn(x), rtol=0, atol=0)
