@@ -371,7 +371,7 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor) and m.layout == torch.strided}
     if out is not None and not any(o._is_view() or any(o is m for m in metas) or (
             o.layout == torch.strided and o.untyped_storage()._cdata in storages) for o in outs):
-        if _returns_alias(bsym.sym.torch_fn) is not False:  # (its schema says: never a view, for any sizes)
+        if compat.schema_may_alias(bsym.sym.torch_fn) is not False:  # (its schema says: never a view, for any sizes)
             for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
                 if isinstance(x, NumberProxy):
                     concretize(x)
@@ -387,22 +387,6 @@ def _refuse_writes_through(st: _State, bsym: BoundSymbol, tensors: list, what: s
     for o in bsym.flat_proxy_outs():
         if isinstance(o, TensorProxy):
             st.opaque[_alias_of(st, o).root] = what
-
-
-def _returns_alias(fn) -> bool | None:
-    """Whether aten's schema of fn (an overload, or every overload of the aten op named like it) lets an output
-    alias an input; None when fn has no aten schema. (A composite's schema may say no and still hand back an input,
-    conj_physical of a real tensor: only a "no" that the meta run confirms is trusted.)"""
-    fn = getattr(fn, "stands_for", fn)
-    if isinstance(fn, compat.OpOverload):
-        overloads = [fn]
-    else:
-        name = getattr(fn, "__name__", "") or ""
-        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
-        if not isinstance(packet, compat.OpOverloadPacket):
-            return None
-        overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]  # (out= ones alias out=)
-    return any(r.alias_info is not None for o in overloads for r in o._schema.returns)
 
 
 def _gained_grad(bsym, new_args) -> bool:
@@ -799,33 +783,3 @@ def _scatter_dims(base, value, dims, starts, ends, steps):
         inner = slice_dim(base, d, starts[d], ends[d], steps[d])
         value = _scatter_dims(inner, value, rest, starts, ends, steps)
     return slice_scatter(base, value, d, starts[d], ends[d], steps[d])
-
-
-# lines whose result is one of their tensor arguments' storage at run time (and shares its version counter): a
-# detached input, the input after a write under no_grad (the torch executor returns the written values, a detach)
-_SAME_STORAGE = frozenset(("prims.stop_gradient", "prims.no_grad_update"))
-
-
-def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) -> Trace:
-    """The forward trace with each saved-for-backward value that is a written input, or a view of one, replaced by a
-    copy: the epilogue overwrites those inputs after the forward, before any backward reads what it saved."""
-    aliased = set(written)
-    for b in forward.bound_symbols:
-        tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
-        if b.sym.id in VIEW_OPS and any(t.name in aliased for t in tensors[:None if b.sym.id in MULTI_INPUT_VIEW_OPS
-                                                                           else 1]):
-            aliased.update(o.name for o in b.flat_proxy_outs())
-        elif b.sym.id in _SAME_STORAGE and any(a.name in aliased for a in tensors):
-            aliased.update(o.name for o in b.flat_proxy_outs())
-    outs = list(forward.output)
-    stale = [i for i in range(n_outputs, len(outs)) if isinstance(outs[i], TensorProxy) and outs[i].name in aliased]
-    if not stale:
-        return forward
-    with Timer() as t:
-        new = from_trace(forward)
-        new.bound_symbols.extend(forward.bound_symbols)
-        with tracectx(new):
-            for i in stale:
-                outs[i] = ltorch.clone(outs[i])
-        new.output = tuple(outs)
-    return new.set_provenance("Saved written inputs by copy (functionalization)", t.seconds)
