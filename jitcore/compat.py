@@ -410,3 +410,19 @@ __all__ = [
     "LINE", "NEWEST", "OLDEST", "TORCH", "OpOverload", "OpOverloadPacket", "compile_fx", "decomposition_table",
     "describe_range", "fake_tensor_mode", "inductor_compile", "require", "supported",
 ]
+
+
+def schema_may_alias(fn) -> bool | None:
+    """Whether aten's schema of fn (an overload, or every overload of the aten op named like it) lets an output alias
+    an input; None when fn has no aten schema. (A composite's schema may say no and still hand back an input,
+    conj_physical of a real tensor: transforms/functionalize.py trusts a "no" only where a meta run confirms it.)"""
+    fn = getattr(fn, "stands_for", fn)
+    if isinstance(fn, OpOverload):
+        overloads = [fn]
+    else:
+        name = getattr(fn, "__name__", "") or ""
+        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+        if not isinstance(packet, OpOverloadPacket):
+            return None
+        overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]  # (out= ones alias out=)
+    return any(r.alias_info is not None for o in overloads for r in o._schema.returns)

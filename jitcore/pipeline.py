@@ -51,10 +51,11 @@ from transforms.cse import cse
 from transforms.dce import dce
 from transforms.early_grads import with_grads_ready
 from transforms.fsdp_order import check_backward_order, gathered_apart, thread_sharded_params
-from transforms.functionalize import functionalize, save_written_inputs_by_copy
+from transforms.functionalize import functionalize
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
 from transforms.saved_hooks import SavedHooks, hooks_for, saving, traced_or_warn
+from transforms.saved_written_inputs import save_written_inputs_by_copy
 from transforms.schedule import schedule
 from transforms.written_tails import Tail, split_tail
 

@@ -232,8 +232,6 @@ REFUSED = {  # name -> (fn, its source text, what the message names)
                    "may return a view"),
     "view_dtype": (lambda x: x * (x.view(torch.int32).data_ptr() % 16), "x.view(torch.int32).data_ptr()",
                    "eager may make a view"),
-    "broadcast_tensors": (lambda x: x * (torch.broadcast_tensors(x[1:2], x)[0].data_ptr() % 16),
-                          "torch.broadcast_tensors(x[1:2], x)[0].data_ptr()", "may share its input's memory"),
     "view_of_nonzero": (lambda x: x * (x.nonzero()[1].data_ptr() % 16), "x.nonzero()[1].data_ptr()",
                         "known only at run time"),
 }

@@ -22,7 +22,7 @@ from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
-from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.views import MULTI_INPUT_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -41,6 +41,8 @@ LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"}
 COMPUTED_VIEW_OPS = {"ltorch.unfold": "prims.unfold"}
 # in-place ops eager lets write into a tensor whose elements share memory (one value everywhere)
 FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
+# view ops eager turns into copies for some arguments (an index tensor, a layout reshape cannot view)
+COPYING_VIEW_OPS = frozenset(f"ltorch.{n}" for n in ("getitem", "reshape", "reshape_as", "flatten", "ravel"))
 # view ops returning several views: eager refuses a write autograd records into them (or into views of them)
 MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
     "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
@@ -80,6 +82,8 @@ class _State:
     writer: str = ""  # the in-place op (as the user called it) whose writes are being inlined
     overlay: set = field(default_factory=set)  # detach() outputs written through with a gradient (see _write)
     opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
+    # name -> (((root, its version then), ...), what made it): a view in eager computed here as a new tensor
+    computed: dict = field(default_factory=dict)
 
 
 def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trace, list[Writeback]]:
@@ -280,6 +284,7 @@ def _read(st: _State, x):
     if not isinstance(x, TensorProxy):
         return st.cur.get(x.name, x) if isinstance(x, Proxy) else x
     al = st.alias.get(x.name)
+    _check_not_stale(st, x.name if al is None else al.root)
     if al is None:
         return st.cur.get(x.name, x)
     v = st.version.get(al.root, 0)
@@ -295,6 +300,17 @@ def _read(st: _State, x):
     st.cur[x.name], st.derived[x.name] = value, v
     _rename_sizes(st, x, value)
     return value
+
+
+def _check_not_stale(st: _State, name: str):
+    """Refuse a read of a view eager makes that jitcore computed (_untracked_view) after its input was written:
+    eager's view shows the write, jitcore's value does not."""
+    made = st.computed.get(name)
+    if made is not None and any(st.version.get(r, 0) != v for r, v in made[0]):
+        raise UnsupportedError("in-place op", f"a read of the result of {made[1]} after a write into its input: "
+                               "eager's view shows the write, which jitcore cannot follow into it",
+                               hint="clone() the view before writing into its input, or index with Python ints "
+                                    "and slices")
 
 
 def _rename_sizes(st: _State, old: TensorProxy, new: TensorProxy):
@@ -344,7 +360,7 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     """An opaque op whose result is a view of an input (as_strided, ...): writes to either cannot be followed."""
     flat, spec = tree_flatten((bsym.args, bsym.kwargs))
     tensors = [a for a in flat if isinstance(a, TensorProxy)]
-    if not tensors or _returns_alias(bsym.sym.torch_fn) is False:  # (its schema says: never a view)
+    if not tensors:
         return
     metas = [torch.empty(_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
              else None if isinstance(a, GeneratorProxy) else value_of(a) for a in flat]  # (a draw's generator=)
@@ -352,36 +368,30 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     try:
         with torch.no_grad():
             out = bsym.sym.torch_fn(*margs, **mkwargs)
-    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view
-        out = None
+    except Exception:  # no meta kernel (its metadata came from real inputs): assume a view (whatever its schema
+        out = None  # says: histogramdd hands back the bin tensors it was given)
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    # a view, or an input itself (x.conj() of a real x, resolve_conj(): eager returns the same tensor)
-    if out is not None and not any(o._is_view() or any(o is m for m in metas) for o in outs):
-        for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
-            if isinstance(x, NumberProxy):
-                concretize(x)
+    # a view, an input itself (x.conj() of a real x, resolve_conj(), conj_physical(): eager returns the same tensor),
+    # or a tensor sharing an input's memory without being a view for autograd (unsafe_chunk, unsafe_split)
+    storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor) and m.layout == torch.strided}
+    if out is not None and not any(o._is_view() or any(o is m for m in metas) or (
+            o.layout == torch.strided and o.untyped_storage()._cdata in storages) for o in outs):
+        if compat.schema_may_alias(bsym.sym.torch_fn) is not False:  # (its schema says: never a view, for any sizes)
+            for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
+                if isinstance(x, NumberProxy):
+                    concretize(x)
         return
-    name = bsym.sym.id.removeprefix("opaque.")
+    _refuse_writes_through(st, bsym, tensors, f"{bsym.sym.id.removeprefix('opaque.')} (an op jitcore runs as a whole)")
+
+
+def _refuse_writes_through(st: _State, bsym: BoundSymbol, tensors: list, what: str):
+    """Writes into bsym's inputs or outputs (which share memory in eager) are refused from here on: `what` made
+    the view."""
     for t in tensors:
-        st.opaque[_alias_of(st, t).root] = name
+        st.opaque[_alias_of(st, t).root] = what
     for o in bsym.flat_proxy_outs():
         if isinstance(o, TensorProxy):
-            st.opaque[_alias_of(st, o).root] = name
-
-
-def _returns_alias(fn) -> bool | None:
-    """Whether aten's schema of fn (an overload, or every overload of the aten op named like it) lets an output
-    alias an input; None when fn has no aten schema."""
-    fn = getattr(fn, "stands_for", fn)
-    if isinstance(fn, compat.OpOverload):
-        overloads = [fn]
-    else:
-        name = getattr(fn, "__name__", "") or ""
-        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
-        if not isinstance(packet, compat.OpOverloadPacket):
-            return None
-        overloads = [getattr(packet, o) for o in packet.overloads() if "out" not in o]  # (out= ones alias out=)
-    return any(r.alias_info is not None for o in overloads for r in o._schema.returns)
+            st.opaque[_alias_of(st, o).root] = what
 
 
 def _gained_grad(bsym, new_args) -> bool:
@@ -440,30 +450,35 @@ def _flat_prims(bsym) -> list:
 
 
 def _track_views(st: _State, bsym: BoundSymbol):
-    """Record the outputs of a view op as aliases of its input's root (with the view prims that make them)."""
+    """Record the outputs of a view op as aliases of their input's root (with the view prims that make them). An op
+    of several tensors (atleast_1d(x, y), broadcast_tensors, meshgrid) views each output from its own input."""
     if bsym.sym.id not in VIEW_OPS and bsym.sym.id not in COMPUTED_VIEW_OPS:
         return
     tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
     if bsym.sym.id in LIKE_OPS:
         tensors = tensors[:1]
-    if len(tensors) != 1:
+    if not tensors:
         return
     prims = [p for p in _flat_prims(bsym) if any(isinstance(o, TensorProxy) for o in p.flat_proxy_outs())]
-    whole_pieces = bsym.sym.id in MULTI_VIEW_OPS  # (elsewhere a same-dtype copy is a copy: reshape of a layout
-    computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)  # eager cannot view)
+    # the piece a view op returns whole is the input itself in eager (elsewhere a same-dtype copy is a copy: reshape
+    # of a layout eager cannot view)
+    whole_pieces = bsym.sym.id in MULTI_VIEW_OPS or bsym.sym.id in MULTI_INPUT_VIEW_OPS
+    computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not _is_same_dtype_copy(p) for p in prims) and (
+            bsym.sym.id not in COPYING_VIEW_OPS or _zero_dim_index(bsym)):
+        _untracked_view(st, bsym, tensors)  # (narrow and tensor_split at positions a tensor holds: a take)
+        return
     if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and _is_same_dtype_copy(p))
            for p in prims):
         return
-    src = _alias_of(st, tensors[0])
-    multi = bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi
-    if bsym.sym.id == "ltorch.detach":
-        multi = None
-    made = {tensors[0].name: (src.chain, src.meta)}
+    srcs = {t.name: _alias_of(st, t) for t in tensors}
+    made = {t.name: (srcs[t.name].chain, srcs[t.name].meta, t.name) for t in tensors}
     for p in prims:
         a = p.args[0]
         if not isinstance(a, TensorProxy) or a.name not in made:
+            _untracked_view(st, bsym, tensors)
             return
-        chain, meta = made[a.name]
+        chain, meta, origin = made[a.name]
         out_meta = _view_meta(p, meta)
         # reshape, flatten, ... decided at trace time from eager's layout (jitcore/frontend/layouts.py), and recorded a
         # copy
@@ -471,12 +486,32 @@ def _track_views(st: _State, bsym: BoundSymbol):
         # of an expanded tensor); the metas here assume results are contiguous, which eager's need not be
         if out_meta is None:
             out_meta = _view_meta(p, meta.contiguous())
-        made[p.output.name] = (chain + (p,), out_meta)
+        made[p.output.name] = (chain + (p,), out_meta, origin)
     for o in bsym.flat_proxy_outs():
-        if o.name in made and o.name != tensors[0].name:
-            chain, meta = made[o.name]
+        if o.name in made and o.name not in srcs:
+            chain, meta, origin = made[o.name]
+            src = srcs[origin]
+            multi = None if bsym.sym.id == "ltorch.detach" else (
+                bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi)
             st.alias[o.name] = Alias(src.root, chain, meta, multi)
             st.derived[o.name] = st.version.get(src.root, 0)
+
+
+def _untracked_view(st: _State, bsym: BoundSymbol, tensors: list):
+    """A view in eager that jitcore computes by other ops (a take): a write into it, or a read of it after its input
+    was written, cannot be followed (refused in _read and _check_write); otherwise its value is eager's."""
+    what = f"{bsym.sym.id.removeprefix('ltorch.')} (a view in eager, which jitcore computes as a new tensor)"
+    roots = [_alias_of(st, t).root for t in tensors]
+    for o in bsym.flat_proxy_outs():
+        if isinstance(o, TensorProxy):
+            st.computed[o.name] = (tuple((r, st.version.get(r, 0)) for r in roots), what)
+
+
+def _zero_dim_index(bsym: BoundSymbol) -> bool:
+    """x[t] with t a 0-d integer tensor: eager selects (a view, as with an int); jitcore takes (a copy)."""
+    return bsym.sym.id == "ltorch.getitem" and any(
+        isinstance(a, TensorProxy) and a.ndim == 0 and a.dtype not in (torch.bool, torch.uint8)
+        for a in bsym.flat_proxy_args()[1:])
 
 
 def _is_same_dtype_copy(p: BoundSymbol) -> bool:
@@ -597,12 +632,16 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
+    if al.root in st.computed:
+        raise UnsupportedError("in-place op", f"{op}a write into the result of {st.computed[al.root][1]}: the write "
+                               "cannot be followed into its input",
+                               hint="clone() it before writing into it, or index with Python ints and slices")
     if al.root in st.opaque:
         name = st.opaque[al.root]
-        raise UnsupportedError("in-place op", f"{op}a write into a tensor that shares memory with the result of {name} "
-                               "(an op jitcore runs as a whole): the write cannot be followed through it",
-                               hint=f"clone() the result of {name}, or write with basic indexing or view ops "
-                                    "(select, narrow, view, ...)")
+        raise UnsupportedError("in-place op", f"{op}a write into a tensor that shares memory with the result of {name}:"
+                               " the write cannot be followed through it",
+                               hint=f"clone() the result of {name.split(' (')[0]}, or write with basic indexing or "
+                                    "view ops (select, narrow, view, ...)")
     computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p)), None)
     if computed is not None:
         name = next(k for k, v in COMPUTED_VIEW_OPS.items() if v == computed).removeprefix("ltorch.")
@@ -761,32 +800,3 @@ def _scatter_dims(base, value, dims, starts, ends, steps):
         inner = slice_dim(base, d, starts[d], ends[d], steps[d])
         value = _scatter_dims(inner, value, rest, starts, ends, steps)
     return slice_scatter(base, value, d, starts[d], ends[d], steps[d])
-
-
-# lines whose result is one of their tensor arguments' storage at run time (and shares its version counter): a
-# detached input, the input after a write under no_grad (the torch executor returns the written values, a detach)
-_SAME_STORAGE = frozenset(("prims.stop_gradient", "prims.no_grad_update"))
-
-
-def save_written_inputs_by_copy(forward: Trace, n_outputs: int, written: set) -> Trace:
-    """The forward trace with each saved-for-backward value that is a written input, or a view of one, replaced by a
-    copy: the epilogue overwrites those inputs after the forward, before any backward reads what it saved."""
-    aliased = set(written)
-    for b in forward.bound_symbols:
-        tensors = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
-        if b.sym.id in VIEW_OPS and tensors and tensors[0].name in aliased:
-            aliased.update(o.name for o in b.flat_proxy_outs())
-        elif b.sym.id in _SAME_STORAGE and any(a.name in aliased for a in tensors):
-            aliased.update(o.name for o in b.flat_proxy_outs())
-    outs = list(forward.output)
-    stale = [i for i in range(n_outputs, len(outs)) if isinstance(outs[i], TensorProxy) and outs[i].name in aliased]
-    if not stale:
-        return forward
-    with Timer() as t:
-        new = from_trace(forward)
-        new.bound_symbols.extend(forward.bound_symbols)
-        with tracectx(new):
-            for i in stale:
-                outs[i] = ltorch.clone(outs[i])
-        new.output = tuple(outs)
-    return new.set_provenance("Saved written inputs by copy (functionalization)", t.seconds)

@@ -25,7 +25,7 @@ from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_map
 from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import detached
-from jitcore.ir.views import VIEW_PRIMS
+from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
 from jitcore.runtime.disk_cache import cache_root, write_atomically
 
 
@@ -129,7 +129,9 @@ class Layouts:
         inputs = frozenset().union(*(self._metas[a.name][1] for a in args)) if args else frozenset()
         outs = list(line.flat_outs())
         given = {a.name: self._metas[a.name][0] for a in args}
-        metas = _contiguous_results(line, given) if args else None
+        metas = [None] * len(outs) if line.sym.id in UNKNOWN_LAYOUTS else None
+        if metas is None:
+            metas = _contiguous_results(line, given) if args else None
         if metas is None:
             metas = _run_on_meta(line, given, self.used) if args else None
         if metas is None or len(metas) != len(outs):
@@ -192,8 +194,8 @@ def _contiguous_results(line, metas: dict):
     """Eager's results of a line that computes new values from contiguous inputs are contiguous: known without
     running torch on meta tensors (whose first Python meta kernel imports torch._dynamo, a second at the first
     call); None where the layout needs the replay (views, opaque ops, a memory_format, a non-contiguous input)."""
-    if Tag.OPAQUE in line.sym.tags or "memory_format" in line.kwargs:
-        return None
+    if Tag.OPAQUE in line.sym.tags or "memory_format" in line.kwargs or line.sym.id in VIEW_OPS:
+        return None  # (a view op's piece made by a copy here, x.chunk(1)[0], is eager's view: its offset is x's)
     if any(m is None or not m.is_contiguous() for m in metas.values()):
         return None
     outs = []
@@ -324,6 +326,12 @@ def _save_to_disk(path: Path):
 # CPU; the meta kernels answer contiguous): their layout is the CPU kernel's own, run on zeros laid out as the inputs
 _PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.memory_format,
                     torch.layout})
+
+# ops whose kernels lay out their outputs in a way not known here, which depends on the device and on values (nonzero
+# and argwhere on the CPU: (n, ndim) column-major, n known only at run time; linalg.eig's eigenvectors): their layout
+# questions (stride(), is_contiguous()) are refused rather than answered as contiguous
+UNKNOWN_LAYOUTS = frozenset(("ltorch.nonzero", "ltorch.argwhere", "prims.nonzero", "opaque.torch.linalg.eig",
+                             "ltorch.linalg_eig"))
 
 CPU_LAYOUTS = frozenset(f"ltorch.{n}" for n in (
     "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d group_norm pad roll pixel_shuffle "

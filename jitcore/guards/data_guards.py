@@ -11,7 +11,7 @@ import torch
 
 from jitcore.errors import DataDependentError
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
-from jitcore.ir.symbol import BoundSymbol, Tag, writes_in_place
+from jitcore.ir.symbol import BoundSymbol, Tag, viewed_tensor, writes_in_place
 from jitcore.ir.trace import Trace, detached
 from jitcore.ir.views import VIEW_OPS
 from jitcore.ops import per_call
@@ -92,7 +92,9 @@ def _alias_roots(lines) -> dict:
         shares = first is not None and (b.sym.id in VIEW_OPS or writes_in_place(b))
         for o in b.flat_proxy_outs():
             if isinstance(o, TensorProxy):
-                roots[o.name] = roots.get(first.name, first.name) if shares else o.name
+                base = viewed_tensor(b, o) if shares and b.sym.id in VIEW_OPS else None
+                base = first if base is None else base
+                roots[o.name] = roots.get(base.name, base.name) if shares else o.name
     return roots
 
 

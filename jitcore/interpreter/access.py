@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import operator
+import sys
 import types
 import weakref
 
@@ -251,6 +252,9 @@ def _write_item(rt, kind, container, key, value=NULL):
             return
     if isinstance(container, dict):
         key = dunders.stored_key(rt, container, key)
+        if type(key) is str and _is_module_globals(container):  # `globals()["G"] = v`: as `global G; G = v`
+            _write_global(rt, kind, container, key, value)
+            return
     prov = rt.external.get(id(container))
     if prov is not None and not _is_tensor(container):
         rt.effects.snapshot_container(container)
@@ -262,6 +266,26 @@ def _write_item(rt, kind, container, key, value=NULL):
         container[key] = value
     if prov is not None and not _is_tensor(container):
         rt.effects.record(SideEffect(kind, prov, container, key, None if value is NULL else value))
+
+
+def _is_module_globals(d: dict) -> bool:
+    name = d.get("__name__")
+    mod = sys.modules.get(name) if type(name) is str else None
+    return mod is not None and getattr(mod, "__dict__", None) is d
+
+
+def _write_global(rt, kind, g: dict, name: str, value):
+    """A write into a module's globals dict by key: recorded as STORE_GLOBAL / DELETE_GLOBAL record theirs (the
+    epilogue sets it after the call; guards on the name read before it see the value the call started with)."""
+    if value is NULL and name not in g:
+        raise KeyError(name)
+    rt.effects.snapshot_ns_key(g, name)
+    if value is NULL:
+        del g[name]
+        rt.effects.record(SideEffect("delglobal", rt.global_prov(g, name, False), g, name))
+    else:
+        g[name] = value
+        rt.effects.record(SideEffect("setglobal", rt.global_prov(g, name, False), g, name, value))
 
 
 def set_item(rt, container, key, value):
@@ -376,6 +400,8 @@ def consumed(rt, a, mapping: bool = False):
 # -- methods of builtin containers, called on external containers ------------------------------------------------
 def _mutator(rt, fn, args, kwargs):
     obj = args[0]
+    if isinstance(obj, dict) and _is_module_globals(obj):
+        return _globals_mutator(rt, fn, obj, args[1:], kwargs)
     rt.effects.snapshot_container(obj)
     rest = _contents_now(rt, fn.__name__, _keyed(rt, fn, obj, args[1:]))
     result = fn(obj, *rest, **kwargs)
@@ -385,6 +411,30 @@ def _mutator(rt, fn, args, kwargs):
         result = (result[0], report_item(rt, obj, None, result[1]))
     rt.effects.record(SideEffect("call", rt.external[id(obj)], obj, fn.__name__, None, rest, kwargs))
     return result
+
+
+def _globals_mutator(rt, fn, g: dict, rest, kwargs):
+    """A dict method writing a module's globals (`globals().__setitem__("G", v)`, `globals().update(G=v)`): each
+    key written as STORE_GLOBAL writes it; the other mutators are refused."""
+    name = fn.__name__
+    if name in ("__setitem__", "__delitem__") and not kwargs and len(rest) == (2 if name == "__setitem__" else 1) \
+            and type(rest[0]) is str:
+        _write_global(rt, "setitem" if name == "__setitem__" else "delitem", g, rest[0],
+                      rest[1] if name == "__setitem__" else NULL)
+        return None
+    if name == "update" and len(rest) <= 1:
+        items = dict(consumed(rt, rest[0], True)) if rest else {}
+        items.update(kwargs)
+        if all(type(k) is str for k in items):
+            for k, v in items.items():
+                _write_global(rt, "setitem", g, k, v)
+            return None
+    raise UnsupportedError("globals write", f"globals().{name}(...) inside a jitted function: jitcore follows writes "
+                           "of module globals by key (`globals()[name] = v`, `global name`), not this method",
+                           hint="assign the global with `global name; name = value` or `globals()[name] = value`")
+
+
+_mutator.writes_globals = True  # (the run loop hands it calls on module globals dicts too: jitcore/interpreter/run.py)
 
 
 # mutators that read the contents of their arguments (`out.extend(feats)`): the replay must see those contents as they

@@ -252,12 +252,13 @@ class Runtime:
         if self.notify_native:
             self.ctx.on_call_native(fn, args, kwargs)
         spec = CONTAINER_METHODS.get(id(fn))
-        if spec is not None and args and id(args[0]) in self.external:
+        if spec is not None and args and (id(args[0]) in self.external or _writes_globals(spec, args[0])):
             return spec(self, fn, args, kwargs)
         t = type(fn)
         if t is types.BuiltinMethodType or t is types.MethodWrapperType:
             owner = fn.__self__
-            if id(owner) in self.external and not isinstance(owner, types.ModuleType):
+            if (id(owner) in self.external and not isinstance(owner, types.ModuleType)) or (
+                    type(owner) is dict and "__name__" in owner and _writes_globals(_mutator_of(owner, fn), owner)):
                 cls = fn.__objclass__ if t is types.MethodWrapperType else type(owner)
                 unbound = type_lookup(cls, fn.__name__)
                 spec = CONTAINER_METHODS.get(id(unbound))
@@ -517,6 +518,19 @@ def run_frame(frame, throw=None):
 # filled by lookasides.py / containers.py (imported by the package __init__)
 LOOKASIDES: dict[int, object] = {}
 CONTAINER_METHODS: dict[int, object] = {}
+
+
+def _mutator_of(owner, fn):
+    return CONTAINER_METHODS.get(id(type_lookup(type(owner), fn.__name__)))
+
+
+def _writes_globals(spec, obj) -> bool:
+    """Whether spec (a CONTAINER_METHODS handler) is a mutator called on a module's globals dict: it records the write
+    as a global's (`globals().__setitem__("G", v)` is `global G; G = v`)."""
+    if not getattr(spec, "writes_globals", False) or type(obj) is not dict:
+        return False
+    mod = sys.modules.get(obj.get("__name__")) if type(obj.get("__name__")) is str else None
+    return mod is not None and getattr(mod, "__dict__", None) is obj
 BUILTIN_METHODS: dict[str, object] = {}  # method name -> handler(rt, fn, args, kwargs) of a bound builtin, or NULL
 # callable objects whose call reads its argument (operator.attrgetter, itemgetter): type -> handler(rt, fn, args,
 # kwargs)

@@ -21,7 +21,7 @@ from jitcore.ir.codegen import bsym_lines
 from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import Proxy, TensorProxy, ir_op
 from jitcore.ir.pytree import tree_leaves
-from jitcore.ir.views import SAME_TENSOR_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.views import MULTI_INPUT_VIEW_OPS, SAME_TENSOR_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 
 # the autocast policy, registered once by jitcore.ops.autocast (register_autocast): "ops", the ids of the ops whose
 # inputs torch's autocast casts; "cast_args", the function that casts them; "transparent", the composites whose bodies
@@ -258,9 +258,27 @@ def _views_only(bsym) -> bool:
     return all(_views_only(s) for s in bsym.subsymbols)
 
 
-def viewed_tensor(bsym):
-    """The tensor a view line views: its first tensor argument (None when it has none)."""
-    return next((a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+def viewed_tensor(bsym, out=None):
+    """The tensor a view line views: its first tensor argument (None when it has none); for a view op of several
+    tensors (atleast_1d(x, y), broadcast_tensors, meshgrid), the one its output `out` is made from."""
+    tensors = [a for a in bsym.flat_proxy_args() if isinstance(a, TensorProxy)]
+    if out is None or len(tensors) < 2 or bsym.sym.id not in MULTI_INPUT_VIEW_OPS:
+        return tensors[0] if tensors else None
+    args = {t.name: t for t in tensors}
+    makers = {o.name: p for p in _leaf_lines(bsym) for o in p.flat_proxy_outs()}
+    name = out.name
+    while name not in args and name in makers:
+        first = next((a for a in makers[name].flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        if first is None:
+            return None
+        name = first.name
+    return args.get(name)
+
+
+def _leaf_lines(bsym) -> list:
+    if not bsym.subsymbols:
+        return [bsym]
+    return [p for s in bsym.subsymbols for p in _leaf_lines(s)]
 
 
 def view_path(makers: dict, p, stop=frozenset()) -> tuple[list, object]:
@@ -270,7 +288,7 @@ def view_path(makers: dict, p, stop=frozenset()) -> tuple[list, object]:
     lines = []
     while p.name not in stop:
         b = makers.get(p.name)
-        viewed = viewed_tensor(b) if b is not None and is_eager_view(b) else None
+        viewed = viewed_tensor(b, p) if b is not None and is_eager_view(b) else None
         if viewed is None:
             break
         lines.append((b, p))

@@ -14,8 +14,11 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
-    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach",
-    "conj", "real", "imag", "view_as_real", "view_as_complex", "H", "mH")} | VIEW_PRIMS)
+    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach", "broadcast_tensors",
+    "meshgrid", "conj", "real", "imag", "view_as_real", "view_as_complex", "H", "mH")} | VIEW_PRIMS)
 # view ops that give back their input itself where they view nothing (x.real, x.conj() of a real x): eager's result is
 # that same tensor, under no_grad too (it keeps requiring grad and passes gradients on)
 SAME_TENSOR_VIEW_OPS = frozenset({"ltorch.real", "ltorch.conj"})
+# view ops of several tensors: each output views the input it is made from (viewed_tensor follows it back)
+MULTI_INPUT_VIEW_OPS = frozenset(f"ltorch.{n}" for n in ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_tensors",
+                                                         "meshgrid"))

@@ -330,7 +330,9 @@ def broadcast_to(input, size):
 
 @torchsymbol(torch.broadcast_tensors, id="ltorch.broadcast_tensors")
 def broadcast_tensors(*tensors):
-    return tuple(te.broadcast(*tensors, op="broadcast_tensors"))
+    # (an input already of the broadcast shape comes out as a copy here, eager's view of it: an op's output that is
+    # its own input would make the line its maker)
+    return fresh(te.broadcast(*tensors, op="broadcast_tensors"), *tensors)
 
 
 @torchsymbol(T.repeat, method="repeat", id="ltorch.repeat")

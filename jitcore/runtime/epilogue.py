@@ -570,7 +570,7 @@ def nograd_views_of(trace: Trace) -> tuple:
     out = []
     for i, o in enumerate(tree_leaves(trace.output)):
         b = makers.get(o.name) if isinstance(o, TensorProxy) else None
-        viewed = None if b is None or not is_eager_view(b) else viewed_tensor(b)
+        viewed = None if b is None or not is_eager_view(b) else viewed_tensor(b, o)
         if viewed is not None and recorded_without_grad(b) and viewed.requires_grad:
             # eager's view has its root base's requires_grad: an input's, when the views lead there
             out.append((i, inputs.get(view_root(makers, viewed, inputs).name)))
