@@ -22,7 +22,7 @@ from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
-from jitcore.ir.views import MULTI_INPUT_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.views import LIKE_OPS, MULTI_INPUT_VIEW_OPS, MULTI_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -34,8 +34,6 @@ from jitcore.ops.torch_shape import same_shape, slice_dim
 from transforms.cse import rename_args
 from transforms.functionalize_complex import COMPLEX_INVERSES, COMPLEX_VIEW_STRIDES, complex_view_meta
 
-# view ops whose other tensor argument gives only a shape: the view is of the first
-LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
 # ops that are views in eager which jitcore computes as new values (a prim that is no view prim): reads of them
 # after a write to their base are remade from it; a write into them cannot be followed (refused)
 COMPUTED_VIEW_OPS = {"ltorch.unfold": "prims.unfold"}
@@ -43,9 +41,6 @@ COMPUTED_VIEW_OPS = {"ltorch.unfold": "prims.unfold"}
 FILL_OPS = frozenset({"ltorch.fill_", "ltorch.zero_"})
 # view ops eager turns into copies for some arguments (an index tensor, a layout reshape cannot view)
 COPYING_VIEW_OPS = frozenset(f"ltorch.{n}" for n in ("getitem", "reshape", "reshape_as", "flatten", "ravel"))
-# view ops returning several views: eager refuses a write autograd records into them (or into views of them)
-MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
-    "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
 
 
 @dataclass

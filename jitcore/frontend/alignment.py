@@ -21,11 +21,9 @@ from jitcore.ir.data_ptr import HINT, Address
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import Tag, writes_in_place
-from jitcore.ir.views import VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.views import LIKE_OPS, VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import prims_misc as pm
 
-# view ops whose other tensor argument gives only a shape
-_LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
 # view ops that copy where eager's layout allows no view: their copy (a same-dtype conversion) is eager's copy too
 _RESHAPES = frozenset({"ltorch.reshape", "ltorch.reshape_as", "ltorch.flatten", "ltorch.ravel"})
 # ops recorded only where eager makes a new tensor (else they hand back their input, and no line is recorded)
@@ -208,7 +206,7 @@ def _shares(line, out: TensorProxy, p):
     if sid in EAGER_VIEWS:
         _refuse(p, f"{out.name} comes from {sid.removeprefix('ltorch.')}, a view in eager that jitcore computes")
     if sid in VIEW_OPS:
-        return _view_source(line, out, tensors[:1] if sid in _LIKE_OPS else tensors, p)
+        return _view_source(line, out, tensors[:1] if sid in LIKE_OPS else tensors, p)
     if Tag.OPAQUE in line.sym.tags:
         if not _opaque_allocates(line):
             _refuse(p, f"{out.name} comes from {sid.removeprefix('opaque.')}, which may return a view of its input")

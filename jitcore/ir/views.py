@@ -16,6 +16,12 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
     "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach", "broadcast_tensors",
     "meshgrid", "conj", "real", "imag", "view_as_real", "view_as_complex", "H", "mH")} | VIEW_PRIMS)
+# view ops whose other tensor argument gives only a shape: the view is of the first
+LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})
+# view ops returning several views of one tensor: eager refuses a write or an in-place metadata change autograd
+# records into them (or into views of them)
+MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
+    "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
 # view ops that give back their input itself where they view nothing (x.real, x.conj() of a real x): eager's result is
 # that same tensor, under no_grad too (it keeps requiring grad and passes gradients on)
 SAME_TENSOR_VIEW_OPS = frozenset({"ltorch.real", "ltorch.conj"})

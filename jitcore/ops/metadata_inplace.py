@@ -15,13 +15,11 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.symbol import is_eager_view, view_path, viewed_tensor
+from jitcore.ir.views import MULTI_VIEW_OPS
 
 # the in-place methods (and torch functions) this module runs
 SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_",
                            "resize_as_", "as_strided_"})
-# view ops returning several views: eager refuses an in-place change of one (or of a view of one) under autograd
-_MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
-    "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
 
 
 def _functional(name: str):
@@ -147,10 +145,10 @@ def _multi_view_of(x: TensorProxy) -> str | None:
     makers = _makers()
     lines, _ = view_path(makers, x)
     for b, _out in lines:
-        if b.sym.id in _MULTI_VIEW_OPS:
+        if b.sym.id in MULTI_VIEW_OPS:
             return b.sym.id.removeprefix("ltorch.")
     b = makers.get(x.name)
-    if b is not None and b.sym.id in _MULTI_VIEW_OPS:
+    if b is not None and b.sym.id in MULTI_VIEW_OPS:
         return b.sym.id.removeprefix("ltorch.")
     return None
 
