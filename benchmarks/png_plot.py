@@ -4,6 +4,7 @@ series of (x, y) points with labels, drawn on an RGB canvas with a 3x5 pixel fon
 """
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 
@@ -64,7 +65,8 @@ class Canvas:
             return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
         head = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
-        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
+        body = chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
+        return b"\x89PNG\r\n\x1a\n" + body
 
 
 def text_width(s: str, scale: int = 2) -> int:
@@ -105,7 +107,7 @@ def _panel(c: Canvas, x0: int, y0: int, w: int, h: int, panel: dict):
         c.text(lx + 14, y0 + 10, s["name"])
     for s in panel["series"]:
         ps = [(at(x, y), label) for x, y, label in s["points"]]
-        for (a, _), (b, _) in zip(ps, ps[1:]):
+        for (a, _), (b, _) in itertools.pairwise(ps):
             c.line(*a, *b, s["color"], width=2)
         for (px, py), label in ps:
             c.box(px - 3, py - 3, 7, 7, s["color"])

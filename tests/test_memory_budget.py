@@ -3,6 +3,7 @@
 set is listed atop the programs and jitcore.saved_tensor_bytes reports it, in every cache mode."""
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -59,12 +60,12 @@ def test_gradients_bitwise_at_every_budget_and_bytes_monotone(name, cache):
             assert torch.equal(out, want_out), (name, b)
             assert len(grads) == len(want) and all(torch.equal(g, w) for g, w in zip(grads, want)), (name, b)
         plan = jitcore.saved_tensor_bytes(jfn)
-        ran = jitcore.saved_tensor_bytes(lambda: jfn(*make()))  # what autograd's hooks see the program save
+        ran = jitcore.saved_tensor_bytes(lambda jfn=jfn: jfn(*make()))  # what autograd's hooks see the program save
         assert plan.nbytes == ran.nbytes and plan.count == ran.count, (name, b, plan, ran)
         planned.append(plan.nbytes)
         if b < 1:
             _check_listing(jfn, b, plan.nbytes)
-    assert all(a >= c for a, c in zip(planned, planned[1:])), planned  # b decreasing: never more bytes
+    assert all(a >= c for a, c in itertools.pairwise(planned)), planned  # b decreasing: never more bytes
     assert planned[-1] < planned[0], planned  # each workload has something to recompute
 
 
@@ -167,3 +168,21 @@ def test_inductor_gradients_close_at_half_budget():
     default = jitcore.jit(fn, executors=[inductor_ex])
     _step(default, make())
     assert jitcore.saved_tensor_bytes(jfn).nbytes <= jitcore.saved_tensor_bytes(default).nbytes
+
+
+def test_benchmark_quick_writes_its_table_and_plot(tmp_path):
+    """python -m benchmarks.memory_budget OUT --quick: tiny sizes; the JSON, the markdown table and the PNG plot."""
+    import json
+
+    from benchmarks import memory_budget
+
+    memory_budget.main([str(tmp_path), "--quick", "--workloads", "sin/tanh chain", "--rounds", "2"])
+    data = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["variant"]: r for r in data["rows"]}
+    assert {"eager", "jitcore b=0", "jitcore b=1", "torch.compile b=0", "torch.compile b=1"} <= set(rows)
+    ours = [rows[f"jitcore b={b:g}"] for b in memory_budget.BUDGETS]
+    assert all(r["grads_bitwise"] and r["planned_bytes"] == r["saved_bytes"] for r in ours)
+    assert all(a["saved_bytes"] <= c["saved_bytes"] for a, c in itertools.pairwise(ours))
+    assert data["targets"][0]["met"], data["targets"]
+    assert "| sin/tanh chain | jitcore b=0 |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "memory_budget.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

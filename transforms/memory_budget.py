@@ -6,6 +6,7 @@ saved bytes fit `minimal + b * (default - minimal)`. Returns a new Split whose p
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from jitcore.ir.proxies import TensorProxy
@@ -13,8 +14,22 @@ from jitcore.ir.trace import Timer, Trace
 from jitcore.ops.sharding import SCOPED_OUTPUTS
 from transforms.autodiff import Split
 from transforms.dce import draws_random
-from transforms.rematerialize import (_NEVER, VIEW_PRIMS, _Cut, _pure, _size, compared_exactly, leaf_ids, line_time,
-                                      nbytes, noted, plan, reads, recompute_in_backward, tags_deep)
+from transforms.rematerialize import (
+    _NEVER,
+    VIEW_PRIMS,
+    _Cut,
+    _pure,
+    _size,
+    compared_exactly,
+    leaf_ids,
+    line_time,
+    nbytes,
+    noted,
+    plan,
+    reads,
+    recompute_in_backward,
+    tags_deep,
+)
 
 # weights of recompute time (ns) against saved bytes, each a minimum cut: the corners of the trade curve
 WEIGHTS = (0.0, *(2.0 ** k for k in range(-14, 15)))
@@ -105,7 +120,7 @@ def trade_curve(split: Split, fused: bool, default: set) -> tuple[Plan, list[Pla
             corners.add(p)
     front = _front(corners)
     plans, budget = set(corners), MAX_PLANS
-    for fast, slow in zip(front, front[1:]):
+    for fast, slow in itertools.pairwise(front):
         extra = sorted(slow.lines - fast.lines, key=lambda i: -times[i] / max(1, _out_bytes(lines[i])))
         chosen = set(slow.lines)
         for i in extra[:budget]:
