@@ -12,15 +12,13 @@ import torch
 
 from executors.regions import COMPILE_EVENTS
 from jitcore import compat, logs, pipeline
-from jitcore.debug.inspection import ExamineReport, examine_call
+from jitcore.debug.inspection import ExamineReport, examine_call, saved_tensor_bytes  # noqa: F401 (its face)
 from jitcore.debug.verify import CheckingCache, finish_check, prepare_check
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.interpreter import versions
 from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
-from jitcore.ir.proxies import IntegerProxy, TensorProxy
-from jitcore.runtime import autograd
 from jitcore.runtime.fsdp_units import ShardedCall, is_sharded
 
 
@@ -51,12 +49,8 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
         True (default), a number (that fraction instead; float("inf"): save the fewest bytes whatever the recompute
         costs), or False (save exactly what the backward reads). Blocks run through
         torch.utils.checkpoint.checkpoint(..., use_reentrant=False) are recomputed in the backward whatever this says.
-    memory_budget: with a backward, the bytes the forward may save, as torch.compile's
-        torch._functorch.config.activation_memory_budget: None or 1 (default): the plan `rematerialize` chooses, the
-        fastest; 0: the fewest bytes (everything that can be recomputed is, matmuls included; random draws, opaque
-        torch calls and inputs are saved); between: the least estimated recompute time whose saved bytes are at most
-        minimal + b * (default - minimal). The programs list the saved tensors and their bytes in comments atop them;
-        jitcore.saved_tensor_bytes(jitted) reports them (transforms/memory_budget.py, docs/memory_budget.md).
+    memory_budget: as torch.compile's activation_memory_budget: None or 1 (default): `rematerialize`'s plan; 0: the
+        fewest bytes saved (matmuls too are recomputed); b: the least recompute saving <= min + b * (default - min).
     verify: check the compiled programs against eager (jitcore/debug/verify.py). True, or a number of calls N: the
         first call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
         inputs and module state after the call); a mismatch raises VerificationError with the first differing
@@ -84,12 +78,11 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
     1
     """
     versions.check_jit()  # (a Python the interpreter cannot run: refused; 3.12: said once to be untested)
-    options = pipeline.compile_options(executors, cache, keep_inputs, rematerialize, verify, saved_tensor_hooks,
-                                       memory_budget)
+    given = {"executors": executors, "cache": cache, "keep_inputs": keep_inputs, "rematerialize": rematerialize,
+             "verify": verify, "saved_tensor_hooks": saved_tensor_hooks, "memory_budget": memory_budget}
+    options = pipeline.compile_options(**given)
     if fn is None:  # @jitcore.jit(...) over a definition: the options are checked here, the function given next
-        return functools.partial(jit, executors=executors, cache=cache, keep_inputs=keep_inputs,
-                                 rematerialize=rematerialize, verify=verify, saved_tensor_hooks=saved_tensor_hooks,
-                                 memory_budget=memory_budget)
+        return functools.partial(jit, **given)
     pipeline.check_callable(fn)
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, options)
@@ -354,42 +347,3 @@ def examine(fn, *args, executors=None, **kwargs) -> ExamineReport:
     2 distinct ops, 2 calls; 0 opaque (none)
     """
     return examine_call(fn, args, kwargs, pipeline.resolve_executors(executors))
-
-
-def saved_tensor_bytes(call) -> autograd.SavedTensors:
-    """What a forward saves for backward. A jitted function or module (not called here): what the forward of its
-    last call's entry plans to save (the tensors the backward program takes as saved, at the sizes the entry was
-    traced with; nbytes == distinct_nbytes, since views are not told apart before they run; zeros when that call
-    needed no backward). Any other callable: call() (a forward under grad mode: eager, torch.compile'd or jitted)
-    runs once and what autograd saves is counted (runtime/autograd.py).
-
-    >>> jf = jitcore.jit(lambda x: x.sin())
-    >>> x = torch.ones(4, requires_grad=True)
-    >>> _ = jf(x)
-    >>> jitcore.saved_tensor_bytes(jf)
-    SavedTensors(nbytes=16, distinct_nbytes=16, count=1)
-    >>> jitcore.saved_tensor_bytes(lambda: jf(x))
-    SavedTensors(nbytes=16, distinct_nbytes=16, count=1)
-    """
-    if isinstance(call, (JitFunction, JitModule)):
-        return planned_saved(call)
-    return autograd.saved_tensor_bytes(call)
-
-
-def planned_saved(jfn) -> autograd.SavedTensors:
-    entry = jfn._last_entry
-    if entry is None:
-        raise ValueError("saved_tensor_bytes: this jitted function has not been called yet")
-    if not entry.backward_traces:
-        return autograd.SavedTensors(0, 0, 0)
-    bw = entry.backward_traces[-1]
-    saved = [p for p in bw.args[:dict(bw.arg_groups or ()).get("saved", 0)] if isinstance(p, TensorProxy)]
-    total = sum(_traced_nbytes(p) for p in saved)
-    return autograd.SavedTensors(total, total, len(saved))
-
-
-def _traced_nbytes(p: TensorProxy) -> int:
-    n = p.dtype.itemsize
-    for s in p.shape:  # (a symbolic size at the value it was traced with)
-        n *= s.value if isinstance(s, IntegerProxy) else int(s)
-    return n
