@@ -179,7 +179,9 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in workloads:
+        start = time.perf_counter()
         rows += measure(name, args.quick, rounds)
+        print(f"{name}: measured in {time.perf_counter() - start:.0f} s", flush=True)
     meta = {"mode": "quick" if args.quick else "full", "rounds": rounds, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "workloads": list(workloads), "budgets": list(BUDGETS)}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows, "targets": targets(rows)},

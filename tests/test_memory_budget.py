@@ -130,6 +130,20 @@ def test_random_draws_keep_their_outcomes():
         assert torch.equal(xj.grad, xe.grad), b
 
 
+def test_budget_without_rematerialization_interpolates_from_what_the_backward_reads():
+    """rematerialize=False: the default plan saves what the backward reads; the minimal plan is the same as ever."""
+    fn, make = _workload("chain")
+    _, want = _step(fn, make())
+    sizes = {}
+    for remat in (True, False):
+        for b in (1.0, 0.0):
+            jfn = jitcore.jit(fn, rematerialize=remat, memory_budget=b)
+            _, grads = _step(jfn, make())
+            assert torch.equal(grads[0], want[0]), (remat, b)
+            sizes[remat, b] = jitcore.saved_tensor_bytes(jfn).nbytes
+    assert sizes[False, 0.0] == sizes[True, 0.0] < sizes[True, 1.0] <= sizes[False, 1.0], sizes
+
+
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "0.5", True, float("nan")])
 def test_invalid_budget_is_refused(bad):
     with pytest.raises(ValueError, match=r"memory_budget=\.\.\.\): expected None or a number from 0 to 1"):
