@@ -31,8 +31,9 @@ from transforms.rematerialize import (
     tags_deep,
 )
 
-# weights of recompute time (ns) against saved bytes, each a minimum cut: the corners of the trade curve
-WEIGHTS = (0.0, *(2.0 ** k for k in range(-14, 15)))
+# the weight of recompute time against saved bytes (bytes per ns) whose minimum cut is the fastest plan, and how many
+# cuts the search of the trade curve's corners may make (each a max-flow over the forward: most of the compile time)
+HEAVY, MAX_CUTS = 2.0 ** 20, 24
 MAX_PLANS = 400  # plans evaluated between corners (greedy, by time per byte); a bound on the compile time it adds
 
 
@@ -113,11 +114,11 @@ def trade_curve(split: Split, fused: bool, default: set) -> tuple[Plan, list[Pla
     evaluate = _Plans(split, times)
     base = evaluate(default) or Plan(frozenset(default), 1 << 62, 0.0)
     cut = _Cut(fw, split.saved, set(times), input_save=1.0)  # (bytes as saved_tensor_bytes counts them)
-    corners = {base}
-    for w in WEIGHTS:
-        p = evaluate(cut.recomputed({i: 1 if i in free else int(w * 8 * t) + 1 for i, t in times.items()}))
-        if p is not None:
-            corners.add(p)
+
+    def at(weight: float) -> Plan | None:
+        return evaluate(cut.recomputed({i: 1 if i in free else int(weight * 8 * t) + 1 for i, t in times.items()}))
+
+    corners = {base} | corners_between(at)
     front = _front(corners)
     plans, budget = set(corners), MAX_PLANS
     for fast, slow in itertools.pairwise(front):
@@ -130,6 +131,25 @@ def trade_curve(split: Split, fused: bool, default: set) -> tuple[Plan, list[Pla
                 plans.add(p)
         budget -= len(extra)
     return base, sorted(plans, key=lambda p: (p.ns, p.nbytes, sorted(p.lines)))
+
+
+def corners_between(at) -> set:
+    """The corners of the lower convex hull of (recompute time, saved bytes) over all plans, as minimum cuts find them
+    (`at(weight)`: the plan minimizing bytes + weight * ns): from the fewest bytes (weight 0) and the fastest plan
+    (HEAVY), each two neighbours' tie weight finds the corner between them, if any (at most MAX_CUTS cuts)."""
+    slowest, fastest = at(0.0), at(HEAVY)
+    found = {p for p in (slowest, fastest) if p is not None}
+    todo, cuts = ([(fastest, slowest)] if slowest is not None and fastest is not None else []), 2
+    while todo and cuts < MAX_CUTS:
+        fast, slow = todo.pop()
+        if slow.ns <= fast.ns or slow.nbytes >= fast.nbytes:
+            continue
+        mid = at((fast.nbytes - slow.nbytes) / (slow.ns - fast.ns))
+        cuts += 1
+        if mid is not None and mid not in found:
+            found.add(mid)
+            todo += [(fast, mid), (mid, slow)]
+    return found
 
 
 def _out_bytes(bsym) -> int:
