@@ -9,8 +9,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import torch
+
+from jitcore import compat
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.symbol import Tag
 from jitcore.ir.trace import Timer, Trace
+from jitcore.ops.opaque import is_pure_wrapper
 from jitcore.ops.sharding import SCOPED_OUTPUTS
 from transforms.autodiff import Split
 from transforms.dce import draws_random
@@ -55,15 +60,31 @@ class Plan:
 
 
 def budget_recomputable(bsym) -> bool:
-    """What the minimal plan may recompute: any line that may run again with the same result (no random draw, write,
-    effect or opaque torch call; tensors out), matmuls, reductions and kernels with residuals (layer_norm, sdpa)
-    included; checkpointed lines as rematerialization recomputes them."""
+    """What the minimal plan may recompute: any line that may run again with the same result (no random draw, write
+    or effect; tensors out), matmuls, reductions and kernels with residuals (layer_norm, sdpa) included; an opaque
+    torch call only where it is known pure and bitwise deterministic (`_pure_opaque`); checkpointed lines as
+    rematerialization recomputes them."""
     if bsym.checkpointed:
         return _pure(bsym, checkpointed=True)
-    if draws_random(bsym) or tags_deep(bsym) & _NEVER:
+    if draws_random(bsym) or tags_deep(bsym) & (_NEVER - {Tag.OPAQUE}) or not _pure_opaque(bsym):
         return False
     outs = bsym.flat_proxy_outs()
     return bool(outs) and all(isinstance(o, TensorProxy) for o in outs)
+
+
+def _pure_opaque(bsym) -> bool:
+    """Whether every opaque call in the line (at any depth) runs a function known to write nothing, draw nothing and
+    give the same bits each run: jitcore's registered pure wrappers (the CPU flash attention's), or an aten overload
+    whose schema mutates nothing and whose tags say neither nondeterministic_seeded nor nondeterministic_bitwise."""
+    if Tag.OPAQUE in bsym.sym.tags:
+        fn = getattr(bsym.sym, "torch_fn", None)
+        if not is_pure_wrapper(fn) and not (isinstance(fn, compat.OpOverload) and not fn._schema.is_mutable
+                                            and not set(fn.tags) & _NONDETERMINISTIC):
+            return False
+    return all(_pure_opaque(s) for s in bsym.subsymbols)
+
+
+_NONDETERMINISTIC = {torch.Tag.nondeterministic_seeded, torch.Tag.nondeterministic_bitwise}
 
 
 class _Plans:
