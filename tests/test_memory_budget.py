@@ -113,6 +113,20 @@ def test_budget_zero_recomputes_matmuls_and_saves_inputs_only():
     assert saved <= inputs, saved - inputs  # the MLP's inputs: x and the parameters
 
 
+def test_budget_zero_recomputes_layer_norm_and_attention_kernels():
+    """The block's layer norms and CPU flash attention run as opaque torch kernels known pure: at b=0 the block
+    saves its inputs alone (x and the parameters), as torch.compile does at activation_memory_budget=0."""
+    fn, make = _workload("block")
+    _, want = _step(fn, make())
+    jfn = jitcore.jit(fn, memory_budget=0)
+    _, grads = _step(jfn, make())
+    assert all(torch.equal(g, w) for g, w in zip(grads, want))
+    bw = jitcore.last_backward_traces(jfn)[-1]
+    saved = {p.name for p in bw.args[:dict(bw.arg_groups)["saved"]]}
+    assert saved <= {p.name for p in jitcore.last_traces(jfn)[-1].args}
+    assert "_opaque_sdpa_flash_cpu(" in str(bw) and "layer_norm" in str(bw)
+
+
 def test_random_draws_keep_their_outcomes():
     """A dropout mask is saved at every budget (never drawn again in the backward): gradients as eager's."""
     def f(x):
