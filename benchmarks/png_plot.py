@@ -73,6 +73,10 @@ def text_width(s: str, scale: int = 2) -> int:
     return 4 * scale * len(s)
 
 
+def _tick(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def _panel(c: Canvas, x0: int, y0: int, w: int, h: int, panel: dict):
     """One panel: {"title", "xlabel", "ylabel", "series": [{"name", "color", "points": [(x, y, label)]}]}."""
     left, right, top, bottom = x0 + 70, x0 + w - 20, y0 + 50, y0 + h - 45
@@ -94,8 +98,8 @@ def _panel(c: Canvas, x0: int, y0: int, w: int, h: int, panel: dict):
         px, _ = at(fx, ylo)
         c.line(left, py, right, py, GREY)
         c.line(px, top, px, bottom, GREY)
-        c.text(left - 6 - text_width(f"{fy:.3g}"), py - 5, f"{fy:.3g}")
-        c.text(px - text_width(f"{fx:.3g}") // 2, bottom + 6, f"{fx:.3g}")
+        c.text(left - 6 - text_width(_tick(fy)), py - 5, _tick(fy))
+        c.text(min(px - text_width(_tick(fx)) // 2, x0 + w - 2 - text_width(_tick(fx))), bottom + 6, _tick(fx))
     c.line(left, top, left, bottom, BLACK)
     c.line(left, bottom, right, bottom, BLACK)
     c.text(right - text_width(panel["xlabel"]), bottom + 24, panel["xlabel"])
