@@ -1,7 +1,6 @@
-"""The faces of jitcore: `jit(fn)` and the callables it returns, JitFunction (a function) and JitModule (an
-nn.Module). A call looks its entry up in the cache (the prologues), compiles one on a miss (jitcore/pipeline.py:
-compile_call, the stages), then runs it: the computation, the epilogue's side effects, the output structure, in
-one place (JitFunction.__call__). Read this first, then jitcore/pipeline.py.
+"""The faces of jitcore: `jit(fn)` and its callables, JitFunction (a function) and JitModule (an nn.Module). A call
+looks its entry up in the cache (the prologues), compiles one on a miss (jitcore/pipeline.py: compile_call, the
+stages), then runs it in one place (JitFunction.__call__): the computation, the epilogue, the output structure.
 """
 from __future__ import annotations
 
@@ -12,20 +11,19 @@ import torch
 
 from executors.regions import COMPILE_EVENTS
 from jitcore import compat, logs, pipeline
-from jitcore.debug.inspection import ExamineReport, examine_call
+from jitcore.debug.inspection import ExamineReport, examine_call, saved_tensor_bytes  # noqa: F401 (its face)
 from jitcore.debug.verify import CheckingCache, finish_check, prepare_check
 from jitcore.guards import module_state
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry
 from jitcore.interpreter import versions
 from jitcore.interpreter.user_traceback import at_user_line, user_frames_first
-from jitcore.runtime.autograd import saved_tensor_bytes  # noqa: F401 (public: jitcore.saved_tensor_bytes)
 from jitcore.runtime.checked_runs import RunTimeCheckFailed, run_again
 from jitcore.runtime.fsdp_units import ShardedCall, is_sharded
 
 
 def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inputs: str = "int",
-        rematerialize: bool | float = True, verify=None, saved_tensor_hooks=None):
+        rematerialize: bool | float = True, verify=None, saved_tensor_hooks=None, memory_budget: float | None = None):
     """A callable computing fn's results with traced, transformed and claimed programs; nn.Modules stay modules.
 
     fn: a function, a callable object or an nn.Module (a jitted module keeps the original's parameters, buffers,
@@ -51,6 +49,8 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
         True (default), a number (that fraction instead; float("inf"): save the fewest bytes whatever the recompute
         costs), or False (save exactly what the backward reads). Blocks run through
         torch.utils.checkpoint.checkpoint(..., use_reentrant=False) are recomputed in the backward whatever this says.
+    memory_budget: as torch.compile's activation_memory_budget: None or 1 (default): `rematerialize`'s plan; 0: the
+        fewest bytes saved (matmuls too are recomputed); b: the least recompute saving <= min + b * (default - min).
     verify: check the compiled programs against eager (jitcore/debug/verify.py). True, or a number of calls N: the
         first call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
         inputs and module state after the call); a mismatch raises VerificationError with the first differing
@@ -78,10 +78,11 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
     1
     """
     versions.check_jit()  # (a Python the interpreter cannot run: refused; 3.12: said once to be untested)
-    options = pipeline.compile_options(executors, cache, keep_inputs, rematerialize, verify, saved_tensor_hooks)
+    given = {"executors": executors, "cache": cache, "keep_inputs": keep_inputs, "rematerialize": rematerialize,
+             "verify": verify, "saved_tensor_hooks": saved_tensor_hooks, "memory_budget": memory_budget}
+    options = pipeline.compile_options(**given)
     if fn is None:  # @jitcore.jit(...) over a definition: the options are checked here, the function given next
-        return functools.partial(jit, executors=executors, cache=cache, keep_inputs=keep_inputs,
-                                 rematerialize=rematerialize, verify=verify, saved_tensor_hooks=saved_tensor_hooks)
+        return functools.partial(jit, **given)
     pipeline.check_callable(fn)
     if isinstance(fn, torch.nn.Module):
         return JitModule(fn, options)

@@ -232,7 +232,7 @@ def _jitted(jfn) -> JitFunction:
 def _options_record(options: CompileOptions) -> dict:
     return {"executors": [ex.name for ex in options.executors], "cache": options.cache,
             "keep_inputs": options.keep_inputs, "rematerialize": options.rematerialize,
-            "saved_tensor_hooks": _hook_names(options.saved_tensor_hooks)}
+            "saved_tensor_hooks": _hook_names(options.saved_tensor_hooks), "memory_budget": options.memory_budget}
 
 
 def _hook_names(hooks):
@@ -369,16 +369,17 @@ def _check_versions(saved: dict) -> str | None:
 
 def _options(saved: dict, jit_options: dict) -> dict:
     """The jit options to load with: the package's, and any the caller gave must equal them."""
-    unknown = set(jit_options) - {"executors", "cache", "keep_inputs", "rematerialize", "verify", "saved_tensor_hooks"}
+    unknown = set(jit_options) - {"executors", "cache", "keep_inputs", "rematerialize", "verify", "saved_tensor_hooks",
+                                  "memory_budget"}
     if unknown:
         raise TypeError(f"unknown jit option(s) {', '.join(sorted(unknown))}")
     given = {}
     if "executors" in jit_options:
         given["executors"] = [ex.name for ex in resolve_executors(jit_options["executors"])]
-    saved = {"rematerialize": True, "saved_tensor_hooks": None, **saved}  # (a package written before the options)
+    saved = {"rematerialize": True, "saved_tensor_hooks": None, "memory_budget": None, **saved}  # (older packages)
     if "saved_tensor_hooks" in jit_options:
         given["saved_tensor_hooks"] = _hook_names(jit_options["saved_tensor_hooks"])
-    for name in ("cache", "keep_inputs", "rematerialize"):
+    for name in ("cache", "keep_inputs", "rematerialize", "memory_budget"):
         if name in jit_options:
             given[name] = jit_options[name]
     diffs = [f"{k}: the package has {saved[k]!r}, load was given {v!r}" for k, v in given.items() if v != saved[k]]
@@ -393,7 +394,7 @@ def _options(saved: dict, jit_options: dict) -> dict:
         if not ok:
             raise PackageError(f"the package's executor {ex.name!r} is not available here: {why}")
     return {"executors": executors, "cache": saved["cache"], "keep_inputs": saved["keep_inputs"],
-            "rematerialize": saved["rematerialize"],
+            "rematerialize": saved["rematerialize"], "memory_budget": saved["memory_budget"],
             "saved_tensor_hooks": jit_options.get("saved_tensor_hooks") or _hooks_named(saved["saved_tensor_hooks"]),
             "verify": jit_options.get("verify")}  # (not part of the package: the loaded calls may be checked)
 

@@ -53,6 +53,7 @@ from transforms.early_grads import with_grads_ready
 from transforms.fsdp_order import check_backward_order, gathered_apart, thread_sharded_params
 from transforms.functionalize import functionalize
 from transforms.memory import del_last_used, densify_broadcast_inputs, reuse_buffers, write_into_inputs
+from transforms.memory_budget import check_memory_budget, within_budget
 from transforms.rematerialize import BUDGET, checkpointed, rematerialize
 from transforms.saved_hooks import SavedHooks, hooks_for, saving, traced_or_warn
 from transforms.saved_written_inputs import save_written_inputs_by_copy
@@ -69,13 +70,15 @@ class CompileOptions:
     rematerialize: bool | float = True  # what the forward saves: transforms/rematerialize.py
     verify: int = 0  # how many calls of each new entry also run eagerly and are compared (jitcore/debug/verify.py)
     saved_tensor_hooks: tuple | None = None  # (pack, unpack) put into the programs (transforms/saved_hooks.py)
+    memory_budget: float | None = None  # 0..1 of the default plan's saved bytes over the minimal: memory_budget.py
 
 
-def compile_options(executors, cache, keep_inputs, rematerialize, verify, saved_tensor_hooks) -> CompileOptions:
+def compile_options(executors, cache, keep_inputs, rematerialize, verify, saved_tensor_hooks,
+                    memory_budget=None) -> CompileOptions:
     """jit()'s options, checked now (not at the first call) and resolved (executor names to executors, fallbacks
     appended)."""
     options = CompileOptions(resolve_executors(executors), cache, keep_inputs, remat_option(rematerialize),
-                             verify_calls(verify), hooks_option(saved_tensor_hooks))
+                             verify_calls(verify), hooks_option(saved_tensor_hooks), check_memory_budget(memory_budget))
     Cache(cache)  # validates the option
     check_keep_inputs(keep_inputs)
     return options
@@ -347,8 +350,14 @@ def _autodiff(p: Passing):
 
 
 def _remat_applies(p: Passing) -> bool:
-    # (rematerialize=False: only the blocks the user checkpointed are recomputed)
-    return p.split is not None and (p.options.rematerialize is not False or checkpointed(p.split.forward))
+    # (rematerialize=False: only the blocks the user checkpointed are recomputed, unless a memory budget asks more)
+    return p.split is not None and (p.options.rematerialize is not False or checkpointed(p.split.forward)
+                                    or _below_default(p.options))
+
+
+def _below_default(options: CompileOptions) -> bool:
+    """Whether jit(memory_budget=b) asks for fewer bytes than the default plan (b=1 and None: the default plan)."""
+    return options.memory_budget is not None and options.memory_budget < 1
 
 
 def _remat(p: Passing):
@@ -356,7 +365,10 @@ def _remat(p: Passing):
     p.keep(p.split.forward)  # the grad transform's forward stays in the history
     remat = p.options.rematerialize
     budget = BUDGET if remat is True else None if remat is False else remat
-    p.split, _, remat_backward = rematerialize(p.split, fuses(p.options.executors), budget)
+    if _below_default(p.options):  # the least recompute within the byte budget (transforms/memory_budget.py)
+        p.split, _, remat_backward = within_budget(p.split, fuses(p.options.executors), p.options.memory_budget, budget)
+    else:
+        p.split, _, remat_backward = rematerialize(p.split, fuses(p.options.executors), budget)
     p.forward = p.split.forward
     p.backward.append(remat_backward)
 

@@ -253,7 +253,7 @@ class _Cut:
     recomputed line needs its inputs in the backward; a line that is not recomputed makes its outputs available to the
     backward only by saving them; the values the backward reads go to the sink."""
 
-    def __init__(self, forward: Trace, needed: list, candidates: set):
+    def __init__(self, forward: Trace, needed: list, candidates: set, input_save: float = INPUT_SAVE):
         self.n_lines, self.edges = len(forward.bound_symbols), []  # (u, v, capacity); None: the line's cost
         add, made = self.edges.append, set()
         for i, b in enumerate(forward.bound_symbols):
@@ -274,7 +274,7 @@ class _Cut:
                 made.add(p.name)
                 add(("source", ("in", p.name), INF))
                 add((("in", p.name), ("out", p.name),
-                     INF // 4 if p.name in inference else int(nbytes(p) * 8 * INPUT_SAVE)))
+                     INF // 4 if p.name in inference else int(nbytes(p) * 8 * input_save)))
         for p in needed:
             if p.name in made:  # (one made nowhere is left to the caller's check)
                 add((("out", p.name), "sink", INF))
@@ -359,30 +359,41 @@ def rematerialize(split: Split, fused: bool, budget: float | None = BUDGET) -> t
     the fraction of the step's estimated time recomputation may add (inf: fewest bytes saved; None: recompute the
     lines the user checkpointed, nothing else)."""
     with Timer() as t:
-        fw, bw = split.forward, split.backward
-        recomputed = plan(fw, bw, split.saved, fused, budget, split.n_outputs)
-        n_cts = dict(bw.arg_groups)["cotangents"]
-        cts = bw.args[len(bw.args) - n_cts:] if n_cts else []
-        new_bw = from_trace(bw)
-        new_bw.bound_symbols = before_first_use([b for i, b in enumerate(fw.bound_symbols) if i in recomputed],
-                                                bw.bound_symbols)
-        new_bw = dce(new_bw)
-        saved = free_proxies(new_bw, {c.name for c in cts})
-        new_bw.args = saved + list(cts)
-        new_bw.arg_groups = [("saved", len(saved)), ("cotangents", len(cts))]
-        new_fw = from_trace(fw)
-        new_fw.bound_symbols = list(fw.bound_symbols)
-        new_fw.output = tuple(fw.output[: split.n_outputs]) + tuple(saved)
-        new_fw = dce(new_fw)
-        _check_available(new_fw, saved)
-    before, after = saved_bytes(split.saved), saved_bytes(saved)
-    n_re = sum(1 for b in new_bw.bound_symbols if any(b is f for f in fw.bound_symbols))
-    note = (f"Rematerialization (saved {len(saved)} values, {_size(after)}, instead of {len(split.saved)}, "
+        recomputed = plan(split.forward, split.backward, split.saved, fused, budget, split.n_outputs)
+        new = recompute_in_backward(split, recomputed)
+    return noted(split, new, "Rematerialization", t.seconds)
+
+
+def recompute_in_backward(split: Split, recomputed: set) -> Split:
+    """The split whose backward recomputes the forward lines `recomputed` (indices) and whose forward saves what the
+    backward then reads."""
+    fw, bw = split.forward, split.backward
+    n_cts = dict(bw.arg_groups)["cotangents"]
+    cts = bw.args[len(bw.args) - n_cts:] if n_cts else []
+    new_bw = from_trace(bw)
+    new_bw.bound_symbols = before_first_use([b for i, b in enumerate(fw.bound_symbols) if i in recomputed],
+                                            bw.bound_symbols)
+    new_bw = dce(new_bw)
+    saved = free_proxies(new_bw, {c.name for c in cts})
+    new_bw.args = saved + list(cts)
+    new_bw.arg_groups = [("saved", len(saved)), ("cotangents", len(cts))]
+    new_fw = from_trace(fw)
+    new_fw.bound_symbols = list(fw.bound_symbols)
+    new_fw.output = tuple(fw.output[: split.n_outputs]) + tuple(saved)
+    new_fw = dce(new_fw)
+    _check_available(new_fw, saved)
+    return Split(new_fw, new_bw, split.n_outputs, saved, split.output_requires_grad)
+
+
+def noted(split: Split, new: Split, what: str, seconds: float) -> tuple[Split, Trace, Trace]:
+    """(new, its forward, its backward), both with a header saying what the pass saved instead of split's set."""
+    before, after = saved_bytes(split.saved), saved_bytes(new.saved)
+    n_re = sum(1 for b in new.backward.bound_symbols if any(b is f for f in split.forward.bound_symbols))
+    note = (f"{what} (saved {len(new.saved)} values, {_size(after)}, instead of {len(split.saved)}, "
             f"{_size(before)}; {n_re} forward lines recomputed in the backward)")
-    new_fw.set_provenance(note, t.seconds)
-    new_bw.set_provenance(note, t.seconds)
-    new = Split(new_fw, new_bw, split.n_outputs, saved, split.output_requires_grad)
-    return new, new_fw, new_bw
+    new.forward.set_provenance(note, seconds)
+    new.backward.set_provenance(note, seconds)
+    return new, new.forward, new.backward
 
 
 def before_first_use(recomputed: list, lines) -> list:

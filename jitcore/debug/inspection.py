@@ -13,7 +13,9 @@ from executors.regions import COMPILE_EVENTS
 from jitcore.frontend.tracing import trace_function
 from jitcore.guards.cache import CacheEntry
 from jitcore.guards.input_storage import InputSpec
+from jitcore.ir.proxies import IntegerProxy, TensorProxy
 from jitcore.ir.symbol import Tag
+from jitcore.runtime import autograd
 
 
 @dataclass
@@ -270,3 +272,42 @@ def input_specs(jfn) -> list[InputSpec]:
     _cache_of(jfn)  # (a clear error for what is not a jitted function)
     inner = getattr(jfn, "_jfn", jfn)  # a JitModule's JitFunction
     return [e.input_spec for e in inner.entries() if e.input_spec is not None]
+
+
+def saved_tensor_bytes(call) -> autograd.SavedTensors:
+    """What a forward saves for backward. A jitted function or module (not called here): what the forward of its
+    last call's entry plans to save (the tensors the backward program takes as saved, at the sizes the entry was
+    traced with; nbytes == distinct_nbytes, since views are not told apart before they run; zeros when that call
+    needed no backward). Any other callable: call() (a forward under grad mode: eager, torch.compile'd or jitted)
+    runs once and what autograd saves is counted (runtime/autograd.py).
+
+    >>> jf = jitcore.jit(lambda x: x.sin())
+    >>> x = torch.ones(4, requires_grad=True)
+    >>> _ = jf(x)
+    >>> jitcore.saved_tensor_bytes(jf)
+    SavedTensors(nbytes=16, distinct_nbytes=16, count=1)
+    >>> jitcore.saved_tensor_bytes(lambda: jf(x))
+    SavedTensors(nbytes=16, distinct_nbytes=16, count=1)
+    """
+    if hasattr(call, "_last_entry"):  # (a JitFunction, or a JitModule wrapping one)
+        return planned_saved(call)
+    return autograd.saved_tensor_bytes(call)
+
+
+def planned_saved(jfn) -> autograd.SavedTensors:
+    entry = jfn._last_entry
+    if entry is None:
+        raise ValueError("saved_tensor_bytes: this jitted function has not been called yet")
+    if not entry.backward_traces:
+        return autograd.SavedTensors(0, 0, 0)
+    bw = entry.backward_traces[-1]
+    saved = [p for p in bw.args[:dict(bw.arg_groups or ()).get("saved", 0)] if isinstance(p, TensorProxy)]
+    total = sum(_traced_nbytes(p) for p in saved)
+    return autograd.SavedTensors(total, total, len(saved))
+
+
+def _traced_nbytes(p: TensorProxy) -> int:
+    n = p.dtype.itemsize
+    for s in p.shape:  # (a symbolic size at the value it was traced with)
+        n *= s.value if isinstance(s, IntegerProxy) else int(s)
+    return n
