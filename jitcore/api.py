@@ -42,8 +42,8 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
         the program, a new value compiles again; "symbolic values": sizes and Python ints/floats are symbols, the
         prologue checks the predicates Python's answers relied on (`i0 > 2`), so new sizes usually reuse the
         program; "no caching": every call traces again.
-    keep_inputs: which tensor values each cache entry keeps of the call it was compiled for (`input_specs`, packages):
-        "int" (default: integer and boolean tensors, such as token ids and masks), "all" or "none" (metadata only).
+    keep_inputs: tensor values each entry keeps of its call (input_specs, packages): "int" (default: integer and
+        bool tensors, such as token ids and masks), "all" or "none" (metadata only).
     rematerialize: with a backward, the forward saves fewer bytes and the backward recomputes cheap elementwise
         work from them, where that adds at most ~5% to the step's (estimated) time (transforms/rematerialize.py);
         True (default), a number (that fraction instead; float("inf"): save the fewest bytes whatever the recompute
@@ -53,9 +53,8 @@ def jit(fn=None, /, *, executors=None, cache: str = "constant values", keep_inpu
         fewest bytes saved (matmuls too are recomputed); b: the least recompute saving <= min + b * (default - min).
     verify: check the compiled programs against eager (jitcore/debug/verify.py). True, or a number of calls N: the
         first call (N calls) of every new cache entry also runs eagerly on copies and is compared (outputs, gradients,
-        inputs and module state after the call); a mismatch raises VerificationError with the first differing
-        program line and a repro folder. False, or None (default) with no JITCORE_VERIFY=1 in the environment: off,
-        at no cost per call.
+        inputs and module state after the call); a mismatch raises VerificationError with the first differing program
+        line and a repro folder. False, or None (default) without JITCORE_VERIFY=1: off, at no cost per call.
     saved_tensor_hooks: (pack, unpack), as for torch.autograd.graph.saved_tensors_hooks: each tensor the forward
         saves for backward is packed right after its last use in the forward and unpacked right before its first use
         in the backward. Both are traced into the programs (they print in last_traces / last_backward_traces and
