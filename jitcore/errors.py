@@ -34,10 +34,10 @@ class UnsupportedError(JitError):
     detail: what exactly; hint: what the user can do; where: "file:line" plus the source line, when known.
 
     >>> try:
-    ...     jitcore.jit(lambda x: x.data_ptr())(torch.ones(1))
+    ...     jitcore.jit(lambda x: x.untyped_storage())(torch.ones(1))
     ... except jitcore.UnsupportedError as e:
     ...     print(e.kind, "|", e.hint)
-    tensor memory | compare tensors with `is`, or read the address outside the jitted function
+    tensor memory | read storages (and their data_ptr) outside the jitted function
     """
 
     def __init__(self, kind: str, detail: str, hint: str | None = None, where: str | None = None):
