@@ -18,20 +18,7 @@ from torch.utils import _pytree as pytree
 import jitcore
 from jitcore import compat
 from tests.fuzz import CACHE_MODES
-
-
-def _call_of(op, sample):
-    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
-    where = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
-
-    def fn(*tensors):
-        filled = list(leaves)
-        for i, t in zip(where, tensors):
-            filled[i] = t
-        inp, args, kwargs = pytree.tree_unflatten(filled, spec)
-        return op.op(inp, *args, **kwargs)
-
-    return fn, tuple(leaves[i] for i in where)
+from tests.test_opinfo import _call as _call_of  # (each sample tensor an argument)
 
 
 def _tensors(out) -> list:
