@@ -173,3 +173,28 @@ def test_user_code_reading_its_frame_is_still_refused():
     """Only library code gets an interpreted frame's view; user code asking for frames is refused clearly."""
     with pytest.raises(Exception, match=r"sys\._getframe"):
         jitcore.jit(_frame_module)(torch.randn(2))
+
+
+class _Meta(type):
+    def __repr__(cls):
+        return f"<class {cls.__name__} by _Meta>"
+
+
+class _WithMeta(metaclass=_Meta):
+    pass
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_repr_of_a_class_uses_its_metaclass_dunder(mode):
+    """repr(cls) runs type(cls).__repr__: the guard on it is fetched through the metaclass (3.14's make_dataclass
+    reprs typing.Any, whose metaclass writes __repr__; `cls.__repr__.__func__` was guarded and could not be fetched
+    again: 'a fresh prologue rejected its own call')."""
+    def f(x):
+        return x + 1, repr(_WithMeta)
+
+    jf = jitcore.jit(f, cache=mode)
+    for _ in range(2):
+        x = torch.ones(2)
+        got, want = jf(x), f(x)
+        assert got[1] == want[1]
+        torch.testing.assert_close(got[0], want[0])

@@ -60,7 +60,9 @@ def _call(rt, fn, name, args):
     closure holds can be fetched again: the epilogue replays a write into it, reprlib's running set)."""
     if id(fn) not in rt.external:
         prov = rt.external.get(id(args[0]))
-        if prov is not None:
+        if prov is not None and isinstance(args[0], type):  # a class's dunder is its metaclass's (`repr(typing.Any)`
+            fn = rt.report(fn, Attr(Attr(prov, "__class__"), name))  # on 3.14): `cls.name` would be the class's own
+        elif prov is not None:
             fn = rt.report(fn, Attr(Attr(prov, name), "__func__"))
         elif id(type(args[0])) in rt.external:
             rt.register(fn, Attr(rt.external[id(type(args[0]))], name))
