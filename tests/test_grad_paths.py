@@ -86,6 +86,33 @@ def test_full_overwrite_keeps_requires_grad(write, source, cache):
     _compare(f, lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(1)).requires_grad_()], cache)
 
 
+# in-place ops whose new value is computed from the old one: the old value gets its gradient through them
+SELF_WRITES = {
+    "relu_": lambda t: t.relu_(), "add_": lambda t: t.add_(1.0), "mul_": lambda t: t.mul_(2.0),
+    "sigmoid_": lambda t: t.sigmoid_(), "copy_of_self": lambda t: t.copy_(t + 1), "clamp_": lambda t: t.clamp_(min=0.1),
+}
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("write", SELF_WRITES)
+def test_write_computed_from_the_old_value_adds_no_mask(write, cache):
+    """An in-place op on an intermediate in the graph (a conv net's `ReLU(inplace=True)`) is the op's own result:
+    no `where(full(True), new, old)` sending zeros to the old value (it cost conv nets 3-20% of a training step),
+    and the gradients are eager's."""
+    wfn = SELF_WRITES[write]
+
+    def f(x):
+        t = x * 2
+        wfn(t)
+        return (t * x,)
+
+    _compare(f, lambda: [torch.randn(3, 4, generator=torch.Generator().manual_seed(3)).requires_grad_()], cache)
+    jf = jitcore.jit(f, cache=cache)
+    jf(torch.randn(3, 4, requires_grad=True))[0].sum().backward()
+    ids = [b.sym.id for b in jitcore.last_traces(jf)[-1].bound_symbols]
+    assert not any(i.endswith(".full") for i in ids), ids
+
+
 @pytest.mark.parametrize("cache", CACHES)
 def test_overwrite_under_no_grad_still_drops_gradient(cache):
     def f(x):

@@ -26,13 +26,11 @@ from jitcore.ir.views import LIKE_OPS, MULTI_INPUT_VIEW_OPS, MULTI_VIEW_OPS, VIE
 from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
-from jitcore.ops import prims_shape as ps
 from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.sizes import define_sizes
-from jitcore.ops.torch_inplace import slice_scatter
-from jitcore.ops.torch_shape import same_shape, slice_dim
 from transforms.cse import rename_args
-from transforms.functionalize_complex import COMPLEX_INVERSES, COMPLEX_VIEW_STRIDES, complex_view_meta
+from transforms.functionalize_complex import COMPLEX_VIEW_STRIDES, complex_view_meta
+from transforms.functionalize_scatter import expanded_dims, inverse, is_same_dtype_copy, unbroadcast, written_mask
 
 # ops that are views in eager which jitcore computes as new values (a prim that is no view prim): reads of them
 # after a write to their base are remade from it; a write into them cannot be followed (refused)
@@ -459,11 +457,11 @@ def _track_views(st: _State, bsym: BoundSymbol):
     # of a layout eager cannot view)
     whole_pieces = bsym.sym.id in MULTI_VIEW_OPS or bsym.sym.id in MULTI_INPUT_VIEW_OPS
     computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)
-    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not _is_same_dtype_copy(p) for p in prims) and (
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not is_same_dtype_copy(p) for p in prims) and (
             bsym.sym.id not in COPYING_VIEW_OPS or _zero_dim_index(bsym)):
         _untracked_view(st, bsym, tensors)  # (narrow and tensor_split at positions a tensor holds: a take)
         return
-    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and _is_same_dtype_copy(p))
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and is_same_dtype_copy(p))
            for p in prims):
         return
     srcs = {t.name: _alias_of(st, t) for t in tensors}
@@ -509,12 +507,6 @@ def _zero_dim_index(bsym: BoundSymbol) -> bool:
         for a in bsym.flat_proxy_args()[1:])
 
 
-def _is_same_dtype_copy(p: BoundSymbol) -> bool:
-    """The piece a view op returns whole (`x.chunk(1)[0]`, a split wider than x): a copy in jitcore's decomposition
-    (an op may not return its own input among several outputs), the input itself in eager."""
-    return p.sym.id == "prims.convert_element_type" and p.args[1] == p.args[0].dtype
-
-
 def _alias_of(st: _State, x: TensorProxy) -> Alias:
     """x's alias record; a tensor the trace made (not a view) is its own root, contiguous like eager's results."""
     al = st.alias.get(x.name)
@@ -528,7 +520,7 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
     """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
     pid, args = p.sym.id, p.args
     try:
-        if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
+        if pid == "prims.stop_gradient" or is_same_dtype_copy(p):
             return meta
         if pid == "prims.reshape":
             return meta.view(_values(args[1]))
@@ -578,9 +570,11 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
     recorded = differentiable and not detached
-    if recorded and (not new_root.requires_grad or (new_root is value and old_root.requires_grad)):
+    if recorded and (not new_root.requires_grad
+                     or (new_root is value and old_root.requires_grad and not _computed_from(st, value, old_root))):
         # every element overwritten (by values without a gradient, or all of a root in the graph: `y.copy_(v)`,
-        # `y[:] = v`): eager's copy sends zeros to the old value, not nothing
+        # `y[:] = v`): eager's copy sends zeros to the old value, not nothing. Not where the values are computed
+        # from the old value itself (`x.relu_()`): the old value gets its gradient through them.
         new_root = _overwritten(old_root, new_root)
     if recorded:
         st.recorded.add(root)
@@ -612,6 +606,14 @@ def _is_arg(st: _State, name: str) -> bool:
     return any(a.name == name for a in st.new.args)
 
 
+def _computed_from(st: _State, value, old) -> bool:
+    """Whether the line of the functional trace that computes `value` reads `old` (an in-place op's own result)."""
+    for b in reversed(st.new.bound_symbols):
+        if any(o.name == value.name for o in b.flat_proxy_outs()):
+            return any(a.name == old.name for a in b.flat_proxy_args())
+    return False
+
+
 def _overwritten(old, values):
     """`values` replacing all of `old` in a write autograd records: eager's result still requires grad (its
     grad_fn sends zeros to old), so it is where(True, values, old): values' values, zero gradient to old."""
@@ -637,7 +639,7 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
                                " the write cannot be followed through it",
                                hint=f"clone() the result of {name.split(' (')[0]}, or write with basic indexing or "
                                     "view ops (select, narrow, view, ...)")
-    computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p)), None)
+    computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not is_same_dtype_copy(p)), None)
     if computed is not None:
         name = next(k for k, v in COMPUTED_VIEW_OPS.items() if v == computed).removeprefix("ltorch.")
         raise UnsupportedError("in-place op", f"{op}a write into the result of {name} (a view of its input in eager, "
@@ -656,7 +658,7 @@ def _overlaps(st: _State, al: Alias, dst: TensorProxy) -> bool:
     Where there is one, the answer may depend on the sizes: every size the meta was computed from is pinned."""
     root = st.alias[al.root].meta
     zero = any(s == 0 and n != 1 for s, n in zip(root.stride(), root.shape)) or any(
-        _expanded_dims(p, p.args[0]) for p in al.chain)
+        expanded_dims(p, p.args[0]) for p in al.chain)
     if not zero and torch._debug_has_internal_overlap(al.meta) != 1:
         return False
     numbers = (al.chain[0].args[0] if al.chain else dst)._shape + tuple(
@@ -672,7 +674,7 @@ def _overlay(st: _State, al: Alias, k: int, new_root, value):
     views of it read it (the root's own value takes the write without the gradient)."""
     name, prefix = al.chain[k].output.name, al.chain[: k + 1]
     if name in st.overlay and st.derived.get(name) == st.version.get(al.root, 0) and not any(
-            _expanded_dims(p, p.args[0]) for p in prefix):
+            expanded_dims(p, p.args[0]) for p in prefix):
         top = st.cur[name]  # the gradients of earlier writes through it, in memory no other place of it shares
     else:
         top = _replay_chain(st, Alias(al.root, prefix, al.meta), new_root)
@@ -723,75 +725,8 @@ def _scatter_back(st: _State, chain: tuple, top, value):
         values.append(_replay(p, values[-1]))
     for k in reversed(range(len(chain))):
         p, base = chain[k], values[k]
-        if _expanded_dims(p, base):  # several places of the expanded tensor share one element of base
-            value = _unbroadcast(p, base, value, _written_mask(chain[k + 1:], values[k + 1:], written))
+        if expanded_dims(p, base):  # several places of the expanded tensor share one element of base
+            value = unbroadcast(p, base, value, written_mask(chain[k + 1:], values[k + 1:], written))
         else:
-            value = _inverse(p, base, value)
+            value = inverse(p, base, value)
     return value
-
-
-def _expanded_dims(p: BoundSymbol, base) -> tuple:
-    """The dims a broadcast_in_dim line makes (or widens from size 1) with more than one element; () otherwise."""
-    if p.sym.id != "prims.broadcast_in_dim":
-        return ()
-    shape, bdims = tuple(p.args[1]), tuple(p.args[2])
-    widened = {d for i, d in enumerate(bdims) if base.shape[i] == 1}
-    return tuple(d for d in range(len(shape)) if (d not in bdims or d in widened) and shape[d] != 1)
-
-
-def _written_mask(chain, bases, value):
-    """Where, in the first base of chain, a write of `value` through chain lands (a bool tensor)."""
-    mask = ltorch.full(tuple(value.shape), True, dtype=torch.bool, device=value.device)
-    for p, base in zip(reversed(chain), reversed(bases)):
-        empty = ltorch.full(tuple(base.shape), False, dtype=torch.bool, device=base.device)
-        dims = _expanded_dims(p, base)
-        mask = ltorch.reshape(ltorch.any(mask, dims, True), tuple(base.shape)) if dims else _inverse(p, empty, mask)
-    return mask
-
-
-def _unbroadcast(p, base, value, mask):
-    """base after writing value into its expansion p at the places mask marks: each element of base takes the
-    value written into one of its places (several places hold the same value, or eager refused the write)."""
-    dims, shape = _expanded_dims(p, base), tuple(base.shape)
-    written = ltorch.reshape(ltorch.any(mask, dims, True), shape)
-    if value.dtype == torch.bool:
-        picked = ltorch.any(ltorch.logical_and(mask, value), dims, True)
-    elif value.dtype.is_complex:
-        picked = ltorch.sum(ltorch.where(mask, value, 0), dims, True)
-    else:
-        low = -float("inf") if value.dtype.is_floating_point else torch.iinfo(value.dtype).min
-        picked = ltorch.amax(ltorch.where(mask, value, low), dims, True)
-    return ltorch.where(written, ltorch.reshape(picked, shape), base)
-
-
-def _inverse(p: BoundSymbol, base, value):
-    """base with p's view of it replaced by value."""
-    pid, args = p.sym.id, p.args
-    if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
-        return value
-    if pid in ("prims.reshape", "prims.squeeze"):
-        return ps.reshape(value, tuple(base.shape))
-    if pid == "prims.transpose":
-        perm = tuple(args[1])
-        return ps.transpose(value, tuple(perm.index(i) for i in range(len(perm))))
-    if pid == "prims.broadcast_in_dim":  # one that only adds dims of size 1 (_unbroadcast does the others)
-        return ps.reshape(value, tuple(base.shape))
-    if pid in COMPLEX_INVERSES:
-        return COMPLEX_INVERSES[pid](base, value)
-    if pid == "prims.slice":
-        starts, ends = args[1], args[2]
-        steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim
-        # a dim is left out when it is whole for every size (asked of the expressions: no predicate)
-        dims = [d for d in range(base.ndim) if not same_shape((starts[d], ends[d], steps[d]), (0, base.shape[d], 1))]
-        return _scatter_dims(base, value, dims, starts, ends, steps)
-    raise AssertionError(f"functionalize: {pid} is not a view prim")
-
-
-def _scatter_dims(base, value, dims, starts, ends, steps):
-    if not dims:
-        return value
-    d, rest = dims[0], dims[1:]
-    if rest:
-        inner = slice_dim(base, d, starts[d], ends[d], steps[d])
-        value = _scatter_dims(inner, value, rest, starts, ends, steps)
-    return slice_scatter(base, value, d, starts[d], ends[d], steps[d])
