@@ -101,6 +101,20 @@ def add_backward_cases(variants: dict) -> dict:
     return cases
 
 
+def add_forward_cases(variants: dict) -> dict:
+    """Forward calls of `a + b` on 2x2 inputs that do not require grad: eager and `variants` (name -> a function
+    that compiles `f`)."""
+    def f(a, b):
+        return a + b
+
+    a, b = torch.randn(2, 2), torch.randn(2, 2)
+    cases = {"eager": lambda: f(a, b)}
+    for name, compile_fn in variants.items():
+        run = compile_fn(f)
+        cases[name] = lambda run=run: run(a, b)
+    return cases
+
+
 def overhead_over_eager(cases: dict, rounds: int = 21, number: int = 1000) -> dict:
     """name -> (median us per call, median over paired rounds of its us per call minus eager's), timed in rounds
     (each case once per round, `number` calls in a row) after 200 warm-up calls each."""
