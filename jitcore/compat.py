@@ -353,6 +353,14 @@ def leaf_grad_dtype(param):
     return param.grad_dtype
 
 
+def move_version(t, by: int):
+    """Move t's version counter (shared with every view of its memory) by `by`, which may be negative: the epilogue
+    makes a written input's count eager's (one per in-place op), whatever number of writes the program made.
+    `torch._C._autograd._unsafe_set_version_counter(tensors, versions)` takes sequences in 2.10-2.15."""
+    torch._C._autograd._unsafe_set_version_counter((t,), (t._version + by,))
+    return t
+
+
 def fsdp_param_groups(state) -> list:
     """FSDP2's parameter groups of a sharded module's state: `_fsdp_param_groups` (a list: 2.13-2.15) or
     `_fsdp_param_group` (one or None: 2.10)."""

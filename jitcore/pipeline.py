@@ -42,6 +42,7 @@ from jitcore.runtime.epilogue import (
     nograd_views_of,
     restrided_specs,
     returned_inputs,
+    version_moves,
     views_of_written,
     writeback_specs,
 )
@@ -207,7 +208,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             saved = {p.name for p in program.split.saved if isinstance(p, Proxy)} if program.split else set()
             guarded = guard(traced, copied, predicates, Roots(args, kwargs, fn), symbolic,
                             _hooks_guard(program, options), autodiff=program.split is not None, saved=saved,
-                            tails=tuple(run for run, _ in tails))
+                            tails=tuple(run for run, _ in tails),
+                            in_place=[w for w in program.writebacks if w.output_index in executable.written_in_place])
     epilogue = guarded.epilogue
     entry = CacheEntry(
         guarded.prologues,
@@ -615,10 +617,11 @@ class Guarded:
 
 
 def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool,
-          saved_hooks=False, autodiff: bool = False, saved=frozenset(), tails: tuple = ()) -> Guarded:
+          saved_hooks=False, autodiff: bool = False, saved=frozenset(), tails: tuple = (), in_place=()) -> Guarded:
     """Stage "guards": the prologues (every guard of the trace, the predicates the stages recorded, the saved-tensor
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
-    the forward saves for backward (an input among them needs no guard that it is no inference tensor)."""
+    the forward saves for backward (an input among them needs no guard that it is no inference tensor). in_place: the
+    writebacks the program does itself (their version counters move in the epilogue)."""
     data = traced.guards.data + [g for name, g in traced.guards.not_inference.items() if name not in saved]
     guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
@@ -627,7 +630,8 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     inputs.update({name: traced.inputs[k].provenance for k, name, _ in traced.restrided})  # (the caller's object)
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks), tails, restrided_specs(traced))
+                              views_of_written(traced, writebacks), tails, restrided_specs(traced),
+                              version_moves(traced, in_place))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

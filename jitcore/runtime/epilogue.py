@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
 from jitcore.ir.data_ptr import Address, address_error
@@ -58,19 +59,23 @@ replay = Symbol("epilogue.replay", "replay", meta=lambda *a: None, tags=(Tag.PYT
 
 
 def _print_writeback(bsym, printer):
-    prov, value, no_grad = bsym.args
-    target = provenance_expr(prov, printer)
+    prov, value, no_grad, moved, sliced = bsym.args
+    target = provenance_expr(prov, printer) + ("[...]" if sliced else "")  # (CopySlices: a write through a view)
     if no_grad:
-        return f"{printer.const(copy_no_grad)}({target}, {printer.value(value)})"
-    return f"{target}.copy_({printer.value(value)})"
+        line = f"{printer.const(copy_no_grad)}({target}, {printer.value(value)})"
+    else:
+        line = f"{target}.copy_({printer.value(value)})"
+    return f"{printer.const(compat.move_version)}({line}, {moved})" if moved else line
 
 
 def copy_no_grad(dst, src):
     with torch.no_grad():
-        dst.copy_(src)
+        return dst.copy_(src)
 
 
-# an input the computation wrote into (x.add_(y), x[i] = v, running stats): the caller's tensor gets its new value
+# an input the computation wrote into (x.add_(y), x[i] = v, running stats): the caller's tensor gets its new value,
+# through a view where eager's last recorded write went through one (its grad_fn is CopySlices), and its version
+# counter moves as eager's did (once per in-place op: `moved` more than the copy's own move)
 writeback = Symbol("epilogue.writeback", "writeback", meta=lambda *a: None, tags=(Tag.PYTHON, Tag.DONT_DCE),
                    module="", printer=_print_writeback)
 
@@ -296,6 +301,8 @@ def _print_local(bsym, printer):
         return f"{name}.__dict__.update({printer.value(value)})"
     if kind == "list":
         return "outs = list(outs)"
+    if kind == "move":
+        return f"{printer.const(compat.move_version)}({provenance_expr(value, printer)}, {name})"
     if isinstance(value, _Viewed):
         return f"outs[{name}] = {printer.const(view_of_written)}({', '.join(printer.value(v) for v in value)})"
     return f"outs[{name}] = {printer.value(value)}"
@@ -409,7 +416,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=(), inputs=None, views=(), tails: tuple = (), restrided=()) -> Trace | None:
+                   returned=(), inputs=None, views=(), tails: tuple = (), restrided=(), moved=()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -428,8 +435,10 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     restrided: (provenance of an input tensor, its in-place metadata changes): replayed on the caller's tensor after
     the writebacks and the views above (which read its layout as the program saw it).
+    moved: (provenance of an input tensor the program wrote into itself, how far its version counter moves more).
     """
-    if not side_effects and not writebacks and not escapes and not returned and not views and not restrided:
+    if not side_effects and not writebacks and not escapes and not returned and not views and not restrided and \
+            not moved:
         return None
     with Timer() as t:
         trace = Trace("epilogue")
@@ -444,6 +453,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if escapes:
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
+        for prov, by in moved:
+            line("move", by, prov)
         if tails:  # their values may be stored in the objects built below
             _writebacks_and_tails(trace, writebacks, tails)
         if escapes:
@@ -459,9 +470,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             for position, value in escapes.outputs.items():
                 line("output", position, value)
         if not tails:
-            for prov, position, no_grad in writebacks:
-                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
-                                                       None))
+            for prov, position, *how in writebacks:
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), *how), {}, None))
         if (returned or views) and not (escapes and escapes.outputs) and not tails:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
@@ -530,7 +540,7 @@ tail_run = Symbol("epilogue.tail", "tail", meta=lambda *a: None, tags=(Tag.PYTHO
 def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple):
     """The writebacks of values the head computed, then each tail on the tensors written so far, followed by the
     writebacks of the values it computed (that no later tail recomputes)."""
-    targets = {position: prov for prov, position, _ in writebacks}
+    targets = {position: prov for prov, position, *_ in writebacks}
     stage = {}  # writeback position -> the index of the last tail computing it (-1: the head)
     for k, tail in enumerate(tails):
         for p in tail.positions:
@@ -539,10 +549,9 @@ def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple):
         if k >= 0:
             trace.bound_symbols.append(BoundSymbol(tail_run, (tails[k], [targets[p] for _, p in tails[k].cuts]), {},
                                                    None))
-        for prov, position, no_grad in writebacks:
+        for prov, position, *how in writebacks:
             if stage.get(position, -1) == k:
-                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
-                                                       None))
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), *how), {}, None))
 
 
 def _map(tree, fn):
@@ -551,12 +560,22 @@ def _map(tree, fn):
 
 
 def writeback_specs(traced, writebacks) -> list:
-    """(provenance, output position, under no_grad) for each input the program wrote into."""
+    """(provenance, output position, under no_grad, version moves past the copy's, through a view) for each input
+    the program wrote into."""
     out = []
     for w in writebacks:
         inp = traced.inputs[w.arg_index]
-        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded))
+        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded, w.versions - 1,
+                    w.sliced))
     return out
+
+
+def version_moves(traced, written) -> list:
+    """(provenance, moves) for each input the program itself wrote into (transforms/memory.write_into_inputs) whose
+    version counter must move further to be eager's: its kernel moved it as eager's last write did (an out= form
+    once, batch norm's running stats never)."""
+    moves = [(traced.inputs[w.arg_index].provenance, w.versions - int(w.last_counts)) for w in written]
+    return [m for m in moves if m[1]]
 
 
 def nograd_views_of(trace: Trace) -> tuple:

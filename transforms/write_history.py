@@ -1,0 +1,49 @@
+"""Transforms, inside functionalization: what eager's autograd and version counters show of each input written in
+place, which the functional program no longer says. Per written input: how many times eager moves its version
+counter (once per in-place op; never for the running stats batch_norm updates), whether the last write autograd
+records goes through a view (its grad_fn is then CopySlices), the line of its last counted write; and the views read
+after a write that eager remakes from their base (transforms/written_tails.py, jitcore/runtime/epilogue.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# in-place ops whose eager kernel writes its arguments without moving their version counters (aten's training
+# batch norm updates the running stats it is given so)
+UNCOUNTED = frozenset({"ltorch.batch_norm"})
+
+
+@dataclass
+class WriteLog:
+    """Filled while functionalization inlines the writes of a trace's top-level lines, in order."""
+
+    index: dict  # id of a top-level line -> its position in the trace
+    line: object = None  # the top-level line whose writes are being inlined
+    counted: dict = field(default_factory=dict)  # root -> ids of the top-level lines that moved its version counter
+    last: dict = field(default_factory=dict)  # root -> (position of its last counted write, whether the last moved it)
+    sliced: dict = field(default_factory=dict)  # root -> whether its last recorded write went through a view
+    regenerated: set = field(default_factory=set)  # names of views' values remade from their root's new value
+
+    @classmethod
+    def of(cls, trace) -> WriteLog:
+        return cls({id(b): i for i, b in enumerate(trace.bound_symbols)})
+
+    def enter(self, bsym):
+        if id(bsym) in self.index:
+            self.line = bsym
+
+    def write(self, root: str, chain: tuple, recorded: bool):
+        """A write into root (through the views of chain), autograd recording it or not."""
+        counts = self.line is None or self.line.sym.id not in UNCOUNTED
+        if counts:
+            self.counted.setdefault(root, set()).add(id(self.line))
+        position = self.index.get(id(self.line), -1)
+        self.last[root] = (position if counts else self.last.get(root, (-1, False))[0], counts)
+        if recorded:
+            self.sliced[root] = bool(chain)
+
+    def history(self, root: str) -> dict:
+        """The fields of root's functionalize.Writeback this log gives."""
+        last, counts = self.last.get(root, (-1, True))
+        return {"versions": len(self.counted.get(root, ())), "last_counts": counts, "last_write": last,
+                "sliced": self.sliced.get(root, False), "regenerated": frozenset(self.regenerated)}
