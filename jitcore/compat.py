@@ -361,6 +361,13 @@ def move_version(t, by: int):
     return t
 
 
+def view_again(x):
+    """The view x made again from its base (`x._view_func(x._base)`, 2.10-2.15): torch replays the view ops that made
+    x (as_strided where it recorded none), so the result's grad_fn leads to the base, as autograd's regenerated
+    grad_fn of a view whose base was written in place does."""
+    return x._view_func(x._base)
+
+
 def fsdp_param_groups(state) -> list:
     """FSDP2's parameter groups of a sharded module's state: `_fsdp_param_groups` (a list: 2.13-2.15) or
     `_fsdp_param_group` (one or None: 2.10)."""

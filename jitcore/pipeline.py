@@ -331,7 +331,7 @@ def _tails_apply(p: Passing) -> bool:
 def _written_tails(p: Passing):
     """What reads the new value of a written input that requires grad runs after the writeback, on the caller's
     tensor (transforms/written_tails.py): gradients through that tensor then reach it, as eager's do."""
-    views = {i: value_at for _, value_at, positions in views_of_written(p.traced, p.writebacks) for i in positions}
+    views = {i: value_at for _, value_at, positions, _ in views_of_written(p.traced, p.writebacks) for i in positions}
     head, p.tails = split_tail(p.traces[-1], p.writebacks, views)
     if p.tails:
         p.traces.append(head)
@@ -663,7 +663,7 @@ def compile_tail(tail: Tail, options: CompileOptions, sized: bool) -> tuple[Tail
     program = Program([*p.traces, _with_sizes(p.forward) if sized else p.forward], p.backward, p.split, [])
     executable = memory_passes(program, claim_program(program, options, sized))
     run = codegen(_TailTraced(tail.trace), program, executable, options)
-    return TailRun(run, tail.cuts, tail.positions, tail.boundary, tail.n_outputs), \
+    return TailRun(run, tail.cuts, tail.positions, tail.boundary, tail.n_outputs, tail.standins), \
         [executable.traces[-1], executable.backward_traces[-1]]
 
 

@@ -198,14 +198,7 @@ def check(jfn, fn, kind: str, how: str, calls: int = 2):
 @pytest.mark.parametrize("cache", CACHE_MODES)
 @pytest.mark.parametrize("kind", ["plain", "nonleaf", "leaf", "nonleaf view", "plain view"])
 @pytest.mark.parametrize("fn", WRITES, ids=lambda f: f.__name__)
-def test_matrix(fn, kind, cache, request):
-    if fn is named_view and kind.endswith("view"):
-        # KNOWN DIFFERENCE (reported): x a view of the caller's base, v = x[1:] written, then v read. Eager regenerates
-        # v's grad_fn from the base after the write, so `autograd.grad(v.sum(), x)` gets nothing through v; the tail
-        # computes v from the caller's x, so x's gradient counts v's uses. Gradients of the base, of its upstream
-        # tensors and of w agree; only the gradient with respect to the view argument itself differs.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="a view argument's sub-view regenerated from its "
-                                                                  "base after a write (eager) vs from the argument"))
+def test_matrix(fn, kind, cache):
     for how in HOWS:
         check(jitcore.jit(fn, cache=cache), fn, kind, how)
 

@@ -65,7 +65,7 @@ class Writeback:
     # one was by the last write, that write's line, CopySlices, the views remade from it after a write
     versions: int = 1
     last_counts: bool = True
-    last_write: int = -1
+    last_write: object = None
     sliced: bool = False
     regenerated: frozenset = frozenset()
 

@@ -17,19 +17,19 @@ UNCOUNTED = frozenset({"ltorch.batch_norm"})
 class WriteLog:
     """Filled while functionalization inlines the writes of a trace's top-level lines, in order."""
 
-    index: dict  # id of a top-level line -> its position in the trace
+    top: set  # ids of the trace's top-level lines
     line: object = None  # the top-level line whose writes are being inlined
     counted: dict = field(default_factory=dict)  # root -> ids of the top-level lines that moved its version counter
-    last: dict = field(default_factory=dict)  # root -> (position of its last counted write, whether the last moved it)
+    last: dict = field(default_factory=dict)  # root -> (the line of its last counted write, whether the last moved it)
     sliced: dict = field(default_factory=dict)  # root -> whether its last recorded write went through a view
     regenerated: set = field(default_factory=set)  # names of views' values remade from their root's new value
 
     @classmethod
     def of(cls, trace) -> WriteLog:
-        return cls({id(b): i for i, b in enumerate(trace.bound_symbols)})
+        return cls({id(b) for b in trace.bound_symbols})
 
     def enter(self, bsym):
-        if id(bsym) in self.index:
+        if id(bsym) in self.top:
             self.line = bsym
 
     def write(self, root: str, chain: tuple, recorded: bool):
@@ -37,13 +37,12 @@ class WriteLog:
         counts = self.line is None or self.line.sym.id not in UNCOUNTED
         if counts:
             self.counted.setdefault(root, set()).add(id(self.line))
-        position = self.index.get(id(self.line), -1)
-        self.last[root] = (position if counts else self.last.get(root, (-1, False))[0], counts)
+        self.last[root] = (self.line if counts else self.last.get(root, (None, False))[0], counts)
         if recorded:
             self.sliced[root] = bool(chain)
 
     def history(self, root: str) -> dict:
         """The fields of root's functionalize.Writeback this log gives."""
-        last, counts = self.last.get(root, (-1, True))
+        last, counts = self.last.get(root, (None, True))
         return {"versions": len(self.counted.get(root, ())), "last_counts": counts, "last_write": last,
                 "sliced": self.sliced.get(root, False), "regenerated": frozenset(self.regenerated)}

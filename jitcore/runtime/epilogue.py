@@ -22,7 +22,16 @@ from jitcore.ir.data_ptr import Address, address_error
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.ranges import RangeList, SymbolicRange
-from jitcore.ir.symbol import BoundSymbol, Symbol, Tag, is_eager_view, recorded_without_grad, view_root, viewed_tensor
+from jitcore.ir.symbol import (
+    BoundSymbol,
+    Symbol,
+    Tag,
+    is_eager_view,
+    recorded_without_grad,
+    view_path,
+    view_root,
+    viewed_tensor,
+)
 from jitcore.ir.trace import Timer, Trace
 
 
@@ -301,6 +310,8 @@ def _print_local(bsym, printer):
         return f"{name}.__dict__.update({printer.value(value)})"
     if kind == "list":
         return "outs = list(outs)"
+    if kind == "regenerated":
+        return f"{name} = {printer.const(regenerated)}({printer.value(value)})"
     if kind == "move":
         return f"{printer.const(compat.move_version)}({provenance_expr(value, printer)}, {name})"
     if isinstance(value, _Viewed):
@@ -478,10 +489,13 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             line("fetch", f"r{k}", prov)
             for i in positions:
                 line("output", i, _Out(f"r{k}"))
-        for k, (prov, value_at, positions) in enumerate(views):  # `x.add_(1); return x[0]`: a view of the caller's
-            line("fetch", f"w{k}", prov)
+        for k, (prov, value_at, positions, stale) in enumerate(views):  # `x.add_(1); return x[0]`: a view of the
+            line("fetch", f"w{k}", prov)  # caller's tensor
+            if stale:  # (made before the last write: eager regenerates it from the base, past x; `regenerated`)
+                line("regenerated", f"u{k}", _Out(f"w{k}"))
             for i in positions:
-                line("output", i, _Viewed((_Out(f"w{k}"), _Out(f"outs[{i}]"), _Out(f"outs[{value_at}]"))))
+                line("output", i, _Viewed((_Out(f"u{k}" if i in stale else f"w{k}"), _Out(f"outs[{i}]"),
+                                           _Out(f"outs[{value_at}]"))))
         for prov, changes in restrided:  # `x.t_()`: the caller's tensor x changes as the function's did
             trace.bound_symbols.append(BoundSymbol(restride, (prov, changes), {}, None))
         stored = {}  # input tensor name -> the local the epilogue fetches it into
@@ -512,13 +526,15 @@ class TailRun:
     has), then the head's boundary outputs; its results take the positions the head left None, and the boundary
     outputs are dropped."""
 
-    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int | None):
+    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int | None, standins: tuple = ()):
         self.program, self.cuts, self.positions, self.boundary, self.n = program, cuts, positions, boundary, n
+        self.standins = standins  # (the targets read again as eager's regenerated views read them)
         self.size = max(positions) + 1
 
     def __call__(self, outs, targets):
         outs = list(outs)
-        values = self.program(*targets, *[outs[b] for b in self.boundary])
+        values = self.program(*targets, *[regenerated(targets[k]) for k in self.standins],
+                              *[outs[b] for b in self.boundary])
         if len(outs) < self.size:  # (values a later tail reads)
             outs += [None] * (self.size - len(outs))
         for p, v in zip(self.positions, values):
@@ -526,6 +542,13 @@ class TailRun:
         if self.n is not None:  # the last tail: the values passed between them are dropped
             del outs[self.n:]
         return outs
+
+
+def regenerated(x):
+    """x as autograd remakes a view of a base written in place (a view made before the write, or written through):
+    the same view made anew from x's base, its history going to the base without passing through x's own; x itself
+    when it is no view (eager's regenerated views of x then go through x)."""
+    return x if x._base is None else compat.view_again(x)
 
 
 def _print_tail(bsym, printer):
@@ -597,22 +620,29 @@ def nograd_views_of(trace: Trace) -> tuple:
 
 
 def views_of_written(traced, writebacks) -> list:
-    """(provenance, flat output position of the new value, flat output positions of views of it) for each input the
-    program wrote into that the function returns views of (`x.add_(1); return x[0]`): in the traced program those
-    outputs are views of the input; in the computation, views of its new value."""
+    """(provenance, flat output position of the new value, flat output positions of views of it, those of them made
+    before the input's last write) for each input the program wrote into that the function returns views of
+    (`x.add_(1); return x[0]`): in the traced program those outputs are views of the input; in the computation,
+    views of its new value. Eager regenerates the grad_fn of a view made before the write from the caller's base."""
     written = {traced.trace.args[w.arg_index].name: (traced.inputs[w.arg_index].provenance, w.output_index)
                for w in writebacks}
     if not written:
         return []
-    makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
+    lines = traced.trace.bound_symbols
+    makers = {o.name: b for b in lines for o in b.flat_proxy_outs()}
+    position = {id(b): k for k, b in enumerate(lines)}
+    last = {traced.trace.args[w.arg_index].name: position.get(id(w.last_write), -1) for w in writebacks}
     found: dict = {}
+    stale: dict = {}
     changed = {name for _, name, _ in traced.restrided}  # (the caller's tensor itself: returned_inputs)
     for i, o in enumerate(tree_leaves(traced.trace.output)):
-        root = view_root(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written and \
-            o.name not in changed else None
+        path, root = view_path(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written and \
+            o.name not in changed else ([], None)
         if root is not None and root.name in written:
             found.setdefault(root.name, []).append(i)
-    return [(*written[name], tuple(positions)) for name, positions in found.items()]
+            if any(position[id(b)] < last[root.name] for b, _ in path):
+                stale.setdefault(root.name, set()).add(i)
+    return [(*written[name], tuple(positions), frozenset(stale.get(name, ()))) for name, positions in found.items()]
 
 
 def returned_inputs(traced, writebacks, autodiff: bool) -> list:
