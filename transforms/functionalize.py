@@ -137,7 +137,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
 
 
 # lines whose result the torch executor gives as (a detach of) one of their tensor arguments: its position
-_PASSES_ON = {"prims.stop_gradient": 0, "ltorch.detach": 0, "prims.no_grad_update": 1}
+_PASSES_ON = {"prims.stop_gradient": 0, "ltorch.detach": 0, "ltorch.data": 0, "prims.no_grad_update": 1}
 
 
 def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> list:
@@ -468,7 +468,7 @@ def _track_views(st: _State, bsym: BoundSymbol):
         if o.name in made and o.name not in srcs:
             chain, meta, origin = made[o.name]
             src = srcs[origin]
-            multi = None if bsym.sym.id == "ltorch.detach" else (
+            multi = None if bsym.sym.id in ("ltorch.detach", "ltorch.data") else (
                 bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi)
             st.alias[o.name] = Alias(src.root, chain, meta, multi)
             st.derived[o.name] = st.version.get(src.root, 0)

@@ -1,8 +1,8 @@
 """Transforms, inside functionalization: what eager's autograd and version counters show of each input written in
 place, which the functional program no longer says. Per written input: how many times eager moves its version
-counter (once per in-place op; never for the running stats batch_norm updates), whether the last write autograd
-records goes through a view (its grad_fn is then CopySlices), the line of its last counted write; and the views read
-after a write that eager remakes from their base (transforms/written_tails.py, jitcore/runtime/epilogue.py).
+counter (once per in-place op; never for the running stats batch_norm updates, nor through x.data), whether the last
+write autograd records goes through a view (its grad_fn is then CopySlices), the line of its last counted write; and
+the views read after a write that eager remakes from their base (transforms/written_tails.py, runtime/epilogue.py).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ class WriteLog:
     last: dict = field(default_factory=dict)  # root -> (the line of its last counted write, whether the last moved it)
     sliced: dict = field(default_factory=dict)  # root -> whether its last recorded write went through a view
     regenerated: set = field(default_factory=set)  # names of views' values remade from their root's new value
+    own_counter: set = field(default_factory=set)  # names of x.data tensors (writes through them move no counter)
 
     @classmethod
     def of(cls, trace) -> WriteLog:
@@ -31,10 +32,13 @@ class WriteLog:
     def enter(self, bsym):
         if id(bsym) in self.top:
             self.line = bsym
+            if bsym.sym.id == "ltorch.data":
+                self.own_counter.update(o.name for o in bsym.flat_proxy_outs())
 
     def write(self, root: str, chain: tuple, recorded: bool):
         """A write into root (through the views of chain), autograd recording it or not."""
-        counts = self.line is None or self.line.sym.id not in UNCOUNTED
+        counts = (self.line is None or self.line.sym.id not in UNCOUNTED) and \
+            not any(p.output.name in self.own_counter for p in chain)
         if counts:
             self.counted.setdefault(root, set()).add(id(self.line))
         self.last[root] = (self.line if counts else self.last.get(root, (None, False))[0], counts)

@@ -248,7 +248,7 @@ def is_eager_view(bsym) -> bool:
     """Whether the line's output is a view in eager of its (first) tensor argument: a view op whose decomposition
     only re-indexes its input (view prims and number arithmetic; x[index_tensor] is a new tensor), other than
     detach (a tensor of its own for autograd)."""
-    return bsym.sym.id in VIEW_OPS and bsym.sym.id not in ("ltorch.detach", "prims.stop_gradient") and \
+    return bsym.sym.id in VIEW_OPS and bsym.sym.id not in ("ltorch.detach", "ltorch.data", "prims.stop_gradient") and \
         _views_only(bsym)
 
 
