@@ -93,9 +93,35 @@ def write_through_detach(x, w):  # (recorded on d; x keeps its own history, or n
     return (x * 3).sum() + (d * 1).sum()
 
 
+def stale_view_read(x, w):  # v made before the write: eager remakes its grad_fn from x's base (past a view x)
+    v = x[1:]
+    x.mul_(w)
+    return (v * 3).sum() + x.sum()
+
+
+def stale_view_returned(x, w):
+    v = x[1:]
+    x.add_(w)
+    return v
+
+
+def view_of_stale_view(x, w):  # u made after the write, but from v, made before it
+    v = x[1:]
+    x.mul_(w)
+    u = v[0]
+    return (u * 3).sum(), u
+
+
+def fresh_view_after_write(x, w):  # made after the write: through x's own node
+    x.mul_(w)
+    v = x[1:]
+    return (v * 3).sum(), v
+
+
 WRITES = [setitem_last, add_whole, mul_through_select, flat_view_slice, named_view, write_after_use, two_writes,
           head_value_in_tail, returns_written, returns_view_of_written, no_grad_write, write_then_reduce_many,
-          view_before_write, write_through_detach]
+          view_before_write, write_through_detach, stale_view_read, stale_view_returned, view_of_stale_view,
+          fresh_view_after_write]
 
 
 # -- the arguments: x as the caller makes it; a (upstream of x) and w require grad ----------------------------------
@@ -145,6 +171,8 @@ HOWS = {
     "outputs and x wrt x": lambda out, a, w, x: _grads(_loss(out, x, True), [x]),
     "outputs wrt a, w": lambda out, a, w, x: _grads(_loss(out, x, False), [a, w]),
     "outputs and x wrt a, w, x": lambda out, a, w, x: _grads(_loss(out, x, True), [a, w, x]),
+    "outputs and x wrt x, its base": lambda out, a, w, x: _grads(_loss(out, x, True), [x, x._base]) if
+    x._base is not None else "no base",
     "backward": lambda out, a, w, x: _backward(_loss(out, x, True), a, w),
 }
 
