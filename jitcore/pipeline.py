@@ -39,6 +39,7 @@ from jitcore.runtime.checked_runs import checked_run, has_checks, has_checks_lin
 from jitcore.runtime.epilogue import (
     TailRun,
     build_epilogue,
+    metadata_moves,
     nograd_views_of,
     restrided_specs,
     returned_inputs,
@@ -334,7 +335,24 @@ def _written_tails(p: Passing):
     views = {i: value_at for _, value_at, positions, _ in views_of_written(p.traced, p.writebacks) for i in positions}
     head, p.tails = split_tail(p.traces[-1], p.writebacks, views)
     if p.tails:
+        _refuse_restrided_tails(p.traced, p.tails)
         p.traces.append(head)
+
+
+def _refuse_restrided_tails(traced, tails):
+    """A tail reads an input whose metadata the function changed in place: the epilogue makes that change on the
+    caller's tensor after the tails ran on it (its views read the layout the program saw), so the tail's uses would
+    hang off the tensor's history from before the change, and a gradient with respect to the caller's tensor would
+    miss them (eager's later ops use the changed tensor)."""
+    changed = {k: changes for k, _, changes in traced.restrided}
+    for tail in tails:
+        for k, _ in tail.cuts:
+            if k in changed:
+                raise UnsupportedError(
+                    "in-place metadata change", f"Tensor.{changed[k][0][0]} of argument {traced.trace.args[k].name}, "
+                    "which the function also writes with a value that requires grad and reads after the write: "
+                    "jitcore cannot give the caller's tensor eager's autograd history through both",
+                    hint="change the metadata of a view instead (x = x.unsqueeze(0)), or write into a clone")
 
 
 def _autodiff(p: Passing):
@@ -379,7 +397,7 @@ def _save_written_inputs(p: Passing):
     """The epilogue overwrites written inputs before the backward runs, or changes their metadata in place (which
     moves their version counter too): the forward saves copies of them."""
     written = {p.traced.trace.args[w.arg_index].name for w in p.writebacks}
-    written |= {p.traced.trace.args[k].name for k, _, _ in p.traced.restrided}
+    written |= {p.traced.trace.args[k].name for k in metadata_moves(p.traced)}  # (restrided, or a view of it)
     p.forward = save_written_inputs_by_copy(p.forward, p.split.n_outputs, written)
 
 
@@ -431,7 +449,7 @@ PASSES = (
     PassRow("written-input tails", _tails_apply, _written_tails),
     PassRow("autodiff", lambda p: _needs_autodiff(p.traces[-1]), _autodiff),
     PassRow("rematerialize", _remat_applies, _remat),
-    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or p.traced.restrided),
+    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or metadata_moves(p.traced)),
             _save_written_inputs),
     PassRow("backward cse", _with_backward, _backward_cse),
     PassRow("saved-tensor hooks", lambda p: p.split is not None and p.hooks is not None, _saved_hooks),
@@ -631,7 +649,7 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
                               views_of_written(traced, writebacks), tails, restrided_specs(traced),
-                              version_moves(traced, in_place))
+                              version_moves(traced, in_place, {w.arg_index for w in writebacks}))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

@@ -23,6 +23,10 @@ def rebind_tensor(ctx, proxy: TensorProxy, view: TensorProxy, change: tuple):
     if is_input:  # replayed by the epilogue on the caller's tensor: with this call's numbers (guarded)
         name, args, kwargs, grad = change
         change = (name, _concrete(args), _concrete(kwargs), grad)
+    else:  # (eager moves the version counter of what it views: an input's, the epilogue says)
+        line = next((b for b in reversed(ctx.trace._scopes[-1]) if any(o is view for o in b.flat_outs())), None)
+        if line is not None:
+            line.moves_version = True
     for slot in _SLOTS:
         a, b = getattr(proxy, slot), getattr(view, slot)
         setattr(proxy, slot, b)

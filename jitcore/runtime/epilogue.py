@@ -69,12 +69,32 @@ replay = Symbol("epilogue.replay", "replay", meta=lambda *a: None, tags=(Tag.PYT
 
 def _print_writeback(bsym, printer):
     prov, value, no_grad, moved, sliced = bsym.args
-    target = provenance_expr(prov, printer) + ("[...]" if sliced else "")  # (CopySlices: a write through a view)
+    target = provenance_expr(prov, printer)
+    if sliced:  # (CopySlices: a write through a view)
+        target = f"{printer.const(whole_view)}({target})"
     if no_grad:
         line = f"{printer.const(copy_no_grad)}({target}, {printer.value(value)})"
     else:
         line = f"{target}.copy_({printer.value(value)})"
     return f"{printer.const(compat.move_version)}({line}, {moved})" if moved else line
+
+
+def move_unless_regenerated(x, by):
+    """Move x's version counter (the in-place metadata change of a view of it, inside the function) unless x is a
+    view that requires grad and the epilogue writes nothing into it: a moved counter makes autograd give x a grad_fn
+    anew from its base, which the function's reads of x (made on its grad_fn from before the call) do not reach, so a
+    gradient with respect to x would miss them; eager's reads after the change reach it. Its count then stays
+    eager's minus `by` (a known difference: jitcore's reads cannot be moved after the change)."""
+    if x._base is None or not x.requires_grad:
+        compat.move_version(x, by)
+    return x
+
+
+def whole_view(x):
+    """x[...], a view of all of x, for a writeback through a view (x's grad_fn then CopySlices, as after eager's
+    `x[i] = v`); x itself when it is a view (the copy then makes its base's CopySlices already; a copy into x[...]
+    would leave a view of a base without grad looking like a leaf to a later in-place op)."""
+    return x if x._base is not None else x[...]
 
 
 def copy_no_grad(dst, src):
@@ -96,10 +116,13 @@ def _print_restride(bsym, printer):
 
 def apply_metadata_changes(x, changes):
     """The caller's tensor x changed in place as the function changed it (`x.unsqueeze_(0)`, `x.t_()`, ...), by torch's
-    own methods, in order, each in the grad mode it was made in."""
+    own methods, in order, each in the grad mode it was made in. Its version counter is moved back: the epilogue
+    moved it first (metadata_moves)."""
+    before = x._version
     for name, args, kwargs, grad in changes:
         with torch.set_grad_enabled(grad):
             getattr(x, name)(*args, **kwargs)
+    compat.move_version(x, before - x._version)
 
 
 # an input the function changed the metadata of (sizes, strides): the caller's tensor gets the change
@@ -313,7 +336,9 @@ def _print_local(bsym, printer):
     if kind == "regenerated":
         return f"{name} = {printer.const(regenerated)}({printer.value(value)})"
     if kind == "move":
-        return f"{printer.const(compat.move_version)}({provenance_expr(value, printer)}, {name})"
+        by, soft = name
+        fn = move_unless_regenerated if soft else compat.move_version
+        return f"{printer.const(fn)}({provenance_expr(value, printer)}, {by})"
     if isinstance(value, _Viewed):
         return f"outs[{name}] = {printer.const(view_of_written)}({', '.join(printer.value(v) for v in value)})"
     return f"outs[{name}] = {printer.value(value)}"
@@ -446,7 +471,7 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     restrided: (provenance of an input tensor, its in-place metadata changes): replayed on the caller's tensor after
     the writebacks and the views above (which read its layout as the program saw it).
-    moved: (provenance of an input tensor the program wrote into itself, how far its version counter moves more).
+    moved: version_moves' (provenance of an input tensor, how far its version counter moves more, softly).
     """
     if not side_effects and not writebacks and not escapes and not returned and not views and not restrided and \
             not moved:
@@ -464,10 +489,9 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if escapes:
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
-        for prov, by in moved:
-            line("move", by, prov)
         if tails:  # their values may be stored in the objects built below
-            _writebacks_and_tails(trace, writebacks, tails)
+            _writebacks_and_tails(trace, writebacks, tails, [BoundSymbol(local, ("move", (by, soft), prov), {}, None)
+                                                              for prov, by, soft in moved])
         if escapes:
             for b in escapes.built.values():
                 line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
@@ -483,6 +507,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if not tails:
             for prov, position, *how in writebacks:
                 trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), *how), {}, None))
+            for prov, by, soft in moved:  # (after the writebacks: a counter moved before a copy into a view of x
+                line("move", (by, soft), prov)  # would make autograd regenerate x's grad_fn from before the copy)
         if (returned or views) and not (escapes and escapes.outputs) and not tails:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
@@ -560,15 +586,17 @@ tail_run = Symbol("epilogue.tail", "tail", meta=lambda *a: None, tags=(Tag.PYTHO
                   printer=_print_tail)
 
 
-def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple):
-    """The writebacks of values the head computed, then each tail on the tensors written so far, followed by the
-    writebacks of the values it computed (that no later tail recomputes)."""
+def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple, moves: list):
+    """The writebacks of values the head computed, the version moves, then each tail on the tensors written so far,
+    followed by the writebacks of the values it computed (that no later tail recomputes)."""
     targets = {position: prov for prov, position, *_ in writebacks}
     stage = {}  # writeback position -> the index of the last tail computing it (-1: the head)
     for k, tail in enumerate(tails):
         for p in tail.positions:
             stage[p] = k
     for k in range(-1, len(tails)):
+        if k == 0:  # (before a tail saves a caller's tensor for its backward: at its final count, as eager's)
+            trace.bound_symbols.extend(moves)
         if k >= 0:
             trace.bound_symbols.append(BoundSymbol(tail_run, (tails[k], [targets[p] for _, p in tails[k].cuts]), {},
                                                    None))
@@ -593,12 +621,36 @@ def writeback_specs(traced, writebacks) -> list:
     return out
 
 
-def version_moves(traced, written) -> list:
-    """(provenance, moves) for each input the program itself wrote into (transforms/memory.write_into_inputs) whose
-    version counter must move further to be eager's: its kernel moved it as eager's last write did (an out= form
-    once, batch norm's running stats never)."""
-    moves = [(traced.inputs[w.arg_index].provenance, w.versions - int(w.last_counts)) for w in written]
-    return [m for m in moves if m[1]]
+def version_moves(traced, written, copied=frozenset()) -> list:
+    """(provenance, moves, whether only where that makes no view's grad_fn anew) for each input whose version counter
+    the epilogue moves besides its writeback: one the program itself wrote into (`written`: its
+    transforms/memory.write_into_inputs writebacks), whose kernel moved it as eager's last write did (an out= form
+    once, batch norm's running stats never), and one the function changed the metadata of a view of in place
+    (`x[0].t_()`, `x.detach().resize_(n)`: eager moves the counter the view shares; not through x.data). copied: the
+    positions of the inputs the epilogue writes back."""
+    moves = metadata_moves(traced)
+    for w in written:
+        moves[w.arg_index] = moves.get(w.arg_index, 0) + w.versions - int(w.last_counts)
+    changed = {k for k, _, _ in traced.restrided}
+    return [(traced.inputs[k].provenance, n, k not in copied and k not in changed) for k, n in moves.items() if n]
+
+
+def metadata_moves(traced) -> dict:
+    """{input position: how far its version counter moves} for the inputs whose metadata, or a view's, the function
+    changed in place: each change moves it once. Those of the input itself the epilogue makes on the caller's tensor
+    (apply_metadata_changes), moving the counter back, so that it reaches its final count before the tails save the
+    caller's tensor, as eager's count is when its later ops save it."""
+    moves = {k: len(changes) for k, _, changes in traced.restrided}
+    args = {a.name: k for k, a in enumerate(traced.trace.args) if isinstance(a, TensorProxy)}
+    makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
+    for b in traced.trace.bound_symbols:
+        t = b.flat_proxy_args()[0] if b.moves_version else None
+        while t is not None and t.name not in args:  # (back through views, and detach(), which shares the counter)
+            m = makers.get(t.name)
+            t = viewed_tensor(m, t) if m is not None and (is_eager_view(m) or m.sym.id == "ltorch.detach") else None
+        if t is not None:
+            moves[args[t.name]] = moves.get(args[t.name], 0) + 1
+    return moves
 
 
 def nograd_views_of(trace: Trace) -> tuple:
