@@ -358,6 +358,8 @@ def test_inductor():
     jf = jitcore.jit(head_value_in_tail, executors=[inductor_ex])
     for how in ("outputs and x wrt a, w, x", "backward"):
         check(jf, head_value_in_tail, "nonleaf", how)
+    jf = jitcore.jit(stale_view_read, executors=[inductor_ex])  # (the tail reads x remade from its base)
+    check(jf, stale_view_read, "nonleaf view", "outputs and x wrt x, its base")
 
 
 class _Running(torch.nn.Module):
