@@ -397,7 +397,8 @@ def _save_written_inputs(p: Passing):
     """The epilogue overwrites written inputs before the backward runs, or changes their metadata in place (which
     moves their version counter too): the forward saves copies of them."""
     written = {p.traced.trace.args[w.arg_index].name for w in p.writebacks}
-    written |= {p.traced.trace.args[k].name for k in metadata_moves(p.traced)}  # (restrided, or a view of it)
+    written |= {p.traced.trace.args[k].name for k, _, _ in p.traced.restrided}
+    written |= {p.traced.trace.args[k].name for k in metadata_moves(p.traced)}  # (a view of it changed)
     p.forward = save_written_inputs_by_copy(p.forward, p.split.n_outputs, written)
 
 
@@ -449,7 +450,8 @@ PASSES = (
     PassRow("written-input tails", _tails_apply, _written_tails),
     PassRow("autodiff", lambda p: _needs_autodiff(p.traces[-1]), _autodiff),
     PassRow("rematerialize", _remat_applies, _remat),
-    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or metadata_moves(p.traced)),
+    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or p.traced.restrided or
+                                                                          metadata_moves(p.traced)),
             _save_written_inputs),
     PassRow("backward cse", _with_backward, _backward_cse),
     PassRow("saved-tensor hooks", lambda p: p.split is not None and p.hooks is not None, _saved_hooks),

@@ -118,10 +118,16 @@ def fresh_view_after_write(x, w):  # made after the write: through x's own node
     return (v * 3).sum(), v
 
 
+def overwritten_by_a_value_read_elsewhere(x, w):  # (fuzz seed 477: x's new value was w's own proxy, so w's other
+    y = w * 3  # reads ran on the caller's x)
+    x[:] = y
+    return (y.sin() * 2).sum() + x.sum()
+
+
 WRITES = [setitem_last, add_whole, mul_through_select, flat_view_slice, named_view, write_after_use, two_writes,
           head_value_in_tail, returns_written, returns_view_of_written, no_grad_write, write_then_reduce_many,
           view_before_write, write_through_detach, stale_view_read, stale_view_returned, view_of_stale_view,
-          fresh_view_after_write]
+          fresh_view_after_write, overwritten_by_a_value_read_elsewhere]
 
 
 # -- the arguments: x as the caller makes it; a (upstream of x) and w require grad ----------------------------------

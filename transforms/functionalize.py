@@ -560,9 +560,11 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
     recorded = differentiable and not detached
-    if recorded and (not new_root.requires_grad or (new_root is value and old_root.requires_grad)):
+    if recorded and (not new_root.requires_grad or (new_root is value and (old_root.requires_grad or
+                                                                           _is_arg(st, root)))):
         # every element overwritten (by values without a gradient, or all of a root in the graph: `y.copy_(v)`,
-        # `y[:] = v`): eager's copy sends zeros to the old value, not nothing
+        # `y[:] = v`): eager's copy sends zeros to the old value, not nothing; an argument's new value is a tensor
+        # of its own too (written_tails.py runs what reads it on the caller's tensor, not what reads v)
         new_root = _overwritten(old_root, new_root)
     if recorded:
         st.recorded.add(root)

@@ -116,13 +116,10 @@ def _print_restride(bsym, printer):
 
 def apply_metadata_changes(x, changes):
     """The caller's tensor x changed in place as the function changed it (`x.unsqueeze_(0)`, `x.t_()`, ...), by torch's
-    own methods, in order, each in the grad mode it was made in. Its version counter is moved back: the epilogue
-    moved it first (metadata_moves)."""
-    before = x._version
+    own methods, in order, each in the grad mode it was made in (each moving its version counter as eager's did)."""
     for name, args, kwargs, grad in changes:
         with torch.set_grad_enabled(grad):
             getattr(x, name)(*args, **kwargs)
-    compat.move_version(x, before - x._version)
 
 
 # an input the function changed the metadata of (sizes, strides): the caller's tensor gets the change
@@ -636,11 +633,10 @@ def version_moves(traced, written, copied=frozenset()) -> list:
 
 
 def metadata_moves(traced) -> dict:
-    """{input position: how far its version counter moves} for the inputs whose metadata, or a view's, the function
-    changed in place: each change moves it once. Those of the input itself the epilogue makes on the caller's tensor
-    (apply_metadata_changes), moving the counter back, so that it reaches its final count before the tails save the
-    caller's tensor, as eager's count is when its later ops save it."""
-    moves = {k: len(changes) for k, _, changes in traced.restrided}
+    """{input position: how far its version counter moves} for the inputs the function changed the metadata of a view
+    of in place: each change moves it once (a resize_ to the same sizes, none: the frontend marks none). Those of the
+    input itself the epilogue makes on the caller's tensor (apply_metadata_changes), which moves it as eager's."""
+    moves = {}
     args = {a.name: k for k, a in enumerate(traced.trace.args) if isinstance(a, TensorProxy)}
     makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
     for b in traced.trace.bound_symbols:
