@@ -17,7 +17,7 @@ import torch.utils.checkpoint as _checkpoint
 
 from jitcore import compat
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import arrays, standins
+from jitcore.frontend import arrays, numpy_calls, standins
 from jitcore.frontend.jit_services import JitServices
 from jitcore.frontend.layouts import Layouts
 from jitcore.frontend.rebind import input_metadata_changes
@@ -134,6 +134,9 @@ class JitContext(InterpreterHooks):
 
     def lookaside(self, fn):
         op = self._lookaside(fn)
+        arrays_op = numpy_calls.lookaside(fn, op, self.on_call_native)  # numpy on arrays made from tensors, x.numpy()
+        if arrays_op is not None:
+            op = arrays_op
         if op is not None and ranges.unread(self.trace):  # list(range(n)) nothing has read yet (jitcore/ir/ranges.py)
             return standins.range_lists_pinned(op, torch_creation.takes_ranges(torch_map.lookup(fn)))
         return op

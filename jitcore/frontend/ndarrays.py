@@ -1,0 +1,349 @@
+"""Frontend: numpy arrays made from tensors inside a jitted function (`x.numpy()`, `np.asarray(t)`).
+
+Such an array is an `NdarrayProxy`: a value of the interpreter wrapping the TensorProxy that holds its data (the same
+proxy or a view of it, so writes through the array reach the tensor as in eager, where they share memory). NumPy
+calls on it go to the table of jitcore/frontend/numpy_table.py (IMPLS, keyed by numpy function), which records the
+equivalent torch ops with NumPy's dtypes; a returned array reaches the caller as a real numpy.ndarray (pytree node).
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import optree
+import torch
+
+from jitcore.errors import DataDependentError, UnsupportedError
+from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.pytree import NAMESPACE
+from jitcore.ops import torch_map
+
+IMPLS: dict = {}  # numpy function (ufunc, dispatcher) -> implementation over NdarrayProxy (numpy_table.py fills it)
+METHODS: dict = {}  # ndarray method name -> implementation taking the array first
+
+
+def implements(*fns, method: str | None = None):
+    """Register an implementation for numpy functions `fns` (and the ndarray method `method`)."""
+    def register(impl):
+        for fn in fns:
+            IMPLS[fn] = impl
+        if method is not None:
+            METHODS[method] = impl
+        return impl
+    return register
+
+
+# -- dtypes --------------------------------------------------------------------------------------------------------
+_TO_TORCH: dict = {}
+_TO_NUMPY: dict = {}
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """The torch dtype of a numpy dtype (anything np.dtype takes: np.float32, 'int64', float); refuses the others."""
+    d = np.dtype(dtype)
+    found = _TO_TORCH.get(d)
+    if found is None:
+        try:
+            found = _TO_TORCH[d] = torch.from_numpy(np.empty(0, d)).dtype
+        except TypeError:
+            raise UnsupportedError("numpy", f"numpy arrays of dtype {d} inside a jitted function: torch has no such "
+                                   "dtype", hint="convert to a numeric dtype, or compute this outside") from None
+    return found
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    found = _TO_NUMPY.get(dtype)
+    if found is None:
+        found = _TO_NUMPY[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
+    return found
+
+
+# -- the array value ------------------------------------------------------------------------------------------------
+class NdarrayProxy:
+    """A numpy array (scalar=False) or numpy scalar (scalar=True: np.float32(...), what reductions over every axis
+    give) whose data is `tensor`. Its dtype is numpy's; ops follow NumPy's promotion rules, not torch's."""
+
+    __slots__ = ("scalar", "tensor")
+    __array_priority__ = 1e6  # ndarray's operators give way to ours (`np.ones(3) + a`)
+    __hash__ = None  # arrays are unhashable
+
+    def __init__(self, tensor: TensorProxy, scalar: bool = False):
+        self.tensor, self.scalar = tensor, scalar and tensor.ndim == 0
+
+    # -- metadata
+    @property
+    def shape(self):
+        return tuple(self.tensor.shape)
+
+    @property
+    def ndim(self) -> int:
+        return self.tensor.ndim
+
+    @property
+    def dtype(self):
+        return numpy_dtype(self.tensor.dtype)
+
+    @property
+    def size(self):
+        return self.tensor.numel()
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        return self.size * self.itemsize
+
+    @property
+    def T(self):
+        return call_numpy(np.transpose, (self,), {})
+
+    @property
+    def real(self):
+        return self if not self.dtype.kind == "c" else wrap(self.tensor.real)
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of unsized object")
+        return self.tensor.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(len(self)))
+
+    def __getattr__(self, name: str):
+        impl = METHODS.get(name)
+        if impl is None:
+            if name.startswith("__") or not hasattr(np.ndarray, name):
+                raise AttributeError(f"'numpy.ndarray' object has no attribute '{name}'")
+            raise UnsupportedError("numpy", f"ndarray.{name} on an array made from a tensor inside a jitted function "
+                                   "has no torch equivalent in jitcore", hint=_HINT)
+        return lambda *args, **kwargs: impl(self, *args, **kwargs)
+
+    # -- values Python needs now (read from the call's real data and guarded, as for tensors)
+    def __bool__(self):
+        if self.size != 1:
+            raise ValueError("The truth value of an array with more than one element is ambiguous. Use a.any() or "
+                             "a.all()")
+        return bool(self.tensor.reshape(()))
+
+    def __float__(self):
+        return float(self._one("float"))
+
+    def __int__(self):
+        return int(self._one("int"))
+
+    def __index__(self):
+        if self.ndim != 0 or self.dtype.kind not in "iub":
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return operator.index(self.tensor)
+
+    def _one(self, what):
+        if self.size != 1:
+            raise TypeError(f"only length-1 arrays can be converted to Python scalars ({what})")
+        return self.tensor.reshape(())
+
+    def item(self, *args):
+        t = self.tensor if not args else self[args if len(args) > 1 else args[0]].tensor
+        return t.item()
+
+    def tolist(self):
+        return self.tensor.tolist()
+
+    def __repr__(self):
+        raise DataDependentError("converting a numpy array made from a tensor to text needs its data")
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        raise DataDependentError("formatting a numpy array made from a tensor needs its data")
+
+    def __array__(self, *args, **kwargs):
+        raise DataDependentError("a numpy function jitcore does not map to torch needs this array's data",
+                                 hint=_HINT)
+
+    # -- numpy's protocols: functions called on it natively (np.sin(a), np.sum(a)) come here
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__":
+            raise UnsupportedError("numpy", f"numpy.{ufunc.__name__}.{method} on an array made from a tensor inside a "
+                                   "jitted function", hint=_HINT)
+        return call_numpy(ufunc, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return call_numpy(func, args, kwargs)
+
+    # -- indexing (basic indexing gives views, as in numpy; a single element is a scalar, a copy)
+    def __getitem__(self, idx):
+        out = self.tensor[to_torch_index(idx)]
+        if out.ndim == 0 and not _has_ellipsis(idx):
+            return NdarrayProxy(out.clone(), scalar=True)
+        return NdarrayProxy(out)
+
+    def __setitem__(self, idx, value):
+        if self.scalar:
+            raise TypeError(f"'numpy.{self.dtype}' object does not support item assignment")
+        value = as_tensor_of(value, self.tensor.dtype, self.tensor.device)
+        self.tensor[to_torch_index(idx)] = value
+
+    def __abs__(self):
+        return call_numpy(np.absolute, (self,), {})
+
+    def __neg__(self):
+        return call_numpy(np.negative, (self,), {})
+
+    def __pos__(self):
+        return call_numpy(np.positive, (self,), {})
+
+    def __invert__(self):
+        return call_numpy(np.invert, (self,), {})
+
+    def __matmul__(self, other):
+        return call_numpy(np.matmul, (self, other), {})
+
+    def __rmatmul__(self, other):
+        return call_numpy(np.matmul, (other, self), {})
+
+
+_HINT = "compute it with torch ops on the tensor (torch.* has most of numpy), or outside the jitted function"
+
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+           "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "and": np.bitwise_and,
+           "or": np.bitwise_or, "xor": np.bitwise_xor, "lshift": np.left_shift, "rshift": np.right_shift}
+_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+            "ge": np.greater_equal}
+
+
+def _binary(ufunc):
+    return lambda self, other: call_numpy(ufunc, (self, other), {})
+
+
+def _reflected(ufunc):
+    return lambda self, other: call_numpy(ufunc, (other, self), {})
+
+
+def _inplace(ufunc):
+    def method(self, other):
+        call_numpy(ufunc, (self, other), {"out": self})
+        return self
+    return method
+
+
+for _name, _ufunc in _BINARY.items():
+    setattr(NdarrayProxy, f"__{_name}__", _binary(_ufunc))
+    setattr(NdarrayProxy, f"__r{_name}__", _reflected(_ufunc))
+    setattr(NdarrayProxy, f"__i{_name}__", _inplace(_ufunc))
+for _name, _ufunc in _COMPARE.items():
+    setattr(NdarrayProxy, f"__{_name}__", _binary(_ufunc))
+NdarrayProxy.__imatmul__ = _inplace(np.matmul)
+del _name, _ufunc
+
+
+def wrap(tensor: TensorProxy, scalar: bool | None = None) -> NdarrayProxy:
+    """An array (or, for a 0-d result when scalar is None, a numpy scalar) holding `tensor`."""
+    return NdarrayProxy(tensor, tensor.ndim == 0 if scalar is None else scalar)
+
+
+def _has_ellipsis(idx) -> bool:
+    return idx is Ellipsis or (type(idx) is tuple and any(i is Ellipsis for i in idx))
+
+
+def to_torch_index(idx):
+    """An index into an array, as a tensor index: arrays inside it become their tensors (bool masks, int arrays)."""
+    if type(idx) is tuple:
+        return tuple(to_torch_index(i) for i in idx)
+    if isinstance(idx, NdarrayProxy):
+        return idx.tensor
+    if isinstance(idx, np.ndarray):
+        return constant_tensor(idx)
+    if type(idx) is list:
+        return constant_tensor(np.asarray(idx))
+    return idx
+
+
+def constant_tensor(arr, device=None):
+    """A numpy array (or scalar) from outside the trace, as a tensor constant of the trace (its numpy dtype)."""
+    arr = np.asarray(arr)
+    return torch_map.lookup(torch.tensor)(arr.tolist(), dtype=torch_dtype(arr.dtype), device=device)
+
+
+def as_tensor_of(value, dtype, device):
+    """`value` (array, numpy or Python scalar, list) as a tensor of `dtype`, cast as numpy's assignment casts."""
+    if isinstance(value, NdarrayProxy):
+        t = value.tensor
+    elif isinstance(value, TensorProxy):
+        t = value
+    elif isinstance(value, NumberProxy) or isinstance(value, (bool, int, float, complex)):
+        return torch_map.lookup(torch.full)((), value, dtype=dtype, device=device)
+    else:
+        t = constant_tensor(value, device)
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def has_array(tree) -> bool:
+    """Whether an NdarrayProxy is among `tree`'s items (arguments, lists of arrays)."""
+    if isinstance(tree, NdarrayProxy):
+        return True
+    if type(tree) in (tuple, list):
+        return any(has_array(x) for x in tree)
+    if type(tree) is dict:
+        return any(has_array(x) for x in tree.values())
+    return False
+
+
+def call_numpy(fn, args, kwargs):
+    """Call numpy function `fn` on arguments holding NdarrayProxy values: its implementation, or a clear refusal."""
+    impl = IMPLS.get(fn)
+    if impl is None:
+        name = getattr(fn, "__name__", repr(fn))
+        mod = getattr(fn, "__module__", None) or "numpy"
+        raise UnsupportedError("numpy", f"{mod}.{name} on an array made from a tensor inside a jitted function has no "
+                               "torch equivalent in jitcore", hint=_HINT)
+    return impl(*args, **kwargs)
+
+
+# -- from tensors to arrays and back --------------------------------------------------------------------------------
+def tensor_numpy(t: TensorProxy, *, force: bool = False) -> NdarrayProxy:
+    """`t.numpy()`: eager's errors (a tensor that requires grad, on another device, of a dtype numpy lacks), else an
+    array sharing the tensor's data (the same proxy)."""
+    if force:
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+    if t.requires_grad:
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+    if t.device.type != "cpu":
+        raise TypeError(f"can't convert {t.device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+                        "to host memory first.")
+    numpy_dtype(t.dtype)  # (eager's TypeError for bfloat16 and the other dtypes numpy lacks)
+    return NdarrayProxy(t)
+
+
+def tensor_of(arr: NdarrayProxy) -> TensorProxy:
+    """`torch.from_numpy(arr)`: a tensor sharing the array's data (a view of it: writes reach the array), which
+    never requires grad."""
+    t = arr.tensor
+    return t.view(t.shape) if not t.requires_grad else t.detach()
+
+
+def _flatten(arr: NdarrayProxy):
+    return (arr.tensor,), arr.scalar, None
+
+
+def _unflatten(scalar, children):
+    """At run time: the computed tensor as the caller's ndarray (sharing its memory, as eager's x.numpy() does), or
+    the numpy scalar."""
+    (t,) = children
+    if not isinstance(t, torch.Tensor):  # (a proxy while tracing: the array value itself)
+        return NdarrayProxy(t, scalar)
+    arr = t.detach().numpy()
+    return arr[()] if scalar else arr
+
+
+optree.register_pytree_node(NdarrayProxy, _flatten, _unflatten, namespace=NAMESPACE)
+

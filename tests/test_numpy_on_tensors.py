@@ -1,0 +1,151 @@
+"""NumPy on tensors inside a jitted function (issue 38 item 6), against eager: `x.numpy()`, `np.asarray(t)`, numpy
+ufuncs, reductions, layout and combining functions on the arrays, `torch.from_numpy` back, ndarrays returned to the
+caller (type, dtype, values), writes through an array reaching the tensor it came from (eager shares memory), and
+gradients of the tensor parts. Call sequences in every cache mode (the second call reuses the entry), one Inductor
+case, and the refusals (numpy functions with no torch equivalent) naming the function and the user's line.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitcore
+from tests.fuzz import CACHE_MODES
+
+
+def same(eager, got, where=""):
+    """eager's value and jitcore's: same types (ndarray, numpy scalar, tensor, Python), dtypes, shapes and values."""
+    assert type(got) is type(eager), (where, type(eager), type(got))
+    if isinstance(eager, (tuple, list)):
+        assert len(eager) == len(got), where
+        for i, (e, g) in enumerate(zip(eager, got)):
+            same(e, g, f"{where}[{i}]")
+    elif isinstance(eager, np.ndarray):
+        assert eager.dtype == got.dtype and eager.shape == got.shape, (where, eager.dtype, got.dtype, eager.shape,
+                                                                       got.shape)
+        np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-6, err_msg=where)
+    elif isinstance(eager, np.generic):
+        assert eager.dtype == got.dtype, (where, eager.dtype, got.dtype)
+        np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-6, err_msg=where)
+    elif isinstance(eager, torch.Tensor):
+        assert eager.dtype == got.dtype and eager.shape == got.shape, (where, eager.dtype, got.dtype)
+        torch.testing.assert_close(got.detach(), eager.detach(), equal_nan=True)
+    elif isinstance(eager, float):
+        assert got == pytest.approx(eager, rel=1e-5, abs=1e-6), where
+    else:
+        assert eager == got, where
+
+
+def ints(*shape):
+    return torch.randint(-5, 6, shape)
+
+
+def floats(*shape):
+    return torch.randn(*shape)
+
+
+def positive(*shape):
+    return torch.rand(*shape) + 0.5
+
+
+# name -> (fn, make the arguments of one call for size n)
+CASES = {
+    "sin_plus_float": (lambda x: torch.from_numpy(np.sin(x.numpy()) + 1.0), lambda n: (floats(n, 3),)),
+    "returns_ndarray": (lambda x: np.exp(x.numpy()) * 2, lambda n: (floats(n, 3),)),
+    "int_promotions": (lambda x: (x.numpy() + 1.5, x.numpy() / 2, x.numpy() * 2, x.numpy() // 2, x.numpy() % 3,
+                                  -x.numpy(), abs(x.numpy()), x.numpy() ** 2), lambda n: (ints(n, 3),)),
+    "float32_scalars_stay": (lambda x: (x.numpy() + 1.5, 2.0 * x.numpy(), x.numpy() / 3, x.numpy() > 0.5),
+                             lambda n: (floats(n, 2),)),
+    "float32_with_float64_array": (lambda x: x.numpy() + np.arange(3.0), lambda n: (floats(n, 3),)),
+    "bool_sum_int_mean": (lambda x: (np.sum(x.numpy() > 0), np.mean(x.numpy()), np.sum(x.numpy(), axis=0)),
+                          lambda n: (ints(n, 3),)),
+    "reductions_axis_keepdims": (lambda x: (np.sum(x.numpy(), axis=1), np.mean(x.numpy(), axis=0, keepdims=True),
+                                            np.max(x.numpy(), axis=-1), np.min(x.numpy()), x.numpy().sum(),
+                                            x.numpy().prod(axis=0), np.std(x.numpy(), axis=1), np.var(x.numpy()),
+                                            np.argmax(x.numpy(), axis=1), np.any(x.numpy() > 1),
+                                            np.all(x.numpy() > -5, axis=0), np.cumsum(x.numpy(), axis=1)),
+                                 lambda n: (floats(n, 4),)),
+    "matmul_and_T": (lambda x: (x.numpy() @ x.numpy().T, np.matmul(x.numpy().T, x.numpy()), np.dot(x.numpy()[0],
+                                                                                                 x.numpy()[1])),
+                     lambda n: (floats(n, 3),)),
+    "combining": (lambda x: (np.where(x.numpy() > 0, x.numpy(), 0), np.concatenate([x.numpy(), x.numpy() * 2]),
+                             np.stack([x.numpy(), x.numpy()], axis=1), np.clip(x.numpy(), -0.5, 0.5),
+                             np.concatenate([x.numpy(), np.ones((1, 3))], axis=0)), lambda n: (floats(n, 3),)),
+    "layout_and_indexing": (lambda x: (np.reshape(x.numpy(), (-1,)), x.numpy().reshape(3, -1), np.transpose(x.numpy()),
+                                       x.numpy()[1:], x.numpy()[0], x.numpy()[:, 1], x.numpy()[x.numpy() > 0],
+                                       np.expand_dims(x.numpy(), 0), x.numpy().ravel(), np.squeeze(x.numpy()[:1])),
+                            lambda n: (floats(n, 3),)),
+    "metadata": (lambda x: (x.numpy().shape, x.numpy().ndim, x.numpy().dtype, x.numpy().size, len(x.numpy())),
+                 lambda n: (floats(n, 3),)),
+    "conversions": (lambda x: (np.asarray(x), np.array(x.numpy()), x.numpy().astype(np.int32),
+                               np.zeros_like(x.numpy()), np.full_like(x.numpy(), 7), np.ones_like(x.numpy(), dtype=int),
+                               torch.tensor(x.numpy()), torch.as_tensor(x.numpy(), dtype=torch.float64),
+                               x.numpy().copy()), lambda n: (floats(n, 3),)),
+    "numpy_scalars": (lambda x: (np.float32(1.5) * x.numpy(), x.numpy().sum() * 2, float(np.sum(x.numpy())),
+                                 x * float(x.numpy()[0, 0]), np.sum(x.numpy()) + np.float64(1)),
+                      lambda n: (floats(n, 3),)),
+    "ufuncs": (lambda x: (np.log(x.numpy()), np.sqrt(x.numpy()), np.tanh(x.numpy()), np.maximum(x.numpy(), 1.0),
+                          np.arctan2(x.numpy(), 2.0), np.floor(x.numpy() * 3), np.isfinite(x.numpy()),
+                          np.logical_and(x.numpy() > 1, x.numpy() < 1.2), np.power(x.numpy(), 3),
+                          np.exp2(x.numpy()), np.rint(x.numpy() * 4)), lambda n: (positive(n, 3),)),
+    "int_ufuncs": (lambda x: (np.sin(x.numpy()), np.sqrt(np.abs(x.numpy())), np.bitwise_and(x.numpy(), 3),
+                              x.numpy() & 1, x.numpy() == 2, np.maximum(x.numpy(), 0), np.sign(x.numpy())),
+                   lambda n: (ints(n, 4),)),
+    "asarray_of_tensor": (lambda x: np.asarray(x) * 2 + np.asarray(x + 1), lambda n: (floats(n, 2),)),
+    "round_trip_into_torch": (lambda x, w: (torch.from_numpy(np.cos(x.detach().numpy())) * w).sum(),
+                              lambda n: (floats(n, 3).requires_grad_(), floats(n, 3).requires_grad_())),
+    "numpy_between_torch_ops": (lambda x, w: torch.as_tensor(np.mean(np.exp((x * 2).detach().numpy()), axis=0)) + w,
+                                lambda n: (floats(n, 3).requires_grad_(), floats(3).requires_grad_())),
+}
+
+
+def _run(fn, args):
+    try:
+        return fn(*args), None
+    except Exception as e:
+        return None, e
+
+
+def _clone(args):
+    return tuple(a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+                 for a in args)
+
+
+def check_sequence(fn, make, mode, sizes=(2, 3, 2, 4), executors=None):
+    jf = jitcore.jit(fn, cache=mode, **({"executors": executors} if executors else {}))
+    for n in sizes:
+        torch.manual_seed(n)
+        args = make(n)
+        eager_args, jit_args = _clone(args), _clone(args)
+        expected, err = _run(fn, eager_args)
+        if err is not None:
+            with pytest.raises(type(err)):
+                jf(*jit_args)
+            continue
+        got = jf(*jit_args)
+        same(expected, got, f"n={n}")
+        for i, (a, b) in enumerate(zip(eager_args, jit_args)):
+            same(a, b, f"argument {i} after the call, n={n}")
+        outs = [o for o in (expected if isinstance(expected, tuple) else (expected,))
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        if outs:
+            jouts = [o for o in (got if isinstance(got, tuple) else (got,))
+                     if isinstance(o, torch.Tensor) and o.requires_grad]
+            seeds = [torch.ones_like(o) for o in outs]
+            grads_e = torch.autograd.grad(outs, [a for a in eager_args if isinstance(a, torch.Tensor) and
+                                                 a.requires_grad], seeds, allow_unused=True)
+            grads_j = torch.autograd.grad(jouts, [a for a in jit_args if isinstance(a, torch.Tensor) and
+                                                  a.requires_grad], seeds, allow_unused=True)
+            for ge, gj in zip(grads_e, grads_j):
+                assert (ge is None) == (gj is None)
+                if ge is not None:
+                    torch.testing.assert_close(gj, ge)
+    return jf
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_numpy_on_tensors_matches_eager(name, mode):
+    fn, make = CASES[name]
+    check_sequence(fn, make, mode)
