@@ -149,3 +149,147 @@ def check_sequence(fn, make, mode, sizes=(2, 3, 2, 4), executors=None):
 def test_numpy_on_tensors_matches_eager(name, mode):
     fn, make = CASES[name]
     check_sequence(fn, make, mode)
+
+
+# -- writes through an array reach the tensor it came from (eager: they share memory) --------------------------------
+def set_through_array(x):
+    a = x.numpy()
+    a[0] = 5.0
+    return x * 2
+
+
+def iadd_through_array(x):
+    a = x.numpy()
+    a += 1
+    return a
+
+
+def write_through_basic_view(x):
+    b = x.numpy()[1:]
+    b *= 2
+    return x.sum()
+
+
+def write_through_from_numpy(x):
+    a = x.numpy()
+    torch.from_numpy(a).add_(1)
+    return a.sum(), x * 1
+
+
+def scalar_is_a_copy(x):
+    a = x.numpy()
+    s = a[0]
+    a[0] = 100.0
+    return s, a
+
+
+def fill_and_reshape_view(x):
+    a = x.numpy().reshape(-1)
+    a[:2] = np.arange(2)
+    a.T[-1] = -1
+    return x + 0
+
+
+def write_array_into_tensor_after_read(x):
+    y = np.cos(x.numpy())
+    x.numpy()[...] = y
+    return torch.from_numpy(y) + x
+
+
+WRITES = [set_through_array, iadd_through_array, write_through_basic_view, write_through_from_numpy, scalar_is_a_copy,
+          fill_and_reshape_view, write_array_into_tensor_after_read]
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("fn", WRITES, ids=lambda f: f.__name__)
+def test_writes_through_arrays_reach_the_tensor(fn, mode):
+    check_sequence(fn, lambda n: (floats(n, 3),), mode)
+
+
+# -- eager's errors and the refusals ---------------------------------------------------------------------------------
+def numpy_of_grad_tensor(x):
+    return x.numpy()
+
+
+def int_array_plus_float_in_place(x):
+    a = x.numpy()
+    a += 1.5
+    return a
+
+
+def bad_axis(x):
+    return np.sum(x.numpy(), axis=3)
+
+
+def array_op_tensor(x):
+    return x.numpy() * x
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("fn, make", [(numpy_of_grad_tensor, lambda n: (floats(n).requires_grad_(),)),
+                                      (int_array_plus_float_in_place, lambda n: (ints(n),)),
+                                      (bad_axis, lambda n: (floats(n),)), (array_op_tensor, lambda n: (floats(n),))],
+                         ids=lambda v: getattr(v, "__name__", ""))
+def test_eager_errors_are_raised(fn, make, mode):
+    check_sequence(fn, make, mode, sizes=(2, 3))
+
+
+def test_from_numpy_never_requires_grad_and_tensors_mix_with_arrays():
+    def f(x, w):
+        t = torch.from_numpy(x.detach().numpy() * 2)
+        return t.requires_grad, (t * w).sum(), x * np.sum(x.detach().numpy()), np.float32(2) * x
+
+    for mode in CACHE_MODES:
+        check_sequence(f, lambda n: (floats(n).requires_grad_(), floats(n).requires_grad_()), mode)
+
+
+REFUSED = {
+    "linalg_inv": (lambda x: np.linalg.inv(x.numpy()), "numpy.linalg.inv"),
+    "median": (lambda x: np.median(x.numpy()), "numpy.median"),
+    "flip_view": (lambda x: np.flip(x.numpy()) + 1, "numpy.flip"),
+    "ufunc_reduce": (lambda x: np.add.reduce(x.numpy()), "numpy.add.reduce"),
+    "numpy_on_tensor": (lambda x: np.sin(x), "numpy.sin given a tensor"),
+    "random_draw": (lambda x: x.numpy() + np.random.rand(3), "numpy.random.rand"),
+    "unmapped_method": (lambda x: x.numpy().argsort(), "ndarray.argsort"),
+    "tensor_op_array": (lambda x: x + np.exp(x.numpy()), "handed to a torch operation"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refusals_name_the_numpy_function_and_the_line(name):
+    fn, what = REFUSED[name]
+    with pytest.raises(jitcore.UnsupportedError) as info:
+        jitcore.jit(fn)(torch.randn(3, 3))
+    assert what in str(info.value), str(info.value)
+    assert info.value.where is not None and "test_numpy_on_tensors.py" in info.value.where
+
+
+def test_numpy_array_arguments_meet_arrays_made_inside():
+    """An ndarray argument is a constant guarded by its contents (a changed array is a miss, never a stale value)."""
+    def f(x, arr):
+        return x.numpy() * arr + np.sum(arr), torch.from_numpy(arr) + x
+
+    for mode in CACHE_MODES:
+        jf = jitcore.jit(f, cache=mode)
+        for k in (1.0, 2.0, 2.0, 3.0):
+            x, arr = torch.randn(3), np.full(3, k, dtype=np.float32)
+            same(f(x, arr), jf(x, arr), f"{mode} k={k}")
+
+
+def test_symbolic_values_compile_once_over_sizes():
+    fn, make = CASES["reductions_axis_keepdims"]
+    jf = check_sequence(fn, make, "symbolic values", sizes=(2, 3, 4, 5))
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_inductor():
+    pytest.importorskip("torch._inductor")
+    from executors import inductor_ex, torch_ex
+
+    def f(x, w):
+        a = x.detach().numpy()
+        y = np.tanh(a) * 2 + np.mean(a, axis=0)
+        return torch.from_numpy(y) * w, np.maximum(a, 0)
+
+    check_sequence(f, lambda n: (floats(n, 3).requires_grad_(), floats(n, 3).requires_grad_()), "constant values",
+                   sizes=(2, 2), executors=[inductor_ex, torch_ex])

@@ -16,6 +16,7 @@ import torch
 from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import NAMESPACE
+from jitcore.ir.symbol import register_array_argument
 from jitcore.ops import torch_map
 
 IMPLS: dict = {}  # numpy function (ufunc, dispatcher) -> implementation over NdarrayProxy (numpy_table.py fills it)
@@ -161,8 +162,10 @@ class NdarrayProxy:
         raise DataDependentError("formatting a numpy array made from a tensor needs its data")
 
     def __array__(self, *args, **kwargs):
-        raise DataDependentError("a numpy function jitcore does not map to torch needs this array's data",
-                                 hint=_HINT)
+        raise DataDependentError("numpy needs the data of an array made from a tensor here (e.g. writing it into an "
+                                 "array made inside the function with np.zeros, or a numpy function jitcore does not "
+                                 "map to torch); make such arrays from the tensor's array (np.zeros_like(a), "
+                                 "np.concatenate) or use torch ops")
 
     # -- numpy's protocols: functions called on it natively (np.sin(a), np.sum(a)) come here
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -215,16 +218,28 @@ _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equ
             "ge": np.greater_equal}
 
 
+def _with_tensor(self, other, ufunc):
+    """`a + x` with x a tensor: a numpy scalar gives way to the tensor's operator (eager's result is a tensor); an
+    array refuses, as eager's does."""
+    if self.scalar:
+        return NotImplemented
+    raise TypeError(f"unsupported operand type(s) for {ufunc.__name__}: 'numpy.ndarray' and 'Tensor'")
+
+
 def _binary(ufunc):
-    return lambda self, other: call_numpy(ufunc, (self, other), {})
+    return lambda self, other: _with_tensor(self, other, ufunc) if isinstance(other, TensorProxy) else \
+        call_numpy(ufunc, (self, other), {})
 
 
 def _reflected(ufunc):
-    return lambda self, other: call_numpy(ufunc, (other, self), {})
+    return lambda self, other: _with_tensor(self, other, ufunc) if isinstance(other, TensorProxy) else \
+        call_numpy(ufunc, (other, self), {})
 
 
 def _inplace(ufunc):
     def method(self, other):
+        if isinstance(other, TensorProxy):
+            return _with_tensor(self, other, ufunc)
         call_numpy(ufunc, (self, other), {"out": self})
         return self
     return method
@@ -292,9 +307,23 @@ def has_array(tree) -> bool:
     return False
 
 
+def _has_tensor(tree) -> bool:
+    if isinstance(tree, TensorProxy):
+        return True
+    if type(tree) in (tuple, list):
+        return any(_has_tensor(x) for x in tree)
+    if type(tree) is dict:
+        return any(_has_tensor(x) for x in tree.values())
+    return False
+
+
 def call_numpy(fn, args, kwargs):
     """Call numpy function `fn` on arguments holding NdarrayProxy values: its implementation, or a clear refusal."""
     impl = IMPLS.get(fn)
+    if _has_tensor((args, kwargs)):
+        raise UnsupportedError("numpy", f"numpy.{getattr(fn, '__name__', fn)} given a tensor inside a jitted function "
+                               "(eager's answer depends on numpy's conversion protocols)",
+                               hint="convert the tensor first: x.numpy() (or x.detach().numpy())")
     if impl is None:
         name = getattr(fn, "__name__", repr(fn))
         mod = getattr(fn, "__module__", None) or "numpy"
@@ -347,3 +376,26 @@ def _unflatten(scalar, children):
 
 optree.register_pytree_node(NdarrayProxy, _flatten, _unflatten, namespace=NAMESPACE)
 
+
+
+_WRAPPED_KIND = {"b": True, "i": 1, "u": 1, "f": 1.0, "c": 1j}
+
+
+def _op_argument(a: NdarrayProxy, args):
+    """A numpy scalar handed to a torch op (`x * np.sum(a)`) is taken as the Python number it is: its tensor cast to
+    the dtype a Python number of its kind would give with the op's first tensor (0-d, it then promotes like the
+    number). An array is refused: eager computes `x + a` through numpy (x.__array__, numpy's promotion, the result
+    wrapped back into a tensor that has no autograd history), which is not what the torch op would record."""
+    if not a.scalar:
+        raise UnsupportedError("numpy", "a numpy array made from a tensor handed to a torch operation (`x + a`): "
+                               "eager computes it through numpy, with numpy's dtypes and no gradient",
+                               hint="convert it first: torch.from_numpy(a)")
+    t = a.tensor.clone()
+    other = next((x for x in args if isinstance(x, TensorProxy)), None)
+    if a.scalar and other is not None:
+        want = torch.result_type(torch.empty((1,), dtype=other.dtype), _WRAPPED_KIND[a.dtype.kind])
+        t = t if want == t.dtype else t.to(want)
+    return t
+
+
+register_array_argument(NdarrayProxy, _op_argument)
