@@ -252,6 +252,23 @@ for _name, _ufunc in _BINARY.items():
 for _name, _ufunc in _COMPARE.items():
     setattr(NdarrayProxy, f"__{_name}__", _binary(_ufunc))
 NdarrayProxy.__imatmul__ = _inplace(np.matmul)
+
+
+def _pow(self, other):
+    """numpy's `a ** 2` is np.square(a) (a bool array's square is int8, its np.power(a, 2) int64)."""
+    if type(other) is int and other == 2:
+        return call_numpy(np.square, (self,), {})
+    return _binary(np.power)(self, other)
+
+
+def _ipow(self, other):
+    if type(other) is int and other == 2:
+        call_numpy(np.square, (self,), {"out": self})
+        return self
+    return _inplace(np.power)(self, other)
+
+
+NdarrayProxy.__pow__, NdarrayProxy.__ipow__ = _pow, _ipow
 del _name, _ufunc
 
 
@@ -336,14 +353,13 @@ def call_numpy(fn, args, kwargs):
 def tensor_numpy(t: TensorProxy, *, force: bool = False) -> NdarrayProxy:
     """`t.numpy()`: eager's errors (a tensor that requires grad, on another device, of a dtype numpy lacks), else an
     array sharing the tensor's data (the same proxy)."""
-    if force:
+    if force:  # (detached, on the CPU; a complex tensor's lazy conjugate bit is not modelled here)
+        if t.dtype.is_complex:
+            raise UnsupportedError("numpy", "tensor.numpy(force=True) of a complex tensor inside a jitted function",
+                                   hint="call .resolve_conj().numpy() on it")
         t = t.detach()
         if t.device.type != "cpu":
             t = t.cpu()
-        if t.is_conj():
-            t = t.resolve_conj()
-        if t.is_neg():
-            t = t.resolve_neg()
     if t.requires_grad:
         raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
     if t.device.type != "cpu":

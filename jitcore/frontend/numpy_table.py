@@ -97,6 +97,30 @@ def _dtype_key(x):
     return np.asarray(v).dtype
 
 
+def _loop(ufunc, inputs):
+    """The dtypes numpy's loop takes its inputs in and gives its output in. resolve_dtypes takes a Python number's
+    type as the default int/float (bool array ** 2 would be int64): the result's dtype (numpy's, from stand-ins)
+    replaces the loop's output dtype wherever it appears."""
+    loop = ufunc.resolve_dtypes(tuple(_dtype_key(x) for x in inputs) + (None,) * ufunc.nout)
+    actual = np.asarray(numpy_result(ufunc, *inputs)).dtype if ufunc.nout == 1 else loop[-1]
+    if actual == loop[ufunc.nin]:
+        return loop
+    return tuple(actual if d == loop[ufunc.nin] else d for d in loop)
+
+
+# ufuncs torch's kernels lack for bool that numpy computes on 0/1 (a bool result: 2 -> True, as numpy's loops give)
+_BOOL_AS_INT = {np.absolute, np.floor, np.ceil, np.trunc, np.rint, np.square, np.sign, np.maximum, np.minimum, np.fmax,
+                np.fmin, np.add, np.multiply, np.positive, np.power}
+
+
+def _computed(ufunc, dtype: torch.dtype) -> torch.dtype:
+    """The dtype the torch op computes in: float16 loops in float32 (rounded back, as numpy's float16 loops do;
+    torch's CPU lacks some float16 kernels), bool loops of arithmetic in uint8."""
+    if dtype == torch.float16:
+        return torch.float32
+    return torch.uint8 if dtype == torch.bool and ufunc in _BOOL_AS_INT else dtype
+
+
 def _ufunc(ufunc, torch_fn):
     def impl(*inputs, out=None, **kwargs):
         if kwargs:
@@ -108,9 +132,10 @@ def _ufunc(ufunc, torch_fn):
         if out is not None and out.scalar:
             raise TypeError("return arrays must be of ArrayType")
         numpy_result(ufunc, *inputs, **({"out": out} if out is not None else {}))
-        loop = ufunc.resolve_dtypes(tuple(_dtype_key(x) for x in inputs) + (None,) * ufunc.nout)
+        loop = _loop(ufunc, inputs)
         device = _device(*inputs, out)
-        tensors = [_tensor(x, torch_dtype(d), device) for x, d in zip(inputs, loop)]
+        # (float16 loops compute in float32 and round, as numpy's do: torch's CPU lacks some float16 kernels)
+        tensors = [_tensor(x, _computed(ufunc, torch_dtype(d)), device) for x, d in zip(inputs, loop)]
         res = torch_fn(*tensors)
         want = torch_dtype(loop[ufunc.nin])
         res = res if res.dtype == want else res.to(want)
