@@ -264,16 +264,60 @@ def test_refusals_name_the_numpy_function_and_the_line(name):
     assert info.value.where is not None and "test_numpy_on_tensors.py" in info.value.where
 
 
-def test_numpy_array_arguments_meet_arrays_made_inside():
-    """An ndarray argument is a constant guarded by its contents (a changed array is a miss, never a stale value)."""
-    def f(x, arr):
-        return x.numpy() * arr + np.sum(arr), torch.from_numpy(arr) + x
+# -- numpy arrays passed as arguments: inputs (a tensor sharing their memory), guarded on dtype and shape ----------
+def array_args(x, arr):
+    return x.numpy() * arr + np.sum(arr), torch.from_numpy(arr) + x, np.mean(arr, axis=0), isinstance(arr, np.ndarray)
+
+
+def write_array_arg(x, arr):
+    arr *= 2
+    arr[0] = x.numpy()[0]
+    return x + torch.from_numpy(arr)
+
+
+def returns_array_arg(x, arr):
+    arr += 1
+    return arr, np.asarray(arr), arr[1:]
+
+
+ARRAY_ARGS = {"array_args": array_args, "write_array_arg": write_array_arg, "returns_array_arg": returns_array_arg}
+
+
+def _array_call(n):
+    dtype = np.float32 if n != 4 else np.float64  # (a dtype change is a cache miss, as a tensor's is)
+    return torch.randn(n), np.random.default_rng(n).standard_normal(n).astype(dtype)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("name", sorted(ARRAY_ARGS))
+def test_numpy_array_arguments(name, mode):
+    """An ndarray argument is an input like a tensor (not a constant of its contents): the same entry serves new
+    values; writes reach the caller's array; returned, it is the caller's own object."""
+    fn = ARRAY_ARGS[name]
+    jf = jitcore.jit(fn, cache=mode)
+    for n in (3, 3, 5, 4, 3):
+        x, arr = _array_call(n)
+        arr_e, arr_j = arr.copy(), arr.copy()
+        expected, got = fn(x, arr_e), jf(x, arr_j)
+        same(expected, got, f"n={n}")
+        same(arr_e, arr_j, f"the array after the call, n={n}")
+        if name == "returns_array_arg":
+            assert got[0] is arr_j and got[1] is arr_j
+    if mode == "constant values":
+        assert jitcore.cache_misses(jf) == 3  # sizes 3, 5 and the float64 array of size 4
+    elif mode == "symbolic values":
+        assert jitcore.cache_misses(jf) == 2  # the float64 array
+
+
+def test_type_and_isinstance_answer_as_eager():
+    def f(x):
+        a = x.numpy()
+        s = a.sum()
+        return (isinstance(a, np.ndarray), type(a) is np.ndarray, isinstance(s, np.floating), isinstance(s, np.ndarray),
+                type(s) is np.float32, isinstance(a.astype(np.float64).sum(), float))
 
     for mode in CACHE_MODES:
-        jf = jitcore.jit(f, cache=mode)
-        for k in (1.0, 2.0, 2.0, 3.0):
-            x, arr = torch.randn(3), np.full(3, k, dtype=np.float32)
-            same(f(x, arr), jf(x, arr), f"{mode} k={k}")
+        check_sequence(f, lambda n: (floats(n),), mode, sizes=(2, 3))
 
 
 def test_symbolic_values_compile_once_over_sizes():

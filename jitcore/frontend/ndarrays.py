@@ -73,6 +73,11 @@ class NdarrayProxy:
 
     # -- metadata
     @property
+    def eager_type(self) -> type:
+        """The class eager's value has (type(a), isinstance)."""
+        return self.dtype.type if self.scalar else np.ndarray
+
+    @property
     def shape(self):
         return tuple(self.tensor.shape)
 

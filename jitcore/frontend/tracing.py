@@ -20,6 +20,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.frontend import arrays, numpy_calls, standins
 from jitcore.frontend.jit_services import JitServices
 from jitcore.frontend.layouts import Layouts
+from jitcore.frontend.ndarrays import NdarrayProxy
 from jitcore.frontend.rebind import input_metadata_changes
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
@@ -340,6 +341,9 @@ class JitContext(InterpreterHooks):
             g.values.setdefault(provenance, Members(value))
         elif t in COPIED_CONTAINERS and all(isinstance(x, GUARDED_SCALARS) for x in value):  # a deque, array or
             g.values.setdefault(provenance, contents_copy(value))  # bytearray read natively (len, iteration, in)
+        elif is_ndarray(value) and type(provenance) in (Arg, Kwarg) and \
+                (array := arrays.argument_array(self, value, provenance)) is not None:
+            return array  # an argument: numpy on it is traced (jitcore/frontend/ndarrays.py)
         elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents,
             if not arrays.converted_next(self._runtime.frame, value):  # unless it goes straight to from_numpy
                 g.values.setdefault(provenance, value.copy())
@@ -556,10 +560,14 @@ class JitContext(InterpreterHooks):
             return type(obj.value)
         if type(obj) is Address:  # `t.data_ptr()`: an int in eager
             return int
+        if type(obj) is NdarrayProxy:  # an array made from a tensor: numpy.ndarray, or its numpy scalar type
+            return obj.eager_type
         t = ranges.stands_for(obj)
         return t if t is not type(obj) else NotImplemented
 
     def isinstance_hook(self, obj, cls):
+        if type(obj) is NdarrayProxy:
+            return isinstance(obj.eager_type, type) and issubclass(obj.eager_type, cls)
         self._abc_read(cls)
         if isinstance(obj, TensorProxy):
             classes = cls if isinstance(cls, tuple) else (cls,)
@@ -733,9 +741,10 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         rt = ctx._runtime
         trace.entered_code = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
         trace.meta_results = list(found.layouts.used)  # (a package carries them: jitcore/frontend/layouts.py)
-        register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
+        output = arrays.given_arrays(result.output, ctx._arrays)  # an array argument returned: the caller's own
+        register_containers(output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
-        leaves, spec = tree_flatten(escapes.given_containers(result.output))
+        leaves, spec = tree_flatten(escapes.given_containers(output))
         leaves = [x if isinstance(x, GUARDED_SCALARS) or (isinstance(x, Proxy) and not escapes.is_local(x))
                   else escapes.output(i, x) for i, x in enumerate(leaves)]
         if made:  # tensors eager made under torch.inference_mode() are handed back as inference tensors
