@@ -337,3 +337,24 @@ def test_inductor():
 
     check_sequence(f, lambda n: (floats(n, 3).requires_grad_(), floats(n, 3).requires_grad_()), "constant values",
                    sizes=(2, 2), executors=[inductor_ex, torch_ex])
+
+
+def unmapped_on_array_arg(x, arr):
+    return x * float(np.median(arr)) + torch.from_numpy(arr), str(arr), np.unique(arr)
+
+
+def test_unmapped_numpy_functions_read_an_unwritten_array_argument_natively():
+    """np.median / np.unique / str() of an array argument the function has not written: the caller's array is read
+    natively, its contents guarded (a changed array is a miss, never a stale value); after a write, refused."""
+    for mode in CACHE_MODES:
+        jf = jitcore.jit(unmapped_on_array_arg, cache=mode)
+        for k in (1, 2, 2, 3):
+            x, arr = torch.randn(3), np.arange(3, dtype=np.float32) * k
+            same(unmapped_on_array_arg(x, arr.copy()), jf(x, arr.copy()), f"{mode} k={k}")
+
+    def written_first(x, arr):
+        arr += 1
+        return np.median(arr)
+
+    with pytest.raises(jitcore.UnsupportedError, match=r"numpy\.median"):
+        jitcore.jit(written_first)(torch.randn(3), np.ones(3))

@@ -74,7 +74,8 @@ def argument_array(ctx, arr, prov):
     if known is None:
         known = ctx._arrays[id(arr)] = ctx._tensor_input(tensor, Converted(prov, torch.from_numpy))
         ctx._arrays[id(known)] = arr  # (given_arrays: returned, it is the caller's array)
-    return NdarrayProxy(known)
+    # a numpy function with no torch row reads the caller's array natively, its contents guarded (as before)
+    return NdarrayProxy(known, origin=(arr, lambda: ctx.guards.values.setdefault(prov, arr.copy())))
 
 
 def given_arrays(output, known: dict):

@@ -14,9 +14,11 @@ import optree
 import torch
 
 from jitcore.errors import DataDependentError, UnsupportedError
+from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import NAMESPACE
-from jitcore.ir.symbol import register_array_argument
+from jitcore.ir.symbol import Tag, register_array_argument
+from jitcore.ir.views import VIEW_OPS
 from jitcore.ops import torch_map
 
 IMPLS: dict = {}  # numpy function (ufunc, dispatcher) -> implementation over NdarrayProxy (numpy_table.py fills it)
@@ -64,12 +66,13 @@ class NdarrayProxy:
     """A numpy array (scalar=False) or numpy scalar (scalar=True: np.float32(...), what reductions over every axis
     give) whose data is `tensor`. Its dtype is numpy's; ops follow NumPy's promotion rules, not torch's."""
 
-    __slots__ = ("scalar", "tensor")
+    __slots__ = ("origin", "scalar", "tensor")
     __array_priority__ = 1e6  # ndarray's operators give way to ours (`np.ones(3) + a`)
     __hash__ = None  # arrays are unhashable
 
-    def __init__(self, tensor: TensorProxy, scalar: bool = False):
-        self.tensor, self.scalar = tensor, scalar and tensor.ndim == 0
+    def __init__(self, tensor: TensorProxy, scalar: bool = False, origin=None):
+        # origin: for an array argument, (the caller's array, a callable guarding its contents): see _unmapped
+        self.tensor, self.scalar, self.origin = tensor, scalar and tensor.ndim == 0, origin
 
     # -- metadata
     @property
@@ -159,9 +162,14 @@ class NdarrayProxy:
         return self.tensor.tolist()
 
     def __repr__(self):
+        if self.origin is not None and not _written(self.tensor):
+            return repr(_native(self))
         raise DataDependentError("converting a numpy array made from a tensor to text needs its data")
 
-    __str__ = __repr__
+    def __str__(self):
+        if self.origin is not None and not _written(self.tensor):
+            return str(_native(self))
+        raise DataDependentError("converting a numpy array made from a tensor to text needs its data")
 
     def __format__(self, spec):
         raise DataDependentError("formatting a numpy array made from a tensor needs its data")
@@ -339,6 +347,55 @@ def _has_tensor(tree) -> bool:
     return False
 
 
+def _written(t: TensorProxy) -> bool:
+    """Whether the trace so far writes into tensor t or a view of it (an in-place op on it or on a view)."""
+    names = {t.name}
+    for b in get_tracectx().bound_symbols:
+        first = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        if first is None or first.name not in names:
+            continue
+        if b.sym.id in VIEW_OPS:
+            names.update(o.name for o in b.flat_proxy_outs())
+        elif Tag.INPLACE in b.sym.tags or b.sym.id.endswith("_"):
+            return True
+    return False
+
+
+def _native(a: NdarrayProxy):
+    """The caller's array an argument array stands for, its contents guarded (the call then reads them as constants,
+    as numpy arrays from outside are read natively)."""
+    arr, guard = a.origin
+    guard()
+    return arr
+
+
+def _all_unwritten_arguments(tree) -> bool:
+    """Whether the arrays in `tree` are all array arguments the function has not written into (so far)."""
+    found = []
+
+    def visit(x):
+        if isinstance(x, NdarrayProxy):
+            found.append(x)
+        elif type(x) in (tuple, list):
+            for i in x:
+                visit(i)
+        elif type(x) is dict:
+            for i in x.values():
+                visit(i)
+    visit(tree)
+    return bool(found) and all(a.origin is not None and not _written(a.tensor) for a in found)
+
+
+def _natives(tree):
+    if isinstance(tree, NdarrayProxy):
+        return _native(tree)
+    if type(tree) in (tuple, list):
+        return type(tree)(_natives(x) for x in tree)
+    if type(tree) is dict:
+        return {k: _natives(v) for k, v in tree.items()}
+    return tree
+
+
 def call_numpy(fn, args, kwargs):
     """Call numpy function `fn` on arguments holding NdarrayProxy values: its implementation, or a clear refusal."""
     impl = IMPLS.get(fn)
@@ -346,6 +403,8 @@ def call_numpy(fn, args, kwargs):
         raise UnsupportedError("numpy", f"numpy.{getattr(fn, '__name__', fn)} given a tensor inside a jitted function "
                                "(eager's answer depends on numpy's conversion protocols)",
                                hint="convert the tensor first: x.numpy() (or x.detach().numpy())")
+    if impl is None and _all_unwritten_arguments((args, kwargs)):
+        return fn(*_natives(args), **{k: _natives(v) for k, v in kwargs.items()})
     if impl is None:
         name = getattr(fn, "__name__", repr(fn))
         mod = getattr(fn, "__module__", None) or "numpy"
