@@ -247,12 +247,28 @@ REFUSED = {
     "linalg_inv": (lambda x: np.linalg.inv(x.numpy()), "numpy.linalg.inv"),
     "median": (lambda x: np.median(x.numpy()), "numpy.median"),
     "flip_view": (lambda x: np.flip(x.numpy()) + 1, "numpy.flip"),
+    "negative_step": (lambda x: x.numpy()[::-1] * 2, "negative step"),
     "ufunc_reduce": (lambda x: np.add.reduce(x.numpy()), "numpy.add.reduce"),
     "numpy_on_tensor": (lambda x: np.sin(x), "numpy.sin given a tensor"),
     "random_draw": (lambda x: x.numpy() + np.random.rand(3), "numpy.random.rand"),
     "unmapped_method": (lambda x: x.numpy().argsort(), "ndarray.argsort"),
     "tensor_op_array": (lambda x: x + np.exp(x.numpy()), "handed to a torch operation"),
 }
+
+
+def test_an_array_stored_outside_is_refused():
+    class Holder:
+        pass
+
+    holder = Holder()
+
+    def f(x):
+        holder.last = x.numpy() * 2
+        return x + 1
+
+    with pytest.raises(jitcore.UnsupportedError, match="stored outside"):
+        jitcore.jit(f)(torch.randn(3))
+    assert not hasattr(holder, "last")
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from jitcore.frontend.ndarrays import NdarrayProxy
+from jitcore.errors import UnsupportedError
+from jitcore.frontend.ndarrays import NdarrayProxy, has_array
 from jitcore.guards.values import is_ndarray
 from jitcore.interpreter.frame import pending_callables
 from jitcore.interpreter.provenance import Converted
@@ -89,3 +90,14 @@ def given_arrays(output, known: dict):
     if type(output) is dict:
         return {k: given_arrays(v, known) for k, v in output.items()}
     return output
+
+
+def refuse_stored_arrays(side_effects):
+    """An array made from a tensor stored outside the function (`self.cache = x.numpy()`, a global, an append to a
+    list from outside) is refused: the epilogue hands back tensors and Python values, not arrays over them."""
+    for e in side_effects:
+        if has_array((e.value, e.args, e.kwargs)):
+            raise UnsupportedError("numpy", f"a numpy array made from a tensor inside a jitted function stored outside "
+                                   f"it ({e.kind} {e.key!r} of {e.target})",
+                                   hint="return the array (returned arrays reach the caller as numpy arrays), or "
+                                        "store torch.from_numpy(a) instead")

@@ -298,6 +298,10 @@ def to_torch_index(idx):
     """An index into an array, as a tensor index: arrays inside it become their tensors (bool masks, int arrays)."""
     if type(idx) is tuple:
         return tuple(to_torch_index(i) for i in idx)
+    if type(idx) is slice and idx.step is not None and not isinstance(idx.step, NumberProxy) and idx.step < 0:
+        raise UnsupportedError("numpy", "a negative step (a[::-1]) into an array made from a tensor: numpy's result is "
+                               "a view, which torch cannot make",
+                               hint="flip with torch: torch.flip(torch.from_numpy(a), dims)")
     if isinstance(idx, NdarrayProxy):
         return idx.tensor
     if isinstance(idx, np.ndarray):

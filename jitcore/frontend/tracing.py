@@ -751,6 +751,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
             with tracectx(trace):
                 leaves = [prims.inference_tensor(x) if isinstance(x, TensorProxy) and made.get(x.name) else x
                           for x in leaves]
+        arrays.refuse_stored_arrays(result.side_effects)  # (an array made from a tensor kept outside: not modelled)
         stored = effect_proxies(result.side_effects, escapes)
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic or trace.run_time_sizes:
