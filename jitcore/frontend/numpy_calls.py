@@ -12,6 +12,7 @@ import torch
 from jitcore.frontend import numpy_shapes
 from jitcore.frontend.ndarrays import IMPLS, NdarrayProxy, call_numpy, has_array, tensor_numpy, tensor_of
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ops import torch_map
 
 
 def _from_numpy(a):
@@ -28,15 +29,14 @@ def _as_tensor(a, dtype=None, device=None):
 
 
 def _tensor(a, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    t = a.tensor.clone() if dtype is None or dtype == a.tensor.dtype else a.tensor.to(dtype)
-    if device is not None and torch.device(device) != t.device:
-        t = t.to(device)
-    return t.detach().requires_grad_(True) if requires_grad else t
+    """torch.tensor(a): a copy (torch.tensor of a tensor's data: the ops table's row)."""
+    return torch_map.lookup(torch.tensor)(a.tensor, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def _asarray(a, *, dtype=None, device=None, copy=None, requires_grad=False):
-    t = _tensor(a, dtype=dtype, device=device) if copy else _as_tensor(a, dtype, device)
-    return t.detach().requires_grad_(True) if requires_grad else t
+    if copy or requires_grad:
+        return _tensor(a, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _as_tensor(a, dtype, device)
 
 
 _TORCH_CONVERSIONS = {torch.from_numpy: _from_numpy, torch.as_tensor: _as_tensor, torch.tensor: _tensor,
