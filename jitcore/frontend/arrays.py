@@ -88,7 +88,8 @@ def given_arrays(output, known: dict):
         items = [given_arrays(x, known) for x in output]
         return output if all(a is b for a, b in zip(items, output)) else type(output)(items)
     if type(output) is dict:
-        return {k: given_arrays(v, known) for k, v in output.items()}
+        items = {k: given_arrays(v, known) for k, v in output.items()}
+        return output if all(items[k] is v for k, v in output.items()) else items
     return output
 
 

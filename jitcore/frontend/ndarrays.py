@@ -341,13 +341,13 @@ def has_array(tree) -> bool:
     return False
 
 
-def _has_tensor(tree) -> bool:
+def has_tensor(tree) -> bool:
     if isinstance(tree, TensorProxy):
         return True
     if type(tree) in (tuple, list):
-        return any(_has_tensor(x) for x in tree)
+        return any(has_tensor(x) for x in tree)
     if type(tree) is dict:
-        return any(_has_tensor(x) for x in tree.values())
+        return any(has_tensor(x) for x in tree.values())
     return False
 
 
@@ -403,7 +403,7 @@ def _natives(tree):
 def call_numpy(fn, args, kwargs):
     """Call numpy function `fn` on arguments holding NdarrayProxy values: its implementation, or a clear refusal."""
     impl = IMPLS.get(fn)
-    if _has_tensor((args, kwargs)):
+    if has_tensor((args, kwargs)):
         raise UnsupportedError("numpy", f"numpy.{getattr(fn, '__name__', fn)} given a tensor inside a jitted function "
                                "(eager's answer depends on numpy's conversion protocols)",
                                hint="convert the tensor first: x.numpy() (or x.detach().numpy())")

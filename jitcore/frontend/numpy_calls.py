@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from jitcore.frontend import numpy_shapes
-from jitcore.frontend.ndarrays import IMPLS, NdarrayProxy, call_numpy, has_array, tensor_numpy, tensor_of
+from jitcore.frontend.ndarrays import IMPLS, NdarrayProxy, call_numpy, has_array, has_tensor, tensor_numpy, tensor_of
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ops import torch_map
 
@@ -86,7 +86,9 @@ def lookaside(fn, op, on_call_native):
     if convert is not None:
         return lambda *args, **kwargs: convert(*args, **kwargs) if args and isinstance(args[0], NdarrayProxy) else \
             native(*args, **kwargs)
-    if fn in _OF_TENSORS:
-        native = _from_tensor(fn, native)
-    return lambda *args, **kwargs: call_numpy(fn, args, kwargs) if has_array(args) or has_array(kwargs) else \
-        native(*args, **kwargs)
+    def call(*args, **kwargs):  # (a tensor handed to a numpy function is refused by call_numpy, naming it)
+        if has_array((args, kwargs)) or has_tensor((args, kwargs)):
+            return call_numpy(fn, args, kwargs)
+        return native(*args, **kwargs)
+
+    return _from_tensor(fn, call) if fn in _OF_TENSORS else call
