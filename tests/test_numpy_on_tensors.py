@@ -328,6 +328,23 @@ def test_numpy_array_arguments(name, mode):
         assert jitcore.cache_misses(jf) == 2  # the float64 array
 
 
+def test_from_numpy_outputs_have_a_storage_of_their_own():
+    """Eager's torch.from_numpy(a) of a view with an offset is a tensor whose storage starts at the array's first
+    element, over the tensor's memory: a write after the call reaches the argument."""
+    def f(x):
+        return torch.from_numpy(x.numpy()[1:]), torch.from_numpy(x.numpy())
+
+    for mode in CACHE_MODES:
+        jf = jitcore.jit(f, cache=mode)
+        for n in (3, 4):
+            x = torch.randn(n)
+            tail, whole = jf(x)
+            assert tail.storage_offset() == 0 and tail.untyped_storage().data_ptr() == x[1:].data_ptr()
+            assert whole is not x and whole.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+            tail.add_(1)
+            assert torch.equal(whole[1:], tail)
+
+
 def test_type_and_isinstance_answer_as_eager():
     def f(x):
         a = x.numpy()

@@ -8,6 +8,7 @@ equivalent torch ops with NumPy's dtypes; a returned array reaches the caller as
 from __future__ import annotations
 
 import operator
+import weakref
 
 import numpy as np
 import optree
@@ -439,9 +440,47 @@ def tensor_numpy(t: TensorProxy, *, force: bool = False) -> NdarrayProxy:
 
 def tensor_of(arr: NdarrayProxy) -> TensorProxy:
     """`torch.from_numpy(arr)`: a tensor sharing the array's data (a view of it: writes reach the array), which
-    never requires grad."""
+    never requires grad. Returned, it is eager's tensor of its own storage over that memory (FromNumpy)."""
     t = arr.tensor
-    return t.view(t.shape) if not t.requires_grad else t.detach()
+    out = t.view(t.shape) if not t.requires_grad else t.detach()
+    _FROM_NUMPY[id(out)] = weakref.ref(out)
+    return out
+
+
+_FROM_NUMPY: dict = {}  # id -> weak reference of the tensors torch.from_numpy gave while tracing
+
+
+class FromNumpy:
+    """An output the function returns straight from torch.from_numpy: at run time `torch.from_numpy(t.numpy())`, a
+    tensor with a storage of its own starting at the array's first element (as eager's: storage_offset 0), over the
+    same memory as the computed view."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def from_numpy_outputs(output):
+    """The function's output with each tensor torch.from_numpy made marked FromNumpy (tuples, lists, dicts)."""
+    if isinstance(output, TensorProxy):
+        ref = _FROM_NUMPY.get(id(output))
+        return FromNumpy(output) if ref is not None and ref() is output else output
+    if type(output) in (tuple, list):
+        items = [from_numpy_outputs(x) for x in output]
+        return output if all(a is b for a, b in zip(items, output)) else type(output)(items)
+    if type(output) is dict:
+        items = {k: from_numpy_outputs(v) for k, v in output.items()}
+        return output if all(items[k] is v for k, v in output.items()) else items
+    return output
+
+
+def _own_storage(_, children):
+    (t,) = children
+    return torch.from_numpy(t.detach().numpy()) if isinstance(t, torch.Tensor) else t
+
+
+optree.register_pytree_node(FromNumpy, lambda o: ((o.tensor,), None, None), _own_storage, namespace=NAMESPACE)
 
 
 def _flatten(arr: NdarrayProxy):

@@ -17,7 +17,7 @@ import torch.utils.checkpoint as _checkpoint
 
 from jitcore import compat
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import arrays, numpy_calls, standins
+from jitcore.frontend import arrays, ndarrays, numpy_calls, standins
 from jitcore.frontend.jit_services import JitServices
 from jitcore.frontend.layouts import Layouts
 from jitcore.frontend.ndarrays import NdarrayProxy
@@ -742,6 +742,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         trace.entered_code = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
         trace.meta_results = list(found.layouts.used)  # (a package carries them: jitcore/frontend/layouts.py)
         output = arrays.given_arrays(result.output, ctx._arrays)  # an array argument returned: the caller's own
+        output = ndarrays.from_numpy_outputs(output)  # torch.from_numpy(a) returned: a storage of its own, as eager's
         register_containers(output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
         leaves, spec = tree_flatten(escapes.given_containers(output))
