@@ -225,6 +225,15 @@ def clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, 
     return wrap(t if t is not a.tensor else t.clone(), scalar=a.scalar)
 
 
+# matrix products torch's CPU kernels lack: float16 computed in float32, bool (or of ands) in int64, then cast back
+_PRODUCT_IN = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.bool: torch.int64}
+
+
+def _product(fn, a, b, want):
+    work = _PRODUCT_IN.get(want, want)
+    return wrap(fn(a.tensor.to(work), b.tensor.to(work)).to(want))
+
+
 @implements(np.matmul)
 def matmul(x1, x2, out=None, **kwargs):
     if out is not None or kwargs:
@@ -233,7 +242,7 @@ def matmul(x1, x2, out=None, **kwargs):
     a, b = array_of(x1, want), array_of(x2, want)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: Input operand does not have enough dimensions")
-    return wrap(torch.matmul(a.tensor, b.tensor))
+    return _product(torch.matmul, a, b, want)
 
 
 @implements(np.dot, method="dot")
@@ -243,10 +252,10 @@ def dot(a, b, out=None):
     want = result_dtype(np.dot, a, b)
     a, b = array_of(a, want), array_of(b, want)
     if a.ndim == 0 or b.ndim == 0:
-        return wrap(torch.mul(a.tensor, b.tensor))
+        return _product(torch.mul, a, b, want)
     if a.ndim > 2 or b.ndim > 2:
         _refuse("numpy.dot of arrays of more than 2 dimensions")
-    return wrap(torch.matmul(a.tensor, b.tensor))
+    return _product(torch.matmul, a, b, want)
 
 
 @implements(np.outer)

@@ -261,6 +261,8 @@ def _arg_extreme(np_fn, torch_fn, method):
             _refuse(f"numpy.{np_fn.__name__} with out=")
         a = array_of(a)
         numpy_result(np_fn, a, axis=axis, keepdims=keepdims)
+        if a.tensor.dtype == torch.bool:  # (torch's argmax/argmin take no bool: False < True as 0 < 1)
+            a = wrap(a.tensor.to(torch.uint8), scalar=False)
         if axis is None:
             res = torch_fn(a.tensor.reshape(-1), dim=0)
             return wrap(res.reshape((1,) * a.ndim) if keepdims else res)
