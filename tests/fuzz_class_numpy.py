@@ -50,9 +50,12 @@ def numpy_round_trip(gen) -> list[str] | None:
     lines = ["import numpy as np", f"{a} = {_array(gen, v)}"]
     kind = rng.choices(("ufunc", "arith", "reduce", "layout", "write", "scalar"), weights=(4, 3, 3, 3, 2, 1))[0]
     n = gen.env[v].shape[0] if gen.env[v].dim() else 1
-    if kind == "write":
-        lines.append(rng.choice(WRITES).format(a=a))
-        return [v] if gen.try_lines(lines) else None
+    if kind == "write":  # (into a tensor that requires grad it is refused: eager's autograd would not see it)
+        w = gen.var(lambda t: not t.requires_grad and t.dim() > 0 and t.stride().count(0) == 0)
+        if w is None:
+            return None
+        lines = ["import numpy as np", f"{a} = {_array(gen, w)}", rng.choice(WRITES).format(a=a)]
+        return [w] if gen.try_lines(lines) else None
     if kind == "scalar":
         lines.append(f"{name} = {v} * np.sum({a})")
         return [name] if gen.try_lines(lines) else None

@@ -260,7 +260,22 @@ REFUSED = {
     "random_draw": (lambda x: x.numpy() + np.random.rand(3), "numpy.random.rand"),
     "unmapped_method": (lambda x: x.numpy().argsort(), "ndarray.argsort"),
     "tensor_op_array": (lambda x: x + np.exp(x.numpy()), "handed to a torch operation"),
+    "write_into_expanded": (lambda x: np.asarray(x.expand(2, 3, 3).detach()).__imul__(2), "share memory"),
 }
+
+
+def test_a_write_through_a_detached_tensor_that_requires_grad_is_refused():
+    """Eager's autograd does not see numpy's writes into x.detach().numpy() (no version counter): its backward would
+    use the written values. Reading such an array is fine; writing is refused."""
+    def f(x):
+        y = x * 2
+        a = y.detach().numpy()
+        a[a > 0] = 0
+        return y.sum()
+
+    with pytest.raises(jitcore.UnsupportedError, match="requires grad") as info:
+        jitcore.jit(f)(torch.randn(3, requires_grad=True))
+    assert "test_numpy_on_tensors.py" in info.value.where
 
 
 def test_an_array_stored_outside_is_refused():

@@ -201,6 +201,7 @@ class NdarrayProxy:
     def __setitem__(self, idx, value):
         if self.scalar:
             raise TypeError(f"'numpy.{self.dtype}' object does not support item assignment")
+        check_write(self)
         value = as_tensor_of(value, self.tensor.dtype, self.tensor.device)
         self.tensor[to_torch_index(idx)] = value
 
@@ -350,6 +351,31 @@ def has_tensor(tree) -> bool:
     if type(tree) is dict:
         return any(has_tensor(x) for x in tree.values())
     return False
+
+
+def check_write(arr: NdarrayProxy) -> None:
+    """Refuse a write through an array that eager's autograd would not see: one over (a view of) a tensor that
+    requires grad (`x.detach().numpy()`: numpy writes bypass the version counter, so eager's backward silently uses the
+    written values), or one whose elements share memory (an expanded tensor: numpy writes, torch refuses)."""
+    t = arr.tensor
+    makers = {o.name: b for b in get_tracectx().bound_symbols for o in b.flat_proxy_outs()}
+    cur = t
+    while cur is not None and not cur.requires_grad:
+        b = makers.get(cur.name)
+        cur = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None) \
+            if b is not None and b.sym.id in VIEW_OPS else None
+    if cur is not None:
+        raise UnsupportedError("numpy", f"a write through a numpy array into {cur.name}, a tensor that requires grad "
+                               "(through .detach()): eager's autograd does not see numpy's writes, so its gradients "
+                               "would use the written values", hint="write into a copy (a = x.detach().numpy().copy()) "
+                                                                    "or with torch ops under torch.no_grad()")
+    try:
+        strides = t.stride()
+    except UnsupportedError:  # (a layout not known here: torch's own error, if any, comes when the program runs)
+        return
+    if any(st == 0 and sz != 1 for st, sz in zip(strides, t.shape)):
+        raise UnsupportedError("numpy", "a write through a numpy array whose elements share memory (made from an "
+                               "expanded tensor)", hint="write into a copy: np.array(a)")
 
 
 def _written(t: TensorProxy) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from jitcore.frontend.ndarrays import NdarrayProxy, as_tensor_of, implements, torch_dtype, wrap
+from jitcore.frontend.ndarrays import NdarrayProxy, as_tensor_of, check_write, implements, torch_dtype, wrap
 from jitcore.frontend.numpy_table import _axes, _device, _refuse, array_of, numpy_result, result_dtype
 
 
@@ -146,6 +146,7 @@ def astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
 
 @implements(method="fill")
 def fill(a, value):
+    check_write(a)
     a.tensor.copy_(as_tensor_of(value, a.tensor.dtype, a.tensor.device).expand(a.tensor.shape))
 
 

@@ -16,6 +16,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.frontend.ndarrays import (
     NdarrayProxy,
     as_tensor_of,
+    check_write,
     constant_tensor,
     has_array,
     implements,
@@ -131,6 +132,8 @@ def _ufunc(ufunc, torch_fn):
             _refuse(f"numpy.{ufunc.__name__} with out= an array from outside")
         if out is not None and out.scalar:
             raise TypeError("return arrays must be of ArrayType")
+        if out is not None:
+            check_write(out)
         numpy_result(ufunc, *inputs, **({"out": out} if out is not None else {}))
         loop = _loop(ufunc, inputs)
         device = _device(*inputs, out)
