@@ -277,6 +277,15 @@ def test_a_write_through_a_detached_tensor_that_requires_grad_is_refused():
         jitcore.jit(f)(torch.randn(3, requires_grad=True))
     assert "test_numpy_on_tensors.py" in info.value.where
 
+    def g(x):  # the same write, by torch into torch.from_numpy of the array
+        y = x * 2
+        torch.from_numpy(y.detach().numpy()).add_(1)
+        return (y * y).sum()
+
+    with pytest.raises(jitcore.UnsupportedError, match="requires grad"):
+        jitcore.jit(g)(torch.randn(3, requires_grad=True))
+    check_sequence(g, lambda n: (floats(n),), "constant values")  # (without grad: as eager)
+
 
 def test_an_array_stored_outside_is_refused():
     class Holder:

@@ -353,17 +353,48 @@ def has_tensor(tree) -> bool:
     return False
 
 
-def check_write(arr: NdarrayProxy) -> None:
-    """Refuse a write through an array that eager's autograd would not see: one over (a view of) a tensor that
-    requires grad (`x.detach().numpy()`: numpy writes bypass the version counter, so eager's backward silently uses the
-    written values), or one whose elements share memory (an expanded tensor: numpy writes, torch refuses)."""
-    t = arr.tensor
-    makers = {o.name: b for b in get_tracectx().bound_symbols for o in b.flat_proxy_outs()}
+def _grad_root(t: TensorProxy, lines=None):
+    """The tensor that requires grad t is (a view of, through views and detach), or None."""
+    lines = get_tracectx().bound_symbols if lines is None else lines
+    makers = {o.name: b for b in lines for o in b.flat_proxy_outs()}
     cur = t
     while cur is not None and not cur.requires_grad:
         b = makers.get(cur.name)
         cur = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None) \
             if b is not None and b.sym.id in VIEW_OPS else None
+    return cur
+
+
+def refuse_grad_aliased_writes(trace) -> None:
+    """After tracing: an in-place write into a tensor torch.from_numpy gave (or a view of it) whose array is over a
+    tensor that requires grad (`torch.from_numpy(x.detach().numpy()).add_(1)`) is refused, as numpy's own writes are
+    (check_write): eager's autograd does not see it."""
+    made = {ref().name for ref, tid in list(_FROM_NUMPY.values()) if tid == id(trace) and ref() is not None}
+    if not made:
+        return
+    lines = trace.bound_symbols
+    makers = {o.name: b for b in lines for o in b.flat_proxy_outs()}
+    for b in lines:
+        if Tag.INPLACE not in b.sym.tags and not b.sym.id.endswith("_"):
+            continue
+        cur = next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+        while cur is not None and cur.name not in made:
+            m = makers.get(cur.name)
+            cur = next((a for a in m.flat_proxy_args() if isinstance(a, TensorProxy)), None) \
+                if m is not None and m.sym.id in VIEW_OPS else None
+        if cur is not None and _grad_root(cur, lines) is not None:
+            raise UnsupportedError("numpy", f"{b.sym.name}: an in-place write into torch.from_numpy of an array over a "
+                                   "tensor that requires grad (through .detach()): eager's autograd does not see it, "
+                                   "so its gradients would use the written values",
+                                   hint="write into a copy, or with torch ops on the tensor under torch.no_grad()")
+
+
+def check_write(arr: NdarrayProxy) -> None:
+    """Refuse a write through an array that eager's autograd would not see: one over (a view of) a tensor that
+    requires grad (`x.detach().numpy()`: numpy writes bypass the version counter, so eager's backward silently uses the
+    written values), or one whose elements share memory (an expanded tensor: numpy writes, torch refuses)."""
+    t = arr.tensor
+    cur = _grad_root(t)
     if cur is not None:
         raise UnsupportedError("numpy", f"a write through a numpy array into {cur.name}, a tensor that requires grad "
                                "(through .detach()): eager's autograd does not see numpy's writes, so its gradients "
@@ -469,11 +500,15 @@ def tensor_of(arr: NdarrayProxy) -> TensorProxy:
     never requires grad. Returned, it is eager's tensor of its own storage over that memory (FromNumpy)."""
     t = arr.tensor
     out = t.view(t.shape) if not t.requires_grad else t.detach()
-    _FROM_NUMPY[id(out)] = weakref.ref(out)
+    if len(_FROM_NUMPY) > 256:  # (entries of finished traces whose proxies are gone)
+        for k in [k for k, (ref, _) in _FROM_NUMPY.items() if ref() is None]:
+            del _FROM_NUMPY[k]
+    _FROM_NUMPY[id(out)] = (weakref.ref(out), id(get_tracectx()))
     return out
 
 
-_FROM_NUMPY: dict = {}  # id -> weak reference of the tensors torch.from_numpy gave while tracing
+# id -> (weak reference, id of its trace) of the tensors torch.from_numpy gave while tracing
+_FROM_NUMPY: dict = {}
 
 
 class FromNumpy:
@@ -490,7 +525,7 @@ class FromNumpy:
 def from_numpy_outputs(output):
     """The function's output with each tensor torch.from_numpy made marked FromNumpy (tuples, lists, dicts)."""
     if isinstance(output, TensorProxy):
-        ref = _FROM_NUMPY.get(id(output))
+        ref, _ = _FROM_NUMPY.get(id(output), (None, None))
         return FromNumpy(output) if ref is not None and ref() is output else output
     if type(output) in (tuple, list):
         items = [from_numpy_outputs(x) for x in output]

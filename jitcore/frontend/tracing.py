@@ -734,6 +734,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
             result = interpret(fn, args, kwargs, ctx)
             ctx.context_vars.check_restored()
             ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
+        ndarrays.refuse_grad_aliased_writes(trace)
         trace.args = [i.proxy for i in ctx.inputs]
         made = ctx.inference_tensors
         # inputs that are inference tensors (guarded): rematerialization never saves one (autograd refuses it)
