@@ -277,6 +277,14 @@ def test_a_write_through_a_detached_tensor_that_requires_grad_is_refused():
         jitcore.jit(f)(torch.randn(3, requires_grad=True))
     assert "test_numpy_on_tensors.py" in info.value.where
 
+    def saved_then_written(x, w):  # w is saved by x / w for x's gradient; numpy then writes into it
+        y = x / w
+        w.numpy().fill(3)
+        return y.sum()
+
+    with pytest.raises(jitcore.UnsupportedError, match="read it"):
+        jitcore.jit(saved_then_written)(torch.randn(3, requires_grad=True), torch.rand(3) + 1)
+
     def g(x):  # the same write, by torch into torch.from_numpy of the array
         y = x * 2
         torch.from_numpy(y.detach().numpy()).add_(1)

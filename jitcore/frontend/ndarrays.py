@@ -365,6 +365,33 @@ def _grad_root(t: TensorProxy, lines=None):
     return cur
 
 
+def _first_tensor(b):
+    return next((a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)), None)
+
+
+def _read_for_grad(t: TensorProxy, lines) -> bool:
+    """Whether a line of `lines` other than a view reads t's memory (t, the tensor it views, or another view of that)
+    together with a tensor that requires grad: eager's autograd may have saved it, and its backward would read what a
+    numpy write puts there (numpy's writes bypass the version counter that makes torch's own writes an error)."""
+    makers = {o.name: b for b in lines for o in b.flat_proxy_outs()}
+    root = t
+    while (b := makers.get(root.name)) is not None and b.sym.id in VIEW_OPS and _first_tensor(b) is not None:
+        root = _first_tensor(b)
+    aliases = {root.name}
+    for b in lines:
+        first = _first_tensor(b)
+        if first is None:
+            continue
+        if b.sym.id in VIEW_OPS:
+            if first.name in aliases:
+                aliases.update(o.name for o in b.flat_proxy_outs())
+            continue
+        args = [a for a in b.flat_proxy_args() if isinstance(a, TensorProxy)]
+        if any(a.name in aliases for a in args) and any(a.requires_grad for a in args):
+            return True
+    return False
+
+
 def refuse_grad_aliased_writes(trace) -> None:
     """After tracing: an in-place write into a tensor torch.from_numpy gave (or a view of it) whose array is over a
     tensor that requires grad (`torch.from_numpy(x.detach().numpy()).add_(1)`) is refused, as numpy's own writes are
@@ -382,7 +409,7 @@ def refuse_grad_aliased_writes(trace) -> None:
             m = makers.get(cur.name)
             cur = next((a for a in m.flat_proxy_args() if isinstance(a, TensorProxy)), None) \
                 if m is not None and m.sym.id in VIEW_OPS else None
-        if cur is not None and _grad_root(cur, lines) is not None:
+        if cur is not None and (_grad_root(cur, lines) is not None or _read_for_grad(cur, lines[:lines.index(b)])):
             raise UnsupportedError("numpy", f"{b.sym.name}: an in-place write into torch.from_numpy of an array over a "
                                    "tensor that requires grad (through .detach()): eager's autograd does not see it, "
                                    "so its gradients would use the written values",
@@ -395,6 +422,10 @@ def check_write(arr: NdarrayProxy) -> None:
     written values), or one whose elements share memory (an expanded tensor: numpy writes, torch refuses)."""
     t = arr.tensor
     cur = _grad_root(t)
+    if cur is None and _read_for_grad(t, get_tracectx().bound_symbols):
+        raise UnsupportedError("numpy", f"a write through a numpy array into {t.name} after an op that requires grad "
+                               "read it: eager's autograd does not see numpy's writes, so its backward would use the "
+                               "written values", hint="write into a copy (np.array(a)), or before the tensor is used")
     if cur is not None:
         raise UnsupportedError("numpy", f"a write through a numpy array into {cur.name}, a tensor that requires grad "
                                "(through .detach()): eager's autograd does not see numpy's writes, so its gradients "
