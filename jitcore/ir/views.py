@@ -6,7 +6,7 @@ from __future__ import annotations
 # prims that only re-index their (single) tensor input: reading through them is a view in eager
 # (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
 VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
-                        "prims.stop_gradient",
+                        "prims.stop_gradient", "prims.as_strided",
                         # complex views, which change the dtype (jitcore/ops/prims_complex.py)
                         "prims.conj", "prims.real", "prims.imag", "prims.view_as_real", "prims.view_as_complex"})
 # torch-level ops that are views in eager (when their decomposition is view prims only)
