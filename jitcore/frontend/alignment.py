@@ -104,6 +104,8 @@ class Addresses:
             return 0
         # (a tensor with run-time sizes: nonzero's CPU kernel lays its result out column-major, its meta kernel not)
         if any(isinstance(s, NumberProxy) and s.runtime for s in root._shape):
+            if Tag.OPAQUE not in self.layouts._line(root).sym.tags and all(_keeps_offset(b) for b, _ in chain):
+                return 0  # (a new allocation seen from its first element, whatever its layout: `t[t > 0].t()`)
             _refuse(p, f"reading it: {root.name}'s layout is not known here (its sizes are known only at run time)")
         base = root.eager_layout("contiguous")  # (the inputs' offsets do not move a new allocation)
         offset = self._offset(p, root, chain, base)
@@ -188,6 +190,20 @@ def _flat_prims(line) -> list:
     if line.sym.is_prim or not line.subsymbols:
         return [line]
     return [p for s in line.subsymbols for p in _flat_prims(s)]
+
+
+# view prims whose result starts where their input does, whatever its layout
+_SAME_START = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.broadcast_in_dim",
+                         "prims.stop_gradient"})
+
+
+def _keeps_offset(line) -> bool:
+    """Whether a line of a chain (_storage's) makes a tensor whose first element is its input's: a write, or view
+    prims that start where their input does (slices from 0 in every dim among them)."""
+    if writes_in_place(line):
+        return True
+    return all(b.sym.id in _SAME_START or _same_dtype_copy(b) or (
+        b.sym.id == "prims.slice" and all(type(s) is int and s == 0 for s in b.args[1])) for b in _flat_prims(line))
 
 
 def _same_dtype_copy(b) -> bool:
