@@ -59,7 +59,37 @@ class Addresses:
         self._answers: dict = {}
 
     def address(self, proxy: TensorProxy) -> Address:
-        return Address(proxy.name, lambda k: self.residue(proxy, k))
+        return Address(proxy.name, lambda k: self.residue(proxy, k), lambda: self.nonzero(proxy))
+
+    def nonzero(self, p: TensorProxy) -> bool:
+        """`data_ptr() != 0` of a tensor with elements: its memory is allocated (an allocator gives a place of more
+        than 0 bytes a non-null address, or raises), so True for a tensor the program makes; one from outside may
+        have its storage freed (FSDP resizes it to 0 bytes): read from the call's tensor and guarded. Refused for a
+        tensor without elements (eager's address is 0 or not, as its storage was made) and off cpu and cuda."""
+        if (p.name, 0) in self._answers:
+            return self._answers[(p.name, 0)]
+        if p.device.type not in ("cpu", "cuda"):
+            _refuse(p, f"`!= 0` on {p.device.type}")
+        if p.numel() == 0:
+            _refuse(p, "`!= 0` of a tensor without elements (its address is 0 or not, as its storage was made)")
+        self._refuse_moves(p)
+        kind, root, _ = self._storage(p)
+        got = True
+        if kind == "input":
+            value = self.ctx.real_value(root)
+            if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.layout != torch.strided:
+                _refuse(p, f"reading it of a {type(value).__name__} ({value.layout}) input")
+            got = _allocated(value)
+            self.ctx.guards.data.append(DataGuard(_allocated, (root.name,), got, f"{root.name}.data_ptr() != 0",
+                                                  on_values=False))
+        self._answers[(p.name, 0)] = got
+        return got
+
+    def _refuse_moves(self, p):
+        moved = next((b.sym.id for scope in self.ctx.trace._scopes for b in scope if b.sym.id.endswith(_MOVES)), None)
+        if moved is not None:  # (a prologue reads the address a call starts with; eager's may have moved since)
+            _refuse(p, f"reading it in a function that calls {moved.rsplit('.', 1)[-1]}, which may move a tensor's "
+                    "memory")
 
     def residue(self, p: TensorProxy, k: int) -> int:
         align = allocator_alignment(p.device)
@@ -70,11 +100,7 @@ class Addresses:
                     "eager's answer depends on where the allocator puts a tensor")
         key = (p.name, k)
         if key not in self._answers:
-            moved = next((b.sym.id for scope in self.ctx.trace._scopes for b in scope
-                          if b.sym.id.endswith(_MOVES)), None)
-            if moved is not None:  # (a prologue reads the address a call starts with; eager's may have moved since)
-                _refuse(p, f"reading it in a function that calls {moved.rsplit('.', 1)[-1]}, which may move a "
-                        "tensor's memory")
+            self._refuse_moves(p)
             kind, root, chain = self._storage(p)
             self._answers[key] = (self._fresh if kind == "fresh" else self._outside)(p, root, chain, k)
         return self._answers[key]
@@ -161,6 +187,10 @@ class Addresses:
 def _plain(a: TensorProxy) -> torch.Tensor:
     """A tensor argument other than the one whose memory is followed (view_as's shape): contiguous, on meta."""
     return torch.empty(tuple(getattr(s, "value", s) for s in a._shape), dtype=a.dtype, device="meta")
+
+
+def _allocated(t) -> bool:
+    return t.untyped_storage().data_ptr() != 0
 
 
 def _direct(k: int):
