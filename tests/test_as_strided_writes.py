@@ -18,8 +18,8 @@ from tests.fuzz import check_program as fuzz_check
 from tests.fuzz_long import deliberate
 from tests.test_inplace_metadata import _randn, check
 
-SHAPES = [_randn(3, 4), _randn(3, 4), _randn(5, 6), _randn(2, 6)]
-GRAD = [_randn(3, 4, grad=True), _randn(3, 4, grad=True), _randn(5, 6, grad=True)]
+SHAPES = [_randn(3, 4), _randn(3, 4), _randn(5, 6), _randn(2, 6), _randn(4, 3, t=True)]
+GRAD = [_randn(3, 4, grad=True), _randn(3, 4, grad=True), _randn(5, 6, grad=True), _randn(4, 3, t=True, grad=True)]
 
 
 def _overlap_fill(x):
@@ -60,6 +60,22 @@ def _view_of_transposed(x):
     return y, v * 1
 
 
+def _transposed_resize(x):
+    """resize_ of a tensor laid out transposed in eager (x * 2 of a transposed x): as_strided over its memory, which
+    is its transpose's (fuzz seed 205)."""
+    y = (x * 2).detach()
+    y.resize_(y.shape[0])
+    y.mul_(3)
+    return y * 1, x
+
+
+def _transposed_skewed(x):
+    y = x + 1
+    y.as_strided_((2, 2), (2, 3), 1)
+    y.add_(y.detach())
+    return y.clone()
+
+
 def _argument_skewed(x):
     x.as_strided_((2, 2), (2, 3))
     x.add_(1)
@@ -74,7 +90,7 @@ def _argument_overlap_fill(x):
 
 @pytest.mark.parametrize("cache", CACHE_MODES)
 @pytest.mark.parametrize("fn", [_overlap_fill, _overlap_offset_setitem, _skewed_write, _view_of_transposed,
-                                _argument_skewed, _argument_overlap_fill])
+                                _transposed_resize, _transposed_skewed, _argument_skewed, _argument_overlap_fill])
 def test_writes_through_as_strided(fn, cache):
     check(fn, SHAPES, cache)
 
@@ -127,11 +143,12 @@ def test_inductor():
     check(_skewed_write, SHAPES[:2], "constant values", executors=["inductor"])
 
 
-def test_fuzz_programs_with_as_strided():
-    """Fuzz programs that were refused before (a write after as_strided_, seed 176) agree with eager in every cache
-    mode."""
-    prog = generate(176)
-    assert ".as_strided_(" in prog.source
+@pytest.mark.parametrize("seed", [176, 205])
+def test_fuzz_programs_with_as_strided(seed):
+    """Fuzz programs that were refused before (a write after as_strided_, seed 176; after resize_ of a transposed
+    tensor, 205) agree with eager in every cache mode."""
+    prog = generate(seed)
+    assert ".as_strided_(" in prog.source or ".resize_(" in prog.source
     for cache in CACHE_MODES:
         report = fuzz_check(prog, cache)
         assert not report.problems and report.refused is None, report.text(prog) + f"\nrefused: {report.refused}"

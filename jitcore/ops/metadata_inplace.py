@@ -103,24 +103,30 @@ def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
 
 
 def _in_memory(self, extent, storage_offset):
-    """(a tensor laid out contiguously in eager whose memory holds the view's places: self, or the one it views;
-    where in it the view starts) when `extent` elements from there lie within it, and a gradient through the view
-    reaches only self's elements (they hold all the places, or self requires none); else None."""
+    """(a tensor laid out contiguously in eager whose memory holds the view's places: self, or the one it views, or
+    either with its dims permuted into memory order where it is laid out densely in another order; where in it the
+    view starts) when `extent` elements from there lie within it, and a gradient through the view reaches only self's
+    elements (they hold all the places, or self requires none); else None."""
     smeta = self.eager_layout("exact")
     if smeta is None:
         return None
     first = smeta.storage_offset() if storage_offset is None else storage_offset
-    if smeta.is_contiguous() and 0 <= first - smeta.storage_offset() and \
-            first - smeta.storage_offset() + extent <= self.numel():
-        return self, first - smeta.storage_offset()
     root = view_path(_makers(), self)[1]
-    rmeta = root.eager_layout("exact") if root is not self else None
-    if rmeta is None or not rmeta.is_contiguous() or root.dtype != self.dtype:
-        return None
-    if self.requires_grad and (self.numel() != root.numel() or _overlapping(smeta)):
-        return None  # (eager's as_strided backward drops what falls outside self's places)
-    start = first - rmeta.storage_offset()
-    return (root, start) if 0 <= start and start + extent <= root.numel() else None
+    for t, meta in ((self, smeta), (root, root.eager_layout("exact") if root is not self else None)):
+        order = _memory_order(meta) if meta is not None and t.dtype == self.dtype else None
+        start = None if order is None else first - meta.storage_offset()
+        if start is None or not (0 <= start and start + extent <= t.numel()):
+            continue
+        if t is not self and self.requires_grad and (self.numel() != t.numel() or _overlapping(smeta)):
+            return None  # (eager's as_strided backward drops what falls outside self's places)
+        return (t if order == tuple(range(t.ndim)) else t.permute(order)), start
+    return None
+
+
+def _memory_order(meta) -> tuple | None:
+    """The permutation of meta's dims that lays it out contiguously (outermost first), or None when none does."""
+    order = tuple(sorted(range(meta.ndim), key=lambda d: (-meta.stride(d), d)))
+    return order if meta.permute(order).is_contiguous() else None
 
 
 def _overlapping(meta) -> bool:
