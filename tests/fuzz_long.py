@@ -5,6 +5,7 @@ grouped by cause and split into deliberate ones (DELIBERATE: what jitcore refuse
 
     python -m tests.fuzz_long --start 0 --count 3000 --inductor-every 10 --jobs 1 --out /tmp/fuzz_long.json
     python -m tests.fuzz_long --merge a.json b.json          # one summary over chunks run apart
+    python -m tests.fuzz_long --seeds 44,110 --out rerun.json   # some seeds (merged last, they replace older records)
 """
 from __future__ import annotations
 
@@ -133,15 +134,18 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="worker processes")
     p.add_argument("--out", default="", help="JSON lines, one record per run (appended; seeds in it are skipped)")
     p.add_argument("--summary-json", default="", help="write the summary as JSON here")
-    p.add_argument("--merge", nargs="*", help="only summarize these record files")
+    p.add_argument("--seeds", default="", help="comma-separated seeds to run (instead of --start/--count)")
+    p.add_argument("--merge", nargs="*", help="only summarize these record files (a later file's record of a seed and "
+                   "cache mode replaces an earlier one's: a rerun of some seeds with newer code)")
     opts = p.parse_args(argv)
     if opts.merge:
-        records = [r for path in opts.merge for r in _load(path)]
+        records = list({(r["seed"], r["mode"]): r for path in opts.merge for r in _load(path)}.values())
     else:
         from jitcore.ir import lint
         lint.CHECK = True  # every trace checked, as tests/conftest.py does
         done = {r["seed"] for r in _load(opts.out)}
-        seeds = [s for s in range(opts.start, opts.start + opts.count) if s not in done]
+        wanted = [int(x) for x in opts.seeds.split(",") if x] or range(opts.start, opts.start + opts.count)
+        seeds = [s for s in wanted if s not in done]
         out = open(opts.out, "a") if opts.out else None
         records, t0 = [], time.perf_counter()
         work = [(s, opts.inductor_every) for s in seeds]
@@ -164,7 +168,8 @@ def main(argv=None) -> int:
                 print(f"[{n}/{len(seeds)} seeds, {time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
         if opts.out:
             out.close()
-            records = [r for r in _load(opts.out) if opts.start <= r["seed"] < opts.start + opts.count]
+            wanted = set(wanted)
+            records = [r for r in _load(opts.out) if r["seed"] in wanted]
     s = summary(records)
     print_summary(s)
     if opts.summary_json:
