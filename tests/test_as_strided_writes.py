@@ -152,3 +152,30 @@ def test_fuzz_programs_with_as_strided(seed):
     for cache in CACHE_MODES:
         report = fuzz_check(prog, cache)
         assert not report.problems and report.refused is None, report.text(prog) + f"\nrefused: {report.refused}"
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_arguments_jitcore_does_not_lay_out(cache):
+    """An argument's memory beyond its elements (the caller passes `base[2:]`, as_strided_ from offset 0 of the
+    storage) or laid out with gaps (`base[:, ::2]`): reads through the view are eager's (the caller's memory, read at
+    run time), a write through it is refused clearly."""
+    def read(x):
+        x.as_strided_((2, 3), (3, 1), 0)
+        return x * 2
+
+    def write(x):
+        x.as_strided_((2, 3), (3, 1), 0)
+        x.add_(1)
+        return x
+
+    def gaps(x):
+        x.as_strided_((2, 2), (1, 1))
+        x.zero_()
+        return x
+
+    beyond = [lambda: (torch.arange(12.0)[2:],), lambda: (torch.arange(20.0)[5:],)]
+    check(read, beyond, cache)
+    with pytest.raises(UnsupportedError, match="as_strided"):
+        jitcore.jit(write, cache=cache)(torch.arange(12.0)[2:])
+    with pytest.raises(UnsupportedError, match="as_strided"):
+        jitcore.jit(gaps, cache=cache)(torch.arange(24.0).reshape(4, 6)[:, ::2])
