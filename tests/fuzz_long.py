@@ -21,15 +21,15 @@ from tests.fuzz import CACHE_MODES, _refusal_cause, check_program, generate
 # refusals jitcore makes by design (a cause's text matched by the pattern -> why it is deliberate)
 DELIBERATE = {
     r"data_ptr\(\) inside a jitted function: the traced program has no memory address":
-        "a raw memory address: only its alignment (`p % k`, `p & (k - 1)`) is answered as eager",
-    r"order .*visits|elements share memory .*depends on the order":
+        "a raw memory address: only its alignment (`p % k`) and `!= 0` are answered as eager",
+    r"elements share memory: eager writes its elements one after another":
         "a computed write into a tensor whose elements share memory: eager's result depends on its kernel's order",
 }
 
 
-def deliberate(cause: str) -> str | None:
-    """Why a refusal with this cause is deliberate, or None."""
-    return next((why for pat, why in DELIBERATE.items() if re.search(pat, cause)), None)
+def deliberate(message: str) -> str | None:
+    """Why a refusal with this message is deliberate, or None."""
+    return next((why for pat, why in DELIBERATE.items() if re.search(pat, message)), None)
 
 
 def run_seed(seed: int, inductor_every: int) -> list[dict]:
@@ -49,7 +49,7 @@ def run_seed(seed: int, inductor_every: int) -> list[dict]:
             rec.update(status="wrong", problem=f"call {problems[0][0]}: {problems[0][1][0][:300]}", crash=bool(crash))
         elif refused:
             cause = _refusal_cause(refused)
-            rec.update(status="refused", cause=cause, message=refused[:400], deliberate=deliberate(cause))
+            rec.update(status="refused", cause=cause, message=refused[:400], deliberate=deliberate(refused))
         else:
             rec.update(status="ok")
         records.append(rec)
@@ -67,6 +67,8 @@ def summary(records: list[dict]) -> dict:
     runs = len(records)
     seeds = sorted({r["seed"] for r in records})
     refused = [r for r in records if r["status"] == "refused"]
+    for r in refused:  # (from the message: records written before a pattern was added count too)
+        r["deliberate"] = deliberate(r["message"])
     by_cause: dict[str, dict] = {}
     for r in refused:
         c = by_cause.setdefault(r["cause"], {"count": 0, "deliberate": r.get("deliberate"), "seeds": []})
