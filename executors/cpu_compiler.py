@@ -14,7 +14,9 @@ import contextlib
 import os
 import sys
 import threading
+import time
 
+from executors.regions import COMPILE_EVENTS
 from jitcore import compat
 
 _ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_cpu_compiler
@@ -41,6 +43,7 @@ def warm_cpu_compiler():
         codecache, _cpp_builder, cpu_vec_isa = compat.inductor_cpp_modules()  # (and the file lock they use)
 
         _build_headers_in_background(codecache)
+        _count_builds(_cpp_builder)
         if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
             return
         flags = cpu_vec_isa.x86_isa_checker()
@@ -119,6 +122,56 @@ def cpu_compiler_ready():
         if f is not None:
             with contextlib.suppress(Exception):
                 f.result()
+
+
+# -- compiler runs, counted and timed -------------------------------------------------------------------------------
+_COUNT_LOCK = threading.Lock()
+
+
+def _count_builds(cpp_builder):
+    """Wraps Inductor's run of the C++ compiler (cpp_builder.run_compile_cmd, once per process): every run counts in
+    COMPILE_EVENTS[2], and its seconds go to the compile record of the thread that runs it (`_OWN.record`, see
+    timed_stages), a region's build in a background thread included."""
+    run = getattr(cpp_builder, "run_compile_cmd", None)
+    if run is None or getattr(run, "jitcore_original", None) is not None:
+        return
+
+    def run_compile_cmd(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            with _COUNT_LOCK:
+                COMPILE_EVENTS[2] += 1
+            record = getattr(_OWN, "record", None)
+            if record is not None:
+                record["cpp_build"] += time.perf_counter() - start
+
+    run_compile_cmd.jitcore_original = run
+    cpp_builder.run_compile_cmd = run_compile_cmd
+
+
+_INDUCTOR_STAGES = {"lowering": "GraphLowering.run", "codegen": "GraphLowering.codegen",
+                    "load": "PyCodeCache.load_by_key_path"}
+
+
+@contextlib.contextmanager
+def timed_stages(record: dict):
+    """Inside: Inductor's stages of this thread's compile are added to `record` (executors/regions.py log_compile):
+    lowering, code generation, and the load of the module (less the C++ builds run inside it, which are `cpp_build`),
+    from Inductor's own timings; the compiler runs of this thread, and of the builds it leaves to threads."""
+    metrics = compat.inductor_time_metrics()
+    before = {k: (metrics.get(k), len(metrics.get(k) or ())) for k in _INDUCTOR_STAGES.values()}
+    built = record["cpp_build"]
+    try:
+        with _set_for_thread("record", record):
+            yield
+    finally:
+        for name, key in _INDUCTOR_STAGES.items():
+            runs, n = before[key]
+            now = metrics.get(key) or []
+            record[name] += sum(now[n:] if now is runs else now)  # (a list Dynamo's reset replaced: all of it)
+        record["load"] = max(0.0, record["load"] - (record["cpp_build"] - built))
 
 
 # -- precompiled headers -------------------------------------------------------------------------------------------
@@ -256,12 +309,22 @@ def _defer_wrapper_builds():
         pending = getattr(_OWN, "pending", None)
         if pending is None or kwargs.get("submit_fn") is not None:
             return original(*args, **kwargs)
-        entry = PendingEntry(cls.load_pybinding_async(*args, submit_fn=_build_pool().submit, **kwargs))
+        record = getattr(_OWN, "record", None)
+
+        def submit(work):
+            return _build_pool().submit(_with_record, record, work)
+
+        entry = PendingEntry(cls.load_pybinding_async(*args, submit_fn=submit, **kwargs))
         pending.append(entry)
         return entry
 
     load_pybinding.jitcore_original = original
     cls.load_pybinding = load_pybinding  # (a plain function on the class: Inductor's module calls it on the class)
+
+
+def _with_record(record, work):
+    with _set_for_thread("record", record):
+        return work()
 
 
 def _build_pool():
@@ -272,3 +335,14 @@ def _build_pool():
         # builds in flight end)
         _BUILD_POOL.append(ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1)), thread_name_prefix="jitcore-build"))
     return _BUILD_POOL[0]
+
+
+def wait_for_background_work():
+    """Wait until the compiler work this module started in threads is done: the instruction-set checks, the
+    precompiled headers' builds, the C++ builds of regions compiled ahead (a benchmark measuring a warm process)."""
+    cpu_compiler_ready()
+    for entry in list(_HEADERS.values()):
+        if entry[0] is not None:
+            entry[0].join()
+    if _BUILD_POOL:
+        _BUILD_POOL[0].submit(lambda: None).result()  # (not a full drain: a pending build is awaited by its region)

@@ -16,13 +16,14 @@ import inspect
 import os
 import re
 import shutil
+import time
 import warnings
 
 import torch
 
 from executors import inductor_kernels
-from executors.cpu_compiler import builds_in_background, own_compile, warm_cpu_compiler
-from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
+from executors.cpu_compiler import builds_in_background, own_compile, timed_stages, warm_cpu_compiler
+from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect, log_compile
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore import compat
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
@@ -297,6 +298,7 @@ class CompiledRegion:
         self.failures: dict = {}  # strides (None: a dynamic region) -> why compiling failed (the region runs eagerly)
         self._boxed: dict = {}  # id(variant) -> (variant, its boxed call: list of arguments -> outputs)
         self.device_type = device_type
+        self.name = getattr(fn, "__name__", "region")  # (the name of the first program's line that made it)
         self.ahead: set = set()  # the strides of the variants compiled ahead of their first run (compile_ahead)
 
     def to_record(self) -> dict | None:
@@ -363,16 +365,20 @@ class CompiledRegion:
         if any(compat.is_fake(a) for a in args):  # (a fake run reaching the region other than through
             return self.eager_fn  # executors/ahead.py's stand-in: the eager program runs on them, nothing compiles)
         COMPILE_EVENTS[0] += 1
+        record = log_compile(self.name)
         pending = []  # (ahead: the C++ builds this compile left running in the background)
         try:
             with _quiet(), own_compile(), builds_in_background(pending) if ahead else contextlib.nullcontext():
+                start = time.perf_counter()
                 graph = _graph_of(self.eager_fn, "fake", args)
+                record["graph"] += time.perf_counter() - start
                 warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
-                run = compat.inductor_compile(graph, args, self.options)
+                with timed_stages(record):
+                    run = compat.inductor_compile(graph, args, self.options)
         except Exception as e:
             return self._failed(e, strides)
         if pending:
-            self.variants[strides] = self._awaiting(run, strides, pending)
+            self.variants[strides] = self._awaiting(run, strides, pending, record)
             return self.variants[strides]
         self._store(run, strides, None)
         self.variants[strides] = run
@@ -391,16 +397,19 @@ class CompiledRegion:
         with torch.no_grad():
             return self.eager_fn(*fakes)
 
-    def _awaiting(self, run, strides, pending):
+    def _awaiting(self, run, strides, pending, record: dict):
         """The variant `run` whose C++ build is under way: its first call waits for the build (resolve), then it is
-        the variant; a build that failed leaves the region eager for these strides, with a warning."""
+        the variant; a build that failed leaves the region eager for these strides, with a warning. The wait and
+        the module's load count as the compile's `load` (its builds count in their own threads)."""
         done = []
 
         def resolve():
             if not done:
+                start = time.perf_counter()
                 try:
                     for p in pending:
                         p.resolve()
+                    record["load"] += time.perf_counter() - start
                 except Exception as e:
                     done.append(self._failed(e, strides))
                     return done[0]
@@ -455,8 +464,9 @@ class CompiledRegion:
             guard, run = _always, self.eager_fn
         else:
             COMPILE_EVENTS[0] += 1
+            record = log_compile(self.name)
             try:
-                with _quiet(), own_compile():
+                with _quiet(), own_compile(), timed_stages(record):
                     guard, run = compile_symbolic(self.eager_fn, args, self.dims, self.options)
             except Exception as e:
                 return self._failed(e)

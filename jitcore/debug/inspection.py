@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from executors.regions import COMPILE_EVENTS
+from executors.regions import COMPILE_EVENTS, COMPILE_LOG, REGION_STAGES
 from jitcore.frontend.tracing import trace_function
 from jitcore.guards.cache import CacheEntry
 from jitcore.guards.input_storage import InputSpec
@@ -203,9 +203,13 @@ def last_compile_stats(jfn) -> dict:
     ['interpret', 'transforms', 'claim', 'memory', 'codegen', 'guards', 'region_compiles', 'regions_reused']
     """
     stats = dict(_entry(jfn).stats)
-    start = getattr(jfn, "_jfn", jfn)._events_at_call
+    start = tuple(getattr(jfn, "_jfn", jfn)._events_at_call) + (0, 0)
     stats["region_compiles"] = COMPILE_EVENTS[0] - start[0]
     stats["regions_reused"] = COMPILE_EVENTS[1] - start[1]
+    stats["cpp_builds"] = COMPILE_EVENTS[2] - start[2]
+    log = [dict(r) for r in COMPILE_LOG[start[3]:]]
+    stats["region_stages"] = {k: sum(r[k] for r in log) for k in REGION_STAGES}
+    stats["region_log"] = log
     return stats
 
 
