@@ -214,6 +214,7 @@ def _build_headers_in_background(codecache):
     def precompiled_header(header, hashable_cmd_line, **command):
         if not getattr(_OWN, "compiling", False):
             return build(header, hashable_cmd_line, **command)
+        header = _with_kernel_prefix(codecache, header)
         return header_builds_in_background(build, header, hashable_cmd_line, command)
 
     def worker_compile(lock_path, builders):
@@ -224,6 +225,28 @@ def _build_headers_in_background(codecache):
     precompiled_header.jitcore_original = build
     codecache._precompile_header = precompiled_header
     codecache._worker_compile_cpp = worker_compile
+
+
+def _with_kernel_prefix(codecache, header: str) -> str:
+    """The header precompiled for a C++ wrapper module: Inductor's wrapper header and its kernels' prefix header
+    together. A module holds the region's wrapper and its kernels, and the kernels include the prefix header (ATen's
+    vector types: most of what the compiler parses); Inductor precompiles only the wrapper header, so every build
+    parsed the prefix again (the 1024x1024 chain's build: 2.6 s against torch.compile's 0.8 s for the same kernel,
+    whose build has the prefix precompiled). The combined header is a file beside Inductor's precompiled headers."""
+    wrapper, prefix = getattr(codecache, "_get_cpp_wrapper_header", None), getattr(
+        codecache, "_get_cpp_prefix_header", None)
+    folder = getattr(codecache, "_HEADER_DIR", None)
+    if wrapper is None or prefix is None or folder is None or header != wrapper("cpu") or not prefix("cpu"):
+        return header
+    text = "".join(f"#include <{h}>\n" for h in (header, prefix("cpu")))
+    path = os.path.join(folder, "jitcore", f"cpp_wrapper_and_prefix_{len(text)}.h")
+    if not os.path.exists(path) or open(path).read() != text:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return path
 
 
 def header_on_disk(found: bool):
