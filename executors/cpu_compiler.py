@@ -174,6 +174,35 @@ def timed_stages(record: dict):
         record["load"] = max(0.0, record["load"] - (record["cpp_build"] - built))
 
 
+# -- how many kernels a compile makes ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def at_most_kernels(n: int):
+    """Inside: a compile of this thread whose Python wrapper module calls more than `n` C++ kernels stops before its
+    kernels are built (an exception out of Inductor's compile) and the list yielded becomes non-empty; the caller
+    compiles again another way (executors/inductor_options.py: the C++ wrapper, one build for all of them)."""
+    graph = compat.graph_lowering()
+    if getattr(graph.save_output_code, "jitcore_original", None) is None:
+        original = graph.save_output_code  # (None: a hook Inductor leaves for its tests)
+
+        def save_output_code(code: str):
+            limit = getattr(_OWN, "kernel_limit", None)
+            if limit is not None and code.count("async_compile.cpp_pybinding(") > limit[0]:
+                limit[1].append(True)
+                raise RuntimeError(f"more than {limit[0]} C++ kernels")
+            if original is not None:
+                original(code)
+
+        save_output_code.jitcore_original = original or _no_hook
+        graph.save_output_code = save_output_code
+    over: list = []
+    with _set_for_thread("kernel_limit", (n, over)):
+        yield over
+
+
+def _no_hook(code: str):
+    return None
+
+
 # -- precompiled headers -------------------------------------------------------------------------------------------
 # Inductor builds a precompiled header (~150 MB, a few seconds of g++) the first time a machine compiles with a given
 # compiler and flags, right before the region's own compile, which then takes half as long. jitcore's compiles

@@ -22,7 +22,8 @@ import warnings
 import torch
 
 from executors import inductor_kernels
-from executors.cpu_compiler import builds_in_background, own_compile, timed_stages, warm_cpu_compiler
+from executors.cpu_compiler import at_most_kernels, builds_in_background, own_compile, timed_stages, warm_cpu_compiler
+from executors.inductor_options import COMPILE_OPTIONS, ONE_KERNEL_OPTIONS, compile_options, one_loop_nest
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect, log_compile
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore import compat
@@ -227,29 +228,6 @@ class InductorExecutor(TorchLinesFusionExecutor):
 
 # -- compiled regions, cached across jitted functions by canonical text ---------------------------------------------
 COMPILED: dict = {}  # canonical key -> CompiledRegion
-# eager's numerics: a value the program rounds to half precision is rounded inside fused kernels too (Inductor's
-# default keeps it in float32 across fused ops, so results drift from eager's)
-COMPILE_OPTIONS = {"emulate_precision_casts": True}
-# CPU regions: Inductor's C++ wrapper, so a region's kernels and the code calling them are one C++ source, built by one
-# compiler run (with the Python wrapper each kernel is a compiler run of its own, and each run parses the same large
-# headers again: the GPT-2 block's backward region was 8 runs, seconds each). GPU regions keep the Python wrapper
-# (their kernels are Triton's; a C++ wrapper would add a compiler run), and so do dynamic regions (torch 2.13's C++
-# wrapper fails on the symbolic sizes of the graphs compile_symbolic makes).
-CPU_OPTIONS = {"cpp_wrapper": True}
-# backward regions keep the program's order of their lines: jitcore's schedule (transforms/schedule.py) already
-# orders the backward for memory (a weight's gradient right after the input gradient it pairs with, so the
-# activations both read die early). Inductor's own reorders (for peak memory by its estimate, and for locality)
-# moved the GPT-2 block's MLP weight gradients past the attention backward, holding two 1 MiB activations across it:
-# peak 5.29 MiB against 5.02 in program order (torch.compile: 5.27). Forward regions keep Inductor's reorders (HF
-# GPT-2's forward was 3% slower without them).
-PROGRAM_ORDER = {"reorder_for_peak_memory": False, "reorder_for_locality": False}
-
-
-def compile_options(device_type: str, dynamic: bool = False, program_order: bool = False) -> dict:
-    """The options a region on this device type is compiled with (part of the on-disk cache's key); program_order:
-    the region is in a backward program (see PROGRAM_ORDER)."""
-    options = {**COMPILE_OPTIONS, **CPU_OPTIONS} if device_type == "cpu" and not dynamic else dict(COMPILE_OPTIONS)
-    return {**options, **PROGRAM_ORDER} if program_order else options
 # compiled: CompiledRegions made, reused: taken from COMPILED, fallbacks: compiles that failed (the region runs
 # eagerly), loaded: variants taken from a package; the compiles themselves are counted in
 # executors.regions.COMPILE_EVENTS
@@ -288,10 +266,12 @@ class CompiledRegion:
     """
 
     def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0, device_type: str = "cpu",
-                 program_order: bool = False):
+                 program_order: bool = False, one_kernel: bool = False):
         self.eager_fn, self.key, self.dims = fn, key, dims
         self.dynamic = dims is not None
-        self.options = compile_options(device_type, self.dynamic, program_order)
+        self.options = compile_options(device_type, self.dynamic, program_order)  # (the key of the cache on disk)
+        # a region likely to be one kernel tries the Python wrapper first (executors/inductor_options.py)
+        self.one_kernel = one_kernel and self.options.get("cpp_wrapper", False)
         self.single, self.n_args = single, n_args  # (one output, not a tuple; how many arguments)
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
@@ -374,7 +354,7 @@ class CompiledRegion:
                 record["graph"] += time.perf_counter() - start
                 warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
                 with timed_stages(record):
-                    run = compat.inductor_compile(graph, args, self.options)
+                    run = self._compile_graph(graph, args)
         except Exception as e:
             return self._failed(e, strides)
         if pending:
@@ -383,6 +363,19 @@ class CompiledRegion:
         self._store(run, strides, None)
         self.variants[strides] = run
         return run
+
+    def _compile_graph(self, graph, args):
+        """Inductor's compile of the region's graph: with the Python wrapper when the region is likely one kernel and
+        the code has one (else, the lowering again, with the C++ wrapper: at_most_kernels)."""
+        if self.one_kernel:
+            with at_most_kernels(1) as over:
+                try:
+                    return compat.inductor_compile(graph, args, {**self.options, **ONE_KERNEL_OPTIONS})
+                except Exception:
+                    if not over:
+                        raise
+            self.one_kernel = False  # (the region's next variants go to the C++ wrapper at once)
+        return compat.inductor_compile(graph, args, self.options)
 
     def compile_ahead(self, fakes):
         """Called by executors/ahead.py's run of the program over fake tensors, before the region's first run: the
@@ -765,7 +758,8 @@ def compile_region(sub: Trace, program_order: bool = False):
     STATS["compiled"] += 1
     region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
                                             single=not isinstance(sub.output, tuple), n_args=len(sub.args),
-                                            device_type=region_device(sub), program_order=program_order)
+                                            device_type=region_device(sub), program_order=program_order,
+                                            one_kernel=one_loop_nest(sub))
     found = None
     if not key[1]:  # (constants by identity: nothing from another process can match it)
         found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)

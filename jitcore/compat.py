@@ -294,6 +294,13 @@ def wrapper_code_cache():
     return inductor_cpp_modules()[0].CppWrapperCodeCache
 
 
+def graph_lowering():
+    """Inductor's GraphLowering class (its save_output_code hook sees a compiled module's source before it loads)."""
+    from torch._inductor.graph import GraphLowering  # (lazy: Inductor)
+
+    return GraphLowering
+
+
 def inductor_time_metrics() -> dict:
     """{stage name: [seconds of each run]} of Inductor's timed stages in this process (Dynamo's
     compilation_time_metrics: "GraphLowering.run", "GraphLowering.codegen", "PyCodeCache.load_by_key_path",
