@@ -36,6 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "FIRST_CALL_WARM "
 JIT, TC = "jitcore [inductor, torch]", "torch.compile"
+BASE = "jitcore baseline"  # (--baseline: jitcore [inductor, torch] from another checkout)
 WORKLOADS = {"chain": ("core", "chain 1024x1024"), "mlp": ("core", "mlp 256x3 b512"),
              "block": ("core", "gpt2 block"), "hf-gpt2": ("hf", "gpt2")}
 MODES = ("forward", "forward+backward")
@@ -129,19 +130,19 @@ def _shared_tmp() -> str:
     return _SHARED_TMP[0]
 
 
-def run_one(variant: str, workload: str, train: bool, warm: bool) -> dict:
-    """One measurement in a new process (see the module's docstring)."""
+def run_one(variant: str, workload: str, train: bool, warm: bool, root: Path = ROOT) -> dict:
+    """One measurement in a new process (see the module's docstring), of the jitcore in the checkout `root`."""
     folder = tempfile.mkdtemp(prefix="jitcore-first-call-")
     # (a warm process's temporary folder, where Inductor keeps its precompiled headers, is shared by the warm runs:
     # the first one builds them in its warm-up, one-time work either way; a fresh process builds its own)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"), "JITCORE_CACHE_DIR": folder,
            "TMPDIR": _shared_tmp() if warm else folder, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+           "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("JITCORE_REGION_CACHE", None)
     args = [sys.executable, "-m", "benchmarks.first_call_warm", "--child", variant, "--workloads", workload] + \
         (["--train"] if train else []) + (["--warm-child"] if warm else [])
     try:
-        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+        proc = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=900, check=False)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith(MARK)), None)
@@ -173,7 +174,9 @@ def table(rows: list, warm: bool) -> str:
         lines.append(f"| {r['workload']} | {r['mode']} | {_median(t, 'seconds'):.2f} s | {_median(j, 'seconds'):.2f} s "
                      f"| {_median(j, 'seconds') / _median(t, 'seconds'):.2f} | {_median(t, 'cpp_builds'):g} / "
                      f"{_median(j, 'cpp_builds'):g} | {ct:.1f} / {cj:.1f} | "
-                     f"{statistics.mean(x['load'] for x in t + j):.1f} |")
+                     f"{statistics.mean(x['load'] for x in t + j):.1f} |" +
+                     (f" baseline {_median(r[BASE], 'seconds'):.2f} s, CPU "
+                      f"{_median(r[BASE], 'cpu') + _median(r[BASE], 'cpu_children'):.1f} |" if BASE in r else ""))
     return "\n".join(lines)
 
 
@@ -184,6 +187,7 @@ def main(argv=None):
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     p.add_argument("--no-fresh", action="store_true", help="the warm-process rows only")
     p.add_argument("--json", help="write the measurements to this file")
+    p.add_argument("--baseline", help="also measure jitcore from this other checkout (a column 'jitcore baseline')")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--train", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--warm-child", action="store_true", help=argparse.SUPPRESS)
@@ -195,9 +199,12 @@ def main(argv=None):
         for workload in a.workloads:
             for mode in a.modes:
                 row = {"workload": workload, "mode": mode, TC: [], JIT: []}
+                if a.baseline:
+                    row[BASE] = []
                 for _ in range(a.reps):  # (alternating: a change in the machine's load hits both)
-                    for variant in (TC, JIT):
-                        row[variant].append(run_one(variant, workload, mode != "forward", warm))
+                    for variant in row.keys() - {"workload", "mode"}:
+                        row[variant].append(run_one(JIT if variant == BASE else variant, workload, mode != "forward",
+                                                    warm, Path(a.baseline) if variant == BASE else ROOT))
                 results["warm" if warm else "fresh"].append(row)
                 j = row[JIT][-1]
                 print(f"# {'warm' if warm else 'fresh'} {workload} {mode}: torch.compile "

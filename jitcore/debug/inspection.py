@@ -194,13 +194,19 @@ def last_compile_stats(jfn) -> dict:
     first run, a static region again for new input strides, a dynamic region again for a call its guards reject
     (a new size that only changes a symbol's value reuses the code: 0); and "regions_reused", the regions the
     call's compile took ready-made from the cross-function cache of compiled regions (the same region text in this
-    or another function), from the cache on disk or from a loaded package. Both count process-wide: compiles of
-    another jitted function called in between count too.
+    or another function), from the cache on disk or from a loaded package; "cpp_builds", the runs of the C++
+    compiler. These count process-wide: compiles of another jitted function called in between count too.
+
+    Then where the region compiles' seconds went: "region_stages" sums them per stage over the call's compiles --
+    graph (tracing the region to an aten graph), lowering and codegen (Inductor's), cpp_build (the compiler runs, a
+    build in a background thread included: with builds side by side they add up to more than the time they took),
+    load (loading the module, or awaiting a build left in the background) -- and "region_log" lists them per compile.
 
     >>> jf = jitcore.jit(lambda x: x + 1)
     >>> _ = jf(torch.ones(2))
-    >>> list(jitcore.last_compile_stats(jf))
-    ['interpret', 'transforms', 'claim', 'memory', 'codegen', 'guards', 'region_compiles', 'regions_reused']
+    >>> list(jitcore.last_compile_stats(jf))  # doctest: +NORMALIZE_WHITESPACE
+    ['interpret', 'transforms', 'claim', 'memory', 'codegen', 'guards', 'region_compiles', 'regions_reused',
+     'cpp_builds', 'region_stages', 'region_log']
     """
     stats = dict(_entry(jfn).stats)
     start = tuple(getattr(jfn, "_jfn", jfn)._events_at_call) + (0, 0)
