@@ -144,6 +144,9 @@ def _count_builds(cpp_builder):
             with _COUNT_LOCK:
                 COMPILE_EVENTS[2] += 1
             record = getattr(_OWN, "record", None)
+            if record is None and _ACTIVE and not threading.current_thread().name.startswith(("jitcore-header",
+                                                                                            "jitcore-isa")):
+                record = _ACTIVE[-1]  # (a kernel built by Inductor's own threads for the compile under way)
             if record is not None:
                 record["cpp_build"] += time.perf_counter() - start
 
@@ -151,6 +154,7 @@ def _count_builds(cpp_builder):
     cpp_builder.run_compile_cmd = run_compile_cmd
 
 
+_ACTIVE: list = []  # the records of the compiles under way (timed_stages), the newest last
 _INDUCTOR_STAGES = {"lowering": "GraphLowering.run", "codegen": "GraphLowering.codegen",
                     "load": "PyCodeCache.load_by_key_path"}
 
@@ -163,10 +167,12 @@ def timed_stages(record: dict):
     metrics = compat.inductor_time_metrics()
     before = {k: (metrics.get(k), len(metrics.get(k) or ())) for k in _INDUCTOR_STAGES.values()}
     built = record["cpp_build"]
+    _ACTIVE.append(record)
     try:
         with _set_for_thread("record", record):
             yield
     finally:
+        _ACTIVE.remove(record)
         for name, key in _INDUCTOR_STAGES.items():
             runs, n = before[key]
             now = metrics.get(key) or []
@@ -310,11 +316,11 @@ def header_builds_in_background(build, header, hashable_cmd_line, command):
 
             entry[0] = threading.Thread(target=run, name="jitcore-header", daemon=False)
             entry[0].start()
-    entry[3].wait()  # known: on disk, or being built
-    if entry[1]:
-        entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked)
-        return entry[2]
-    return entry[2] if not entry[0].is_alive() else None
+    entry[3].wait()  # known: on disk, or being built (or the thread's call returned: Inductor's cached answer)
+    if entry[1] is False:
+        return entry[2] if not entry[0].is_alive() else None
+    entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked; or it has returned)
+    return entry[2]
 
 
 # -- C++ builds in the background ----------------------------------------------------------------------------------
