@@ -23,7 +23,7 @@ import torch
 
 from executors import inductor_kernels
 from executors.cpu_compiler import at_most_kernels, builds_in_background, own_compile, timed_stages, warm_cpu_compiler
-from executors.inductor_options import COMPILE_OPTIONS, ONE_KERNEL_OPTIONS, compile_options, one_loop_nest
+from executors.inductor_options import COMPILE_OPTIONS, FEW_KERNELS_OPTIONS, MAX_KERNELS, compile_options, few_kernels
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect, log_compile
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore import compat
@@ -266,12 +266,12 @@ class CompiledRegion:
     """
 
     def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0, device_type: str = "cpu",
-                 program_order: bool = False, one_kernel: bool = False):
+                 program_order: bool = False, few_kernels: bool = False):
         self.eager_fn, self.key, self.dims = fn, key, dims
         self.dynamic = dims is not None
         self.options = compile_options(device_type, self.dynamic, program_order)  # (the key of the cache on disk)
-        # a region likely to be one kernel tries the Python wrapper first (executors/inductor_options.py)
-        self.one_kernel = one_kernel and self.options.get("cpp_wrapper", False)
+        # a region likely to have few kernels tries the Python wrapper first (executors/inductor_options.py)
+        self.python_wrapper = few_kernels and self.options.get("cpp_wrapper", False)
         self.single, self.n_args = single, n_args  # (one output, not a tuple; how many arguments)
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
@@ -365,16 +365,16 @@ class CompiledRegion:
         return run
 
     def _compile_graph(self, graph, args):
-        """Inductor's compile of the region's graph: with the Python wrapper when the region is likely one kernel and
-        the code has one (else, the lowering again, with the C++ wrapper: at_most_kernels)."""
-        if self.one_kernel:
-            with at_most_kernels(1) as over:
+        """Inductor's compile of the region's graph: with the Python wrapper when the region likely has few kernels
+        and its code has (else, the lowering again, with the C++ wrapper: at_most_kernels)."""
+        if self.python_wrapper:
+            with at_most_kernels(MAX_KERNELS) as over:
                 try:
-                    return compat.inductor_compile(graph, args, {**self.options, **ONE_KERNEL_OPTIONS})
+                    return compat.inductor_compile(graph, args, {**self.options, **FEW_KERNELS_OPTIONS})
                 except Exception:
                     if not over:
                         raise
-            self.one_kernel = False  # (the region's next variants go to the C++ wrapper at once)
+            self.python_wrapper = False  # (the region's next variants go to the C++ wrapper at once)
         return compat.inductor_compile(graph, args, self.options)
 
     def compile_ahead(self, fakes):
@@ -759,7 +759,7 @@ def compile_region(sub: Trace, program_order: bool = False):
     region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
                                             single=not isinstance(sub.output, tuple), n_args=len(sub.args),
                                             device_type=region_device(sub), program_order=program_order,
-                                            one_kernel=one_loop_nest(sub))
+                                            few_kernels=few_kernels(sub))
     found = None
     if not key[1]:  # (constants by identity: nothing from another process can match it)
         found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)

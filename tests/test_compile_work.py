@@ -7,7 +7,7 @@ import torch
 
 import jitcore
 from executors import cpu_compiler, inductor_kernels, inductorex
-from executors.inductor_options import one_loop_nest
+from executors.inductor_options import few_kernels
 
 pytestmark = pytest.mark.skipif(not inductorex.inductor_ex.is_available()[0], reason="Inductor cannot compile here")
 
@@ -28,7 +28,7 @@ def _wrapper_source(region) -> str:
     return inductor_kernels._compiled_graph(getattr(run, "resolve", lambda: run)()).source_code
 
 
-def test_a_one_kernel_region_builds_the_kernel_alone_and_reports_its_stages(empty_caches):
+def test_a_region_of_one_kernel_builds_the_kernel_alone_and_reports_its_stages(empty_caches):
     def chain(x):  # (constants of its own: a region text no other test compiles)
         return torch.tanh((x * 1.25 + 0.5).sin() * x) - 0.375
 
@@ -36,7 +36,7 @@ def test_a_one_kernel_region_builds_the_kernel_alone_and_reports_its_stages(empt
     jf = jitcore.jit(chain, executors=[inductorex.inductor_ex])
     torch.testing.assert_close(jf(x), chain(x))
     region = _newest_region()
-    assert region.one_kernel and "async_compile.cpp_pybinding(" in _wrapper_source(region)  # (the Python wrapper)
+    assert region.python_wrapper and "async_compile.cpp_pybinding(" in _wrapper_source(region)  # (the Python wrapper)
     stats = jitcore.last_compile_stats(jf)
     assert stats["region_compiles"] == 1 and stats["cpp_builds"] >= 1
     assert set(stats["region_stages"]) == {"graph", "lowering", "codegen", "cpp_build", "load"}
@@ -46,18 +46,19 @@ def test_a_one_kernel_region_builds_the_kernel_alone_and_reports_its_stages(empt
     assert jitcore.last_compile_stats(jf)["region_compiles"] == 0
 
 
-def test_a_region_guessed_one_kernel_that_has_more_takes_the_cpp_wrapper(empty_caches, monkeypatch):
-    def two_kernels(x):  # an elementwise chain and a reduction of it: two loop nests
+def test_a_region_guessed_with_few_kernels_that_has_more_takes_the_cpp_wrapper(empty_caches, monkeypatch):
+    def two_kernels(x):  # an elementwise chain and a reduction of it
         y = ((x * 0.75 + 0.125).cos() * x).exp()
         return y, y.sum(-1)
 
-    monkeypatch.setattr(inductorex, "one_loop_nest", lambda sub: True)  # (the guess, wrong here)
+    monkeypatch.setattr(inductorex, "few_kernels", lambda sub: True)  # (the guess, wrong here:)
+    monkeypatch.setattr(inductorex, "MAX_KERNELS", 0)  # (every kernel is one too many)
     x = torch.randn(32, 48)
     jf = jitcore.jit(two_kernels, executors=[inductorex.inductor_ex])
     for got, want in zip(jf(x), two_kernels(x)):
         torch.testing.assert_close(got, want)
     region = _newest_region()
-    assert not region.one_kernel and "async_compile.cpp_pybinding(" not in _wrapper_source(region)
+    assert not region.python_wrapper and "async_compile.cpp_pybinding(" not in _wrapper_source(region)
 
 
 def test_the_guess_of_one_kernel():
@@ -67,7 +68,7 @@ def test_the_guess_of_one_kernel():
         original = inductorex.compile_region
 
         def record(sub, program_order=False):
-            seen.append(one_loop_nest(sub))
+            seen.append(few_kernels(sub))
             return original(sub, program_order)
 
         inductorex.compile_region = record
@@ -80,6 +81,8 @@ def test_the_guess_of_one_kernel():
     x = torch.randn(16, 16)
     assert regions(lambda a: ((a * 2 + 1).sin() * a).exp(), x) == [True]
     assert regions(lambda a: ((a * 3 + 1).cos() * a).exp().sum(-1), x) == [False]  # (a reduction)
+    w = torch.randn(16, 16)
+    assert regions(lambda a, b: torch.nn.functional.gelu((a @ b).sin() * 2 + a) @ b, x, w) == [True]  # (library calls)
 
 
 def test_a_cpp_wrapper_header_is_precompiled_with_the_kernel_prefix(tmp_path):
