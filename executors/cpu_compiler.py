@@ -216,6 +216,7 @@ def _no_hook(code: str):
 # region compiles without it at once while the thread builds it, at the lowest priority (on a core nothing else
 # needs), for the compiles that follow.
 _HEADERS: dict = {}  # (header, command line, options) -> [thread, found (None until known), path]
+HEADER_NICENESS = 19  # the priority of a header's build in the background (a benchmark's warm-up waiting for it: 0)
 _OWN = threading.local()  # .compiling: this thread runs one of jitcore's compiles (own_compile)
 _HEADERS_LOCK = threading.Lock()
 
@@ -306,7 +307,7 @@ def header_builds_in_background(build, header, hashable_cmd_line, command):
             def run():
                 _OWN.header_entry = entry
                 with contextlib.suppress(Exception):  # (Linux: a thread's own priority, which its compiler inherits)
-                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HEADER_NICENESS)
                 try:
                     entry[2] = build(header, hashable_cmd_line, **command)
                 except Exception:  # (a header that cannot be built: compiles go on without it, as they do now)
