@@ -20,7 +20,7 @@ from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import NAMESPACE
 from jitcore.ir.symbol import Tag, register_array_argument
 from jitcore.ir.views import VIEW_OPS
-from jitcore.ops import torch_map
+from jitcore.ops import torch_layout, torch_map
 
 IMPLS: dict = {}  # numpy function (ufunc, dispatcher) -> implementation over NdarrayProxy (numpy_table.py fills it)
 METHODS: dict = {}  # ndarray method name -> implementation taking the array first
@@ -523,14 +523,15 @@ def tensor_numpy(t: TensorProxy, *, force: bool = False) -> NdarrayProxy:
         raise TypeError(f"can't convert {t.device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
                         "to host memory first.")
     numpy_dtype(t.dtype)  # (eager's TypeError for bfloat16 and the other dtypes numpy lacks)
-    return NdarrayProxy(t)
+    # x.data's alias: numpy's writes through the array move no version counter of x's (eager's: numpy writes memory)
+    return NdarrayProxy(torch_layout.data(t))
 
 
 def tensor_of(arr: NdarrayProxy) -> TensorProxy:
     """`torch.from_numpy(arr)`: a tensor sharing the array's data (a view of it: writes reach the array), which
     never requires grad. Returned, it is eager's tensor of its own storage over that memory (FromNumpy)."""
     t = arr.tensor
-    out = t.view(t.shape) if not t.requires_grad else t.detach()
+    out = torch_layout.data(t)  # memory shared, no grad, a version counter of its own (eager's from_numpy tensor)
     if len(_FROM_NUMPY) > 256:  # (entries of finished traces whose proxies are gone)
         for k in [k for k, (ref, _) in _FROM_NUMPY.items() if ref() is None]:
             del _FROM_NUMPY[k]
