@@ -14,7 +14,9 @@ import contextlib
 import os
 import sys
 import threading
+import time
 
+from executors.regions import COMPILE_EVENTS
 from jitcore import compat
 
 _ISA_CHECKS: list = []  # futures of the CPU vector-ISA checks started by warm_cpu_compiler
@@ -41,6 +43,7 @@ def warm_cpu_compiler():
         codecache, _cpp_builder, cpu_vec_isa = compat.inductor_cpp_modules()  # (and the file lock they use)
 
         _build_headers_in_background(codecache)
+        _count_builds(_cpp_builder)
         if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
             return
         flags = cpu_vec_isa.x86_isa_checker()
@@ -121,6 +124,91 @@ def cpu_compiler_ready():
                 f.result()
 
 
+# -- compiler runs, counted and timed -------------------------------------------------------------------------------
+_COUNT_LOCK = threading.Lock()
+
+
+def _count_builds(cpp_builder):
+    """Wraps Inductor's run of the C++ compiler (cpp_builder.run_compile_cmd, once per process): every run counts in
+    COMPILE_EVENTS[2], and its seconds go to the compile record of the thread that runs it (`_OWN.record`, see
+    timed_stages), a region's build in a background thread included."""
+    run = getattr(cpp_builder, "run_compile_cmd", None)
+    if run is None or getattr(run, "jitcore_original", None) is not None:
+        return
+
+    def run_compile_cmd(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            with _COUNT_LOCK:
+                COMPILE_EVENTS[2] += 1
+            record = getattr(_OWN, "record", None)
+            if record is None and _ACTIVE and not threading.current_thread().name.startswith(("jitcore-header",
+                                                                                            "jitcore-isa")):
+                record = _ACTIVE[-1]  # (a kernel built by Inductor's own threads for the compile under way)
+            if record is not None:
+                record["cpp_build"] += time.perf_counter() - start
+
+    run_compile_cmd.jitcore_original = run
+    cpp_builder.run_compile_cmd = run_compile_cmd
+
+
+_ACTIVE: list = []  # the records of the compiles under way (timed_stages), the newest last
+_INDUCTOR_STAGES = {"lowering": "GraphLowering.run", "codegen": "GraphLowering.codegen",
+                    "load": "PyCodeCache.load_by_key_path"}
+
+
+@contextlib.contextmanager
+def timed_stages(record: dict):
+    """Inside: Inductor's stages of this thread's compile are added to `record` (executors/regions.py log_compile):
+    lowering, code generation, and the load of the module (less the C++ builds run inside it, which are `cpp_build`),
+    from Inductor's own timings; the compiler runs of this thread, and of the builds it leaves to threads."""
+    metrics = compat.inductor_time_metrics()
+    before = {k: (metrics.get(k), len(metrics.get(k) or ())) for k in _INDUCTOR_STAGES.values()}
+    built = record["cpp_build"]
+    _ACTIVE.append(record)
+    try:
+        with _set_for_thread("record", record):
+            yield
+    finally:
+        _ACTIVE.remove(record)
+        for name, key in _INDUCTOR_STAGES.items():
+            runs, n = before[key]
+            now = metrics.get(key) or []
+            record[name] += sum(now[n:] if now is runs else now)  # (a list Dynamo's reset replaced: all of it)
+        record["load"] = max(0.0, record["load"] - (record["cpp_build"] - built))
+
+
+# -- how many kernels a compile makes ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def at_most_kernels(n: int):
+    """Inside: a compile of this thread whose Python wrapper module calls more than `n` C++ kernels stops before its
+    kernels are built (an exception out of Inductor's compile) and the list yielded becomes non-empty; the caller
+    compiles again another way (executors/inductor_options.py: the C++ wrapper, one build for all of them)."""
+    graph = compat.graph_lowering()
+    if getattr(graph.save_output_code, "jitcore_original", None) is None:
+        original = graph.save_output_code  # (None: a hook Inductor leaves for its tests)
+
+        def save_output_code(code: str):
+            limit = getattr(_OWN, "kernel_limit", None)
+            if limit is not None and code.count("async_compile.cpp_pybinding(") > limit[0]:
+                limit[1].append(True)
+                raise RuntimeError(f"more than {limit[0]} C++ kernels")
+            if original is not None:
+                original(code)
+
+        save_output_code.jitcore_original = original or _no_hook
+        graph.save_output_code = save_output_code
+    over: list = []
+    with _set_for_thread("kernel_limit", (n, over)):
+        yield over
+
+
+def _no_hook(code: str):
+    return None
+
+
 # -- precompiled headers -------------------------------------------------------------------------------------------
 # Inductor builds a precompiled header (~150 MB, a few seconds of g++) the first time a machine compiles with a given
 # compiler and flags, right before the region's own compile, which then takes half as long. jitcore's compiles
@@ -161,6 +249,7 @@ def _build_headers_in_background(codecache):
     def precompiled_header(header, hashable_cmd_line, **command):
         if not getattr(_OWN, "compiling", False):
             return build(header, hashable_cmd_line, **command)
+        header = _with_kernel_prefix(codecache, header)
         return header_builds_in_background(build, header, hashable_cmd_line, command)
 
     def worker_compile(lock_path, builders):
@@ -171,6 +260,28 @@ def _build_headers_in_background(codecache):
     precompiled_header.jitcore_original = build
     codecache._precompile_header = precompiled_header
     codecache._worker_compile_cpp = worker_compile
+
+
+def _with_kernel_prefix(codecache, header: str) -> str:
+    """The header precompiled for a C++ wrapper module: Inductor's wrapper header and its kernels' prefix header
+    together. A module holds the region's wrapper and its kernels, and the kernels include the prefix header (ATen's
+    vector types: most of what the compiler parses); Inductor precompiles only the wrapper header, so every build
+    parsed the prefix again (the 1024x1024 chain's build: 2.6 s against torch.compile's 0.8 s for the same kernel,
+    whose build has the prefix precompiled). The combined header is a file beside Inductor's precompiled headers."""
+    wrapper, prefix = getattr(codecache, "_get_cpp_wrapper_header", None), getattr(
+        codecache, "_get_cpp_prefix_header", None)
+    folder = getattr(codecache, "_HEADER_DIR", None)
+    if wrapper is None or prefix is None or folder is None or header != wrapper("cpu") or not prefix("cpu"):
+        return header
+    text = "".join(f"#include <{h}>\n" for h in (header, prefix("cpu")))
+    path = os.path.join(folder, "jitcore", f"cpp_wrapper_and_prefix_{len(text)}.h")
+    if not os.path.exists(path) or open(path).read() != text:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return path
 
 
 def header_on_disk(found: bool):
@@ -205,11 +316,11 @@ def header_builds_in_background(build, header, hashable_cmd_line, command):
 
             entry[0] = threading.Thread(target=run, name="jitcore-header", daemon=False)
             entry[0].start()
-    entry[3].wait()  # known: on disk, or being built
-    if entry[1]:
-        entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked)
-        return entry[2]
-    return entry[2] if not entry[0].is_alive() else None
+    entry[3].wait()  # known: on disk, or being built (or the thread's call returned: Inductor's cached answer)
+    if entry[1] is False:
+        return entry[2] if not entry[0].is_alive() else None
+    entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked; or it has returned)
+    return entry[2]
 
 
 # -- C++ builds in the background ----------------------------------------------------------------------------------
@@ -256,12 +367,22 @@ def _defer_wrapper_builds():
         pending = getattr(_OWN, "pending", None)
         if pending is None or kwargs.get("submit_fn") is not None:
             return original(*args, **kwargs)
-        entry = PendingEntry(cls.load_pybinding_async(*args, submit_fn=_build_pool().submit, **kwargs))
+        record = getattr(_OWN, "record", None)
+
+        def submit(work):
+            return _build_pool().submit(_with_record, record, work)
+
+        entry = PendingEntry(cls.load_pybinding_async(*args, submit_fn=submit, **kwargs))
         pending.append(entry)
         return entry
 
     load_pybinding.jitcore_original = original
     cls.load_pybinding = load_pybinding  # (a plain function on the class: Inductor's module calls it on the class)
+
+
+def _with_record(record, work):
+    with _set_for_thread("record", record):
+        return work()
 
 
 def _build_pool():
@@ -272,3 +393,14 @@ def _build_pool():
         # builds in flight end)
         _BUILD_POOL.append(ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 1)), thread_name_prefix="jitcore-build"))
     return _BUILD_POOL[0]
+
+
+def wait_for_background_work():
+    """Wait until the compiler work this module started in threads is done: the instruction-set checks, the
+    precompiled headers' builds, the C++ builds of regions compiled ahead (a benchmark measuring a warm process)."""
+    cpu_compiler_ready()
+    for entry in list(_HEADERS.values()):
+        if entry[0] is not None:
+            entry[0].join()
+    if _BUILD_POOL:
+        _BUILD_POOL[0].submit(lambda: None).result()  # (not a full drain: a pending build is awaited by its region)

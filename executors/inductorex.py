@@ -16,13 +16,15 @@ import inspect
 import os
 import re
 import shutil
+import time
 import warnings
 
 import torch
 
 from executors import inductor_kernels
-from executors.cpu_compiler import builds_in_background, own_compile, warm_cpu_compiler
-from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect
+from executors.cpu_compiler import at_most_kernels, builds_in_background, own_compile, timed_stages, warm_cpu_compiler
+from executors.inductor_options import COMPILE_OPTIONS, FEW_KERNELS_OPTIONS, MAX_KERNELS, compile_options, few_kernels
+from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect, log_compile
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore import compat
 from jitcore.ir.proxies import IntegerProxy, TensorProxy
@@ -226,29 +228,6 @@ class InductorExecutor(TorchLinesFusionExecutor):
 
 # -- compiled regions, cached across jitted functions by canonical text ---------------------------------------------
 COMPILED: dict = {}  # canonical key -> CompiledRegion
-# eager's numerics: a value the program rounds to half precision is rounded inside fused kernels too (Inductor's
-# default keeps it in float32 across fused ops, so results drift from eager's)
-COMPILE_OPTIONS = {"emulate_precision_casts": True}
-# CPU regions: Inductor's C++ wrapper, so a region's kernels and the code calling them are one C++ source, built by one
-# compiler run (with the Python wrapper each kernel is a compiler run of its own, and each run parses the same large
-# headers again: the GPT-2 block's backward region was 8 runs, seconds each). GPU regions keep the Python wrapper
-# (their kernels are Triton's; a C++ wrapper would add a compiler run), and so do dynamic regions (torch 2.13's C++
-# wrapper fails on the symbolic sizes of the graphs compile_symbolic makes).
-CPU_OPTIONS = {"cpp_wrapper": True}
-# backward regions keep the program's order of their lines: jitcore's schedule (transforms/schedule.py) already
-# orders the backward for memory (a weight's gradient right after the input gradient it pairs with, so the
-# activations both read die early). Inductor's own reorders (for peak memory by its estimate, and for locality)
-# moved the GPT-2 block's MLP weight gradients past the attention backward, holding two 1 MiB activations across it:
-# peak 5.29 MiB against 5.02 in program order (torch.compile: 5.27). Forward regions keep Inductor's reorders (HF
-# GPT-2's forward was 3% slower without them).
-PROGRAM_ORDER = {"reorder_for_peak_memory": False, "reorder_for_locality": False}
-
-
-def compile_options(device_type: str, dynamic: bool = False, program_order: bool = False) -> dict:
-    """The options a region on this device type is compiled with (part of the on-disk cache's key); program_order:
-    the region is in a backward program (see PROGRAM_ORDER)."""
-    options = {**COMPILE_OPTIONS, **CPU_OPTIONS} if device_type == "cpu" and not dynamic else dict(COMPILE_OPTIONS)
-    return {**options, **PROGRAM_ORDER} if program_order else options
 # compiled: CompiledRegions made, reused: taken from COMPILED, fallbacks: compiles that failed (the region runs
 # eagerly), loaded: variants taken from a package; the compiles themselves are counted in
 # executors.regions.COMPILE_EVENTS
@@ -287,16 +266,19 @@ class CompiledRegion:
     """
 
     def __init__(self, fn, key, dims=None, single: bool = False, n_args: int = 0, device_type: str = "cpu",
-                 program_order: bool = False):
+                 program_order: bool = False, few_kernels: bool = False):
         self.eager_fn, self.key, self.dims = fn, key, dims
         self.dynamic = dims is not None
-        self.options = compile_options(device_type, self.dynamic, program_order)
+        self.options = compile_options(device_type, self.dynamic, program_order)  # (the key of the cache on disk)
+        # a region likely to have few kernels tries the Python wrapper first (executors/inductor_options.py)
+        self.python_wrapper = few_kernels and self.options.get("cpp_wrapper", False)
         self.single, self.n_args = single, n_args  # (one output, not a tuple; how many arguments)
         self.variants: dict = {}  # input strides -> compiled callable (static regions)
         self.guarded: list = []  # [(guard(*args) -> bool, compiled callable)] (dynamic regions)
         self.failures: dict = {}  # strides (None: a dynamic region) -> why compiling failed (the region runs eagerly)
         self._boxed: dict = {}  # id(variant) -> (variant, its boxed call: list of arguments -> outputs)
         self.device_type = device_type
+        self.name = getattr(fn, "__name__", "region")  # (the name of the first program's line that made it)
         self.ahead: set = set()  # the strides of the variants compiled ahead of their first run (compile_ahead)
 
     def to_record(self) -> dict | None:
@@ -363,20 +345,37 @@ class CompiledRegion:
         if any(compat.is_fake(a) for a in args):  # (a fake run reaching the region other than through
             return self.eager_fn  # executors/ahead.py's stand-in: the eager program runs on them, nothing compiles)
         COMPILE_EVENTS[0] += 1
+        record = log_compile(self.name)
         pending = []  # (ahead: the C++ builds this compile left running in the background)
         try:
             with _quiet(), own_compile(), builds_in_background(pending) if ahead else contextlib.nullcontext():
+                start = time.perf_counter()
                 graph = _graph_of(self.eager_fn, "fake", args)
+                record["graph"] += time.perf_counter() - start
                 warm_cpu_compiler()  # (started when the region was formed; Inductor waits for it where it needs it)
-                run = compat.inductor_compile(graph, args, self.options)
+                with timed_stages(record):
+                    run = self._compile_graph(graph, args)
         except Exception as e:
             return self._failed(e, strides)
         if pending:
-            self.variants[strides] = self._awaiting(run, strides, pending)
+            self.variants[strides] = self._awaiting(run, strides, pending, record)
             return self.variants[strides]
         self._store(run, strides, None)
         self.variants[strides] = run
         return run
+
+    def _compile_graph(self, graph, args):
+        """Inductor's compile of the region's graph: with the Python wrapper when the region likely has few kernels
+        and its code has (else, the lowering again, with the C++ wrapper: at_most_kernels)."""
+        if self.python_wrapper:
+            with at_most_kernels(MAX_KERNELS) as over:
+                try:
+                    return compat.inductor_compile(graph, args, {**self.options, **FEW_KERNELS_OPTIONS})
+                except Exception:
+                    if not over:
+                        raise
+            self.python_wrapper = False  # (the region's next variants go to the C++ wrapper at once)
+        return compat.inductor_compile(graph, args, self.options)
 
     def compile_ahead(self, fakes):
         """Called by executors/ahead.py's run of the program over fake tensors, before the region's first run: the
@@ -391,16 +390,19 @@ class CompiledRegion:
         with torch.no_grad():
             return self.eager_fn(*fakes)
 
-    def _awaiting(self, run, strides, pending):
+    def _awaiting(self, run, strides, pending, record: dict):
         """The variant `run` whose C++ build is under way: its first call waits for the build (resolve), then it is
-        the variant; a build that failed leaves the region eager for these strides, with a warning."""
+        the variant; a build that failed leaves the region eager for these strides, with a warning. The wait and
+        the module's load count as the compile's `load` (its builds count in their own threads)."""
         done = []
 
         def resolve():
             if not done:
+                start = time.perf_counter()
                 try:
                     for p in pending:
                         p.resolve()
+                    record["load"] += time.perf_counter() - start
                 except Exception as e:
                     done.append(self._failed(e, strides))
                     return done[0]
@@ -455,8 +457,9 @@ class CompiledRegion:
             guard, run = _always, self.eager_fn
         else:
             COMPILE_EVENTS[0] += 1
+            record = log_compile(self.name)
             try:
-                with _quiet(), own_compile():
+                with _quiet(), own_compile(), timed_stages(record):
                     guard, run = compile_symbolic(self.eager_fn, args, self.dims, self.options)
             except Exception as e:
                 return self._failed(e)
@@ -755,7 +758,8 @@ def compile_region(sub: Trace, program_order: bool = False):
     STATS["compiled"] += 1
     region = COMPILED[key] = CompiledRegion(sub.python_callable(), key, dims=region_dims(sub),
                                             single=not isinstance(sub.output, tuple), n_args=len(sub.args),
-                                            device_type=region_device(sub), program_order=program_order)
+                                            device_type=region_device(sub), program_order=program_order,
+                                            few_kernels=few_kernels(sub))
     found = None
     if not key[1]:  # (constants by identity: nothing from another process can match it)
         found = inductor_kernels.take(key[0])  # compiled in another process and loaded from a package (jitcore.load)

@@ -15,10 +15,22 @@ from jitcore.ir.pytree import tree_leaves
 from jitcore.ir.symbol import BoundSymbol, Symbol, Tag
 from jitcore.ir.trace import Trace, from_trace
 
-# fusion-region compile events, process-wide, for jitcore.last_compile_stats: [compiles, regions reused]. A
-# fusion executor adds 1 to [0] for every compile it runs (a region's first, a variant for new strides, a dynamic
-# region's variant for a call its guards reject) and to [1] for every region taken from its compiled-region cache.
-COMPILE_EVENTS = [0, 0]
+# fusion-region compile events, process-wide, for jitcore.last_compile_stats: [compiles, regions reused, C++ compiler
+# runs, records in COMPILE_LOG]. A fusion executor adds 1 to [0] for every compile it runs (a region's first, a variant
+# for new strides, a dynamic region's variant for a call its guards reject) and to [1] for every region taken from its
+# compiled-region cache; [2] counts every run of the C++ compiler in the process (executors/cpu_compiler.py).
+COMPILE_EVENTS = [0, 0, 0, 0]
+# one record per region compile, its seconds per stage: {"region", "graph", "lowering", "codegen", "cpp_build", "load"}
+COMPILE_LOG: list = []
+REGION_STAGES = ("graph", "lowering", "codegen", "cpp_build", "load")
+
+
+def log_compile(region: str) -> dict:
+    """A new record of COMPILE_LOG for a compile of `region`, its stages at 0 (the compiler fills them in)."""
+    record = {"region": region, **dict.fromkeys(REGION_STAGES, 0.0)}
+    COMPILE_LOG.append(record)
+    COMPILE_EVENTS[3] = len(COMPILE_LOG)
+    return record
 
 
 def has_side_effect(bsym: BoundSymbol) -> bool:

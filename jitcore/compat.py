@@ -294,6 +294,22 @@ def wrapper_code_cache():
     return inductor_cpp_modules()[0].CppWrapperCodeCache
 
 
+def graph_lowering():
+    """Inductor's GraphLowering class (its save_output_code hook sees a compiled module's source before it loads)."""
+    from torch._inductor.graph import GraphLowering  # (lazy: Inductor)
+
+    return GraphLowering
+
+
+def inductor_time_metrics() -> dict:
+    """{stage name: [seconds of each run]} of Inductor's timed stages in this process (Dynamo's
+    compilation_time_metrics: "GraphLowering.run", "GraphLowering.codegen", "PyCodeCache.load_by_key_path",
+    "compile_file" (one C++ compiler run), ...; torch.compiler.reset() empties it)."""
+    from torch._dynamo.utils import compilation_time_metrics  # (lazy: loaded with Inductor)
+
+    return compilation_time_metrics
+
+
 def compiled_graph_type_name() -> str:
     return "CompiledFxGraph"  # what compile/compile_fx wrap their result around (2.10-2.15)
 

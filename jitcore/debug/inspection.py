@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from executors.regions import COMPILE_EVENTS
+from executors.regions import COMPILE_EVENTS, COMPILE_LOG, REGION_STAGES
 from jitcore.frontend.tracing import trace_function
 from jitcore.guards.cache import CacheEntry
 from jitcore.guards.input_storage import InputSpec
@@ -194,18 +194,28 @@ def last_compile_stats(jfn) -> dict:
     first run, a static region again for new input strides, a dynamic region again for a call its guards reject
     (a new size that only changes a symbol's value reuses the code: 0); and "regions_reused", the regions the
     call's compile took ready-made from the cross-function cache of compiled regions (the same region text in this
-    or another function), from the cache on disk or from a loaded package. Both count process-wide: compiles of
-    another jitted function called in between count too.
+    or another function), from the cache on disk or from a loaded package; "cpp_builds", the runs of the C++
+    compiler. These count process-wide: compiles of another jitted function called in between count too.
+
+    Then where the region compiles' seconds went: "region_stages" sums them per stage over the call's compiles --
+    graph (tracing the region to an aten graph), lowering and codegen (Inductor's), cpp_build (the compiler runs, a
+    build in a background thread included: with builds side by side they add up to more than the time they took),
+    load (loading the module, or awaiting a build left in the background) -- and "region_log" lists them per compile.
 
     >>> jf = jitcore.jit(lambda x: x + 1)
     >>> _ = jf(torch.ones(2))
-    >>> list(jitcore.last_compile_stats(jf))
-    ['interpret', 'transforms', 'claim', 'memory', 'codegen', 'guards', 'region_compiles', 'regions_reused']
+    >>> list(jitcore.last_compile_stats(jf))  # doctest: +NORMALIZE_WHITESPACE
+    ['interpret', 'transforms', 'claim', 'memory', 'codegen', 'guards', 'region_compiles', 'regions_reused',
+     'cpp_builds', 'region_stages', 'region_log']
     """
     stats = dict(_entry(jfn).stats)
-    start = getattr(jfn, "_jfn", jfn)._events_at_call
+    start = tuple(getattr(jfn, "_jfn", jfn)._events_at_call) + (0, 0)
     stats["region_compiles"] = COMPILE_EVENTS[0] - start[0]
     stats["regions_reused"] = COMPILE_EVENTS[1] - start[1]
+    stats["cpp_builds"] = COMPILE_EVENTS[2] - start[2]
+    log = [dict(r) for r in COMPILE_LOG[start[3]:]]
+    stats["region_stages"] = {k: sum(r[k] for r in log) for k in REGION_STAGES}
+    stats["region_log"] = log
     return stats
 
 

@@ -1,0 +1,70 @@
+"""Executors: the options Inductor compiles a region with, and which wrapper a CPU region's compiled module gets:
+Inductor's C++ wrapper (its kernels and the code calling them one C++ source, one compiler run) or its Python wrapper
+(a Python function calling each kernel, each kernel a compiler run of its own), chosen by how many kernels the region
+makes (few_kernels; executors/cpu_compiler.py at_most_kernels checks the guess).
+"""
+from __future__ import annotations
+
+from jitcore.ir.proxies import TensorProxy
+from jitcore.ir.pytree import tree_leaves
+from jitcore.ir.symbol import Tag
+from jitcore.ir.trace import Trace
+from jitcore.ops.registry import PRIMS
+
+# eager's numerics: a value the program rounds to half precision is rounded inside fused kernels too (Inductor's
+# default keeps it in float32 across fused ops, so results drift from eager's)
+COMPILE_OPTIONS = {"emulate_precision_casts": True}
+# CPU regions: Inductor's C++ wrapper, so a region's kernels and the code calling them are one C++ source, built by one
+# compiler run (with the Python wrapper each kernel is a compiler run of its own, and each run parses the same large
+# headers again: the GPT-2 block's backward region was 8 runs, seconds each). GPU regions keep the Python wrapper
+# (their kernels are Triton's; a C++ wrapper would add a compiler run), and so do dynamic regions (torch 2.13's C++
+# wrapper fails on the symbolic sizes of the graphs compile_symbolic makes).
+# A region of at most MAX_KERNELS kernels (few_kernels) takes the Python wrapper instead: a compiler run then builds a
+# kernel alone, with Inductor's precompiled prefix header, as torch.compile's does (the 1024x1024 chain: 0.9 s of
+# compiler CPU against 1.5 s with the C++ wrapper's code beside it; the MLP's forward, one kernel and four addmm
+# calls: 1.0 s against 1.6), two kernels build side by side in Inductor's threads, and a call costs no more (8x8
+# chain, one thread: 10.0 us against 12.1).
+CPU_OPTIONS = {"cpp_wrapper": True}
+FEW_KERNELS_OPTIONS = {"cpp_wrapper": False}
+# backward regions keep the program's order of their lines: jitcore's schedule (transforms/schedule.py) already
+# orders the backward for memory (a weight's gradient right after the input gradient it pairs with, so the
+# activations both read die early). Inductor's own reorders (for peak memory by its estimate, and for locality)
+# moved the GPT-2 block's MLP weight gradients past the attention backward, holding two 1 MiB activations across it:
+# peak 5.29 MiB against 5.02 in program order (torch.compile: 5.27). Forward regions keep Inductor's reorders (HF
+# GPT-2's forward was 3% slower without them).
+PROGRAM_ORDER = {"reorder_for_peak_memory": False, "reorder_for_locality": False}
+
+
+def compile_options(device_type: str, dynamic: bool = False, program_order: bool = False) -> dict:
+    """The options a region on this device type is compiled with (part of the on-disk cache's key); program_order:
+    the region is in a backward program (see PROGRAM_ORDER)."""
+    options = {**COMPILE_OPTIONS, **CPU_OPTIONS} if device_type == "cpu" and not dynamic else dict(COMPILE_OPTIONS)
+    return {**options, **PROGRAM_ORDER} if program_order else options
+
+
+_ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if Tag.ELEMENTWISE in s.tags)
+# prims Inductor computes inside a pointwise loop nest: views and index arithmetic, selects, casts
+_IN_LOOP = _ELEMENTWISE | frozenset(f"prims.{n}" for n in (
+    "broadcast_in_dim", "reshape", "transpose", "squeeze", "stop_gradient", "where", "convert_element_type"))
+_LIBRARY = frozenset({"prims.matmul", "prims.linear"})  # calls of a library kernel, no loop nest of Inductor's
+MAX_KERNELS = 2  # at most this many C++ kernels: the Python wrapper (each a build, side by side in Inductor's threads)
+
+
+def _leaves(bsym) -> set:
+    return {i for s in bsym.subsymbols for i in _leaves(s)} if bsym.subsymbols else {bsym.sym.id}
+
+
+def few_kernels(sub: Trace) -> bool:
+    """Whether a region likely makes at most MAX_KERNELS C++ kernels once Inductor fuses it: its lines are
+    elementwise (or views, selects, casts, aten operators tagged pointwise) and library calls (matmul, linear), no
+    reduction (Inductor splits a loop nest at a reduction; the MLP's three GELUs between its linears are one kernel,
+    called three times). A guess: the compile checks it (at_most_kernels) and takes the C++ wrapper when the code
+    has more kernels."""
+    for b in sub.bound_symbols:
+        if Tag.OPAQUE in b.sym.tags:
+            fn = getattr(b.sym, "torch_fn", None)
+            if not any(t.name == "pointwise" for t in getattr(fn, "tags", ())):
+                return False
+        elif not _leaves(b) <= _IN_LOOP | _LIBRARY:
+            return False
+    return any(isinstance(p, TensorProxy) for p in tree_leaves(sub.output))
