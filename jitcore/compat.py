@@ -369,6 +369,21 @@ def leaf_grad_dtype(param):
     return param.grad_dtype
 
 
+def move_version(t, by: int):
+    """Move t's version counter (shared with every view of its memory) by `by`, which may be negative: the epilogue
+    makes a written input's count eager's (one per in-place op), whatever number of writes the program made.
+    `torch._C._autograd._unsafe_set_version_counter(tensors, versions)` takes sequences in 2.10-2.15."""
+    torch._C._autograd._unsafe_set_version_counter((t,), (t._version + by,))
+    return t
+
+
+def view_again(x):
+    """The view x made again from its base (`x._view_func(x._base)`, 2.10-2.15): torch replays the view ops that made
+    x (as_strided where it recorded none), so the result's grad_fn leads to the base, as autograd's regenerated
+    grad_fn of a view whose base was written in place does."""
+    return x._view_func(x._base)
+
+
 def fsdp_param_groups(state) -> list:
     """FSDP2's parameter groups of a sharded module's state: `_fsdp_param_groups` (a list: 2.13-2.15) or
     `_fsdp_param_group` (one or None: 2.10)."""

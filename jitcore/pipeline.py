@@ -39,9 +39,11 @@ from jitcore.runtime.checked_runs import checked_run, has_checks, has_checks_lin
 from jitcore.runtime.epilogue import (
     TailRun,
     build_epilogue,
+    metadata_moves,
     nograd_views_of,
     restrided_specs,
     returned_inputs,
+    version_moves,
     views_of_written,
     writeback_specs,
 )
@@ -207,7 +209,8 @@ def compile_entry(fn, args, kwargs, options: CompileOptions) -> CacheEntry:
             saved = {p.name for p in program.split.saved if isinstance(p, Proxy)} if program.split else set()
             guarded = guard(traced, copied, predicates, Roots(args, kwargs, fn), symbolic,
                             _hooks_guard(program, options), autodiff=program.split is not None, saved=saved,
-                            tails=tuple(run for run, _ in tails))
+                            tails=tuple(run for run, _ in tails),
+                            in_place=[w for w in program.writebacks if w.output_index in executable.written_in_place])
     epilogue = guarded.epilogue
     entry = CacheEntry(
         guarded.prologues,
@@ -329,10 +332,27 @@ def _tails_apply(p: Passing) -> bool:
 def _written_tails(p: Passing):
     """What reads the new value of a written input that requires grad runs after the writeback, on the caller's
     tensor (transforms/written_tails.py): gradients through that tensor then reach it, as eager's do."""
-    views = {i: value_at for _, value_at, positions in views_of_written(p.traced, p.writebacks) for i in positions}
+    views = {i: value_at for _, value_at, positions, _ in views_of_written(p.traced, p.writebacks) for i in positions}
     head, p.tails = split_tail(p.traces[-1], p.writebacks, views)
     if p.tails:
+        _refuse_restrided_tails(p.traced, p.tails)
         p.traces.append(head)
+
+
+def _refuse_restrided_tails(traced, tails):
+    """A tail reads an input whose metadata the function changed in place: the epilogue makes that change on the
+    caller's tensor after the tails ran on it (its views read the layout the program saw), so the tail's uses would
+    hang off the tensor's history from before the change, and a gradient with respect to the caller's tensor would
+    miss them (eager's later ops use the changed tensor)."""
+    changed = {k: changes for k, _, changes in traced.restrided}
+    for tail in tails:
+        for k, _ in tail.cuts:
+            if k in changed:
+                raise UnsupportedError(
+                    "in-place metadata change", f"Tensor.{changed[k][0][0]} of argument {traced.trace.args[k].name}, "
+                    "which the function also writes with a value that requires grad and reads after the write: "
+                    "jitcore cannot give the caller's tensor eager's autograd history through both",
+                    hint="change the metadata of a view instead (x = x.unsqueeze(0)), or write into a clone")
 
 
 def _autodiff(p: Passing):
@@ -378,6 +398,7 @@ def _save_written_inputs(p: Passing):
     moves their version counter too): the forward saves copies of them."""
     written = {p.traced.trace.args[w.arg_index].name for w in p.writebacks}
     written |= {p.traced.trace.args[k].name for k, _, _ in p.traced.restrided}
+    written |= {p.traced.trace.args[k].name for k in metadata_moves(p.traced)}  # (a view of it changed)
     p.forward = save_written_inputs_by_copy(p.forward, p.split.n_outputs, written)
 
 
@@ -429,7 +450,8 @@ PASSES = (
     PassRow("written-input tails", _tails_apply, _written_tails),
     PassRow("autodiff", lambda p: _needs_autodiff(p.traces[-1]), _autodiff),
     PassRow("rematerialize", _remat_applies, _remat),
-    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or p.traced.restrided),
+    PassRow("save written inputs", lambda p: p.split is not None and bool(p.writebacks or p.traced.restrided or
+                                                                          metadata_moves(p.traced)),
             _save_written_inputs),
     PassRow("backward cse", _with_backward, _backward_cse),
     PassRow("saved-tensor hooks", lambda p: p.split is not None and p.hooks is not None, _saved_hooks),
@@ -615,10 +637,11 @@ class Guarded:
 
 
 def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots, symbolic: bool,
-          saved_hooks=False, autodiff: bool = False, saved=frozenset(), tails: tuple = ()) -> Guarded:
+          saved_hooks=False, autodiff: bool = False, saved=frozenset(), tails: tuple = (), in_place=()) -> Guarded:
     """Stage "guards": the prologues (every guard of the trace, the predicates the stages recorded, the saved-tensor
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
-    the forward saves for backward (an input among them needs no guard that it is no inference tensor)."""
+    the forward saves for backward (an input among them needs no guard that it is no inference tensor). in_place: the
+    writebacks the program does itself (their version counters move in the epilogue)."""
     data = traced.guards.data + [g for name, g in traced.guards.not_inference.items() if name not in saved]
     guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
@@ -627,7 +650,8 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     inputs.update({name: traced.inputs[k].provenance for k, name, _ in traced.restrided})  # (the caller's object)
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks), tails, restrided_specs(traced))
+                              views_of_written(traced, writebacks), tails, restrided_specs(traced),
+                              version_moves(traced, in_place, {w.arg_index for w in writebacks}))
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 
@@ -659,7 +683,7 @@ def compile_tail(tail: Tail, options: CompileOptions, sized: bool) -> tuple[Tail
     program = Program([*p.traces, _with_sizes(p.forward) if sized else p.forward], p.backward, p.split, [])
     executable = memory_passes(program, claim_program(program, options, sized))
     run = codegen(_TailTraced(tail.trace), program, executable, options)
-    return TailRun(run, tail.cuts, tail.positions, tail.boundary, tail.n_outputs), \
+    return TailRun(run, tail.cuts, tail.positions, tail.boundary, tail.n_outputs, tail.standins), \
         [executable.traces[-1], executable.backward_traces[-1]]
 
 

@@ -467,6 +467,7 @@ def run_once(fn, prog: Program, plan: CallPlan) -> Outcome:
     torch.manual_seed(plan.seed)
     random.seed(plan.seed)
     buf = io.StringIO()
+    versions = [a._version if isinstance(a, torch.Tensor) else None for a in args]
     try:
         with contextlib.redirect_stdout(buf), torch.set_grad_enabled(plan.grad):
             out.result = fn(*args, **kwargs)
@@ -489,8 +490,8 @@ def run_once(fn, prog: Program, plan: CallPlan) -> Outcome:
         except Exception as e:
             out.grad_error = e
     out.grads = [a.grad for a in args if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]
-    out.inputs_after = [(a.detach().clone(), a.requires_grad, a.grad_fn is None) if isinstance(a, torch.Tensor) else a
-                        for a in args]
+    out.inputs_after = [(a.detach().clone(), a.requires_grad, a.grad_fn is None, a._version - v)
+                        if isinstance(a, torch.Tensor) else a for a, v in zip(args, versions)]
     return out
 
 
@@ -628,8 +629,11 @@ def compare(jit: Outcome, eager: Outcome, loose: bool = False) -> list[str]:
     for i, (g, e) in enumerate(zip(jit.inputs_after or [], eager.inputs_after or [])):
         if isinstance(e, tuple):
             _close(f"input {i} after the call", g[0], e[0], problems)
-            if g[1:] != e[1:] and not _integer_history(e[0], e[1]):
-                problems.append(f"input {i} after the call: (requires_grad, grad_fn is None) {g[1:]} vs eager {e[1:]}")
+            if g[1:3] != e[1:3] and not _integer_history(e[0], e[1]):
+                problems.append(f"input {i} after the call: (requires_grad, grad_fn is None) {g[1:3]} vs eager "
+                                f"{e[1:3]}")
+            if g[3] != e[3]:
+                problems.append(f"input {i} after the call: its version counter moved {g[3]} times, eager's {e[3]}")
     if eager.grad_error is None and jit.grad_error is not None:
         problems.append(f"backward raised {type(jit.grad_error).__name__}: {str(jit.grad_error)[:200]}")
     elif eager.grad_error is None:

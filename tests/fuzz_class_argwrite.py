@@ -1,6 +1,7 @@
-"""Fuzzer statement class (tests/fuzz_classes.py): an argument written in place with a value computed from an input
+"""Fuzzer statement classes (tests/fuzz_classes.py): an argument written in place with a value computed from an input
 that requires grad (issue 38 item 4), then read again, so that the caller's tensor carries the write's autograd
-history and the function's later uses of it hang off that history. The fuzzer (tests/fuzz.py run_once) then
+history and the function's later uses of it hang off that history; and a view of it made before the write read
+after it (argument_stale_view). The fuzzer (tests/fuzz.py run_once) then
 differentiates through the inputs as they are after the call, as well as through the outputs.
 """
 from __future__ import annotations
@@ -43,3 +44,33 @@ def argument_write_grad(gen) -> list[str] | None:
     if read:
         lines += gen.rng.choice(READS).format(x=x, w=w, t=t).split("\n")
     return ([t] if read else [x]) if gen.try_lines(lines) else None
+
+
+# a view of the argument made before its write ({v}), read after it: eager remakes the view's grad_fn from the
+# caller's base, so when the argument is itself a view (a transposed input), the view's uses do not reach it
+VIEWS = ("{v} = {x}[1:]", "{v} = {x}[..., :1]", "{v} = {x}[0]", "{v} = {x}.unsqueeze(0)")
+STALE_WRITES = (
+    "{x}.mul_({w}.mean().sigmoid())",
+    "{x}[0] = {w}.sum()",
+    "{v}.add_({w}.mean())",
+    "{x}.add_({w}.sum())\n{x}.mul_(2)",
+    "with torch.no_grad():\n    {x}.add_({w}.mean())",
+)
+STALE_READS = ("{t} = {v} * 2", "{t} = {v}", "{u} = {v}[..., :1]\n{t} = {u} + {x}.sum()",
+               "{t} = ({v} * {x}.mean()).sin()")
+
+
+@statement_class("argument_stale_view", 1)
+def argument_stale_view(gen) -> list[str] | None:
+    """`v = x[1:]; x.mul_(w.mean()); t = v * 2`: x an argument without grad, w requiring grad."""
+    args = [n for n in gen.tensors(lambda t: t.dim() > 0 and not t.requires_grad and t.dtype.is_floating_point)
+            if n.startswith("x")]
+    w = gen.var(lambda t: t.requires_grad and t.dtype.is_floating_point)
+    if not args or w is None:
+        return None
+    x, v, u, t = gen.rng.choice(args), gen.fresh(), gen.fresh(), gen.fresh()
+    names = {"x": x, "w": w, "v": v, "u": u, "t": t}
+    lines = [gen.rng.choice(VIEWS).format(**names)]
+    for choice in (STALE_WRITES, STALE_READS):
+        lines += gen.rng.choice(choice).format(**names).split("\n")
+    return [t] if gen.try_lines(lines) else None

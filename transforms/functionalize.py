@@ -28,11 +28,12 @@ from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.rng_generators import GeneratorProxy
-from jitcore.ops.sizes import define_sizes
+from jitcore.ops.sizes import define_sizes, numbers_before_use
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
 from transforms.cse import rename_args
 from transforms.functionalize_complex import COMPLEX_INVERSES, COMPLEX_VIEW_STRIDES, complex_view_meta
+from transforms.write_history import WriteLog
 
 # ops that are views in eager which jitcore computes as new values (a prim that is no view prim): reads of them
 # after a write to their base are remade from it; a write into them cannot be followed (refused)
@@ -60,6 +61,13 @@ class Writeback:
     output_index: int  # position in the functional trace's output of its final value
     recorded: bool = True  # whether autograd recorded a write into it (else it is written back under no_grad)
     copy_of: TensorProxy | None = None  # the new value, where the value written back is a dense copy of it
+    # eager's history of the caller's tensor (transforms/write_history.py): version counter moves, whether the last
+    # one was by the last write, that write's line, CopySlices, the views remade from it after a write
+    versions: int = 1
+    last_counts: bool = True
+    last_write: object = None
+    sliced: bool = False
+    regenerated: frozenset = frozenset()
 
 
 @dataclass
@@ -79,6 +87,7 @@ class _State:
     opaque: dict = field(default_factory=dict)  # root name -> the opaque op that made a view of it (or it a view)
     # name -> (((root, its version then), ...), what made it): a view in eager computed here as a new tensor
     computed: dict = field(default_factory=dict)
+    log: WriteLog | None = None  # eager's version counters and grad_fns of the written roots
 
 
 def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trace, list[Writeback]]:
@@ -87,7 +96,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
         return trace, []
     with Timer() as t:
         new = from_trace(trace)
-        st = _State(new, producers=_producers(trace.bound_symbols))
+        st = _State(new, producers=_producers(trace.bound_symbols), log=WriteLog.of(trace))
         for a in trace.args:
             if isinstance(a, TensorProxy):
                 strides = (input_strides or {}).get(a.name)
@@ -97,6 +106,7 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
             work, top = list(reversed(trace.bound_symbols)), {id(b) for b in trace.bound_symbols}
             while work:
                 bsym = work.pop()
+                st.log.enter(bsym)
                 if bsym.sym.id == "prims.copy_":
                     _write(st, bsym)
                 elif writes_in_place(bsym):
@@ -112,21 +122,22 @@ def functionalize(trace: Trace, input_strides: dict | None = None) -> tuple[Trac
                 if isinstance(a, TensorProxy) and st.version.get(a.name, 0):
                     recorded = a.name in st.recorded
                     final = _read(st, a)
-                    writebacks.append(Writeback(i, len(outs), recorded, st.copies.get(final.name)))
+                    writebacks.append(Writeback(i, len(outs), recorded, st.copies.get(final.name),
+                                                **st.log.history(a.name)))
                     if final.requires_grad and not recorded:  # copied back under no_grad: no gradient flows
                         final = pm.stop_gradient(final)  # through it (autograd would pass it zeros)
                     outs.append(final)  # with its gradient: the writeback records the write, like eager
         new.output = tree_unflatten(spec, outs[: len(out_leaves)])
         if writebacks:
             new.output = tuple(outs) if isinstance(new.output, tuple) else (new.output, *outs[len(out_leaves):])
-        new.bound_symbols = _numbers_before_use(new.bound_symbols, new.args)
+        new.bound_symbols = numbers_before_use(new.bound_symbols, new.args)
         define_sizes(new)  # sizes read by the inlined writes: unpacked before their first use
     new.set_provenance("Functionalization (in-place ops and views)", t.seconds)
     return new, writebacks
 
 
 # lines whose result the torch executor gives as (a detach of) one of their tensor arguments: its position
-_PASSES_ON = {"prims.stop_gradient": 0, "ltorch.detach": 0, "prims.no_grad_update": 1}
+_PASSES_ON = {"prims.stop_gradient": 0, "ltorch.detach": 0, "ltorch.data": 0, "prims.no_grad_update": 1}
 
 
 def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> list:
@@ -230,35 +241,6 @@ def _define_numbers(st: _State, p: BoundSymbol):
         bsyms.append(producer)
         st.defined.update(o.name for o in producer.flat_proxy_outs())
         st.seen = len(bsyms)
-
-
-def _numbers_before_use(lines: list, args) -> list:
-    """lines, with each line that computes numbers from numbers moved before the first line reading its result.
-    A write's ops, called again here, record the predicates they check (`i3 >= 2`, a select's index within a size
-    that only a decomposition computed, `i3 = i1 * i2` of a reshape) as lines of their own, and _define_numbers may
-    have emitted that size's line only later, for a later line (fuzz seed 36: writes into views in a loop)."""
-    first = {}
-    for b in lines:
-        if b.sym is not pm.shape and not any(isinstance(x, TensorProxy) for x in b.flat_proxy_outs() +
-                                             b.flat_proxy_args()):
-            for o in b.flat_proxy_outs():
-                first.setdefault(o.name, b)
-    out, placed = [], set()
-    defined = {a.name for a in args if isinstance(a, Proxy)}
-
-    def put(b):
-        placed.add(id(b))
-        for a in b.flat_args():
-            later = first.get(a.name) if isinstance(a, NumberProxy) and a.name not in defined else None
-            if later is not None and id(later) not in placed:
-                put(later)
-        out.append(b)
-        defined.update(o.name for o in b.flat_proxy_outs())
-
-    for b in lines:
-        if id(b) not in placed:
-            put(b)
-    return out
 
 
 def _values(xs) -> tuple:
@@ -486,7 +468,7 @@ def _track_views(st: _State, bsym: BoundSymbol):
         if o.name in made and o.name not in srcs:
             chain, meta, origin = made[o.name]
             src = srcs[origin]
-            multi = None if bsym.sym.id == "ltorch.detach" else (
+            multi = None if bsym.sym.id in ("ltorch.detach", "ltorch.data") else (
                 bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi)
             st.alias[o.name] = Alias(src.root, chain, meta, multi)
             st.derived[o.name] = st.version.get(src.root, 0)
@@ -578,11 +560,12 @@ def _write(st: _State, bsym: BoundSymbol):
         new_root = value
     # autograd records the write on dst's own identity; through detach() or .data, never on the root's
     recorded = differentiable and not detached
-    if recorded and (not new_root.requires_grad
-                     or (new_root is value and old_root.requires_grad and not _computed_from(st, value, old_root))):
+    if recorded and (not new_root.requires_grad or (new_root is value and (
+            (old_root.requires_grad and not _computed_from(st, value, old_root)) or _is_arg(st, root)))):
         # every element overwritten (by values without a gradient, or all of a root in the graph: `y.copy_(v)`,
-        # `y[:] = v`): eager's copy sends zeros to the old value, not nothing. Not where the values are computed
-        # from the old value itself (`x.relu_()`): the old value gets its gradient through them.
+        # `y[:] = v`): eager's copy sends zeros to the old value, not nothing (not where the values are computed from
+        # the old value itself, `x.relu_()`: the old value gets its gradient through them); an argument's new value
+        # is a tensor of its own too (written_tails.py runs what reads it on the caller's tensor, not what reads v)
         new_root = _overwritten(old_root, new_root)
     if recorded:
         st.recorded.add(root)
@@ -600,6 +583,7 @@ def _write(st: _State, bsym: BoundSymbol):
         _overlay(st, al, al.chain.index(detached[-1]), new_root, value)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
+    st.log.write(root, al.chain, recorded)
     if al.chain:
         st.derived[dst.name] = st.version[root]
     if differentiable and detached:
@@ -706,9 +690,11 @@ def _replay_views(st: _State, lines: list, value):
 
 
 def _replay_chain(st: _State, al: Alias, value):
-    for p in al.chain:
+    for k, p in enumerate(al.chain):
         _define_numbers(st, p)
         value = _replay(_current_numbers(st, p), value)
+        if k == 0:  # (eager remakes the view from its base: write_history.py)
+            st.log.regenerated.add(value.name)
     return value
 
 

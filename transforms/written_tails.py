@@ -29,13 +29,15 @@ class Tail:
     positions: the flat output positions the tail computes (None in the head's output; past the head's outputs: the
     arguments of a later tail). boundary: the output positions of the tail's other arguments (appended to the head's
     outputs, or a former tail's). n_outputs: the head's outputs before those, kept by the last tail (None: a tail
-    that another follows)."""
+    that another follows). standins: the cuts (indices into `cuts`) whose caller's tensor the tail also reads as
+    eager's regenerated views do (_with_standins): passed again after the cuts, remade from its base."""
 
     trace: Trace
     cuts: tuple
     positions: tuple
     boundary: tuple
     n_outputs: int | None
+    standins: tuple = ()
 
 
 def _ordered(bsym) -> bool:
@@ -77,11 +79,38 @@ def split_tail(trace: Trace, writebacks, views=None) -> tuple[Trace, tuple]:
         n = len(outs)
         tails = _chain(tail, [(a, p) for a, p, v in cuts if v.name not in {d[2].name for d in demoted}], positions,
                        tuple(range(n, n + len(boundary))), n + len(boundary), demoted, n, dict(views or {}))
+        regenerated = frozenset().union(*(w.regenerated for w in writebacks))
+        tails = [_with_standins(tl, regenerated) for tl in tails]
     head.set_provenance("Written-input tails (the head: what does not read a written input's new value)", t.seconds)
     for k, tl in enumerate(tails):
         tl.trace.set_provenance(f"Written-input tails (tail {k}: run on the callers' tensors after their writeback)",
                                 t.seconds)
     return head, tuple(tails)
+
+
+def _with_standins(tail: Tail, regenerated: frozenset) -> Tail:
+    """tail, its lines that remake a view of a written input from the input's new value (`regenerated`: the view was
+    made before the write, or written through) reading a stand-in for the caller's tensor instead. Eager regenerates
+    such a view's grad_fn from the base of the caller's tensor (AsStridedBackward0 of the base), so when that tensor
+    is itself a view (x = b[:, 1:]) its uses reach b without passing through x: `autograd.grad(loss, x)` does not
+    count them. The epilogue passes x remade from its base for the stand-in (x itself when it is no view)."""
+    values = tail.trace.args[:len(tail.cuts)]
+    renames, standins = {}, []
+    for k, v in enumerate(values):
+        if any(o.name in regenerated for b in tail.trace.bound_symbols if v.name in {a.name for a in
+                                                                                      b.flat_proxy_args()}
+               for o in b.flat_proxy_outs()):
+            with tracectx(tail.trace):
+                renames[v.name] = TensorProxy(v._shape, v.dtype, v.device, v.requires_grad)
+            standins.append(k)
+    if not standins:
+        return tail
+    t = tail.trace
+    t.bound_symbols = [rename_args(b, renames) if any(o.name in regenerated for o in b.flat_proxy_outs()) else b
+                       for b in t.bound_symbols]
+    t.args = [*values, *renames.values(), *t.args[len(values):]]
+    t.names |= {p.name for p in renames.values()}
+    return Tail(t, tail.cuts, tail.positions, tail.boundary, tail.n_outputs, tuple(standins))
 
 
 def _copies_of_written(head: Trace, tail: Trace, boundary: list, written: set, n: int) -> list:

@@ -23,6 +23,11 @@ def rebind_tensor(ctx, proxy: TensorProxy, view: TensorProxy, change: tuple):
     if is_input:  # replayed by the epilogue on the caller's tensor: with this call's numbers (guarded)
         name, args, kwargs, grad = change
         change = (name, _concrete(args), _concrete(kwargs), grad)
+    elif not _same_size_resize(change[0], proxy, view):  # (eager moves the version counter of what it views: an
+        # input's, the epilogue says)
+        line = next((b for b in reversed(ctx.trace._scopes[-1]) if any(o is view for o in b.flat_outs())), None)
+        if line is not None:
+            line.moves_version = True
     for slot in _SLOTS:
         a, b = getattr(proxy, slot), getattr(view, slot)
         setattr(proxy, slot, b)
@@ -45,6 +50,13 @@ def rebind_tensor(ctx, proxy: TensorProxy, view: TensorProxy, change: tuple):
             inp.proxy = view
     if is_input:
         ctx.metadata_changes.setdefault(id(proxy), (proxy, []))[1].append(change)
+
+
+def _same_size_resize(name: str, old: TensorProxy, new: TensorProxy) -> bool:
+    """A resize_ to the sizes the tensor has: eager's leaves it (and its version counter) as it is (under symbolic
+    values the answer is a predicate the cache checks)."""
+    return name in ("resize_", "resize_as_") and len(old._shape) == len(new._shape) and all(
+        a is b or bool(a == b) for a, b in zip(old._shape, new._shape))
 
 
 def _concrete(tree):

@@ -248,7 +248,7 @@ def is_eager_view(bsym) -> bool:
     """Whether the line's output is a view in eager of its (first) tensor argument: a view op whose decomposition
     only re-indexes its input (view prims and number arithmetic; x[index_tensor] is a new tensor), other than
     detach (a tensor of its own for autograd)."""
-    return bsym.sym.id in VIEW_OPS and bsym.sym.id not in ("ltorch.detach", "prims.stop_gradient") and \
+    return bsym.sym.id in VIEW_OPS and bsym.sym.id not in ("ltorch.detach", "ltorch.data", "prims.stop_gradient") and \
         _views_only(bsym)
 
 
@@ -381,6 +381,9 @@ class BoundSymbol:
     region_trace: Any = None
     # a prologue check that may fail on an input the cache takes (not an argument's own): jitcore/guards/prologue.py
     fallible: bool = False
+    # an in-place metadata change of a view (`x[0].t_()`), recorded as the view it makes: eager moves the version
+    # counter the view shares with its base (transforms/write_history.py)
+    moves_version: bool = False
 
     def __post_init__(self):
         self.args = tuple(self.args)
@@ -391,7 +394,7 @@ class BoundSymbol:
                   "subsymbols": self.subsymbols, "header": self.header, "no_grad": self.no_grad,
                   "checkpointed": self.checkpointed, "user_stack": self.user_stack, "vjp": self.vjp,
                   "claimed_by": self.claimed_by, "executor": self.executor, "region_trace": self.region_trace,
-                  "fallible": self.fallible}
+                  "fallible": self.fallible, "moves_version": self.moves_version}
         fields.update(changes)
         return BoundSymbol(**fields)
 

@@ -14,7 +14,8 @@ VIEW_OPS = frozenset({f"ltorch.{n}" for n in (
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "ravel", "squeeze", "unsqueeze", "transpose",
     "swapaxes", "swapdims", "permute", "movedim", "t", "T", "mT", "adjoint", "expand", "expand_as", "broadcast_to",
     "narrow", "select", "getitem", "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit",
-    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach", "broadcast_tensors",
+    "vsplit", "dsplit", "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "detach", "data",
+    "broadcast_tensors",
     "meshgrid", "conj", "real", "imag", "view_as_real", "view_as_complex", "H", "mH")} | VIEW_PRIMS)
 # view ops whose other tensor argument gives only a shape: the view is of the first
 LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"})

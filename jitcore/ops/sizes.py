@@ -1,10 +1,11 @@
 """Ops: size unpacks. `define_sizes` makes every symbolic size a trace reads defined once at run time, by
 `prims.shape` lines after the tensors that carry it; run by the frontend after tracing, by the pipeline on the
-forward of the grad transform, and by functionalization after inlining writes.
+forward of the grad transform, and by functionalization after inlining writes (which also moves the lines computing
+numbers before their first use: numbers_before_use).
 """
 from __future__ import annotations
 
-from jitcore.ir.proxies import IntegerProxy, Proxy, TensorProxy
+from jitcore.ir.proxies import IntegerProxy, NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten
 from jitcore.ir.symbol import BoundSymbol
 from jitcore.ir.trace import Trace
@@ -53,3 +54,32 @@ def _names_used(bsyms) -> set:
         names.update(x.name for x in b.flat_args() if isinstance(x, Proxy))
         names |= _names_used(b.subsymbols)
     return names
+
+
+def numbers_before_use(lines: list, args) -> list:
+    """lines, with each line that computes numbers from numbers moved before the first line reading its result.
+    A write's ops, called again here, record the predicates they check (`i3 >= 2`, a select's index within a size
+    that only a decomposition computed, `i3 = i1 * i2` of a reshape) as lines of their own, and _define_numbers may
+    have emitted that size's line only later, for a later line (fuzz seed 36: writes into views in a loop)."""
+    first = {}
+    for b in lines:
+        if b.sym is not pm.shape and not any(isinstance(x, TensorProxy) for x in b.flat_proxy_outs() +
+                                             b.flat_proxy_args()):
+            for o in b.flat_proxy_outs():
+                first.setdefault(o.name, b)
+    out, placed = [], set()
+    defined = {a.name for a in args if isinstance(a, Proxy)}
+
+    def put(b):
+        placed.add(id(b))
+        for a in b.flat_args():
+            later = first.get(a.name) if isinstance(a, NumberProxy) and a.name not in defined else None
+            if later is not None and id(later) not in placed:
+                put(later)
+        out.append(b)
+        defined.update(o.name for o in b.flat_proxy_outs())
+
+    for b in lines:
+        if id(b) not in placed:
+            put(b)
+    return out

@@ -264,7 +264,14 @@ def matrix_transpose(input):
     return tsh._swap("mT", input, -2, -1)
 
 
-for _name, _fn in {"T": permute_reversed, "mT": matrix_transpose, "data": detach}.items():
+@torchsymbol(id="ltorch.data")
+def data(input):
+    """x.data: x's memory without its autograd history, as detach(), but with a version counter of its own (eager's
+    writes through it do not move x's: transforms/write_history.py)."""
+    return pm.stop_gradient(input)
+
+
+for _name, _fn in {"T": permute_reversed, "mT": matrix_transpose, "data": data}.items():
     register_tensor_property(_name, _fn)
 if hasattr(torch.Tensor, "names"):  # (named tensors, in the releases that still have them: 2.10-2.11; a named
     # input is refused, jitcore/frontend/tracing.py, so every tensor of a trace is unnamed)

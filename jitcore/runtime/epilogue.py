@@ -15,13 +15,23 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jitcore import compat
 from jitcore.errors import UnsupportedError
 from jitcore.guards.prologue import provenance_expr
 from jitcore.ir.data_ptr import Address, address_error
 from jitcore.ir.proxies import Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_leaves, tree_unflatten
 from jitcore.ir.ranges import RangeList, SymbolicRange
-from jitcore.ir.symbol import BoundSymbol, Symbol, Tag, is_eager_view, recorded_without_grad, view_root, viewed_tensor
+from jitcore.ir.symbol import (
+    BoundSymbol,
+    Symbol,
+    Tag,
+    is_eager_view,
+    recorded_without_grad,
+    view_path,
+    view_root,
+    viewed_tensor,
+)
 from jitcore.ir.trace import Timer, Trace
 
 
@@ -58,19 +68,43 @@ replay = Symbol("epilogue.replay", "replay", meta=lambda *a: None, tags=(Tag.PYT
 
 
 def _print_writeback(bsym, printer):
-    prov, value, no_grad = bsym.args
+    prov, value, no_grad, moved, sliced = bsym.args
     target = provenance_expr(prov, printer)
+    if sliced:  # (CopySlices: a write through a view)
+        target = f"{printer.const(whole_view)}({target})"
     if no_grad:
-        return f"{printer.const(copy_no_grad)}({target}, {printer.value(value)})"
-    return f"{target}.copy_({printer.value(value)})"
+        line = f"{printer.const(copy_no_grad)}({target}, {printer.value(value)})"
+    else:
+        line = f"{target}.copy_({printer.value(value)})"
+    return f"{printer.const(compat.move_version)}({line}, {moved})" if moved else line
+
+
+def move_unless_regenerated(x, by):
+    """Move x's version counter (the in-place metadata change of a view of it, inside the function) unless x is a
+    view that requires grad and the epilogue writes nothing into it: a moved counter makes autograd give x a grad_fn
+    anew from its base, which the function's reads of x (made on its grad_fn from before the call) do not reach, so a
+    gradient with respect to x would miss them; eager's reads after the change reach it. Its count then stays
+    eager's minus `by` (a known difference: jitcore's reads cannot be moved after the change)."""
+    if x._base is None or not x.requires_grad:
+        compat.move_version(x, by)
+    return x
+
+
+def whole_view(x):
+    """x[...], a view of all of x, for a writeback through a view (x's grad_fn then CopySlices, as after eager's
+    `x[i] = v`); x itself when it is a view (the copy then makes its base's CopySlices already; a copy into x[...]
+    would leave a view of a base without grad looking like a leaf to a later in-place op)."""
+    return x if x._base is not None else x[...]
 
 
 def copy_no_grad(dst, src):
     with torch.no_grad():
-        dst.copy_(src)
+        return dst.copy_(src)
 
 
-# an input the computation wrote into (x.add_(y), x[i] = v, running stats): the caller's tensor gets its new value
+# an input the computation wrote into (x.add_(y), x[i] = v, running stats): the caller's tensor gets its new value,
+# through a view where eager's last recorded write went through one (its grad_fn is CopySlices), and its version
+# counter moves as eager's did (once per in-place op: `moved` more than the copy's own move)
 writeback = Symbol("epilogue.writeback", "writeback", meta=lambda *a: None, tags=(Tag.PYTHON, Tag.DONT_DCE),
                    module="", printer=_print_writeback)
 
@@ -82,7 +116,7 @@ def _print_restride(bsym, printer):
 
 def apply_metadata_changes(x, changes):
     """The caller's tensor x changed in place as the function changed it (`x.unsqueeze_(0)`, `x.t_()`, ...), by torch's
-    own methods, in order, each in the grad mode it was made in."""
+    own methods, in order, each in the grad mode it was made in (each moving its version counter as eager's did)."""
     for name, args, kwargs, grad in changes:
         with torch.set_grad_enabled(grad):
             getattr(x, name)(*args, **kwargs)
@@ -296,6 +330,12 @@ def _print_local(bsym, printer):
         return f"{name}.__dict__.update({printer.value(value)})"
     if kind == "list":
         return "outs = list(outs)"
+    if kind == "regenerated":
+        return f"{name} = {printer.const(regenerated)}({printer.value(value)})"
+    if kind == "move":
+        by, soft = name
+        fn = move_unless_regenerated if soft else compat.move_version
+        return f"{printer.const(fn)}({provenance_expr(value, printer)}, {by})"
     if isinstance(value, _Viewed):
         return f"outs[{name}] = {printer.const(view_of_written)}({', '.join(printer.value(v) for v in value)})"
     return f"outs[{name}] = {printer.value(value)}"
@@ -409,7 +449,7 @@ local = Symbol("epilogue.local", "local", meta=lambda *a: None, tags=(Tag.PYTHON
 
 
 def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Escapes | None = None,
-                   returned=(), inputs=None, views=(), tails: tuple = (), restrided=()) -> Trace | None:
+                   returned=(), inputs=None, views=(), tails: tuple = (), restrided=(), moved=()) -> Trace | None:
     """The epilogue trace `epilogue(fn, args, kwargs, outs) -> outs`, or None when the function wrote nothing outside
     and hands back no escaping object.
 
@@ -428,8 +468,10 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     restrided: (provenance of an input tensor, its in-place metadata changes): replayed on the caller's tensor after
     the writebacks and the views above (which read its layout as the program saw it).
+    moved: version_moves' (provenance of an input tensor, how far its version counter moves more, softly).
     """
-    if not side_effects and not writebacks and not escapes and not returned and not views and not restrided:
+    if not side_effects and not writebacks and not escapes and not returned and not views and not restrided and \
+            not moved:
         return None
     with Timer() as t:
         trace = Trace("epilogue")
@@ -445,7 +487,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
         if tails:  # their values may be stored in the objects built below
-            _writebacks_and_tails(trace, writebacks, tails)
+            _writebacks_and_tails(trace, writebacks, tails, [BoundSymbol(local, ("move", (by, soft), prov), {}, None)
+                                                              for prov, by, soft in moved])
         if escapes:
             for b in escapes.built.values():
                 line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
@@ -459,19 +502,23 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             for position, value in escapes.outputs.items():
                 line("output", position, value)
         if not tails:
-            for prov, position, no_grad in writebacks:
-                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
-                                                       None))
+            for prov, position, *how in writebacks:
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), *how), {}, None))
+            for prov, by, soft in moved:  # (after the writebacks: a counter moved before a copy into a view of x
+                line("move", (by, soft), prov)  # would make autograd regenerate x's grad_fn from before the copy)
         if (returned or views) and not (escapes and escapes.outputs) and not tails:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
             line("fetch", f"r{k}", prov)
             for i in positions:
                 line("output", i, _Out(f"r{k}"))
-        for k, (prov, value_at, positions) in enumerate(views):  # `x.add_(1); return x[0]`: a view of the caller's
-            line("fetch", f"w{k}", prov)
+        for k, (prov, value_at, positions, stale) in enumerate(views):  # `x.add_(1); return x[0]`: a view of the
+            line("fetch", f"w{k}", prov)  # caller's tensor
+            if stale:  # (made before the last write: eager regenerates it from the base, past x; `regenerated`)
+                line("regenerated", f"u{k}", _Out(f"w{k}"))
             for i in positions:
-                line("output", i, _Viewed((_Out(f"w{k}"), _Out(f"outs[{i}]"), _Out(f"outs[{value_at}]"))))
+                line("output", i, _Viewed((_Out(f"u{k}" if i in stale else f"w{k}"), _Out(f"outs[{i}]"),
+                                           _Out(f"outs[{value_at}]"))))
         for prov, changes in restrided:  # `x.t_()`: the caller's tensor x changes as the function's did
             trace.bound_symbols.append(BoundSymbol(restride, (prov, changes), {}, None))
         stored = {}  # input tensor name -> the local the epilogue fetches it into
@@ -502,13 +549,15 @@ class TailRun:
     has), then the head's boundary outputs; its results take the positions the head left None, and the boundary
     outputs are dropped."""
 
-    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int | None):
+    def __init__(self, program, cuts: tuple, positions: tuple, boundary: tuple, n: int | None, standins: tuple = ()):
         self.program, self.cuts, self.positions, self.boundary, self.n = program, cuts, positions, boundary, n
+        self.standins = standins  # (the targets read again as eager's regenerated views read them)
         self.size = max(positions) + 1
 
     def __call__(self, outs, targets):
         outs = list(outs)
-        values = self.program(*targets, *[outs[b] for b in self.boundary])
+        values = self.program(*targets, *[regenerated(targets[k]) for k in self.standins],
+                              *[outs[b] for b in self.boundary])
         if len(outs) < self.size:  # (values a later tail reads)
             outs += [None] * (self.size - len(outs))
         for p, v in zip(self.positions, values):
@@ -516,6 +565,13 @@ class TailRun:
         if self.n is not None:  # the last tail: the values passed between them are dropped
             del outs[self.n:]
         return outs
+
+
+def regenerated(x):
+    """x as autograd remakes a view of a base written in place (a view made before the write, or written through):
+    the same view made anew from x's base, its history going to the base without passing through x's own; x itself
+    when it is no view (eager's regenerated views of x then go through x)."""
+    return x if x._base is None else compat.view_again(x)
 
 
 def _print_tail(bsym, printer):
@@ -527,22 +583,23 @@ tail_run = Symbol("epilogue.tail", "tail", meta=lambda *a: None, tags=(Tag.PYTHO
                   printer=_print_tail)
 
 
-def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple):
-    """The writebacks of values the head computed, then each tail on the tensors written so far, followed by the
-    writebacks of the values it computed (that no later tail recomputes)."""
-    targets = {position: prov for prov, position, _ in writebacks}
+def _writebacks_and_tails(trace: Trace, writebacks, tails: tuple, moves: list):
+    """The writebacks of values the head computed, the version moves, then each tail on the tensors written so far,
+    followed by the writebacks of the values it computed (that no later tail recomputes)."""
+    targets = {position: prov for prov, position, *_ in writebacks}
     stage = {}  # writeback position -> the index of the last tail computing it (-1: the head)
     for k, tail in enumerate(tails):
         for p in tail.positions:
             stage[p] = k
     for k in range(-1, len(tails)):
+        if k == 0:  # (before a tail saves a caller's tensor for its backward: at its final count, as eager's)
+            trace.bound_symbols.extend(moves)
         if k >= 0:
             trace.bound_symbols.append(BoundSymbol(tail_run, (tails[k], [targets[p] for _, p in tails[k].cuts]), {},
                                                    None))
-        for prov, position, no_grad in writebacks:
+        for prov, position, *how in writebacks:
             if stage.get(position, -1) == k:
-                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), no_grad), {},
-                                                       None))
+                trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), *how), {}, None))
 
 
 def _map(tree, fn):
@@ -551,12 +608,45 @@ def _map(tree, fn):
 
 
 def writeback_specs(traced, writebacks) -> list:
-    """(provenance, output position, under no_grad) for each input the program wrote into."""
+    """(provenance, output position, under no_grad, version moves past the copy's, through a view) for each input
+    the program wrote into."""
     out = []
     for w in writebacks:
         inp = traced.inputs[w.arg_index]
-        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded))
+        out.append((inp.provenance, w.output_index, inp.proxy.requires_grad and not w.recorded, w.versions - 1,
+                    w.sliced))
     return out
+
+
+def version_moves(traced, written, copied=frozenset()) -> list:
+    """(provenance, moves, whether only where that makes no view's grad_fn anew) for each input whose version counter
+    the epilogue moves besides its writeback: one the program itself wrote into (`written`: its
+    transforms/memory.write_into_inputs writebacks), whose kernel moved it as eager's last write did (an out= form
+    once, batch norm's running stats never), and one the function changed the metadata of a view of in place
+    (`x[0].t_()`, `x.detach().resize_(n)`: eager moves the counter the view shares; not through x.data). copied: the
+    positions of the inputs the epilogue writes back."""
+    moves = metadata_moves(traced)
+    for w in written:
+        moves[w.arg_index] = moves.get(w.arg_index, 0) + w.versions - int(w.last_counts)
+    changed = {k for k, _, _ in traced.restrided}
+    return [(traced.inputs[k].provenance, n, k not in copied and k not in changed) for k, n in moves.items() if n]
+
+
+def metadata_moves(traced) -> dict:
+    """{input position: how far its version counter moves} for the inputs the function changed the metadata of a view
+    of in place: each change moves it once (a resize_ to the same sizes, none: the frontend marks none). Those of the
+    input itself the epilogue makes on the caller's tensor (apply_metadata_changes), which moves it as eager's."""
+    moves = {}
+    args = {a.name: k for k, a in enumerate(traced.trace.args) if isinstance(a, TensorProxy)}
+    makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
+    for b in traced.trace.bound_symbols:
+        t = b.flat_proxy_args()[0] if b.moves_version else None
+        while t is not None and t.name not in args:  # (back through views, and detach(), which shares the counter)
+            m = makers.get(t.name)
+            t = viewed_tensor(m, t) if m is not None and (is_eager_view(m) or m.sym.id == "ltorch.detach") else None
+        if t is not None:
+            moves[args[t.name]] = moves.get(args[t.name], 0) + 1
+    return moves
 
 
 def nograd_views_of(trace: Trace) -> tuple:
@@ -578,22 +668,29 @@ def nograd_views_of(trace: Trace) -> tuple:
 
 
 def views_of_written(traced, writebacks) -> list:
-    """(provenance, flat output position of the new value, flat output positions of views of it) for each input the
-    program wrote into that the function returns views of (`x.add_(1); return x[0]`): in the traced program those
-    outputs are views of the input; in the computation, views of its new value."""
+    """(provenance, flat output position of the new value, flat output positions of views of it, those of them made
+    before the input's last write) for each input the program wrote into that the function returns views of
+    (`x.add_(1); return x[0]`): in the traced program those outputs are views of the input; in the computation,
+    views of its new value. Eager regenerates the grad_fn of a view made before the write from the caller's base."""
     written = {traced.trace.args[w.arg_index].name: (traced.inputs[w.arg_index].provenance, w.output_index)
                for w in writebacks}
     if not written:
         return []
-    makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
+    lines = traced.trace.bound_symbols
+    makers = {o.name: b for b in lines for o in b.flat_proxy_outs()}
+    position = {id(b): k for k, b in enumerate(lines)}
+    last = {traced.trace.args[w.arg_index].name: position.get(id(w.last_write), -1) for w in writebacks}
     found: dict = {}
+    stale: dict = {}
     changed = {name for _, name, _ in traced.restrided}  # (the caller's tensor itself: returned_inputs)
     for i, o in enumerate(tree_leaves(traced.trace.output)):
-        root = view_root(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written and \
-            o.name not in changed else None
+        path, root = view_path(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written and \
+            o.name not in changed else ([], None)
         if root is not None and root.name in written:
             found.setdefault(root.name, []).append(i)
-    return [(*written[name], tuple(positions)) for name, positions in found.items()]
+            if any(position[id(b)] < last[root.name] for b, _ in path):
+                stale.setdefault(root.name, set()).add(i)
+    return [(*written[name], tuple(positions), frozenset(stale.get(name, ()))) for name, positions in found.items()]
 
 
 def returned_inputs(traced, writebacks, autodiff: bool) -> list:
