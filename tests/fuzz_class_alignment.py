@@ -1,7 +1,8 @@
 """Fuzzer statement class `alignment` (issues 35 and 38): `t.data_ptr()` read for its alignment, as user code reads it
 (transformers' MoE: `weight.data_ptr() % 16 != 0`), of arguments, views of them, tensors the program makes and views
 of those, in a value (`x * (p % 16)`) or a branch. jitcore answers these as eager (jitcore/frontend/alignment.py);
-any other use of the address stays refused (the core template `{v} * ({v}.data_ptr() != 0)`).
+`!= 0` too (the core template `{v} * ({v}.data_ptr() != 0)`: whether its memory is allocated); any other use of the
+address stays refused.
 """
 from __future__ import annotations
 

@@ -26,13 +26,19 @@ from jitcore.ir.views import LIKE_OPS, MULTI_INPUT_VIEW_OPS, MULTI_VIEW_OPS, VIE
 from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
-from jitcore.ops import prims_shape as ps
 from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.sizes import define_sizes, numbers_before_use
-from jitcore.ops.torch_inplace import slice_scatter
-from jitcore.ops.torch_shape import same_shape, slice_dim
 from transforms.cse import rename_args
-from transforms.functionalize_complex import COMPLEX_INVERSES, COMPLEX_VIEW_STRIDES, complex_view_meta
+from transforms.functionalize_complex import COMPLEX_VIEW_STRIDES, complex_view_meta
+from transforms.functionalize_views import (
+    expanded_dims,
+    inverse,
+    is_same_dtype_copy,
+    places_repeat,
+    strided_view_meta,
+    unbroadcast,
+    written_mask,
+)
 from transforms.write_history import WriteLog
 
 # ops that are views in eager which jitcore computes as new values (a prim that is no view prim): reads of them
@@ -441,11 +447,11 @@ def _track_views(st: _State, bsym: BoundSymbol):
     # of a layout eager cannot view)
     whole_pieces = bsym.sym.id in MULTI_VIEW_OPS or bsym.sym.id in MULTI_INPUT_VIEW_OPS
     computed = COMPUTED_VIEW_OPS.get(bsym.sym.id)
-    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not _is_same_dtype_copy(p) for p in prims) and (
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not is_same_dtype_copy(p) for p in prims) and (
             bsym.sym.id not in COPYING_VIEW_OPS or _zero_dim_index(bsym)):
         _untracked_view(st, bsym, tensors)  # (narrow and tensor_split at positions a tensor holds: a take)
         return
-    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and _is_same_dtype_copy(p))
+    if any(p.sym.id not in VIEW_PRIMS and p.sym.id != computed and not (whole_pieces and is_same_dtype_copy(p))
            for p in prims):
         return
     srcs = {t.name: _alias_of(st, t) for t in tensors}
@@ -491,12 +497,6 @@ def _zero_dim_index(bsym: BoundSymbol) -> bool:
         for a in bsym.flat_proxy_args()[1:])
 
 
-def _is_same_dtype_copy(p: BoundSymbol) -> bool:
-    """The piece a view op returns whole (`x.chunk(1)[0]`, a split wider than x): a copy in jitcore's decomposition
-    (an op may not return its own input among several outputs), the input itself in eager."""
-    return p.sym.id == "prims.convert_element_type" and p.args[1] == p.args[0].dtype
-
-
 def _alias_of(st: _State, x: TensorProxy) -> Alias:
     """x's alias record; a tensor the trace made (not a view) is its own root, contiguous like eager's results."""
     al = st.alias.get(x.name)
@@ -510,7 +510,7 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
     """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
     pid, args = p.sym.id, p.args
     try:
-        if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
+        if pid == "prims.stop_gradient" or is_same_dtype_copy(p):
             return meta
         if pid == "prims.reshape":
             return meta.view(_values(args[1]))
@@ -525,6 +525,8 @@ def _view_meta(p: BoundSymbol, meta: torch.Tensor):
             return meta.unfold(*_values(args[1:4]))
         if pid in COMPLEX_VIEW_STRIDES:
             return complex_view_meta(pid, meta)
+        if pid == "prims.as_strided":
+            return strided_view_meta(p, meta)
         if pid == "prims.broadcast_in_dim":
             shape, bdims = _values(args[1]), _values(args[2])
             view = [1] * len(shape)
@@ -617,7 +619,13 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
-    if not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst):
+    strided = any(p.sym.id == "prims.as_strided" for p in al.chain)  # (eager writes any value into these)
+    if strided and places_repeat(al.meta) and not (_uniform(st, src) and not _read(st, src).requires_grad):
+        raise UnsupportedError("in-place op", f"{op}a write of computed values into a view made by as_strided whose "
+                               "elements share memory: eager writes its elements one after another, so its result "
+                               "depends on the order its kernel visits them", hint="clone() the view before writing "
+                               "into it, or write one value everywhere (fill_, zero_, `v[...] = 0`)")
+    if not strided and not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst):
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
@@ -631,7 +639,7 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
                                " the write cannot be followed through it",
                                hint=f"clone() the result of {name.split(' (')[0]}, or write with basic indexing or "
                                     "view ops (select, narrow, view, ...)")
-    computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not _is_same_dtype_copy(p)), None)
+    computed = next((p.sym.id for p in al.chain if p.sym.id not in VIEW_PRIMS and not is_same_dtype_copy(p)), None)
     if computed is not None:
         name = next(k for k, v in COMPUTED_VIEW_OPS.items() if v == computed).removeprefix("ltorch.")
         raise UnsupportedError("in-place op", f"{op}a write into the result of {name} (a view of its input in eager, "
@@ -650,7 +658,7 @@ def _overlaps(st: _State, al: Alias, dst: TensorProxy) -> bool:
     Where there is one, the answer may depend on the sizes: every size the meta was computed from is pinned."""
     root = st.alias[al.root].meta
     zero = any(s == 0 and n != 1 for s, n in zip(root.stride(), root.shape)) or any(
-        _expanded_dims(p, p.args[0]) for p in al.chain)
+        expanded_dims(p, p.args[0]) for p in al.chain)
     if not zero and torch._debug_has_internal_overlap(al.meta) != 1:
         return False
     numbers = (al.chain[0].args[0] if al.chain else dst)._shape + tuple(
@@ -666,7 +674,7 @@ def _overlay(st: _State, al: Alias, k: int, new_root, value):
     views of it read it (the root's own value takes the write without the gradient)."""
     name, prefix = al.chain[k].output.name, al.chain[: k + 1]
     if name in st.overlay and st.derived.get(name) == st.version.get(al.root, 0) and not any(
-            _expanded_dims(p, p.args[0]) for p in prefix):
+            expanded_dims(p, p.args[0]) for p in prefix):
         top = st.cur[name]  # the gradients of earlier writes through it, in memory no other place of it shares
     else:
         top = _replay_chain(st, Alias(al.root, prefix, al.meta), new_root)
@@ -719,75 +727,8 @@ def _scatter_back(st: _State, chain: tuple, top, value):
         values.append(_replay(p, values[-1]))
     for k in reversed(range(len(chain))):
         p, base = chain[k], values[k]
-        if _expanded_dims(p, base):  # several places of the expanded tensor share one element of base
-            value = _unbroadcast(p, base, value, _written_mask(chain[k + 1:], values[k + 1:], written))
+        if expanded_dims(p, base):  # several places of the expanded tensor share one element of base
+            value = unbroadcast(p, base, value, written_mask(chain[k + 1:], values[k + 1:], written))
         else:
-            value = _inverse(p, base, value)
+            value = inverse(p, base, value)
     return value
-
-
-def _expanded_dims(p: BoundSymbol, base) -> tuple:
-    """The dims a broadcast_in_dim line makes (or widens from size 1) with more than one element; () otherwise."""
-    if p.sym.id != "prims.broadcast_in_dim":
-        return ()
-    shape, bdims = tuple(p.args[1]), tuple(p.args[2])
-    widened = {d for i, d in enumerate(bdims) if base.shape[i] == 1}
-    return tuple(d for d in range(len(shape)) if (d not in bdims or d in widened) and shape[d] != 1)
-
-
-def _written_mask(chain, bases, value):
-    """Where, in the first base of chain, a write of `value` through chain lands (a bool tensor)."""
-    mask = ltorch.full(tuple(value.shape), True, dtype=torch.bool, device=value.device)
-    for p, base in zip(reversed(chain), reversed(bases)):
-        empty = ltorch.full(tuple(base.shape), False, dtype=torch.bool, device=base.device)
-        dims = _expanded_dims(p, base)
-        mask = ltorch.reshape(ltorch.any(mask, dims, True), tuple(base.shape)) if dims else _inverse(p, empty, mask)
-    return mask
-
-
-def _unbroadcast(p, base, value, mask):
-    """base after writing value into its expansion p at the places mask marks: each element of base takes the
-    value written into one of its places (several places hold the same value, or eager refused the write)."""
-    dims, shape = _expanded_dims(p, base), tuple(base.shape)
-    written = ltorch.reshape(ltorch.any(mask, dims, True), shape)
-    if value.dtype == torch.bool:
-        picked = ltorch.any(ltorch.logical_and(mask, value), dims, True)
-    elif value.dtype.is_complex:
-        picked = ltorch.sum(ltorch.where(mask, value, 0), dims, True)
-    else:
-        low = -float("inf") if value.dtype.is_floating_point else torch.iinfo(value.dtype).min
-        picked = ltorch.amax(ltorch.where(mask, value, low), dims, True)
-    return ltorch.where(written, ltorch.reshape(picked, shape), base)
-
-
-def _inverse(p: BoundSymbol, base, value):
-    """base with p's view of it replaced by value."""
-    pid, args = p.sym.id, p.args
-    if pid == "prims.stop_gradient" or _is_same_dtype_copy(p):
-        return value
-    if pid in ("prims.reshape", "prims.squeeze"):
-        return ps.reshape(value, tuple(base.shape))
-    if pid == "prims.transpose":
-        perm = tuple(args[1])
-        return ps.transpose(value, tuple(perm.index(i) for i in range(len(perm))))
-    if pid == "prims.broadcast_in_dim":  # one that only adds dims of size 1 (_unbroadcast does the others)
-        return ps.reshape(value, tuple(base.shape))
-    if pid in COMPLEX_INVERSES:
-        return COMPLEX_INVERSES[pid](base, value)
-    if pid == "prims.slice":
-        starts, ends = args[1], args[2]
-        steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim
-        # a dim is left out when it is whole for every size (asked of the expressions: no predicate)
-        dims = [d for d in range(base.ndim) if not same_shape((starts[d], ends[d], steps[d]), (0, base.shape[d], 1))]
-        return _scatter_dims(base, value, dims, starts, ends, steps)
-    raise AssertionError(f"functionalize: {pid} is not a view prim")
-
-
-def _scatter_dims(base, value, dims, starts, ends, steps):
-    if not dims:
-        return value
-    d, rest = dims[0], dims[1:]
-    if rest:
-        inner = slice_dim(base, d, starts[d], ends[d], steps[d])
-        value = _scatter_dims(inner, value, rest, starts, ends, steps)
-    return slice_scatter(base, value, d, starts[d], ends[d], steps[d])

@@ -10,6 +10,7 @@ import math
 import torch
 
 from jitcore.ir.proxies import TensorProxy
+from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_index as pi
 from jitcore.ops import prims_nn as pn
 from jitcore.ops import prims_reduction as pr
@@ -130,6 +131,30 @@ def unfold_vjp(bsym, g):
 
 
 VJP_RULES["prims.unfold"] = unfold_vjp
+
+
+def as_strided_vjp(bsym, g):
+    """Each element of a gets the sum of the cotangents of the view's places that are it (places may repeat)."""
+    a, size, stride, offset = bsym.args
+    n, m = numel(a), numel(g)
+    places = ps.as_strided(pc.iota(n, start=0, step=1, device=g.device, dtype=torch.int64), size, stride, offset)
+    zeros = pc.full((n,), 0, device=g.device, dtype=g.dtype)
+    flat = pi.index_add(zeros, ps.reshape(places, (m,)), ps.reshape(g, (m,)), 0)
+    return ps.reshape(flat, tuple(a.shape)),
+
+
+VJP_RULES["prims.as_strided"] = as_strided_vjp
+
+
+def as_strided_scatter_vjp(bsym, g):
+    """a's cotangent where src did not land; src's, read at its places (functionalization writes values with a
+    gradient only where the places do not repeat)."""
+    a, src, size, stride, offset = bsym.args
+    ga = ps.as_strided_scatter(g, zeros_like(src), size, stride, offset) if is_diff(a) else None
+    return ga, ps.as_strided(g, size, stride, offset) if is_diff(src) else None
+
+
+VJP_RULES["prims.as_strided_scatter"] = as_strided_scatter_vjp
 
 
 # -- reductions -----------------------------------------------------------------------------------------------------

@@ -59,7 +59,37 @@ class Addresses:
         self._answers: dict = {}
 
     def address(self, proxy: TensorProxy) -> Address:
-        return Address(proxy.name, lambda k: self.residue(proxy, k))
+        return Address(proxy.name, lambda k: self.residue(proxy, k), lambda: self.nonzero(proxy))
+
+    def nonzero(self, p: TensorProxy) -> bool:
+        """`data_ptr() != 0` of a tensor with elements: its memory is allocated (an allocator gives a place of more
+        than 0 bytes a non-null address, or raises), so True for a tensor the program makes; one from outside may
+        have its storage freed (FSDP resizes it to 0 bytes): read from the call's tensor and guarded. Refused for a
+        tensor without elements (eager's address is 0 or not, as its storage was made) and off cpu and cuda."""
+        if (p.name, 0) in self._answers:
+            return self._answers[(p.name, 0)]
+        if p.device.type not in ("cpu", "cuda"):
+            _refuse(p, f"`!= 0` on {p.device.type}")
+        if p.numel() == 0:
+            _refuse(p, "`!= 0` of a tensor without elements (its address is 0 or not, as its storage was made)")
+        self._refuse_moves(p)
+        kind, root, _ = self._storage(p)
+        got = True
+        if kind == "input":
+            value = self.ctx.real_value(root)
+            if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.layout != torch.strided:
+                _refuse(p, f"reading it of a {type(value).__name__} ({value.layout}) input")
+            got = _allocated(value)
+            self.ctx.guards.data.append(DataGuard(_allocated, (root.name,), got, f"{root.name}.data_ptr() != 0",
+                                                  on_values=False))
+        self._answers[(p.name, 0)] = got
+        return got
+
+    def _refuse_moves(self, p):
+        moved = next((b.sym.id for scope in self.ctx.trace._scopes for b in scope if b.sym.id.endswith(_MOVES)), None)
+        if moved is not None:  # (a prologue reads the address a call starts with; eager's may have moved since)
+            _refuse(p, f"reading it in a function that calls {moved.rsplit('.', 1)[-1]}, which may move a tensor's "
+                    "memory")
 
     def residue(self, p: TensorProxy, k: int) -> int:
         align = allocator_alignment(p.device)
@@ -70,11 +100,7 @@ class Addresses:
                     "eager's answer depends on where the allocator puts a tensor")
         key = (p.name, k)
         if key not in self._answers:
-            moved = next((b.sym.id for scope in self.ctx.trace._scopes for b in scope
-                          if b.sym.id.endswith(_MOVES)), None)
-            if moved is not None:  # (a prologue reads the address a call starts with; eager's may have moved since)
-                _refuse(p, f"reading it in a function that calls {moved.rsplit('.', 1)[-1]}, which may move a "
-                        "tensor's memory")
+            self._refuse_moves(p)
             kind, root, chain = self._storage(p)
             self._answers[key] = (self._fresh if kind == "fresh" else self._outside)(p, root, chain, k)
         return self._answers[key]
@@ -104,6 +130,8 @@ class Addresses:
             return 0
         # (a tensor with run-time sizes: nonzero's CPU kernel lays its result out column-major, its meta kernel not)
         if any(isinstance(s, NumberProxy) and s.runtime for s in root._shape):
+            if Tag.OPAQUE not in self.layouts._line(root).sym.tags and all(_keeps_offset(b) for b, _ in chain):
+                return 0  # (a new allocation seen from its first element, whatever its layout: `t[t > 0].t()`)
             _refuse(p, f"reading it: {root.name}'s layout is not known here (its sizes are known only at run time)")
         base = root.eager_layout("contiguous")  # (the inputs' offsets do not move a new allocation)
         offset = self._offset(p, root, chain, base)
@@ -161,6 +189,10 @@ def _plain(a: TensorProxy) -> torch.Tensor:
     return torch.empty(tuple(getattr(s, "value", s) for s in a._shape), dtype=a.dtype, device="meta")
 
 
+def _allocated(t) -> bool:
+    return t.untyped_storage().data_ptr() != 0
+
+
 def _direct(k: int):
     def program(t):
         return t.data_ptr() % k
@@ -188,6 +220,20 @@ def _flat_prims(line) -> list:
     if line.sym.is_prim or not line.subsymbols:
         return [line]
     return [p for s in line.subsymbols for p in _flat_prims(s)]
+
+
+# view prims whose result starts where their input does, whatever its layout
+_SAME_START = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.broadcast_in_dim",
+                         "prims.stop_gradient"})
+
+
+def _keeps_offset(line) -> bool:
+    """Whether a line of a chain (_storage's) makes a tensor whose first element is its input's: a write, or view
+    prims that start where their input does (slices from 0 in every dim among them)."""
+    if writes_in_place(line):
+        return True
+    return all(b.sym.id in _SAME_START or _same_dtype_copy(b) or (
+        b.sym.id == "prims.slice" and all(type(s) is int and s == 0 for s in b.args[1])) for b in _flat_prims(line))
 
 
 def _same_dtype_copy(b) -> bool:

@@ -130,6 +130,9 @@ class Layouts:
         outs = list(line.flat_outs())
         given = {a.name: self._metas[a.name][0] for a in args}
         metas = [None] * len(outs) if line.sym.id in UNKNOWN_LAYOUTS else None
+        if metas is None and line.sym.id in JOINS and all(o.ndim not in (4, 5) for o in outs
+                                                           if isinstance(o, TensorProxy)):
+            metas = [_fresh(o) for o in outs]  # (whatever its inputs' layouts: those may not be known here)
         if metas is None:
             metas = _contiguous_results(line, given) if args else None
         if metas is None:
@@ -332,6 +335,10 @@ _PLAIN = frozenset({int, float, bool, str, complex, type(None), torch.dtype, tor
 # questions (stride(), is_contiguous()) are refused rather than answered as contiguous
 UNKNOWN_LAYOUTS = frozenset(("ltorch.nonzero", "ltorch.argwhere", "prims.nonzero", "opaque.torch.linalg.eig",
                              "ltorch.linalg_eig"))
+
+# ops that lay their result out contiguously whatever their inputs' layouts, but for 4-d and 5-d results (which follow
+# a channels-last input): cat and stack allocate it from torch's suggested memory format, contiguous at other ranks
+JOINS = frozenset({"ltorch.cat", "prims.cat", "ltorch.stack"})
 
 CPU_LAYOUTS = frozenset(f"ltorch.{n}" for n in (
     "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d group_norm pad roll pixel_shuffle "

@@ -1,8 +1,9 @@
 """IR: what `tensor.data_ptr()` gives inside a jitted function. The traced program has no address, but code reads one
 for its alignment only (transformers' MoE: `weight.data_ptr() % 16 != 0`), and that residue is known: an Address
 answers `addr % k` and `addr & (k - 1)` for k a power of two (up to the allocator's alignment) with the residue eager's
-tensor has, which the frontend computes and guards (jitcore/frontend/alignment.py). Any other use of it (int(),
-comparisons, hashing, printing, other arithmetic) raises UnsupportedError, at the user's line.
+tensor has, and `addr != 0` (`== 0`, its truth) as whether its memory is allocated, which the frontend computes and
+guards (jitcore/frontend/alignment.py). Any other use of it (int(), other comparisons, hashing, printing, other
+arithmetic) raises UnsupportedError, at the user's line.
 """
 from __future__ import annotations
 
@@ -33,10 +34,29 @@ def address_in(tree) -> Address | None:
 class Address:
     """`t.data_ptr()` of a tensor of the trace being recorded: `residue(k)` (the frontend's) answers `addr % k`."""
 
-    __slots__ = ("name", "residue")
+    __slots__ = ("name", "nonzero", "residue")
 
-    def __init__(self, name: str, residue):
+    def __init__(self, name: str, residue, nonzero=None):
         self.name, self.residue = name, residue  # residue: k (a power of two) -> eager's data_ptr() % k, guarded
+        self.nonzero = nonzero  # () -> eager's data_ptr() != 0 (the frontend's, guarded where it reads the tensor)
+
+    def _is_nonzero(self, what: str) -> bool:
+        if get_tracectx() is None or self.nonzero is None:
+            refuse_address(self.name, what)
+        return self.nonzero()
+
+    def __ne__(self, other):
+        if type(other) is int and other == 0:
+            return self._is_nonzero("`!= 0`")
+        refuse_address(self.name, "`__ne__` (but `!= 0`)")
+
+    def __eq__(self, other):
+        if type(other) is int and other == 0:
+            return not self._is_nonzero("`== 0`")
+        refuse_address(self.name, "`__eq__` (but `== 0`)")
+
+    def __bool__(self):
+        return self._is_nonzero("its truth value")
 
     def _modulus(self, k, op: str) -> int:
         if get_tracectx() is None:  # (kept past its recording: a global written natively)
@@ -82,7 +102,7 @@ def _refusing(dunder: str):
     return f
 
 
-for _d in ("eq", "ne", "lt", "le", "gt", "ge", "bool", "int", "index", "float", "complex", "add", "radd", "sub",
+for _d in ("lt", "le", "gt", "ge", "int", "index", "float", "complex", "add", "radd", "sub",
            "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "rmod", "divmod", "rdivmod", "pow",
            "rpow", "lshift", "rlshift", "rshift", "rrshift", "or", "ror", "xor", "rxor", "neg", "pos", "abs",
            "invert", "round", "trunc", "floor", "ceil"):

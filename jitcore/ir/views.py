@@ -6,7 +6,7 @@ from __future__ import annotations
 # prims that only re-index their (single) tensor input: reading through them is a view in eager
 # (stop_gradient too: detach() and .data share their input's memory, and writes through them reach it)
 VIEW_PRIMS = frozenset({"prims.reshape", "prims.transpose", "prims.squeeze", "prims.slice", "prims.broadcast_in_dim",
-                        "prims.stop_gradient",
+                        "prims.stop_gradient", "prims.as_strided",
                         # complex views, which change the dtype (jitcore/ops/prims_complex.py)
                         "prims.conj", "prims.real", "prims.imag", "prims.view_as_real", "prims.view_as_complex"})
 # torch-level ops that are views in eager (when their decomposition is view prims only)
@@ -23,9 +23,10 @@ LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"}
 # records into them (or into views of them)
 MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
     "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
-# view ops that give back their input itself where they view nothing (x.real, x.conj() of a real x): eager's result is
-# that same tensor, under no_grad too (it keeps requiring grad and passes gradients on)
-SAME_TENSOR_VIEW_OPS = frozenset({"ltorch.real", "ltorch.conj"})
+# view ops that give back their input itself where they view nothing (x.real, x.conj() of a real x, x.flatten() of a
+# 1-d x or flatten(x, d, d)): eager's result is that same tensor, under no_grad too (it keeps requiring grad and passes
+# gradients on)
+SAME_TENSOR_VIEW_OPS = frozenset({"ltorch.real", "ltorch.conj", "ltorch.flatten"})
 # view ops of several tensors: each output views the input it is made from (viewed_tensor follows it back)
 MULTI_INPUT_VIEW_OPS = frozenset(f"ltorch.{n}" for n in ("atleast_1d", "atleast_2d", "atleast_3d", "broadcast_tensors",
                                                          "meshgrid"))

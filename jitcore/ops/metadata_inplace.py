@@ -16,6 +16,7 @@ from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.symbol import is_eager_view, view_path, viewed_tensor
 from jitcore.ir.views import MULTI_VIEW_OPS
+from jitcore.ops import prims_shape as ps
 
 # the in-place methods (and torch functions) this module runs
 SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_",
@@ -93,7 +94,43 @@ def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
         found = _within_root(self, block, storage_offset) if nested else None
         if found is not None:
             return _nested_view(found[0], size, stride, dims, block, found[1])
+    if len(size) == len(stride) and all(type(n) is int and n > 0 for n in size) and \
+            all(type(s) is int and s >= 0 for s in stride) and (storage_offset is None or type(storage_offset) is int):
+        found = _in_memory(self, 1 + sum((n - 1) * s for n, s in zip(size, stride)), storage_offset)
+        if found is not None:  # any strides (places may repeat) over memory laid out contiguously in eager
+            return ps.as_strided(found[0], size, stride, found[1])
     return self.as_strided(size, stride, storage_offset)
+
+
+def _in_memory(self, extent, storage_offset):
+    """(a tensor laid out contiguously in eager whose memory holds the view's places: self, or the one it views, or
+    either with its dims permuted into memory order where it is laid out densely in another order; where in it the
+    view starts) when `extent` elements from there lie within it, and a gradient through the view reaches only self's
+    elements (they hold all the places, or self requires none); else None."""
+    smeta = self.eager_layout("exact")
+    if smeta is None:
+        return None
+    first = smeta.storage_offset() if storage_offset is None else storage_offset
+    root = view_path(_makers(), self)[1]
+    for t, meta in ((self, smeta), (root, root.eager_layout("exact") if root is not self else None)):
+        order = _memory_order(meta) if meta is not None and t.dtype == self.dtype else None
+        start = None if order is None else first - meta.storage_offset()
+        if start is None or not (0 <= start and start + extent <= t.numel()):
+            continue
+        if t is not self and self.requires_grad and (self.numel() != t.numel() or _overlapping(smeta)):
+            return None  # (eager's as_strided backward drops what falls outside self's places)
+        return (t if order == tuple(range(t.ndim)) else t.permute(order)), start
+    return None
+
+
+def _memory_order(meta) -> tuple | None:
+    """The permutation of meta's dims that lays it out contiguously (outermost first), or None when none does."""
+    order = tuple(sorted(range(meta.ndim), key=lambda d: (-meta.stride(d), d)))
+    return order if meta.permute(order).is_contiguous() else None
+
+
+def _overlapping(meta) -> bool:
+    return torch._debug_has_internal_overlap(meta) != 0
 
 
 def _within_root(self, block, storage_offset):

@@ -1,5 +1,6 @@
-"""Ops: shape prims (broadcast_in_dim, reshape, transpose, squeeze, slice, cat, pad, flip, unfold). They change
-metadata and layout, never values; they are strict (ltorch resolves -1, negative dims, broadcasting).
+"""Ops: shape prims (broadcast_in_dim, reshape, transpose, squeeze, slice, cat, pad, flip, unfold, as_strided and its
+scatter). They change metadata and layout, never values; they are strict (ltorch resolves -1, negative dims,
+broadcasting).
 """
 from __future__ import annotations
 
@@ -195,3 +196,55 @@ def unfold(a, dim, size, step):
     if a.ndim:
         shape[d] = (n - size) // step + 1
     return a.like(shape=tuple(shape) + (size,), requires_grad=requires_grad(a))
+
+
+# -- as_strided over memory a program owns (jitcore/ops/metadata_inplace.py) ----------------------------------------
+def _memory(a):
+    """a's elements in the order eager lays them out in memory (a, as the caller of these prims guarantees, is
+    contiguous in eager): a 1-D tensor of them, a view where a's value is contiguous here too."""
+    return a.contiguous().view(-1)
+
+
+def _as_strided(a, size, stride, storage_offset):
+    flat = _memory(a)
+    return flat.as_strided(size, stride, flat.storage_offset() + storage_offset)
+
+
+def _as_strided_scatter(a, src, size, stride, storage_offset):
+    out = a.reshape(-1).clone(memory_format=torch.contiguous_format)
+    out.as_strided(size, stride, storage_offset).copy_(src)
+    return out.view(a.shape)
+
+
+def _strided_extent(a, size, stride, storage_offset, op) -> None:
+    """Check the view's places lie within a's elements."""
+    check(len(size) == len(stride) and all(is_int(n) and n >= 0 for n in size) and
+          all(is_int(s) and s >= 0 for s in stride) and is_int(storage_offset) and storage_offset >= 0,
+          lambda: f"prims.{op}: invalid sizes {size}, strides {stride}, offset {storage_offset}")
+    if all(n > 0 for n in size):
+        last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride))
+        check(last < a.numel(), lambda: f"prims.{op}: the view reaches element {last} of a tensor of {a.numel()}")
+
+
+@prim("prims.as_strided", kernel=_as_strided)
+def as_strided(a, size, stride, storage_offset):
+    """The elements of a, taken in eager's memory order (a is contiguous in eager), viewed with sizes `size` and
+    strides `stride` from element `storage_offset` of a: Tensor.as_strided over the memory a owns. Places may repeat
+    (overlapping strides); reading is a view, a write through it is prims.as_strided_scatter."""
+    _check_tensor("as_strided", a)
+    size, stride = tuple(size), tuple(stride)
+    _strided_extent(a, size, stride, storage_offset, "as_strided")
+    return a.like(shape=size, requires_grad=requires_grad(a))
+
+
+@prim("prims.as_strided_scatter", kernel=_as_strided_scatter)
+def as_strided_scatter(a, src, size, stride, storage_offset):
+    """a with the places of its view prims.as_strided(a, size, stride, storage_offset) replaced by src's values (in
+    src's order: where places repeat, the last element written to a place is its value)."""
+    _check_tensor("as_strided_scatter", a)
+    _check_tensor("as_strided_scatter", src)
+    size, stride = tuple(size), tuple(stride)
+    _strided_extent(a, size, stride, storage_offset, "as_strided_scatter")
+    check(tuple(src.shape) == size and src.dtype == a.dtype,
+          lambda: f"prims.as_strided_scatter: src {src.dtype}{tuple(src.shape)} for a view {a.dtype}{size}")
+    return a.like(requires_grad=requires_grad(a, src))
