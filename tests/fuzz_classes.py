@@ -43,4 +43,5 @@ CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_metainplace",
     "tests.fuzz_class_complexviews",
     "tests.fuzz_class_dtypeset",
+    "tests.fuzz_class_numpy",
 )

@@ -1,4 +1,5 @@
-"""Frontend helper: numpy arrays from outside handed to torch.from_numpy / torch.as_tensor inside a jitted function.
+"""Frontend helper: numpy arrays from outside handed to torch.from_numpy / torch.as_tensor inside a jitted function,
+and numpy arrays passed as arguments (`argument_array`: an NdarrayProxy over such a tensor input).
 
 Eager's tensor shares the array's memory: here it is a tensor input fetched per call (`Converted` provenance:
 `torch.from_numpy(<the array>)` in the prologue), so the program reads the array's values as they are at the call and
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from jitcore.errors import UnsupportedError
+from jitcore.frontend.ndarrays import NdarrayProxy, has_array
 from jitcore.guards.values import is_ndarray
 from jitcore.interpreter.frame import pending_callables
 from jitcore.interpreter.provenance import Converted
@@ -58,3 +61,44 @@ def array_tensor(ctx, fn, runtime):
         return known
 
     return call
+
+
+def argument_array(ctx, arr, prov):
+    """A numpy array passed as an argument: an array over a tensor input sharing its memory (fetched per call as
+    `torch.from_numpy(<the argument>)`, guarded on dtype and shape like a tensor; writes through it reach the array),
+    so numpy functions on it are traced like those on `x.numpy()`. None for an array torch cannot share (a dtype
+    torch lacks, negative strides, read-only): it is then read natively, guarded by its contents."""
+    tensor = shares_memory(arr) if arr.flags.writeable else None
+    if tensor is None:
+        return None
+    known = ctx._arrays.get(id(arr))
+    if known is None:
+        known = ctx._arrays[id(arr)] = ctx._tensor_input(tensor, Converted(prov, torch.from_numpy))
+        ctx._arrays[id(known)] = arr  # (given_arrays: returned, it is the caller's array)
+    # a numpy function with no torch row reads the caller's array natively, its contents guarded (as before)
+    return NdarrayProxy(known, origin=(arr, lambda: ctx.guards.values.setdefault(prov, arr.copy())))
+
+
+def given_arrays(output, known: dict):
+    """The function's output with each array argument it returns as the argument itself (eager returns the caller's
+    object; the epilogue fetches it again on every call), not a new array over the same memory."""
+    if type(output) is NdarrayProxy and not output.scalar and is_ndarray(known.get(id(output.tensor))):
+        return known[id(output.tensor)]
+    if type(output) in (tuple, list):
+        items = [given_arrays(x, known) for x in output]
+        return output if all(a is b for a, b in zip(items, output)) else type(output)(items)
+    if type(output) is dict:
+        items = {k: given_arrays(v, known) for k, v in output.items()}
+        return output if all(items[k] is v for k, v in output.items()) else items
+    return output
+
+
+def refuse_stored_arrays(side_effects):
+    """An array made from a tensor stored outside the function (`self.cache = x.numpy()`, a global, an append to a
+    list from outside) is refused: the epilogue hands back tensors and Python values, not arrays over them."""
+    for e in side_effects:
+        if has_array((e.value, e.args, e.kwargs)):
+            raise UnsupportedError("numpy", f"a numpy array made from a tensor inside a jitted function stored outside "
+                                   f"it ({e.kind} {e.key!r} of {e.target})",
+                                   hint="return the array (returned arrays reach the caller as numpy arrays), or "
+                                        "store torch.from_numpy(a) instead")

@@ -17,9 +17,10 @@ import torch.utils.checkpoint as _checkpoint
 
 from jitcore import compat
 from jitcore.errors import UnsupportedError
-from jitcore.frontend import arrays, standins
+from jitcore.frontend import arrays, ndarrays, numpy_calls, standins
 from jitcore.frontend.jit_services import JitServices
 from jitcore.frontend.layouts import Layouts
+from jitcore.frontend.ndarrays import NdarrayProxy
 from jitcore.frontend.rebind import input_metadata_changes
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
@@ -134,6 +135,9 @@ class JitContext(InterpreterHooks):
 
     def lookaside(self, fn):
         op = self._lookaside(fn)
+        arrays_op = numpy_calls.lookaside(fn, op, self.on_call_native)  # numpy on arrays made from tensors, x.numpy()
+        if arrays_op is not None:
+            op = arrays_op
         if op is not None and ranges.unread(self.trace):  # list(range(n)) nothing has read yet (jitcore/ir/ranges.py)
             return standins.range_lists_pinned(op, torch_creation.takes_ranges(torch_map.lookup(fn)))
         return op
@@ -337,6 +341,9 @@ class JitContext(InterpreterHooks):
             g.values.setdefault(provenance, Members(value))
         elif t in COPIED_CONTAINERS and all(isinstance(x, GUARDED_SCALARS) for x in value):  # a deque, array or
             g.values.setdefault(provenance, contents_copy(value))  # bytearray read natively (len, iteration, in)
+        elif is_ndarray(value) and type(provenance) in (Arg, Kwarg) and \
+                (array := arrays.argument_array(self, value, provenance)) is not None:
+            return array  # an argument: numpy on it is traced (jitcore/frontend/ndarrays.py)
         elif is_ndarray(value) and value.dtype.hasobject is False:  # (`w.sum()`, `w[1]`: read natively) its contents,
             if not arrays.converted_next(self._runtime.frame, value):  # unless it goes straight to from_numpy
                 g.values.setdefault(provenance, value.copy())
@@ -553,10 +560,14 @@ class JitContext(InterpreterHooks):
             return type(obj.value)
         if type(obj) is Address:  # `t.data_ptr()`: an int in eager
             return int
+        if type(obj) is NdarrayProxy:  # an array made from a tensor: numpy.ndarray, or its numpy scalar type
+            return obj.eager_type
         t = ranges.stands_for(obj)
         return t if t is not type(obj) else NotImplemented
 
     def isinstance_hook(self, obj, cls):
+        if type(obj) is NdarrayProxy:
+            return isinstance(obj.eager_type, type) and issubclass(obj.eager_type, cls)
         self._abc_read(cls)
         if isinstance(obj, TensorProxy):
             classes = cls if isinstance(cls, tuple) else (cls,)
@@ -723,6 +734,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
             result = interpret(fn, args, kwargs, ctx)
             ctx.context_vars.check_restored()
             ranges.pin_live(trace)  # list(range(n)) still alive may escape: its values are this call's
+        ndarrays.refuse_grad_aliased_writes(trace)
         trace.args = [i.proxy for i in ctx.inputs]
         made = ctx.inference_tensors
         # inputs that are inference tensors (guarded): rematerialization never saves one (autograd refuses it)
@@ -730,15 +742,18 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
         rt = ctx._runtime
         trace.entered_code = list(rt.entered) if rt is not None else []  # (jitcore/packages.py checks them)
         trace.meta_results = list(found.layouts.used)  # (a package carries them: jitcore/frontend/layouts.py)
-        register_containers(result.output)  # ModelOutput and other dataclass outputs flatten and rebuild
+        output = arrays.given_arrays(result.output, ctx._arrays)  # an array argument returned: the caller's own
+        output = ndarrays.from_numpy_outputs(output)  # torch.from_numpy(a) returned: a storage of its own, as eager's
+        register_containers(output)  # ModelOutput and other dataclass outputs flatten and rebuild
         escapes = Escapes(result.external, ctx.pinned)  # objects handed back: fetched again or built afresh per call
-        leaves, spec = tree_flatten(escapes.given_containers(result.output))
+        leaves, spec = tree_flatten(escapes.given_containers(output))
         leaves = [x if isinstance(x, GUARDED_SCALARS) or (isinstance(x, Proxy) and not escapes.is_local(x))
                   else escapes.output(i, x) for i, x in enumerate(leaves)]
         if made:  # tensors eager made under torch.inference_mode() are handed back as inference tensors
             with tracectx(trace):
                 leaves = [prims.inference_tensor(x) if isinstance(x, TensorProxy) and made.get(x.name) else x
                           for x in leaves]
+        arrays.refuse_stored_arrays(result.side_effects)  # (an array made from a tensor kept outside: not modelled)
         stored = effect_proxies(result.side_effects, escapes)
         trace.output = tuple(leaves) + tuple(stored) + tuple(escapes.proxies)
         if symbolic or trace.run_time_sizes:

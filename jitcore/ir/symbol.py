@@ -66,12 +66,25 @@ class Tag(enum.Enum):
 KEEPS_NUMPY_DTYPE = {"ltorch.tensor", "ltorch.as_tensor", "ltorch.asarray", "ltorch.scalar_tensor"}
 
 
+# a type of array value made inside a traced function (jitcore/frontend/ndarrays.py) -> to_tensor(a, args): what an op
+# handed one takes it as (eager's torch converts a numpy array to a tensor); filled by register_array_argument
+ARRAY_ARGUMENTS: dict = {}
+
+
+def register_array_argument(cls, to_tensor) -> None:
+    ARRAY_ARGUMENTS[cls] = to_tensor
+
+
 def _numpy_scalars(sym, args, kwargs):
     """NumPy scalars passed to an op are the Python numbers torch takes them as (`x * np.float32(2)` promotes like
-    `x * 2.0`); ops that make a tensor from data keep the scalar's dtype."""
+    `x * 2.0`); ops that make a tensor from data keep the scalar's dtype. Arrays made inside the traced function
+    (ARRAY_ARGUMENTS) become tensors."""
     def scalar(a) -> bool:
         return type(a).__module__ == "numpy" and hasattr(a, "item") and getattr(a, "shape", None) == ()
 
+    if any(type(a) in ARRAY_ARGUMENTS for a in (*args, *kwargs.values())):
+        args = tuple(ARRAY_ARGUMENTS[type(a)](a, args) if type(a) in ARRAY_ARGUMENTS else a for a in args)
+        kwargs = {k: ARRAY_ARGUMENTS[type(v)](v, args) if type(v) in ARRAY_ARGUMENTS else v for k, v in kwargs.items()}
     if sym.id in KEEPS_NUMPY_DTYPE and args and scalar(args[0]) and kwargs.get("dtype") is None:
         kwargs = {**kwargs, "dtype": torch.from_numpy(args[0].reshape(1)).dtype}
     return tuple(a.item() if scalar(a) else a for a in args), {k: v.item() if scalar(v) else v
@@ -169,7 +182,7 @@ class Symbol:
             _AUTOCAST_BELOW.reset(token)
 
     def _record(self, trace, args, kwargs):
-        if any(type(a).__module__ == "numpy" for a in (*args, *kwargs.values())):
+        if any(type(a).__module__ == "numpy" or type(a) in ARRAY_ARGUMENTS for a in (*args, *kwargs.values())):
             args, kwargs = _numpy_scalars(self, args, kwargs)
         if self.meta is not None:
             out = self.meta(*args, **kwargs)
