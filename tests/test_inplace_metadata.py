@@ -253,10 +253,12 @@ def test_strided_views_of_contiguous_memory(fn, cache):
 @pytest.mark.parametrize("cache", CACHE_MODES)
 def test_argument_non_leaf_grad(cache):
     """A non-leaf argument that requires grad: eager records the change in its history (x.grad_fn after the call);
-    the gradients reaching its leaf, through the output and through x after the call, are eager's."""
+    the gradients reaching its leaf, through the output and through x after the call, are eager's. (Reads of x after
+    the change with a result that requires grad are refused: tests/test_nonleaf_metadata_grads.py.)"""
     def f(x, w):
+        y = x * 2 + w  # (x * w would save x for backward: eager's then fails on its version)
         x.unsqueeze_(0)
-        return x * w
+        return y
 
     def make(n, m):
         def args():

@@ -11,6 +11,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.symbol import writes_in_place
 
 _SLOTS = ("name", "_shape", "_size", "dtype", "device", "requires_grad")
 
@@ -50,6 +51,7 @@ def rebind_tensor(ctx, proxy: TensorProxy, view: TensorProxy, change: tuple):
             inp.proxy = view
     if is_input:
         ctx.metadata_changes.setdefault(id(proxy), (proxy, []))[1].append(change)
+        ctx.metadata_names.setdefault(id(proxy), []).append(proxy.name)
 
 
 def _same_size_resize(name: str, old: TensorProxy, new: TensorProxy) -> bool:
@@ -88,3 +90,42 @@ def input_metadata_changes(ctx) -> list:
         if now is not None and now is not inp.proxy and id(now) in ctx.metadata_changes:
             out.append((k, now.name, tuple(ctx.metadata_changes[id(now)][1])))
     return out
+
+
+def refuse_reads_after_change(ctx, trace):
+    """An argument that requires grad and is no leaf (x = w * 2 made by the caller), whose metadata the function
+    changed in place and then read with a result that requires grad: eager's reads after the change hang off the
+    caller's x as it becomes (its grad_fn the change's), so `autograd.grad(loss, x)` counts them; here they read the
+    input before the epilogue replays the change on the caller's tensor, and that gradient would miss them. Refused;
+    leaves, tensors that do not require grad, and reads without grad (no_grad, detach) are as eager's."""
+    for inp, value in zip(ctx.inputs, ctx._values):
+        now = ctx._proxies.get(id(value))
+        if now is None or now is inp.proxy or id(now) not in ctx.metadata_changes:
+            continue
+        names = set(ctx.metadata_names.get(id(now), ()))
+        if not names or not value.requires_grad:
+            continue
+        read = next((b for b in trace.bound_symbols if _reads_with_grad(b, names)), None)
+        if read is None or ctx.leaf_input(inp.proxy):
+            continue
+        method, arg = ctx.metadata_changes[id(now)][1][0][0], str(inp.provenance)
+        raise UnsupportedError(
+            "in-place metadata change",
+            f"Tensor.{method} of argument {arg}, which requires grad and is not a leaf, then read "
+            f"({read.sym.id}) with a result that requires grad: eager's later reads hang off the caller's tensor as "
+            "it is after the change, and jitcore's read it before, so the gradient with respect to the argument after "
+            "the call would miss them",
+            hint=f"change the metadata of a view instead (x = x.{method.rstrip('_')}(...)), or pass a leaf or a "
+                 "detached tensor")
+
+
+def _reads_with_grad(bsym, names: set) -> bool:
+    """Whether the line reads the tensor after a change (one of names) into a result that requires grad: not the next
+    change itself, nor a write into it (`x[0] = w`: written back before the epilogue's replay, as tested; what reads
+    the written value runs in a tail, refused for a changed input: pipeline._refuse_restrided_tails)."""
+    args = bsym.flat_proxy_args()
+    if not any(a.name in names for a in args) or any(o.name in names for o in bsym.flat_proxy_outs()):
+        return False
+    if writes_in_place(bsym) and args[0].name in names:
+        return False
+    return any(isinstance(o, TensorProxy) and o.requires_grad for o in bsym.flat_proxy_outs())

@@ -21,7 +21,7 @@ from jitcore.frontend import arrays, ndarrays, numpy_calls, standins
 from jitcore.frontend.jit_services import JitServices
 from jitcore.frontend.layouts import Layouts
 from jitcore.frontend.ndarrays import NdarrayProxy
-from jitcore.frontend.rebind import input_metadata_changes
+from jitcore.frontend.rebind import input_metadata_changes, refuse_reads_after_change
 from jitcore.guards import data_guards, module_state, process_state, torch_flags
 from jitcore.guards.cache import storage_address as _storage_address  # (its home: the cache checks aliasing)
 from jitcore.guards.data_guards import DataGuard
@@ -127,6 +127,7 @@ class JitContext(InterpreterHooks):
         # name -> True for the tensors eager makes as inference tensors, False for (views of) inference tensor inputs
         self.inference_tensors: dict = {}
         self.metadata_changes: dict = {}  # id(proxy of an input's tensor) -> (it, its in-place metadata changes)
+        self.metadata_names: dict = {}  # id(that proxy) -> the names it took, one per change
 
     def pinned(self, prov) -> bool:
         """Whether a call's object at `prov` is the one this trace saw: its identity is guarded, or it is not
@@ -760,6 +761,7 @@ def trace_function(fn, args, kwargs, symbolic: bool = False) -> TraceResult:
             define_sizes(trace)
     if found.default_device is not None:  # a tensor made on the default device (torch_creation._device)
         ctx.guards.flags.setdefault((torch.get_default_device, (), ()), found.default_device)
+    refuse_reads_after_change(ctx, trace)
     ctx.finish_guards()
     _stable_identities(ctx.guards, Roots(tuple(args), dict(kwargs), fn))
     trace.set_provenance("Interpretation (jitcore bytecode interpreter)", t.seconds)
