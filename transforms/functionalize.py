@@ -20,7 +20,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
-from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path, writes_in_place
+from jitcore.ir.symbol import BoundSymbol, Tag, memory_path, recorded_without_grad, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
 from jitcore.ir.views import LIKE_OPS, MULTI_INPUT_VIEW_OPS, MULTI_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
@@ -167,7 +167,7 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
     out = []
     for x, v in zip(leaves, values):
         root = input_under(v) if isinstance(v, TensorProxy) and isinstance(x, TensorProxy) else None
-        lines, viewed = view_path(makers, x, written) if isinstance(x, TensorProxy) else ([], None)
+        lines, viewed = memory_path(makers, x, written) if isinstance(x, TensorProxy) else ([], None)
         if lines and viewed.name in written:
             # a view of an input written into: the epilogue makes it that view of the caller's tensor
             # (jitcore/runtime/epilogue.py view_of_written) from a view of the value written, made here from that value
