@@ -273,3 +273,45 @@ def test_view_through_detach_of_written_input_with_inductor():
     jf = jitcore.jit(fn, executors=["inductor", "torch"])
     for seed in (0, 1):
         assert _detached_call(jf, True, seed)[0] == _detached_call(fn, True, seed)[0]
+
+
+def _detach_written_with_grad(x, w):
+    d = x.detach()
+    d.mul_(w)
+    return d, d[0]
+
+
+def _written_then_detach_written_with_grad(x, w):
+    x.add_(1)
+    d = x.detach()
+    d.mul_(w)
+    return d, d[0]
+
+
+_WRONG_GRAD = pytest.mark.xfail(strict=True, reason="known wrong gradient of w (before this branch too): the backward "
+                                "gets the cotangents of d[0] and of x's writeback, not d's")
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("f", [_detach_written_with_grad,
+                               pytest.param(_written_then_detach_written_with_grad, marks=_WRONG_GRAD)])
+def test_detach_written_with_a_gradient_keeps_its_history(f, mode):
+    """A detach() of a written input, then written with a gradient: eager's has a history of its own (requires grad),
+    and so has jitcore's (not made a view without history of the caller's tensor)."""
+    jf = jitcore.jit(f, cache=mode)
+    for seed in (0, 1):
+        results = []
+        for fn in (f, jf):
+            torch.manual_seed(seed)
+            leaf, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+            x = leaf * 1
+            outs = fn(x, w)
+            (gw,) = torch.autograd.grad(sum(o.sum() for o in outs), [w])
+            results.append(([(o.detach().clone(), o.requires_grad, o.grad_fn is None) for o in outs],
+                            x.detach().clone(), gw))
+        (eo, ex, eg), (jo, jx, jg) = results
+        for (a, *ra), (b, *rb) in zip(jo, eo):
+            assert ra == rb
+            torch.testing.assert_close(a, b)
+        torch.testing.assert_close(jx, ex)
+        torch.testing.assert_close(jg, eg)

@@ -354,6 +354,8 @@ def view_of_written(x, out, value, detached=False):
     another input: `x.copy_(y); return x[0]`). detached: out is a view through `x.detach()` (no autograd history and
     no grad required, as eager's)."""
     if detached and isinstance(out, torch.Tensor):
+        if out.requires_grad:  # (a detach() written with a gradient: a history of its own, out as the program made it)
+            return out
         made = view_of_written(x, out, value)
         return made.detach() if made is not out else out
     if out is None or value is None or out is x:
