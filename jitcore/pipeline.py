@@ -332,7 +332,7 @@ def _tails_apply(p: Passing) -> bool:
 def _written_tails(p: Passing):
     """What reads the new value of a written input that requires grad runs after the writeback, on the caller's
     tensor (transforms/written_tails.py): gradients through that tensor then reach it, as eager's do."""
-    views = {i: value_at for _, value_at, positions, _ in views_of_written(p.traced, p.writebacks) for i in positions}
+    views = {i: value_at for _, value_at, positions, *_ in views_of_written(p.traced, p.writebacks) for i in positions}
     head, p.tails = split_tail(p.traces[-1], p.writebacks, views)
     if p.tails:
         _refuse_restrided_tails(p.traced, p.tails)

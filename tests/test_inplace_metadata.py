@@ -250,6 +250,40 @@ def test_strided_views_of_contiguous_memory(fn, cache):
     check(fn, [_randn(3, 4), _randn(3, 4), _randn(5, 6), *transposed], cache)
 
 
+def _resize_same_select(x, w):
+    t1 = x.select(-1, 1)
+    t1.resize_(t1.shape[0])
+    t5 = t1 * 2 + w
+    t1[0] = 3
+    return t5, t1 * w, t1.stride(), t1.masked_fill(t1 > 0, 0.5).sin()
+
+
+def _resize_same_transposed(x, w):
+    y = x.t()
+    y.resize_(y.shape)
+    y[0] = 2
+    return y * w, y.stride(), x.stride()
+
+
+def _with_w(make):
+    def both():
+        (x,) = make()
+        torch.manual_seed(x.shape[1])
+        return x, torch.randn(x.shape[0], requires_grad=True)
+    return both
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+@pytest.mark.parametrize("fn", [_resize_same_select, _resize_same_transposed])
+def test_resize_to_own_sizes_keeps_strides(fn, cache):
+    """resize_ of a strided view to the sizes it has changes nothing in eager (its strides stay): the write after it
+    reaches the places of the view, in the argument (fuzz seed 256: jitcore laid the sizes out contiguously)."""
+    calls = [_randn(5, 4), _randn(5, 4), _randn(6, 3), _randn(4, 5, t=True)]
+    if fn is _resize_same_transposed:
+        calls = [_randn(4, 5), _randn(4, 5), _randn(3, 6), _randn(4, 5, t=True)]
+    check(fn, [_with_w(c) for c in calls], cache)
+
+
 @pytest.mark.parametrize("cache", CACHE_MODES)
 def test_argument_non_leaf_grad(cache):
     """A non-leaf argument that requires grad: eager records the change in its history (x.grad_fn after the call);

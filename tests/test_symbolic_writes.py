@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import jitcore
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.ir import arith
+from tests.fuzz import CACHE_MODES
 
 FIRST = {  # name -> a first write into x (the base changes, so later views of it are remade)
     "step": lambda x, w: x.__setitem__(slice(None, None, 2), w * 2),
@@ -417,3 +418,34 @@ def test_slice_scatter_result_has_the_inputs_sizes(cache):
     assert lines
     for b in lines:
         assert all(o is i or (type(i) is int and o == i) for o, i in zip(b.output._shape, b.args[0]._shape)), b
+
+
+# -- a masked write into a detach()ed view of an argument (fuzz s199c) -----------------------------------------------
+def _masked_write_detached(x0, x1):
+    t2 = x1.reshape(-1)
+    t4 = t2.detach()
+    t4[t4 > 0] = 0
+    return torch.clamp(torch.cat([t2, t2 * x0.sum()]), -1, 1)
+
+
+def _masked_write_detached_only(x0, x1):
+    t2 = x1.reshape(-1)
+    t4 = t2.detach()
+    t4[t4 > 0] = 0
+    return t2 * 3 + x0.sum()
+
+
+@pytest.mark.parametrize("fn", [_masked_write_detached, _masked_write_detached_only])
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_masked_write_reads_a_size_only_a_decomposition_made(fn, cache):
+    """The masked write's decomposition (ltorch.setitem's `prims.reshape(mask, (i4,))`) reads the size the reshape
+    before it computed in a comment: the line computing it is placed before the write (it was placed before the view's
+    replay after it, so the executors' decomposition of the write read it unbound: UnboundLocalError)."""
+    jf = jitcore.jit(fn, cache=cache)
+    for rows in (4, 5, 6):
+        torch.manual_seed(rows)
+        x0, x1 = torch.randn(rows, 3), torch.randn(rows, 3)
+        e_outs, e_x1, e_g = _run(lambda a, b: (fn(a, b),) * 2, x0, x1, True)
+        j_outs, j_x1, j_g = _run(lambda a, b: (jf(a, b),) * 2, x0, x1, True)
+        for e, j in zip(e_outs + [e_x1, e_g], j_outs + [j_x1, j_g]):
+            torch.testing.assert_close(j, e)

@@ -20,7 +20,7 @@ from jitcore.errors import UnsupportedError
 from jitcore.ir.arith import concretize, value_of
 from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
-from jitcore.ir.symbol import BoundSymbol, Tag, recorded_without_grad, view_path, writes_in_place
+from jitcore.ir.symbol import BoundSymbol, Tag, memory_path, recorded_without_grad, view_path, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
 from jitcore.ir.views import LIKE_OPS, MULTI_INPUT_VIEW_OPS, MULTI_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
@@ -168,13 +168,15 @@ def _unaliased_outputs(st: _State, trace: Trace, leaves: list, values: list) -> 
     for x, v in zip(leaves, values):
         root = input_under(v) if isinstance(v, TensorProxy) and isinstance(x, TensorProxy) else None
         lines, viewed = view_path(makers, x, written) if isinstance(x, TensorProxy) else ([], None)
+        al = st.alias.get(x.name) if isinstance(x, TensorProxy) else None
+        plain = al is not None and al.chain and not any(p.output.name in st.overlay for p in al.chain)
+        if plain and viewed is not None and viewed.name not in written:  # through detach()es (fuzz s173); not one
+            lines, viewed = memory_path(makers, x, written)  # written with a gradient (its history is its own)
         if lines and viewed.name in written:
             # a view of an input written into: the epilogue makes it that view of the caller's tensor
             # (jitcore/runtime/epilogue.py view_of_written) from a view of the value written, made here from that value
             # (the view's own value may be one written through it: `t = x[0]; t.fill_(1); return t`)
-            al = st.alias.get(x.name)
-            if al is not None and al.chain and al.root == viewed.name and \
-                    not any(p.output.name in st.overlay for p in al.chain):
+            if plain and al.root == viewed.name:
                 if _maybe_not_dense(st.cur[viewed.name], args, made):
                     # the value written may repeat or skip memory (`x[:] = s.sum()` broadcasts, `x.copy_(y[:, ::2])`
                     # steps): no view of its memory says which view of the caller's tensor the output is, so the

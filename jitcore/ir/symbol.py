@@ -309,6 +309,20 @@ def view_path(makers: dict, p, stop=frozenset()) -> tuple[list, object]:
     return lines, p
 
 
+def memory_path(makers: dict, p, stop=frozenset()) -> tuple[list, object]:
+    """view_path's (lines, tensor viewed), through detach()es too (a detach shares its input's memory): a view of
+    `x.detach()` handed back shares the caller's x's memory in eager (fuzz s173: `x.detach().reshape(4, -1)` returned
+    after a write into x)."""
+    lines, viewed = view_path(makers, p, stop)
+    while viewed.name not in stop:
+        b = makers.get(viewed.name)
+        if b is None or b.sym.id not in ("ltorch.detach", "ltorch.data", "prims.stop_gradient"):
+            break
+        more, under = view_path(makers, viewed_tensor(b, viewed), stop)
+        lines, viewed = [*lines, (b, viewed), *more], under
+    return lines, viewed
+
+
 def view_root(makers: dict, p, stop=frozenset()):
     """The tensor p is a view of in eager (see view_path); p itself when it is not a view."""
     return view_path(makers, p, stop)[1]

@@ -52,10 +52,13 @@ def _resized(self: TensorProxy, sizes: tuple, memory_format, name: str):
     """resize_ to at most self's number of elements: eager keeps the storage and its offset and lays the new sizes
     out contiguously over it. A contiguous self: a view of its first elements (writes through it are followed);
     another layout: as_strided over its memory. More elements than self has are refused (eager's new elements are
-    uninitialized memory, or other tensors' data)."""
+    uninitialized memory, or other tensors' data). To the sizes self has: self, as it is (eager's keeps its strides,
+    fuzz seed 256)."""
     if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
         raise UnsupportedError("in-place metadata change", f"Tensor.{name} with memory_format={memory_format}",
                                hint="resize_ without memory_format, then permute the result")
+    if len(sizes) == self.ndim and all(a is b or bool(a == b) for a, b in zip(sizes, self.shape)):
+        return self  # (eager's resize_ to the sizes a tensor has changes nothing: a strided view keeps its strides)
     n = math.prod(sizes) if sizes else 1
     have = self.numel()
     if n > have:

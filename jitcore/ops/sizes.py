@@ -56,6 +56,21 @@ def _names_used(bsyms) -> set:
     return names
 
 
+def _reads(b) -> list:
+    """The proxies line b reads: its arguments, and those its decomposition reads from outside it (a composite the
+    executors take apart later: the masked write's `prims.reshape(t4, (i4,))` inside ltorch.setitem, s199c)."""
+    out, made = list(b.flat_args()), set()
+
+    def walk(subs):
+        for s in subs:
+            out.extend(x for x in s.flat_args() if isinstance(x, Proxy) and x.name not in made)
+            walk(s.subsymbols)
+            made.update(o.name for o in s.flat_proxy_outs())
+
+    walk(b.subsymbols)
+    return out
+
+
 def numbers_before_use(lines: list, args) -> list:
     """lines, with each line that computes numbers from numbers moved before the first line reading its result.
     A write's ops, called again here, record the predicates they check (`i3 >= 2`, a select's index within a size
@@ -72,7 +87,7 @@ def numbers_before_use(lines: list, args) -> list:
 
     def put(b):
         placed.add(id(b))
-        for a in b.flat_args():
+        for a in _reads(b):
             later = first.get(a.name) if isinstance(a, NumberProxy) and a.name not in defined else None
             if later is not None and id(later) not in placed:
                 put(later)

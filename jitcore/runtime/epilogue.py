@@ -27,8 +27,8 @@ from jitcore.ir.symbol import (
     Symbol,
     Tag,
     is_eager_view,
+    memory_path,
     recorded_without_grad,
-    view_path,
     view_root,
     viewed_tensor,
 )
@@ -345,13 +345,19 @@ class _Viewed(tuple):
     """(the caller's tensor, an output viewing the value written into it, that value): the output to hand back."""
 
 
-def view_of_written(x, out, value):
+def view_of_written(x, out, value, detached=False):
     """`out`, a view of `value` (the new value of the caller's tensor `x`, just copied into it), as the same view of
     `x`: eager's output shares x's memory, and writes through it reach x. A view the program made without history
     (under no_grad) is made so here, and requires grad as x's root base does, as eager's; one with history is made
     with it. Where no strided view of x is that view (a dtype view; eager's view would have failed), a tensor of its
     own: `out` itself when it has its own memory (an Inductor region computed it), else a copy (`value` may be
-    another input: `x.copy_(y); return x[0]`)."""
+    another input: `x.copy_(y); return x[0]`). detached: out is a view through `x.detach()` (no autograd history and
+    no grad required, as eager's)."""
+    if detached and isinstance(out, torch.Tensor):
+        if out.requires_grad:  # (a detach() written with a gradient: a history of its own, out as the program made it)
+            return out
+        made = view_of_written(x, out, value)
+        return made.detach() if made is not out else out
     if out is None or value is None or out is x:
         return out
     if out.untyped_storage().data_ptr() != value.untyped_storage().data_ptr():
@@ -512,13 +518,13 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             line("fetch", f"r{k}", prov)
             for i in positions:
                 line("output", i, _Out(f"r{k}"))
-        for k, (prov, value_at, positions, stale) in enumerate(views):  # `x.add_(1); return x[0]`: a view of the
-            line("fetch", f"w{k}", prov)  # caller's tensor
+        for k, (prov, value_at, positions, stale, detached) in enumerate(views):  # `x.add_(1); return x[0]`:
+            line("fetch", f"w{k}", prov)  # a view of the caller's tensor
             if stale:  # (made before the last write: eager regenerates it from the base, past x; `regenerated`)
                 line("regenerated", f"u{k}", _Out(f"w{k}"))
             for i in positions:
                 line("output", i, _Viewed((_Out(f"u{k}" if i in stale else f"w{k}"), _Out(f"outs[{i}]"),
-                                           _Out(f"outs[{value_at}]"))))
+                                           _Out(f"outs[{value_at}]"), i in detached)))
         for prov, changes in restrided:  # `x.t_()`: the caller's tensor x changes as the function's did
             trace.bound_symbols.append(BoundSymbol(restride, (prov, changes), {}, None))
         stored = {}  # input tensor name -> the local the epilogue fetches it into
@@ -669,9 +675,10 @@ def nograd_views_of(trace: Trace) -> tuple:
 
 def views_of_written(traced, writebacks) -> list:
     """(provenance, flat output position of the new value, flat output positions of views of it, those of them made
-    before the input's last write) for each input the program wrote into that the function returns views of
-    (`x.add_(1); return x[0]`): in the traced program those outputs are views of the input; in the computation,
-    views of its new value. Eager regenerates the grad_fn of a view made before the write from the caller's base."""
+    before the input's last write, those of them made through a detach()) for each input the program wrote into that
+    the function returns views of (`x.add_(1); return x[0]`, `x.detach()[0]`): in the traced program those outputs
+    are views of the input; in the computation, views of its new value. Eager regenerates the grad_fn of a view made
+    before the write from the caller's base."""
     written = {traced.trace.args[w.arg_index].name: (traced.inputs[w.arg_index].provenance, w.output_index)
                for w in writebacks}
     if not written:
@@ -682,15 +689,22 @@ def views_of_written(traced, writebacks) -> list:
     last = {traced.trace.args[w.arg_index].name: position.get(id(w.last_write), -1) for w in writebacks}
     found: dict = {}
     stale: dict = {}
+    detached: dict = {}
     changed = {name for _, name, _ in traced.restrided}  # (the caller's tensor itself: returned_inputs)
     for i, o in enumerate(tree_leaves(traced.trace.output)):
-        path, root = view_path(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written and \
+        path, root = memory_path(makers, o, written) if isinstance(o, TensorProxy) and o.name not in written and \
             o.name not in changed else ([], None)
         if root is not None and root.name in written:
             found.setdefault(root.name, []).append(i)
             if any(position[id(b)] < last[root.name] for b, _ in path):
                 stale.setdefault(root.name, set()).add(i)
-    return [(*written[name], tuple(positions), frozenset(stale.get(name, ()))) for name, positions in found.items()]
+            if any(b.sym.id in _DETACHES for b, _ in path):
+                detached.setdefault(root.name, set()).add(i)
+    return [(*written[name], tuple(positions), frozenset(stale.get(name, ())), frozenset(detached.get(name, ())))
+            for name, positions in found.items()]
+
+
+_DETACHES = frozenset({"ltorch.detach", "ltorch.data", "prims.stop_gradient"})
 
 
 def returned_inputs(traced, writebacks, autodiff: bool) -> list:
