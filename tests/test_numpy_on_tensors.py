@@ -229,6 +229,35 @@ def test_writes_through_arrays_move_no_version_counter(fn, mode):
         assert xj._version - vj == xe._version - ve, (xj._version - vj, xe._version - ve)
 
 
+def _grad_write_into_from_numpy(x, w):
+    t = torch.from_numpy(np.sin(x.numpy()))
+    t[::2] = w.sum() * 2
+    return t
+
+
+def _no_grad_write_into_from_numpy(x, w):
+    t = torch.from_numpy(np.sin(x.numpy()))
+    with torch.no_grad():
+        t[::2] = w.sum() * 2
+    return t * w
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_a_write_of_grad_values_into_from_numpy_is_refused(mode):
+    """Eager records it on the from_numpy tensor's own history (fuzz seed 314: jitcore answered requires_grad False
+    and wrong gradients); refused clearly. Under no_grad the same write runs and matches eager."""
+    x, w = floats(4, 3), floats(4, 3).requires_grad_()
+    with pytest.raises(jitcore.UnsupportedError, match=r"torch\.from_numpy's tensor"):
+        jitcore.jit(_grad_write_into_from_numpy, cache=mode)(x, w)
+    we, wj = w.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    e = _no_grad_write_into_from_numpy(x.clone(), we)
+    j = jitcore.jit(_no_grad_write_into_from_numpy, cache=mode)(x.clone(), wj)
+    torch.testing.assert_close(j, e)
+    e.sum().backward()
+    j.sum().backward()
+    torch.testing.assert_close(wj.grad, we.grad)
+
+
 # -- eager's errors and the refusals ---------------------------------------------------------------------------------
 def numpy_of_grad_tensor(x):
     return x.numpy()

@@ -18,7 +18,7 @@ from jitcore.errors import DataDependentError, UnsupportedError
 from jitcore.ir.context import get_tracectx
 from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.pytree import NAMESPACE
-from jitcore.ir.symbol import Tag, register_array_argument
+from jitcore.ir.symbol import Tag, recorded_without_grad, register_array_argument
 from jitcore.ir.views import VIEW_OPS
 from jitcore.ops import torch_layout, torch_map
 
@@ -409,6 +409,12 @@ def refuse_grad_aliased_writes(trace) -> None:
             m = makers.get(cur.name)
             cur = next((a for a in m.flat_proxy_args() if isinstance(a, TensorProxy)), None) \
                 if m is not None and m.sym.id in VIEW_OPS else None
+        if cur is not None and not recorded_without_grad(b) and \
+                any(isinstance(a, TensorProxy) and a.requires_grad for a in b.flat_proxy_args()[1:]):
+            raise UnsupportedError("numpy", f"{b.sym.name}: an in-place write of values that require grad into "
+                                   "torch.from_numpy's tensor (eager records it on that tensor's own autograd history, "
+                                   "which jitcore does not model for memory shared with numpy)",
+                                   hint="write into torch.from_numpy(a).clone(), or write values under torch.no_grad()")
         if cur is not None and (_grad_root(cur, lines) is not None or _read_for_grad(cur, lines[:lines.index(b)])):
             raise UnsupportedError("numpy", f"{b.sym.name}: an in-place write into torch.from_numpy of an array over a "
                                    "tensor that requires grad (through .detach()): eager's autograd does not see it, "
