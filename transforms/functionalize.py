@@ -584,6 +584,10 @@ def _write(st: _State, bsym: BoundSymbol):
         if al.chain and not differentiable:
             st.cur[dst.name] = _replay_chain(st, al, new_root)
     if differentiable and detached:  # the detach()ed view records the write on itself
+        if root in st.recorded and _is_arg(st, root):  # (a wrong gradient to the values written, before)
+            raise UnsupportedError("in-place op", "a write with a gradient through detach() of an argument that "
+                                   "autograd recorded a write into before: jitcore does not follow that history",
+                                   hint="clone() the detached tensor before writing into it")
         _overlay(st, al, al.chain.index(detached[-1]), new_root, value)
     st.cur[root] = new_root
     st.version[root] = st.version.get(root, 0) + 1
