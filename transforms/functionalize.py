@@ -357,7 +357,10 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     # a view, an input itself (x.conj() of a real x, resolve_conj(), conj_physical(): eager returns the same tensor),
     # or a tensor sharing an input's memory without being a view for autograd (unsafe_chunk, unsafe_split)
     storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor) and m.layout == torch.strided}
-    if out is not None and not any(_shares_input(o, metas, storages) for o in outs):
+    # results sharing memory with each other (views of one product of its own): a write into one reaches the others
+    strided = [o.untyped_storage()._cdata for o in outs if o.layout == torch.strided]
+    shared = len(set(strided)) < len(strided)
+    if out is not None and not shared and not any(_shares_input(o, metas, storages) for o in outs):
         if compat.schema_may_alias(bsym.sym.torch_fn) is not False:  # (its schema says: never a view, for any sizes)
             for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
                 if isinstance(x, NumberProxy):
