@@ -451,3 +451,29 @@ def test_fuzz_class_programs():
         for cache in CACHE_MODES:
             report = fuzz_check(prog, cache)
             assert not report.problems, report.text(prog)
+
+
+def _resize_to_its_sizes_transposed(x):
+    y = (x * 2).t()
+    y.resize_(y.shape[0], y.shape[1])  # (its own sizes: eager leaves it transposed)
+    y.add_(torch.arange(y.numel(), dtype=y.dtype).reshape(y.shape))
+    x.resize_(x.shape)
+    x.mul_(torch.arange(x.shape[1], dtype=x.dtype))
+    return y * 1, y.stride(), x * 1
+
+
+def _resize_to_its_sizes_run_time(x):
+    t = torch.where(x > 0)[0].float()  # (sizes known only at run time: its layout is not known while tracing)
+    t.resize_(t.shape[0])
+    t.t_()
+    t.zero_()
+    return t + 1, t.shape
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+@pytest.mark.parametrize("fn", [_resize_to_its_sizes_transposed, _resize_to_its_sizes_run_time])
+def test_resize_to_the_sizes_it_has_changes_nothing(fn, cache):
+    """Eager's resize_ to a tensor's own sizes leaves it as it is, strides too (before: a contiguous as_strided over
+    a transposed tensor's memory, a silent difference; an opaque as_strided of a run-time-sized one, its writes
+    refused: fuzz seed 734)."""
+    check(fn, SHAPES, cache)

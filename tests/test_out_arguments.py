@@ -84,12 +84,94 @@ def test_out_argument_writes_the_out_tensor_like_eager(case, mode):
     _same_call(fn, make, mode)
 
 
-def test_out_argument_that_torch_would_resize_or_cast_is_refused():
+def test_out_argument_of_another_dtype_is_refused():
     jfn = jitcore.jit(lambda a, c: torch.add(a, a, out=c))
-    with pytest.raises(jitcore.UnsupportedError, match="resize"):
-        jfn(torch.ones(3), torch.empty(2, 3))
     with pytest.raises(jitcore.UnsupportedError, match="int64"):
         jfn(torch.ones(3), torch.empty(3, dtype=torch.long))
+
+
+def _shrink_argument(a, c):
+    torch.add(a, a, out=c)  # (c has more elements: eager resizes it to a's shape, in its memory)
+    return c * 2
+
+
+def _shrink_row_view(a, w):
+    buf = torch.zeros(3, a.shape[0] + 2)
+    row = buf[1]
+    torch.mul(a, 3, out=row)  # (row resized to a's shape, its first elements written: buf sees them)
+    return buf * w, row + w.sum()
+
+
+def _grow_new_tensor(x, y, w):
+    t = torch.empty_like(x)
+    torch.mul(x, y, out=t)  # (the result broadcasts to more elements: eager grows t)
+    return t * w, t.shape
+
+
+def _grow_to_empty(x, w):
+    t = torch.empty(0)
+    torch.sin(x, out=t)
+    return t * w
+
+
+RESIZED = {
+    "shrink an argument": (_shrink_argument, lambda n: [torch.randn(n), torch.empty(2, n)]),
+    "shrink a row view": (_shrink_row_view, lambda n: [torch.randn(n), torch.randn(n + 2, requires_grad=True)]),
+    "grow a new tensor": (_grow_new_tensor, lambda n: [torch.randn(5, 1, n), torch.randn(5, n, 1),
+                                                       torch.randn(n, requires_grad=True)]),
+    "grow an empty tensor": (_grow_to_empty, lambda n: [torch.randn(2, n), torch.randn(n, requires_grad=True)]),
+}
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("case", sorted(RESIZED))
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+def test_out_tensor_of_another_shape_is_resized_as_eager_does(case, mode):
+    fn, make = RESIZED[case]
+    jfn = jitcore.jit(fn, cache=mode)
+    for n in (3, 3, 4, 5):
+        e_in = make(n)
+        j_in = [a.detach().clone().requires_grad_(a.requires_grad) for a in e_in]
+        e_out, j_out = fn(*e_in), jfn(*j_in)
+        torch.testing.assert_close(j_out, e_out)
+        torch.testing.assert_close(j_in, e_in)  # (shapes included: a resized argument)
+        e_t = [o for o in (e_out if isinstance(e_out, tuple) else (e_out,)) if isinstance(o, torch.Tensor)]
+        j_t = [o for o in (j_out if isinstance(j_out, tuple) else (j_out,)) if isinstance(o, torch.Tensor)]
+        grads = [a for a in e_in if a.requires_grad]
+        if not grads:
+            continue
+        e_g = torch.autograd.grad(sum(o.sum() for o in e_t), grads)
+        j_g = torch.autograd.grad(sum(o.sum() for o in j_t), [a for a in j_in if a.requires_grad])
+        torch.testing.assert_close(j_g, e_g)
+
+
+def _grow_argument(a, c):
+    torch.mul(a, 2, out=c)
+    return c
+
+
+def _grow_view(a):
+    buf = torch.zeros(2, 3)
+    row = buf[0]
+    torch.mul(a, 2, out=row)
+    return buf
+
+
+def _grow_detached(a):
+    buf = torch.zeros(3)
+    d = buf.detach()  # (shares buf's memory without being a view: eager's grown memory is buf's too)
+    torch.mul(a, 2, out=d)
+    return buf
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("fn, make", [(_grow_argument, lambda: (torch.randn(2, 3), torch.empty(3))),
+                                      (_grow_view, lambda: (torch.randn(2, 3),)),
+                                      (_grow_detached, lambda: (torch.randn(2, 3),))])
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+def test_out_tensor_grown_where_others_share_its_memory_is_refused(fn, make, mode):
+    with pytest.raises(jitcore.UnsupportedError, match="eager grows its memory"):
+        jitcore.jit(fn, cache=mode)(*make())
 
 
 def test_out_argument_through_autograd_raises_as_eager_does():

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import jitcore
+from tests.fuzz import CACHE_MODES
 
 RANDOM_FNS = {
     "rand": lambda x: torch.rand(4000) + x.sum() * 0,
@@ -72,3 +73,39 @@ def test_dropout_eval_is_identity():
     model = torch.nn.Sequential(torch.nn.Dropout(0.5)).eval()
     x = torch.randn(3, 4)
     torch.testing.assert_close(jitcore.jit(model)(x), x)
+
+
+def _randn_like_of_selected(x, w):
+    m = x[x > 100]  # (empty for the first calls, at run time)
+    return torch.randn_like(m), torch.randn(x.shape[0]) * w, torch.randn(m.shape, dtype=m.dtype)
+
+
+def _randn_like_of_empty_int(x, w):
+    e = x[:0]
+    return torch.randn_like(e), torch.randn_like(w) * w, torch.randn(0, 3, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("fn", [_randn_like_of_selected, _randn_like_of_empty_int])
+def test_normal_draws_of_an_empty_int_tensor_are_eagers(fn, mode):
+    """randn_like / randn in an integer dtype: an empty result, nothing drawn (the draws after it match eager's), and
+    eager's NotImplementedError for a call where the tensor is not empty."""
+    jfn = jitcore.jit(fn, cache=mode)
+    for n in (4, 4, 5, 200):
+        x = torch.arange(n)
+        w = torch.randn(n, requires_grad=True)
+        jw = w.detach().clone().requires_grad_()
+        torch.manual_seed(n)
+        try:
+            expected = fn(x, w)
+        except NotImplementedError as e:
+            with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+                torch.manual_seed(n)
+                jfn(x, jw)
+            assert "normal_kernel" in str(e)
+            continue
+        torch.manual_seed(n)
+        got = jfn(x, jw)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(torch.autograd.grad(got[1].sum(), jw), torch.autograd.grad(expected[1].sum(), w))
+        torch.testing.assert_close(torch.randn(3), (torch.manual_seed(n), fn(x, w), torch.randn(3))[2])

@@ -221,3 +221,47 @@ def test_broadcast_tensors_outputs_are_views_for_data_ptr(fn, mode):
     for start in (0, 1, 2, 1):
         x = torch.arange(12.0)[start:start + 4]
         torch.testing.assert_close(jf(x), fn(x), rtol=0, atol=0)
+
+
+def _seq_grad(fn, make, mode, calls=3):
+    """Outputs, gradients of the arguments and the arguments after each call, against eager."""
+    jf = jitcore.jit(fn, cache=mode)
+    for k in range(calls):
+        e_in = make(k)
+        j_in = [a.detach().clone().requires_grad_(a.requires_grad) for a in e_in]
+        e_out, j_out = fn(*e_in), jf(*j_in)
+        torch.testing.assert_close(j_out, e_out)
+        e_g = torch.autograd.grad(e_out.sum(), [a for a in e_in if a.requires_grad])
+        j_g = torch.autograd.grad(j_out.sum(), [a for a in j_in if a.requires_grad])
+        torch.testing.assert_close(j_g, e_g)
+        torch.testing.assert_close([a.detach() for a in j_in], [a.detach() for a in e_in])
+
+
+def multi_dot_written(x, w):
+    t = torch.linalg.multi_dot([x, x.mT, w])  # (eager's result is a view of the product it made)
+    t.mul_(2)
+    with torch.no_grad():
+        t[0].zero_()
+    return t + x
+
+
+def multi_dot_vectors_written(v, m, w):
+    t = torch.linalg.multi_dot([v, m, w])  # (1-D ends: the product squeezed, a view again)
+    t.add_(v.sum())
+    return t * m[0]
+
+
+MULTI_DOT = {
+    "matrices": (multi_dot_written, lambda k: (torch.randn(3 + k, 4, requires_grad=True),
+                                                torch.randn(3 + k, 4, requires_grad=True))),
+    "vectors": (multi_dot_vectors_written, lambda k: (torch.randn(3, requires_grad=True),
+                                                      torch.randn(3, 4 + k, requires_grad=True),
+                                                      torch.randn(4 + k, 4 + k, requires_grad=True))),
+}
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+@pytest.mark.parametrize("case", sorted(MULTI_DOT))
+def test_write_into_multi_dot_result_is_an_ordinary_write(case, mode):
+    fn, make = MULTI_DOT[case]
+    _seq_grad(fn, make, mode)

@@ -359,14 +359,27 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     # a view, an input itself (x.conj() of a real x, resolve_conj(), conj_physical(): eager returns the same tensor),
     # or a tensor sharing an input's memory without being a view for autograd (unsafe_chunk, unsafe_split)
     storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor) and m.layout == torch.strided}
-    if out is not None and not any(o._is_view() or any(o is m for m in metas) or (
-            o.layout == torch.strided and o.untyped_storage()._cdata in storages) for o in outs):
+    # results sharing memory with each other (views of one product of its own): a write into one reaches the others
+    strided = [o.untyped_storage()._cdata for o in outs if o.layout == torch.strided]
+    shared = len(set(strided)) < len(strided)
+    if out is not None and not shared and not any(_shares_input(o, metas, storages) for o in outs):
         if compat.schema_may_alias(bsym.sym.torch_fn) is not False:  # (its schema says: never a view, for any sizes)
             for x in (n for t in tensors for n in t._shape):  # (the sizes it was decided with: eager may view others)
                 if isinstance(x, NumberProxy):
                     concretize(x)
         return
     _refuse_writes_through(st, bsym, tensors, f"{bsym.sym.id.removeprefix('opaque.')} (an op jitcore runs as a whole)")
+
+
+def _shares_input(o: torch.Tensor, metas: list, storages: set) -> bool:
+    """Whether the meta result o may share memory with an input: an input itself, a view of one, or in an input's
+    storage. A view of memory of its own (multi_dot's result is a view of the product it made, fuzz seed 547) is a
+    new tensor: nothing else reaches its base, so a write into it is an ordinary write."""
+    if any(o is m for m in metas):
+        return True
+    if o.layout != torch.strided or (o._is_view() and o._base.layout != torch.strided):
+        return o._is_view()
+    return o.untyped_storage()._cdata in storages
 
 
 def _refuse_writes_through(st: _State, bsym: BoundSymbol, tensors: list, what: str):

@@ -57,8 +57,9 @@ def _resized(self: TensorProxy, sizes: tuple, memory_format, name: str):
     if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
         raise UnsupportedError("in-place metadata change", f"Tensor.{name} with memory_format={memory_format}",
                                hint="resize_ without memory_format, then permute the result")
-    if len(sizes) == self.ndim and all(a is b or bool(a == b) for a, b in zip(sizes, self.shape)):
-        return self  # (eager's resize_ to the sizes a tensor has changes nothing: a strided view keeps its strides)
+    if len(sizes) == self.ndim and all(a is b or bool(a == b) for a, b in zip(sizes, self._shape)):
+        return self  # the sizes it has: eager leaves it as it is, strides too (a transposed tensor stays transposed;
+        # a run-time-sized one, whose layout is not known here, needs none: fuzz seed 734)
     n = math.prod(sizes) if sizes else 1
     have = self.numel()
     if n > have:

@@ -1,23 +1,63 @@
 """Ops: calls with `out=` (torch.add(a, b, out=c), torch.cat(ts, out=buf), torch.max(x, 0, out=(v, i))). The call
 runs as its functional form and the result is written into the out tensors (prims.copy_, as in-place ops write), so
 later reads see it and the write reaches the caller's tensor; the call returns the out tensors, as eager does. What
-eager does differently, it refuses: a result of another shape (eager resizes the out tensor), another dtype, and
-out= where autograd would need to see through it (eager raises the same error there). A factory (no tensor
-argument) makes its result in the out tensor's dtype, as eager does.
+eager does differently, it refuses: a result of more elements into an out tensor whose memory others may share (else
+it resizes the out tensor, as eager does), another dtype, and out= where autograd would need to see through it (eager
+raises the same error there). A factory (no tensor argument) makes its result in the out tensor's dtype, as eager
+does.
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_flatten
+from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import torch_map
+from jitcore.ops.metadata_inplace import _makers, metadata_method
 
 
 def _name(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+# the ops whose result is memory of its own (an out tensor they made, used by no line yet, may grow as in eager)
+_NEW_MEMORY = frozenset(f"ltorch.{n}" for n in (
+    "empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_empty", "new_zeros",
+    "new_ones", "new_full", "empty_strided")) | {"prims.empty"}
+
+
+def _resize_out(name: str, o: TensorProxy, r: TensorProxy):
+    """Eager resizes an out tensor of another shape to the result's (warning when it had elements): to as many
+    elements or fewer, resize_'s view of its first elements (writes through it followed, whatever shares its memory);
+    to more, the tensor becomes a new one of the result's shape where nothing else holds its memory (made by a
+    factory in the function and read by no line yet: detach() or .data share memory without being views, so any use
+    counts; eager's grown memory then holds only the result). Else refused."""
+    if o.numel() != 0:
+        warnings.warn(f"An output with one or more elements was resized since it had shape {list(o.shape)}, which "
+                      f"does not match the required output shape {list(r.shape)}. This behavior is deprecated, and in "
+                      "a future PyTorch release outputs will not be resized unless they have zero elements.",
+                      UserWarning, stacklevel=3)
+    if r.numel() <= o.numel():
+        metadata_method("resize_")(o, tuple(r.shape))
+        return
+    line = _makers().get(o.name)
+    used = any(a is o for scope in get_tracectx()._scopes for b in scope for a in b.flat_proxy_args())
+    if line is None or line.sym.id not in _NEW_MEMORY or used or o.requires_grad:
+        raise UnsupportedError(
+            "out=", f"{name}(out=...): the out tensor has shape {list(o.shape)} and the result {list(r.shape)}, more "
+            "elements: eager grows its memory, which here other tensors share (an argument, a view, or viewed)",
+            hint="pass an out tensor of the result's shape, or use the result (y = op(...)) instead of out=")
+    new = pc.empty(tuple(r.shape), device=o.device, dtype=o.dtype)
+    line = get_tracectx()._scopes[-1][-1]
+    services().rebind_tensor(o, new, ("resize_", (tuple(r.shape),), {}, torch.is_grad_enabled()))
+    line.moves_version = False  # (a new tensor views nothing: no other tensor's version moves; the write that
+    # follows moves its own)
 
 
 def call_with_out(call, fn, args, kwargs):
@@ -42,10 +82,7 @@ def call_with_out(call, fn, args, kwargs):
         raise UnsupportedError("out=", f"{name}(out=...): {len(outs)} out tensor(s) for {len(results)} result(s)")
     for o, r in zip(outs, results):
         if tuple(o.shape) != tuple(r.shape):
-            raise UnsupportedError(
-                "out=", f"{name}(out=...): the out tensor has shape {list(o.shape)} and the result "
-                f"{list(r.shape)}; eager would resize the out tensor, which a jitted function does not do",
-                hint="pass an out tensor of the result's shape, or use the result (y = op(...)) instead of out=")
+            _resize_out(name, o, r)
         if o.dtype != r.dtype:
             raise UnsupportedError(
                 "out=", f"{name}(out=...): the out tensor is {o.dtype} and the result {r.dtype}",

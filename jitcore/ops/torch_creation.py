@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from jitcore.errors import UnsupportedError
+from jitcore.errors import MetaError, UnsupportedError
 from jitcore.ir import devices, dtypes
 from jitcore.ir.proxies import IntegerProxy, NumberProxy, TensorProxy
 from jitcore.ir.ranges import range_length
@@ -26,7 +26,7 @@ from jitcore.ops.rng_generators import gen_kwargs
 from jitcore.ops.torch_elementwise import to_dtype
 from jitcore.ops.torch_map import TORCH_MAP
 from jitcore.ops.torch_shape import copy, shape_arg, stack
-from jitcore.ops.utils import check, is_int, is_number
+from jitcore.ops.utils import check, is_int, is_number, type_name
 
 T = torch.Tensor
 CREATION = (Tag.CREATION,)
@@ -272,12 +272,26 @@ def _uniform(shape, dtype, device, gen=None):
 
 
 def _normal(shape, dtype, device, gen=None):
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return _no_draws(shape, dtype, device)
     return pc.normal(tuple(shape), 0.0, 1.0, device=device, dtype=dtype, **(gen or {}))
 
 
 def _serial_normal(shape, dtype, device, gen=None):
     """eager's CPU normal_ on a non-contiguous tensor: one draw per element in memory order (not batched)."""
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return _no_draws(shape, dtype, device)
     return pc.normal_serial(tuple(shape), 0.0, 1.0, device=device, dtype=dtype, **(gen or {}))
+
+
+def _no_draws(shape, dtype, device):
+    """Normal draws in an integer or bool dtype: eager's kernel has none, but an empty tensor needs no kernel (it is
+    returned, nothing drawn: randn_like of an int tensor empty at run time, fuzz seed 331). Whether it is empty is a
+    predicate (a run-time size's answer guarded)."""
+    if any(d == 0 for d in shape):
+        return pc.empty(tuple(shape), device=device, dtype=dtype)
+    raise MetaError.like(NotImplementedError)(
+        f'"normal_kernel_{torch.device(device).type}" not implemented for \'{type_name(dtype)}\'')
 
 
 rand = _random("ltorch.rand", _uniform)
