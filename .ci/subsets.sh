@@ -21,12 +21,13 @@ FUZZ=""
 for s in 0 10 20 30 40 50; do FUZZ="$FUZZ 'tests/test_fuzz.py::test_fuzz_against_eager[$s]'"; done
 PY_TESTS="$(one_line "tests/test_interpreter_*.py tests/test_opcode_tables.py tests/test_call_sequences.py
     tests/test_containers.py tests/test_keyword_binding.py tests/test_user_exceptions.py tests/test_library_code.py
-    tests/test_models.py tests/test_local_classes.py $FUZZ")"
+    tests/test_models.py tests/test_local_classes.py tests/test_numpy_on_tensors.py $FUZZ")"
 TORCH_TESTS="$(one_line "tests/test_torch_core_*.py tests/test_prims.py tests/test_autodiff.py
     tests/test_autodiff_split.py tests/test_grad_edges.py tests/test_compat.py tests/test_executors.py
     tests/test_models.py tests/test_packages.py tests/test_package_kernels.py tests/test_custom_function.py
     tests/test_distributed.py tests/test_tensor_attributes.py tests/test_data_ptr_alignment.py
-    tests/test_data_dependent.py tests/test_complex_views.py $FUZZ")"
+    tests/test_data_dependent.py tests/test_complex_views.py tests/test_numpy_on_tensors.py
+    tests/test_argument_write_history.py tests/test_compile_work.py $FUZZ")"
 
 build() {
     case "$1" in
