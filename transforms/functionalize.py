@@ -360,7 +360,8 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     # or a tensor sharing an input's memory without being a view for autograd (unsafe_chunk, unsafe_split)
     storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor) and m.layout == torch.strided}
     # results sharing memory with each other (views of one product of its own): a write into one reaches the others
-    strided = [o.untyped_storage()._cdata for o in outs if o.layout == torch.strided]
+    # (the same tensor twice is one result: an in-place op's functional form returns what it wrote and its clones)
+    strided = [o.untyped_storage()._cdata for o in {id(o): o for o in outs}.values() if o.layout == torch.strided]
     shared = len(set(strided)) < len(strided)
     if out is not None and not shared and not any(_shares_input(o, metas, storages) for o in outs):
         if compat.schema_may_alias(bsym.sym.torch_fn) is not False:  # (its schema says: never a view, for any sizes)
