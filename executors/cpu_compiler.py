@@ -276,13 +276,18 @@ def _with_kernel_prefix(codecache, header: str) -> str:
         return header
     text = "".join(f"#include <{h}>\n" for h in (header, prefix("cpu")))
     path = os.path.join(folder, "jitcore", f"cpp_wrapper_and_prefix_{len(text)}.h")
-    if not os.path.exists(path) or open(path).read() != text:
+    if not os.path.exists(path) or _read(path) != text:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, path)
     return path
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
 
 
 def header_on_disk(found: bool):

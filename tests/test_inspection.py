@@ -110,10 +110,11 @@ def test_compile_stats_breakdown():
     jfn(torch.randn(4, 5), torch.randn(4, 5))
     stats = jitcore.last_compile_stats(jfn)
     stages = ["interpret", "transforms", "claim", "memory", "codegen", "guards"]  # in pipeline order
-    assert list(stats) == [*stages, "region_compiles", "regions_reused"]
+    assert list(stats) == [*stages, "region_compiles", "regions_reused", "cpp_builds", "region_stages", "region_log"]
     assert all(isinstance(stats[k], float) and stats[k] >= 0 for k in stages)
     assert sum(stats[k] for k in stages) > 0
-    assert stats["region_compiles"] == stats["regions_reused"] == 0  # the torch executor: no fusion regions
+    assert stats["region_compiles"] == stats["regions_reused"] == stats["cpp_builds"] == 0  # the torch executor: no
+    assert not stats["region_log"]  # fusion regions, no builds
 
 
 def test_examine_lists_ops_executors_and_opaque_calls():
