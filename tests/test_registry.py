@@ -29,7 +29,7 @@ LTORCH_IDS = sorted(s.id for s in LTORCH.values())
 # torch-level ops that stand for no single torch callable, with the reason (the "marked otherwise" list)
 NO_TORCH_FN = {
     "ltorch.setitem": "the functional form of `x[i] = v`; Tensor.__setitem__ writes in place and returns None",
-    **{f"ltorch.{name}": f"Tensor.{name} is a property, not a callable" for name in ("T", "mT", "H", "mH")},
+    **{f"ltorch.{name}": f"Tensor.{name} is a property, not a callable" for name in ("T", "mT", "H", "mH", "data")},
     "ltorch.batch_norm_train": "functional training batch norm (new running stats returned); the torch executor runs "
                                "torch.native_batch_norm on copies of the stats (executors/torchex_native.py)",
     "ltorch.batch_norm_backward": "aten.native_batch_norm_backward with its training-mode arguments only; the torch "

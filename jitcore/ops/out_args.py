@@ -29,7 +29,7 @@ def _name(fn) -> str:
 # the ops whose result is memory of its own (an out tensor they made, used by no line yet, may grow as in eager)
 _NEW_MEMORY = frozenset(f"ltorch.{n}" for n in (
     "empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_empty", "new_zeros",
-    "new_ones", "new_full", "empty_strided")) | {"prims.empty"}
+    "new_ones", "new_full", "empty_strided")) | {pc.empty.id}
 
 
 def _resize_out(name: str, o: TensorProxy, r: TensorProxy):
