@@ -114,6 +114,20 @@ SAMPLES["prims.transpose"] = [(lambda a: a.permute(2, 0, 1), lambda: (t(2, 3, 4)
 SAMPLES["prims.flip"] = [(lambda a: torch.flip(a, (0, 2)), lambda: (t(2, 3, 4),))]
 SAMPLES["prims.slice"] = [(lambda a: a[1:3, ::2], lambda: (t(4, 5),)), (lambda a: a[..., -2:], lambda: (t(2, 3),)),
                           (lambda a: a[2:2], lambda: (t(4),))]
+def _as_strided_read(a):
+    b = a * 1  # (a tensor the program owns: as_strided_ over it is prims.as_strided)
+    b.as_strided_((2, 3), (1, 2), 1)
+    return b * 2
+
+
+def _as_strided_overlapping_read(a):
+    b = a * 1
+    b.as_strided_((3, 3), (1, 1))  # places repeat: their gradients add up
+    return b.exp()
+
+
+SAMPLES["prims.as_strided"] = [(_as_strided_read, lambda: (t(3, 4),)), (_as_strided_overlapping_read, lambda: (t(6),))]
+
 SAMPLES["prims.cat"] = [(lambda a, b: torch.cat([a, b, a], 1), lambda: (t(2, 3), t(2, 1)))]
 SAMPLES["prims.pad"] = [(lambda a: F.pad(a, (1, 2, 0, 1)), lambda: (t(2, 3),)),
                         (lambda a: F.pad(a, (-1, 1)), lambda: (t(2, 4),))]
@@ -253,6 +267,8 @@ NO_SAMPLE = {"prims.device_put": "a second device is needed to move a tensor",
              "prims.shape": "sizes are Python ints under the default cache: no prims.shape line to differentiate",
              "prims.bernoulli_tensor": "a random draw: tests/test_random_stream.py checks it seeded against eager, "
                                        "its zero gradient included",
+             "prims.as_strided_scatter": "functionalization makes it (a write through prims.as_strided); tests/"
+                                         "test_as_strided_writes.py checks those writes' gradients against eager",
              "prims.no_grad_update": "functionalization makes it (a write autograd does not record); tests/"
                                      "test_inplace.py checks those writes' gradients against eager",
              **dict.fromkeys(("prims.all_reduce", "prims.all_gather_into_tensor", "prims.reduce_scatter_tensor",
