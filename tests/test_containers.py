@@ -536,6 +536,31 @@ INPLACE_FUNCTIONS = {
 }
 
 
+@pytest.mark.parametrize("cache", ["constant values", "symbolic values", "no caching"])
+def test_foreach_writes_over_call_sequences(cache):
+    """An in-place foreach op's functional form returns what it wrote and its clones (the same tensors twice): its
+    results are written into like any others, over calls with other sizes and grad modes, against eager."""
+    def f(x, y):
+        ts = [x * 1, y + 0]
+        torch._foreach_mul_(ts, 2.0)
+        ts[0].add_(1)
+        return ts[0] * ts[1], ts[1].sum()
+
+    jf = jitcore.jit(f, cache=cache)
+    for n, grad in ((3, True), (5, True), (4, False)):
+        torch.manual_seed(n)
+        xe, ye = (torch.rand(n, 2, requires_grad=grad) for _ in range(2))
+        xj, yj = (t.detach().clone().requires_grad_(grad) for t in (xe, ye))
+        want, got = f(xe, ye), jf(xj, yj)
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w)
+        if grad:
+            sum(o.sum() for o in want).backward()
+            sum(o.sum() for o in got).backward()
+            torch.testing.assert_close(xj.grad, xe.grad)
+            torch.testing.assert_close(yj.grad, ye.grad)
+
+
 @pytest.mark.parametrize("target", ["intermediates", "views", "inputs"])
 @pytest.mark.parametrize("op", list(INPLACE_FUNCTIONS))
 def test_inplace_torch_functions_write(op, target):
