@@ -44,4 +44,5 @@ CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_complexviews",
     "tests.fuzz_class_dtypeset",
     "tests.fuzz_class_numpy",
+    "tests.fuzz_class_pieces",
 )

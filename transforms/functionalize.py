@@ -22,7 +22,7 @@ from jitcore.ir.proxies import NumberProxy, Proxy, TensorProxy
 from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import BoundSymbol, Tag, memory_path, recorded_without_grad, view_path, writes_in_place
 from jitcore.ir.trace import Timer, Trace, from_trace, tracectx
-from jitcore.ir.views import LIKE_OPS, MULTI_INPUT_VIEW_OPS, MULTI_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
+from jitcore.ir.views import LIKE_OPS, MULTI_INPUT_VIEW_OPS, MULTI_OUTPUT_VIEW_OPS, MULTI_VIEW_OPS, VIEW_OPS, VIEW_PRIMS
 from jitcore.ops import ltorch
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
@@ -491,7 +491,7 @@ def _track_views(st: _State, bsym: BoundSymbol):
             chain, meta, origin = made[o.name]
             src = srcs[origin]
             multi = None if bsym.sym.id in ("ltorch.detach", "ltorch.data") else (
-                bsym.sym.id if bsym.sym.id in MULTI_VIEW_OPS else src.multi)
+                bsym.sym.id if bsym.sym.id in MULTI_OUTPUT_VIEW_OPS else src.multi)
             st.alias[o.name] = Alias(src.root, chain, meta, multi)
             st.derived[o.name] = st.version.get(src.root, 0)
 

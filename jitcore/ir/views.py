@@ -23,6 +23,10 @@ LIKE_OPS = frozenset({"ltorch.view_as", "ltorch.reshape_as", "ltorch.expand_as"}
 # records into them (or into views of them)
 MULTI_VIEW_OPS = frozenset(f"ltorch.{n}" for n in (
     "split", "split_with_sizes", "chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
+# those whose pieces eager marks as outputs of a multi-output view (autograd refuses in-place writes and metadata
+# changes of them, and views of them, when grad is recorded); tensor_split and h/v/dsplit are made of slices eager
+# lets one write (checked on torch 2.10, 2.13, 2.15)
+MULTI_OUTPUT_VIEW_OPS = frozenset(f"ltorch.{n}" for n in ("split", "split_with_sizes", "chunk", "unbind"))
 # view ops that give back their input itself where they view nothing (x.real, x.conj() of a real x, x.flatten() of a
 # 1-d x or flatten(x, d, d)): eager's result is that same tensor, under no_grad too (it keeps requiring grad and passes
 # gradients on)

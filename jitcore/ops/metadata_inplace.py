@@ -12,10 +12,12 @@ from itertools import pairwise
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.ir.arith import value_of
 from jitcore.ir.context import get_tracectx, services
 from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import is_eager_view, view_path, viewed_tensor
-from jitcore.ir.views import MULTI_VIEW_OPS
+from jitcore.ir.views import MULTI_OUTPUT_VIEW_OPS
 from jitcore.ops import prims_shape as ps
 
 # the in-place methods (and torch functions) this module runs
@@ -182,16 +184,38 @@ def _base_of_views(x: TensorProxy) -> bool:
 
 
 def _multi_view_of(x: TensorProxy) -> str | None:
-    """The view op returning several views (split, unbind, ...) x comes from through views, if any."""
+    """The view op whose pieces eager marks as outputs of a multi-output view (split, unbind, ...) x comes from
+    through views, if any."""
     makers = _makers()
     lines, _ = view_path(makers, x)
-    for b, _out in lines:
-        if b.sym.id in MULTI_VIEW_OPS:
-            return b.sym.id.removeprefix("ltorch.")
-    b = makers.get(x.name)
-    if b is not None and b.sym.id in MULTI_VIEW_OPS:
-        return b.sym.id.removeprefix("ltorch.")
-    return None
+    made = [b for b, _out in lines] + [b for b in (makers.get(x.name),) if b is not None]
+    return next((b.sym.id.removeprefix("ltorch.") for b in made if b.sym.id in MULTI_OUTPUT_VIEW_OPS), None)
+
+
+def _eager_multi_view_error(x: TensorProxy, op: str) -> RuntimeError:
+    """Eager's own error for an in-place change of x, a view of a piece of `op`: x's views replayed from its root on
+    meta tensors (eager's message names the last view's autograd node, whose name differs between torch releases)."""
+    lines, root = view_path(_makers(), x)
+    try:
+        env = {root.name: torch.empty(tuple(value_of(n) for n in root._shape), dtype=root.dtype, device="meta",
+                                      requires_grad=True) * 1}
+        for b, out in reversed(lines):
+            flat, spec = tree_flatten((b.args, b.kwargs))
+            vals = [env[a.name] if isinstance(a, TensorProxy) else value_of(a) if isinstance(a, NumberProxy) else a
+                    for a in flat]
+            margs, mkwargs = tree_unflatten(spec, vals)
+            outs = tree_flatten(b.sym.torch_fn(*margs, **mkwargs))[0]
+            env[out.name] = outs[[o.name for o in b.flat_proxy_outs()].index(out.name)]
+        env[x.name].unsqueeze_(0)
+    except RuntimeError as e:
+        if "is a view and is being modified inplace" in str(e):
+            return RuntimeError(str(e))
+    except Exception:  # (an op with no meta kernel or torch function: the message below, with eager's wording)
+        pass
+    return RuntimeError(f"Output 0 of {op.capitalize()} is a view and is being modified inplace. This view is the "
+                        "output of a function that returns multiple views. Such functions do not allow the output "
+                        "views to be modified inplace. You should replace the inplace operation by an out-of-place "
+                        "one.")
 
 
 def _eager_refusals(name: str, self: TensorProxy):
@@ -214,10 +238,7 @@ def _eager_refusals(name: str, self: TensorProxy):
             hint="use `y = y.as_strided(...)`, or clone() the tensor before as_strided_")
     multi = _multi_view_of(self)
     if multi is not None:
-        raise RuntimeError(f"Output 0 of {multi.capitalize()} is a view and is being modified inplace. This view is "
-                           "the output of a function that returns multiple views. Such functions do not allow the "
-                           "output views to be modified inplace. You should replace the inplace operation by an "
-                           "out-of-place one.")
+        raise _eager_multi_view_error(self, multi)
 
 
 def metadata_method(name: str):
