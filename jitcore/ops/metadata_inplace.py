@@ -17,6 +17,7 @@ from jitcore.ir.proxies import NumberProxy, TensorProxy
 from jitcore.ir.symbol import is_eager_view, view_path, viewed_tensor
 from jitcore.ir.views import MULTI_VIEW_OPS
 from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_complex as tcx
 
 # the in-place methods (and torch functions) this module runs
 SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_",
@@ -100,31 +101,60 @@ def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
             return _nested_view(found[0], size, stride, dims, block, found[1])
     if len(size) == len(stride) and all(type(n) is int and n > 0 for n in size) and \
             all(type(s) is int and s >= 0 for s in stride) and (storage_offset is None or type(storage_offset) is int):
-        found = _in_memory(self, 1 + sum((n - 1) * s for n, s in zip(size, stride)), storage_offset)
+        found = _in_memory(self, size, stride, storage_offset)
         if found is not None:  # any strides (places may repeat) over memory laid out contiguously in eager
             return ps.as_strided(found[0], size, stride, found[1])
     return self.as_strided(size, stride, storage_offset)
 
 
-def _in_memory(self, extent, storage_offset):
-    """(a tensor laid out contiguously in eager whose memory holds the view's places: self, or the one it views, or
-    either with its dims permuted into memory order where it is laid out densely in another order; where in it the
-    view starts) when `extent` elements from there lie within it, and a gradient through the view reaches only self's
-    elements (they hold all the places, or self requires none); else None."""
+def _in_memory(self, size, stride, storage_offset):
+    """(a tensor laid out contiguously in eager whose memory holds the view's places: self, or the one it views (a
+    complex one as view_as_real, where self is its real or imaginary part), or either with its dims permuted into
+    memory order where it is laid out densely in another order; where in it the view starts) when the view's places
+    lie within it, and a gradient through the view reaches only self's elements (the view's places are all self's,
+    or self requires none); else None."""
     smeta = self.eager_layout("exact")
     if smeta is None:
         return None
+    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride))
     first = smeta.storage_offset() if storage_offset is None else storage_offset
     root = view_path(_makers(), self)[1]
-    for t, meta in ((self, smeta), (root, root.eager_layout("exact") if root is not self else None)):
+    for t, meta in _holders(self, smeta, root):
         order = _memory_order(meta) if meta is not None and t.dtype == self.dtype else None
         start = None if order is None else first - meta.storage_offset()
         if start is None or not (0 <= start and start + extent <= t.numel()):
             continue
-        if t is not self and self.requires_grad and (self.numel() != t.numel() or _overlapping(smeta)):
+        if t is not self and self.requires_grad and not _places_of_self(smeta, size, stride, first):
             return None  # (eager's as_strided backward drops what falls outside self's places)
         return (t if order == tuple(range(t.ndim)) else t.permute(order)), start
     return None
+
+
+def _holders(self, smeta, root):
+    """The tensors whose memory may hold the view's places, with their eager layouts: self, the tensor it views, and
+    a complex one's view_as_real (made only when asked: it records a line)."""
+    yield self, smeta
+    if root is self:
+        return
+    rmeta = root.eager_layout("exact")
+    yield root, rmeta
+    if rmeta is not None and root.dtype.is_complex and self.dtype == root.dtype.to_real() and \
+            not (services().records_user_code and tcx.lazy_bits(root)[0]):  # (eager's view_as_real refuses a conj bit)
+        yield tcx.view_as_real(root), torch.view_as_real(rmeta)
+
+
+def _places_of_self(smeta, size, stride, offset) -> bool:
+    """Whether every place of the view (size, stride, offset) is one of self's (laid out as smeta, no place twice):
+    eager's as_strided backward then reaches exactly what a gradient through the tensor self views does."""
+    if _overlapping(smeta):
+        return False
+    ends = [offset + sum((n - 1) * s for n, s in zip(size, stride)),
+            smeta.storage_offset() + sum((n - 1) * s for n, s in zip(smeta.shape, smeta.stride()))]
+    if max(ends) >= 1 << 24:
+        return False
+    places = torch.arange(max(ends) + 1)
+    mine = places.as_strided(tuple(smeta.shape), smeta.stride(), smeta.storage_offset())
+    return bool(torch.isin(places.as_strided(size, stride, offset), mine).all())
 
 
 def _memory_order(meta) -> tuple | None:
