@@ -144,27 +144,22 @@ def _holders(self, smeta, root):
 
 
 def _places_of_self(smeta, size, stride, offset) -> bool:
-    """Whether every place of the view (size, stride, offset) is one of self's (laid out as smeta, no place twice):
-    eager's as_strided backward then reaches exactly what a gradient through the tensor self views does."""
-    if _overlapping(smeta):
-        return False
+    """Whether every place of the view (size, stride, offset) is one of self's (laid out as smeta): eager's as_strided
+    backward then drops nothing, and what it sends each place (divided among self's elements there where they repeat,
+    summed again by self's own backward) is what a gradient through the tensor self views sends it."""
     ends = [offset + sum((n - 1) * s for n, s in zip(size, stride)),
             smeta.storage_offset() + sum((n - 1) * s for n, s in zip(smeta.shape, smeta.stride()))]
     if max(ends) >= 1 << 24:
         return False
     places = torch.arange(max(ends) + 1)
-    mine = places.as_strided(tuple(smeta.shape), smeta.stride(), smeta.storage_offset())
-    return bool(torch.isin(places.as_strided(size, stride, offset), mine).all())
+    mine = places.as_strided(tuple(smeta.shape), smeta.stride(), smeta.storage_offset()).reshape(-1)
+    return bool(torch.isin(places.as_strided(size, stride, offset).reshape(-1), mine).all())
 
 
 def _memory_order(meta) -> tuple | None:
     """The permutation of meta's dims that lays it out contiguously (outermost first), or None when none does."""
     order = tuple(sorted(range(meta.ndim), key=lambda d: (-meta.stride(d), d)))
     return order if meta.permute(order).is_contiguous() else None
-
-
-def _overlapping(meta) -> bool:
-    return torch._debug_has_internal_overlap(meta) != 0
 
 
 def _within_root(self, block, storage_offset):
