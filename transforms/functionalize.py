@@ -640,6 +640,11 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
     strided = any(p.sym.id == "prims.as_strided" for p in al.chain)  # (eager writes any value into these)
+    if any(p.sym.id == "prims.as_strided" and len(p.args) > 4 and p.args[4] is not None for p in al.chain):
+        raise UnsupportedError("in-place op", f"{op}a write into a view made before Tensor.as_strided_ of the tensor "
+                               "it views (which requires grad): eager's autograd replays the view over the new "
+                               "strides, which jitcore does not reproduce for a write",
+                               hint="clone() the view before writing into it, or make it again after as_strided_")
     if strided and places_repeat(al.meta) and not (_uniform(st, src) and not _read(st, src).requires_grad):
         raise UnsupportedError("in-place op", f"{op}a write of computed values into a view made by as_strided whose "
                                "elements share memory: eager writes its elements one after another, so its result "

@@ -206,6 +206,60 @@ def _base_of_views(x: TensorProxy) -> bool:
     return not view_path(makers, x)[0] or services().leaf_input(x) is not None
 
 
+def _views_through_new_strides(self: TensorProxy, size, stride, storage_offset=None) -> list:
+    """self.as_strided_(size, stride) of a tensor that requires grad and that other tensors view: eager's autograd
+    then replays each of those views over self's new strides, so its gradient reaches only the places of the new
+    view (each place once: eager divides among the view's repeats what its own backward sums again). [(each such view,
+    its remake: prims.as_strided of self's memory with grad_within the new view)] where a view reaches places outside
+    it; refused clearly where the layouts are not known."""
+    if not (self.requires_grad and torch.is_grad_enabled() and _base_of_views(self)):
+        return []
+    makers = _makers()
+    outs = {o.name: o for b in makers.values() for o in b.flat_proxy_outs() if isinstance(o, TensorProxy)}
+    views = {n: o for n, o in outs.items() if o is not self and view_path(makers, o)[1] is self}
+    if not views:
+        return []
+    refusal = UnsupportedError(
+        "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and is the base of other views "
+        "laid out in a way not known here: eager's autograd then sends the gradients of those views through the new "
+        "strides (losing those of the elements left out)", hint="use `y = y.as_strided(...)`, or clone() the tensor "
+        "before as_strided_")
+    bmeta = self.eager_layout("exact")
+    order = None if bmeta is None else _memory_order(bmeta)
+    size, stride = tuple(size), tuple(stride)
+    if order is None or not all(type(n) is int for n in (*size, *stride)) or \
+            not (storage_offset is None or type(storage_offset) is int):
+        raise refusal
+    base = self if order == tuple(range(self.ndim)) else self.permute(order)
+    within = (size, stride, (bmeta.storage_offset() if storage_offset is None else storage_offset) -
+              bmeta.storage_offset())
+    extent = within[2] + 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    if not (within[2] >= 0 and extent <= self.numel() and len(size) == len(stride) and all(n > 0 for n in size)
+            and all(s >= 0 for s in stride)):
+        raise refusal
+    new_view = torch.empty((extent,), device="meta").as_strided(size, stride, within[2])
+    found = []
+    for v in views.values():
+        vmeta = v.eager_layout("exact")
+        if not v.requires_grad:
+            raise UnsupportedError(
+                "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and that a view made "
+                "under no_grad views: eager refuses reads of that view after it", hint="clone() the view first")
+        if vmeta is None or v.dtype != self.dtype:
+            raise refusal
+        if _multi_view_of(v) is not None:  # (eager refuses a read of it after: a change of the base it shares)
+            raise UnsupportedError(
+                "in-place metadata change", f"Tensor.as_strided_ of a tensor that requires grad and that a view made "
+                f"by {_multi_view_of(v)} views: eager refuses reads of that view after it (its base changed in place)",
+                hint="clone() the pieces before as_strided_")
+        vsize, vstride = tuple(vmeta.shape), tuple(vmeta.stride())
+        voff = vmeta.storage_offset() - bmeta.storage_offset()
+        if _places_of_self(new_view, vsize, vstride, voff):
+            continue  # (all its places are the new view's: eager's gradient is the one it has)
+        found.append((v, ps.as_strided(base, vsize, vstride, voff, within)))
+    return found
+
+
 def _multi_view_of(x: TensorProxy) -> str | None:
     """The view op returning several views (split, unbind, ...) x comes from through views, if any."""
     makers = _makers()
@@ -231,12 +285,6 @@ def _eager_refusals(name: str, self: TensorProxy):
             "its shape without recording it, so its gradient no longer fits it", hint=f"use `y = y.{name[:-1]}(...)`")
     if self.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if name == "as_strided_" and _base_of_views(self):
-        raise UnsupportedError(
-            "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and is the base of other "
-            "views: eager's autograd then sends the gradients of those views through the new strides (losing those "
-            "of the elements left out), which jitcore does not reproduce",
-            hint="use `y = y.as_strided(...)`, or clone() the tensor before as_strided_")
     multi = _multi_view_of(self)
     if multi is not None:
         raise RuntimeError(f"Output 0 of {multi.capitalize()} is a view and is being modified inplace. This view is "
@@ -254,6 +302,7 @@ def metadata_method(name: str):
         if not isinstance(self, TensorProxy):
             raise TypeError(f"Tensor.{name}: expected a tensor, got {type(self).__name__}")
         _eager_refusals(name, self)
+        stale = _views_through_new_strides(self, *args, **kwargs) if name == "as_strided_" else ()
         new = functional(self, *args, **kwargs)
         if new is not self:
             if not isinstance(new, TensorProxy) or new.dtype != self.dtype:
@@ -262,6 +311,12 @@ def metadata_method(name: str):
             if name == "resize_as_":  # (the epilogue replays it on the caller's tensor: with the sizes, not a tensor)
                 change = ("resize_", (tuple(new.shape),), kwargs)
             services().rebind_tensor(self, new, (*change, torch.is_grad_enabled()))
+        for view, masked in stale:  # (not a change of their own: eager's version counter moved once, above)
+            line = next((b for b in reversed(get_tracectx()._scopes[-1]) if any(o is masked for o in b.flat_outs())),
+                        None)
+            services().rebind_tensor(view, masked, (name, (), {}, torch.is_grad_enabled()))
+            if line is not None:
+                line.moves_version = False
         return self
 
     call.__name__ = name
