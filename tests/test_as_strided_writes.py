@@ -143,10 +143,11 @@ def test_inductor():
     check(_skewed_write, SHAPES[:2], "constant values", executors=["inductor"])
 
 
-@pytest.mark.parametrize("seed", [176, 205])
+@pytest.mark.parametrize("seed", [176, 205, 935, 1123])
 def test_fuzz_programs_with_as_strided(seed):
     """Fuzz programs that were refused before (a write after as_strided_, seed 176; after resize_ of a transposed
-    tensor, 205) agree with eager in every cache mode."""
+    tensor, 205; of the real part of a complex tensor, 935; of a slice of a transposed tensor with gradients, 1123)
+    agree with eager in every cache mode."""
     prog = generate(seed)
     assert ".as_strided_(" in prog.source or ".resize_(" in prog.source
     for cache in CACHE_MODES:
@@ -216,12 +217,23 @@ def _slice_of_transposed_twice(x):
 
 
 def _slice_reaches_beyond(x):
-    """with a gradient: the view's places go past the slice's (eager's as_strided backward drops those), so the write
-    through it is refused clearly, never followed with another gradient."""
+    """with a gradient: the view's places go past the slice's (places 0-2 of t[1:, :2], which holds 4, 5, 8, 9, ...);
+    eager's as_strided backward drops those, and so does prims.as_strided's with grad_within the slice."""
     t = x * 2
     s = t[1:, :2]
     s.as_strided_((2, 2), (1, 1))
     return s * 1
+
+
+def _transposed_slice_beyond(x):
+    """a slice of a tensor laid out transposed, whose new view reaches place 3 (not the slice's): read, written with
+    one value, read again (fuzz seed 1123)."""
+    t = x.t() * 2
+    s = t[1:]
+    s.as_strided_((2, 2), (1, 1))
+    r = s * torch.arange(4.0).reshape(2, 2)
+    s.zero_()
+    return r, t * 1
 
 
 @pytest.mark.parametrize("cache", CACHE_MODES)
@@ -238,3 +250,5 @@ def test_layouts_found_by_replay(fn, cache):
 @pytest.mark.parametrize("cache", CACHE_MODES)
 def test_view_beyond_a_slice_with_grad(cache):
     check(_slice_reaches_beyond, [_randn(3, 4), _randn(3, 4, grad=True), _randn(3, 4, grad=True)], cache)
+    check(_transposed_slice_beyond, [_randn(4, 3), _randn(4, 3, grad=True), _randn(5, 3, grad=True),
+                                     _randn(4, 3, t=True, grad=True)], cache)

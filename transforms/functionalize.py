@@ -640,7 +640,8 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
     strided = any(p.sym.id == "prims.as_strided" for p in al.chain)  # (eager writes any value into these)
-    if any(p.sym.id == "prims.as_strided" and len(p.args) > 4 and p.args[4] is not None for p in al.chain):
+    if any(p.sym.id == "prims.as_strided" and len(p.args) > 4 and p.args[4] is not None and not p.args[4][3]
+           for p in al.chain):
         raise UnsupportedError("in-place op", f"{op}a write into a view made before Tensor.as_strided_ of the tensor "
                                "it views (which requires grad): eager's autograd replays the view over the new "
                                "strides, which jitcore does not reproduce for a write",

@@ -143,7 +143,7 @@ def as_strided_vjp(bsym, g):
     zeros = pc.full((n,), 0, device=g.device, dtype=g.dtype)
     flat = pi.index_add(zeros, ps.reshape(places, (m,)), ps.reshape(g, (m,)), 0)
     if within is not None:  # only the places of that view (eager's as_strided backward over it drops the others)
-        kept = ps.as_strided(iota, *within)
+        kept = ps.as_strided(iota, *within[:3])
         k = math.prod(within[0])
         hits = pi.index_add(pc.full((n,), 0, device=g.device, dtype=g.dtype), ps.reshape(kept, (k,)),
                             pc.full((k,), 1, device=g.device, dtype=g.dtype), 0)

@@ -103,7 +103,7 @@ def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
             all(type(s) is int and s >= 0 for s in stride) and (storage_offset is None or type(storage_offset) is int):
         found = _in_memory(self, size, stride, storage_offset)
         if found is not None:  # any strides (places may repeat) over memory laid out contiguously in eager
-            return ps.as_strided(found[0], size, stride, found[1])
+            return ps.as_strided(found[0], size, stride, found[1], found[2])
     return self.as_strided(size, stride, storage_offset)
 
 
@@ -112,7 +112,7 @@ def _in_memory(self, size, stride, storage_offset):
     complex one as view_as_real, where self is its real or imaginary part), or either with its dims permuted into
     memory order where it is laid out densely in another order; where in it the view starts) when the view's places
     lie within it, and a gradient through the view reaches only self's elements (the view's places are all self's,
-    or self requires none); else None."""
+    or self requires none, or where they are not, the gradient kept to self's places: grad_within); else None."""
     smeta = self.eager_layout("exact")
     if smeta is None:
         return None
@@ -124,9 +124,10 @@ def _in_memory(self, size, stride, storage_offset):
         start = None if order is None else first - meta.storage_offset()
         if start is None or not (0 <= start and start + extent <= t.numel()):
             continue
+        within = None  # (eager's as_strided backward drops what falls outside self's places: fuzz seed 1123)
         if t is not self and self.requires_grad and not _places_of_self(smeta, size, stride, first):
-            return None  # (eager's as_strided backward drops what falls outside self's places)
-        return (t if order == tuple(range(t.ndim)) else t.permute(order)), start
+            within = (tuple(smeta.shape), tuple(smeta.stride()), smeta.storage_offset() - meta.storage_offset(), True)
+        return (t if order == tuple(range(t.ndim)) else t.permute(order)), start, within
     return None
 
 
@@ -232,7 +233,7 @@ def _views_through_new_strides(self: TensorProxy, size, stride, storage_offset=N
         raise refusal
     base = self if order == tuple(range(self.ndim)) else self.permute(order)
     within = (size, stride, (bmeta.storage_offset() if storage_offset is None else storage_offset) -
-              bmeta.storage_offset())
+              bmeta.storage_offset(), False)  # (writes into those views refused: transforms/functionalize.py)
     extent = within[2] + 1 + sum((n - 1) * s for n, s in zip(size, stride))
     if not (within[2] >= 0 and extent <= self.numel() and len(size) == len(stride) and all(n > 0 for n in size)
             and all(s >= 0 for s in stride)):

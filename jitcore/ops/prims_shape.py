@@ -231,8 +231,9 @@ def as_strided(a, size, stride, storage_offset, grad_within=None):
     """The elements of a, taken in eager's memory order (a is contiguous in eager), viewed with sizes `size` and
     strides `stride` from element `storage_offset` of a: Tensor.as_strided over the memory a owns. Places may repeat
     (overlapping strides); reading is a view, a write through it is prims.as_strided_scatter. grad_within: (sizes,
-    strides, offset) of another view of a; a's gradient only at its places (a view made before an as_strided_ of the
-    tensor it views: eager's autograd sends it through the new strides, jitcore/ops/metadata_inplace.py)."""
+    strides, offset, writable) of another view of a; a's gradient only at its places (eager's as_strided backward
+    over that view drops the others: jitcore/ops/metadata_inplace.py); writable: whether functionalization follows a
+    write through the view (not for a view made before an as_strided_ of the tensor it views)."""
     _check_tensor("as_strided", a)
     size, stride = tuple(size), tuple(stride)
     _strided_extent(a, size, stride, storage_offset, "as_strided")
