@@ -233,7 +233,8 @@ def _views_through_new_strides(self: TensorProxy, size, stride, storage_offset=N
         raise refusal
     base = self if order == tuple(range(self.ndim)) else self.permute(order)
     within = (size, stride, (bmeta.storage_offset() if storage_offset is None else storage_offset) -
-              bmeta.storage_offset(), False)  # (writes into those views refused: transforms/functionalize.py)
+              bmeta.storage_offset(), "places" if bmeta.is_contiguous() and bmeta.storage_offset() == 0 else False)
+    # (writes into those views: at the new view's places only, transforms/functionalize.py)
     extent = within[2] + 1 + sum((n - 1) * s for n, s in zip(size, stride))
     if not (within[2] >= 0 and extent <= self.numel() and len(size) == len(stride) and all(n > 0 for n in size)
             and all(s >= 0 for s in stride)):

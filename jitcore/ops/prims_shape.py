@@ -233,7 +233,8 @@ def as_strided(a, size, stride, storage_offset, grad_within=None):
     (overlapping strides); reading is a view, a write through it is prims.as_strided_scatter. grad_within: (sizes,
     strides, offset, writable) of another view of a; a's gradient only at its places (eager's as_strided backward
     over that view drops the others: jitcore/ops/metadata_inplace.py); writable: whether functionalization follows a
-    write through the view (not for a view made before an as_strided_ of the tensor it views)."""
+    write through the view (True; "places": only into the other view's places, for a view made before an as_strided_
+    of the contiguous tensor it views; False: never)."""
     _check_tensor("as_strided", a)
     size, stride = tuple(size), tuple(stride)
     _strided_extent(a, size, stride, storage_offset, "as_strided")
