@@ -143,10 +143,11 @@ def test_inductor():
     check(_skewed_write, SHAPES[:2], "constant values", executors=["inductor"])
 
 
-@pytest.mark.parametrize("seed", [176, 205])
+@pytest.mark.parametrize("seed", [176, 205, 935, 1123])
 def test_fuzz_programs_with_as_strided(seed):
     """Fuzz programs that were refused before (a write after as_strided_, seed 176; after resize_ of a transposed
-    tensor, 205) agree with eager in every cache mode."""
+    tensor, 205; of the real part of a complex tensor, 935; of a slice of a transposed tensor with gradients, 1123)
+    agree with eager in every cache mode."""
     prog = generate(seed)
     assert ".as_strided_(" in prog.source or ".resize_(" in prog.source
     for cache in CACHE_MODES:
@@ -179,3 +180,75 @@ def test_arguments_jitcore_does_not_lay_out(cache):
         jitcore.jit(write, cache=cache)(torch.arange(12.0)[2:])
     with pytest.raises(UnsupportedError, match="as_strided"):
         jitcore.jit(gaps, cache=cache)(torch.arange(24.0).reshape(4, 6)[:, ::2])
+
+
+# -- memory laid out where only a replay finds it (issue 38: fuzz seeds 412, 935, 1123) -----------------------------
+def _masked_rows(x):
+    """x[mask]'s layout (it follows x's strides: a slice of rows, a transposed x) is replayed as x[i0, ...]."""
+    rows = x[::2]
+    y = rows[(rows > 0).flatten(1).any(-1)]
+    y.as_strided_((2, 2), (1, 1))
+    y.zero_()
+    y[0, 0] = 3
+    return y * 1, rows * 1
+
+
+def _real_part(x):
+    """the real part of a complex tensor: as_strided over view_as_real of it (places 0, 1, 2 are real, imaginary,
+    real); the complex tensor sees the writes. (With a gradient eager's own backward fails: a refusal here.)"""
+    z = torch.view_as_complex(torch.stack((x, x * 0.5), -1))
+    r = (z * z.conj()).real
+    r.as_strided_((2, 2), (1, 1))
+    r.zero_()
+    r[1, 1] = 2
+    return r * 1, torch.view_as_real(z) * 1
+
+
+def _slice_of_transposed_twice(x):
+    """a slice of a tensor laid out transposed, as_strided_ twice (the second of a view whose places repeat): the
+    view's places are all the slice's, so gradients through it are eager's."""
+    t = (x * 2).t() * 1
+    s = t[:, 1:]
+    s.as_strided_((2, 2), (1, 1))
+    s.as_strided_((2, 2), (1, 1))
+    out = s * torch.arange(4.0).reshape(2, 2)
+    s.zero_()
+    return t * 1, out
+
+
+def _slice_reaches_beyond(x):
+    """with a gradient: the view's places go past the slice's (places 0-2 of t[1:, :2], which holds 4, 5, 8, 9, ...);
+    eager's as_strided backward drops those, and so does prims.as_strided's with grad_within the slice."""
+    t = x * 2
+    s = t[1:, :2]
+    s.as_strided_((2, 2), (1, 1))
+    return s * 1
+
+
+def _transposed_slice_beyond(x):
+    """a slice of a tensor laid out transposed, whose new view reaches place 3 (not the slice's): read, written with
+    one value, read again (fuzz seed 1123)."""
+    t = x.t() * 2
+    s = t[1:]
+    s.as_strided_((2, 2), (1, 1))
+    r = s * torch.arange(4.0).reshape(2, 2)
+    s.zero_()
+    return r, t * 1
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+@pytest.mark.parametrize("fn", [_masked_rows, _real_part, _slice_of_transposed_twice])
+def test_layouts_found_by_replay(fn, cache):
+    calls = [_randn(6, 3), _randn(6, 3), _randn(6, 4, t=True), _randn(6, 3, grad=True), _randn(6, 4, t=True, grad=True)]
+    if fn is _real_part:
+        calls = calls[:3]
+    if fn is _masked_rows:
+        calls = [c for c in calls if (lambda x: (x[::2] > 0).flatten(1).any(-1).sum() * x.shape[1] >= 3)(c()[0])]
+    check(fn, calls, cache)
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_view_beyond_a_slice_with_grad(cache):
+    check(_slice_reaches_beyond, [_randn(3, 4), _randn(3, 4, grad=True), _randn(3, 4, grad=True)], cache)
+    check(_transposed_slice_beyond, [_randn(4, 3), _randn(4, 3, grad=True), _randn(5, 3, grad=True),
+                                     _randn(4, 3, t=True, grad=True)], cache)

@@ -126,7 +126,15 @@ def _as_strided_overlapping_read(a):
     return b.exp()
 
 
-SAMPLES["prims.as_strided"] = [(_as_strided_read, lambda: (t(3, 4),)), (_as_strided_overlapping_read, lambda: (t(6),))]
+def _as_strided_old_view_read(a):
+    b = a * 1
+    v = b[1:]  # (made before: read after, it is prims.as_strided with grad_within b's new view)
+    b.as_strided_((2, 2), (4, 1), 1)
+    return v * 2
+
+
+SAMPLES["prims.as_strided"] = [(_as_strided_read, lambda: (t(3, 4),)), (_as_strided_overlapping_read, lambda: (t(6),)),
+                               (_as_strided_old_view_read, lambda: (t(3, 4),))]
 
 SAMPLES["prims.cat"] = [(lambda a, b: torch.cat([a, b, a], 1), lambda: (t(2, 3), t(2, 1)))]
 SAMPLES["prims.pad"] = [(lambda a: F.pad(a, (1, 2, 0, 1)), lambda: (t(2, 3),)),

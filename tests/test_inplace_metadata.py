@@ -348,9 +348,9 @@ def test_eager_refusals(cache):
 @pytest.mark.parametrize("cache", CACHE_MODES)
 def test_as_strided_grad(cache):
     """as_strided_ of a tensor that requires grad: values and gradients as eager's where no other view shares its
-    memory or where it is a view itself (as view ops where the strides nest, else the opaque as_strided); refused
-    where it is the base of other views (eager's autograd then loses the gradients of the other views' elements that
-    the new strides leave out)."""
+    memory or where it is a view itself (as view ops where the strides nest, else prims.as_strided); where it is the
+    base of other views too (eager's autograd then drops the gradients of the other views' elements that the new
+    strides leave out: tests/test_as_strided_base_views.py)."""
     def alone(x):
         y = x * 2
         y.as_strided_((2, 2), (1, 2))
@@ -381,8 +381,7 @@ def test_as_strided_grad(cache):
     check(alone, shapes, cache)
     check(overlapping, shapes, cache)
     check(a_view, shapes, cache)
-    with pytest.raises(UnsupportedError, match="the base of other views"):
-        jitcore.jit(with_views, cache=cache)(torch.randn(3, 4, requires_grad=True))
+    check(with_views, shapes, cache)
 
 
 def test_refused_growth_and_no_grad():

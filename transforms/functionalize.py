@@ -635,11 +635,51 @@ def _overwritten(old, values):
     return ltorch.where(everywhere, values, old)
 
 
+def _within_new_strides(al: Alias) -> bool:
+    """A write through a view made before an as_strided_ of the tensor it views (prims.as_strided whose grad_within
+    is not writable): followed where that tensor is laid out contiguously from its memory's start, the new view's
+    places do not repeat and they hold every place written (eager's backward then reads the gradient of each written
+    place from the new view's; for a tensor laid out transposed it fails)."""
+    k = next((k for k, p in enumerate(al.chain) if p.sym.id == "prims.as_strided" and len(p.args) > 4
+              and p.args[4] is not None and p.args[4][3] is not True), None)
+    if k is None:
+        return True
+    p = al.chain[k]
+    if p.args[4][3] != "places":
+        return False
+    size, stride, offset = tuple(p.args[4][0]), tuple(p.args[4][1]), p.args[4][2]
+    dtype = p.args[0].dtype  # (places relative to the memory it views)
+    meta = torch.empty(tuple(_values(p.args[0]._shape)), dtype=dtype, device="meta")
+    for q in al.chain[k:]:
+        meta = _view_meta(q, meta)
+        if meta is None or meta.dtype != dtype:
+            return False
+    new = torch.empty((meta.numel() + offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1,), device="meta")
+    new = new.as_strided(size, stride, offset)
+    if places_repeat(new) or max(new.numel(), meta.numel()) > 1 << 20:
+        return False
+    return bool(torch.isin(_places(meta), _places(new)).all())
+
+
+def _places(meta: torch.Tensor) -> torch.Tensor:
+    """The memory places of a meta tensor's elements, flattened."""
+    places = torch.zeros((), dtype=torch.int64) + meta.storage_offset()
+    for n, s in zip(meta.shape, meta.stride()):
+        places = places.unsqueeze(-1) + torch.arange(n) * s
+    return places.reshape(-1)
+
+
 def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool):
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
     strided = any(p.sym.id == "prims.as_strided" for p in al.chain)  # (eager writes any value into these)
+    if not _within_new_strides(al):
+        raise UnsupportedError("in-place op", f"{op}a write into a view made before Tensor.as_strided_ of the tensor "
+                               "it views (which requires grad), at places the new strides do not hold once each (or "
+                               "of a tensor not laid out contiguously): eager's autograd replays the write over the "
+                               "new strides (its backward fails or reads memory it never set there)",
+                               hint="clone() the view before writing into it, or make it again after as_strided_")
     if strided and places_repeat(al.meta) and not (_uniform(st, src) and not _read(st, src).requires_grad):
         raise UnsupportedError("in-place op", f"{op}a write of computed values into a view made by as_strided whose "
                                "elements share memory: eager writes its elements one after another, so its result "

@@ -70,7 +70,7 @@ def inverse(p: BoundSymbol, base, value):
     if pid in COMPLEX_INVERSES:
         return COMPLEX_INVERSES[pid](base, value)
     if pid == "prims.as_strided":
-        return ps.as_strided_scatter(base, value, *args[1:])
+        return ps.as_strided_scatter(base, value, *args[1:4])
     if pid == "prims.slice":
         starts, ends = args[1], args[2]
         steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * base.ndim

@@ -135,11 +135,19 @@ VJP_RULES["prims.unfold"] = unfold_vjp
 
 def as_strided_vjp(bsym, g):
     """Each element of a gets the sum of the cotangents of the view's places that are it (places may repeat)."""
-    a, size, stride, offset = bsym.args
+    a, size, stride, offset = bsym.args[:4]
+    within = bsym.args[4] if len(bsym.args) > 4 else bsym.kwargs.get("grad_within")
     n, m = numel(a), numel(g)
-    places = ps.as_strided(pc.iota(n, start=0, step=1, device=g.device, dtype=torch.int64), size, stride, offset)
+    iota = pc.iota(n, start=0, step=1, device=g.device, dtype=torch.int64)
+    places = ps.as_strided(iota, size, stride, offset)
     zeros = pc.full((n,), 0, device=g.device, dtype=g.dtype)
     flat = pi.index_add(zeros, ps.reshape(places, (m,)), ps.reshape(g, (m,)), 0)
+    if within is not None:  # only the places of that view (eager's as_strided backward over it drops the others)
+        kept = ps.as_strided(iota, *within[:3])
+        k = math.prod(within[0])
+        hits = pi.index_add(pc.full((n,), 0, device=g.device, dtype=g.dtype), ps.reshape(kept, (k,)),
+                            pc.full((k,), 1, device=g.device, dtype=g.dtype), 0)
+        flat = te.where(te.gt(hits, 0), flat, 0)
     return ps.reshape(flat, tuple(a.shape)),
 
 

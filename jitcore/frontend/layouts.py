@@ -239,6 +239,8 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
         return x.value if isinstance(x, NumberProxy) else x
 
     args, kwargs = tree_map(to_meta, (line.args, line.kwargs))
+    if sym.id == "ltorch.getitem":
+        args = _masks_as_indices(line, args)
     leaves, spec = tree_flatten((args, kwargs))
     if any(isinstance(x, Proxy) for x in leaves):
         return None
@@ -264,6 +266,22 @@ def _run_on_meta(line, metas: dict, used: dict | None = None):
         META_RESULTS[key] = tuple(None if m is None else _described(m) for m in outs)
         _DISK["added"] += 1
     return outs
+
+
+def _masks_as_indices(line, args):
+    """`x[mask]` (one bool mask as the index): on meta tensors the number of elements it picks is not known (nonzero),
+    so it is asked as `x[i0, ..., ik-1]` with k index tensors of the result's length, which eager lays out as it lays
+    out the masked one (following x's strides: fuzz seed 412)."""
+    x, index = args[0], args[1] if len(args) == 2 else None
+    out = line.flat_outs()[0] if line.flat_outs() else None
+    if not (isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8) and index.ndim >= 1
+            and isinstance(x, torch.Tensor) and isinstance(out, TensorProxy) and out.ndim >= 1):
+        return args
+    n = _sizes(out)[0]
+    if not isinstance(n, int):
+        return args
+    picks = tuple(torch.zeros((n,), dtype=torch.long, device=index.device) for _ in range(index.ndim))
+    return (x, picks)
 
 
 # Replays of torch on meta tensors, by op and the exact description of what it was given (sizes, strides, offset,

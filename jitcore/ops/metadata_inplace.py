@@ -19,6 +19,7 @@ from jitcore.ir.pytree import tree_flatten, tree_unflatten
 from jitcore.ir.symbol import is_eager_view, view_path, viewed_tensor
 from jitcore.ir.views import MULTI_OUTPUT_VIEW_OPS
 from jitcore.ops import prims_shape as ps
+from jitcore.ops import torch_complex as tcx
 
 # the in-place methods (and torch functions) this module runs
 SHAPE_METHODS = frozenset({"squeeze_", "unsqueeze_", "transpose_", "t_", "swapaxes_", "swapdims_", "resize_",
@@ -102,41 +103,66 @@ def _as_strided(self: TensorProxy, size, stride, storage_offset=None):
             return _nested_view(found[0], size, stride, dims, block, found[1])
     if len(size) == len(stride) and all(type(n) is int and n > 0 for n in size) and \
             all(type(s) is int and s >= 0 for s in stride) and (storage_offset is None or type(storage_offset) is int):
-        found = _in_memory(self, 1 + sum((n - 1) * s for n, s in zip(size, stride)), storage_offset)
+        found = _in_memory(self, size, stride, storage_offset)
         if found is not None:  # any strides (places may repeat) over memory laid out contiguously in eager
-            return ps.as_strided(found[0], size, stride, found[1])
+            return ps.as_strided(found[0], size, stride, found[1], found[2])
     return self.as_strided(size, stride, storage_offset)
 
 
-def _in_memory(self, extent, storage_offset):
-    """(a tensor laid out contiguously in eager whose memory holds the view's places: self, or the one it views, or
-    either with its dims permuted into memory order where it is laid out densely in another order; where in it the
-    view starts) when `extent` elements from there lie within it, and a gradient through the view reaches only self's
-    elements (they hold all the places, or self requires none); else None."""
+def _in_memory(self, size, stride, storage_offset):
+    """(a tensor laid out contiguously in eager whose memory holds the view's places: self, or the one it views (a
+    complex one as view_as_real, where self is its real or imaginary part), or either with its dims permuted into
+    memory order where it is laid out densely in another order; where in it the view starts) when the view's places
+    lie within it, and a gradient through the view reaches only self's elements (the view's places are all self's,
+    or self requires none, or where they are not, the gradient kept to self's places: grad_within); else None."""
     smeta = self.eager_layout("exact")
     if smeta is None:
         return None
+    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride))
     first = smeta.storage_offset() if storage_offset is None else storage_offset
     root = view_path(_makers(), self)[1]
-    for t, meta in ((self, smeta), (root, root.eager_layout("exact") if root is not self else None)):
+    for t, meta in _holders(self, smeta, root):
         order = _memory_order(meta) if meta is not None and t.dtype == self.dtype else None
         start = None if order is None else first - meta.storage_offset()
         if start is None or not (0 <= start and start + extent <= t.numel()):
             continue
-        if t is not self and self.requires_grad and (self.numel() != t.numel() or _overlapping(smeta)):
-            return None  # (eager's as_strided backward drops what falls outside self's places)
-        return (t if order == tuple(range(t.ndim)) else t.permute(order)), start
+        within = None  # (eager's as_strided backward drops what falls outside self's places: fuzz seed 1123)
+        if t is not self and self.requires_grad and not _places_of_self(smeta, size, stride, first):
+            within = (tuple(smeta.shape), tuple(smeta.stride()), smeta.storage_offset() - meta.storage_offset(), True)
+        return (t if order == tuple(range(t.ndim)) else t.permute(order)), start, within
     return None
+
+
+def _holders(self, smeta, root):
+    """The tensors whose memory may hold the view's places, with their eager layouts: self, the tensor it views, and
+    a complex one's view_as_real (made only when asked: it records a line)."""
+    yield self, smeta
+    if root is self:
+        return
+    rmeta = root.eager_layout("exact")
+    yield root, rmeta
+    if rmeta is not None and root.dtype.is_complex and self.dtype == root.dtype.to_real() and \
+            not (services().records_user_code and tcx.lazy_bits(root)[0]):  # (eager's view_as_real refuses a conj bit)
+        yield tcx.view_as_real(root), torch.view_as_real(rmeta)
+
+
+def _places_of_self(smeta, size, stride, offset) -> bool:
+    """Whether every place of the view (size, stride, offset) is one of self's (laid out as smeta): eager's as_strided
+    backward then drops nothing, and what it sends each place (divided among self's elements there where they repeat,
+    summed again by self's own backward) is what a gradient through the tensor self views sends it."""
+    ends = [offset + sum((n - 1) * s for n, s in zip(size, stride)),
+            smeta.storage_offset() + sum((n - 1) * s for n, s in zip(smeta.shape, smeta.stride()))]
+    if max(ends) >= 1 << 24:
+        return False
+    places = torch.arange(max(ends) + 1)
+    mine = places.as_strided(tuple(smeta.shape), smeta.stride(), smeta.storage_offset()).reshape(-1)
+    return bool(torch.isin(places.as_strided(size, stride, offset).reshape(-1), mine).all())
 
 
 def _memory_order(meta) -> tuple | None:
     """The permutation of meta's dims that lays it out contiguously (outermost first), or None when none does."""
     order = tuple(sorted(range(meta.ndim), key=lambda d: (-meta.stride(d), d)))
     return order if meta.permute(order).is_contiguous() else None
-
-
-def _overlapping(meta) -> bool:
-    return torch._debug_has_internal_overlap(meta) != 0
 
 
 def _within_root(self, block, storage_offset):
@@ -181,6 +207,61 @@ def _base_of_views(x: TensorProxy) -> bool:
     if not any(is_eager_view(b) and viewed_tensor(b) is x for b in makers.values()):
         return False
     return not view_path(makers, x)[0] or services().leaf_input(x) is not None
+
+
+def _views_through_new_strides(self: TensorProxy, size, stride, storage_offset=None) -> list:
+    """self.as_strided_(size, stride) of a tensor that requires grad and that other tensors view: eager's autograd
+    then replays each of those views over self's new strides, so its gradient reaches only the places of the new
+    view (each place once: eager divides among the view's repeats what its own backward sums again). [(each such view,
+    its remake: prims.as_strided of self's memory with grad_within the new view)] where a view reaches places outside
+    it; refused clearly where the layouts are not known."""
+    if not (self.requires_grad and torch.is_grad_enabled() and _base_of_views(self)):
+        return []
+    makers = _makers()
+    outs = {o.name: o for b in makers.values() for o in b.flat_proxy_outs() if isinstance(o, TensorProxy)}
+    views = {n: o for n, o in outs.items() if o is not self and view_path(makers, o)[1] is self}
+    if not views:
+        return []
+    refusal = UnsupportedError(
+        "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and is the base of other views "
+        "laid out in a way not known here: eager's autograd then sends the gradients of those views through the new "
+        "strides (losing those of the elements left out)", hint="use `y = y.as_strided(...)`, or clone() the tensor "
+        "before as_strided_")
+    bmeta = self.eager_layout("exact")
+    order = None if bmeta is None else _memory_order(bmeta)
+    size, stride = tuple(size), tuple(stride)
+    if order is None or not all(type(n) is int for n in (*size, *stride)) or \
+            not (storage_offset is None or type(storage_offset) is int):
+        raise refusal
+    base = self if order == tuple(range(self.ndim)) else self.permute(order)
+    within = (size, stride, (bmeta.storage_offset() if storage_offset is None else storage_offset) -
+              bmeta.storage_offset(), "places" if bmeta.is_contiguous() and bmeta.storage_offset() == 0 else False)
+    # (writes into those views: at the new view's places only, transforms/functionalize.py)
+    extent = within[2] + 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    if not (within[2] >= 0 and extent <= self.numel() and len(size) == len(stride) and all(n > 0 for n in size)
+            and all(s >= 0 for s in stride)):
+        raise refusal
+    new_view = torch.empty((extent,), device="meta").as_strided(size, stride, within[2])
+    found = []
+    for v in views.values():
+        vmeta = v.eager_layout("exact")
+        if not v.requires_grad:
+            raise UnsupportedError(
+                "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and that a view made "
+                "under no_grad views: eager refuses reads of that view after it", hint="clone() the view first")
+        if vmeta is None or v.dtype != self.dtype:
+            raise refusal
+        if _multi_view_of(v) is not None:  # (eager refuses a read of it after: a change of the base it shares)
+            raise UnsupportedError(
+                "in-place metadata change", f"Tensor.as_strided_ of a tensor that requires grad and that a view made "
+                f"by {_multi_view_of(v)} views: eager refuses reads of that view after it (its base changed in place)",
+                hint="clone() the pieces before as_strided_")
+        vsize, vstride = tuple(vmeta.shape), tuple(vmeta.stride())
+        voff = vmeta.storage_offset() - bmeta.storage_offset()
+        if _places_of_self(new_view, vsize, vstride, voff):
+            continue  # (all its places are the new view's: eager's gradient is the one it has)
+        found.append((v, ps.as_strided(base, vsize, vstride, voff, within)))
+    return found
 
 
 def _multi_view_of(x: TensorProxy) -> str | None:
@@ -230,12 +311,6 @@ def _eager_refusals(name: str, self: TensorProxy):
             "its shape without recording it, so its gradient no longer fits it", hint=f"use `y = y.{name[:-1]}(...)`")
     if self.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if name == "as_strided_" and _base_of_views(self):
-        raise UnsupportedError(
-            "in-place metadata change", "Tensor.as_strided_ of a tensor that requires grad and is the base of other "
-            "views: eager's autograd then sends the gradients of those views through the new strides (losing those "
-            "of the elements left out), which jitcore does not reproduce",
-            hint="use `y = y.as_strided(...)`, or clone() the tensor before as_strided_")
     multi = _multi_view_of(self)
     if multi is not None:
         raise _eager_multi_view_error(self, multi)
@@ -250,6 +325,7 @@ def metadata_method(name: str):
         if not isinstance(self, TensorProxy):
             raise TypeError(f"Tensor.{name}: expected a tensor, got {type(self).__name__}")
         _eager_refusals(name, self)
+        stale = _views_through_new_strides(self, *args, **kwargs) if name == "as_strided_" else ()
         new = functional(self, *args, **kwargs)
         if new is not self:
             if not isinstance(new, TensorProxy) or new.dtype != self.dtype:
@@ -258,6 +334,12 @@ def metadata_method(name: str):
             if name == "resize_as_":  # (the epilogue replays it on the caller's tensor: with the sizes, not a tensor)
                 change = ("resize_", (tuple(new.shape),), kwargs)
             services().rebind_tensor(self, new, (*change, torch.is_grad_enabled()))
+        for view, masked in stale:  # (not a change of their own: eager's version counter moved once, above)
+            line = next((b for b in reversed(get_tracectx()._scopes[-1]) if any(o is masked for o in b.flat_outs())),
+                        None)
+            services().rebind_tensor(view, masked, (name, (), {}, torch.is_grad_enabled()))
+            if line is not None:
+                line.moves_version = False
         return self
 
     call.__name__ = name

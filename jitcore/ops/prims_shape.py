@@ -205,7 +205,7 @@ def _memory(a):
     return a.contiguous().view(-1)
 
 
-def _as_strided(a, size, stride, storage_offset):
+def _as_strided(a, size, stride, storage_offset, grad_within=None):
     flat = _memory(a)
     return flat.as_strided(size, stride, flat.storage_offset() + storage_offset)
 
@@ -227,13 +227,19 @@ def _strided_extent(a, size, stride, storage_offset, op) -> None:
 
 
 @prim("prims.as_strided", kernel=_as_strided)
-def as_strided(a, size, stride, storage_offset):
+def as_strided(a, size, stride, storage_offset, grad_within=None):
     """The elements of a, taken in eager's memory order (a is contiguous in eager), viewed with sizes `size` and
     strides `stride` from element `storage_offset` of a: Tensor.as_strided over the memory a owns. Places may repeat
-    (overlapping strides); reading is a view, a write through it is prims.as_strided_scatter."""
+    (overlapping strides); reading is a view, a write through it is prims.as_strided_scatter. grad_within: (sizes,
+    strides, offset, writable) of another view of a; a's gradient only at its places (eager's as_strided backward
+    over that view drops the others: jitcore/ops/metadata_inplace.py); writable: whether functionalization follows a
+    write through the view (True; "places": only into the other view's places, for a view made before an as_strided_
+    of the contiguous tensor it views; False: never)."""
     _check_tensor("as_strided", a)
     size, stride = tuple(size), tuple(stride)
     _strided_extent(a, size, stride, storage_offset, "as_strided")
+    if grad_within is not None:
+        _strided_extent(a, tuple(grad_within[0]), tuple(grad_within[1]), grad_within[2], "as_strided")
     return a.like(shape=size, requires_grad=requires_grad(a))
 
 
