@@ -400,11 +400,14 @@ class Generator:
         finally:
             self.rng = main
 
-    def build(self, loops: bool = True, classes: bool = True) -> Program:
+    def build(self, loops: bool = True, classes=True) -> Program:
         """The program; loops=False: without the loop writing into views (loop_stmt), as seeds made before it
-        existed were; classes=False: without statements of tests/fuzz_classes.py, as seeds made before those."""
+        existed were; classes=False: without statements of tests/fuzz_classes.py, as seeds made before those; a tuple
+        of class names: with those classes only (a seed's program as it was before later classes were added)."""
         self._start()
         table = fuzz_classes.load() if classes else {}
+        if not isinstance(classes, bool):
+            table = {name: row for name, row in table.items() if name in classes}
         for _ in range(self.rng.randint(3, 9)):
             for _attempt in range(6):
                 if self.statement() is not None:
@@ -436,7 +439,7 @@ class Generator:
         return plans
 
 
-def generate(seed: int, loops: bool = True, classes: bool = True) -> Program:
+def generate(seed: int, loops: bool = True, classes=True) -> Program:
     return Generator(seed).build(loops, classes)
 
 

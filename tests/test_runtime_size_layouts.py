@@ -13,6 +13,7 @@ import jitcore
 from jitcore.errors import UnsupportedError
 from tests.fuzz import CACHE_MODES, generate
 from tests.fuzz import check_program as fuzz_check
+from tests.fuzz_classes import CLASSES_1C52E7A
 from tests.test_inplace_metadata import check
 
 
@@ -65,7 +66,7 @@ def test_slice_into_runtime_sized_tensor_is_refused(cache):
 
 @pytest.mark.parametrize("seed", [13, 52])
 def test_fuzz_seeds(seed):
-    prog = generate(seed)
+    prog = generate(seed, classes=CLASSES_1C52E7A)
     for cache in CACHE_MODES:
         report = fuzz_check(prog, cache)
         assert not report.problems and report.refused is None, report.text(prog) + f"\nrefused: {report.refused}"

@@ -11,6 +11,7 @@ import torch
 import jitcore
 from tests.fuzz import CACHE_MODES, generate
 from tests.fuzz import check_program as fuzz_check
+from tests.fuzz_classes import CLASSES_1C52E7A
 from tests.test_inplace_metadata import check
 
 
@@ -61,7 +62,7 @@ def test_flatten_under_no_grad_keeps_requiring_grad(cache):
 
 
 def test_fuzz_seed_885():
-    prog = generate(885)
+    prog = generate(885, classes=CLASSES_1C52E7A)
     for cache in CACHE_MODES:
         report = fuzz_check(prog, cache)
         assert not report.problems, report.text(prog)
