@@ -125,15 +125,19 @@ class Addresses:
     # -- residues -----------------------------------------------------------------------------------------------------
     def _fresh(self, p, root, chain, k) -> int:
         """A tensor the program allocates (offset 0: a new allocation, aligned) or a view of one: its offset from
-        eager's layout."""
-        if not chain and Tag.OPAQUE not in self.layouts._line(root).sym.tags:
-            return 0
-        # (a tensor with run-time sizes: nonzero's CPU kernel lays its result out column-major, its meta kernel not)
-        if any(isinstance(s, NumberProxy) and s.runtime for s in root._shape):
-            if Tag.OPAQUE not in self.layouts._line(root).sym.tags and all(_keeps_offset(b) for b, _ in chain):
-                return 0  # (a new allocation seen from its first element, whatever its layout: `t[t > 0].t()`)
+        eager's layout, at this call's run-time sizes where it has some (_offset specialises them: guarded, or checked
+        when the program runs, so a call with other sizes runs another entry)."""
+        line = self.layouts._line(root)
+        opaque = Tag.OPAQUE in line.sym.tags
+        at_start = not opaque and _starts_allocation(line, root)
+        if at_start and all(_keeps_offset(b) for b, _ in chain):
+            return 0  # (a new allocation seen from its first element, whatever its layout: `t[t > 0].t()`)
+        base = None if opaque and _run_time(root) else root.eager_layout("contiguous")
+        if base is None and at_start and root.ndim <= 1:
+            base = _plain(root)  # (an allocation of one dimension is dense: stride 1, whatever its inputs' layouts)
+        if base is None and _run_time(root):
+            # (nonzero's CPU kernel lays its result out column-major, its meta kernel not)
             _refuse(p, f"reading it: {root.name}'s layout is not known here (its sizes are known only at run time)")
-        base = root.eager_layout("contiguous")  # (the inputs' offsets do not move a new allocation)
         offset = self._offset(p, root, chain, base)
         return 0 if offset is None else offset % k
 
@@ -182,6 +186,26 @@ class Addresses:
         if meta.numel() == 0:
             return None
         return meta.storage_offset() * p.dtype.itemsize
+
+
+def _run_time(t: TensorProxy) -> bool:
+    return any(isinstance(s, NumberProxy) and s.runtime for s in t._shape)
+
+
+def _starts_allocation(line, out: TensorProxy) -> bool:
+    """Whether `out`, made by `line` (which _shares found to allocate it), is an allocation seen from its first
+    element: not a view into one made inside line's decomposition (`torch.where(m)[1]`, a column of nonzero's result,
+    starts u0 elements in)."""
+    made = {o.name: b for b in _flat_prims(line) for o in b.flat_proxy_outs()}
+    name = out.name
+    while name in made:
+        b = made[name]
+        if b.sym.id not in VIEW_PRIMS and not _same_dtype_copy(b):
+            return True
+        if not _keeps_offset(b) or not b.args or not isinstance(b.args[0], TensorProxy):
+            return False
+        name = b.args[0].name
+    return False
 
 
 def _plain(a: TensorProxy) -> torch.Tensor:
