@@ -34,6 +34,10 @@ _COPIES = frozenset(f"ltorch.{n}" for n in (
 EAGER_VIEWS = frozenset(f"ltorch.{n}" for n in (
     "unfold conj real imag view_as_real view_as_complex H mH adjoint resolve_conj resolve_neg positive alias "
     "as_strided as_strided_scatter_view _neg_view align_to refine_names rename lift_fresh").split())
+# among them, those whose eager result is always a view of their (first) input: followed by replaying them on meta
+# tensors (torch's own view functions: view_as_real's offset is twice its input's, imag's one float further in)
+FOLLOWED_VIEWS = frozenset(f"ltorch.{n}" for n in "unfold conj real imag view_as_real view_as_complex H mH adjoint alias "
+                           "positive".split())
 # in-place ops that change a tensor's metadata: its address may change with them (those of _MOVES anywhere)
 _METADATA_WRITES = frozenset(f"ltorch.{n}" for n in (
     "resize_ resize_as_ set_ as_strided_ t_ transpose_ swapdims_ swapaxes_ squeeze_ unsqueeze_").split())
@@ -273,6 +277,8 @@ def _shares(line, out: TensorProxy, p):
         _refuse(p, f"reading it after {sid.removeprefix('ltorch.')}, which changes {out.name}'s metadata")
     if writes_in_place(line):
         return line.args[1] if line.sym is pm.copy_ else tensors[0]
+    if sid in FOLLOWED_VIEWS and tensors:
+        return tensors[0]
     if sid in EAGER_VIEWS:
         _refuse(p, f"{out.name} comes from {sid.removeprefix('ltorch.')}, a view in eager that jitcore computes")
     if sid in VIEW_OPS:
