@@ -645,7 +645,8 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
                                "elements share memory: eager writes its elements one after another, so its result "
                                "depends on the order its kernel visits them", hint="clone() the view before writing "
                                "into it, or write one value everywhere (fill_, zero_, `v[...] = 0`)")
-    if not strided and not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst):
+    if not strided and not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst) and not (
+            not differentiable and _same_place(st, src, dst, al)):
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
@@ -669,6 +670,24 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
         raise UnsupportedError("in-place op", f"{op}a write autograd records into a view made by {al.multi} (a "
                                "function that returns several views), like eager, which refuses it",
                                hint="clone() the piece before writing into it, or use an out-of-place op")
+
+
+def _same_place(st: _State, src, dst: TensorProxy, al: Alias) -> bool:
+    """Whether `src` is the very view written (the same memory, sizes, strides, offset and dtype: `v[0] = t` where
+    v[0] and t are one expand() of one tensor): eager's copy_ leaves such a write out, overlapping or not, so its
+    values are the tensor's own (its backward raises in eager: a write autograd records is not this). The sizes the
+    metas were computed from are pinned."""
+    if not isinstance(src, TensorProxy) or src.dtype != dst.dtype:
+        return False
+    sal = st.alias.get(src.name)
+    if sal is None or sal.root != al.root or any(p.sym.id not in VIEW_PRIMS for p in sal.chain):
+        return False
+    for p in sal.chain:
+        for x in tree_flatten((p.args[1:], p.kwargs))[0]:
+            if isinstance(x, NumberProxy):
+                concretize(x)
+    a, b = sal.meta, al.meta
+    return (tuple(a.shape), a.stride(), a.storage_offset()) == (tuple(b.shape), b.stride(), b.storage_offset())
 
 
 def _overlaps(st: _State, al: Alias, dst: TensorProxy) -> bool:
