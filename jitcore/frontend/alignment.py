@@ -36,8 +36,8 @@ EAGER_VIEWS = frozenset(f"ltorch.{n}" for n in (
     "as_strided as_strided_scatter_view _neg_view align_to refine_names rename lift_fresh").split())
 # among them, those whose eager result is always a view of their (first) input: followed by replaying them on meta
 # tensors (torch's own view functions: view_as_real's offset is twice its input's, imag's one float further in)
-FOLLOWED_VIEWS = frozenset(f"ltorch.{n}" for n in "unfold conj real imag view_as_real view_as_complex H mH adjoint alias "
-                           "positive".split())
+FOLLOWED_VIEWS = frozenset(f"ltorch.{n}" for n in (
+    "unfold conj real imag view_as_real view_as_complex H mH adjoint alias positive").split())
 # in-place ops that change a tensor's metadata: its address may change with them (those of _MOVES anywhere)
 _METADATA_WRITES = frozenset(f"ltorch.{n}" for n in (
     "resize_ resize_as_ set_ as_strided_ t_ transpose_ swapdims_ swapaxes_ squeeze_ unsqueeze_").split())
