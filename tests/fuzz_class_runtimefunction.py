@@ -20,7 +20,10 @@ def runtime_size_function(gen) -> list[str] | None:
     rng = gen.rng
     s, c, u, out = gen.fresh(), gen.fresh(), gen.fresh(), gen.fresh()
     fn = rng.choice(("_Cube", "_Ste"))
-    lines = [f"{s} = " + rng.choice(_SELECTIONS).format(v=v), f"{c} = {fn}.apply({s})", f"{u} = {c}.shape[0]"]
+    w = gen.fresh()
+    lines = [f"{w} = {v} * 1", f"{w}.add_(1)"]  # (a write: functionalization runs, and asks about the count)
+    lines += [f"{s} = " + rng.choice(_SELECTIONS).format(v=rng.choice((v, w))), f"{c} = {fn}.apply({s})",
+              f"{u} = {c}.shape[0]"]
     cond = rng.choice(("{u} > 2", "{u} // 2 == 1", "min({u}, 3) == 3", "{u} == 0"))
-    lines += [f"if {cond.format(u=u)}:", f"    {out} = {c}.sum() + {v}", "else:", f"    {out} = {v} * 2"]
+    lines += [f"if {cond.format(u=u)}:", f"    {out} = {c}.sum() + {w}", "else:", f"    {out} = {w} * 2"]
     return lines if gen.try_lines(lines) else None
