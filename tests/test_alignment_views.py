@@ -13,6 +13,7 @@ import torch
 from jitcore.errors import UnsupportedError
 from tests.call_sequences import check_calls
 from tests.fuzz import CACHE_MODES
+from tests.fuzz_templates import _Cube
 
 MODES = list(CACHE_MODES)
 
@@ -24,12 +25,28 @@ def _masked(pos: int, n: int = 12, requires_grad=True):
     return x.view(3, n // 3).requires_grad_(requires_grad)
 
 
+class _Tail(torch.autograd.Function):
+    """A user's Function whose result is a view into memory of its own, one element in."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return (x.flatten() * 2)[1:]
+
+    @staticmethod
+    def backward(ctx, g):
+        return None  # (applied to a tensor without grad)
+
+
 RUN_TIME = {  # name -> fn(x): a residue of a view into a tensor with run-time sizes
     "tail_of_product": lambda x: (x[x > 0] * 2).flatten()[1:],
     "tail_of_selection": lambda x: x[x > 0][2:],
     "column_zero_of_where": lambda x: torch.where(x > 0)[0].float()[1:],
     "row_of_masked_rows": lambda x: (x[x.sum(1) > -10] + 1)[1],
     "masked_select_tail": lambda x: torch.masked_select(x, x < 0).exp()[3:],
+    "users_function_of_selection": lambda x: _Cube.apply(x[x > 0]),
+    "users_function_of_selection_tail": lambda x: _Cube.apply(x[x > 0])[1:],
+    "users_function_view_of_its_own": lambda x: _Tail.apply(x[x > 0].detach()),
+    "multi_dot_vector": lambda x: torch.linalg.multi_dot([x.t(), x, x[0]])[1:],
 }
 
 

@@ -136,7 +136,7 @@ class Addresses:
         at_start = not opaque and _starts_allocation(line, root)
         if at_start and all(_keeps_offset(b) for b, _ in chain):
             return 0  # (a new allocation seen from its first element, whatever its layout: `t[t > 0].t()`)
-        base = None if opaque and _run_time(root) else root.eager_layout("contiguous")
+        base = root.eager_layout("contiguous")  # (an opaque op's: its meta run's, as at sizes known when tracing)
         if base is None and at_start and root.ndim <= 1:
             base = _plain(root)  # (an allocation of one dimension is dense: stride 1, whatever its inputs' layouts)
         if base is None and _run_time(root):
@@ -370,4 +370,7 @@ def _opaque_allocates(line) -> bool:
     except Exception:
         return False
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    return bool(outs) and not any(o._is_view() or any(o is m for m in metas) for o in outs)
+    # (a view of memory of its own, multi_dot's of the product it made, is new memory: its offset is its meta's)
+    storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor)}
+    return bool(outs) and not any(any(o is m for m in metas) or o.untyped_storage()._cdata in storages or (
+        o._is_view() and o._base.layout != torch.strided) for o in outs)
