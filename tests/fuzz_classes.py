@@ -49,5 +49,9 @@ CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_complexviews",
     "tests.fuzz_class_dtypeset",
     "tests.fuzz_class_numpy",
+    "tests.fuzz_class_alignmentviews",
+    "tests.fuzz_class_samewrite",
+    "tests.fuzz_class_foreachscalar",
+    "tests.fuzz_class_runtimefunction",
     "tests.fuzz_class_pieces",
 )

@@ -106,6 +106,7 @@ VIEWS = {  # name -> a view of x (6 x 4) whose address eager derives from x's
     "contiguous_self": lambda x: x.contiguous()[1],  # (eager's contiguous() of a contiguous x is x)
     "dropout_p0": lambda x: torch.nn.functional.dropout(x, 0.0)[2],  # (eager hands back x)
     "same_dtype": lambda x: x.to(torch.float32)[1:],
+    "unfold": lambda x: x.unfold(0, 2, 1)[1],
 }
 
 
@@ -227,7 +228,8 @@ REFUSED = {  # name -> (fn, its source text, what the message names)
     "mask_not_low_bits": (lambda x: x * (x.data_ptr() & 6), "x.data_ptr() & 6", "not a power of two"),
     "int_tensor_index": (lambda x: x * (x[torch.tensor(1)].data_ptr() % 16), "x[torch.tensor(1)].data_ptr()",
                          "eager may make a view"),
-    "unfold": (lambda x: x * (x.unfold(0, 2, 1).data_ptr() % 16), "x.unfold(0, 2, 1).data_ptr()", "unfold"),
+    "resolve_conj": (lambda x: x * (x.to(torch.complex64).conj().resolve_conj().data_ptr() % 16),
+                     "conj().resolve_conj().data_ptr()", "resolve_conj"),  # (eager copies or not, by the conj bit)
     "as_strided": (lambda x: x * (x.as_strided((2,), (1,), 3).data_ptr() % 16), "x.as_strided((2,), (1,), 3)",
                    "may return a view"),
     "view_dtype": (lambda x: x * (x.view(torch.int32).data_ptr() % 16), "x.view(torch.int32).data_ptr()",

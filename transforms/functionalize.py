@@ -29,14 +29,15 @@ from jitcore.ops import prims_misc as pm
 from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.sizes import define_sizes, numbers_before_use
 from transforms.cse import rename_args
-from transforms.functionalize_complex import COMPLEX_VIEW_STRIDES, complex_view_meta
 from transforms.functionalize_views import (
+    example_values,
     expanded_dims,
     inverse,
     is_same_dtype_copy,
     places_repeat,
-    strided_view_meta,
     unbroadcast,
+    view_meta,
+    within_new_strides,
     written_mask,
 )
 from transforms.write_history import WriteLog
@@ -251,14 +252,8 @@ def _define_numbers(st: _State, p: BoundSymbol):
         st.seen = len(bsyms)
 
 
-def _values(xs) -> tuple:
-    """The example values of sizes and view arguments (a proxy's value seen while tracing): read without recording a
-    predicate; the one decision the metas feed (_check_write's overlap) records what it depends on."""
-    return tuple(value_of(x) for x in xs)
-
-
 def _meta(p: TensorProxy, strides=None) -> torch.Tensor:
-    shape = _values(p._shape)
+    shape = example_values(p._shape)
     if strides is None:
         return torch.empty(shape, dtype=torch.uint8, device="meta")
     return torch.empty_strided(shape, tuple(strides), dtype=torch.uint8, device="meta")
@@ -347,7 +342,7 @@ def _track_opaque_views(st: _State, bsym: BoundSymbol):
     tensors = [a for a in flat if isinstance(a, TensorProxy)]
     if not tensors:
         return
-    metas = [torch.empty(_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
+    metas = [torch.empty(example_values(a._shape), dtype=a.dtype, device="meta") if isinstance(a, TensorProxy)
              else None if isinstance(a, GeneratorProxy) else value_of(a) for a in flat]  # (a draw's generator=)
     margs, mkwargs = tree_unflatten(spec, metas)
     try:
@@ -478,13 +473,13 @@ def _track_views(st: _State, bsym: BoundSymbol):
             _untracked_view(st, bsym, tensors)
             return
         chain, meta, origin = made[a.name]
-        out_meta = _view_meta(p, meta)
+        out_meta = view_meta(p, meta)
         # reshape, flatten, ... decided at trace time from eager's layout (jitcore/frontend/layouts.py), and recorded a
         # copy
         # where eager copies: a reshape left here is a view, as is one inside an op eager always views (diagonal
         # of an expanded tensor); the metas here assume results are contiguous, which eager's need not be
         if out_meta is None:
-            out_meta = _view_meta(p, meta.contiguous())
+            out_meta = view_meta(p, meta.contiguous())
         made[p.output.name] = (chain + (p,), out_meta, origin)
     for o in bsym.flat_proxy_outs():
         if o.name in made and o.name not in srcs:
@@ -520,38 +515,6 @@ def _alias_of(st: _State, x: TensorProxy) -> Alias:
         st.alias[x.name] = al = Alias(x.name, (), _meta(x))
         st.cur.setdefault(x.name, x)
     return al
-
-
-def _view_meta(p: BoundSymbol, meta: torch.Tensor):
-    """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
-    pid, args = p.sym.id, p.args
-    try:
-        if pid == "prims.stop_gradient" or is_same_dtype_copy(p):
-            return meta
-        if pid == "prims.reshape":
-            return meta.view(_values(args[1]))
-        if pid == "prims.transpose":
-            return meta.permute(_values(args[1]))
-        if pid == "prims.squeeze":
-            return meta.squeeze(_values(args[1])) if args[1] else meta
-        if pid == "prims.slice":
-            steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * meta.ndim
-            return meta[tuple(slice(s, e, k) for s, e, k in zip(_values(args[1]), _values(args[2]), _values(steps)))]
-        if pid == "prims.unfold":
-            return meta.unfold(*_values(args[1:4]))
-        if pid in COMPLEX_VIEW_STRIDES:
-            return complex_view_meta(pid, meta)
-        if pid == "prims.as_strided":
-            return strided_view_meta(p, meta)
-        if pid == "prims.broadcast_in_dim":
-            shape, bdims = _values(args[1]), _values(args[2])
-            view = [1] * len(shape)
-            for i, d in enumerate(bdims):
-                view[d] = meta.shape[i]
-            return meta.view(view).expand(shape)
-    except RuntimeError:
-        return None
-    return None
 
 
 # -- writes ---------------------------------------------------------------------------------------------------------
@@ -635,46 +598,12 @@ def _overwritten(old, values):
     return ltorch.where(everywhere, values, old)
 
 
-def _within_new_strides(al: Alias) -> bool:
-    """A write through a view made before an as_strided_ of the tensor it views (prims.as_strided whose grad_within
-    is not writable): followed where that tensor is laid out contiguously from its memory's start, the new view's
-    places do not repeat and they hold every place written (eager's backward then reads the gradient of each written
-    place from the new view's; for a tensor laid out transposed it fails)."""
-    k = next((k for k, p in enumerate(al.chain) if p.sym.id == "prims.as_strided" and len(p.args) > 4
-              and p.args[4] is not None and p.args[4][3] is not True), None)
-    if k is None:
-        return True
-    p = al.chain[k]
-    if p.args[4][3] != "places":
-        return False
-    size, stride, offset = tuple(p.args[4][0]), tuple(p.args[4][1]), p.args[4][2]
-    dtype = p.args[0].dtype  # (places relative to the memory it views)
-    meta = torch.empty(tuple(_values(p.args[0]._shape)), dtype=dtype, device="meta")
-    for q in al.chain[k:]:
-        meta = _view_meta(q, meta)
-        if meta is None or meta.dtype != dtype:
-            return False
-    new = torch.empty((meta.numel() + offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1,), device="meta")
-    new = new.as_strided(size, stride, offset)
-    if places_repeat(new) or max(new.numel(), meta.numel()) > 1 << 20:
-        return False
-    return bool(torch.isin(_places(meta), _places(new)).all())
-
-
-def _places(meta: torch.Tensor) -> torch.Tensor:
-    """The memory places of a meta tensor's elements, flattened."""
-    places = torch.zeros((), dtype=torch.int64) + meta.storage_offset()
-    for n, s in zip(meta.shape, meta.stride()):
-        places = places.unsqueeze(-1) + torch.arange(n) * s
-    return places.reshape(-1)
-
-
 def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool):
     """The writes eager refuses, and those jitcore cannot follow."""
     src, dst = bsym.args
     op = f"{st.writer.removeprefix('ltorch.')}(): " if st.writer else ""
     strided = any(p.sym.id == "prims.as_strided" for p in al.chain)  # (eager writes any value into these)
-    if not _within_new_strides(al):
+    if not within_new_strides(al):
         raise UnsupportedError("in-place op", f"{op}a write into a view made before Tensor.as_strided_ of the tensor "
                                "it views (which requires grad), at places the new strides do not hold once each (or "
                                "of a tensor not laid out contiguously): eager's autograd replays the write over the "
@@ -685,7 +614,8 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
                                "elements share memory: eager writes its elements one after another, so its result "
                                "depends on the order its kernel visits them", hint="clone() the view before writing "
                                "into it, or write one value everywhere (fill_, zero_, `v[...] = 0`)")
-    if not strided and not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst):
+    if not strided and not (st.writer in FILL_OPS and _uniform(st, src)) and _overlaps(st, al, dst) and not (
+            not differentiable and _same_place(st, src, dst, al)):
         raise UnsupportedError("in-place op", f"{op}a write into a tensor of shape {tuple(dst.shape)} in which more "
                                "than one element refers to a single memory location (an expand()), like eager, "
                                "which refuses it", hint="clone() the expanded tensor before writing into it")
@@ -709,6 +639,24 @@ def _check_write(st: _State, bsym: BoundSymbol, al: Alias, differentiable: bool)
         raise UnsupportedError("in-place op", f"{op}a write autograd records into a view made by {al.multi} (a "
                                "function that returns several views), like eager, which refuses it",
                                hint="clone() the piece before writing into it, or use an out-of-place op")
+
+
+def _same_place(st: _State, src, dst: TensorProxy, al: Alias) -> bool:
+    """Whether `src` is the very view written (the same memory, sizes, strides, offset and dtype: `v[0] = t` where
+    v[0] and t are one expand() of one tensor): eager's copy_ leaves such a write out, overlapping or not, so its
+    values are the tensor's own (its backward raises in eager: a write autograd records is not this). The sizes the
+    metas were computed from are pinned."""
+    if not isinstance(src, TensorProxy) or src.dtype != dst.dtype:
+        return False
+    sal = st.alias.get(src.name)
+    if sal is None or sal.root != al.root or any(p.sym.id not in VIEW_PRIMS for p in sal.chain):
+        return False
+    for p in sal.chain:
+        for x in tree_flatten((p.args[1:], p.kwargs))[0]:
+            if isinstance(x, NumberProxy):
+                concretize(x)
+    a, b = sal.meta, al.meta
+    return (tuple(a.shape), a.stride(), a.storage_offset()) == (tuple(b.shape), b.stride(), b.storage_offset())
 
 
 def _overlaps(st: _State, al: Alias, dst: TensorProxy) -> bool:

@@ -1,18 +1,20 @@
 """Transforms (functionalization): how a write into a view reaches the tensor it views, prim by prim (functionalize.py
 walks the chain of views): each view prim's inverse (the base with the view replaced), expansions (several places of
 the view share one element of the base) and as_strided over memory the program owns (prims.as_strided: a write into
-it is an as_strided_scatter; where its places repeat, only writes whose result does not depend on eager's order).
+it is an as_strided_scatter; where its places repeat, only writes whose result does not depend on eager's order);
+the memory a chain of view prims reads (meta tensors), which tells whether a write through it can be followed.
 """
 from __future__ import annotations
 
 import torch
 
+from jitcore.ir.arith import value_of
 from jitcore.ir.symbol import BoundSymbol
 from jitcore.ops import ltorch
 from jitcore.ops import prims_shape as ps
 from jitcore.ops.torch_inplace import slice_scatter
 from jitcore.ops.torch_shape import same_shape, slice_dim
-from transforms.functionalize_complex import COMPLEX_INVERSES
+from transforms.functionalize_complex import COMPLEX_INVERSES, COMPLEX_VIEW_STRIDES, complex_view_meta
 
 
 def is_same_dtype_copy(p: BoundSymbol) -> bool:
@@ -117,3 +119,77 @@ def places_repeat(meta: torch.Tensor) -> bool:
     for n, s in zip(meta.shape, meta.stride()):
         places = places.unsqueeze(-1) + torch.arange(n) * s
     return places.unique().numel() < meta.numel()
+
+
+# -- the memory a chain of view prims reads (meta tensors) --------------------------------------------------------
+def example_values(xs) -> tuple:
+    """The example values of sizes and view arguments (a proxy's value seen while tracing): read without recording a
+    predicate; the one decision the metas feed (_check_write's overlap) records what it depends on."""
+    return tuple(value_of(x) for x in xs)
+
+
+def view_meta(p: BoundSymbol, meta: torch.Tensor):
+    """The meta tensor of p's output viewed from meta (None when eager would copy instead of viewing)."""
+    pid, args = p.sym.id, p.args
+    try:
+        if pid == "prims.stop_gradient" or is_same_dtype_copy(p):
+            return meta
+        if pid == "prims.reshape":
+            return meta.view(example_values(args[1]))
+        if pid == "prims.transpose":
+            return meta.permute(example_values(args[1]))
+        if pid == "prims.squeeze":
+            return meta.squeeze(example_values(args[1])) if args[1] else meta
+        if pid == "prims.slice":
+            steps = args[3] if len(args) > 3 and args[3] is not None else (1,) * meta.ndim
+            starts, ends, steps = example_values(args[1]), example_values(args[2]), example_values(steps)
+            return meta[tuple(slice(s, e, k) for s, e, k in zip(starts, ends, steps))]
+        if pid == "prims.unfold":
+            return meta.unfold(*example_values(args[1:4]))
+        if pid in COMPLEX_VIEW_STRIDES:
+            return complex_view_meta(pid, meta)
+        if pid == "prims.as_strided":
+            return strided_view_meta(p, meta)
+        if pid == "prims.broadcast_in_dim":
+            shape, bdims = example_values(args[1]), example_values(args[2])
+            view = [1] * len(shape)
+            for i, d in enumerate(bdims):
+                view[d] = meta.shape[i]
+            return meta.view(view).expand(shape)
+    except RuntimeError:
+        return None
+    return None
+
+
+def within_new_strides(al) -> bool:
+    """A write through a view made before an as_strided_ of the tensor it views (prims.as_strided whose grad_within
+    is not writable): followed where that tensor is laid out contiguously from its memory's start, the new view's
+    places do not repeat and they hold every place written (eager's backward then reads the gradient of each written
+    place from the new view's; for a tensor laid out transposed it fails)."""
+    k = next((k for k, p in enumerate(al.chain) if p.sym.id == "prims.as_strided" and len(p.args) > 4
+              and p.args[4] is not None and p.args[4][3] is not True), None)
+    if k is None:
+        return True
+    p = al.chain[k]
+    if p.args[4][3] != "places":
+        return False
+    size, stride, offset = tuple(p.args[4][0]), tuple(p.args[4][1]), p.args[4][2]
+    dtype = p.args[0].dtype  # (places relative to the memory it views)
+    meta = torch.empty(tuple(example_values(p.args[0]._shape)), dtype=dtype, device="meta")
+    for q in al.chain[k:]:
+        meta = view_meta(q, meta)
+        if meta is None or meta.dtype != dtype:
+            return False
+    new = torch.empty((meta.numel() + offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1,), device="meta")
+    new = new.as_strided(size, stride, offset)
+    if places_repeat(new) or max(new.numel(), meta.numel()) > 1 << 20:
+        return False
+    return bool(torch.isin(memory_places(meta), memory_places(new)).all())
+
+
+def memory_places(meta: torch.Tensor) -> torch.Tensor:
+    """The memory places of a meta tensor's elements, flattened."""
+    places = torch.zeros((), dtype=torch.int64) + meta.storage_offset()
+    for n, s in zip(meta.shape, meta.stride()):
+        places = places.unsqueeze(-1) + torch.arange(n) * s
+    return places.reshape(-1)

@@ -34,6 +34,10 @@ _COPIES = frozenset(f"ltorch.{n}" for n in (
 EAGER_VIEWS = frozenset(f"ltorch.{n}" for n in (
     "unfold conj real imag view_as_real view_as_complex H mH adjoint resolve_conj resolve_neg positive alias "
     "as_strided as_strided_scatter_view _neg_view align_to refine_names rename lift_fresh").split())
+# among them, those whose eager result is always a view of their (first) input: followed by replaying them on meta
+# tensors (torch's own view functions: view_as_real's offset is twice its input's, imag's one float further in)
+FOLLOWED_VIEWS = frozenset(f"ltorch.{n}" for n in (
+    "unfold conj real imag view_as_real view_as_complex H mH adjoint alias positive").split())
 # in-place ops that change a tensor's metadata: its address may change with them (those of _MOVES anywhere)
 _METADATA_WRITES = frozenset(f"ltorch.{n}" for n in (
     "resize_ resize_as_ set_ as_strided_ t_ transpose_ swapdims_ swapaxes_ squeeze_ unsqueeze_").split())
@@ -125,15 +129,19 @@ class Addresses:
     # -- residues -----------------------------------------------------------------------------------------------------
     def _fresh(self, p, root, chain, k) -> int:
         """A tensor the program allocates (offset 0: a new allocation, aligned) or a view of one: its offset from
-        eager's layout."""
-        if not chain and Tag.OPAQUE not in self.layouts._line(root).sym.tags:
-            return 0
-        # (a tensor with run-time sizes: nonzero's CPU kernel lays its result out column-major, its meta kernel not)
-        if any(isinstance(s, NumberProxy) and s.runtime for s in root._shape):
-            if Tag.OPAQUE not in self.layouts._line(root).sym.tags and all(_keeps_offset(b) for b, _ in chain):
-                return 0  # (a new allocation seen from its first element, whatever its layout: `t[t > 0].t()`)
+        eager's layout, at this call's run-time sizes where it has some (_offset specialises them: guarded, or checked
+        when the program runs, so a call with other sizes runs another entry)."""
+        line = self.layouts._line(root)
+        opaque = Tag.OPAQUE in line.sym.tags
+        at_start = not opaque and _starts_allocation(line, root)
+        if at_start and all(_keeps_offset(b) for b, _ in chain):
+            return 0  # (a new allocation seen from its first element, whatever its layout: `t[t > 0].t()`)
+        base = root.eager_layout("contiguous")  # (an opaque op's: its meta run's, as at sizes known when tracing)
+        if base is None and at_start and root.ndim <= 1:
+            base = _plain(root)  # (an allocation of one dimension is dense: stride 1, whatever its inputs' layouts)
+        if base is None and _run_time(root):
+            # (nonzero's CPU kernel lays its result out column-major, its meta kernel not)
             _refuse(p, f"reading it: {root.name}'s layout is not known here (its sizes are known only at run time)")
-        base = root.eager_layout("contiguous")  # (the inputs' offsets do not move a new allocation)
         offset = self._offset(p, root, chain, base)
         return 0 if offset is None else offset % k
 
@@ -182,6 +190,26 @@ class Addresses:
         if meta.numel() == 0:
             return None
         return meta.storage_offset() * p.dtype.itemsize
+
+
+def _run_time(t: TensorProxy) -> bool:
+    return any(isinstance(s, NumberProxy) and s.runtime for s in t._shape)
+
+
+def _starts_allocation(line, out: TensorProxy) -> bool:
+    """Whether `out`, made by `line` (which _shares found to allocate it), is an allocation seen from its first
+    element: not a view into one made inside line's decomposition (`torch.where(m)[1]`, a column of nonzero's result,
+    starts u0 elements in)."""
+    made = {o.name: b for b in _flat_prims(line) for o in b.flat_proxy_outs()}
+    name = out.name
+    while name in made:
+        b = made[name]
+        if b.sym.id not in VIEW_PRIMS and not _same_dtype_copy(b):
+            return True
+        if not _keeps_offset(b) or not b.args or not isinstance(b.args[0], TensorProxy):
+            return False
+        name = b.args[0].name
+    return False
 
 
 def _plain(a: TensorProxy) -> torch.Tensor:
@@ -249,6 +277,8 @@ def _shares(line, out: TensorProxy, p):
         _refuse(p, f"reading it after {sid.removeprefix('ltorch.')}, which changes {out.name}'s metadata")
     if writes_in_place(line):
         return line.args[1] if line.sym is pm.copy_ else tensors[0]
+    if sid in FOLLOWED_VIEWS and tensors:
+        return tensors[0]
     if sid in EAGER_VIEWS:
         _refuse(p, f"{out.name} comes from {sid.removeprefix('ltorch.')}, a view in eager that jitcore computes")
     if sid in VIEW_OPS:
@@ -340,4 +370,7 @@ def _opaque_allocates(line) -> bool:
     except Exception:
         return False
     outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    return bool(outs) and not any(o._is_view() or any(o is m for m in metas) for o in outs)
+    # (a view of memory of its own, multi_dot's of the product it made, is new memory: its offset is its meta's)
+    storages = {m.untyped_storage()._cdata for m in metas if isinstance(m, torch.Tensor)}
+    return bool(outs) and not any(any(o is m for m in metas) or o.untyped_storage()._cdata in storages or (
+        o._is_view() and o._base.layout != torch.strided) for o in outs)

@@ -137,6 +137,8 @@ class Layouts:
             metas = _contiguous_results(line, given) if args else None
         if metas is None:
             metas = _run_on_meta(line, given, self.used) if args else None
+        if metas is None and _advanced_index(line, given):
+            metas = [_fresh(o) for o in outs]
         if metas is None or len(metas) != len(outs):
             metas = [_fresh(o) if not args else None for o in outs]
         for o, m in zip(outs, metas):
@@ -210,6 +212,16 @@ def _contiguous_results(line, metas: dict):
             o = torch.empty(_sizes(o), dtype=o.dtype, device="meta")
         outs.append(o)
     return outs
+
+
+def _advanced_index(line, metas: dict) -> bool:
+    """`x[mask]`, `x[:, idx]` of a contiguous x: eager's index kernel allocates a contiguous result (whatever slices
+    come with the tensor index), which meta tensors cannot compute where a mask counts its rows at run time. A 0-d
+    integer index is a view in eager (not this)."""
+    if line.sym.id != "ltorch.getitem" or any(m is None or not m.is_contiguous() for m in metas.values()):
+        return False
+    index = [a for a in tree_flatten(line.args[1:])[0] if isinstance(a, TensorProxy)]
+    return bool(index) and all(a.ndim > 0 or a.dtype in (torch.bool, torch.uint8) for a in index)
 
 
 def _sizes(p: TensorProxy) -> tuple:

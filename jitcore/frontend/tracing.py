@@ -199,6 +199,8 @@ class JitContext(InterpreterHooks):
             op = standins.unbound_tensor_method(fn)  # torch.Tensor.t_(y): the method as y.t_() would find it
         if op is None and standins.draws_random_torch(fn) and not self.should_inline(fn):
             op = standins.tensorless_draw(fn)  # torch.randperm(n): recorded, never run now and folded into a constant
+        if op is None:  # torch._foreach_mul_(ts, k), k symbolic: sent to the fallbacks, not to torch's parser
+            op = torch_map.with_number_proxies(fn)
         if not self._container_ids:
             return op
         if op is None:  # a torch callable run natively (`_VF.lstm(x, hx, ...)`) gets the tensors of `hx` as inputs too

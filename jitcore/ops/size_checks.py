@@ -44,11 +44,12 @@ check_size = Symbol("python.check_size", "check_size", meta=lambda *args: None,
                         _evaluate(template, values), expected, text))
 
 
-def _top_level_values(trace) -> dict:
-    """name -> (proxy, None) for the values a line of the trace itself (not a subsymbol) can read now, and (tensor,
-    dim) for a size symbol such a tensor carries (read as `t.shape[dim]`: a run-time size whose line comes later)."""
+def _top_level_values(trace, upto: int | None = None) -> dict:
+    """name -> (proxy, None) for the values a line of the trace itself (not a subsymbol) can read now (before its
+    line `upto`), and (tensor, dim) for a size symbol such a tensor carries (read as `t.shape[dim]`: a run-time size
+    whose line comes later)."""
     found = {p.name: (p, None) for p in tree_flatten(trace.args)[0] if isinstance(p, Proxy)}
-    lines = trace.bound_symbols
+    lines = trace.bound_symbols[:upto]
     for b in lines:
         for p in (*b.flat_proxy_args(), *b.flat_proxy_outs()):
             found.setdefault(p.name, (p, None))
@@ -85,8 +86,8 @@ def _effect(b) -> bool:
 
 
 def _effect_before(trace):
-    """The first line of the trace so far whose effect stays when a later check fails, or None."""
-    return next((b for b in trace.bound_symbols if _effect(b)), None)
+    """The index of the first line of the trace so far whose effect stays when a later check fails, or None."""
+    return next((i for i, b in enumerate(trace.bound_symbols) if _effect(b)), None)
 
 
 # (trace, lines) while a backward is recorded: its checks go into the forward (`checks_into`)
@@ -108,26 +109,29 @@ def checks_into(trace, lines: list):
 def check(p: NumberProxy, value) -> bool:
     """Record, as a line of the trace itself, the check that `p` (an expression over sizes) is `value` on the
     calls the program runs for; False where no line can read what it needs (a symbol defined only inside an op).
-    Refused (DataDependentError) after a line whose effect a failed check could not take back (a logging call)."""
+    After a line whose effect a failed check could not take back (a logging call, a user's autograd.Function), the
+    check goes before that line where what it reads is known there (a size counted earlier, which functionalization
+    asks about later); else refused (DataDependentError)."""
     into = _INTO.get()
     trace = get_tracectx() if into is None else into[0]
     expr = getattr(p, "expr", None)
     if trace is None or expr is None or type(value) not in (bool, int, float):
         return False
     effect = _effect_before(trace)
-    if effect is not None:
-        raise DataDependentError(
-            f"Python control flow (or a conversion to a Python value) on {strip(expr)} needs the value of a size "
-            f"known only at run time, which no prologue can compute; the program would check it when it runs, but "
-            f"after {effect.sym.name}, whose effect a call with another answer could not take back")
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError:
-        return False
+        tree = None
     names = _Names()
-    tree = names.visit(tree)
-    values = _top_level_values(trace)
-    if any(n not in values for n in names.names):
+    tree = names.visit(tree) if tree is not None else None
+    values = _top_level_values(trace, effect)
+    if effect is not None and (into is not None or tree is None or any(n not in values for n in names.names)):
+        raise DataDependentError(
+            f"Python control flow (or a conversion to a Python value) on {strip(expr)} needs the value of a size "
+            f"known only at run time, which no prologue can compute; the program would check it when it runs, but "
+            f"after {trace.bound_symbols[effect].sym.name}, whose effect a call with another answer could not take "
+            "back")
+    if tree is None or any(n not in values for n in names.names):
         return False
     template = ast.unparse(tree).replace("{", "{{").replace("}", "}}")
     for i, n in enumerate(names.names):
@@ -138,6 +142,8 @@ def check(p: NumberProxy, value) -> bool:
     bsym = BoundSymbol(check_size, (template, value, text, *(values[n][0] for n in names.names)), {}, None)
     if into is None:
         trace.record(bsym, outermost=True)
+        if effect is not None:  # (before the effect: what it reads is made there)
+            trace.bound_symbols.insert(effect, trace.bound_symbols.pop())
     else:
         into[1].append(bsym)
     return True

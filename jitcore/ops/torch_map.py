@@ -5,7 +5,15 @@ missing here goes to FUNCTION_FALLBACKS (an in-place call recording its writes, 
 """
 from __future__ import annotations
 
-from jitcore.ir.proxies import TENSOR_METHODS, Fallbacks, TensorProxy, register_ir_op, register_tensor_method
+from jitcore.ir.proxies import (
+    TENSOR_METHODS,
+    Fallbacks,
+    NumberProxy,
+    TensorProxy,
+    register_ir_op,
+    register_tensor_method,
+)
+from jitcore.ir.pytree import tree_flatten
 
 # torch callable -> Symbol (or a plain function over proxies for a few adapters)
 TORCH_MAP: dict = {}
@@ -96,6 +104,23 @@ def dispatch(func, args, kwargs):
 
 
 register_ir_op("torch_function", dispatch)
+
+
+def with_number_proxies(fn):
+    """A torch builtin with no op, as the interpreter calls it: with a symbolic number among its arguments
+    (`torch._foreach_mul_(ts, k)`, k a FloatProxy under cache="symbolic values"), torch's argument parser, which takes
+    no proxy for a number, would raise before __torch_function__ sends the call here: such a call goes to `dispatch`
+    itself (the fallbacks then take the number as any argument). None for other callables (run natively)."""
+    if type(fn) is not type(len) or not is_torch_callable(fn):
+        return None
+
+    def call(*args, **kwargs):
+        if any(isinstance(a, NumberProxy) for a in tree_flatten((args, kwargs))[0]) and any(
+                isinstance(a, TensorProxy) for a in tree_flatten((args, kwargs))[0]):
+            return dispatch(fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def is_torch_callable(fn) -> bool:
