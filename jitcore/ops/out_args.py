@@ -2,21 +2,26 @@
 runs as its functional form and the result is written into the out tensors (prims.copy_, as in-place ops write), so
 later reads see it and the write reaches the caller's tensor; the call returns the out tensors, as eager does. What
 eager does differently, it refuses: a result of more elements into an out tensor whose memory others may share (else
-it resizes the out tensor, as eager does), another dtype, and out= where autograd would need to see through it (eager
-raises the same error there). A factory (no tensor argument) makes its result in the out tensor's dtype, as eager
-does.
+it resizes the out tensor, as eager does) and out= where autograd would need to see through it (eager raises the
+same error there). An out tensor of another dtype gets an elementwise result cast where eager casts, and eager's
+error where it raises (asked of eager on tensors of ones). A factory (no tensor argument) makes its result in the out
+tensor's dtype, as eager does.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
 
 from jitcore.errors import UnsupportedError
+from jitcore.ir.arith import value_of
 from jitcore.ir.context import get_tracectx, services
-from jitcore.ir.proxies import TensorProxy
-from jitcore.ir.pytree import tree_flatten
+from jitcore.ir.proxies import NumberProxy, TensorProxy
+from jitcore.ir.pytree import tree_flatten, tree_unflatten
+from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
+from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
 from jitcore.ops import torch_map
 from jitcore.ops.metadata_inplace import _makers, metadata_method
@@ -60,6 +65,50 @@ def _resize_out(name: str, o: TensorProxy, r: TensorProxy):
     # follows moves its own)
 
 
+# prims an elementwise op's line may hold besides elementwise ones (its dtype and broadcast steps)
+_ELEMENTWISE_STEPS = frozenset({"prims.convert_element_type", "prims.broadcast_in_dim"})
+
+
+def _elementwise(r: TensorProxy) -> bool:
+    """Whether the line making r computes elementwise (all its prims): eager's TensorIterator then computes in the
+    inputs' dtype and casts into an out tensor of another dtype."""
+    def prims(b):
+        return [b] if not b.subsymbols else [p for s in b.subsymbols for p in prims(s)]
+
+    line = _makers().get(r.name)
+    return line is not None and all(Tag.ELEMENTWISE in p.sym.tags or p.sym.id in _ELEMENTWISE_STEPS
+                                    for p in prims(line))
+
+
+def _cast_into(name: str, fn, args, kwargs, single: bool, o: TensorProxy, r: TensorProxy) -> TensorProxy:
+    """The result r for an out tensor o of another dtype, as eager writes it: an elementwise op's result cast to
+    o's dtype where eager allows the cast, and eager's own error where it does not (the call on meta tensors of
+    these dtypes and sizes, on ones: mm, clamp, where, amax, sort raise there). Other ops (reductions compute in the
+    out tensor's dtype) are refused."""
+    def real(x, dtype=None):  # (ones broadcast to x's sizes: no memory; eager checks dtypes before values)
+        return torch.ones((), dtype=dtype or x.dtype).expand(tuple(value_of(n) for n in x._shape))
+
+    flat, spec = tree_flatten((args, kwargs))
+    margs, mkwargs = tree_unflatten(spec, [real(a) if isinstance(a, TensorProxy) else value_of(a)
+                                           if isinstance(a, NumberProxy) else a for a in flat])
+    failed = None if single else "; an op of several results"
+    if single and math.prod(value_of(n) for n in r._shape) > 1 << 20:
+        failed = "; a result this large is not tried in eager"
+    try:
+        if failed is None:
+            fn(*margs, **mkwargs, out=torch.empty(tuple(value_of(n) for n in r._shape), dtype=o.dtype))
+    except RuntimeError as e:
+        raise RuntimeError(str(e)) from None
+    except Exception as e:  # (what eager does is not known here)
+        failed = f"; eager's answer is not known here ({type(e).__name__})"
+    if failed is None and _elementwise(r):
+        return pe.convert_element_type(r, o.dtype)
+    raise UnsupportedError(
+        "out=", f"{name}(out=...): the out tensor is {o.dtype} and the result {r.dtype}" + (failed or ", an op not "
+        "elementwise (eager computes reductions in the out tensor's dtype)"),
+        hint="pass an out tensor of the result's dtype, or cast the result: out.copy_(op(...))")
+
+
 def call_with_out(call, fn, args, kwargs):
     """call(*args, **kwargs without out), its result written into kwargs["out"] (a tensor, or a tuple/list of
     them for a call with several results); returns the out tensors as eager's call returns them."""
@@ -84,9 +133,7 @@ def call_with_out(call, fn, args, kwargs):
         if tuple(o.shape) != tuple(r.shape):
             _resize_out(name, o, r)
         if o.dtype != r.dtype:
-            raise UnsupportedError(
-                "out=", f"{name}(out=...): the out tensor is {o.dtype} and the result {r.dtype}",
-                hint="pass an out tensor of the result's dtype, or cast the result: out.copy_(op(...))")
+            r = _cast_into(name, fn, args, kwargs, not isinstance(out, (tuple, list)), o, r)
         pm.copy_(r, o)
     if not isinstance(out, (tuple, list)):
         return out
