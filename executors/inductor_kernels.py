@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from executors.inductor_options import GRAPH_REWRITES
 from jitcore import compat
 from jitcore.runtime.disk_cache import cache_root, write_atomically
 
@@ -280,7 +281,7 @@ def _disk_folder(text: str, options: dict) -> Path | None:
             own = "unknown"
         # (only where regions compile: Inductor is imported)
         config = hashlib.sha256(repr(compat.inductor_config_digest_items()).encode()).hexdigest()
-        _DISK_KEY.append(repr((own, torch.__version__, sys.version_info[:2], machine(), config)))
+        _DISK_KEY.append(repr((own, torch.__version__, sys.version_info[:2], machine(), config, GRAPH_REWRITES)))
     key = source_digest(f"{_DISK_KEY[0]}\n{sorted(options.items())!r}\n{text}")
     return folder / key[:2] / key
 

@@ -1,9 +1,12 @@
 """Executors: the options Inductor compiles a region with, and which wrapper a CPU region's compiled module gets:
 Inductor's C++ wrapper (its kernels and the code calling them one C++ source, one compiler run) or its Python wrapper
 (a Python function calling each kernel, each kernel a compiler run of its own), chosen by how many kernels the region
-makes (few_kernels; executors/cpu_compiler.py at_most_kernels checks the guess).
+makes (few_kernels; executors/cpu_compiler.py at_most_kernels checks the guess); and keep_zero_products, the one
+rewrite of a region's aten graph that keeps eager's numerics where an Inductor pass would not.
 """
 from __future__ import annotations
+
+import torch
 
 from jitcore.ir.proxies import TensorProxy
 from jitcore.ir.pytree import tree_leaves
@@ -33,6 +36,30 @@ FEW_KERNELS_OPTIONS = {"cpp_wrapper": False}
 # peak 5.29 MiB against 5.02 in program order (torch.compile: 5.27). Forward regions keep Inductor's reorders (HF
 # GPT-2's forward was 3% slower without them).
 PROGRAM_ORDER = {"reorder_for_peak_memory": False, "reorder_for_locality": False}
+
+
+# the rewrites of a region's graph before Inductor compiles it, named in the key of the compiled regions on disk
+# (executors/inductor_kernels.py): a region compiled before a rewrite existed is compiled again
+GRAPH_REWRITES = ("keep_zero_products",)
+
+
+def keep_zero_products(graph):
+    """graph (an aten fx.GraphModule) with each product by the integer 0 of a floating or complex tensor made a product
+    by 0.0: Inductor's joint-graph constant folding replaces `mul(x, 0)` by zeros (a peephole for an int zero), where
+    eager's `x * 0` is nan wherever x is inf or nan (fuzz seed 2120: `t4.select(0, 0) * 0` of a division by zero).
+    0.0 neither promotes such a tensor nor matches that peephole. An integer tensor's product stays (it is 0)."""
+    changed = False
+    for node in graph.graph.nodes:
+        val = node.meta.get("val") if node.op == "call_function" else None
+        if node.target not in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul.Scalar) or \
+                not isinstance(val, torch.Tensor) or not (val.dtype.is_floating_point or val.dtype.is_complex):
+            continue
+        args = tuple(0.0 if type(a) in (int, bool) and a == 0 else a for a in node.args)
+        if any(type(a) is not type(b) for a, b in zip(args, node.args)):
+            node.args, changed = args, True
+    if changed:
+        graph.recompile()
+    return graph
 
 
 def compile_options(device_type: str, dynamic: bool = False, program_order: bool = False) -> dict:

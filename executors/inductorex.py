@@ -23,7 +23,14 @@ import torch
 
 from executors import inductor_kernels
 from executors.cpu_compiler import at_most_kernels, builds_in_background, own_compile, timed_stages, warm_cpu_compiler
-from executors.inductor_options import COMPILE_OPTIONS, FEW_KERNELS_OPTIONS, MAX_KERNELS, compile_options, few_kernels
+from executors.inductor_options import (
+    COMPILE_OPTIONS,
+    FEW_KERNELS_OPTIONS,
+    MAX_KERNELS,
+    compile_options,
+    few_kernels,
+    keep_zero_products,
+)
 from executors.regions import COMPILE_EVENTS, Region, canonical_key, fuse_regions, has_side_effect, log_compile
 from executors.torchex import TorchLinesFusionExecutor, torch_ex
 from jitcore import compat
@@ -642,7 +649,8 @@ def _graph_of(fn, tracing_mode: str, args):
     (HF GPT-2's attention: "Cannot view a tensor with shape ...")."""
     from torch.fx.experimental.proxy_tensor import make_fx  # (lazy: loads part of Dynamo; public, 2.10-2.15)
 
-    return make_fx(fn, decomposition_table=compat.inductor_decompositions(), tracing_mode=tracing_mode)(*args)
+    graph = make_fx(fn, decomposition_table=compat.inductor_decompositions(), tracing_mode=tracing_mode)(*args)
+    return keep_zero_products(graph)  # (x * 0 is nan where x is inf, as in eager)
 
 
 def compile_symbolic(fn, args, dims, options=None):

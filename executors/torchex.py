@@ -156,12 +156,16 @@ _register_all()
 _DRAWS_LIKE = frozenset({"ltorch.rand_like", "ltorch.randn_like", "ltorch.randint_like", "ltorch.dropout"})
 
 
-def _has_transpose(bsym) -> bool:
-    return any(s.sym is PRIMS["transpose"] or _has_transpose(s) for s in bsym.subsymbols)
+def _has_prim(bsym, prim) -> bool:
+    return any(s.sym is prim or _has_prim(s, prim) for s in bsym.subsymbols)
 
 
 def _draws_in_own_order(bsym) -> bool:
-    return bsym.sym.id in _DRAWS_LIKE and _has_transpose(bsym)
+    """Whether bsym's torch kernel could draw in another order than eager's: a random *_like op drawing in a
+    permuted order, or a random op whose decomposition lays out an input as eager's first (an opaque random op's
+    input: opaque._in_eager_order), which its direct kernel (torch's alpha_dropout) would not."""
+    return (bsym.sym.id in _DRAWS_LIKE and _has_prim(bsym, PRIMS["transpose"])) or (
+        Tag.RANDOM in bsym.sym.tags and _has_prim(bsym, PRIMS["laid_out"]))
 
 
 def _is_opaque(bsym) -> bool:

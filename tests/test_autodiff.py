@@ -169,6 +169,23 @@ SAMPLES["prims.index_put"] = [(lambda a, v: a.index_put((torch.tensor([0, 2]),),
                                lambda: (t(4, 3), t(2, 3)))]
 SAMPLES["prims.stop_gradient"] = [(lambda a, b: a.detach() * b + a, lambda: (t(3), t(3)))]
 
+
+class _Cube(torch.autograd.Function):  # a user's Function runs as an opaque op that may draw (its inputs laid out)
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * g
+
+
+# (its input laid out as eager's transposed one: jitcore's value after the copy_ is a's own, contiguous)
+SAMPLES["prims.laid_out"] = [(lambda a: _Cube.apply(torch.zeros(4, 3, dtype=a.dtype).t().copy_(a * 2)) * a,
+                              lambda: (t(3, 4),))]
+
 SAMPLES["prims.embedding"] = [(F.embedding, lambda: (idx(5, 2, 3), t(5, 4)))]
 SAMPLES["prims.convolution"] = [(F.conv2d, lambda: (t(2, 3, 5, 5), t(4, 3, 3, 3), t(4))),
                                 (lambda x, w: F.conv1d(x, w, stride=2, padding=1), lambda: (t(2, 2, 7), t(3, 2, 3))),

@@ -347,3 +347,10 @@ def no_grad_update_vjp(bsym, g):
 
 
 VJP_RULES["prims.no_grad_update"] = no_grad_update_vjp
+
+
+def laid_out_vjp(bsym, g):
+    return g, None
+
+
+VJP_RULES["prims.laid_out"] = laid_out_vjp

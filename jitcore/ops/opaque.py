@@ -18,6 +18,7 @@ from jitcore.ir import arith, proxies
 from jitcore.ir.pytree import tree_flatten, tree_map, tree_unflatten
 from jitcore.ir.symbol import Symbol, Tag
 from jitcore.ir.trace import get_tracectx, services
+from jitcore.ops import prims_misc as pm
 from jitcore.ops.opaque_symbolic import Untranslated, shape_rule, symbolic_outputs
 from jitcore.ops.rng_generators import GeneratorProxy
 from jitcore.ops.torch_map import FUNCTION_FALLBACKS, torch_path
@@ -305,12 +306,27 @@ class _Opaque(Symbol):
             if dev.type in ("cpu", "cuda") and torch.is_autocast_enabled(dev.type):
                 call = AutocastCall(self.torch_fn, dev.type, torch.get_autocast_dtype(dev.type))
                 return opaque_symbol(call)(*args, **kwargs)
+        if trace is not None and Tag.RANDOM in self.tags:
+            args, kwargs = tree_map(_in_eager_order, (args, kwargs))
         try:
             return super().__call__(*args, **kwargs)
         except PythonResult as r:  # torch.equal(a, b): a tensor of the result, read through the data guards
             kind = type(r.value) if type(r.value) in ScalarAsTensor.DTYPES else float
             t = opaque_symbol(ScalarAsTensor(self.torch_fn, kind))(*args, **kwargs)
             return t._concrete("item", f"the Python value {self.name}() returns")
+
+
+def _in_eager_order(a):
+    """A tensor argument of a random opaque op, laid out in memory as eager's value of it is (prims.laid_out): the
+    op's draws fill tensors in their input's memory order (rand_like inside a user's autograd.Function), and the
+    value jitcore computes at run time may have other strides (a functional value after a write, a fused region's
+    output). The order is eager's torch.empty_like's (its layout guarded); a layout not known is left as it is."""
+    if not isinstance(a, proxies.TensorProxy) or a.ndim < 2:
+        return a
+    meta = a.eager_layout()
+    if meta is None:
+        return a
+    return pm.laid_out(a, pm.stride_order(torch.empty_like(meta)))
 
 
 class AutocastCall:

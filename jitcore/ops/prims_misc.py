@@ -1,7 +1,7 @@
 """Ops: miscellaneous prims: shape (a tensor's sizes as Python ints), copy_ (the one in-place write, into an
 existing tensor), stop_gradient (a tensor cut off from autodiff), no_grad_update (a tensor after a write that
 autograd did not record), item_as_size (a tensor's value as a size known only at run time) and inference_tensor (a
-returned tensor eager makes under torch.inference_mode()).
+returned tensor eager makes under torch.inference_mode()) and laid_out (a tensor in the memory order eager's had).
 """
 from __future__ import annotations
 
@@ -37,6 +37,18 @@ def _item_as_size(a):
     if n < 0:
         raise RuntimeError(f"a size computed from a tensor's value is negative ({n})")
     return n
+
+
+def stride_order(t) -> tuple:
+    """t's dims from outermost to innermost in memory (by decreasing stride; size-1 and stride-0 dims, whose place
+    does not move an element, after the others in dim order)."""
+    return tuple(sorted(range(t.dim()), key=lambda d: (0 if t.shape[d] == 1 else -t.stride(d), d)))
+
+
+def _laid_out(a, order):
+    if stride_order(a) == tuple(order):
+        return a
+    return a.permute(order).contiguous().permute(tuple(order.index(d) for d in range(len(order))))
 
 
 def _tensor(op, a, what="a"):
@@ -95,3 +107,13 @@ def inference_tensor(a):
     a tensor the function returns that eager made under inference mode."""
     _tensor("inference_tensor", a)
     return a.like(requires_grad=False)
+
+
+@prim("prims.laid_out", kernel=_laid_out)
+def laid_out(a, order):
+    """a's values with its dims laid out in memory in `order` (outermost first, as stride_order tells): a itself when
+    they already are, else a dense copy. For an opaque op whose random draws fill its input's memory order: the value
+    jitcore computes at run time (functional, or a fused region's) may be laid out otherwise than eager's was."""
+    _tensor("laid_out", a)
+    check(sorted(order) == list(range(a.ndim)), lambda: f"prims.laid_out: {order} is no order of {a.ndim} dims")
+    return a.like()
