@@ -268,6 +268,17 @@ def cache_dir() -> Path | None:
     return None if root is None else root / "inductor-regions"
 
 
+def _lowering_digest() -> str:
+    """A digest of the code that turns a region into what Inductor compiles (graph building, rewrites, options,
+    compat's decompositions and config): a region compiled by other code is compiled again, not reused."""
+    from executors import inductor_options, inductorex, regions
+
+    h = hashlib.sha256()
+    for module in (inductorex, inductor_options, regions, compat, sys.modules[__name__]):
+        h.update(Path(module.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _disk_folder(text: str, options: dict) -> Path | None:
     folder = cache_dir()
     if folder is None:
@@ -279,6 +290,7 @@ def _disk_folder(text: str, options: dict) -> Path | None:
             own = metadata.version("jitcore")
         except metadata.PackageNotFoundError:
             own = "unknown"
+        own += " " + _lowering_digest()  # (an editable install keeps its version while this code changes)
         # (only where regions compile: Inductor is imported)
         config = hashlib.sha256(repr(compat.inductor_config_digest_items()).encode()).hexdigest()
         _DISK_KEY.append(repr((own, torch.__version__, sys.version_info[:2], machine(), config, GRAPH_REWRITES)))

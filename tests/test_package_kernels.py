@@ -167,6 +167,21 @@ def test_the_region_cache_on_disk_is_keyed_by_torchs_version(tmp_path, monkeypat
     assert inductor_kernels.stored("region text", {}, True, False) is None
 
 
+def test_the_region_cache_on_disk_is_keyed_by_jitcores_lowering_code(tmp_path, monkeypatch):
+    """A region stored on disk by other code of jitcore's Inductor executor (an editable install keeps its version
+    while the code changes: a rewrite added to regions, fuzz seed 2120) is not found: it compiles again."""
+    monkeypatch.setenv("JITCORE_REGION_CACHE", "1")
+    monkeypatch.setenv("JITCORE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(inductor_kernels, "_DISK_KEY", [])
+    inductor_kernels.store("region text", {}, {"kernels": [], "strides": None, "guard": None})
+    assert inductor_kernels.stored("region text", {}, True, False) is not None
+    monkeypatch.setattr(inductor_kernels, "_DISK_KEY", [])
+    assert inductor_kernels.stored("region text", {}, True, False) is not None  # (the same code: found)
+    monkeypatch.setattr(inductor_kernels, "_DISK_KEY", [])
+    monkeypatch.setattr(inductor_kernels, "_lowering_digest", lambda: "other code")
+    assert inductor_kernels.stored("region text", {}, True, False) is None
+
+
 def test_a_kernel_that_does_not_match_its_source_is_not_used():
     """The loaded wrapper checks each kernel against the digest of the C++ source it asks for."""
     kernels = inductor_kernels._PackagedKernels([(inductor_kernels.source_digest("int a;"), print)])
