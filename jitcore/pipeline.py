@@ -21,6 +21,7 @@ from executors.claim import claim, claim_bsym
 from jitcore import logs
 from jitcore.debug.verify import external_effect, verify_calls
 from jitcore.errors import UnsupportedError
+from jitcore.guards.view_arguments import checked_moves
 from jitcore.frontend.tracing import TraceResult, define_sizes, prune_sizes, trace_function
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry, Compiled, EntryRecord
@@ -642,8 +643,10 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
     the forward saves for backward (an input among them needs no guard that it is no inference tensor). in_place: the
     writebacks the program does itself (their version counters move in the epilogue)."""
+    moved, view_guards = checked_moves(traced, version_moves(traced, in_place, {w.arg_index for w in writebacks}),
+                                       roots)
     data = traced.guards.data + [g for name, g in traced.guards.not_inference.items() if name not in saved]
-    guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data)
+    guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data + view_guards)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
@@ -651,7 +654,7 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
                               views_of_written(traced, writebacks), tails, restrided_specs(traced),
-                              version_moves(traced, in_place, {w.arg_index for w in writebacks}))
+                              moved)
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

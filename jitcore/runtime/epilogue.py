@@ -79,17 +79,6 @@ def _print_writeback(bsym, printer):
     return f"{printer.const(compat.move_version)}({line}, {moved})" if moved else line
 
 
-def move_unless_regenerated(x, by):
-    """Move x's version counter (the in-place metadata change of a view of it, inside the function) unless x is a
-    view that requires grad and the epilogue writes nothing into it: a moved counter makes autograd give x a grad_fn
-    anew from its base, which the function's reads of x (made on its grad_fn from before the call) do not reach, so a
-    gradient with respect to x would miss them; eager's reads after the change reach it. Its count then stays
-    eager's minus `by` (a known difference: jitcore's reads cannot be moved after the change)."""
-    if x._base is None or not x.requires_grad:
-        compat.move_version(x, by)
-    return x
-
-
 def whole_view(x):
     """x[...], a view of all of x, for a writeback through a view (x's grad_fn then CopySlices, as after eager's
     `x[i] = v`); x itself when it is a view (the copy then makes its base's CopySlices already; a copy into x[...]
@@ -333,9 +322,7 @@ def _print_local(bsym, printer):
     if kind == "regenerated":
         return f"{name} = {printer.const(regenerated)}({printer.value(value)})"
     if kind == "move":
-        by, soft = name
-        fn = move_unless_regenerated if soft else compat.move_version
-        return f"{printer.const(fn)}({provenance_expr(value, printer)}, {by})"
+        return f"{printer.const(compat.move_version)}({provenance_expr(value, printer)}, {name})"
     if isinstance(value, _Viewed):
         return f"outs[{name}] = {printer.const(view_of_written)}({', '.join(printer.value(v) for v in value)})"
     return f"outs[{name}] = {printer.value(value)}"
@@ -474,7 +461,7 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     restrided: (provenance of an input tensor, its in-place metadata changes): replayed on the caller's tensor after
     the writebacks and the views above (which read its layout as the program saw it).
-    moved: version_moves' (provenance of an input tensor, how far its version counter moves more, softly).
+    moved: (provenance of an input tensor, how far its version counter moves more), from version_moves.
     """
     if not side_effects and not writebacks and not escapes and not returned and not views and not restrided and \
             not moved:
@@ -493,8 +480,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
         if tails:  # their values may be stored in the objects built below
-            _writebacks_and_tails(trace, writebacks, tails, [BoundSymbol(local, ("move", (by, soft), prov), {}, None)
-                                                              for prov, by, soft in moved])
+            _writebacks_and_tails(trace, writebacks, tails, [BoundSymbol(local, ("move", by, prov), {}, None)
+                                                              for prov, by in moved])
         if escapes:
             for b in escapes.built.values():
                 line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
@@ -510,8 +497,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if not tails:
             for prov, position, *how in writebacks:
                 trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), *how), {}, None))
-            for prov, by, soft in moved:  # (after the writebacks: a counter moved before a copy into a view of x
-                line("move", (by, soft), prov)  # would make autograd regenerate x's grad_fn from before the copy)
+            for prov, by in moved:  # (after the writebacks: a counter moved before a copy into a view of x
+                line("move", by, prov)  # would make autograd regenerate x's grad_fn from before the copy)
         if (returned or views) and not (escapes and escapes.outputs) and not tails:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
@@ -625,23 +612,25 @@ def writeback_specs(traced, writebacks) -> list:
 
 
 def version_moves(traced, written, copied=frozenset()) -> list:
-    """(provenance, moves, whether only where that makes no view's grad_fn anew) for each input whose version counter
-    the epilogue moves besides its writeback: one the program itself wrote into (`written`: its
-    transforms/memory.write_into_inputs writebacks), whose kernel moved it as eager's last write did (an out= form
-    once, batch norm's running stats never), and one the function changed the metadata of a view of in place
-    (`x[0].t_()`, `x.detach().resize_(n)`: eager moves the counter the view shares; not through x.data). copied: the
-    positions of the inputs the epilogue writes back."""
-    moves = metadata_moves(traced)
+    """(input position, moves, the line of the metadata change when the move would make a view's grad_fn anew) for
+    each input whose version counter the epilogue moves besides its writeback: one the program itself wrote into
+    (`written`: its transforms/memory.write_into_inputs writebacks), whose kernel moved it as eager's last write did
+    (an out= form once, batch norm's running stats never), and one the function changed the metadata of a view of in
+    place (`x[0].t_()`, `x.detach().resize_(n)`: eager moves the counter the view shares; not through x.data). copied:
+    the positions of the inputs the epilogue writes back (their moves follow a copy: no grad_fn is made anew)."""
+    lines = {}
+    moves = metadata_moves(traced, lines)
     for w in written:
         moves[w.arg_index] = moves.get(w.arg_index, 0) + w.versions - int(w.last_counts)
     changed = {k for k, _, _ in traced.restrided}
-    return [(traced.inputs[k].provenance, n, k not in copied and k not in changed) for k, n in moves.items() if n]
+    return [(k, n, lines.get(k) if k not in copied and k not in changed else None) for k, n in moves.items() if n]
 
 
-def metadata_moves(traced) -> dict:
+def metadata_moves(traced, lines=None) -> dict:
     """{input position: how far its version counter moves} for the inputs the function changed the metadata of a view
     of in place: each change moves it once (a resize_ to the same sizes, none: the frontend marks none). Those of the
-    input itself the epilogue makes on the caller's tensor (apply_metadata_changes), which moves it as eager's."""
+    input itself the epilogue makes on the caller's tensor (apply_metadata_changes), which moves it as eager's.
+    lines, when given, gets {input position: the first such change's line}."""
     moves = {}
     args = {a.name: k for k, a in enumerate(traced.trace.args) if isinstance(a, TensorProxy)}
     makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
@@ -652,6 +641,8 @@ def metadata_moves(traced) -> dict:
             t = viewed_tensor(m, t) if m is not None and (is_eager_view(m) or m.sym.id == "ltorch.detach") else None
         if t is not None:
             moves[args[t.name]] = moves.get(args[t.name], 0) + 1
+            if lines is not None:
+                lines.setdefault(args[t.name], b)
     return moves
 
 
