@@ -21,13 +21,13 @@ from executors.claim import claim, claim_bsym
 from jitcore import logs
 from jitcore.debug.verify import external_effect, verify_calls
 from jitcore.errors import UnsupportedError
-from jitcore.guards.view_arguments import checked_moves
 from jitcore.frontend.tracing import TraceResult, define_sizes, prune_sizes, trace_function
 from jitcore.guards.binding import check_binding
 from jitcore.guards.cache import Cache, CacheEntry, Compiled, EntryRecord
 from jitcore.guards.input_storage import check_keep_inputs, describe, value_dependence
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
+from jitcore.guards.view_arguments import checked_moves
 from jitcore.interpreter.provenance import Roots
 from jitcore.interpreter.user_traceback import user_frames_first
 from jitcore.ir import lint as ir_lint

@@ -3,6 +3,7 @@ made through detach() (or another view) of a view of them (`x[0].detach().squeez
 a view requiring grad, eager's move makes the grad_fn of every view of it anew from its base, which jitcore cannot
 give the program's reads: such a call is refused, and the entries of other calls are guarded to be no such call."""
 from __future__ import annotations
+
 from jitcore.errors import UnsupportedError
 from jitcore.guards.data_guards import DataGuard
 from jitcore.runtime.checked_runs import user_where
