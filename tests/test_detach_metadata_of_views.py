@@ -42,9 +42,9 @@ def through_data(x):  # x.data has a counter of its own: eager moves nothing
 FNS = [seed_2063, own_detach, chained, through_data]
 # the argument: a leaf, a tensor with history, a view that needs no grad, and (refused where the function changes
 # the metadata of a detach of it) a leaf view of a base without grad (the fuzzer's transposed inputs) and a view with
-# history
-KINDS = ["leaf", "nonleaf", "view without grad", "leaf view", "view with history"]
-REFUSED = {"leaf view", "view with history"}
+# history; "laid out view": a leaf view laid out as a leaf is (only the guard on being a view tells it from one)
+KINDS = ["leaf", "nonleaf", "view without grad", "leaf view", "view with history", "laid out view"]
+REFUSED = {"leaf view", "view with history", "laid out view"}
 
 
 def make(kind: str, seed: int, n: int = 3):
@@ -62,6 +62,10 @@ def make(kind: str, seed: int, n: int = 3):
     if kind == "leaf view":
         x = a.t().requires_grad_()
         return x, [x], a
+    if kind == "laid out view":
+        b = a.t().contiguous()
+        x = b[:].requires_grad_()
+        return x, [x], b
     p = a.clone().requires_grad_()
     return (p * 2).t(), [p], None
 
@@ -126,10 +130,11 @@ def test_eager_drops_the_gradient_of_a_leaf_views_earlier_views():
 
 @pytest.mark.parametrize("cache", CACHE_MODES)
 def test_a_sequence_mixing_kinds(cache):
-    """One jitted function called with a leaf, then a leaf view (refused: the entry's guard says it is another call),
-    then a leaf again (the cached entry runs, eager's answer), then a view without grad."""
+    """One jitted function called with a leaf, then a leaf view laid out as the leaf (refused: the entry's guard says it
+    is another call), then a leaf again (the cached entry runs, eager's answer), then other views."""
     jf = jitcore.jit(seed_2063, cache=cache)
-    for seed, kind in enumerate(["leaf", "leaf view", "leaf", "view with history", "view without grad", "leaf"]):
+    kinds = ["leaf", "laid out view", "leaf", "leaf view", "view with history", "view without grad", "leaf"]
+    for seed, kind in enumerate(kinds):
         exp = observe(seed_2063, kind, seed)
         if kind in REFUSED:
             with pytest.raises(jitcore.UnsupportedError, match="in-place metadata change"):
