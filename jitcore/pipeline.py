@@ -45,6 +45,7 @@ from jitcore.runtime.epilogue import (
     restrided_specs,
     returned_inputs,
     version_moves,
+    views_of_moved,
     views_of_written,
     writeback_specs,
 )
@@ -643,8 +644,8 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
     the forward saves for backward (an input among them needs no guard that it is no inference tensor). in_place: the
     writebacks the program does itself (their version counters move in the epilogue)."""
-    moved, view_guards = checked_moves(traced, version_moves(traced, in_place, {w.arg_index for w in writebacks}),
-                                       roots)
+    moves = version_moves(traced, in_place, {w.arg_index for w in writebacks})
+    moved, view_guards, remade = checked_moves(traced, moves, roots)
     data = traced.guards.data + [g for name, g in traced.guards.not_inference.items() if name not in saved]
     guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data + view_guards)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
@@ -653,7 +654,8 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     inputs.update({name: traced.inputs[k].provenance for k, name, _ in traced.restrided})  # (the caller's object)
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks), tails, restrided_specs(traced),
+                              views_of_written(traced, writebacks) + views_of_moved(traced, remade), tails,
+                              restrided_specs(traced),
                               moved)
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 

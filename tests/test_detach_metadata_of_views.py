@@ -46,7 +46,14 @@ def view_change(x):  # a view's own change (no detach): eager raises on a view o
     return v * 2, x.sum(0)
 
 
-FNS = [seed_2063, own_detach, chained, through_data, view_change]
+def returned_views(x):  # views made before the change, handed back (fuzz seed 2204): eager's regenerate their grad_fn
+    t = x.select(0, 1)
+    d = x[1:].detach()
+    d.t_()
+    return t, d, x[0] * 2
+
+
+FNS = [seed_2063, own_detach, chained, through_data, view_change, returned_views]
 # the argument: a leaf, a tensor with history, a view that needs no grad, and (refused where the function changes
 # the metadata of a detach of it) a leaf view of a base without grad (the fuzzer's transposed inputs) and a view with
 # history; "laid out view": a leaf view laid out as a leaf is (only the guard on being a view tells it from one)
@@ -89,11 +96,14 @@ def observe(fn, kind: str, seed: int, n: int = 3):
         g = torch.Generator().manual_seed(seed + 7)
         loss = sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs if o.requires_grad)
         grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-    return seen, [o.detach().clone() for o in outs], x.detach().clone(), grads
+    views = [(o._base is not None, o.requires_grad, type(o.grad_fn).__name__ if o._base is not None else None)
+             for o in outs]  # (a view's grad_fn: eager's made anew from the base after the move, AsStridedBackward0)
+    return (*seen, views), [o.detach().clone() for o in outs], x.detach().clone(), grads
 
 
 def _compare(got, exp, what):
-    assert got[0] == exp[0], f"{what}: (version moves of x, of its base, x's shape) {got[0]} vs eager {exp[0]}"
+    assert got[0] == exp[0], f"{what}: (version moves of x, of its base, x's shape, the outputs' (being a view, " \
+                             f"requires_grad, grad_fn)) {got[0]} vs eager {exp[0]}"
     for g, e in zip((*got[1], got[2]), (*exp[1], exp[2])):
         torch.testing.assert_close(g, e)
     assert len(got[3]) == len(exp[3])

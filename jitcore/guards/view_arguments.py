@@ -14,10 +14,11 @@ def regenerated_view(t) -> bool:
     return t._base is not None and t.requires_grad
 
 
-def checked_moves(traced, moves: list, roots) -> tuple[list, list]:
-    """(the epilogue's version moves [(provenance, by)], the data guards keeping them eager's) from version_moves'
-    rows (input position, by, the line of the metadata change when the move would make grad_fns anew, or None)."""
-    out, guards = [], []
+def checked_moves(traced, moves: list, roots) -> tuple[list, list, list]:
+    """(the epilogue's version moves [(provenance, by)], the data guards keeping them eager's, the positions of the
+    inputs moved for a metadata change only, whose viewing outputs the epilogue makes anew) from version_moves' rows
+    (input position, by, the line of the metadata change when the move would make grad_fns anew, or None)."""
+    out, guards, remade = [], [], []
     for k, by, line in moves:
         inp = traced.inputs[k]
         out.append((inp.provenance, by))
@@ -32,6 +33,7 @@ def checked_moves(traced, moves: list, roots) -> tuple[list, list]:
                 "then loses its gradient where the base has none), which jitcore cannot reproduce",
                 where=user_where(line), hint="change the metadata of a new view instead (t = t.squeeze(0)), or pass a "
                 "tensor that is not a view (x.clone(), x.contiguous()) or that needs no grad")
+        remade.append(k)
         guards.append(DataGuard(regenerated_view, (name,), False, f"{name}._base is not None and "
                                 f"{name}.requires_grad", on_values=False))
-    return out, guards
+    return out, guards, remade

@@ -454,9 +454,10 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     is the one the call read; built before the side effects that store them). inputs: input tensor name -> its
     provenance: a side effect storing an input (`self.buf += x` stores the buffer it wrote into, `self.last = x`)
     stores the caller's tensor, fetched before the side effects replay, as eager stores that object.
-    views: (provenance of an input tensor the program wrote into, the flat output position of its new value, the
-    flat output positions that are views of that value): after the writeback those outputs become the same views
-    of the caller's tensor (view_of_written), so that writes through them reach it, as in eager.
+    views: (provenance of an input tensor the program wrote into, the flat output position of its new value (None:
+    the caller's tensor, views_of_moved), the flat output positions that are views of that value): after the
+    writeback (and the moves) those outputs become the same views of the caller's tensor (view_of_written), so that
+    writes through them reach it, as in eager.
     tails: the programs computing what reads written inputs' new values (transforms/written_tails.py), each run on
     the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     restrided: (provenance of an input tensor, its in-place metadata changes): replayed on the caller's tensor after
@@ -466,6 +467,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     if not side_effects and not writebacks and not escapes and not returned and not views and not restrided and \
             not moved:
         return None
+    late = {prov for prov, value_at, *_ in views if value_at is None}  # (views_of_moved's: made before the move,
+    moved, late = [m for m in moved if m[0] not in late], [m for m in moved if m[0] in late]  # as eager's were)
     with Timer() as t:
         trace = Trace("epilogue")
         trace.args = ["fn", "args", "kwargs", "outs"]
@@ -511,7 +514,9 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
                 line("regenerated", f"u{k}", _Out(f"w{k}"))
             for i in positions:
                 line("output", i, _Viewed((_Out(f"u{k}" if i in stale else f"w{k}"), _Out(f"outs[{i}]"),
-                                           _Out(f"outs[{value_at}]"), i in detached)))
+                                           _Out(f"w{k}" if value_at is None else f"outs[{value_at}]"), i in detached)))
+        for prov, by in late:
+            line("move", by, prov)
         for prov, changes in restrided:  # `x.t_()`: the caller's tensor x changes as the function's did
             trace.bound_symbols.append(BoundSymbol(restride, (prov, changes), {}, None))
         stored = {}  # input tensor name -> the local the epilogue fetches it into
@@ -693,6 +698,26 @@ def views_of_written(traced, writebacks) -> list:
                 detached.setdefault(root.name, set()).add(i)
     return [(*written[name], tuple(positions), frozenset(stale.get(name, ())), frozenset(detached.get(name, ())))
             for name, positions in found.items()]
+
+
+def views_of_moved(traced, positions) -> list:
+    """views_of_written's rows for the inputs at `positions`, written nowhere, whose version counter the epilogue moves
+    for a metadata change made through a view or detach() of them (`t = x[0]; t.detach().squeeze_(0); return t`): the
+    outputs viewing one become the same views of the caller's tensor, made just before the move (the epilogue moves
+    it after them), whose grad_fn autograd then makes anew from the base, as eager's (the computation's own, views
+    made inside an autograd.Function, would fail autograd's version check of their base). Their new value's position
+    is None: the caller's tensor itself holds it."""
+    names = {traced.trace.args[k].name: traced.inputs[k].provenance for k in positions}
+    makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
+    found: dict = {}
+    detached: dict = {}
+    for i, o in enumerate(tree_leaves(traced.trace.output) if names else ()):
+        path, root = memory_path(makers, o, names) if isinstance(o, TensorProxy) and o.name not in names else ([], None)
+        if root is not None and root.name in names:
+            found.setdefault(root.name, []).append(i)
+            if any(b.sym.id in _DETACHES for b, _ in path):
+                detached.setdefault(root.name, set()).add(i)
+    return [(names[name], None, tuple(found[name]), frozenset(), frozenset(detached.get(name, ()))) for name in found]
 
 
 _DETACHES = frozenset({"ltorch.detach", "ltorch.data", "prims.stop_gradient"})
