@@ -27,7 +27,6 @@ from jitcore.guards.cache import Cache, CacheEntry, Compiled, EntryRecord
 from jitcore.guards.input_storage import check_keep_inputs, describe, value_dependence
 from jitcore.guards.predicates import Predicates, recording
 from jitcore.guards.prologue import Prologues, build_prologues
-from jitcore.guards.view_arguments import checked_moves
 from jitcore.interpreter.provenance import Roots
 from jitcore.interpreter.user_traceback import user_frames_first
 from jitcore.ir import lint as ir_lint
@@ -50,6 +49,7 @@ from jitcore.runtime.epilogue import (
     writeback_specs,
 )
 from jitcore.runtime.fsdp_units import refuse_unhooked_shards
+from jitcore.runtime.view_arguments import checked_moves
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce

@@ -1,7 +1,7 @@
 """Fuzzer statement class `detach_metadata` (issue 38, fuzz seed 2063): an in-place metadata change made through
 detach() of an argument or of a view of it (`t1 = x0.select(0, 1); t1.detach().squeeze_(0)`), then reads of the view
 and of the argument. Eager moves the version counter the alias shares with the argument; on an argument that is a view
-requiring grad (the fuzzer's transposed inputs) jitcore refuses (jitcore/guards/view_arguments.py;
+requiring grad (the fuzzer's transposed inputs) jitcore refuses (jitcore/runtime/view_arguments.py;
 tests/test_detach_metadata_of_views.py).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Stage "guards": arguments whose version counter the epilogue moves for an in-place metadata change the function
-made through detach() (or another view) of a view of them (`x[0].detach().squeeze_(0)`). On an argument that is itself
-a view requiring grad, eager's move makes the grad_fn of every view of it anew from its base, which jitcore cannot
-give the program's reads: such a call is refused, and the entries of other calls are guarded to be no such call."""
+"""Stage "guards" (beside the epilogue): the arguments whose version counter the epilogue moves for an in-place
+metadata change made through detach() (or another view) of a view of them (`x[0].detach().squeeze_(0)`). On an
+argument that is itself a view requiring grad, eager's move makes the grad_fn of every view of it anew from its base,
+which jitcore cannot give the program's reads: such a call is refused, and other calls' entries guard against it."""
 from __future__ import annotations
 
 from jitcore.errors import UnsupportedError
