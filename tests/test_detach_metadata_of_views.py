@@ -176,3 +176,17 @@ def test_inductor():
             continue
         _compare(observe(jf, kind, seed), exp, f"{kind}, call {seed}")
 
+
+
+def test_a_saved_package(tmp_path):
+    """jitcore.load rebuilds an entry from its input description: the rebuilt argument is no view (a view would be
+    refused), and the loaded entry keeps the guard."""
+    jf = jitcore.jit(seed_2063)
+    x, _, _ = make("leaf", 0)
+    jf(x)
+    jitcore.save(jf, tmp_path)
+    loaded = jitcore.load(tmp_path, seed_2063)
+    _compare(observe(loaded, "leaf", 1), observe(seed_2063, "leaf", 1), "loaded, leaf")
+    assert jitcore.cache_misses(loaded) == 0
+    with pytest.raises(jitcore.UnsupportedError, match="in-place metadata change"):
+        observe(loaded, "laid out view", 2)
