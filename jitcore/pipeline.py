@@ -44,10 +44,12 @@ from jitcore.runtime.epilogue import (
     restrided_specs,
     returned_inputs,
     version_moves,
+    views_of_moved,
     views_of_written,
     writeback_specs,
 )
 from jitcore.runtime.fsdp_units import refuse_unhooked_shards
+from jitcore.runtime.view_arguments import checked_moves
 from transforms.autodiff import Split, drop_cotangents, grad_transform
 from transforms.cse import cse
 from transforms.dce import dce
@@ -642,16 +644,19 @@ def guard(traced: TraceResult, writebacks: list, predicates: list, roots: Roots,
     hooks the programs were built for) and the epilogue (side effects and writebacks of inputs). saved: the names
     the forward saves for backward (an input among them needs no guard that it is no inference tensor). in_place: the
     writebacks the program does itself (their version counters move in the epilogue)."""
+    moves = version_moves(traced, in_place, {w.arg_index for w in writebacks})
+    moved, view_guards, remade = checked_moves(traced, moves, roots)
     data = traced.guards.data + [g for name, g in traced.guards.not_inference.items() if name not in saved]
-    guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data)
+    guards = replace(traced.guards, predicates=predicates, saved_hooks=saved_hooks, data=data + view_guards)
     prologues = build_prologues(traced.inputs, guards, traced.aliases, roots, symbolic)
     index = {p.name: i for i, p in reversed(list(enumerate(traced.trace.output))) if isinstance(p, Proxy)}
     inputs = {i.proxy.name: i.provenance for i in traced.inputs if isinstance(i.proxy, TensorProxy)}
     inputs.update({name: traced.inputs[k].provenance for k, name, _ in traced.restrided})  # (the caller's object)
     epilogue = build_epilogue(traced.side_effects, index, writeback_specs(traced, writebacks), traced.escapes,
                               returned_inputs(traced, writebacks, autodiff), inputs,
-                              views_of_written(traced, writebacks), tails, restrided_specs(traced),
-                              version_moves(traced, in_place, {w.arg_index for w in writebacks}))
+                              views_of_written(traced, writebacks) + views_of_moved(traced, remade), tails,
+                              restrided_specs(traced),
+                              moved)
     return Guarded(prologues, epilogue, epilogue.python_callable() if epilogue else None)
 
 

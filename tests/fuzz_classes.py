@@ -54,4 +54,5 @@ CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_foreachscalar",
     "tests.fuzz_class_runtimefunction",
     "tests.fuzz_class_pieces",
+    "tests.fuzz_class_detachmeta",
 )

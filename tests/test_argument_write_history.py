@@ -162,13 +162,15 @@ def test_versions_and_grad_fn(fn, kind, cache):
         pytest.skip("eager: cannot resize variables that require grad")
     jf = jitcore.jit(fn, cache=cache)
     for seed in range(3):  # a call sequence (the cached entry runs from the second call on)
-        got, exp = observe(jf, kind, seed), observe(fn, kind, seed)
+        exp = observe(fn, kind, seed)
         if fn is detach_metadata and kind == "nonleaf view":
-            # KNOWN DIFFERENCE (reported): x a view that requires grad, written nowhere, its detach() changed in
-            # place: moving its counter after the call would give x a grad_fn anew that the function's reads (made
-            # before) do not reach; eager's reads come after the change. The gradients are kept eager's, the count
-            # is one short and x keeps its grad_fn (eager's is AsStridedBackward0 of the base, made anew).
-            exp[0][:3] = [exp[0][0] - 1, "kept", exp[0][2] - 1]
+            # x a view that requires grad, written nowhere, its detach() changed in place: eager's counter move makes
+            # x's grad_fn (and its views') anew from the base before the reads that follow; jitcore's reads hang off
+            # x's grad_fn from before the call, so it refuses (tests/test_detach_metadata_of_views.py)
+            with pytest.raises(jitcore.UnsupportedError, match=r"metadata change.*itself a view that requires"):
+                observe(jf, kind, seed)
+            continue
+        got = observe(jf, kind, seed)
         assert got[0] == exp[0], f"{fn.__name__}, x {kind}, call {seed}: (version moves, grad_fn, base's) " \
                                  f"{got[0]} vs eager {exp[0]}"
         for g, e in zip(got[1:3], exp[1:3]):

@@ -68,8 +68,9 @@ class TensorSpec:
         extent = self.storage_offset + 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride) if n > 0)
         if any(n == 0 for n in self.shape):
             extent = self.storage_offset
-        base = torch.empty(extent, dtype=self.dtype, device=self.device)
-        t = base.as_strided(self.shape, self.stride, self.storage_offset)
+        base = torch.empty(extent, dtype=self.dtype, device=self.device)  # (set_: no view of it, as an argument that
+        t = torch.empty(0, dtype=self.dtype, device=self.device).set_(  # is a view may compile another entry)
+            base.untyped_storage(), self.storage_offset, self.shape, self.stride)
         if self.value is not None:
             t.copy_(self.value.to(self.device))
         elif self.dtype.is_floating_point or self.dtype.is_complex or self.dtype is torch.bool:

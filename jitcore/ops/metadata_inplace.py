@@ -311,6 +311,9 @@ def _eager_refusals(name: str, self: TensorProxy):
             "its shape without recording it, so its gradient no longer fits it", hint=f"use `y = y.{name[:-1]}(...)`")
     if self.is_leaf:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    _, root = view_path(_makers(), self)
+    if root is not self and root.requires_grad and root.is_leaf:  # (`x[1:].unsqueeze_(0)`, x a leaf argument)
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
     multi = _multi_view_of(self)
     if multi is not None:
         raise _eager_multi_view_error(self, multi)

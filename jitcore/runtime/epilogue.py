@@ -79,17 +79,6 @@ def _print_writeback(bsym, printer):
     return f"{printer.const(compat.move_version)}({line}, {moved})" if moved else line
 
 
-def move_unless_regenerated(x, by):
-    """Move x's version counter (the in-place metadata change of a view of it, inside the function) unless x is a
-    view that requires grad and the epilogue writes nothing into it: a moved counter makes autograd give x a grad_fn
-    anew from its base, which the function's reads of x (made on its grad_fn from before the call) do not reach, so a
-    gradient with respect to x would miss them; eager's reads after the change reach it. Its count then stays
-    eager's minus `by` (a known difference: jitcore's reads cannot be moved after the change)."""
-    if x._base is None or not x.requires_grad:
-        compat.move_version(x, by)
-    return x
-
-
 def whole_view(x):
     """x[...], a view of all of x, for a writeback through a view (x's grad_fn then CopySlices, as after eager's
     `x[i] = v`); x itself when it is a view (the copy then makes its base's CopySlices already; a copy into x[...]
@@ -333,9 +322,7 @@ def _print_local(bsym, printer):
     if kind == "regenerated":
         return f"{name} = {printer.const(regenerated)}({printer.value(value)})"
     if kind == "move":
-        by, soft = name
-        fn = move_unless_regenerated if soft else compat.move_version
-        return f"{printer.const(fn)}({provenance_expr(value, printer)}, {by})"
+        return f"{printer.const(compat.move_version)}({provenance_expr(value, printer)}, {name})"
     if isinstance(value, _Viewed):
         return f"outs[{name}] = {printer.const(view_of_written)}({', '.join(printer.value(v) for v in value)})"
     return f"outs[{name}] = {printer.value(value)}"
@@ -467,18 +454,21 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
     is the one the call read; built before the side effects that store them). inputs: input tensor name -> its
     provenance: a side effect storing an input (`self.buf += x` stores the buffer it wrote into, `self.last = x`)
     stores the caller's tensor, fetched before the side effects replay, as eager stores that object.
-    views: (provenance of an input tensor the program wrote into, the flat output position of its new value, the
-    flat output positions that are views of that value): after the writeback those outputs become the same views
-    of the caller's tensor (view_of_written), so that writes through them reach it, as in eager.
+    views: (provenance of an input tensor the program wrote into, the flat output position of its new value (None:
+    the caller's tensor, views_of_moved), the flat output positions that are views of that value): after the
+    writeback (and the moves) those outputs become the same views of the caller's tensor (view_of_written), so that
+    writes through them reach it, as in eager.
     tails: the programs computing what reads written inputs' new values (transforms/written_tails.py), each run on
     the callers' tensors once their writebacks are done; the writebacks of values one computes follow it.
     restrided: (provenance of an input tensor, its in-place metadata changes): replayed on the caller's tensor after
     the writebacks and the views above (which read its layout as the program saw it).
-    moved: version_moves' (provenance of an input tensor, how far its version counter moves more, softly).
+    moved: (provenance of an input tensor, how far its version counter moves more), from version_moves.
     """
     if not side_effects and not writebacks and not escapes and not returned and not views and not restrided and \
             not moved:
         return None
+    late = {prov for prov, value_at, *_ in views if value_at is None}  # (views_of_moved's: made before the move,
+    moved, late = [m for m in moved if m[0] not in late], [m for m in moved if m[0] in late]  # as eager's were)
     with Timer() as t:
         trace = Trace("epilogue")
         trace.args = ["fn", "args", "kwargs", "outs"]
@@ -493,8 +483,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
             for name, prov in escapes.fetched.values():
                 line("fetch", name, prov)
         if tails:  # their values may be stored in the objects built below
-            _writebacks_and_tails(trace, writebacks, tails, [BoundSymbol(local, ("move", (by, soft), prov), {}, None)
-                                                              for prov, by, soft in moved])
+            _writebacks_and_tails(trace, writebacks, tails, [BoundSymbol(local, ("move", by, prov), {}, None)
+                                                              for prov, by in moved])
         if escapes:
             for b in escapes.built.values():
                 line("new", b.name, (b.base, b.cls, None if b.base is not tuple else _map(tuple(b.items), sub)))
@@ -510,8 +500,8 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
         if not tails:
             for prov, position, *how in writebacks:
                 trace.bound_symbols.append(BoundSymbol(writeback, (prov, _Out(f"outs[{position}]"), *how), {}, None))
-            for prov, by, soft in moved:  # (after the writebacks: a counter moved before a copy into a view of x
-                line("move", (by, soft), prov)  # would make autograd regenerate x's grad_fn from before the copy)
+            for prov, by in moved:  # (after the writebacks: a counter moved before a copy into a view of x
+                line("move", by, prov)  # would make autograd regenerate x's grad_fn from before the copy)
         if (returned or views) and not (escapes and escapes.outputs) and not tails:
             line("list", None, None)
         for k, (prov, positions) in enumerate(returned):  # `x.add_(1); return x`: the caller's own tensor
@@ -524,7 +514,9 @@ def build_epilogue(side_effects, output_index: dict, writebacks=(), escapes: Esc
                 line("regenerated", f"u{k}", _Out(f"w{k}"))
             for i in positions:
                 line("output", i, _Viewed((_Out(f"u{k}" if i in stale else f"w{k}"), _Out(f"outs[{i}]"),
-                                           _Out(f"outs[{value_at}]"), i in detached)))
+                                           _Out(f"w{k}" if value_at is None else f"outs[{value_at}]"), i in detached)))
+        for prov, by in late:
+            line("move", by, prov)
         for prov, changes in restrided:  # `x.t_()`: the caller's tensor x changes as the function's did
             trace.bound_symbols.append(BoundSymbol(restride, (prov, changes), {}, None))
         stored = {}  # input tensor name -> the local the epilogue fetches it into
@@ -625,23 +617,25 @@ def writeback_specs(traced, writebacks) -> list:
 
 
 def version_moves(traced, written, copied=frozenset()) -> list:
-    """(provenance, moves, whether only where that makes no view's grad_fn anew) for each input whose version counter
-    the epilogue moves besides its writeback: one the program itself wrote into (`written`: its
-    transforms/memory.write_into_inputs writebacks), whose kernel moved it as eager's last write did (an out= form
-    once, batch norm's running stats never), and one the function changed the metadata of a view of in place
-    (`x[0].t_()`, `x.detach().resize_(n)`: eager moves the counter the view shares; not through x.data). copied: the
-    positions of the inputs the epilogue writes back."""
-    moves = metadata_moves(traced)
+    """(input position, moves, the line of the metadata change when the move would make a view's grad_fn anew) for
+    each input whose version counter the epilogue moves besides its writeback: one the program itself wrote into
+    (`written`: its transforms/memory.write_into_inputs writebacks), whose kernel moved it as eager's last write did
+    (an out= form once, batch norm's running stats never), and one the function changed the metadata of a view of in
+    place (`x[0].t_()`, `x.detach().resize_(n)`: eager moves the counter the view shares; not through x.data). copied:
+    the positions of the inputs the epilogue writes back (their moves follow a copy: no grad_fn is made anew)."""
+    lines = {}
+    moves = metadata_moves(traced, lines)
     for w in written:
         moves[w.arg_index] = moves.get(w.arg_index, 0) + w.versions - int(w.last_counts)
     changed = {k for k, _, _ in traced.restrided}
-    return [(traced.inputs[k].provenance, n, k not in copied and k not in changed) for k, n in moves.items() if n]
+    return [(k, n, lines.get(k) if k not in copied and k not in changed else None) for k, n in moves.items() if n]
 
 
-def metadata_moves(traced) -> dict:
+def metadata_moves(traced, lines=None) -> dict:
     """{input position: how far its version counter moves} for the inputs the function changed the metadata of a view
     of in place: each change moves it once (a resize_ to the same sizes, none: the frontend marks none). Those of the
-    input itself the epilogue makes on the caller's tensor (apply_metadata_changes), which moves it as eager's."""
+    input itself the epilogue makes on the caller's tensor (apply_metadata_changes), which moves it as eager's.
+    lines, when given, gets {input position: the first such change's line}."""
     moves = {}
     args = {a.name: k for k, a in enumerate(traced.trace.args) if isinstance(a, TensorProxy)}
     makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
@@ -652,6 +646,8 @@ def metadata_moves(traced) -> dict:
             t = viewed_tensor(m, t) if m is not None and (is_eager_view(m) or m.sym.id == "ltorch.detach") else None
         if t is not None:
             moves[args[t.name]] = moves.get(args[t.name], 0) + 1
+            if lines is not None:
+                lines.setdefault(args[t.name], b)
     return moves
 
 
@@ -702,6 +698,26 @@ def views_of_written(traced, writebacks) -> list:
                 detached.setdefault(root.name, set()).add(i)
     return [(*written[name], tuple(positions), frozenset(stale.get(name, ())), frozenset(detached.get(name, ())))
             for name, positions in found.items()]
+
+
+def views_of_moved(traced, positions) -> list:
+    """views_of_written's rows for the inputs at `positions`, written nowhere, whose version counter the epilogue moves
+    for a metadata change made through a view or detach() of them (`t = x[0]; t.detach().squeeze_(0); return t`): the
+    outputs viewing one become the same views of the caller's tensor, made just before the move (the epilogue moves
+    it after them), whose grad_fn autograd then makes anew from the base, as eager's (the computation's own, views
+    made inside an autograd.Function, would fail autograd's version check of their base). Their new value's position
+    is None: the caller's tensor itself holds it."""
+    names = {traced.trace.args[k].name: traced.inputs[k].provenance for k in positions}
+    makers = {o.name: b for b in traced.trace.bound_symbols for o in b.flat_proxy_outs()}
+    found: dict = {}
+    detached: dict = {}
+    for i, o in enumerate(tree_leaves(traced.trace.output) if names else ()):
+        path, root = memory_path(makers, o, names) if isinstance(o, TensorProxy) and o.name not in names else ([], None)
+        if root is not None and root.name in names:
+            found.setdefault(root.name, []).append(i)
+            if any(b.sym.id in _DETACHES for b, _ in path):
+                detached.setdefault(root.name, set()).add(i)
+    return [(names[name], None, tuple(found[name]), frozenset(), frozenset(detached.get(name, ()))) for name in found]
 
 
 _DETACHES = frozenset({"ltorch.detach", "ltorch.data", "prims.stop_gradient"})
