@@ -52,7 +52,7 @@ def _args(n):
 def _run(fn, args):
     try:
         return fn(*args), args
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return e, args
 
 
