@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from executors import inductor_options, regions
 from executors.inductor_options import GRAPH_REWRITES
 from jitcore import compat
 from jitcore.runtime.disk_cache import cache_root, write_atomically
@@ -271,7 +272,7 @@ def cache_dir() -> Path | None:
 def _lowering_digest() -> str:
     """A digest of the code that turns a region into what Inductor compiles (graph building, rewrites, options,
     compat's decompositions and config): a region compiled by other code is compiled again, not reused."""
-    from executors import inductor_options, inductorex, regions
+    from executors import inductorex  # (lazy: inductorex imports this module)
 
     h = hashlib.sha256()
     for module in (inductorex, inductor_options, regions, compat, sys.modules[__name__]):
