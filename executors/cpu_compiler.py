@@ -10,6 +10,7 @@ compiled ahead of its first run (executors/ahead.py) leaves its C++ build to a t
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -217,6 +218,10 @@ def _no_hook(code: str):
 # needs), for the compiles that follow.
 _HEADERS: dict = {}  # (header, command line, options) -> [thread, found (None until known), path]
 HEADER_NICENESS = 19  # the priority of a header's build in the background (a benchmark's warm-up waiting for it: 0)
+# how long a process waits at its exit for a header still being built (seconds; JITCORE_HEADER_EXIT_WAIT): at the
+# lowest priority a busy machine may starve the build for minutes, so past this the process exits and the compiler
+# goes on alone (it writes the header for the next process, or the next process builds it)
+HEADER_EXIT_WAIT_S = 30.0
 _OWN = threading.local()  # .compiling: this thread runs one of jitcore's compiles (own_compile)
 _HEADERS_LOCK = threading.Lock()
 
@@ -320,13 +325,26 @@ def header_builds_in_background(build, header, hashable_cmd_line, command):
                 finally:
                     entry[3].set()
 
-            entry[0] = threading.Thread(target=run, name="jitcore-header", daemon=False)
+            if not _HEADERS_AT_EXIT:
+                _HEADERS_AT_EXIT.append(atexit.register(_finish_headers_at_exit))
+            entry[0] = threading.Thread(target=run, name="jitcore-header", daemon=True)  # (joined at exit, bounded)
             entry[0].start()
     entry[3].wait()  # known: on disk, or being built (or the thread's call returned: Inductor's cached answer)
     if entry[1] is False:
         return entry[2] if not entry[0].is_alive() else None
     entry[0].join()  # (on disk: Inductor's function returns as soon as it has checked; or it has returned)
     return entry[2]
+
+
+_HEADERS_AT_EXIT: list = []  # [the exit handler], once registered
+
+
+def _finish_headers_at_exit():
+    """At exit: the headers still being built get HEADER_EXIT_WAIT_S in all to finish (for the next process)."""
+    deadline = time.monotonic() + float(os.environ.get("JITCORE_HEADER_EXIT_WAIT", HEADER_EXIT_WAIT_S))
+    for entry in list(_HEADERS.values()):
+        if entry[0] is not None and entry[0].is_alive():
+            entry[0].join(max(0.0, deadline - time.monotonic()))
 
 
 # -- C++ builds in the background ----------------------------------------------------------------------------------

@@ -79,8 +79,8 @@ COLD = textwrap.dedent("""
 @pytest.mark.skipif(sys.platform != "linux", reason="Inductor's precompiled headers are built with g++ on Linux")
 def test_a_cold_process_compiles_its_first_region_and_leaves_the_header_built(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "JITCORE_REGION_CACHE": "0", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", COLD], env=env, capture_output=True, text=True, timeout=300)
+           "JITCORE_REGION_CACHE": "0", "OMP_NUM_THREADS": "1", "JITCORE_HEADER_EXIT_WAIT": "900"}
+    proc = subprocess.run([sys.executable, "-c", COLD], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
     assert int(proc.stdout.split("OK")[1]) >= 1  # (the function ran as a compiled region)
     assert "runs eagerly" not in proc.stderr, proc.stderr[-3000:]
@@ -111,3 +111,28 @@ def test_inductor_picks_the_set_it_picks_after_checking_them_all(monkeypatch):
         monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
         assert cpu_vec_isa.valid_vec_isa_list() == full
         assert "avx2" in str(cpu_vec_isa.pick_vec_isa())
+
+
+SLOW_HEADER = textwrap.dedent("""
+    import time
+    from executors import cpu_compiler
+
+    def build(header, cmd, **options):  # (a header build a busy machine starves)
+        cpu_compiler.header_on_disk(False)
+        time.sleep(120)
+        return "/headers/slow.h"
+
+    assert cpu_compiler.header_builds_in_background(build, "slow", "g++", {}) is None
+    print("compiled without it")
+""")
+
+
+def test_a_process_exits_without_waiting_long_for_a_header_still_being_built():
+    """A header build still running at exit (its compiler at the lowest priority, starved on a busy machine) is
+    waited for HEADER_EXIT_WAIT_S at most: the process exits and the build goes on without it."""
+    env = {**os.environ, "JITCORE_HEADER_EXIT_WAIT": "1"}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", SLOW_HEADER], env=env, capture_output=True, text=True, timeout=100,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0 and "compiled without it" in proc.stdout, proc.stderr[-2000:]
+    assert time.perf_counter() - start < 60
