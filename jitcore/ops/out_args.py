@@ -23,6 +23,7 @@ from jitcore.ir.symbol import Tag
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
+from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_map
 from jitcore.ops.metadata_inplace import _makers, metadata_method
 
@@ -66,7 +67,7 @@ def _resize_out(name: str, o: TensorProxy, r: TensorProxy):
 
 
 # prims an elementwise op's line may hold besides elementwise ones (its dtype and broadcast steps)
-_ELEMENTWISE_STEPS = frozenset({"prims.convert_element_type", "prims.broadcast_in_dim"})
+_ELEMENTWISE_STEPS = frozenset({pe.convert_element_type.id, ps.broadcast_in_dim.id})
 
 
 def _elementwise(r: TensorProxy) -> bool:
