@@ -137,6 +137,9 @@ class Layouts:
             metas = _contiguous_results(line, given) if args else None
         if metas is None:
             metas = _run_on_meta(line, given, self.used) if args else None
+        if metas is None and line.sym.id in _COPIES_OF_DATA and isinstance(line.args[0], TensorProxy):
+            m = given.get(line.args[0].name)  # (torch.tensor(t) keeps t's dense order, as empty_like does)
+            metas = [None if m is None else torch.empty_like(m, dtype=outs[0].dtype)] if len(outs) == 1 else None
         if metas is None and _advanced_index(line, given):
             metas = [_fresh(o) for o in outs]
         if metas is None or len(metas) != len(outs):
@@ -165,6 +168,10 @@ class Layouts:
                 _dense_order: f"the dense order of {name}"}[program]
         self.ctx.guards.data.append(DataGuard(program, (name,), program(value), text, on_values=False))
 
+
+# creation ops whose data may be a tensor (or an array over one): eager's copy keeps its dense order (torch.tensor of
+# a transposed tensor, or of the array x.numpy() of one, is laid out transposed: fuzz seed 1772)
+_COPIES_OF_DATA = frozenset({"ltorch.tensor", "ltorch.asarray", "ltorch.as_tensor"})
 
 # lines that take part of their input along its dims (the dims they keep line up with the input's)
 _SLICING = frozenset({"ltorch.getitem", "ltorch.narrow", "prims.slice", "ltorch.split", "ltorch.split_with_sizes",

@@ -18,7 +18,7 @@ from jitcore.ir.trace import services
 from jitcore.ops import prims_creation as pc
 from jitcore.ops import prims_elementwise as pe
 from jitcore.ops import prims_misc as pm
-from jitcore.ops import prims_python
+from jitcore.ops import prims_python, torch_shape
 from jitcore.ops import prims_shape as ps
 from jitcore.ops import torch_elementwise as te
 from jitcore.ops.registry import torchsymbol
@@ -498,6 +498,24 @@ def as_tensor(data, *, dtype=None, device=None):
             out = pe.device_put(out, devices.to_device(device))
         return out
     return _from_data("as_tensor", data, dtype, device, False)
+
+
+@torchsymbol(torch.asarray, tags=CREATION, id="ltorch.asarray")
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """torch.asarray: a tensor is the same tensor (as_tensor), or a copy laid out as it where copy=True or a dtype or
+    device change needs one (copy=False then raises eager's error, asked of eager on an empty tensor); other data as
+    torch.tensor."""
+    if not isinstance(obj, TensorProxy):
+        return _from_data("asarray", obj, dtype, device, requires_grad)
+    if requires_grad:
+        raise UnsupportedError("asarray", "torch.asarray(tensor, requires_grad=True) inside a jitted function: eager "
+                               "sets requires_grad on the tensor it is given (or returns a copy that is no leaf)",
+                               hint="use x.detach().clone().requires_grad_() outside the function")
+    if copy is False and ((dtype is not None and dtype != obj.dtype) or (device is not None
+                          and devices.to_device(device) != obj.device)):
+        torch.asarray(torch.empty(0, dtype=obj.dtype, device="meta"), dtype=dtype, copy=False)  # (eager's error)
+    out = as_tensor(obj, dtype=dtype, device=device)
+    return torch_shape.copy(out) if copy and out is obj else out
 
 
 @torchsymbol(torch.from_numpy, tags=CREATION, id="ltorch.from_numpy")
