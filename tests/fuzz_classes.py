@@ -40,6 +40,10 @@ def load() -> dict[str, tuple[int, Callable]]:
 CLASSES_1C52E7A = ("alignment", "runtime_size_compare", "argument_write_grad", "argument_stale_view", "metainplace",
                    "complexviews", "setitem_dtype", "numpy")
 
+# the classes of the long run on main 4fec12f (issue 38), whose seeds later tests name
+CLASSES_4FEC12F = CLASSES_1C52E7A + ("alignment_views", "same_place_write", "foreach_scalar", "runtime_size_function",
+                                      "pieces", "detach_metadata")
+
 # one module per class family (tests/fuzz_class_<family>.py)
 CLASS_MODULES: tuple[str, ...] = (
     "tests.fuzz_class_alignment",

@@ -2,6 +2,9 @@
 import torch
 
 import jitcore
+from tests.fuzz import CACHE_MODES, generate
+from tests.fuzz import check_program as fuzz_check
+from tests.fuzz_classes import CLASSES_4FEC12F
 from tests.helpers import trace_fn
 from transforms.cse import cse
 
@@ -36,3 +39,13 @@ def test_backward_of_a_square_computes_the_product_once():
     torch.testing.assert_close(x.grad, 2 * x.sin() * x.cos())
     forward = jitcore.last_traces(jf)[-1]
     assert sum(line.strip().split(" = ")[-1].startswith("torch.sin(") for line in str(forward).splitlines()) == 1
+
+
+def test_a_line_keeping_a_dropped_twins_size_is_remade_with_the_survivors():
+    """Fuzz seed 2401 under symbolic values: a duplicate dropped for a survivor with another size symbol; a later kept
+    line keeping that size (slice_scatter of it) must carry the survivor's size too, or the lines reading it read a
+    size their input does not carry (the trace checker, on in tests, refused the program)."""
+    prog = generate(2401, classes=CLASSES_4FEC12F)
+    for cache in CACHE_MODES:
+        report = fuzz_check(prog, cache)
+        assert not report.problems and report.refused is None, report.text(prog)

@@ -14,22 +14,7 @@ import torch.nn.functional as F
 import jitcore
 from executors import inductor_ex, torch_ex
 from tests.fuzz import CACHE_MODES
-
-
-class _Mask(torch.autograd.Function):
-    """rand_like inside a forward (the fuzzer's template of the same name)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        mask = torch.rand_like(x) > 0.5
-        ctx.save_for_backward(mask)
-        return torch.where(mask, x, x * 0.25)
-
-    @staticmethod
-    def backward(ctx, g):
-        (mask,) = ctx.saved_tensors
-        return torch.where(mask, g * 1.5, g)
-
+from tests.fuzz_templates import _Mask  # (rand_like inside a forward: the fuzzer's template)
 
 LAYOUTS = {  # one call after another, in this order: the cache sees each layout after the others
     "transposed": lambda g: torch.randn(5, 3, generator=g).t(),

@@ -9,6 +9,7 @@ import torch
 import jitcore
 from tests.fuzz import CACHE_MODES, generate
 from tests.fuzz import check_program as fuzz_check
+from tests.fuzz_classes import CLASSES_4FEC12F
 
 
 def _view_of_copy(x):
@@ -49,7 +50,7 @@ def test_copies_of_data_keep_eagers_layout(fn, cache):
 
 
 def test_fuzz_seed_1772():
-    prog = generate(1772)
+    prog = generate(1772, classes=CLASSES_4FEC12F)
     for cache in CACHE_MODES:
         report = fuzz_check(prog, cache)
         assert not report.problems, report.text(prog)

@@ -106,6 +106,26 @@ def _symbolic_sizes(mine, theirs) -> dict:
     return out
 
 
+def _renamed_outputs(bsym, names: dict):
+    """bsym with its own outputs whose shapes hold a renamed size remade with the new sizes (recorded in names, so
+    later lines read the remade ones): a line keeping its input's size (slice_scatter of a dropped twin's survivor)
+    would otherwise carry the old size while lines reading it compute with the new (fuzz seed 2401)."""
+    if not names:
+        return bsym
+    remade = {}
+    for o in bsym.flat_proxy_outs():
+        shape = getattr(o, "_shape", ())
+        new = tuple(names.get(d.name, d) if isinstance(d, NumberProxy) else d for d in shape)
+        if any(a is not b for a, b in zip(new, shape)) and o.name not in names:
+            with detached():  # (no name is taken: the copy stands for the same value)
+                remade[o.name] = o.like(shape=new, name=o.name)
+    if not remade:
+        return bsym
+    names.update(remade)
+    return bsym.from_bsym(output=tree_map(lambda x: remade.get(x.name, x) if isinstance(x, Proxy) else x,
+                                          bsym.output))
+
+
 def cse(trace: Trace, distinct_outputs: bool = True) -> Trace:
     """distinct_outputs: keep every line whose tensor the trace returns (False for a backward, whose gradients
     autograd copies where two are one tensor)."""
@@ -116,7 +136,7 @@ def cse(trace: Trace, distinct_outputs: bool = True) -> Trace:
         names: dict = {}  # dropped output name -> the proxy that replaces it
         kept = []
         for bsym in trace.bound_symbols:
-            bsym = rename_args(bsym, names)
+            bsym = _renamed_outputs(rename_args(bsym, names), names)
             outs = bsym.flat_proxy_outs()
             if not outs or _never(bsym):
                 kept.append(bsym)
