@@ -76,6 +76,16 @@ def _renamed(bsym, names: dict, remade: dict):
                           subsymbols=tuple(_renamed(s, names, remade) for s in bsym.subsymbols))
 
 
+def _with_renamed_sizes(o, names: dict):
+    """A same-named copy of tensor o with its sizes renamed by names, or None where none is (or o itself is)."""
+    shape = getattr(o, "_shape", ())
+    new = tuple(names.get(d.name, d) if isinstance(d, NumberProxy) else d for d in shape)
+    if o.name in names or all(a is b for a, b in zip(new, shape)):
+        return None
+    with detached():  # (no name is taken: the copy stands for the same value)
+        return o.like(shape=new, name=o.name)
+
+
 def _remade_tensors(bsym, names: dict) -> dict:
     """name -> a same-named copy, its shape renamed, of each tensor bsym's decomposition makes with a renamed size."""
     own, out = {o.name for o in bsym.flat_proxy_outs()}, {}
@@ -83,11 +93,9 @@ def _remade_tensors(bsym, names: dict) -> dict:
     def visit(b):
         for s in b.subsymbols:
             for o in s.flat_proxy_outs():
-                shape = getattr(o, "_shape", ())
-                new = tuple(names.get(d.name, d) if isinstance(d, NumberProxy) else d for d in shape)
-                if any(a is not b for a, b in zip(new, shape)) and o.name not in own and o.name not in names:
-                    with detached():  # (no name is taken: the copy stands for the same value)
-                        out[o.name] = o.like(shape=new, name=o.name)
+                copy = _with_renamed_sizes(o, names) if o.name not in own else None
+                if copy is not None:
+                    out[o.name] = copy
             visit(s)
 
     visit(bsym)
@@ -112,13 +120,7 @@ def _renamed_outputs(bsym, names: dict):
     would otherwise carry the old size while lines reading it compute with the new (fuzz seed 2401)."""
     if not names:
         return bsym
-    remade = {}
-    for o in bsym.flat_proxy_outs():
-        shape = getattr(o, "_shape", ())
-        new = tuple(names.get(d.name, d) if isinstance(d, NumberProxy) else d for d in shape)
-        if any(a is not b for a, b in zip(new, shape)) and o.name not in names:
-            with detached():  # (no name is taken: the copy stands for the same value)
-                remade[o.name] = o.like(shape=new, name=o.name)
+    remade = {o.name: c for o in bsym.flat_proxy_outs() if (c := _with_renamed_sizes(o, names)) is not None}
     if not remade:
         return bsym
     names.update(remade)
