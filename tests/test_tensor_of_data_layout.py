@@ -54,3 +54,31 @@ def test_fuzz_seed_1772():
     for cache in CACHE_MODES:
         report = fuzz_check(prog, cache)
         assert not report.problems, report.text(prog)
+
+
+def _asarray_forms(x, dtype):
+    same = torch.asarray(x)
+    same.mul_(2)  # (the same tensor: the caller's x sees the write)
+    cast = torch.asarray(x, dtype=dtype)
+    copied = torch.asarray(x, copy=True)
+    copied.add_(1)  # (a copy: x does not see it)
+    return cast * 3, copied, torch.asarray([1.0, 2.0]) + x.sum()
+
+
+@pytest.mark.parametrize("cache", CACHE_MODES)
+def test_asarray_of_tensors_as_eager(cache):
+    jfn = jitcore.jit(_asarray_forms, cache=cache)
+    for make, dtype in [(lambda: torch.randn(4, 3), torch.float64), (lambda: torch.randn(3, 5).t(), torch.float64),
+                        (lambda: torch.randn(2, 6), torch.float16), (lambda: torch.randn(4, 3), torch.float64)]:
+        x = make()
+        ex, jx = x.clone(memory_format=torch.preserve_format), x.clone(memory_format=torch.preserve_format)
+        exp, got = _asarray_forms(ex, dtype), jfn(jx, dtype)
+        for a, b in zip(exp, got):
+            assert a.dtype == b.dtype and a.stride() == b.stride()
+            torch.testing.assert_close(b, a)
+        torch.testing.assert_close(jx, ex)
+    with pytest.raises(ValueError) as eager:
+        torch.asarray(torch.ones(2), dtype=torch.float64, copy=False)
+    with pytest.raises(ValueError) as jit:
+        jitcore.jit(lambda x: torch.asarray(x, dtype=torch.float64, copy=False), cache=cache)(torch.ones(2))
+    assert str(jit.value) == str(eager.value)
