@@ -381,7 +381,9 @@ def builds_in_background(pending: list):
 
 
 def _defer_wrapper_builds():
-    """Puts a deferring load_pybinding on Inductor's CppWrapperCodeCache (once per process)."""
+    """Puts a deferring load_pybinding on Inductor's CppWrapperCodeCache, and a deferring wait for kernels on its
+    AsyncCompile (once per process)."""
+    _defer_kernel_waits()
     cls = compat.wrapper_code_cache()
     if getattr(cls.load_pybinding, "jitcore_original", None) is not None:
         return
@@ -402,6 +404,37 @@ def _defer_wrapper_builds():
 
     load_pybinding.jitcore_original = original
     cls.load_pybinding = load_pybinding  # (a plain function on the class: Inductor's module calls it on the class)
+
+
+def _defer_kernel_waits():
+    """A region with the Python wrapper (few kernels: executors/inductor_options.py) has its kernels built in
+    Inductor's compile threads, and its module waits for them as it loads (AsyncCompile.wait), so its compile
+    returned after its builds: a training step's forward region built alone before its backward region's compile
+    began (the MLP: 0.8 s of the forward's build, then the backward's). Inside builds_in_background the wait is
+    left to a PendingEntry instead: the module loads with the kernels' futures where the kernels go, and the
+    region's first call (CompiledRegion's resolve) waits for them and puts the kernels there."""
+    cls = compat.async_compile()
+    original = getattr(cls, "_wait_futures", None)
+    if original is None or getattr(original, "jitcore_original", None) is not None:
+        return  # (an Inductor without it: its modules wait as they load)
+    kinds = compat.kernel_future_types()
+
+    def wait_futures(self, scope):
+        pending = getattr(_OWN, "pending", None)
+        if pending is None or not any(isinstance(v, kinds) for v in scope.values()):
+            return original(self, scope)
+        pending.append(PendingEntry(lambda: original(self, scope) or _KERNELS_BUILT))
+        return None
+
+    wait_futures.jitcore_original = original
+    cls._wait_futures = wait_futures
+
+
+def _kernels_built(*args):
+    raise TypeError("a module's kernels, waited for: not a function to call")
+
+
+_KERNELS_BUILT = _kernels_built  # (what a PendingEntry of a module's kernels resolves to: the kernels are in place)
 
 
 def _with_record(record, work):

@@ -70,28 +70,47 @@ def compile_options(device_type: str, dynamic: bool = False, program_order: bool
 
 
 _ELEMENTWISE = frozenset(s.id for s in PRIMS.values() if Tag.ELEMENTWISE in s.tags)
-# prims Inductor computes inside a pointwise loop nest: views and index arithmetic, selects, casts
-_IN_LOOP = _ELEMENTWISE | frozenset(f"prims.{n}" for n in (
-    "broadcast_in_dim", "reshape", "transpose", "squeeze", "stop_gradient", "where", "convert_element_type"))
+# prims Inductor computes inside a pointwise loop nest without a loop of their own: views and index arithmetic
+_VIEWS = frozenset(f"prims.{n}" for n in ("broadcast_in_dim", "reshape", "transpose", "squeeze", "stop_gradient"))
+_POINTWISE = _ELEMENTWISE | frozenset({"prims.where", "prims.convert_element_type"})  # (selects, casts)
+_REDUCTIONS = frozenset(f"prims.{n}" for n in ("sum", "prod", "amax", "amin"))
 _LIBRARY = frozenset({"prims.matmul", "prims.linear"})  # calls of a library kernel, no loop nest of Inductor's
 MAX_KERNELS = 2  # at most this many C++ kernels: the Python wrapper (each a build, side by side in Inductor's threads)
 
 
-def _leaves(bsym) -> set:
-    return {i for s in bsym.subsymbols for i in _leaves(s)} if bsym.subsymbols else {bsym.sym.id}
+def _loop_kinds(bsym, kinds: set) -> bool:
+    """Adds to `kinds` the loop nests bsym's leaves make, by kind: ("pointwise", output shape), ("reduction", input
+    shape, dims, output shape); views and library calls make none. False: a leaf of another kind (no guess made)."""
+    if Tag.OPAQUE in bsym.sym.tags:
+        fn = getattr(bsym.sym, "torch_fn", None)
+        if not any(t.name == "pointwise" for t in getattr(fn, "tags", ())):
+            return False
+        kinds.update(("pointwise", tuple(p.shape)) for p in tree_leaves(bsym.output) if isinstance(p, TensorProxy))
+        return True
+    if bsym.subsymbols:
+        return all(_loop_kinds(s, kinds) for s in bsym.subsymbols)
+    op = bsym.sym.id
+    if op in _VIEWS or op in _LIBRARY:
+        return True
+    outs = [tuple(p.shape) for p in tree_leaves(bsym.output) if isinstance(p, TensorProxy)]
+    if op in _POINTWISE:
+        kinds.update(("pointwise", s) for s in outs)
+        return True
+    if op in _REDUCTIONS and isinstance(bsym.args[0], TensorProxy):
+        kinds.update(("reduction", tuple(bsym.args[0].shape), tuple(bsym.args[1]), s) for s in outs)
+        return True
+    return False
 
 
 def few_kernels(sub: Trace) -> bool:
-    """Whether a region likely makes at most MAX_KERNELS C++ kernels once Inductor fuses it: its lines are
-    elementwise (or views, selects, casts, aten operators tagged pointwise) and library calls (matmul, linear), no
-    reduction (Inductor splits a loop nest at a reduction; the MLP's three GELUs between its linears are one kernel,
-    called three times). A guess: the compile checks it (at_most_kernels) and takes the C++ wrapper when the code
-    has more kernels."""
-    for b in sub.bound_symbols:
-        if Tag.OPAQUE in b.sym.tags:
-            fn = getattr(b.sym, "torch_fn", None)
-            if not any(t.name == "pointwise" for t in getattr(fn, "tags", ())):
-                return False
-        elif not _leaves(b) <= _IN_LOOP | _LIBRARY:
-            return False
-    return any(isinstance(p, TensorProxy) for p in tree_leaves(sub.output))
+    """Whether a region likely makes at most MAX_KERNELS C++ kernels once Inductor fuses it. Inductor fuses the
+    pointwise lines of one shape into a loop nest, a reduction into the nest of its input, and makes one kernel of
+    nests whose code is the same (the MLP's three GELUs between its linears: one kernel called three times; its
+    backward's four bias gradients: one more), so the guess counts the kinds of loop nest the lines make (pointwise
+    by shape; reductions by input and output shape), views and library calls (matmul, linear) none. A guess: the
+    compile checks it (at_most_kernels) and takes the C++ wrapper when the code has more kernels; a line of another
+    kind (an index op, a scan, an opaque op that is not pointwise) makes no guess (False)."""
+    kinds: set = set()
+    if not all(_loop_kinds(b, kinds) for b in sub.bound_symbols):
+        return False
+    return len(kinds) <= MAX_KERNELS and any(isinstance(p, TensorProxy) for p in tree_leaves(sub.output))

@@ -294,6 +294,23 @@ def wrapper_code_cache():
     return inductor_cpp_modules()[0].CppWrapperCodeCache
 
 
+def async_compile():
+    """Inductor's AsyncCompile (a Python wrapper module's kernels, built in its compile threads; _wait_futures, which
+    the module's load calls, waits for them: 2.10-2.15)."""
+    from torch._inductor.async_compile import AsyncCompile  # (lazy: Inductor)
+
+    return AsyncCompile
+
+
+def kernel_future_types() -> tuple:
+    """The types of what AsyncCompile puts where a kernel goes before it is built (what its _wait_futures waits on)."""
+    from concurrent.futures import Future
+
+    from torch._inductor import async_compile as module  # (lazy: Inductor)
+
+    return tuple(t for t in (Future, getattr(module, "CodeCacheFuture", None)) if isinstance(t, type))
+
+
 def graph_lowering():
     """Inductor's GraphLowering class (its save_output_code hook sees a compiled module's source before it loads)."""
     from torch._inductor.graph import GraphLowering  # (lazy: Inductor)

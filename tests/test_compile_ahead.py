@@ -113,6 +113,64 @@ def test_a_background_build_that_fails_leaves_the_region_eager_with_a_warning(mo
     _check_against_eager(f, jf, list(_inputs(seed=1)), lambda t: (t * t).sum())  # (still eager's)
 
 
+@pytest.fixture
+def python_wrappers(monkeypatch):
+    """Every region guessed few kernels (Inductor's Python wrapper: its kernels built in Inductor's compile threads,
+    two of them, as on a machine of two cores or more)."""
+    from torch._inductor import config
+
+    monkeypatch.setattr(ix, "few_kernels", lambda sub: True)
+    monkeypatch.setattr(config, "compile_threads", 2)
+    made = []
+
+    class Recorded(cpu_compiler.PendingEntry):
+        def __init__(self, future):
+            super().__init__(future)
+            made.append(self)
+
+    monkeypatch.setattr(cpu_compiler, "PendingEntry", Recorded)
+    return made
+
+
+def test_python_wrapper_regions_compiled_ahead_leave_their_kernel_builds_to_their_first_run(python_wrappers):
+    # the forward's kernels build while the backward's region compiles: the module's wait for them is a PendingEntry
+    f = _program(1.25)
+    jf = jitcore.jit(f, executors=[inductor_ex])
+    _check_against_eager(f, jf, list(_inputs()), lambda t: (t * t).sum())
+    regions = _regions(jf)
+    assert len(regions) == 2 and all(r.ahead for r in regions)
+    assert len(python_wrappers) >= 2 and all(p.fn is not None for p in python_wrappers)  # (each awaited, once)
+    for r in regions:
+        (run,) = r.variants.values()
+        assert run is not r.eager_fn and "async_compile.cpp_pybinding(" in \
+            ix.inductor_kernels._compiled_graph(run).source_code
+    for seed in (1, 2):
+        _check_against_eager(f, jf, list(_inputs(seed=seed)), lambda t: t.sum())
+
+
+def test_a_python_wrapper_kernel_build_that_fails_leaves_the_region_eager_with_a_warning(python_wrappers,
+                                                                                         monkeypatch):
+    f = _program(1.5)
+    jf = jitcore.jit(f, executors=[inductor_ex])
+    cache = compat.inductor_cpp_modules()[0].CppPythonBindingsCodeCache
+    original = cache.load_pybinding_async
+
+    def failing_build(*args, submit_fn=None, **kwargs):
+        if submit_fn is None:
+            return original(*args, **kwargs)
+        future = submit_fn(lambda: 1 / 0)
+        return lambda: future.result()
+
+    monkeypatch.setattr(cache, "load_pybinding_async", failing_build)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _check_against_eager(f, jf, list(_inputs()), lambda t: (t * t).sum())
+    assert any("division by zero" in str(c.message) for c in caught)
+    assert python_wrappers
+    for r in _regions(jf):
+        assert r.ahead and all(v is r.eager_fn for v in r.variants.values())
+
+
 def test_pending_entry_waits_for_its_build_and_raises_its_failure():
     import concurrent.futures
     import threading

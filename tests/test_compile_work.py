@@ -2,6 +2,8 @@
 C++ builds and splits the region compiles into stages; a region that is one kernel compiles with Inductor's Python
 wrapper (one build: the kernel alone), a region guessed so that has more kernels takes the C++ wrapper (one build for
 all); a C++ wrapper module's precompiled header holds its kernels' prefix header too. Eager is the oracle."""
+import copy
+
 import pytest
 import torch
 
@@ -80,9 +82,34 @@ def test_the_guess_of_one_kernel():
 
     x = torch.randn(16, 16)
     assert regions(lambda a: ((a * 2 + 1).sin() * a).exp(), x) == [True]
-    assert regions(lambda a: ((a * 3 + 1).cos() * a).exp().sum(-1), x) == [False]  # (a reduction)
+    assert regions(lambda a: ((a * 3 + 1).cos() * a).exp().sum(-1), x) == [True]  # (a pointwise nest, a reduction)
+    assert regions(lambda a: a.exp().sum(0) + a.cos().sum(1), x) == [False]  # (two reductions, a pointwise sum)
+    assert regions(lambda a: (a.exp() * 2).var(0) * 3, x) == [False]  # (a variance: not a kind the guess knows)
     w = torch.randn(16, 16)
     assert regions(lambda a, b: torch.nn.functional.gelu((a @ b).sin() * 2 + a) @ b, x, w) == [True]  # (library calls)
+    # the MLP's backward: its layers' GELU gradients and their bias gradients are two kernels, each called per layer
+    assert regions(lambda a, b: [(torch.nn.functional.gelu(a @ b) * (a @ b).cos()).sum(0) for _ in range(2)], x, w) \
+        == [True]
+
+
+def test_a_training_step_with_a_reduction_per_layer_builds_few_kernels_side_by_side(empty_caches):
+    # the MLP's backward (linear, GELU, linear, GELU, linear): its GELU gradients, one kernel called per layer, and
+    # its bias gradients, one more: the Python wrapper, each kernel a build of its own, side by side
+    torch.manual_seed(0)
+    width = 24  # (a size of its own: a region text no other test compiles)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, width),
+                                torch.nn.GELU(), torch.nn.Linear(width, width))
+    twin = copy.deepcopy(model)
+    jm = jitcore.jit(model, executors=[inductorex.inductor_ex])
+    for rows in (40, 40, 8):  # (the compiled backward, its variant called again, other sizes)
+        x = torch.randn(rows, width)
+        torch.testing.assert_close(jm(x), twin(x))
+        jm(x).square().sum().backward()
+        twin(x).square().sum().backward()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+        if rows == 40 and _newest_region().variants:
+            assert "async_compile.cpp_pybinding(" in _wrapper_source(_newest_region())
 
 
 def test_a_cpp_wrapper_header_is_precompiled_with_the_kernel_prefix(tmp_path):
