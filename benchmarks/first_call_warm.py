@@ -2,8 +2,8 @@
 on the elementwise chain (1024x1024), the MLP, the GPT-2 style block and HuggingFace's GPT-2 (benchmarks/suites.py),
 forward (under no_grad) and forward+backward. Every measurement is a process of its own, with one thread:
 
-- warm process: it first compiles an unrelated small function with BOTH compilers (the same mode: forward, or forward
-  and backward), so each has paid its one-time costs (imports, Inductor's instruction-set checks, precompiled
+- warm process: it first compiles two unrelated small functions with BOTH compilers (the same mode: forward, or
+  forward and backward), so each has paid its one-time costs (imports, Inductor's instruction-set checks, precompiled
   headers), waits for jitcore's background work, then points TORCHINDUCTOR_CACHE_DIR and JITCORE_CACHE_DIR at new
   empty folders (both are read at each use) and times `jit()` / `torch.compile()` and the first call (its backward
   included). The C++ compiler runs are counted: a compile served from a cache in memory would show none.
@@ -16,6 +16,7 @@ per-stage seconds (jitcore.last_compile_stats), with the load average; markdown,
 
     python -m benchmarks.first_call_warm --reps 1              # warm and fresh processes, all rows
     python -m benchmarks.first_call_warm --reps 3 --no-fresh --workloads chain block
+    python -m benchmarks.first_call_warm --reps 3 --no-warm --workloads block    # fresh processes only
 """
 from __future__ import annotations
 
@@ -50,9 +51,17 @@ def _workload(name: str):
     return next(w for w in work if w.name == title)
 
 
-def _warm_up_fn(x):
-    """What the warm process compiles first (nothing the workloads contain: a different region text)."""
-    return (x.cos() * 3 + x.sin()).sum(-1)
+def _warm_up_pointwise(x):
+    """What the warm process compiles first (nothing the workloads contain: region texts of their own), this and
+    _warm_up_reductions: a region of one kind of loop nest and one of several, so that both kinds of CPU module
+    jitcore compiles (Inductor's Python wrapper for few kernels, its C++ wrapper for more:
+    executors/inductor_options.py) have paid their one-time work (their precompiled headers), as in a process that
+    has compiled a model."""
+    return (x.cos() * 3 + x.sin()).exp()
+
+
+def _warm_up_reductions(x):
+    return (x.cos() * 3 + x.sin()).sum(-1, keepdim=True) * x.amax(0)
 
 
 def _first_call(f, inputs, train: bool):
@@ -70,8 +79,9 @@ def _warm_up(train: bool):
 
     cpu_compiler.HEADER_NICENESS = 0  # (waited for below: at the lowest priority, a loaded machine starves it)
     for variant in (TC, JIT):
-        x = torch.randn(64, 64, requires_grad=train)
-        _first_call(make_variant(variant, _warm_up_fn), (x,), train)
+        for fn in (_warm_up_pointwise, _warm_up_reductions):
+            x = torch.randn(64, 64, requires_grad=train)
+            _first_call(make_variant(variant, fn), (x,), train)
     cpu_compiler.wait_for_background_work()  # (a precompiled header built in a thread: one-time work, paid here)
 
 
@@ -187,6 +197,7 @@ def main(argv=None):
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     p.add_argument("--no-fresh", action="store_true", help="the warm-process rows only")
+    p.add_argument("--no-warm", action="store_true", help="the fresh-process rows only")
     p.add_argument("--json", help="write the measurements to this file")
     p.add_argument("--baseline", help="also measure jitcore from this other checkout (a column 'jitcore baseline')")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -196,7 +207,7 @@ def main(argv=None):
     if a.child:
         return child(a.child, a.workloads[0], a.train, a.warm_child)
     results = {"warm": [], "fresh": []}
-    for warm in (True,) if a.no_fresh else (True, False):
+    for warm in [w for w in (True, False) if not ((a.no_fresh and not w) or (a.no_warm and w))]:
         for workload in a.workloads:
             for mode in a.modes:
                 row = {"workload": workload, "mode": mode, TC: [], JIT: []}

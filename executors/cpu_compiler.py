@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -45,6 +46,7 @@ def warm_cpu_compiler():
 
         _build_headers_in_background(codecache)
         _count_builds(_cpp_builder)
+        _time_pool_builds()
         if platform.machine() not in ("x86_64", "AMD64") or sys.platform != "linux":
             return
         flags = cpu_vec_isa.x86_isa_checker()
@@ -149,10 +151,28 @@ def _count_builds(cpp_builder):
                                                                                             "jitcore-isa")):
                 record = _ACTIVE[-1]  # (a kernel built by Inductor's own threads for the compile under way)
             if record is not None:
-                record["cpp_build"] += time.perf_counter() - start
+                with _COUNT_LOCK:
+                    record["cpp_build"] += time.perf_counter() - start
 
     run_compile_cmd.jitcore_original = run
     cpp_builder.run_compile_cmd = run_compile_cmd
+
+
+def _time_pool_builds():
+    """Wraps Inductor's AsyncCompile.submit (once per process): a kernel's build submitted to Inductor's compile
+    threads by one of jitcore's compiles counts in that compile's record (its `cpp_build`), also when it ends after
+    the compile returned (a Python wrapper's kernels left to the region's first run: _defer_kernel_waits)."""
+    cls = compat.async_compile()
+    original = getattr(cls, "submit", None)
+    if original is None or getattr(getattr(original, "__func__", None), "jitcore_original", None) is not None:
+        return
+
+    def submit(klass, task):
+        record = getattr(_OWN, "record", None)
+        return original(task if record is None else functools.partial(_with_record, record, task))
+
+    submit.jitcore_original = original
+    cls.submit = classmethod(submit)
 
 
 _ACTIVE: list = []  # the records of the compiles under way (timed_stages), the newest last

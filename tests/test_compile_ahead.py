@@ -114,10 +114,13 @@ def test_a_background_build_that_fails_leaves_the_region_eager_with_a_warning(mo
 
 
 @pytest.fixture
-def python_wrappers(monkeypatch):
+def python_wrappers(monkeypatch, tmp_path):
     """Every region guessed few kernels (Inductor's Python wrapper: its kernels built in Inductor's compile threads,
-    two of them, as on a machine of two cores or more)."""
+    two of them, as on a machine of two cores or more), with empty compile caches on disk (every kernel builds)."""
     from torch._inductor import config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("JITCORE_CACHE_DIR", str(tmp_path / "jitcore"))
 
     monkeypatch.setattr(ix, "few_kernels", lambda sub: True)
     monkeypatch.setattr(config, "compile_threads", 2)
@@ -137,6 +140,8 @@ def test_python_wrapper_regions_compiled_ahead_leave_their_kernel_builds_to_thei
     f = _program(1.25)
     jf = jitcore.jit(f, executors=[inductor_ex])
     _check_against_eager(f, jf, list(_inputs()), lambda t: (t * t).sum())
+    # (each compile's kernel builds count in its record, though they end after the compile returned)
+    assert [r["cpp_build"] > 0 for r in jitcore.last_compile_stats(jf)["region_log"]] == [True, True]
     regions = _regions(jf)
     assert len(regions) == 2 and all(r.ahead for r in regions)
     assert len(python_wrappers) >= 2 and all(p.fn is not None for p in python_wrappers)  # (each awaited, once)
