@@ -78,6 +78,16 @@ _LIBRARY = frozenset({"prims.matmul", "prims.linear"})  # calls of a library ker
 MAX_KERNELS = 2  # at most this many C++ kernels: the Python wrapper (each a build, side by side in Inductor's threads)
 
 
+def _shape(p: TensorProxy) -> tuple:
+    return _key(p.shape)
+
+
+def _key(values) -> tuple:
+    """Sizes (or dims) as a key: a symbolic one by its name (a comparison of symbolic sizes would record a predicate
+    the entry's guards then check: the guess must not change what a program assumes)."""
+    return tuple(d if type(d) is int else f"symbolic {getattr(d, 'name', id(d))}" for d in values)
+
+
 def _loop_kinds(bsym, kinds: set) -> bool:
     """Adds to `kinds` the loop nests bsym's leaves make, by kind: ("pointwise", output shape), ("reduction", input
     shape, dims, output shape); views and library calls make none. False: a leaf of another kind (no guess made)."""
@@ -85,19 +95,19 @@ def _loop_kinds(bsym, kinds: set) -> bool:
         fn = getattr(bsym.sym, "torch_fn", None)
         if not any(t.name == "pointwise" for t in getattr(fn, "tags", ())):
             return False
-        kinds.update(("pointwise", tuple(p.shape)) for p in tree_leaves(bsym.output) if isinstance(p, TensorProxy))
+        kinds.update(("pointwise", _shape(p)) for p in tree_leaves(bsym.output) if isinstance(p, TensorProxy))
         return True
     if bsym.subsymbols:
         return all(_loop_kinds(s, kinds) for s in bsym.subsymbols)
     op = bsym.sym.id
     if op in _VIEWS or op in _LIBRARY:
         return True
-    outs = [tuple(p.shape) for p in tree_leaves(bsym.output) if isinstance(p, TensorProxy)]
+    outs = [_shape(p) for p in tree_leaves(bsym.output) if isinstance(p, TensorProxy)]
     if op in _POINTWISE:
         kinds.update(("pointwise", s) for s in outs)
         return True
     if op in _REDUCTIONS and isinstance(bsym.args[0], TensorProxy):
-        kinds.update(("reduction", tuple(bsym.args[0].shape), tuple(bsym.args[1]), s) for s in outs)
+        kinds.update(("reduction", _shape(bsym.args[0]), _key(bsym.args[1]), s) for s in outs)
         return True
     return False
 
