@@ -27,7 +27,8 @@ TORCH_TESTS="$(one_line "tests/test_torch_core_*.py tests/test_prims.py tests/te
     tests/test_models.py tests/test_packages.py tests/test_package_kernels.py tests/test_custom_function.py
     tests/test_distributed.py tests/test_tensor_attributes.py tests/test_data_ptr_alignment.py
     tests/test_data_dependent.py tests/test_complex_views.py tests/test_numpy_on_tensors.py
-    tests/test_argument_write_history.py tests/test_compile_work.py tests/test_multi_view_pieces.py
+    tests/test_argument_write_history.py tests/test_compile_work.py tests/test_compile_ahead.py
+    tests/test_cpu_compiler.py tests/test_multi_view_pieces.py
     tests/test_out_dtype.py tests/test_detach_metadata_of_views.py $FUZZ")"
 
 build() {
