@@ -117,9 +117,9 @@ def few_kernels(sub: Trace) -> bool:
     pointwise lines of one shape into a loop nest, a reduction into the nest of its input, and makes one kernel of
     nests whose code is the same (the MLP's three GELUs between its linears: one kernel called three times; its
     backward's four bias gradients: one more), so the guess counts the kinds of loop nest the lines make (pointwise
-    by shape; reductions by input and output shape), views and library calls (matmul, linear) none. A guess: the
-    compile checks it (at_most_kernels) and takes the C++ wrapper when the code has more kernels; a line of another
-    kind (an index op, a scan, an opaque op that is not pointwise) makes no guess (False)."""
+    by shape; reductions by input shape, dims, output shape), views and library calls (matmul, linear) none.
+    A guess: the compile checks it (at_most_kernels) and takes the C++ wrapper when the code has more kernels; a
+    line of another kind (an index op, a scan, an opaque op that is not pointwise) makes no guess (False)."""
     kinds: set = set()
     if not all(_loop_kinds(b, kinds) for b in sub.bound_symbols):
         return False
