@@ -443,7 +443,7 @@ def _defer_kernel_waits():
         pending = getattr(_OWN, "pending", None)
         if pending is None or not any(isinstance(v, kinds) for v in scope.values()):
             return original(self, scope)
-        pending.append(PendingEntry(lambda: original(self, scope) or _KERNELS_BUILT))
+        pending.append(PendingEntry(lambda: original(self, scope) or _kernels_built))
         return None
 
     wait_futures.jitcore_original = original
@@ -451,10 +451,8 @@ def _defer_kernel_waits():
 
 
 def _kernels_built(*args):
+    """What a PendingEntry of a module's kernels resolves to (the kernels are then in the module): not to be called."""
     raise TypeError("a module's kernels, waited for: not a function to call")
-
-
-_KERNELS_BUILT = _kernels_built  # (what a PendingEntry of a module's kernels resolves to: the kernels are in place)
 
 
 def _with_record(record, work):
