@@ -153,6 +153,36 @@ def test_python_wrapper_regions_compiled_ahead_leave_their_kernel_builds_to_thei
         _check_against_eager(f, jf, list(_inputs(seed=seed)), lambda t: t.sum())
 
 
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_python_wrapper_regions_compiled_ahead_equal_eager_over_calls(python_wrappers, mode):
+    # their kernels awaited at first run, then: other sizes, a call under no_grad, a non-contiguous input (a view:
+    # strides not compiled ahead), a broadcast cotangent, keyword arguments, in every cache mode
+    f = _program(2.0 + CACHE_MODES.index(mode))
+    jf = jitcore.jit(f, executors=[inductor_ex], cache=mode)
+    for i, (n, m, kind) in enumerate([(6, 16, "dense"), (6, 16, "sum"), (5, 16, "no_grad"), (6, 16, "view"),
+                                      (7, 16, "keywords")]):
+        x, w = _inputs(n, m, seed=i)
+        if kind == "no_grad":
+            with torch.no_grad():
+                torch.testing.assert_close(jf(x, w), f(x, w))
+            continue
+        if kind == "view":
+            wide = torch.randn(n, 2 * m, generator=torch.Generator().manual_seed(i))
+            x = wide[:, ::2].requires_grad_()  # (a non-contiguous leaf)
+        if kind == "keywords":
+            ref_x, ref_w = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+            out, ref = jf(x=x, w=w), f(x=ref_x, w=ref_w)
+            torch.testing.assert_close(out, ref)
+            out.sum().backward()
+            ref.sum().backward()
+            torch.testing.assert_close(x.grad, ref_x.grad)
+            torch.testing.assert_close(w.grad, ref_w.grad)
+            continue
+        _check_against_eager(f, jf, [x, w], (lambda t: t.sum()) if kind == "sum" else (lambda t: (t * t).sum()))
+    # (kernels' waits left to first runs; regions of symbolic sizes are not compiled ahead: executors/ahead.py)
+    assert bool(python_wrappers) == (mode != "symbolic values")
+
+
 def test_a_python_wrapper_kernel_build_that_fails_leaves_the_region_eager_with_a_warning(python_wrappers,
                                                                                          monkeypatch):
     f = _program(1.5)

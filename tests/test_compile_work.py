@@ -10,6 +10,7 @@ import torch
 import jitcore
 from executors import cpu_compiler, inductor_kernels, inductorex
 from executors.inductor_options import few_kernels
+from tests.fuzz import CACHE_MODES
 
 pytestmark = pytest.mark.skipif(not inductorex.inductor_ex.is_available()[0], reason="Inductor cannot compile here")
 
@@ -108,8 +109,33 @@ def test_a_training_step_with_a_reduction_per_layer_builds_few_kernels_side_by_s
         twin(x).square().sum().backward()
         for p, q in zip(model.parameters(), twin.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
-        if rows == 40 and _newest_region().variants:
+        if rows == 40:
             assert "async_compile.cpp_pybinding(" in _wrapper_source(_newest_region())
+
+
+@pytest.mark.parametrize("mode", CACHE_MODES)
+def test_an_mlp_whose_backward_takes_the_python_wrapper_equals_eager_over_calls(empty_caches, mode):
+    # calls as users make them: training steps over batch sizes, a call under no_grad, a non-contiguous input (a view,
+    # other strides than those compiled), gradients accumulated over calls, in every cache mode
+    torch.manual_seed(1)
+    width = 20 + CACHE_MODES.index(mode)  # (region texts of their own)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, width),
+                                torch.nn.GELU(), torch.nn.Linear(width, width))
+    twin = copy.deepcopy(model)
+    jm = jitcore.jit(model, executors=[inductorex.inductor_ex], cache=mode)
+    for rows, grad, view in ((32, True, False), (32, False, False), (32, True, True), (12, True, False),
+                             (32, True, False)):
+        base = torch.randn(rows, 2 * width)
+        x = base[:, ::2] if view else base[:, :width].contiguous()
+        with torch.set_grad_enabled(grad):
+            out, ref = jm(x), twin(x)
+        torch.testing.assert_close(out, ref)
+        assert out.requires_grad == ref.requires_grad
+        if grad:
+            (out * torch.linspace(0, 1, width)).sum().backward()
+            (ref * torch.linspace(0, 1, width)).sum().backward()
+            for p, q in zip(model.parameters(), twin.parameters()):
+                torch.testing.assert_close(p.grad, q.grad)
 
 
 def test_a_cpp_wrapper_header_is_precompiled_with_the_kernel_prefix(tmp_path):
